@@ -1,0 +1,20 @@
+import type { ModelManifest } from '../../../protocol/index.js';
+import type { EngineJob, JobOutput } from '../engine.js';
+
+/**
+ * The whole vocabulary between the agent and its ONNX worker process (Node IPC
+ * with structured-clone serialization, so tensors and PNG bytes cross as typed arrays).
+ */
+export type ToWorker =
+  | { type: 'load'; requestId: number; manifest: ModelManifest; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
+  | { type: 'run'; requestId: number; model: string; jobs: EngineJob[] }
+  | { type: 'cancel'; jobIds: string[] }
+  | { type: 'unload'; requestId: number; model: string };
+
+export type FromWorker =
+  | { type: 'ready'; pid: number }
+  | { type: 'loaded'; requestId: number; memoryMB: number; provider: string }
+  | { type: 'progress'; requestId: number; step: number; total: number }
+  | { type: 'result'; requestId: number; outputs: JobOutput[] }
+  | { type: 'unloaded'; requestId: number }
+  | { type: 'error'; requestId: number; code: string; message: string; retryable: boolean };

@@ -1,0 +1,47 @@
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { Command } from 'commander';
+import { Agent } from '../../agent/index.js';
+import { dataDir, resolveGrant, resolveUrl } from '../settings.js';
+import { CliError, parseInteger, parseList } from '../output.js';
+import { onShutdown } from './serve.js';
+
+interface AgentFlags {
+  url?: string;
+  grant?: string;
+  grantFile?: string;
+  host: string;
+  classes: string;
+  data?: string;
+  cpuBudget?: number;
+  concurrency: number;
+  idleUnload: number;
+}
+
+export function agentCommand(): Command {
+  return new Command('agent')
+    .description('Run the agent of this host: dial the orchestrator and run its jobs on local devices')
+    .option('--url <url>', 'orchestrator URL (env GPUMESH_URL; default http://127.0.0.1:7070)')
+    .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT)')
+    .option('--grant-file <path>', 'read the grant from a file')
+    .option('--host <id>', 'this host\'s id (must match the grant)', hostname())
+    .option('--classes <list>', 'routing classes this host serves', 'image,tensor')
+    .option('--data <dir>', 'model cache folder (default <GPUMESH_HOME or ./.gpumesh>/agent)')
+    .option('--cpu-budget <MB>', 'memory for models on the CPU (default: half the RAM, at most 8192)', parseInteger('--cpu-budget'))
+    .option('--concurrency <n>', 'batches run at once', parseInteger('--concurrency'), 1)
+    .option('--idle-unload <seconds>', 'unload a model idle this long; engine processes end with the last one', parseInteger('--idle-unload'), 300)
+    .action(async (flags: AgentFlags) => {
+      const grant = flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT);
+      if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
+      const agent = await Agent.create({
+        url: resolveUrl(flags), grant: grant.trim(), host: flags.host, classes: parseList(flags.classes),
+        dataDir: flags.data ?? join(dataDir(), 'agent'), cpuBudgetMB: flags.cpuBudget,
+        concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000,
+      });
+      agent.start((reason) => {
+        process.stderr.write(`gpumesh agent: refused by the orchestrator: ${reason}\n`);
+        void agent.close().then(() => process.exit(2));
+      });
+      onShutdown(() => agent.close());
+    });
+}

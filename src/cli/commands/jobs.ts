@@ -1,0 +1,33 @@
+import { Command } from 'commander';
+import type { JobView } from '../../protocol/index.js';
+import { clientFrom, type ClientOptions } from '../settings.js';
+import { parseInteger, printJson, table } from '../output.js';
+import { withClientOptions } from './shared.js';
+
+export function jobsCommand(): Command {
+  const jobs = new Command('jobs').description('List, inspect and cancel jobs');
+  withClientOptions(jobs.command('list', { isDefault: true }))
+    .description('Jobs newest first')
+    .option('--status <status>', 'only jobs in this state')
+    .option('--limit <n>', 'how many', parseInteger('--limit'), 20)
+    .option('--json', 'print JSON')
+    .action(async (options: ClientOptions & { status?: string; limit: number; json?: boolean }) => {
+      const query = new URLSearchParams({ limit: String(options.limit) });
+      if (options.status) query.set('status', options.status);
+      const page = await clientFrom(options).request<{ jobs: JobView[] }>('GET', `/v1/jobs?${query}`);
+      if (options.json) return printJson(page);
+      process.stdout.write(`${table(['ID', 'TYPE', 'MODEL', 'STATUS', 'CREATED', 'BATCH'], page.jobs.map((job) => [
+        job.id, job.type, job.model, job.status, job.createdAt, job.batch ? `${job.batch.size}` : '-',
+      ]))}\n`);
+    });
+  withClientOptions(jobs.command('get <id>'))
+    .description('One job as JSON: status, attempts, artifacts')
+    .action(async (id: string, options: ClientOptions) => printJson(await clientFrom(options).job(id)));
+  withClientOptions(jobs.command('cancel <id>'))
+    .description('Cancel a queued or running job')
+    .action(async (id: string, options: ClientOptions) => {
+      const job = await clientFrom(options).request<JobView>('DELETE', `/v1/jobs/${encodeURIComponent(id)}`);
+      process.stdout.write(`${job.id} ${job.status}\n`);
+    });
+  return jobs;
+}

@@ -1,0 +1,68 @@
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Command } from 'commander';
+import { pino, type Logger } from 'pino';
+import { loadConfigFile, Orchestrator, resolveConfig, type MeshConfig } from '../../orchestrator/index.js';
+import { dataDir } from '../settings.js';
+import { parseInteger } from '../output.js';
+
+export interface ServeOptions {
+  data?: string;
+  config?: string;
+  host?: string;
+  port?: number;
+}
+
+/** The config: --config, else <data>/mesh.yaml if present, else the defaults; flags override the file. */
+export function configFrom(options: ServeOptions): MeshConfig {
+  const data = dataDir(options.data);
+  const file = options.config ?? (existsSync(join(data, 'mesh.yaml')) ? join(data, 'mesh.yaml') : null);
+  const config = file ? loadConfigFile(file, data) : resolveConfig({}, data);
+  if (options.data) config.data = data;
+  if (options.host) config.server.host = options.host;
+  if (options.port !== undefined) config.server.port = options.port;
+  mkdirSync(config.data, { recursive: true });
+  return config;
+}
+
+export function withServerOptions(command: Command): Command {
+  return command
+    .option('--data <dir>', 'data folder (env GPUMESH_HOME; default ./.gpumesh)')
+    .option('-c, --config <file>', 'mesh.yaml (default: <data>/mesh.yaml when present)')
+    .option('--host <address>', 'address to listen on (default 127.0.0.1)')
+    .option('--port <n>', 'port to listen on (default 7070; 0 picks a free one)', parseInteger('--port'));
+}
+
+export async function startOrchestrator(config: MeshConfig, logger: Logger): Promise<Orchestrator> {
+  const orchestrator = await Orchestrator.create({ config, logger });
+  await orchestrator.listen();
+  return orchestrator;
+}
+
+/** Close cleanly on SIGINT/SIGTERM; a second signal exits at once. */
+export function onShutdown(stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (): void => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    stop().then(() => process.exit(0), (error: unknown) => {
+      process.stderr.write(`shutdown failed: ${(error as Error).message}\n`);
+      process.exit(1);
+    });
+  };
+  process.on('SIGINT', handler);
+  process.on('SIGTERM', handler);
+}
+
+export function serveCommand(): Command {
+  return withServerOptions(new Command('serve'))
+    .description('Run the orchestrator alone (agents join from other hosts with `gpumesh agent`)')
+    .action(async (options: ServeOptions) => {
+      const config = configFrom(options);
+      const logger = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
+      const orchestrator = await startOrchestrator(config, logger);
+      orchestrator.adminGrant();
+      logger.info({ url: orchestrator.url, data: config.data, adminGrant: join(config.data, 'admin.grant') }, 'orchestrator listening');
+      onShutdown(() => orchestrator.close());
+    });
+}

@@ -1,0 +1,84 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, openSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Command } from 'commander';
+import { pino } from 'pino';
+import { VERSION } from '../../version.js';
+import { CliError, parseInteger } from '../output.js';
+import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
+
+const BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
+
+interface UpOptions extends ServeOptions {
+  agent: boolean;
+  cpuBudget?: number;
+  verbose?: boolean;
+}
+
+export function upCommand(): Command {
+  return withServerOptions(new Command('up'))
+    .description('Bring up a whole mesh on this machine: the orchestrator, a local agent and the built-in models')
+    .option('--no-agent', 'start only the orchestrator')
+    .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
+    .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
+    .action(async (options: UpOptions) => {
+      const config = configFrom(options);
+      const logs = join(config.data, 'logs');
+      mkdirSync(logs, { recursive: true });
+      const level = process.env.GPUMESH_LOG_LEVEL ?? 'info';
+      const logger = options.verbose ? pino({ level }, pino.destination(2)) : pino({ level }, pino.destination(join(logs, 'orchestrator.log')));
+      const orchestrator = await startOrchestrator(config, logger);
+      const url = orchestrator.url;
+      orchestrator.adminGrant();
+      const gallery = orchestrator.mint('client', [
+        'types image', `time-before ${new Date(Date.now() + 30 * 86_400_000).toISOString()}`,
+      ], 'gallery page');
+
+      let agent: ChildProcess | null = null;
+      const host = hostname();
+      if (options.agent) {
+        const classes = [...new Set(Object.values(config.routing).flat())];
+        const grant = orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
+        const args = [BIN, 'agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
+        if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
+        const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
+        agent = spawn(process.execPath, args, {
+          // The grant travels in the environment, not argv, so `ps` does not show it.
+          env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level },
+          stdio: ['ignore', output, output],
+        });
+        const deadline = Date.now() + 60_000;
+        while (orchestrator.agentsConnected === 0) {
+          if (agent.exitCode !== null) throw new CliError(`the local agent exited (code ${agent.exitCode}); see ${join(logs, 'agent.log')}`);
+          if (Date.now() > deadline) throw new CliError(`the local agent did not connect within 60 s; see ${join(logs, 'agent.log')}`);
+          await sleep(50);
+        }
+      }
+      const lines = [
+        `gpumesh ${VERSION} is up`,
+        `  gallery  ${url}/#grant=${gallery}`,
+        `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
+        `  admin    grant in ${join(config.data, 'admin.grant')}`,
+        `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,
+        `  logs     ${options.verbose ? 'this terminal' : logs}`,
+        '',
+        'Try:  npx gpumesh submit --type image --prompt "a lighthouse at dusk" --wait',
+        'Stop: Ctrl-C',
+      ];
+      process.stdout.write(`${lines.join('\n')}\n`);
+      onShutdown(async () => {
+        if (agent && agent.exitCode === null) {
+          agent.kill('SIGTERM');
+          await once(agent, 'exit');
+        }
+        await orchestrator.close();
+      });
+      agent?.once('exit', (code) => {
+        if (code !== 0) logger.warn({ code }, 'the local agent exited');
+      });
+    });
+}

@@ -1,0 +1,123 @@
+/**
+ * The models gpumesh carries inside itself: built by code on first use,
+ * cached per process, content-addressed by SHA-256.
+ */
+import { createHash } from 'node:crypto';
+import {
+  GEN_CHANNELS,
+  GEN_COORD_DIM,
+  GEN_DEFAULT_STEPS,
+  GEN_LATENT_DIM,
+  buildGenerator,
+} from './generator.js';
+import { MLP_INPUT_DIM, MLP_OUTPUT_DIM, buildTensorMlp } from './tensor-mlp.js';
+
+/** Shape and element type of one model input or output. */
+export interface TensorSpec {
+  name: string;
+  dtype: 'float32' | 'uint8';
+  /** Fixed sizes, or symbolic names: 'batch' (axis 0, batchable) and 'pixels'. */
+  shape: Array<number | string>;
+  description: string;
+}
+
+export interface BuiltinModel {
+  name: string;
+  version: string;
+  engine: 'onnx';
+  kind: 'generator' | 'tensor';
+  jobTypes: string[];
+  /** The ONNX file. Shared per process: do not modify. */
+  bytes: Uint8Array;
+  /** 'sha256:<hex>' of `bytes`. */
+  digest: string;
+  /**
+   * Resident memory in MiB once loaded in onnxruntime (CPU) and run at its
+   * typical size (gen: one 256×256 image; mlp: batch 8), measured as RSS growth.
+   * gen needs more for larger batches / images: about 46 MiB per extra 256×256 image.
+   */
+  memoryMB: number;
+  description: string;
+  inputs: TensorSpec[];
+  outputs: TensorSpec[];
+  /** gen only: refinement steps of a full render (octave 0 .. defaultSteps-1). */
+  defaultSteps?: number;
+}
+
+/*
+ * memoryMB, measured with onnxruntime-node 1.30 (CPU EP, default session options) as
+ * RSS growth over creating the session and running it, after onnxruntime itself
+ * was initialised (that one-time runtime footprint, ~27 MiB, is not included):
+ *   gen  one 256×256 image, 6 steps: 123 MiB (4 images: 261 MiB; one 64×64: 7 MiB)
+ *   mlp  batch 8 (or 64): under 1 MiB
+ * Most of gen's figure is the CPU arena holding [pixels, 32] activations.
+ */
+const GEN_MEMORY_MB = 128;
+const MLP_MEMORY_MB = 4;
+
+export function sha256Digest(bytes: Uint8Array): string {
+  return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+}
+
+let cache: BuiltinModel[] | undefined;
+
+/** The built-in models (`gen`, `mlp`). Built once per process; returns fresh descriptor objects sharing the bytes. */
+export function builtinModels(): BuiltinModel[] {
+  cache ??= [makeGen(), makeMlp()];
+  return cache.map((m) => ({
+    ...m,
+    jobTypes: [...m.jobTypes],
+    inputs: m.inputs.map((t) => ({ ...t, shape: [...t.shape] })),
+    outputs: m.outputs.map((t) => ({ ...t, shape: [...t.shape] })),
+  }));
+}
+
+/** One built-in model by name, or undefined. */
+export function builtinModel(name: string): BuiltinModel | undefined {
+  return builtinModels().find((m) => m.name === name);
+}
+
+function makeGen(): BuiltinModel {
+  const bytes = buildGenerator();
+  return {
+    name: 'gen',
+    version: '1.0.0',
+    engine: 'onnx',
+    kind: 'generator',
+    jobTypes: ['image'],
+    bytes,
+    digest: sha256Digest(bytes),
+    memoryMB: GEN_MEMORY_MB,
+    description:
+      'Text-to-image CPPN. latentFor(prompt, seed) fixes the image; run once per step s = 0..steps-1 with ' +
+      'octave = [s], feeding canvas_out back as canvas (zeros at s = 0); rgb is the image after that step.',
+    defaultSteps: GEN_DEFAULT_STEPS,
+    inputs: [
+      { name: 'latent', dtype: 'float32', shape: ['batch', GEN_LATENT_DIM], description: 'latentsFor(items)' },
+      { name: 'coords', dtype: 'float32', shape: ['pixels', GEN_COORD_DIM], description: 'coordsFor(width, height), shared by the batch' },
+      { name: 'canvas', dtype: 'float32', shape: ['batch', 'pixels', GEN_CHANNELS], description: 'zeros at step 0, then the previous canvas_out' },
+      { name: 'octave', dtype: 'float32', shape: [1], description: 'the step index s, shared by the batch' },
+    ],
+    outputs: [
+      { name: 'canvas_out', dtype: 'float32', shape: ['batch', 'pixels', GEN_CHANNELS], description: 'canvas + band s' },
+      { name: 'rgb', dtype: 'uint8', shape: ['batch', 'pixels', GEN_CHANNELS], description: 'row-major RGB image of canvas_out' },
+    ],
+  };
+}
+
+function makeMlp(): BuiltinModel {
+  const bytes = buildTensorMlp();
+  return {
+    name: 'mlp',
+    version: '1.0.0',
+    engine: 'onnx',
+    kind: 'tensor',
+    jobTypes: ['tensor'],
+    bytes,
+    digest: sha256Digest(bytes),
+    memoryMB: MLP_MEMORY_MB,
+    description: 'Tensor MLP 64→256→256→16 (ReLU), for measuring dynamic batching.',
+    inputs: [{ name: 'x', dtype: 'float32', shape: ['batch', MLP_INPUT_DIM], description: 'input rows' }],
+    outputs: [{ name: 'y', dtype: 'float32', shape: ['batch', MLP_OUTPUT_DIM], description: 'output rows' }],
+  };
+}

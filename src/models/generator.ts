@@ -1,0 +1,351 @@
+/**
+ * `gen`: the embedded text-to-image generator.
+ *
+ * The prompt and seed fix a latent vector (`latentFor`). A compositional
+ * pattern-producing network (CPPN: pixel coordinates + latent → colour) renders
+ * it in refinement steps (`GEN_DEFAULT_STEPS` for a full render). Step s adds
+ * one band to a 3-channel canvas: the network evaluated on random Fourier
+ * features of the coordinates at frequency 2^s (rotated by s golden angles),
+ * scaled by an amplitude that falls with s. The first step lays down the
+ * coarse shapes and the colours; every later step adds finer detail, steered
+ * by the canvas so far (it feeds back into the first layer).
+ *
+ * One ONNX run is one step for a whole batch:
+ *
+ *   inputs   latent     float32 [batch, 16]           per image (latentsFor)
+ *            coords     float32 [pixels, 3]           (x, y, r), shared (coordsFor)
+ *            canvas     float32 [batch, pixels, 3]    zeros at step 0, then the last canvas_out
+ *            octave     float32 [1]                   the step index s, shared
+ *   outputs  canvas_out float32 [batch, pixels, 3]    canvas + band_s
+ *            rgb        uint8   [batch, pixels, 3]    the displayable image of canvas_out
+ *
+ * Network, per step:
+ *   shared by the batch  features = [x, y, r, sin(2^s P·c + s φ), cos(…)]      [pixels, 3 + 2K]
+ *                        h = tanh(features W0 + b0) W1 + b1                     [pixels, H]
+ *   per image            a1 = tanh(h ⊙ gain(latent) + z1(latent) + canvas Wf)   [batch, pixels, H]
+ *                        a2 = tanh(a1 W2 + z2(latent))
+ *                        band = a2 · Wout(latent, s)                           [batch, pixels, 3]
+ * The coordinate network runs once per batch, which is where batching gains.
+ * The display maps the canvas through a cosine palette: channel 0 moves along
+ * the palette, channel 2 sets the palette's phases (per image, mostly), and
+ * channel 1 adds light and shade. The latent also offsets all three channels,
+ * so different prompts get different colours as well as different shapes.
+ *
+ * The weights come from a fixed-seed PRNG using exact arithmetic only, so the
+ * file (and its SHA-256) is the same on every build and machine.
+ */
+import { createHash } from 'node:crypto';
+import { GraphBuilder, elemTypeCode, int } from './onnx-graph.js';
+import { Prng } from './prng.js';
+
+/** Length of the latent vector of one image. */
+export const GEN_LATENT_DIM = 16;
+/** Floats per pixel in `coords` (x, y, r). */
+export const GEN_COORD_DIM = 3;
+/** Colour channels in `canvas`, `canvas_out` and `rgb`. */
+export const GEN_CHANNELS = 3;
+/** Refinement steps for a full render (octaves 0 .. GEN_DEFAULT_STEPS-1). */
+export const GEN_DEFAULT_STEPS = 6;
+
+/** Network shape and weight scales. Everything here changes the model digest. */
+interface GeneratorConfig {
+  seed: number;
+  /** Random Fourier projections of (x, y, r). */
+  fourier: number;
+  /** Hidden width. */
+  hidden: number;
+  /** Std of the Fourier projection weights at octave 0 (radians per unit of x, y). */
+  fourierStd: number;
+  /** Scale of the radial (r) projections relative to x, y. */
+  radialScale: number;
+  /** Gain of the shared coordinate layer. */
+  gain0: number;
+  /** Gain of the coordinate part of layer 1. */
+  gain1: number;
+  /** Gain of the hidden layer. */
+  gainHidden: number;
+  /** Std of the latent bias of layer 1. */
+  latentStd: number;
+  /** Std of the latent bias of layer 2. */
+  latentStd2: number;
+  /** Per-unit gain of the coordinate part of layer 1: gainBase + latentGain * tanh(latent · w_gain). */
+  gainBase: number;
+  latentGain: number;
+  /** Std of the feedback of the current canvas into layer 1. */
+  feedbackStd: number;
+  /** Per canvas channel: std of the output layer, per unit of hidden activation. */
+  outStd: readonly [number, number, number];
+  /** Per canvas channel: std of the per-image offset, added by the first band only. */
+  offsetStd: readonly [number, number, number];
+  /** Per-image scale of each channel: 1 + scaleStd * tanh(latent · w_scale). */
+  scaleStd: number;
+  /** Per canvas channel: the amplitude of band s is decay^s. */
+  decay: readonly [number, number, number];
+  /** Palette cycles per unit of canvas channel 0 (the hue coordinate). */
+  hueFreq: number;
+  /** Light cycles per unit of canvas channel 1 (the light coordinate). */
+  lightFreq: number;
+  /** Palette phase of G and B per unit of canvas channel 2 (cycles). */
+  phaseFreq: readonly [number, number];
+  /** Palette phases of G and B at zero canvas (cycles). */
+  phaseBase: readonly [number, number];
+  /** colour = mid + swing * cos(hue phase) + light * cos(light phase), in [0, 1] before clipping. */
+  mid: number;
+  swing: number;
+  light: number;
+}
+
+const CONFIG: GeneratorConfig = {
+  seed: 0x6d657368, // "mesh"
+  fourier: 32,
+  hidden: 32,
+  fourierStd: 1.3,
+  radialScale: 0.5,
+  gain0: 2,
+  gain1: 4,
+  gainHidden: 3.5,
+  latentStd: 1.8,
+  latentStd2: 0.8,
+  gainBase: 0,
+  latentGain: 1.5,
+  feedbackStd: 0.7,
+  outStd: [1.3, 1.0, 0.3],
+  offsetStd: [1.8, 0.5, 2.0],
+  scaleStd: 0.3,
+  decay: [0.45, 0.65, 0.5],
+  hueFreq: 0.35,
+  lightFreq: 0.3,
+  phaseFreq: [0.15, 0.3],
+  phaseBase: [0.1, 0.2],
+  mid: 0.5,
+  swing: 0.4,
+  light: 0.2,
+};
+
+/** Builds the `gen` ONNX model. Deterministic: same bytes on every call and machine. */
+export function buildGenerator(): Uint8Array {
+  return buildFrom(CONFIG);
+}
+
+function buildFrom(c: GeneratorConfig): Uint8Array {
+  const rng = new Prng(c.seed);
+  const K = c.fourier;
+  const H = c.hidden;
+  const L = GEN_LATENT_DIM;
+  const C = GEN_CHANNELS;
+  const F = GEN_COORD_DIM + 2 * K; // features: x, y, r, sin(K), cos(K)
+  const ONE = H - 1; // hidden unit of layer 2 held at 1: its output row is a per-image offset
+  const TAU = 2 * Math.PI;
+
+  const g = new GraphBuilder(
+    'gpumesh_gen',
+    'gpumesh built-in CPPN image generator: one refinement step (octave) per run, batch along axis 0.',
+  );
+
+  // ---- inputs
+  const latent = g.input('latent', 'float32', ['batch', L]);
+  const coords = g.input('coords', 'float32', ['pixels', GEN_COORD_DIM]);
+  const canvas = g.input('canvas', 'float32', ['batch', 'pixels', C]);
+  const octave = g.input('octave', 'float32', [1]);
+
+  // ---- weights (the order of the draws is part of the model definition)
+  // Fourier projection of (x, y, r); octave s rotates (x, y) by s golden angles so that
+  // the bands do not all stream along the same directions.
+  const wx = rng.normals(K, c.fourierStd);
+  const wy = rng.normals(K, c.fourierStd);
+  const wr = rng.normals(K, c.fourierStd * c.radialScale);
+  const zerosK = new Float32Array(K);
+  const projA = g.floatInit('w_proj_cos', [GEN_COORD_DIM, K], [...wx, ...wy, ...zerosK]);
+  const projB = g.floatInit('w_proj_sin', [GEN_COORD_DIM, K], [...wy, ...wx.map((v) => -v), ...zerosK]);
+  const projR = g.floatInit('w_proj_radial', [GEN_COORD_DIM, K], [...zerosK, ...zerosK, ...wr]);
+  const phase = g.floatInit('phase_per_octave', [K], rng.uniforms(K, -Math.PI, Math.PI));
+  const w0 = g.floatInit('w0', [F, H], rng.normals(F * H, c.gain0 / Math.sqrt(F)));
+  const b0 = g.floatInit('b0', [H], rng.normals(H, 0.5));
+  const w1 = g.floatInit('w1', [H, H], rng.normals(H * H, c.gain1 / Math.sqrt(H)));
+  const b1 = g.floatInit('b1', [H], rng.normals(H, 0.5));
+  const wz1 = g.floatInit('wz1', [L, H], rng.normals(L * H, c.latentStd / Math.sqrt(L)));
+  const wGain = g.floatInit('w_gain', [L, H], rng.normals(L * H, 1 / Math.sqrt(L)));
+  const wFeedback = g.floatInit('w_feedback', [C, H], rng.normals(C * H, c.feedbackStd));
+  const w2Data = rng.normals(H * H, c.gainHidden / Math.sqrt(H));
+  const wz2Data = rng.normals(L * H, c.latentStd2 / Math.sqrt(L));
+  const b2Data = new Float32Array(H);
+  for (let i = 0; i < H; i++) w2Data[i * H + ONE] = 0;
+  for (let i = 0; i < L; i++) wz2Data[i * H + ONE] = 0;
+  b2Data[ONE] = 20; // tanh(20) === 1 in float32
+  const w2 = g.floatInit('w2', [H, H], w2Data);
+  const wz2 = g.floatInit('wz2', [L, H], wz2Data);
+  const b2 = g.floatInit('b2', [H], b2Data);
+  const wOutData = rng.normals(H * C, 1 / Math.sqrt(H));
+  for (let i = 0; i < H * C; i++) wOutData[i] = (wOutData[i] ?? 0) * (c.outStd[i % C] ?? 0);
+  wOutData.fill(0, ONE * C, ONE * C + C);
+  const wOut = g.floatInit('w_out', [H, C], wOutData);
+  const wScale = g.floatInit('w_scale', [L, C], rng.normals(L * C, 1 / Math.sqrt(L)));
+  const wOffsetData = rng.normals(L * C, 1 / Math.sqrt(L));
+  for (let i = 0; i < L * C; i++) wOffsetData[i] = (wOffsetData[i] ?? 0) * (c.offsetStd[i % C] ?? 0);
+  const wOffset = g.floatInit('w_offset', [L, C], wOffsetData);
+  const oneHot = new Float32Array(H);
+  oneHot[ONE] = 1;
+  const eOne = g.floatInit('e_one', [H, 1], oneHot);
+
+  // display: four phases from the canvas (hue phase of R, G, B; light phase), then
+  // colour_k = mid + swing * cos(hue phase_k) + light * cos(light phase), scaled to 0..255
+  const [pg, pb] = c.phaseFreq;
+  const [dg, db] = c.phaseBase;
+  const hf = c.hueFreq;
+  // prettier-ignore
+  const phaseMatrix = g.floatInit('display_phase_w', [C, 4], [
+    hf, hf, hf, 0, // canvas channel 0: hue
+    0, 0, 0, c.lightFreq, // channel 1: light
+    0, pg, pb, 0, // channel 2: palette phases of G and B
+  ].map((v) => TAU * v));
+  const phaseBias = g.floatInit('display_phase_b', [4], [0, dg, db, 0].map((v) => TAU * v));
+  const s = 255 * c.swing;
+  const l = 255 * c.light;
+  // prettier-ignore
+  const colourMatrix = g.floatInit('display_colour_w', [4, C], [
+    s, 0, 0,
+    0, s, 0,
+    0, 0, s,
+    l, l, l,
+  ]);
+  // + 0.5: Cast truncates, so this rounds
+  const colourBias = g.floatInit('display_colour_b', [C], [0, 0, 0].map(() => 255 * c.mid + 0.5));
+
+  // ---- scalars and shapes
+  const one = g.floatInit('one', [1], [1]);
+  const two = g.floatInit('two', [1], [2]);
+  const decay = g.floatInit('decay', [C], c.decay);
+  const goldenAngle = g.floatInit('golden_angle', [1], [Math.PI * (3 - Math.sqrt(5))]);
+  const gainBase = g.floatInit('gain_base', [1], [c.gainBase]);
+  const latentGain = g.floatInit('latent_gain', [1], [c.latentGain]);
+  const scaleStd = g.floatInit('scale_std', [1], [c.scaleStd]);
+  const lo = g.floatInit('clip_lo', [], [0]);
+  const hi = g.floatInit('clip_hi', [], [255]);
+  const axis1 = g.int64Init('axis_1', [1], [1]);
+  const flatShape = g.int64Init('flat_shape', [2], [-1, C]);
+
+  // ---- per-step scalars: frequency 2^s, amplitude decay^s, rotation and phase shift
+  const freq = g.op('Pow', [two, octave], {}, 'freq');
+  const amp = g.op('Pow', [decay, octave], {}, 'amp');
+  const shift = g.op('Mul', [octave, phase], {}, 'phase_shift');
+  const angle = g.op('Mul', [octave, goldenAngle], {}, 'angle');
+  const wProj = g.op(
+    'Add',
+    [g.op('Add', [g.op('Mul', [projA, g.op('Cos', [angle])]), g.op('Mul', [projB, g.op('Sin', [angle])])]), projR],
+    {},
+    'w_proj',
+  );
+
+  // ---- coordinate network, shared by the batch: [pixels, H]
+  const proj = g.op('MatMul', [coords, wProj], {}, 'proj');
+  const arg = g.op('Add', [g.op('Mul', [proj, freq]), shift], {}, 'fourier_arg');
+  const features = g.op(
+    'Concat',
+    [coords, g.op('Sin', [arg], {}, 'fourier_sin'), g.op('Cos', [arg], {}, 'fourier_cos')],
+    { axis: int(1) },
+    'features',
+  );
+  const c0 = g.op('Tanh', [g.op('Gemm', [features, w0, b0])], {}, 'coord_hidden');
+  const h1Coords = g.op('Gemm', [c0, w1, b1], {}, 'h1_coords');
+
+  // ---- per-image terms from the latent
+  const z1 = g.op('Unsqueeze', [g.op('MatMul', [latent, wz1]), axis1], {}, 'z1'); // [batch, 1, H]
+  const z2 = g.op('Unsqueeze', [g.op('Gemm', [latent, wz2, b2]), axis1], {}, 'z2'); // [batch, 1, H]
+  const gainImg = g.op(
+    'Unsqueeze',
+    [g.op('Add', [gainBase, g.op('Mul', [g.op('Tanh', [g.op('MatMul', [latent, wGain])]), latentGain])]), axis1],
+    {},
+    'gain_image',
+  ); // [batch, 1, H]
+  const scaleImg = g.op(
+    'Unsqueeze',
+    [g.op('Add', [one, g.op('Mul', [g.op('Tanh', [g.op('MatMul', [latent, wScale])]), scaleStd])]), axis1],
+    {},
+    'scale_image',
+  ); // [batch, 1, 3]
+  const offsetImg = g.op('Unsqueeze', [g.op('MatMul', [latent, wOffset]), axis1], {}, 'offset'); // [batch, 1, 3]
+  // per-image output layer of this step [batch, H, 3]: w_out scaled per channel and by the
+  // band amplitude; its row ONE (a constant hidden unit) adds the offset, at step 0 only
+  const firstStep = g.op('Relu', [g.op('Sub', [one, octave])], {}, 'first_step'); // 1 at s = 0, else 0
+  const outImg = g.op(
+    'Add',
+    [g.op('Mul', [wOut, g.op('Mul', [scaleImg, amp])]), g.op('MatMul', [eOne, g.op('Mul', [offsetImg, firstStep])])],
+    {},
+    'w_out_image',
+  );
+
+  // ---- the per-image network over [batch, pixels, H]; layer 1 also sees the canvas so far
+  const pre1 = g.op('Add', [g.op('Add', [g.op('Mul', [h1Coords, gainImg]), z1]), g.op('MatMul', [canvas, wFeedback])]);
+  const a1 = g.op('Tanh', [pre1], {}, 'a1');
+  const a2 = g.op('Tanh', [g.op('Add', [g.op('MatMul', [a1, w2]), z2])], {}, 'a2');
+  const band = g.op('MatMul', [a2, outImg], {}, 'band'); // [batch, pixels, 3]
+  const canvasOut = g.op('Add', [canvas, band], {}, 'canvas_out');
+
+  // ---- display, on a flat [batch * pixels, 3] view (2-D Gemms, no small broadcasts)
+  const flat = g.op('Reshape', [canvasOut, flatShape], {}, 'canvas_flat');
+  const phases = g.op('Cos', [g.op('Gemm', [flat, phaseMatrix, phaseBias])], {}, 'display_cos');
+  const colour = g.op('Gemm', [phases, colourMatrix, colourBias], {}, 'display_colour');
+  const pixels = g.op('Cast', [g.op('Clip', [colour, lo, hi])], { to: int(elemTypeCode('uint8')) }, 'rgb_flat');
+  g.op('Reshape', [pixels, g.op('Shape', [canvasOut])], {}, 'rgb');
+
+  g.output('canvas_out', 'float32', ['batch', 'pixels', C]);
+  g.output('rgb', 'uint8', ['batch', 'pixels', C]);
+  return g.toBytes();
+}
+
+/**
+ * The latent of one image: standard-normal values drawn from SHA-256 of the
+ * seed and the prompt (UTF-8, used exactly as given). Same prompt and seed,
+ * same latent. `seed` must be a safe integer.
+ */
+export function latentFor(prompt: string, seed: number): Float32Array {
+  if (!Number.isSafeInteger(seed)) throw new RangeError(`seed must be a safe integer, got ${seed}`);
+  const key = createHash('sha256').update(`gpumesh/gen/latent/v1\0${seed}\0`).update(prompt, 'utf8').digest();
+  const out = new Float32Array(GEN_LATENT_DIM);
+  let filled = 0;
+  for (let block = 0; filled < GEN_LATENT_DIM; block++) {
+    const counter = Buffer.alloc(4);
+    counter.writeUInt32LE(block);
+    const bytes = createHash('sha256').update(key).update(counter).digest();
+    // 8 words per block → 4 Box–Muller pairs → 8 normals
+    for (let w = 0; w + 1 < 8 && filled < GEN_LATENT_DIM; w += 2) {
+      const u1 = (bytes.readUInt32LE(w * 4) + 0.5) / 4294967296; // (0, 1)
+      const u2 = (bytes.readUInt32LE(w * 4 + 4) + 0.5) / 4294967296;
+      const r = Math.sqrt(-2 * Math.log(u1));
+      out[filled++] = r * Math.cos(2 * Math.PI * u2);
+      if (filled < GEN_LATENT_DIM) out[filled++] = r * Math.sin(2 * Math.PI * u2);
+    }
+  }
+  return out;
+}
+
+/** Latents of a batch, concatenated: [items.length, GEN_LATENT_DIM] row-major. */
+export function latentsFor(items: ReadonlyArray<{ readonly prompt: string; readonly seed: number }>): Float32Array {
+  const out = new Float32Array(items.length * GEN_LATENT_DIM);
+  items.forEach((item, i) => out.set(latentFor(item.prompt, item.seed), i * GEN_LATENT_DIM));
+  return out;
+}
+
+/**
+ * Pixel coordinates for a width × height image: row-major [height * width, 3]
+ * of (x, y, r) at pixel centres. The longer side spans [-1, 1] and pixels are
+ * square, so a non-square image shows a crop of the square one.
+ */
+export function coordsFor(width: number, height: number): Float32Array {
+  if (!Number.isSafeInteger(width) || !Number.isSafeInteger(height) || width < 1 || height < 1) {
+    throw new RangeError(`bad image size ${width}x${height}`);
+  }
+  const side = Math.max(width, height);
+  const out = new Float32Array(width * height * GEN_COORD_DIM);
+  let o = 0;
+  for (let row = 0; row < height; row++) {
+    const y = (2 * row + 1 - height) / side;
+    for (let col = 0; col < width; col++) {
+      const x = (2 * col + 1 - width) / side;
+      out[o++] = x;
+      out[o++] = y;
+      out[o++] = Math.sqrt(x * x + y * y);
+    }
+  }
+  return out;
+}

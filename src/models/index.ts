@@ -1,0 +1,16 @@
+export {
+  GEN_CHANNELS,
+  GEN_COORD_DIM,
+  GEN_DEFAULT_STEPS,
+  GEN_LATENT_DIM,
+  buildGenerator,
+  coordsFor,
+  latentFor,
+  latentsFor,
+} from './generator.js';
+export { MLP_HIDDEN_DIM, MLP_INPUT_DIM, MLP_OUTPUT_DIM, buildTensorMlp } from './tensor-mlp.js';
+export { builtinModel, builtinModels, sha256Digest } from './builtin.js';
+export type { BuiltinModel, TensorSpec } from './builtin.js';
+export { Prng } from './prng.js';
+export { GraphBuilder, IR_VERSION, OPSET_VERSION, PRODUCER_NAME, elemTypeCode, float, floats, int, ints, str } from './onnx-graph.js';
+export type { Attr, Dim, ElemType } from './onnx-graph.js';

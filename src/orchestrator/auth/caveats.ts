@@ -1,0 +1,135 @@
+/**
+ * The caveat language of gpumesh grants. A caveat is one line, `<condition> <argument>`,
+ * in the style of the macaroon bakery's first-party checkers. Every caveat on a
+ * grant must hold (they are conjunctive), which is why adding caveats can only narrow.
+ */
+export const GRANT_KINDS = ['admin', 'client', 'agent', 'upload'] as const;
+export type GrantKind = (typeof GRANT_KINDS)[number];
+
+export const ACTIONS = [
+  'jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read',
+  'grants:create', 'agent:join', 'outputs:write',
+] as const;
+export type Action = (typeof ACTIONS)[number];
+
+/** What each kind of grant may do at most. */
+export const KIND_ACTIONS: Record<GrantKind, ReadonlySet<Action>> = {
+  admin: new Set(ACTIONS),
+  client: new Set(['jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read']),
+  agent: new Set(['agent:join', 'blobs:read']),
+  upload: new Set(['outputs:write']),
+};
+
+export type Caveat =
+  | { condition: 'kind'; value: GrantKind }
+  | { condition: 'actions' | 'types' | 'models' | 'classes' | 'albums'; values: string[] }
+  | { condition: 'host' | 'job'; value: string }
+  | { condition: 'time-before'; at: number }
+  | { condition: 'max-priority'; level: number }
+  | { condition: 'rate'; perMinute: number };
+
+const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'albums']);
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
+
+/** Parse one caveat line; returns an error string for text that is not a caveat we know. */
+export function parseCaveat(text: string): Caveat | string {
+  const space = text.indexOf(' ');
+  const condition = space < 0 ? text : text.slice(0, space);
+  const argument = space < 0 ? '' : text.slice(space + 1).trim();
+  if (!argument) return `caveat "${text}" has no argument`;
+  if (condition === 'kind') {
+    return (GRANT_KINDS as readonly string[]).includes(argument) ? { condition, value: argument as GrantKind } : `unknown grant kind "${argument}"`;
+  }
+  if (LIST_CONDITIONS.has(condition)) {
+    const values = argument.split(',').map((value) => value.trim()).filter(Boolean);
+    if (values.length === 0 || !values.every((value) => NAME.test(value))) return `caveat "${text}" has a malformed list`;
+    if (condition === 'actions' && !values.every((value) => (ACTIONS as readonly string[]).includes(value))) {
+      return `caveat "${text}" names an unknown action`;
+    }
+    return { condition: condition as 'types', values };
+  }
+  if (condition === 'host' || condition === 'job') {
+    return NAME.test(argument) ? { condition, value: argument } : `caveat "${text}" has a malformed name`;
+  }
+  if (condition === 'time-before') {
+    const at = Date.parse(argument);
+    return Number.isFinite(at) ? { condition, at } : `caveat "${text}" has a malformed time`;
+  }
+  if (condition === 'max-priority') {
+    const level = Number(argument);
+    return Number.isInteger(level) && level >= 1 ? { condition, level } : `caveat "${text}" has a malformed level`;
+  }
+  if (condition === 'rate') {
+    const match = /^(\d+)\/(s|m|h)$/.exec(argument);
+    if (!match) return `caveat "${text}" is not of the form N/s, N/m or N/h`;
+    const perUnit = Number(match[1]);
+    const perMinute = match[2] === 's' ? perUnit * 60 : match[2] === 'h' ? perUnit / 60 : perUnit;
+    return { condition, perMinute };
+  }
+  return `unknown caveat condition "${condition}"`;
+}
+
+export function formatCaveat(caveat: Caveat): string {
+  switch (caveat.condition) {
+    case 'kind': case 'host': case 'job': return `${caveat.condition} ${caveat.value}`;
+    case 'time-before': return `time-before ${new Date(caveat.at).toISOString()}`;
+    case 'max-priority': return `max-priority ${caveat.level}`;
+    case 'rate': return `rate ${caveat.perMinute}/m`;
+    default: return `${caveat.condition} ${caveat.values.join(',')}`;
+  }
+}
+
+/** What a request asks to do; each present field is checked by the caveats that concern it. */
+export interface GrantRequest {
+  action: Action;
+  jobType?: string;
+  model?: string;
+  /** Classes the work would run on (agent join: all classes the agent claims). */
+  classes?: readonly string[];
+  host?: string;
+  jobId?: string;
+  priority?: number;
+  album?: string;
+}
+
+/**
+ * Check one caveat against a request. Returns null when it holds, else why not.
+ * A condition about something the request does not name (a `types` caveat on
+ * a blob read) does not apply — except `job`, which binds a grant to one job:
+ * a `job` caveat on a request about no job fails. An agent's host is always
+ * named when it joins (in its hello), so `host` binds where it matters.
+ */
+export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number): string | null {
+  const inList = (values: string[], value: string | undefined, what: string): string | null =>
+    value === undefined || values.includes(value) ? null : `${what} "${value}" is not among ${values.join(', ')}`;
+  switch (caveat.condition) {
+    case 'kind':
+      return KIND_ACTIONS[caveat.value].has(request.action) ? null : `a ${caveat.value} grant may not ${request.action}`;
+    case 'actions':
+      return caveat.values.includes(request.action) ? null : `action ${request.action} is not among ${caveat.values.join(', ')}`;
+    case 'types': return inList(caveat.values, request.jobType, 'job type');
+    case 'models': return inList(caveat.values, request.model, 'model');
+    case 'albums': return inList(caveat.values, request.album, 'album');
+    case 'classes': {
+      if (!request.classes) return null;
+      const outside = request.classes.filter((value) => !caveat.values.includes(value));
+      if (request.action === 'agent:join') {
+        return outside.length === 0 ? null : `classes ${outside.join(', ')} are not among ${caveat.values.join(', ')}`;
+      }
+      // A job may run on any of its type's classes; the grant must leave at least one.
+      return request.classes.some((value) => caveat.values.includes(value))
+        ? null : `none of the classes ${request.classes.join(', ')} is among ${caveat.values.join(', ')}`;
+    }
+    case 'host':
+      return request.host === undefined || request.host === caveat.value ? null : `host "${request.host}" is not "${caveat.value}"`;
+    case 'job':
+      return request.jobId === caveat.value ? null : `job "${request.jobId ?? '(none)'}" is not "${caveat.value}"`;
+    case 'time-before':
+      return now < caveat.at ? null : `expired at ${new Date(caveat.at).toISOString()}`;
+    case 'max-priority':
+      return request.priority === undefined || request.priority >= caveat.level
+        ? null : `priority ${request.priority} is above the ceiling ${caveat.level}`;
+    case 'rate':
+      return null; // enforced by the rate limiter, which needs state
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * Turn the CLI's and the HTTP API's grant options into caveat lines, so
+ * `grant create` and `grant narrow` speak the same words.
+ */
+export interface GrantOptions {
+  types?: string[];
+  models?: string[];
+  classes?: string[];
+  albums?: string[];
+  actions?: string[];
+  host?: string;
+  /** A duration such as `90s`, `10m`, `1h`, `7d`, or an ISO time. */
+  expires?: string;
+  maxPriority?: number;
+  /** `N/s`, `N/m` or `N/h`. */
+  rate?: string;
+}
+
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Parse `90s`, `10m`, `1h`, `7d` or an ISO time into an epoch-ms instant after `now`. */
+export function parseExpiry(text: string, now: number): number {
+  const match = /^(\d+(?:\.\d+)?)(s|m|h|d)$/.exec(text.trim());
+  if (match) return now + Number(match[1]) * UNIT_MS[match[2]!]!;
+  const at = Date.parse(text);
+  if (!Number.isFinite(at)) throw new Error(`cannot read expiry "${text}": use 90s, 10m, 1h, 7d or an ISO time`);
+  return at;
+}
+
+export function caveatsFromOptions(options: GrantOptions, now: number): string[] {
+  const lines: string[] = [];
+  const list = (condition: string, values: string[] | undefined): void => {
+    if (values && values.length > 0) lines.push(`${condition} ${values.join(',')}`);
+  };
+  list('types', options.types);
+  list('models', options.models);
+  list('classes', options.classes);
+  list('albums', options.albums);
+  list('actions', options.actions);
+  if (options.host) lines.push(`host ${options.host}`);
+  if (options.expires) lines.push(`time-before ${new Date(parseExpiry(options.expires, now)).toISOString()}`);
+  if (options.maxPriority !== undefined) lines.push(`max-priority ${options.maxPriority}`);
+  if (options.rate) lines.push(`rate ${options.rate}`);
+  return lines;
+}

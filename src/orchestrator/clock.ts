@@ -1,0 +1,58 @@
+/** Time, behind an interface so schedulers and leases can be tested with a fake clock and no sleeps. */
+export interface Timer {
+  cancel(): void;
+}
+
+export interface Clock {
+  now(): number;
+  setTimer(ms: number, fn: () => void): Timer;
+}
+
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimer(ms, fn) {
+    const handle = setTimeout(fn, Math.max(0, ms));
+    handle.unref?.();
+    return { cancel: () => clearTimeout(handle) };
+  },
+};
+
+/** A clock that moves only when told to; timers fire in time order during `advance`. */
+export class FakeClock implements Clock {
+  #now: number;
+  #timers: { at: number; seq: number; fn: () => void; cancelled: boolean }[] = [];
+  #seq = 0;
+
+  constructor(start = 1_000_000) {
+    this.#now = start;
+  }
+
+  now(): number {
+    return this.#now;
+  }
+
+  setTimer(ms: number, fn: () => void): Timer {
+    const timer = { at: this.#now + Math.max(0, ms), seq: this.#seq++, fn, cancelled: false };
+    this.#timers.push(timer);
+    return { cancel: () => { timer.cancelled = true; } };
+  }
+
+  advance(ms: number): void {
+    const target = this.#now + ms;
+    for (;;) {
+      const due = this.#timers
+        .filter((timer) => !timer.cancelled && timer.at <= target)
+        .sort((a, b) => a.at - b.at || a.seq - b.seq)[0];
+      if (!due) break;
+      due.cancelled = true;
+      this.#now = due.at;
+      due.fn();
+    }
+    this.#timers = this.#timers.filter((timer) => !timer.cancelled);
+    this.#now = target;
+  }
+
+  pending(): number {
+    return this.#timers.filter((timer) => !timer.cancelled).length;
+  }
+}

@@ -1,0 +1,152 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+/**
+ * `mesh.yaml`. Every field is optional; the default is in the schema and in
+ * docs/operations.md. `loadConfig` validates once at start and names the bad field.
+ */
+const BatchingPolicy = z.strictObject({
+  /** Most jobs in one forward pass. Default 1 (no batching). */
+  maxBatchSize: z.int().min(1).max(1024).default(1),
+  /** Batch sizes worth waiting for; a batch is released as soon as one is reached. Default [] (only maxBatchSize). */
+  preferredBatchSizes: z.array(z.int().min(1).max(1024)).default([]),
+  /** How long the oldest job may wait for companions before a smaller batch is released. Default 0 ms. */
+  maxQueueDelayMs: z.int().min(0).max(60_000).default(0),
+});
+
+const ModelPolicy = z.strictObject({
+  batching: BatchingPolicy.optional(),
+  /** Jobs this model's queue holds before new ones get 429. Default 1000. */
+  maxQueueSize: z.int().min(1).optional(),
+  /** The largest `timeoutMs` a job may ask for. Default 10 minutes. */
+  maxTimeoutMs: z.int().min(1).optional(),
+  /** Attempts after the first when a replica fails. Default 2. */
+  retries: z.int().min(0).max(10).optional(),
+});
+
+export const MeshConfigInput = z.strictObject({
+  server: z.strictObject({
+    /** Default 127.0.0.1: only this machine. Use 0.0.0.0 to accept agents from other hosts. */
+    host: z.string().default('127.0.0.1'),
+    /** Default 7070. 0 picks a free port. */
+    port: z.int().min(0).max(65535).default(7070),
+    /** Largest JSON body. Default 1 MiB. */
+    bodyLimitBytes: z.int().min(1024).default(1024 * 1024),
+    /** Largest uploaded output. Default 256 MiB. */
+    uploadLimitBytes: z.int().min(1024).default(256 * 1024 * 1024),
+    /** Base URL clients and agents use to reach this orchestrator; default http://<host>:<port>. */
+    publicUrl: z.url().optional(),
+  }).prefault({}),
+  /** Where the SQLite store and blobs live. Default ./.gpumesh (or $GPUMESH_HOME). */
+  data: z.string().optional(),
+  /** Job type → the host classes that may run it. Default: each type to the class of the same name. */
+  routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], tensor: ['tensor'] }),
+  /** Job type → the model used when a job names none. */
+  defaultModels: z.record(z.string(), z.string()).default({ image: 'gen', tensor: 'mlp' }),
+  /** Per-model policies, merged over each model's built-in defaults. */
+  models: z.record(z.string(), ModelPolicy).default({}),
+  queues: z.strictObject({
+    /** Jobs queued across all models before new ones get 429. Default 10000. */
+    maxTotal: z.int().min(1).default(10_000),
+  }).prefault({}),
+  priorities: z.strictObject({
+    /** Levels 1 (highest) to `levels`. Default 3. */
+    levels: z.int().min(1).max(100).default(3),
+    /** The level of a job that names none. Default 2. */
+    default: z.int().min(1).default(2),
+    /** A queued job moves up one level for each `agingMs` it waits, so low levels are never starved. Default 30 s. */
+    agingMs: z.int().min(1).default(30_000),
+  }).prefault({}),
+  agents: z.strictObject({
+    /** How often agents report. Default 2 s. */
+    heartbeatMs: z.int().min(100).default(2000),
+    /** A link silent for this long is dropped and its work fails over. Default 3 heartbeats. */
+    staleAfterMs: z.int().min(300).default(6000),
+    /** After a restart, how long dispatched jobs wait for their agent to reconnect and claim them. Default 10 s. */
+    reconnectGraceMs: z.int().min(0).default(10_000),
+  }).prefault({}),
+  breaker: z.strictObject({
+    /** Consecutive failures that open a replica's breaker. Default 3. */
+    failuresToOpen: z.int().min(1).default(3),
+    /** How long an open breaker refuses work before one trial job. Default 10 s. */
+    coolDownMs: z.int().min(0).default(10_000),
+  }).prefault({}),
+  retry: z.strictObject({
+    /** Backoff before the first retry; doubles per attempt. Default 250 ms. */
+    backoffMs: z.int().min(0).default(250),
+  }).prefault({}),
+});
+export type MeshConfigInput = z.input<typeof MeshConfigInput>;
+
+export interface ResolvedModelPolicy {
+  batching: { maxBatchSize: number; preferredBatchSizes: number[]; maxQueueDelayMs: number };
+  maxQueueSize: number;
+  maxTimeoutMs: number;
+  retries: number;
+}
+
+export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models'> & {
+  data: string;
+  /** Overrides from the file; `policyFor` merges them over model defaults. */
+  models: Record<string, z.output<typeof ModelPolicy>>;
+};
+
+export const MODEL_POLICY_DEFAULTS: ResolvedModelPolicy = {
+  batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 },
+  maxQueueSize: 1000,
+  maxTimeoutMs: 10 * 60_000,
+  retries: 2,
+};
+
+/** Merge a model's own defaults and the config's overrides into one resolved policy. */
+export function policyFor(config: MeshConfig, model: string, modelDefaults: Partial<ResolvedModelPolicy> = {}): ResolvedModelPolicy {
+  const base = { ...MODEL_POLICY_DEFAULTS, ...modelDefaults };
+  const override = config.models[model] ?? {};
+  return {
+    batching: { ...base.batching, ...override.batching },
+    maxQueueSize: override.maxQueueSize ?? base.maxQueueSize,
+    maxTimeoutMs: override.maxTimeoutMs ?? base.maxTimeoutMs,
+    retries: override.retries ?? base.retries,
+  };
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+/** Validate a config object; the error names every bad field by its path. */
+export function resolveConfig(input: unknown, dataDefault: string): MeshConfig {
+  const parsed = MeshConfigInput.safeParse(input ?? {});
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`);
+    throw new ConfigError(`invalid mesh config:\n  ${problems.join('\n  ')}`);
+  }
+  const config = parsed.data;
+  if (config.priorities.default > config.priorities.levels) {
+    throw new ConfigError(`invalid mesh config:\n  priorities.default: ${config.priorities.default} is beyond priorities.levels (${config.priorities.levels})`);
+  }
+  for (const [type, model] of Object.entries(config.defaultModels)) {
+    if (!config.routing[type]) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: job type "${type}" has no routing entry`);
+    if (!model) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: empty model name`);
+  }
+  return { ...config, data: resolve(config.data ?? dataDefault) };
+}
+
+/** Read and validate a YAML config file. */
+export function loadConfigFile(path: string, dataDefault: string): MeshConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new ConfigError(`cannot read config ${path}: ${(error as Error).message}`);
+  }
+  let document: unknown;
+  try {
+    document = parseYaml(text);
+  } catch (error) {
+    throw new ConfigError(`config ${path} is not valid YAML: ${(error as Error).message}`);
+  }
+  return resolveConfig(document, dataDefault);
+}

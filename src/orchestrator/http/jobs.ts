@@ -1,0 +1,45 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { JOB_STATUSES, SubmitJobBody } from '../../protocol/index.js';
+import { authorizer, grantOf, requireGrant } from './auth.js';
+import type { HttpContext } from './context.js';
+
+const JobParams = z.object({ id: z.string().min(1).max(100) });
+
+/** POST/GET /v1/jobs, GET/DELETE /v1/jobs/:id. */
+export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
+  const routes = app.withTypeProvider<ZodTypeProvider>();
+
+  routes.post('/v1/jobs', {
+    schema: { body: SubmitJobBody, tags: ['jobs'], summary: 'Submit a job' },
+    preHandler: requireGrant(context, 'jobs:submit'),
+  }, async (request, reply) => {
+    const { job, created } = context.jobs.submit(grantOf(request), request.body, authorizer(context, request));
+    void reply.code(created ? 202 : 200).header('location', job.links.self);
+    return { id: job.id, status: job.status, links: job.links, created };
+  });
+
+  routes.get('/v1/jobs', {
+    schema: {
+      querystring: z.object({
+        status: z.enum(JOB_STATUSES).optional(),
+        limit: z.coerce.number().int().min(1).max(200).default(50),
+        cursor: z.string().max(100).optional(),
+        access_token: z.string().optional(),
+      }),
+      tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
+    },
+    preHandler: requireGrant(context, 'jobs:read'),
+  }, async (request) => context.jobs.list(grantOf(request), request.query));
+
+  routes.get('/v1/jobs/:id', {
+    schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },
+    preHandler: requireGrant(context, 'jobs:read'),
+  }, async (request) => context.jobs.get(grantOf(request), request.params.id));
+
+  routes.delete('/v1/jobs/:id', {
+    schema: { params: JobParams, tags: ['jobs'], summary: 'Cancel a queued or running job' },
+    preHandler: requireGrant(context, 'jobs:cancel'),
+  }, async (request) => context.jobs.cancel(grantOf(request), request.params.id, authorizer(context, request)));
+}

@@ -1,0 +1,49 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+
+const KEEPALIVE_MS = 15_000;
+
+export interface SseStream {
+  send(event: string, data: unknown): void;
+  close(): void;
+  readonly closed: boolean;
+}
+
+/**
+ * Take over the response as a text/event-stream. A comment line every 15 s
+ * keeps proxies from timing the stream out; `onClose` runs once, whoever closes.
+ */
+export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: () => void): SseStream {
+  reply.hijack();
+  const raw = reply.raw;
+  raw.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    connection: 'keep-alive',
+    'x-accel-buffering': 'no',
+  });
+  raw.write('retry: 2000\n\n');
+  let closed = false;
+  let id = 0;
+  const keepalive = setInterval(() => raw.write(': keepalive\n\n'), KEEPALIVE_MS);
+  keepalive.unref();
+  const finish = (): void => {
+    if (closed) return;
+    closed = true;
+    clearInterval(keepalive);
+    onClose();
+  };
+  request.raw.on('close', finish);
+  return {
+    send(event, data) {
+      if (closed) return;
+      raw.write(`id: ${++id}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    },
+    close() {
+      finish();
+      raw.end();
+    },
+    get closed() {
+      return closed;
+    },
+  };
+}

@@ -1,0 +1,116 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream, mkdirSync, type ReadStream } from 'node:fs';
+import { access, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { MeshError } from '../../protocol/index.js';
+import { assertDigest, sha256Digest } from './digest.js';
+
+/**
+ * Content-addressed bytes on disk: `<root>/sha256/<2 hex>/<64 hex>`. Writes go
+ * to a temporary file, are hashed as they stream, and are renamed into place
+ * only when the digest matches, so a reader never sees a partial blob.
+ */
+export class BlobStore {
+  readonly #root: string;
+  readonly #tmp: string;
+
+  constructor(root: string) {
+    this.#root = root;
+    this.#tmp = join(root, 'tmp');
+    mkdirSync(this.#tmp, { recursive: true });
+  }
+
+  pathOf(digest: string): string {
+    const hex = assertDigest(digest).slice('sha256:'.length);
+    return join(this.#root, 'sha256', hex.slice(0, 2), hex);
+  }
+
+  async has(digest: string): Promise<boolean> {
+    try {
+      await access(this.pathOf(digest));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async size(digest: string): Promise<number | null> {
+    try {
+      return (await stat(this.pathOf(digest))).size;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Store bytes already in memory; returns their digest. */
+  async putBytes(bytes: Uint8Array, expected?: string): Promise<{ digest: string; bytes: number }> {
+    const digest = sha256Digest(bytes);
+    if (expected !== undefined && expected !== digest) throw new MeshError('DIGEST_MISMATCH', { expected, actual: digest });
+    if (!(await this.has(digest))) {
+      const temp = this.#tempPath();
+      await writeFile(temp, bytes);
+      await this.#commit(temp, digest);
+    }
+    return { digest, bytes: bytes.length };
+  }
+
+  /**
+   * Store a stream, hashing as it is written. With `expected`, a mismatch
+   * discards the bytes and throws DIGEST_MISMATCH. `limit` caps the size.
+   */
+  async putStream(source: Readable, options: { expected?: string; limit?: number } = {}): Promise<{ digest: string; bytes: number }> {
+    const temp = this.#tempPath();
+    const hash = createHash('sha256');
+    let bytes = 0;
+    const limit = options.limit ?? Infinity;
+    try {
+      await pipeline(
+        source,
+        async function* (chunks: AsyncIterable<Buffer>) {
+          for await (const chunk of chunks) {
+            bytes += chunk.length;
+            if (bytes > limit) throw new MeshError('PAYLOAD_TOO_LARGE', { limit });
+            hash.update(chunk);
+            yield chunk;
+          }
+        },
+        createWriteStream(temp),
+      );
+      const digest = `sha256:${hash.digest('hex')}`;
+      if (options.expected !== undefined && options.expected !== digest) {
+        throw new MeshError('DIGEST_MISMATCH', { expected: options.expected, actual: digest });
+      }
+      await this.#commit(temp, digest);
+      return { digest, bytes };
+    } finally {
+      await rm(temp, { force: true });
+    }
+  }
+
+  open(digest: string, range?: { start: number; end: number }): ReadStream {
+    return createReadStream(this.pathOf(digest), range);
+  }
+
+  /** Re-hash a stored blob and report whether it still matches its name. */
+  async verify(digest: string): Promise<boolean> {
+    const hash = createHash('sha256');
+    try {
+      await pipeline(this.open(digest), hash);
+    } catch {
+      return false;
+    }
+    return `sha256:${hash.digest('hex')}` === digest;
+  }
+
+  #tempPath(): string {
+    return join(this.#tmp, `${process.pid}-${randomBytes(8).toString('hex')}`);
+  }
+
+  async #commit(temp: string, digest: string): Promise<void> {
+    const target = this.pathOf(digest);
+    mkdirSync(join(target, '..'), { recursive: true });
+    await rename(temp, target);
+  }
+}

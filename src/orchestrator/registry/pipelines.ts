@@ -1,0 +1,56 @@
+import { randomInt } from 'node:crypto';
+import type { z } from 'zod';
+import { INPUT_SCHEMAS, MeshError, type ModelManifest } from '../../protocol/index.js';
+
+/**
+ * What the orchestrator must know about a pipeline: how to fill an input's
+ * defaults (so the stored job is reproducible) and which inputs may share a
+ * batch. Jobs share a batch only when their compatibility keys are equal.
+ */
+export interface Pipeline {
+  normalize(input: Record<string, unknown>, manifest: ModelManifest): Record<string, unknown>;
+  compatKey(input: Record<string, unknown>): string;
+}
+
+function parseInput<T extends z.ZodType>(schema: T, input: unknown, model: string): z.output<T> {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) {
+    const detail = parsed.error.issues.map((issue) => `${issue.path.join('.') || 'input'}: ${issue.message}`).join('; ');
+    throw new MeshError('INVALID_INPUT', { model, detail });
+  }
+  return parsed.data;
+}
+
+const cppnImage: Pipeline = {
+  normalize(input, manifest) {
+    const image = parseInput(INPUT_SCHEMAS.image, input, manifest.name);
+    return {
+      prompt: image.prompt,
+      // A job without a seed gets a fresh one, recorded so the image can be made again.
+      seed: image.seed ?? randomInt(0, 0xffffffff),
+      width: image.width ?? 256,
+      height: image.height ?? 256,
+      steps: image.steps ?? Number(manifest.params.defaultSteps ?? 6),
+    };
+  },
+  // Image size and step count fix the tensor shapes and the number of forward passes.
+  compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}`,
+};
+
+const tensor: Pipeline = {
+  normalize(input, manifest) {
+    const parsed = parseInput(INPUT_SCHEMAS.tensor, input, manifest.name);
+    const width = Number(manifest.params.inputDim);
+    if (parsed.x.length !== width) {
+      throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `x has ${parsed.x.length} values; the model takes ${width}` });
+    }
+    return { x: parsed.x };
+  },
+  // Every sample has the model's fixed width, so any two can share a batch.
+  compatKey: () => '',
+};
+
+export const PIPELINES: Record<ModelManifest['pipeline'], Pipeline> = {
+  'cppn-image': cppnImage,
+  tensor,
+};

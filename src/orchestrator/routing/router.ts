@@ -1,0 +1,42 @@
+import type { RegisteredModel } from '../registry/index.js';
+import type { HostSession } from './host.js';
+
+/**
+ * Picks the host for a batch: among connected hosts that serve one of the
+ * job's classes, run the model's engine, have room for the model and a free
+ * slot, prefer one where the model is resident, then the one with the least
+ * work in flight.
+ */
+export class Router {
+  readonly #hosts: () => Iterable<HostSession>;
+
+  constructor(hosts: () => Iterable<HostSession>) {
+    this.#hosts = hosts;
+  }
+
+  candidates(model: RegisteredModel, classes: readonly string[]): HostSession[] {
+    const result: HostSession[] = [];
+    for (const host of this.#hosts()) {
+      if (!host.info.classes.some((name) => classes.includes(name))) continue;
+      if (!host.info.engines.includes(model.manifest.engine)) continue;
+      if (host.largestBudgetMB < model.manifest.memoryMB) continue;
+      result.push(host);
+    }
+    return result;
+  }
+
+  pick(model: RegisteredModel, classes: readonly string[]): HostSession | null {
+    let best: HostSession | null = null;
+    let bestScore = Infinity;
+    for (const host of this.candidates(model, classes)) {
+      if (host.freeSlots === 0) continue;
+      // Residency dominates: loading a model costs far more than waiting behind one batch.
+      const score = (host.isResident(model.manifest.name) ? 0 : 1_000_000) + host.jobsInFlight;
+      if (score < bestScore) {
+        best = host;
+        bestScore = score;
+      }
+    }
+    return best;
+  }
+}

@@ -1,0 +1,77 @@
+import { LRUCache } from 'lru-cache';
+import { MeshError } from '../../protocol/index.js';
+import type { Clock } from '../clock.js';
+
+const DRAIN_WINDOW_MS = 30_000;
+const MAX_RETRY_AFTER_S = 60;
+
+/**
+ * Admission control: bounded queues and per-grant rates. Refusals are 429s
+ * whose Retry-After comes from how fast the queue has drained recently.
+ */
+export class Admission {
+  readonly #clock: Clock;
+  /** Per model: when jobs left the queue (for the drain rate). */
+  readonly #drains = new Map<string, number[]>();
+  /** Per grant token: when its recent jobs were admitted (a sliding one-minute window). */
+  readonly #admitted = new LRUCache<string, number[]>({ max: 50_000 });
+
+  constructor(clock: Clock) {
+    this.#clock = clock;
+  }
+
+  /** Jobs per second that left this model's queue over the last 30 s. */
+  drainRate(model: string): number {
+    const now = this.#clock.now();
+    const times = this.#prune(this.#drains.get(model) ?? [], now - DRAIN_WINDOW_MS);
+    this.#drains.set(model, times);
+    if (times.length === 0) return 0;
+    return times.length / (Math.max(1000, now - times[0]!) / 1000);
+  }
+
+  recordDrain(model: string, count: number): void {
+    let times = this.#drains.get(model);
+    if (!times) this.#drains.set(model, (times = []));
+    const now = this.#clock.now();
+    for (let i = 0; i < count; i++) times.push(now);
+    if (times.length > 10_000) times.splice(0, times.length - 10_000);
+  }
+
+  /** Seconds until `excess` more jobs are likely to have drained; at least 1. */
+  retryAfter(model: string, excess: number): number {
+    const rate = this.drainRate(model);
+    if (rate <= 0) return 5;
+    return Math.min(MAX_RETRY_AFTER_S, Math.max(1, Math.ceil(excess / rate)));
+  }
+
+  /** Throw 429 when the model's queue or the whole mesh is at its bound. */
+  checkBounds(model: string, depth: number, limit: number, totalDepth: number, totalLimit: number): void {
+    if (depth >= limit) {
+      const retryAfter = this.retryAfter(model, depth - limit + 1);
+      throw new MeshError('QUEUE_FULL', { model, depth, limit, retryAfter }, { headers: { 'retry-after': String(retryAfter) } });
+    }
+    if (totalDepth >= totalLimit) {
+      const retryAfter = this.retryAfter(model, totalDepth - totalLimit + 1);
+      throw new MeshError('MESH_FULL', { limit: totalLimit, retryAfter }, { headers: { 'retry-after': String(retryAfter) } });
+    }
+  }
+
+  /** Count one job against a grant's rate; throw 429 if the last minute already holds `perMinute`. */
+  takeRate(tokenKey: string, perMinute: number): void {
+    const now = this.#clock.now();
+    const times = this.#prune(this.#admitted.get(tokenKey) ?? [], now - 60_000);
+    if (times.length >= perMinute) {
+      const retryAfter = Math.max(1, Math.ceil((times[0]! + 60_000 - now) / 1000));
+      this.#admitted.set(tokenKey, times);
+      throw new MeshError('RATE_LIMITED', { rate: `${perMinute} jobs per minute`, retryAfter }, { headers: { 'retry-after': String(retryAfter) } });
+    }
+    times.push(now);
+    this.#admitted.set(tokenKey, times);
+  }
+
+  #prune(times: number[], since: number): number[] {
+    let drop = 0;
+    while (drop < times.length && times[drop]! < since) drop++;
+    return drop === 0 ? times : times.slice(drop);
+  }
+}

@@ -1,0 +1,104 @@
+/** A job waiting in its model's queue. */
+export interface QueuedJob {
+  id: string;
+  seq: number;
+  model: string;
+  priority: number;
+  enqueuedAt: number;
+  /** Jobs share a batch only when these are equal (shape parameters and allowed classes). */
+  compatKey: string;
+  /** Host classes this job may run on. */
+  classes: readonly string[];
+}
+
+/**
+ * Effective priority: a job climbs one level for every `agingMs` it waits, up to
+ * level 1, so a low-priority job is never starved by a steady stream of higher ones.
+ */
+export function effectivePriority(job: QueuedJob, now: number, agingMs: number): number {
+  return Math.max(1, job.priority - Math.floor((now - job.enqueuedAt) / agingMs));
+}
+
+/** Negative when `a` should run before `b`: effective priority first, then arrival order. */
+export function compareJobs(a: QueuedJob, b: QueuedJob, now: number, agingMs: number): number {
+  return effectivePriority(a, now, agingMs) - effectivePriority(b, now, agingMs) || a.seq - b.seq;
+}
+
+/**
+ * One model's queue: jobs grouped by compatibility key, and within a group by
+ * priority level, each level first-in first-out. The best job of a group is
+ * always the head of one of its levels, because within a level the oldest job
+ * has aged the most.
+ */
+export class ModelQueue {
+  readonly #groups = new Map<string, Map<number, Map<string, QueuedJob>>>();
+  readonly #byId = new Map<string, QueuedJob>();
+
+  get size(): number {
+    return this.#byId.size;
+  }
+
+  has(id: string): boolean {
+    return this.#byId.has(id);
+  }
+
+  push(job: QueuedJob): void {
+    let levels = this.#groups.get(job.compatKey);
+    if (!levels) this.#groups.set(job.compatKey, (levels = new Map()));
+    let fifo = levels.get(job.priority);
+    if (!fifo) levels.set(job.priority, (fifo = new Map()));
+    fifo.set(job.id, job);
+    this.#byId.set(job.id, job);
+  }
+
+  remove(id: string): QueuedJob | undefined {
+    const job = this.#byId.get(id);
+    if (!job) return undefined;
+    this.#byId.delete(id);
+    const levels = this.#groups.get(job.compatKey)!;
+    const fifo = levels.get(job.priority)!;
+    fifo.delete(id);
+    if (fifo.size === 0) levels.delete(job.priority);
+    if (levels.size === 0) this.#groups.delete(job.compatKey);
+    return job;
+  }
+
+  /** Each compatibility group: its size, its best job and its oldest arrival. */
+  groups(now: number, agingMs: number): { key: string; size: number; best: QueuedJob; oldestAt: number }[] {
+    const result = [];
+    for (const [key, levels] of this.#groups) {
+      let size = 0;
+      let best: QueuedJob | undefined;
+      let oldestAt = Infinity;
+      for (const fifo of levels.values()) {
+        size += fifo.size;
+        const head = fifo.values().next().value as QueuedJob;
+        if (!best || compareJobs(head, best, now, agingMs) < 0) best = head;
+        oldestAt = Math.min(oldestAt, head.enqueuedAt);
+      }
+      result.push({ key, size, best: best!, oldestAt });
+    }
+    return result;
+  }
+
+  /** Remove and return up to `count` jobs of one group, best first. */
+  take(key: string, count: number, now: number, agingMs: number): QueuedJob[] {
+    const levels = this.#groups.get(key);
+    const taken: QueuedJob[] = [];
+    while (levels && levels.size > 0 && taken.length < count) {
+      let best: QueuedJob | undefined;
+      for (const fifo of levels.values()) {
+        const head = fifo.values().next().value as QueuedJob;
+        if (!best || compareJobs(head, best, now, agingMs) < 0) best = head;
+      }
+      this.remove(best!.id);
+      taken.push(best!);
+    }
+    return taken;
+  }
+
+  /** All queued jobs, in no particular order. */
+  jobs(): IterableIterator<QueuedJob> {
+    return this.#byId.values();
+  }
+}

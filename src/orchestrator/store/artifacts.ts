@@ -1,0 +1,67 @@
+import { stmt, type Db } from './db.js';
+
+export interface ArtifactRecord {
+  seq: number;
+  digest: string;
+  jobId: string;
+  type: string;
+  model: string;
+  host: string;
+  album: string;
+  prompt: string | null;
+  mediaType: string;
+  bytes: number;
+  width: number | null;
+  height: number | null;
+  computeMs: number | null;
+  totalMs: number | null;
+  createdAt: number;
+}
+
+interface ArtifactRow {
+  seq: number; digest: string; job_id: string; type: string; model: string; host: string; album: string; prompt: string | null;
+  media_type: string; bytes: number; width: number | null; height: number | null; compute_ms: number | null; total_ms: number | null;
+  created_at: number;
+}
+
+function fromRow(row: ArtifactRow): ArtifactRecord {
+  return {
+    seq: row.seq, digest: row.digest, jobId: row.job_id, type: row.type, model: row.model, host: row.host, album: row.album,
+    prompt: row.prompt, mediaType: row.media_type, bytes: row.bytes, width: row.width, height: row.height,
+    computeMs: row.compute_ms, totalMs: row.total_ms, createdAt: row.created_at,
+  };
+}
+
+export function insertArtifact(db: Db, artifact: Omit<ArtifactRecord, 'seq'>): void {
+  stmt(db, `INSERT OR IGNORE INTO artifacts (digest, job_id, type, model, host, album, prompt, media_type, bytes, width, height,
+    compute_ms, total_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    artifact.digest, artifact.jobId, artifact.type, artifact.model, artifact.host, artifact.album, artifact.prompt,
+    artifact.mediaType, artifact.bytes, artifact.width, artifact.height, artifact.computeMs, artifact.totalMs, artifact.createdAt,
+  );
+}
+
+export function artifactsOfJob(db: Db, jobId: string): ArtifactRecord[] {
+  return (stmt(db, 'SELECT * FROM artifacts WHERE job_id = ? ORDER BY seq').all(jobId) as ArtifactRow[]).map(fromRow);
+}
+
+export interface ArtifactFilter {
+  types?: readonly string[] | null;
+  models?: readonly string[] | null;
+  albums?: readonly string[] | null;
+  beforeSeq?: number;
+  limit: number;
+}
+
+/** Artifacts newest first; `null` lists mean "no restriction". */
+export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] {
+  const where: string[] = [];
+  const args: unknown[] = [];
+  for (const [column, values] of [['type', filter.types], ['model', filter.models], ['album', filter.albums]] as const) {
+    if (!values) continue;
+    if (values.length === 0) where.push('0');
+    else { where.push(`${column} IN (${values.map(() => '?').join(', ')})`); args.push(...values); }
+  }
+  if (filter.beforeSeq !== undefined) { where.push('seq < ?'); args.push(filter.beforeSeq); }
+  const sql = `SELECT * FROM artifacts ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;
+  return (db.prepare(sql).all(...args, filter.limit) as ArtifactRow[]).map(fromRow);
+}

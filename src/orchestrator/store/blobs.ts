@@ -1,0 +1,28 @@
+import { stmt, type Db } from './db.js';
+
+export interface BlobRecord {
+  digest: string;
+  bytes: number;
+  mediaType: string;
+}
+
+export function recordBlob(db: Db, blob: BlobRecord, now: number): void {
+  stmt(db, 'INSERT OR IGNORE INTO blobs (digest, bytes, media_type, created_at) VALUES (?, ?, ?, ?)').run(
+    blob.digest, blob.bytes, blob.mediaType, now,
+  );
+}
+
+export function getBlob(db: Db, digest: string): BlobRecord | null {
+  const row = stmt(db, 'SELECT digest, bytes, media_type FROM blobs WHERE digest = ?').get(digest) as
+    { digest: string; bytes: number; media_type: string } | undefined;
+  return row ? { digest: row.digest, bytes: row.bytes, mediaType: row.media_type } : null;
+}
+
+/** Remember that a job's upload grant delivered this blob; publishing checks it. */
+export function recordUpload(db: Db, jobId: string, digest: string, now: number): void {
+  stmt(db, 'INSERT OR IGNORE INTO uploads (job_id, digest, created_at) VALUES (?, ?, ?)').run(jobId, digest, now);
+}
+
+export function wasUploadedFor(db: Db, jobId: string, digest: string): boolean {
+  return stmt(db, 'SELECT 1 FROM uploads WHERE job_id = ? AND digest = ?').get(jobId, digest) !== undefined;
+}

@@ -1,0 +1,153 @@
+import type { JobStatus } from '../../protocol/index.js';
+import { stmt, type Db } from './db.js';
+
+/** One job as stored; times are epoch milliseconds. */
+export interface JobRecord {
+  seq: number;
+  id: string;
+  type: string;
+  model: string;
+  status: JobStatus;
+  priority: number;
+  album: string;
+  /** Host classes the job may run on: its type's routing, narrowed by its grant. */
+  classes: string[];
+  input: Record<string, unknown>;
+  grantId: string;
+  idempotencyKey: string | null;
+  createdAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  deadlineAt: number | null;
+  attempts: number;
+  batchId: string | null;
+  batchSize: number | null;
+  leaseHost: string | null;
+  leaseExpiresAt: number | null;
+  result: unknown;
+  errorCode: string | null;
+  errorMessage: string | null;
+}
+
+export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'>;
+
+interface JobRow {
+  seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; input: string;
+  grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
+  deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
+  lease_expires_at: number | null; result: string | null; error_code: string | null; error_message: string | null;
+}
+
+function fromRow(row: JobRow): JobRecord {
+  return {
+    seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
+    album: row.album, classes: JSON.parse(row.classes) as string[], input: JSON.parse(row.input) as Record<string, unknown>, grantId: row.grant_id,
+    idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
+    deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
+    leaseHost: row.lease_host, leaseExpiresAt: row.lease_expires_at,
+    result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
+  };
+}
+
+/** Insert a queued job; returns it with its sequence number. */
+export function insertJob(db: Db, job: NewJob): JobRecord {
+  const info = stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, input, grant_id, idempotency_key,
+      created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), JSON.stringify(job.input), job.grantId, job.idempotencyKey,
+    job.createdAt, job.createdAt, job.deadlineAt,
+  );
+  return {
+    ...job, seq: Number(info.lastInsertRowid), status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
+    batchId: null, batchSize: null, leaseHost: null, leaseExpiresAt: null, result: null, errorCode: null, errorMessage: null,
+  };
+}
+
+export function getJob(db: Db, id: string): JobRecord | null {
+  const row = stmt(db, 'SELECT * FROM jobs WHERE id = ?').get(id) as JobRow | undefined;
+  return row ? fromRow(row) : null;
+}
+
+export function getJobByIdempotencyKey(db: Db, grantId: string, key: string, since: number): JobRecord | null {
+  const row = stmt(db, 'SELECT * FROM jobs WHERE grant_id = ? AND idempotency_key = ? AND created_at >= ?').get(grantId, key, since) as JobRow | undefined;
+  return row ? fromRow(row) : null;
+}
+
+/** Free an expired idempotency key so the same key can name a new job. */
+export function releaseIdempotencyKey(db: Db, id: string): void {
+  stmt(db, 'UPDATE jobs SET idempotency_key = NULL WHERE id = ?').run(id);
+}
+
+export interface JobFilter {
+  statuses?: readonly JobStatus[];
+  types?: readonly string[] | null;
+  models?: readonly string[] | null;
+  albums?: readonly string[] | null;
+  /** Only jobs with seq below this (the page cursor). */
+  beforeSeq?: number;
+  limit: number;
+}
+
+const placeholders = (values: readonly unknown[]): string => values.map(() => '?').join(', ');
+
+/** Jobs newest first. `null` lists mean "no restriction". */
+export function listJobs(db: Db, filter: JobFilter): JobRecord[] {
+  const where: string[] = [];
+  const args: unknown[] = [];
+  const restrict = (column: string, values: readonly unknown[] | null | undefined): void => {
+    if (!values) return;
+    if (values.length === 0) where.push('0');
+    else { where.push(`${column} IN (${placeholders(values)})`); args.push(...values); }
+  };
+  restrict('status', filter.statuses);
+  restrict('type', filter.types);
+  restrict('model', filter.models);
+  restrict('album', filter.albums);
+  if (filter.beforeSeq !== undefined) { where.push('seq < ?'); args.push(filter.beforeSeq); }
+  const sql = `SELECT * FROM jobs ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;
+  return (db.prepare(sql).all(...args, filter.limit) as JobRow[]).map(fromRow);
+}
+
+/** Jobs in any of these states, oldest first (used to rebuild queues and leases at start). */
+export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[] {
+  return (db.prepare(`SELECT * FROM jobs WHERE status IN (${placeholders(statuses)}) ORDER BY seq`).all(...statuses) as JobRow[]).map(fromRow);
+}
+
+export function markDispatched(db: Db, id: string, batchId: string, batchSize: number, host: string, leaseExpiresAt: number, now: number): void {
+  stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
+    lease_expires_at = ?, updated_at = ? WHERE id = ? AND status = 'queued'`).run(batchId, batchSize, host, leaseExpiresAt, now, id);
+}
+
+export function markRunning(db: Db, id: string, now: number): void {
+  stmt(db, `UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ? AND status = 'dispatched'`).run(now, id);
+}
+
+export function extendLease(db: Db, id: string, host: string, leaseExpiresAt: number): void {
+  stmt(db, `UPDATE jobs SET lease_host = ?, lease_expires_at = ? WHERE id = ? AND status IN ('dispatched', 'running')`).run(host, leaseExpiresAt, id);
+}
+
+/** Put a dispatched or running job back in its queue (its attempt failed or its lease lapsed). */
+export function requeueJob(db: Db, id: string, now: number): boolean {
+  return stmt(db, `UPDATE jobs SET status = 'queued', lease_host = NULL, lease_expires_at = NULL, updated_at = ?
+    WHERE id = ? AND status IN ('dispatched', 'running')`).run(now, id).changes === 1;
+}
+
+/**
+ * Move a job to a terminal state unless it is already in one. Returns false
+ * when it was already terminal, which makes late and duplicate results harmless.
+ */
+export function finishJob(
+  db: Db, id: string, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number,
+  outcome: { result?: unknown; errorCode?: string; errorMessage?: string } = {},
+): boolean {
+  return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL, lease_expires_at = NULL,
+      result = ?, error_code = ?, error_message = ?
+    WHERE id = ? AND status IN ('queued', 'dispatched', 'running')`).run(
+    status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result),
+    outcome.errorCode ?? null, outcome.errorMessage ?? null, id,
+  ).changes === 1;
+}
+
+export function countByStatus(db: Db): Record<string, number> {
+  const rows = stmt(db, 'SELECT status, COUNT(*) AS n FROM jobs GROUP BY status').all() as { status: string; n: number }[];
+  return Object.fromEntries(rows.map((row) => [row.status, row.n]));
+}

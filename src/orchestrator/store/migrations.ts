@@ -1,0 +1,104 @@
+/**
+ * Numbered migrations that only go forward. Each runs once, inside a
+ * transaction, and is recorded in `schema_migrations`; running them again is a no-op.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'jobs, attempts, blobs, artifacts, uploads, grants',
+    sql: `
+      CREATE TABLE jobs (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        type TEXT NOT NULL,
+        model TEXT NOT NULL,
+        status TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        album TEXT NOT NULL,
+        classes TEXT NOT NULL,
+        input TEXT NOT NULL,
+        grant_id TEXT NOT NULL,
+        idempotency_key TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        finished_at INTEGER,
+        deadline_at INTEGER,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        batch_id TEXT,
+        batch_size INTEGER,
+        lease_host TEXT,
+        lease_expires_at INTEGER,
+        result TEXT,
+        error_code TEXT,
+        error_message TEXT
+      );
+      CREATE INDEX jobs_by_status ON jobs (status, seq);
+      CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs (grant_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+      CREATE TABLE attempts (
+        job_id TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        replica TEXT NOT NULL,
+        batch_id TEXT NOT NULL,
+        batch_size INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        dispatched_at INTEGER NOT NULL,
+        started_at INTEGER,
+        finished_at INTEGER,
+        compute_ms REAL,
+        error_code TEXT,
+        error_message TEXT,
+        PRIMARY KEY (job_id, n)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE blobs (
+        digest TEXT PRIMARY KEY,
+        bytes INTEGER NOT NULL,
+        media_type TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+
+      CREATE TABLE uploads (
+        job_id TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (job_id, digest)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE artifacts (
+        seq INTEGER PRIMARY KEY,
+        digest TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        model TEXT NOT NULL,
+        host TEXT NOT NULL,
+        album TEXT NOT NULL,
+        prompt TEXT,
+        media_type TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        width INTEGER,
+        height INTEGER,
+        compute_ms REAL,
+        total_ms REAL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (job_id, digest)
+      );
+      CREATE INDEX artifacts_by_job ON artifacts (job_id);
+
+      CREATE TABLE grants (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        note TEXT,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER
+      ) WITHOUT ROWID;
+    `,
+  },
+];

@@ -1,0 +1,88 @@
+/**
+ * The error registry: every error the mesh can return is declared here once,
+ * with its code, HTTP status and message template. `docs/errors.md` documents
+ * each code and a test keeps the two in step.
+ */
+export const ERRORS = {
+  // Requests
+  BAD_REQUEST: { status: 400, message: 'The request is malformed: {detail}' },
+  VALIDATION_FAILED: { status: 400, message: 'The request body is invalid: {detail}' },
+  PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is larger than the limit of {limit} bytes' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type: {detail}' },
+  NOT_FOUND: { status: 404, message: '{what} was not found' },
+  ROUTE_NOT_FOUND: { status: 404, message: 'No route {method} {url}' },
+  METHOD_NOT_ALLOWED: { status: 405, message: '{detail}' },
+  CONFLICT: { status: 409, message: '{detail}' },
+
+  // Grants
+  GRANT_MISSING: { status: 401, message: 'This route needs a grant: send "Authorization: Bearer <grant>"' },
+  GRANT_INVALID: { status: 401, message: 'The grant is not valid: {detail}' },
+  GRANT_EXPIRED: { status: 401, message: 'The grant expired at {expires}' },
+  GRANT_REVOKED: { status: 401, message: 'The grant was revoked' },
+  GRANT_DENIED: { status: 403, message: 'The grant does not allow this: caveat "{caveat}" failed ({detail})' },
+
+  // Jobs
+  UNKNOWN_JOB_TYPE: { status: 400, message: 'Unknown job type "{type}"; this mesh serves: {known}' },
+  UNKNOWN_MODEL: { status: 400, message: 'Unknown model "{model}"; this mesh has: {known}' },
+  MODEL_TYPE_MISMATCH: { status: 400, message: 'Model "{model}" does not serve job type "{type}"' },
+  INVALID_INPUT: { status: 400, message: 'Invalid input for model "{model}": {detail}' },
+  JOB_NOT_CANCELLABLE: { status: 409, message: 'Job {id} is already {status} and cannot be cancelled' },
+  QUEUE_FULL: { status: 429, message: 'The queue of model "{model}" is full ({depth} of {limit} jobs); retry after {retryAfter}s' },
+  MESH_FULL: { status: 429, message: 'The mesh holds its limit of {limit} queued jobs; retry after {retryAfter}s' },
+  RATE_LIMITED: { status: 429, message: 'The grant allows {rate}; retry after {retryAfter}s' },
+  PRIORITY_DENIED: { status: 403, message: 'The grant allows priority {ceiling} at the highest, not {priority}' },
+  TIMEOUT_TOO_LONG: { status: 400, message: 'timeoutMs {timeoutMs} exceeds the limit of {limit} ms for model "{model}"' },
+
+  // Blobs and uploads
+  DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },
+  BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
+
+  // Agents and execution (carried in job errors and link messages)
+  AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },
+  NO_REPLICA: { status: 503, message: 'No agent can serve model "{model}"' },
+  NOT_READY: { status: 503, message: 'Not ready: {detail}' },
+  ENGINE_FAILED: { status: 500, message: 'The engine failed: {detail}' },
+  ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },
+  MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
+  INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check' },
+  AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
+  CANCELLED: { status: 409, message: 'The job was cancelled' },
+  DEADLINE_EXCEEDED: { status: 504, message: 'The job passed its deadline' },
+  RETRIES_EXHAUSTED: { status: 502, message: 'The job failed {attempts} times: {detail}' },
+  INTERNAL: { status: 500, message: 'Internal error: {detail}' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+/** Fill a message template; unknown placeholders are left visible so they are noticed. */
+export function formatError(code: ErrorCode, params: Record<string, unknown> = {}): string {
+  return ERRORS[code].message.replace(/\{(\w+)\}/g, (whole, key: string) =>
+    key in params ? String(params[key]) : whole,
+  );
+}
+
+/** An error that knows its code and HTTP status; the HTTP layer renders it as `{ error: { code, message } }`. */
+export class MeshError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly params: Record<string, unknown>;
+  /** Extra HTTP headers (Retry-After on 429). */
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, params: Record<string, unknown> = {}, options: { cause?: unknown; headers?: Record<string, string> } = {}) {
+    super(formatError(code, params), { cause: options.cause });
+    this.name = 'MeshError';
+    this.code = code;
+    this.status = ERRORS[code].status;
+    this.params = params;
+    this.headers = options.headers ?? {};
+  }
+
+  toJSON(): { code: ErrorCode; message: string } {
+    return { code: this.code, message: this.message };
+  }
+}
+
+export function isErrorCode(value: string): value is ErrorCode {
+  return Object.hasOwn(ERRORS, value);
+}

@@ -1,0 +1,27 @@
+import type { ArtifactView, ErrorBody, JobStatus } from './jobs.js';
+
+/**
+ * Job events as they travel over SSE: the SSE `event:` field is the `type`
+ * and the `data:` field is the whole object as JSON.
+ */
+export type JobEvent =
+  | { type: 'queued'; jobId: string; model: string; jobType: string; at: string; position?: number }
+  | { type: 'dispatched'; jobId: string; host: string; replica: string; batchId: string; batchSize: number; attempt: number; at: string }
+  | { type: 'running'; jobId: string; host: string; at: string }
+  | { type: 'progress'; jobId: string; step: number; total: number; pct: number; at: string }
+  | { type: 'succeeded'; jobId: string; artifacts: ArtifactView[]; result: unknown; at: string }
+  | { type: 'failed'; jobId: string; error: ErrorBody; at: string }
+  | { type: 'cancelled'; jobId: string; at: string }
+  | { type: 'expired'; jobId: string; at: string };
+
+export type JobEventType = JobEvent['type'];
+export const TERMINAL_EVENTS: ReadonlySet<JobEventType> = new Set(['succeeded', 'failed', 'cancelled', 'expired']);
+
+export function isTerminalEvent(event: JobEvent): boolean {
+  return TERMINAL_EVENTS.has(event.type);
+}
+
+/** The terminal event type for a terminal job status. */
+export function terminalEventType(status: JobStatus): JobEventType | null {
+  return TERMINAL_EVENTS.has(status as JobEventType) ? (status as JobEventType) : null;
+}

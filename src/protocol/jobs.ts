@@ -1,0 +1,112 @@
+import { z } from 'zod';
+
+export const JOB_STATUSES = ['queued', 'dispatched', 'running', 'succeeded', 'failed', 'cancelled', 'expired'] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+export const TERMINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['succeeded', 'failed', 'cancelled', 'expired']);
+export const isTerminal = (status: JobStatus): boolean => TERMINAL_STATUSES.has(status);
+
+/** Limits on what one request may carry; bodies beyond them are refused with 400/413. */
+export const LIMITS = {
+  bodyBytes: 1024 * 1024,
+  promptChars: 2000,
+  imageSide: { min: 8, max: 1024 },
+  steps: { min: 1, max: 32 },
+  tensorValues: 65536,
+  idempotencyKeyChars: 200,
+} as const;
+
+export const ImageInput = z.strictObject({
+  prompt: z.string().trim().min(1, 'prompt must not be empty').max(LIMITS.promptChars),
+  seed: z.int().min(0).max(0xffffffff).optional(),
+  width: z.int().min(LIMITS.imageSide.min).max(LIMITS.imageSide.max).optional(),
+  height: z.int().min(LIMITS.imageSide.min).max(LIMITS.imageSide.max).optional(),
+  steps: z.int().min(LIMITS.steps.min).max(LIMITS.steps.max).optional(),
+});
+export type ImageInput = z.infer<typeof ImageInput>;
+
+export const TensorInput = z.strictObject({
+  /** One sample: a flat list of numbers whose length the model fixes. */
+  x: z.array(z.number().finite()).min(1).max(LIMITS.tensorValues),
+});
+export type TensorInput = z.infer<typeof TensorInput>;
+
+/** Each job type's input schema; a job type is served only if it appears here and in the config. */
+export const INPUT_SCHEMAS = {
+  image: ImageInput,
+  tensor: TensorInput,
+} as const;
+export type JobType = keyof typeof INPUT_SCHEMAS;
+export const JOB_TYPES = Object.keys(INPUT_SCHEMAS) as JobType[];
+export const isJobType = (value: string): value is JobType => Object.hasOwn(INPUT_SCHEMAS, value);
+
+export const SubmitJobBody = z.strictObject({
+  type: z.string().min(1).max(40),
+  model: z.string().min(1).max(100).optional(),
+  /** Checked against the job type's schema once the type is known. */
+  input: z.record(z.string(), z.unknown()),
+  /** 1 is the highest; the config sets how many levels there are. */
+  priority: z.int().min(1).max(100).optional(),
+  idempotencyKey: z.string().min(1).max(LIMITS.idempotencyKeyChars).optional(),
+  /** The job ends `expired` if it has not finished this many ms after it was accepted. */
+  timeoutMs: z.int().min(1).max(7 * 24 * 3600 * 1000).optional(),
+  /** The gallery album the result is published to. */
+  album: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i).optional(),
+});
+export type SubmitJobBody = z.infer<typeof SubmitJobBody>;
+
+export interface ErrorBody {
+  code: string;
+  message: string;
+}
+
+export interface ArtifactView {
+  digest: string;
+  mediaType: string;
+  bytes: number;
+  url: string;
+  jobId: string;
+  model: string;
+  host: string;
+  type: string;
+  prompt: string | null;
+  album: string;
+  width: number | null;
+  height: number | null;
+  computeMs: number | null;
+  totalMs: number | null;
+  createdAt: string;
+}
+
+export interface AttemptView {
+  n: number;
+  host: string;
+  replica: string;
+  batchId: string;
+  batchSize: number;
+  status: 'running' | 'succeeded' | 'failed' | 'lost' | 'cancelled';
+  dispatchedAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  computeMs: number | null;
+  error: ErrorBody | null;
+}
+
+export interface JobView {
+  id: string;
+  type: string;
+  model: string;
+  status: JobStatus;
+  priority: number;
+  album: string;
+  input: Record<string, unknown>;
+  createdAt: string;
+  updatedAt: string;
+  finishedAt: string | null;
+  deadlineAt: string | null;
+  attempts: AttemptView[];
+  batch: { id: string; size: number } | null;
+  artifacts: ArtifactView[];
+  result: unknown;
+  error: ErrorBody | null;
+  links: { self: string; events: string };
+}

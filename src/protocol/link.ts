@@ -1,0 +1,126 @@
+import { z } from 'zod';
+import { ModelManifest } from './models.js';
+
+/**
+ * The agent link: JSON messages over one WebSocket that the agent dials.
+ * This file is the whole vocabulary; a new message is added here and nowhere else.
+ */
+export const LINK_PROTOCOL_VERSION = 1;
+export const LINK_PATH = '/v1/agents/link';
+
+const ErrorBody = z.object({ code: z.string(), message: z.string() });
+
+export const Device = z.object({
+  id: z.string(),
+  kind: z.enum(['gpu', 'cpu']),
+  name: z.string(),
+  memoryTotalMB: z.number(),
+  budgetMB: z.number(),
+  usedMB: z.number(),
+});
+export type Device = z.infer<typeof Device>;
+
+export const ResidentModel = z.object({
+  model: z.string(),
+  digest: z.string(),
+  device: z.string(),
+  memoryMB: z.number(),
+  lastUsedAt: z.number(),
+});
+export type ResidentModel = z.infer<typeof ResidentModel>;
+
+export const ArtifactReport = z.object({
+  digest: z.string(),
+  mediaType: z.string(),
+  bytes: z.number(),
+  width: z.number().optional(),
+  height: z.number().optional(),
+});
+export type ArtifactReport = z.infer<typeof ArtifactReport>;
+
+export const Timings = z.object({
+  /** Time spent making the model resident for this batch (0 when it already was). */
+  loadMs: z.number(),
+  /** Time inside the engine for the whole batch. */
+  computeMs: z.number(),
+  /** From the agent receiving `run` to this report. */
+  totalMs: z.number(),
+});
+export type Timings = z.infer<typeof Timings>;
+
+export const AgentMessage = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('hello'),
+    protocol: z.number(),
+    host: z.string().min(1).max(100),
+    classes: z.array(z.string()),
+    devices: z.array(Device),
+    engines: z.array(z.string()),
+    /** Model digests already in the agent's local cache. */
+    models: z.array(z.string()),
+    /** Jobs the agent is still running after a reconnect. */
+    inFlight: z.array(z.object({ jobId: z.string(), batchId: z.string() })),
+    /** Batches the agent runs at once. */
+    concurrency: z.number().int().min(1),
+    version: z.string(),
+  }),
+  z.object({
+    type: z.literal('heartbeat'),
+    inFlight: z.number(),
+    resident: z.array(ResidentModel),
+    devices: z.array(Device),
+  }),
+  z.object({ type: z.literal('started'), batchId: z.string(), jobIds: z.array(z.string()) }),
+  z.object({ type: z.literal('progress'), batchId: z.string(), jobIds: z.array(z.string()), step: z.number(), total: z.number() }),
+  z.object({
+    type: z.literal('done'),
+    jobId: z.string(),
+    batchId: z.string(),
+    artifacts: z.array(ArtifactReport),
+    result: z.unknown().optional(),
+    timings: Timings,
+  }),
+  z.object({
+    type: z.literal('failed'),
+    jobId: z.string(),
+    batchId: z.string(),
+    error: ErrorBody,
+    /** False when the input is at fault, so another replica would fail the same way. */
+    retryable: z.boolean(),
+  }),
+  z.object({ type: z.literal('loaded'), model: z.string(), digest: z.string(), device: z.string(), memoryMB: z.number() }),
+  z.object({ type: z.literal('unloaded'), model: z.string(), digest: z.string(), device: z.string() }),
+]);
+export type AgentMessage = z.infer<typeof AgentMessage>;
+
+export const RunJob = z.object({
+  id: z.string(),
+  input: z.record(z.string(), z.unknown()),
+  /** Grant that lets the agent upload this job's outputs, and nothing else. */
+  uploadGrant: z.string(),
+  deadlineAt: z.number().nullable(),
+});
+export type RunJob = z.infer<typeof RunJob>;
+
+export const OrchestratorMessage = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number() }),
+  z.object({ type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob) }),
+  z.object({ type: z.literal('load'), model: ModelManifest }),
+  z.object({ type: z.literal('unload'), model: z.string() }),
+  z.object({ type: z.literal('cancel'), jobId: z.string() }),
+  /** Results the orchestrator has recorded; the agent stops re-sending them. */
+  z.object({ type: z.literal('ack'), jobIds: z.array(z.string()) }),
+  z.object({ type: z.literal('drain') }),
+]);
+export type OrchestratorMessage = z.infer<typeof OrchestratorMessage>;
+
+/** WebSocket close codes the orchestrator uses to tell an agent why it was dropped. */
+export const LINK_CLOSE = {
+  /** The grant or hello was refused: reconnecting will not help. */
+  rejected: 4403,
+  /** Another connection took over this host id. */
+  replaced: 4409,
+  /** Heartbeats stopped. */
+  stale: 4408,
+  shuttingDown: 1001,
+} as const;
