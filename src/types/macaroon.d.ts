@@ -14,6 +14,7 @@ declare module 'macaroon' {
     clone(): Macaroon;
     verify(rootKey: Uint8Array, check: (condition: string) => string | null, discharges?: Macaroon[]): void;
     exportBinary(): Uint8Array;
+    exportJSON(): object;
   }
   export function newMacaroon(params: { identifier: string | Uint8Array; location?: string; rootKey: string | Uint8Array; version?: 1 | 2 }): Macaroon;
   export function importMacaroon(data: string | Uint8Array | object): Macaroon;

@@ -43,5 +43,7 @@ export function agentCommand(): Command {
         void agent.close().then(() => process.exit(2));
       });
       onShutdown(() => agent.close());
+      // Started by `gpumesh up`: end with it.
+      if (process.send) process.on('disconnect', () => void agent.close().then(() => process.exit(0)));
     });
 }

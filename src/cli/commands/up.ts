@@ -49,7 +49,8 @@ export function upCommand(): Command {
         agent = spawn(process.execPath, args, {
           // The grant travels in the environment, not argv, so `ps` does not show it.
           env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level },
-          stdio: ['ignore', output, output],
+          // The IPC channel is a lifeline: if `up` dies, even by SIGKILL, the agent sees it close and exits.
+          stdio: ['ignore', output, output, 'ipc'],
         });
         const deadline = Date.now() + 60_000;
         while (orchestrator.agentsConnected === 0) {

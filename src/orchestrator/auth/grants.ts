@@ -27,9 +27,18 @@ export interface VerifiedGrant {
   tokenKey: string;
 }
 
+/**
+ * Tokens are the macaroon's v2 JSON form, base64url-encoded. (The library's
+ * binary encoder grows its buffer without bound as caveats are added, so we
+ * do not use it.)
+ */
+function encode(macaroon: Macaroon): string {
+  return Buffer.from(JSON.stringify(macaroon.exportJSON())).toString('base64url');
+}
+
 function decode(token: string): Macaroon {
   try {
-    return importMacaroon(token);
+    return importMacaroon(JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as object);
   } catch (error) {
     throw new MeshError('GRANT_INVALID', { detail: 'not a gpumesh grant (cannot decode it)' }, { cause: error });
   }
@@ -108,7 +117,7 @@ export class GrantAuthority {
     const macaroon = newMacaroon({ identifier: IDENTIFIER_PREFIX + id, location: this.#location, rootKey: this.#rootKey });
     macaroon.addFirstPartyCaveat(`kind ${kind}`);
     for (const line of caveatLines) macaroon.addFirstPartyCaveat(line);
-    return { id, token: bytesToBase64(macaroon.exportBinary()) };
+    return { id, token: encode(macaroon) };
   }
 
   revoke(id: string): void {
@@ -160,7 +169,7 @@ export function narrowGrant(token: string, caveatLines: readonly string[]): stri
   const macaroon = decode(token);
   identifierOf(macaroon);
   for (const line of caveatLines) macaroon.addFirstPartyCaveat(line);
-  return bytesToBase64(macaroon.exportBinary());
+  return encode(macaroon);
 }
 
 /** Read a grant's id and caveats without verifying it (anyone can read a grant; only the orchestrator can verify it). */

@@ -1,0 +1,76 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { MeshClient } from '../../src/cli/client.js';
+
+export const ROOT = new URL('../../', import.meta.url).pathname;
+export const BIN = join(ROOT, 'bin/gpumesh.js');
+
+export interface RunningMesh {
+  url: string;
+  data: string;
+  admin: string;
+  galleryUrl: string;
+  process: ChildProcess;
+  client(grant?: string): MeshClient;
+  /** The command line's output so far. */
+  output(): string;
+  /** SIGTERM and wait; `kill` for SIGKILL. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+export function tempDir(prefix = 'gpumesh-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+/** Poll until `check` returns a truthy value (no fixed sleeps). */
+export async function waitFor<T>(check: () => T | Promise<T>, { timeoutMs = 20_000, intervalMs = 25, what = 'condition' } = {}): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+/**
+ * `gpumesh up` as a real process on a free port and a fresh data folder:
+ * orchestrator, a local agent process and its ONNX worker.
+ */
+export async function startMesh(options: { data?: string; config?: Record<string, unknown>; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RunningMesh> {
+  const data = options.data ?? tempDir();
+  if (options.config) writeFileSync(join(data, 'mesh.yaml'), stringify(options.config));
+  const child = spawn(process.execPath, [BIN, 'up', '--data', data, '--port', '0', ...(options.args ?? [])], {
+    env: { ...process.env, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const galleryUrl = await waitFor(() => {
+    if (child.exitCode !== null) throw new Error(`gpumesh up exited with ${child.exitCode}:\n${output}`);
+    return /gallery\s+(\S+)/.exec(output)?.[1];
+  }, { timeoutMs: 60_000, what: 'gpumesh up to print the gallery URL' });
+  const url = new URL(galleryUrl).origin;
+  const admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
+  return {
+    url, data, admin, galleryUrl, process: child,
+    client: (grant = admin) => new MeshClient(url, grant),
+    output: () => output,
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, 'exit');
+      child.kill(signal);
+      await exited;
+    },
+  };
+}
+
+/** Remove a test's data folder (only when the test passed, so a failure leaves its data to inspect). */
+export function removeDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}

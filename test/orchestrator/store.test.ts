@@ -1,0 +1,47 @@
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { migrate, MIGRATIONS, openDb, jobs } from '../../src/orchestrator/store/index.js';
+
+describe('store migrations', () => {
+  it('apply once, in order, and a second run does no harm', () => {
+    const db = new Database(':memory:');
+    expect(migrate(db)).toEqual(MIGRATIONS.map((m) => m.version));
+    jobs.insertJob(db, {
+      id: 'j_1', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: { prompt: 'x' },
+      grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+    });
+    expect(migrate(db)).toEqual([]);
+    expect(jobs.getJob(db, 'j_1')?.input).toEqual({ prompt: 'x' });
+    const versions = db.prepare('SELECT version FROM schema_migrations').all();
+    expect(versions).toHaveLength(MIGRATIONS.length);
+  });
+
+  it('refuses a store from a newer gpumesh', () => {
+    const db = new Database(':memory:');
+    migrate(db);
+    db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, ?, 0)').run('future');
+    expect(() => migrate(db)).toThrow(/newer than this gpumesh knows/);
+  });
+
+  it('opens in WAL mode', () => {
+    const dir = `/tmp/gpumesh-store-${process.pid}`;
+    const db = openDb(`${dir}/store.sqlite`);
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    db.close();
+  });
+
+  it('finishes a job once: a second terminal transition changes nothing', () => {
+    const db = new Database(':memory:');
+    migrate(db);
+    jobs.insertJob(db, {
+      id: 'j_2', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
+      grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+    });
+    expect(jobs.finishJob(db, 'j_2', 'succeeded', 5, { result: { ok: 1 } })).toBe(true);
+    expect(jobs.finishJob(db, 'j_2', 'failed', 6, { errorCode: 'X' })).toBe(false);
+    const job = jobs.getJob(db, 'j_2')!;
+    expect(job.status).toBe('succeeded');
+    expect(job.result).toEqual({ ok: 1 });
+    expect(job.errorCode).toBeNull();
+  });
+});
