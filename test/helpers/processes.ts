@@ -1,0 +1,58 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { BIN, waitFor } from './mesh.js';
+
+/** A port nothing listens on right now. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  server.close();
+  await once(server, 'close');
+  if (typeof address !== 'object' || !address) throw new Error('no port');
+  return address.port;
+}
+
+export interface Proc {
+  child: ChildProcess;
+  output(): string;
+  exited(): Promise<number | null>;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** Run `gpumesh <args>` as a real process, collecting its output. */
+export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
+  const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exit = once(child, 'exit').then(([code]) => code as number | null);
+  return {
+    child,
+    output: () => output,
+    exited: () => exit,
+    async kill(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      await exit;
+    },
+  };
+}
+
+/** Run a gpumesh command to completion. */
+export async function gpumeshRun(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string }> {
+  const proc = gpumesh(args, env);
+  const code = await proc.exited();
+  return { code, output: proc.output() };
+}
+
+export async function waitHealthy(url: string): Promise<void> {
+  await waitFor(async () => {
+    try {
+      return (await fetch(`${url}/healthz`)).ok;
+    } catch {
+      return false;
+    }
+  }, { timeoutMs: 30_000, what: `${url} to answer /healthz` });
+}
