@@ -1,8 +1,29 @@
 import { createHash } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EngineError, type OutputFile } from './engines/engine.js';
 
 const ATTEMPTS = 6;
+// Uploads reuse connections: a fresh TCP (or TLS) handshake per output would dominate small jobs.
+const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
+
+function put(url: URL, headers: Record<string, string>, body: Uint8Array): Promise<{ status: number; text: string }> {
+  const transport = url.protocol === 'https:' ? https : http;
+  return new Promise((resolve, reject) => {
+    const request = transport.request(url, {
+      method: 'PUT', agent: agents[url.protocol as 'http:'], headers: { ...headers, 'content-length': String(body.length) },
+    }, (response) => {
+      let text = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (text += chunk));
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));
+      response.on('error', reject);
+    });
+    request.on('error', reject);
+    request.end(body);
+  });
+}
 
 /**
  * Upload one output under its job's upload grant. The digest is computed here
@@ -17,14 +38,9 @@ export async function uploadOutput(baseUrl: string, jobId: string, grant: string
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
     try {
-      const response = await fetch(url, {
-        method: 'PUT',
-        headers: { authorization: `Bearer ${grant}`, 'content-type': file.mediaType },
-        body: file.bytes as Uint8Array<ArrayBuffer>,
-      });
-      if (response.ok) return { digest, bytes: file.bytes.length };
-      const text = await response.text();
-      lastError = `HTTP ${response.status}: ${text.slice(0, 300)}`;
+      const response = await put(url, { authorization: `Bearer ${grant}`, 'content-type': file.mediaType }, file.bytes);
+      if (response.status >= 200 && response.status < 300) return { digest, bytes: file.bytes.length };
+      lastError = `HTTP ${response.status}: ${response.text.slice(0, 300)}`;
       if (response.status < 500) break;
     } catch (error) {
       lastError = (error as Error).message;

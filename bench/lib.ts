@@ -1,0 +1,61 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+
+/** Percentile by nearest rank over a sorted copy. */
+export function percentile(values: readonly number[], p: number): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[rank]!;
+}
+
+export interface Summary {
+  n: number;
+  mean: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+export function summarize(values: readonly number[]): Summary {
+  return {
+    n: values.length,
+    mean: values.reduce((sum, value) => sum + value, 0) / Math.max(1, values.length),
+    p50: percentile(values, 50),
+    p90: percentile(values, 90),
+    p99: percentile(values, 99),
+    max: Math.max(...values),
+  };
+}
+
+export function machine(): Record<string, unknown> {
+  return {
+    cpu: cpus()[0]?.model.trim(), cores: cpus().length, memoryGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version, platform: `${process.platform}-${process.arch}`, date: new Date().toISOString(),
+  };
+}
+
+export function printTable(title: string, headers: string[], rows: (string | number)[][]): void {
+  const cells = rows.map((row) => row.map((cell) => (typeof cell === 'number' ? format(cell) : cell)));
+  const widths = headers.map((header, column) => Math.max(header.length, ...cells.map((row) => row[column]!.length)));
+  const line = (row: string[]): string => row.map((cell, column) => cell.padStart(widths[column]!)).join('  ');
+  process.stdout.write(`\n${title}\n${line(headers)}\n${widths.map((width) => '-'.repeat(width)).join('  ')}\n${cells.map(line).join('\n')}\n`);
+}
+
+function format(value: number): string {
+  if (!Number.isFinite(value)) return String(value);
+  if (Math.abs(value) >= 100) return value.toFixed(0);
+  if (Math.abs(value) >= 10) return value.toFixed(1);
+  return value.toFixed(3);
+}
+
+/** Write a benchmark's results to bench/out/<name>.json; returns the path. */
+export function writeResults(name: string, results: unknown): string {
+  const dir = join(new URL('.', import.meta.url).pathname, 'out');
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${name}.json`);
+  writeFileSync(path, `${JSON.stringify({ name, machine: machine(), results }, null, 2)}\n`);
+  return path;
+}

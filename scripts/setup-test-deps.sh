@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite drives as real processes:
+# chromium (the gallery's browser test) and prometheus (for promtool, which checks /metrics).
+# Skips whatever is already installed; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+
+if [ ${#need[@]} -eq 0 ]; then
+  echo "test dependencies present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "installing: ${need[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
