@@ -1,5 +1,5 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError } from '../orchestrator/index.js';
+import { ConfigError } from '../orchestrator/config.js';
 import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ApiError } from './client.js';

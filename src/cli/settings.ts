@@ -26,8 +26,15 @@ export function resolveGrant(options: ClientOptions): string | null {
   return existsSync(local) ? readFileSync(local, 'utf8').trim() : null;
 }
 
+/**
+ * The orchestrator's URL: --url, then $GPUMESH_URL, then the URL a local mesh
+ * wrote to <data>/orchestrator.url when it started, then http://127.0.0.1:7070.
+ */
 export function resolveUrl(options: ClientOptions): string {
-  return options.url ?? process.env.GPUMESH_URL ?? 'http://127.0.0.1:7070';
+  if (options.url) return options.url;
+  if (process.env.GPUMESH_URL) return process.env.GPUMESH_URL;
+  const local = join(dataDir(options.data), 'orchestrator.url');
+  return existsSync(local) ? readFileSync(local, 'utf8').trim() : 'http://127.0.0.1:7070';
 }
 
 export function clientFrom(options: ClientOptions): MeshClient {

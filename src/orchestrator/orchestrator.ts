@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
@@ -116,7 +116,10 @@ export class Orchestrator {
     await this.#app.listen({ host, port });
     const address = this.#app.server.address();
     const actualPort = typeof address === 'object' && address ? address.port : port;
-    this.#url = this.config.server.publicUrl ?? `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+    const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+    this.#url = this.config.server.publicUrl ?? `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
+    // Tells the CLI on this machine where the mesh listens, whatever port it got.
+    writeFileSync(join(this.config.data, 'orchestrator.url'), `${this.#url}\n`);
     return this.#url;
   }
 
@@ -153,5 +156,6 @@ export class Orchestrator {
     this.#lifecycle.close();
     await this.#app.close();
     this.#db.close();
+    rmSync(join(this.config.data, 'orchestrator.url'), { force: true });
   }
 }

@@ -1,7 +1,6 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { Agent } from '../../agent/index.js';
 import { dataDir, resolveGrant, resolveUrl } from '../settings.js';
 import { CliError, parseInteger, parseList } from '../output.js';
 import { onShutdown } from './serve.js';
@@ -33,6 +32,7 @@ export function agentCommand(): Command {
     .action(async (flags: AgentFlags) => {
       const grant = flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT);
       if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
+      const { Agent } = await import('../../agent/index.js');
       const agent = await Agent.create({
         url: resolveUrl(flags), grant: grant.trim(), host: flags.host, classes: parseList(flags.classes),
         dataDir: flags.data ?? join(dataDir(), 'agent'), cpuBudgetMB: flags.cpuBudget,

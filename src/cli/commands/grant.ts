@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { caveatsFromOptions, inspectGrant, narrowGrant, type GrantOptions } from '../../orchestrator/index.js';
+import { caveatsFromOptions, inspectGrant, narrowGrant, type GrantOptions } from '../../orchestrator/auth/index.js';
 import { clientFrom, type ClientOptions } from '../settings.js';
 import { CliError, parseInteger, parseList, printJson } from '../output.js';
 import { withClientOptions } from './shared.js';

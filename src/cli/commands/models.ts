@@ -1,7 +1,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
-import { builtinModels } from '../../models/index.js';
 import { table } from '../output.js';
 
 export function modelsCommand(): Command {
@@ -9,7 +8,8 @@ export function modelsCommand(): Command {
   models.command('build')
     .description('Build the built-in ONNX models (deterministic: the same digests on every machine)')
     .option('-o, --out <dir>', 'where to write them', 'models')
-    .action((options: { out: string }) => {
+    .action(async (options: { out: string }) => {
+      const { builtinModels } = await import('../../models/index.js');
       const dir = resolve(options.out);
       mkdirSync(dir, { recursive: true });
       const rows = builtinModels().map((model) => {

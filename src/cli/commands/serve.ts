@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
-import { loadConfigFile, Orchestrator, resolveConfig, type MeshConfig } from '../../orchestrator/index.js';
+import type { MeshConfig, Orchestrator } from '../../orchestrator/index.js';
 import { dataDir } from '../settings.js';
 import { parseInteger } from '../output.js';
 
@@ -14,7 +14,8 @@ export interface ServeOptions {
 }
 
 /** The config: --config, else <data>/mesh.yaml if present, else the defaults; flags override the file. */
-export function configFrom(options: ServeOptions): MeshConfig {
+export async function configFrom(options: ServeOptions): Promise<MeshConfig> {
+  const { loadConfigFile, resolveConfig } = await import('../../orchestrator/config.js');
   const data = dataDir(options.data);
   const file = options.config ?? (existsSync(join(data, 'mesh.yaml')) ? join(data, 'mesh.yaml') : null);
   const config = file ? loadConfigFile(file, data) : resolveConfig({}, data);
@@ -34,6 +35,8 @@ export function withServerOptions(command: Command): Command {
 }
 
 export async function startOrchestrator(config: MeshConfig, logger: Logger): Promise<Orchestrator> {
+  // Loaded on demand: commands that only talk HTTP start faster without Fastify and SQLite.
+  const { Orchestrator } = await import('../../orchestrator/index.js');
   const orchestrator = await Orchestrator.create({ config, logger });
   await orchestrator.listen();
   return orchestrator;
@@ -58,7 +61,7 @@ export function serveCommand(): Command {
   return withServerOptions(new Command('serve'))
     .description('Run the orchestrator alone (agents join from other hosts with `gpumesh agent`)')
     .action(async (options: ServeOptions) => {
-      const config = configFrom(options);
+      const config = await configFrom(options);
       const logger = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
       const orchestrator = await startOrchestrator(config, logger);
       orchestrator.adminGrant();

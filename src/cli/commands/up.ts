@@ -26,7 +26,7 @@ export function upCommand(): Command {
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
     .action(async (options: UpOptions) => {
-      const config = configFrom(options);
+      const config = await configFrom(options);
       const logs = join(config.data, 'logs');
       mkdirSync(logs, { recursive: true });
       const level = process.env.GPUMESH_LOG_LEVEL ?? 'info';

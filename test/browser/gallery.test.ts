@@ -1,0 +1,147 @@
+import { existsSync } from 'node:fs';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ApiError } from '../../src/cli/client.js';
+import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+
+/**
+ * The gallery page (web/) in a real headless Chromium against a real mesh:
+ * `gpumesh up`, its local agent and the built-in generator. Needs a Chromium
+ * binary (Debian: `apt-get install chromium`); CHROMIUM_PATH overrides where.
+ */
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SCREENSHOT = '/tmp/gallery.png';
+
+const cardOf = (jobId: string): string => `.card[data-job-id="${jobId}"][data-digest]`;
+
+/** Whether the result card of `prompt` is in the grid with its image loaded. */
+function resultShown(prompt: string): boolean {
+  return [...document.querySelectorAll<HTMLElement>('.card[data-digest]')].some((card) => {
+    const img = card.querySelector('img');
+    return card.querySelector('.prompt')?.textContent === prompt && img !== null && img.complete && img.naturalWidth > 0;
+  });
+}
+
+describe.skipIf(!existsSync(CHROMIUM))('the gallery page in a browser', () => {
+  let mesh: RunningMesh | undefined;
+  let browser: Browser | undefined;
+  let page: Page;
+  let seedJob: string;
+  const pageErrors: string[] = [];
+  let keepData = true;
+
+  beforeAll(async () => {
+    [mesh, browser] = await Promise.all([
+      startMesh(),
+      chromium.launch({
+        executablePath: CHROMIUM,
+        args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-quic', '--disable-sync'],
+      }),
+    ]);
+    // At least one result exists before the page opens.
+    const client = mesh.client();
+    seedJob = (await client.submit({ type: 'image', input: { prompt: 'seed card', width: 64, height: 64, steps: 2 } })).id;
+    expect((await client.follow(seedJob)).type).toBe('succeeded');
+    page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    keepData = false;
+  });
+
+  beforeEach(({ onTestFailed }) => {
+    onTestFailed(() => {
+      keepData = true;
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await mesh?.stop();
+    if (mesh && !keepData) removeDir(mesh.data);
+  });
+
+  it('takes the grant from the link, hides it, and shows the newest results', async () => {
+    await page.goto(mesh!.galleryUrl);
+    const card = page.locator(cardOf(seedJob));
+    await card.locator('img').waitFor();
+    await page.waitForFunction((selector) => (document.querySelector(`${selector} img`) as HTMLImageElement | null)?.naturalWidth, cardOf(seedJob));
+
+    expect(page.url()).toBe(`${mesh!.url}/`);
+    const grant = new URL(mesh!.galleryUrl).hash.slice('#grant='.length);
+    expect(await page.evaluate(() => Object.values(sessionStorage))).toContain(grant);
+
+    await expect.poll(() => card.locator('.prompt').textContent()).toBe('seed card');
+    const text = await card.textContent();
+    expect(text).toContain('gen');
+    expect(text).toMatch(/\d+\.\d\d s compute · \d+\.\d\d s total/);
+    expect(await card.locator('img').getAttribute('alt')).toBe('seed card');
+    expect(await page.locator('#connection').textContent()).toBe('Live');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('shows a submitted prompt as a new card without reloading', async () => {
+    const prompt = `a lighthouse at dusk ${Date.now()}`;
+    await page.evaluate((prompt) => {
+      const win = window as unknown as { __marker: string; __sawPlaceholder: boolean };
+      win.__marker = 'still here';
+      win.__sawPlaceholder = false;
+      // The placeholder may be replaced within milliseconds, so watch for it rather than poll.
+      new MutationObserver(() => {
+        const placeholders = document.querySelectorAll('.card.pending .prompt');
+        if ([...placeholders].some((p) => p.textContent === prompt)) win.__sawPlaceholder = true;
+      }).observe(document.getElementById('grid')!, { childList: true, subtree: true });
+    }, prompt);
+
+    await page.getByLabel('Prompt').fill(prompt);
+    await page.getByLabel('Size').selectOption('64');
+    await page.getByRole('button', { name: 'Generate' }).click();
+    await page.waitForFunction(resultShown, prompt, { timeout: 20_000 });
+
+    expect(await page.evaluate(() => (window as unknown as { __marker?: string }).__marker)).toBe('still here');
+    expect(await page.evaluate(() => (window as unknown as { __sawPlaceholder: boolean }).__sawPlaceholder)).toBe(true);
+    // Newest first, exactly once, and the placeholder is gone.
+    const prompts = await page.locator('.card .prompt').allTextContents();
+    expect(prompts.filter((p) => p === prompt)).toHaveLength(1);
+    expect(prompts.indexOf(prompt)).toBeLessThan(prompts.indexOf('seed card'));
+    expect(await page.locator('.card.pending').count()).toBe(0);
+    const card = page.locator('.card[data-digest]', { hasText: prompt });
+    expect(await card.locator('img').evaluate((img: HTMLImageElement) => [img.naturalWidth, img.naturalHeight])).toEqual([64, 64]);
+    // What the page shows is what the API has.
+    const { artifacts } = await mesh!.client().request<{ artifacts: { jobId: string; digest: string; prompt: string }[] }>('GET', '/v1/artifacts?limit=1');
+    expect(artifacts[0]!.prompt).toBe(prompt);
+    expect(await card.getAttribute('data-job-id')).toBe(artifacts[0]!.jobId);
+    expect(await card.getAttribute('data-digest')).toBe(artifacts[0]!.digest);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it("shows the server's message for a refused submission and keeps what was typed", async () => {
+    // What the server says to the same request.
+    const refused = await mesh!.client().submit({ type: 'image', input: { prompt: 'too many steps', width: 64, height: 64, steps: 99 } })
+      .then(() => null, (error: unknown) => error);
+    expect(refused).toBeInstanceOf(ApiError);
+    const { status, message } = refused as ApiError;
+    expect(status).toBe(400);
+
+    const cardsBefore = await page.locator('.card').count();
+    // The field's max=32 would stop the browser from submitting at all.
+    await page.getByLabel('Steps').evaluate((input: HTMLInputElement) => input.removeAttribute('max'));
+    await page.getByLabel('Prompt').fill('too many steps');
+    await page.getByLabel('Steps').fill('99');
+    await page.getByRole('button', { name: 'Generate' }).click();
+
+    await expect.poll(() => page.locator('#form-error').textContent()).toBe(message);
+    expect(await page.getByLabel('Prompt').inputValue()).toBe('too many steps');
+    expect(await page.getByLabel('Steps').inputValue()).toBe('99');
+    expect(await page.getByLabel('Size').inputValue()).toBe('64');
+    expect(await page.locator('.card').count()).toBe(cardsBefore);
+    expect(await page.evaluate(() => (window as unknown as { __marker?: string }).__marker)).toBe('still here');
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('keeps the grant for this tab across a reload', async () => {
+    await page.reload();
+    await page.locator(cardOf(seedJob)).waitFor();
+    expect(await page.locator('#grant-panel').isHidden()).toBe(true);
+    expect(pageErrors).toEqual([]);
+  });
+});

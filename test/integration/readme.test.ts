@@ -1,0 +1,67 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { removeDir, ROOT, tempDir, waitFor } from '../helpers/mesh.js';
+
+const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => match[1]!);
+
+describe('the README', () => {
+  const data = tempDir();
+  let stop: (() => Promise<void>) | null = null;
+  afterAll(async () => {
+    await stop?.();
+  });
+
+  it('starts with the two set-up commands', () => {
+    const lines = blocks[0]!.split('\n').filter(Boolean);
+    expect(lines[0]).toMatch(/^npm install && npm start\b/);
+    expect(lines[1]).toMatch(/^npm install && npm run setup-tests && npm test\b/);
+    const ci = readFileSync(join(ROOT, '.ci/run'), 'utf8');
+    expect(ci).toContain('npm run setup-tests');
+    expect(ci).toContain('npm test');
+  });
+
+  it('runs its tour as written against `npm start` on a fresh data folder', async () => {
+    // `npm start` exactly as the README says, on a free port instead of 7070 so it cannot clash.
+    const up = spawn('npm', ['start', '--', '--port', '0'], {
+      cwd: ROOT, env: { ...process.env, GPUMESH_HOME: data }, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+    });
+    let upOutput = '';
+    up.stdout!.on('data', (chunk: Buffer) => (upOutput += chunk.toString()));
+    up.stderr!.on('data', (chunk: Buffer) => (upOutput += chunk.toString()));
+    stop = async () => {
+      if (up.exitCode !== null) return;
+      process.kill(-up.pid!, 'SIGTERM');
+      await once(up, 'exit');
+    };
+    const gallery = await waitFor(() => /gallery\s+(\S+)/.exec(upOutput)?.[1], { timeoutMs: 60_000, what: 'npm start to print the gallery URL' });
+    const url = new URL(gallery).origin;
+    expect(upOutput).toContain(`admin    grant in ${join(data, 'admin.grant')}`);
+    expect(existsSync(join(data, 'admin.grant'))).toBe(true);
+    expect(readFileSync(join(data, 'admin.grant')).length).toBeGreaterThan(100);
+
+    const tour = blocks[1]!.replaceAll('http://127.0.0.1:7070', url);
+    const shell = spawn('bash', ['-euo', 'pipefail', '-c', tour], {
+      cwd: ROOT, env: { ...process.env, GPUMESH_HOME: data }, stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    shell.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    shell.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const [code] = await once(shell, 'exit');
+    expect(code, output).toBe(0);
+
+    const saved = /file\s+(\S+\.png)/.exec(output)?.[1];
+    expect(output).toMatch(/url\s+http:\/\/127\.0\.0\.1:\d+\/v1\/blobs\/sha256:[0-9a-f]{64}/);
+    expect(saved && existsSync(saved)).toBe(true);
+    expect(output).toMatch(/HOST\s+CLASSES\s+DEVICE/);
+    expect(output).toContain('cpu');
+    expect(output).toMatch(/event: succeeded/);
+    expect(output).toContain('GRANT_DENIED');
+    expect(output).toContain('types video');
+    if (saved) rmSync(saved);
+    removeDir(data);
+  });
+});
