@@ -7,6 +7,8 @@ export interface SpawnOptions {
   name: string;
   args?: string[];
   env?: NodeJS.ProcessEnv;
+  /** Node.js flags for the child; default: none (not the parent's). */
+  execArgv?: string[];
 }
 
 /**
@@ -28,6 +30,7 @@ export class Supervisor {
     const child = fork(modulePath, options.args ?? [], {
       detached: true,
       serialization: 'advanced',
+      execArgv: options.execArgv ?? [],
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       env: options.env ?? process.env,
     });

@@ -11,8 +11,6 @@ export const ERRORS = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type: {detail}' },
   NOT_FOUND: { status: 404, message: '{what} was not found' },
   ROUTE_NOT_FOUND: { status: 404, message: 'No route {method} {url}' },
-  METHOD_NOT_ALLOWED: { status: 405, message: '{detail}' },
-  CONFLICT: { status: 409, message: '{detail}' },
 
   // Grants
   GRANT_MISSING: { status: 401, message: 'This route needs a grant: send "Authorization: Bearer <grant>"' },
@@ -39,7 +37,6 @@ export const ERRORS = {
 
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },
-  NO_REPLICA: { status: 503, message: 'No agent can serve model "{model}"' },
   NOT_READY: { status: 503, message: 'Not ready: {detail}' },
   ENGINE_FAILED: { status: 500, message: 'The engine failed: {detail}' },
   ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },

@@ -1,11 +1,17 @@
 import type { ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import type { Supervisor } from '../../supervisor.js';
 import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 
-const WORKER_PATH = fileURLToPath(new URL('./worker.js', import.meta.url));
+/** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
+function workerEntry(): { path: string; execArgv: string[] } {
+  const compiled = fileURLToPath(new URL('./worker.js', import.meta.url));
+  if (existsSync(compiled)) return { path: compiled, execArgv: [] };
+  return { path: fileURLToPath(new URL('./worker.ts', import.meta.url)), execArgv: ['--import', 'tsx'] };
+}
 
 type Request = Extract<ToWorker, { requestId: number }>;
 type WithoutId<T> = T extends unknown ? Omit<T, 'requestId'> : never;
@@ -104,7 +110,8 @@ export class OnnxEngine implements Engine {
   #workerFor(device: Device): Worker {
     const existing = this.#workers.get(device.id);
     if (existing?.alive) return existing;
-    const worker = new Worker(this.#supervisor.fork(WORKER_PATH, { name: `onnx/${device.id}` }));
+    const entry = workerEntry();
+    const worker = new Worker(this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv }));
     worker.child.once('exit', () => {
       if (this.#workers.get(device.id) === worker) this.#workers.delete(device.id);
     });

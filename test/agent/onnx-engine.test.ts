@@ -1,0 +1,74 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { cpuDevice } from '../../src/agent/devices.js';
+import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
+import { Supervisor } from '../../src/agent/supervisor.js';
+import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
+import type { ModelManifest } from '../../src/protocol/index.js';
+import { tempDir } from '../helpers/mesh.js';
+import { engineContract } from './engine-contract.js';
+
+const dir = tempDir();
+mkdirSync(dir, { recursive: true });
+
+function fixture(name: 'gen' | 'mlp'): { manifest: ModelManifest; path: string } {
+  const model = builtinModel(name)!;
+  const path = join(dir, `${name}.onnx`);
+  writeFileSync(path, model.bytes);
+  const params: Record<string, number> = name === 'gen' ? { defaultSteps: 6 } : { inputDim: MLP_INPUT_DIM, outputDim: 16 };
+  return {
+    path,
+    manifest: {
+      name, version: model.version, engine: 'onnx', pipeline: name === 'gen' ? 'cppn-image' : 'tensor', digest: model.digest,
+      bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes, params,
+    },
+  };
+}
+
+const supervisor = new Supervisor(pino({ level: 'silent' }));
+afterAll(() => supervisor.stopAll());
+
+engineContract('onnx', {
+  engine: () => new OnnxEngine(supervisor),
+  supervisor,
+  model: () => fixture('gen'),
+  jobs: (n) => Array.from({ length: n }, (_, i) => ({ id: `job${i}`, input: { prompt: `contract ${i}`, seed: i, width: 32, height: 32, steps: 3 } })),
+  steps: 3,
+});
+
+describe('onnx engine: fused batches', () => {
+  it('a batch of n run as one pass equals n single runs (tensor model, random inputs)', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('mlp');
+    const loaded = await engine.load(manifest, path, cpuDevice(512));
+    const jobs = Array.from({ length: 8 }, (_, i) => ({ id: `t${i}`, input: { x: Array.from({ length: MLP_INPUT_DIM }, () => Math.random() * 4 - 2) } }));
+    const batched = await loaded.run(jobs, () => {});
+    for (const [index, job] of jobs.entries()) {
+      const [single] = await loaded.run([job], () => {});
+      const a = (batched[index] as { result: { y: number[] } }).result.y;
+      const b = (single as { result: { y: number[] } }).result.y;
+      expect(a).toHaveLength(16);
+      a.forEach((value, k) => expect(value).toBeCloseTo(b[k]!, 4));
+    }
+    await loaded.unload();
+  });
+
+  it('a batch of generator jobs gives each job the image it would get alone', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('gen');
+    const loaded = await engine.load(manifest, path, cpuDevice(512));
+    const jobs = ['amber', 'teal', 'violet'].map((prompt, i) => ({ id: prompt, input: { prompt, seed: 40 + i, width: 48, height: 48, steps: 4 } }));
+    const batched = await loaded.run(jobs, () => {});
+    for (const [index, job] of jobs.entries()) {
+      const [single] = await loaded.run([job], () => {});
+      const a = batched[index] as { ok: true; files: { bytes: Uint8Array }[] };
+      const b = single as { ok: true; files: { bytes: Uint8Array }[] };
+      expect(a.ok && b.ok).toBe(true);
+      // PNGs of the same pixels are the same bytes (float differences of a fused pass would show as pixel differences).
+      expect(Buffer.from(a.files[0]!.bytes).equals(Buffer.from(b.files[0]!.bytes))).toBe(true);
+    }
+    await loaded.unload();
+  });
+});
