@@ -1,0 +1,93 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { removeDir, startMesh, tempDir, type RunningMesh } from '../helpers/mesh.js';
+import { gpumesh, gpumeshRun } from '../helpers/processes.js';
+
+let mesh: RunningMesh;
+let env: NodeJS.ProcessEnv;
+const out = tempDir('gpumesh-cli-out-');
+
+beforeAll(async () => {
+  mesh = await startMesh();
+  env = { GPUMESH_HOME: mesh.data, GPUMESH_URL: mesh.url };
+});
+afterAll(async () => {
+  await mesh?.stop();
+  removeDir(mesh.data);
+  removeDir(out);
+});
+
+describe('gpumesh CLI', () => {
+  it('every command has --help', async () => {
+    const commands = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
+      ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['models'], ['models', 'build']];
+    const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));
+    results.forEach((result, index) => {
+      expect(result.code, commands[index]!.join(' ')).toBe(0);
+      expect(result.output).toContain('Usage: gpumesh');
+    });
+  });
+
+  it('submit --wait shows progress, prints the artifact URL and saves the file', async () => {
+    const result = await gpumeshRun(['submit', '--type', 'image', '--prompt', 'a lighthouse at dusk', '--seed', '5', '--size', '64x64', '--steps', '3', '--wait', '--out', out], env);
+    expect(result.code, result.output).toBe(0);
+    expect(result.output).toMatch(/step 3\/3/);
+    const url = /url\s+(\S+)/.exec(result.output)?.[1];
+    const file = /file\s+(\S+)/.exec(result.output)?.[1];
+    expect(url).toMatch(new RegExp(`^${mesh.url}/v1/blobs/sha256:[0-9a-f]{64}$`));
+    expect(file && existsSync(file)).toBe(true);
+    expect(file!.startsWith(out)).toBe(true);
+  });
+
+  it('status prints hosts, devices with memory, resident models and queues', async () => {
+    const result = await gpumeshRun(['status'], env);
+    expect(result.code, result.output).toBe(0);
+    expect(result.output).toMatch(/HOST\s+CLASSES\s+DEVICE\s+MEMORY/);
+    expect(result.output).toMatch(/cpu .*\d+\/\d+\/\d+/);
+    expect(result.output).toMatch(/MODEL\s+QUEUED\s+LIMIT/);
+  });
+
+  it('grant create, narrow offline and inspect; a narrowed grant is refused naming the caveat', async () => {
+    const created = await gpumeshRun(['grant', 'create', '--types', 'image', '--models', 'gen', '--expires', '1h'], env);
+    expect(created.code, created.output).toBe(0);
+    const grant = created.output.trim();
+    // Narrowing needs no orchestrator: point the command at nothing.
+    const narrowed = await gpumeshRun(['grant', 'narrow', grant, '--types', 'video', '--expires', '10m'], { GPUMESH_URL: 'http://127.0.0.1:1' });
+    expect(narrowed.code, narrowed.output).toBe(0);
+    const inspect = await gpumeshRun(['grant', 'inspect', narrowed.output.trim()]);
+    const caveats = JSON.parse(inspect.output).caveats as string[];
+    expect(caveats.slice(0, 4)).toEqual(['kind client', 'types image', 'models gen', expect.stringMatching(/^time-before /)]);
+    expect(caveats).toContain('types video');
+    const ok = await gpumeshRun(['submit', '--type', 'image', '--prompt', 'allowed', '--size', '64x64', '--grant', grant], env);
+    expect(ok.code, ok.output).toBe(0);
+    const refused = await gpumeshRun(['submit', '--type', 'image', '--prompt', 'refused', '--grant', narrowed.output.trim()], env);
+    expect(refused.code).toBe(1);
+    expect(refused.output).toContain('caveat "types video" failed');
+    const agent = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop', '--classes', 'image', '--json'], env);
+    expect(JSON.parse(agent.output).caveats).toEqual(['kind agent', 'classes image', 'host laptop']);
+  });
+
+  it('clear errors for bad flags, a missing grant and an unreachable mesh', async () => {
+    const size = await gpumeshRun(['submit', '--type', 'image', '--prompt', 'x', '--size', 'big'], env);
+    expect(size.code).toBe(1);
+    expect(size.output).toContain('--size must look like 256x256');
+    const noGrant = await gpumeshRun(['submit', '--type', 'image', '--prompt', 'x'], { GPUMESH_HOME: tempDir(), GPUMESH_URL: mesh.url });
+    expect(noGrant.code).toBe(1);
+    expect(noGrant.output).toContain('This route needs a grant');
+    const down = await gpumeshRun(['status', '--url', 'http://127.0.0.1:1'], env);
+    expect(down.code).toBe(1);
+    expect(down.output).toContain('cannot reach the orchestrator at http://127.0.0.1:1');
+    expect(down.output).not.toContain('    at ');
+  });
+
+  it('an agent whose grant names another host is refused and exits 2 with the reason', async () => {
+    const minted = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop'], env);
+    const agent = gpumesh(['agent', '--url', mesh.url, '--host', 'desktop', '--data', join(mesh.data, 'wrong-agent')], { GPUMESH_GRANT: minted.output.trim() });
+    expect(await agent.exited()).toBe(2);
+    expect(agent.output()).toContain('host "desktop" is not "laptop"');
+    const noGrant = await gpumeshRun(['agent', '--url', mesh.url], { GPUMESH_GRANT: '' });
+    expect(noGrant.code).toBe(1);
+    expect(noGrant.output).toContain('the agent needs a join grant');
+  });
+});
