@@ -74,7 +74,7 @@ describe.skipIf(!existsSync(CHROMIUM))('the gallery page in a browser', () => {
     expect(text).toContain('gen');
     expect(text).toMatch(/\d+\.\d\d s compute · \d+\.\d\d s total/);
     expect(await card.locator('img').getAttribute('alt')).toBe('seed card');
-    expect(await page.locator('#connection').textContent()).toBe('Live');
+    await expect.poll(() => page.locator('#connection').textContent()).toBe('Live');
     expect(pageErrors).toEqual([]);
   });
 
@@ -142,6 +142,28 @@ describe.skipIf(!existsSync(CHROMIUM))('the gallery page in a browser', () => {
     await page.reload();
     await page.locator(cardOf(seedJob)).waitFor();
     expect(await page.locator('#grant-panel').isHidden()).toBe(true);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('asks for a grant when it has none, and takes a pasted link', async () => {
+    const refused = await mesh!.client('not-a-grant').request('GET', '/v1/artifacts').then(() => null, (error: unknown) => error);
+    expect(refused).toBeInstanceOf(ApiError);
+
+    const other = await browser!.newPage(); // a new tab: its own sessionStorage
+    other.on('pageerror', (error) => pageErrors.push(error.message));
+    await other.goto(`${mesh!.url}/`);
+    await other.getByRole('heading', { name: 'This gallery needs a grant' }).waitFor();
+    expect(await other.locator('#app').isHidden()).toBe(true);
+
+    await other.getByRole('textbox', { name: 'Grant' }).fill('not-a-grant');
+    await other.getByRole('button', { name: 'Open the gallery' }).click();
+    await expect.poll(() => other.locator('#grant-error').textContent()).toBe((refused as ApiError).message);
+
+    await other.getByRole('textbox', { name: 'Grant' }).fill(mesh!.galleryUrl);
+    await other.getByRole('button', { name: 'Open the gallery' }).click();
+    await other.locator(cardOf(seedJob)).waitFor();
+    expect(await other.locator('#grant-panel').isHidden()).toBe(true);
+    await other.close();
     expect(pageErrors).toEqual([]);
   });
 });
