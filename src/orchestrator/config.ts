@@ -67,12 +67,6 @@ export const MeshConfigInput = z.strictObject({
     /** After a restart, how long dispatched jobs wait for their agent to reconnect and claim them. Default 10 s. */
     reconnectGraceMs: z.int().min(0).default(10_000),
   }).prefault({}),
-  breaker: z.strictObject({
-    /** Consecutive failures that open a replica's breaker. Default 3. */
-    failuresToOpen: z.int().min(1).default(3),
-    /** How long an open breaker refuses work before one trial job. Default 10 s. */
-    coolDownMs: z.int().min(0).default(10_000),
-  }).prefault({}),
   retry: z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */
     backoffMs: z.int().min(0).default(250),

@@ -10,6 +10,7 @@ import { JobEventBus } from './events.js';
 import { authorizeJoin } from './http/agents.js';
 import type { HttpContext } from './http/context.js';
 import { JobLifecycle, JobService } from './jobs/index.js';
+import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { BlobStore, ModelRegistry } from './registry/index.js';
 import { Router } from './routing/index.js';
@@ -78,23 +79,25 @@ export class Orchestrator {
     let hub: AgentHub | undefined;
     let lifecycle: JobLifecycle | undefined;
     const router = new Router(() => hub?.hosts() ?? []);
-    const scheduler = new Scheduler({
+    let scheduler: Scheduler | undefined;
+    const metrics = new MeshMetrics({ queueDepths: () => scheduler?.depths() ?? {}, hosts: () => hub?.hosts() ?? [] });
+    scheduler = new Scheduler({
       clock, agingMs: config.priorities.agingMs,
       model: (name) => registry.get(name),
       pickHost: (model, classes) => router.pick(model, classes),
       dispatch: (model, jobs, host) => lifecycle!.dispatch(model, jobs, host),
     });
     lifecycle = new JobLifecycle({
-      db, clock, events, scheduler, admission, log: log.child({ part: 'jobs' }),
+      db, clock, events, scheduler, admission, metrics, log: log.child({ part: 'jobs' }),
       model: (name) => registry.get(name),
       host: (id) => hub?.get(id),
       mintUploadGrant: (jobId) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(clock.now() + 3_600_000).toISOString()}`]).token,
       retryBackoffMs: config.retry.backoffMs,
       reconnectGraceMs: config.agents.reconnectGraceMs,
     });
-    const jobs = new JobService({ db, clock, config, registry, scheduler, admission, lifecycle });
+    const jobs = new JobService({ db, clock, config, registry, scheduler, admission, lifecycle, metrics });
     const context: HttpContext = {
-      config, clock, db, blobs: blobStore, registry, authority, jobs, events, scheduler,
+      config, clock, db, blobs: blobStore, registry, authority, jobs, events, scheduler, metrics,
       hub: undefined as unknown as AgentHub,
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
     };

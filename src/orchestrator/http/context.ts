@@ -3,6 +3,7 @@ import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
 import type { JobEventBus } from '../events.js';
 import type { JobService } from '../jobs/index.js';
+import type { MeshMetrics } from '../metrics.js';
 import type { AgentHub } from '../link/agent-hub.js';
 import type { BlobStore, ModelRegistry } from '../registry/index.js';
 import type { Scheduler } from '../scheduler/index.js';
@@ -20,5 +21,6 @@ export interface HttpContext {
   events: JobEventBus;
   hub: AgentHub;
   scheduler: Scheduler;
+  metrics: MeshMetrics;
   webRoot: string;
 }

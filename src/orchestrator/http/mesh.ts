@@ -52,6 +52,14 @@ export function meshRoutes(app: FastifyInstance, context: HttpContext): void {
     jobs: jobStore.countByStatus(context.db),
   }));
 
+  routes.get('/metrics', {
+    schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },
+    preHandler: requireGrant(context, 'mesh:read'),
+  }, async (_request, reply) => {
+    void reply.header('content-type', context.metrics.contentType);
+    return context.metrics.text();
+  });
+
   routes.get('/v1/models', {
     schema: { tags: ['mesh'], summary: 'Models in the registry with their policies' },
     preHandler: requireGrant(context, 'mesh:read'),

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { MeshError, type AgentMessage, type ErrorBody, type JobEvent } from '../../protocol/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { EventScope, JobEventBus } from '../events.js';
+import type { MeshMetrics } from '../metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession, InFlightBatch } from '../routing/index.js';
 import type { Admission, QueuedJob, Scheduler } from '../scheduler/index.js';
@@ -19,6 +20,7 @@ export interface LifecycleDeps {
   events: JobEventBus;
   scheduler: Scheduler;
   admission: Admission;
+  metrics: MeshMetrics;
   model(name: string): RegisteredModel | undefined;
   host(id: string): HostSession | undefined;
   /** A grant that lets one job's outputs be uploaded. */
@@ -96,6 +98,7 @@ export class JobLifecycle {
     host.batches.set(batchId, batch);
     for (const job of records) this.#running.set(job.id, { host, batch, scope: scopeOf(job) });
     this.#deps.admission.recordDrain(model.manifest.name, records.length);
+    this.#deps.metrics.batchDispatched(model.manifest.name, records.length, records.map((job) => now - job.createdAt));
     const uploads = model.manifest.pipeline !== 'tensor';
     host.send({
       type: 'run', batchId, model: model.manifest,
@@ -176,6 +179,7 @@ export class JobLifecycle {
       finished = jobStore.finishJob(db, job.id, 'succeeded', now, { result: message.result ?? null });
     })();
     if (!finished) return;
+    this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, message.timings.computeMs);
     this.#deps.scheduler.remove(job.model, job.id);
     this.#afterTerminal(job.id);
     this.#emit(job, {
@@ -277,6 +281,7 @@ export class JobLifecycle {
       return ok;
     })();
     if (!changed) return false;
+    this.#deps.metrics.jobFinished(job.model, status, now - job.createdAt);
     this.#deps.scheduler.remove(job.model, job.id);
     if (running && status !== 'failed') running.host.send({ type: 'cancel', jobId: job.id });
     this.#afterTerminal(job.id);

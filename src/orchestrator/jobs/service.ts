@@ -5,6 +5,7 @@ import { firstFailure } from '../auth/index.js';
 import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
 import type { EventScope } from '../events.js';
+import type { MeshMetrics } from '../metrics.js';
 import type { ModelRegistry } from '../registry/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import { jobs as jobStore, type Db, type JobRecord } from '../store/index.js';
@@ -22,6 +23,7 @@ export interface JobServiceDeps {
   scheduler: Scheduler;
   admission: Admission;
   lifecycle: JobLifecycle;
+  metrics: MeshMetrics;
 }
 
 export interface ListQuery {
@@ -83,8 +85,15 @@ export class JobService {
       const existing = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
       if (existing) return { job: jobView(db, existing), created: false };
     }
-    if (grant.ratePerMinute !== null) admission.takeRate(grant.tokenKey, grant.ratePerMinute);
-    admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);
+    try {
+      if (grant.ratePerMinute !== null) admission.takeRate(grant.tokenKey, grant.ratePerMinute);
+      admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);
+    } catch (error) {
+      if (error instanceof MeshError && error.status === 429) {
+        this.#deps.metrics.rejected(name, error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full');
+      }
+      throw error;
+    }
 
     const record = db.transaction((): JobRecord => {
       if (body.idempotencyKey) {

@@ -1,0 +1,99 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { HostSession } from './routing/index.js';
+
+const SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+const MB = 1024 * 1024;
+
+export interface MetricsSources {
+  queueDepths(): Record<string, number>;
+  hosts(): Iterable<HostSession>;
+}
+
+/**
+ * The orchestrator's Prometheus metrics (prom-client, its own registry).
+ * Counters and histograms are fed by the job lifecycle and admission;
+ * gauges (queue depths, hosts) are read from their sources at scrape time.
+ * Average batch size of a model = inference_count ÷ execution_count.
+ */
+export class MeshMetrics {
+  readonly registry = new Registry();
+  readonly #requests: Counter<'model' | 'outcome'>;
+  readonly #inferences: Counter<'model'>;
+  readonly #executions: Counter<'model'>;
+  readonly #rejected: Counter<'model' | 'reason'>;
+  readonly #queueSeconds: Histogram<'model'>;
+  readonly #computeSeconds: Histogram<'model'>;
+  readonly #requestSeconds: Histogram<'model' | 'outcome'>;
+
+  constructor(sources: MetricsSources) {
+    const registers = [this.registry];
+    // prom-client's default Node.js metrics include gauges named *_total, which promtool rejects; these two are what we watch.
+    new Gauge({ name: 'process_resident_memory_bytes', help: 'Resident memory of the orchestrator process', registers, collect() { this.set(process.memoryUsage.rss()); } });
+    new Gauge({ name: 'nodejs_heap_size_used_bytes', help: 'V8 heap in use', registers, collect() { this.set(process.memoryUsage().heapUsed); } });
+    this.#requests = new Counter({
+      name: 'gpumesh_requests_total', help: 'Jobs that reached a terminal state, by outcome (succeeded, failed, cancelled, expired)',
+      labelNames: ['model', 'outcome'], registers,
+    });
+    this.#inferences = new Counter({ name: 'gpumesh_inference_count_total', help: 'Jobs sent to a replica for execution (batched or not)', labelNames: ['model'], registers });
+    this.#executions = new Counter({ name: 'gpumesh_execution_count_total', help: 'Batches sent to a replica (one forward pass each)', labelNames: ['model'], registers });
+    this.#rejected = new Counter({ name: 'gpumesh_rejected_total', help: 'Jobs refused with 429, by reason (queue_full, mesh_full, rate_limited)', labelNames: ['model', 'reason'], registers });
+    this.#queueSeconds = new Histogram({ name: 'gpumesh_queue_duration_seconds', help: 'Time from admission to dispatch', labelNames: ['model'], buckets: SECONDS, registers });
+    this.#computeSeconds = new Histogram({ name: 'gpumesh_compute_duration_seconds', help: 'Engine time of the batch that ran a job', labelNames: ['model'], buckets: SECONDS, registers });
+    this.#requestSeconds = new Histogram({
+      name: 'gpumesh_request_duration_seconds', help: 'Time from admission to the terminal state', labelNames: ['model', 'outcome'], buckets: SECONDS, registers,
+    });
+    new Gauge({
+      name: 'gpumesh_queue_depth', help: 'Jobs waiting in the queue', labelNames: ['model'], registers,
+      collect() {
+        this.reset();
+        for (const [model, depth] of Object.entries(sources.queueDepths())) this.set({ model }, depth);
+      },
+    });
+    const hostGauge = (name: string, help: string, value: (host: HostSession) => number): void => {
+      new Gauge({
+        name, help, labelNames: ['host'], registers,
+        collect() {
+          this.reset();
+          for (const host of sources.hosts()) this.set({ host: host.id }, value(host));
+        },
+      });
+    };
+    hostGauge('gpumesh_host_connected', 'Whether the host\'s agent is connected (absent when it is not)', () => 1);
+    hostGauge('gpumesh_host_jobs_in_flight', 'Jobs the host is running', (host) => host.jobsInFlight);
+    const deviceGauge = (name: string, help: string, value: (device: HostSession['devices'][number]) => number): void => {
+      new Gauge({
+        name, help, labelNames: ['host', 'device'], registers,
+        collect() {
+          this.reset();
+          for (const host of sources.hosts()) for (const device of host.devices) this.set({ host: host.id, device: device.id }, value(device));
+        },
+      });
+    };
+    deviceGauge('gpumesh_device_memory_used_bytes', 'Memory the host\'s resident models take on the device', (device) => device.usedMB * MB);
+    deviceGauge('gpumesh_device_memory_budget_bytes', 'Memory the agent may use on the device', (device) => device.budgetMB * MB);
+  }
+
+  batchDispatched(model: string, size: number, queueWaitsMs: readonly number[]): void {
+    this.#executions.inc({ model });
+    this.#inferences.inc({ model }, size);
+    for (const wait of queueWaitsMs) this.#queueSeconds.observe({ model }, wait / 1000);
+  }
+
+  jobFinished(model: string, outcome: 'succeeded' | 'failed' | 'cancelled' | 'expired', totalMs: number, computeMs?: number): void {
+    this.#requests.inc({ model, outcome });
+    this.#requestSeconds.observe({ model, outcome }, totalMs / 1000);
+    if (computeMs !== undefined) this.#computeSeconds.observe({ model }, computeMs / 1000);
+  }
+
+  rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited'): void {
+    this.#rejected.inc({ model, reason });
+  }
+
+  async text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

@@ -1,0 +1,403 @@
+// The gpumesh gallery: the newest results, jobs in progress, and a form for new ones.
+// Plain DOM, no framework. Every piece of data reaches the page through textContent
+// or attributes, never as markup.
+
+const GRANT_KEY = 'gpumesh.grant';
+const PAGE_SIZE = 48;
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  connection: $('connection'),
+  forget: $('forget'),
+  grantPanel: $('grant-panel'),
+  grantForm: $('grant-form'),
+  grantError: $('grant-error'),
+  app: $('app'),
+  form: $('submit-form'),
+  formError: $('form-error'),
+  grid: $('grid'),
+  empty: $('empty'),
+  loadError: $('load-error'),
+  more: $('load-more'),
+};
+
+let grant = null;
+let events = null;
+let loaded = false; // the first page of results
+let cursor = null; // the next page's
+let retryMs = 5_000; // after the event stream is refused
+
+// ---- The grant ------------------------------------------------------------
+
+/** A grant from `#grant=…` in a link or pasted text, else the text itself. */
+function grantIn(text) {
+  const match = /(?:^|[#&])grant=([^&\s]+)/.exec(text);
+  return match ? decodeURIComponent(match[1]) : text.trim();
+}
+
+/** The grant from the URL fragment (kept for reloads, then hidden from the address bar) or from this tab's session. */
+function takeGrant() {
+  if (location.hash.includes('grant=')) {
+    sessionStorage.setItem(GRANT_KEY, grantIn(location.hash));
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  return sessionStorage.getItem(GRANT_KEY);
+}
+
+function askForGrant(message = '') {
+  events?.close();
+  events = null;
+  grant = null;
+  sessionStorage.removeItem(GRANT_KEY);
+  ui.app.hidden = true;
+  ui.forget.hidden = true;
+  ui.grantPanel.hidden = false;
+  ui.grantError.textContent = message;
+  showConnection('idle');
+  ui.grantForm.elements.grant.focus();
+}
+
+// ---- The API --------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** A JSON request with the grant; a failure throws the server's `{ error: { code, message } }` as an ApiError. */
+async function api(path, { method = 'GET', json } = {}) {
+  const headers = { authorization: `Bearer ${grant}` };
+  if (json !== undefined) headers['content-type'] = 'application/json';
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body: json === undefined ? undefined : JSON.stringify(json) });
+  } catch {
+    throw new ApiError(0, 'UNREACHABLE', 'Cannot reach the orchestrator. Is it running?');
+  }
+  const body = await response.json().catch(() => null);
+  if (response.ok) return body;
+  const error = new ApiError(response.status, body?.error?.code ?? `HTTP_${response.status}`, body?.error?.message ?? `${response.status} ${response.statusText}`);
+  // 401: the grant itself is no good (invalid, expired, revoked); only a new one helps.
+  if (response.status === 401) askForGrant(error.message);
+  throw error;
+}
+
+// ---- Formatting -----------------------------------------------------------
+
+const seconds = (ms) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+
+/** "0.31 s compute · 0.45 s total" */
+function timing({ computeMs, totalMs }) {
+  const parts = [];
+  if (computeMs != null) parts.push(`${seconds(computeMs)} compute`);
+  if (totalMs != null) parts.push(`${seconds(totalMs)} total`);
+  return parts.join(' · ');
+}
+
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto' });
+const UNITS = [['day', 86_400], ['hour', 3_600], ['minute', 60]];
+
+/** "3 minutes ago"; a clock running ahead of ours never makes it "in 2 seconds". */
+function ago(iso) {
+  const elapsed = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (elapsed > 30 * 86_400) return new Date(iso).toLocaleDateString();
+  for (const [unit, size] of UNITS) if (elapsed >= size) return relative.format(-Math.floor(elapsed / size), unit);
+  return relative.format(0, 'second');
+}
+
+function timeAgo(iso) {
+  return h('time', { datetime: iso, title: new Date(iso).toLocaleString() }, ago(iso));
+}
+
+// ---- Cards ----------------------------------------------------------------
+
+/** An element with attributes (null and false are left out) and children (strings become text). */
+function h(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value != null && value !== false) element.setAttribute(name, value === true ? '' : String(value));
+  }
+  element.append(...children.filter((child) => child != null && child !== false));
+  return element;
+}
+
+/** The image box; its aspect ratio is known before the image loads, so nothing jumps. */
+function frame(width, height, ...children) {
+  const box = h('div', { class: 'frame' }, ...children);
+  if (width && height) box.style.setProperty('--ratio', `${width} / ${height}`);
+  return box;
+}
+
+function resultCard(artifact) {
+  const { jobId, digest, prompt, model, host, width, height, createdAt } = artifact;
+  const img = h('img', {
+    src: `${artifact.url}?access_token=${encodeURIComponent(grant)}`,
+    alt: prompt ?? `An image by ${model}`,
+    width, height, loading: 'lazy', decoding: 'async',
+  });
+  img.addEventListener('error', () => img.parentElement.classList.add('broken'), { once: true });
+  return h('article', { class: 'card', 'data-job-id': jobId, 'data-digest': digest },
+    frame(width, height, img),
+    h('div', { class: 'caption' },
+      h('p', { class: 'prompt', title: prompt }, prompt ?? 'No prompt'),
+      h('p', { class: 'meta' }, h('span', {}, `${model} · ${host}`), timeAgo(createdAt)),
+      h('p', { class: 'meta' }, timing(artifact))));
+}
+
+/** A job in progress: what is known of it, its state and a progress bar. */
+function pendingCard({ jobId, prompt, width, height, state = 'queued', label = 'Queued' }) {
+  return h('article', { class: 'card pending', 'data-job-id': jobId, 'data-state': state, 'aria-busy': 'true' },
+    frame(width, height,
+      h('p', { class: 'state' }, label),
+      h('progress', { max: 100, 'aria-label': 'Progress' })),
+    h('div', { class: 'caption' },
+      h('p', { class: 'prompt', title: prompt }, prompt ?? '…'),
+      h('p', { class: 'meta' }, h('span', { class: 'where' }))));
+}
+
+/** Fill in what a placeholder did not know yet. */
+function fillIn(card, { prompt, model, host }) {
+  const promptText = card.querySelector('.prompt');
+  if (prompt && promptText.textContent === '…') {
+    promptText.textContent = prompt;
+    promptText.title = prompt;
+  }
+  if (model) card.dataset.model = model;
+  if (host) card.dataset.host = host;
+  card.querySelector('.where').textContent = [card.dataset.model, card.dataset.host].filter(Boolean).join(' · ');
+}
+
+function setState(card, state, label, pct) {
+  if (!card) return;
+  card.dataset.state = state;
+  card.querySelector('.state').textContent = label;
+  const bar = card.querySelector('progress');
+  if (pct == null) bar?.removeAttribute('value');
+  else if (bar) bar.value = pct;
+}
+
+// ---- The grid -------------------------------------------------------------
+
+const cardsOf = (jobId) => [...ui.grid.querySelectorAll(`[data-job-id="${CSS.escape(jobId)}"]`)];
+const pendingOf = (jobId) => cardsOf(jobId).find((card) => card.classList.contains('pending'));
+const shown = (artifact) => cardsOf(artifact.jobId).some((card) => card.dataset.digest === artifact.digest);
+
+/** A job's results: they take its placeholder's place, or go first. */
+function showResults(jobId, artifacts) {
+  const cards = artifacts.filter((artifact) => !shown(artifact)).map(resultCard);
+  const placeholder = pendingOf(jobId);
+  if (placeholder) placeholder.replaceWith(...cards);
+  else ui.grid.prepend(...cards);
+}
+
+/** The placeholder of a job in progress, made on first sight and told what is `known`; none once the job has results. */
+function placeholder(jobId, known = {}) {
+  if (cardsOf(jobId).length) {
+    const card = pendingOf(jobId);
+    if (card) fillIn(card, known);
+    return card ?? null;
+  }
+  const card = pendingCard({ jobId, ...known });
+  fillIn(card, known);
+  ui.grid.prepend(card);
+  // Events do not carry the prompt; the job does.
+  if (!known.prompt) api(`/v1/jobs/${encodeURIComponent(jobId)}`).then(applyJob, () => {});
+  return card;
+}
+
+/** A job that ended without results: say why, and let it be dismissed. */
+function finish(jobId, state, label, message) {
+  const card = pendingOf(jobId);
+  if (!card || card.dataset.state === state) return;
+  setState(card, state, label, 0);
+  card.removeAttribute('aria-busy');
+  card.querySelector('progress').remove();
+  const dismiss = h('button', { class: 'dismiss quiet', type: 'button', 'aria-label': 'Dismiss' }, '×');
+  dismiss.addEventListener('click', () => card.remove());
+  card.querySelector('.caption').append(message ? h('p', { class: 'error' }, message) : '', dismiss);
+}
+
+const STATUS_LABELS = { queued: 'Queued', dispatched: 'Dispatched', running: 'Running' };
+
+/** Bring the page in line with a job as the API describes it. */
+function applyJob(job) {
+  if (job.type !== 'image') return pendingOf(job.id)?.remove();
+  if (job.status === 'succeeded') return showResults(job.id, job.artifacts);
+  if (job.status === 'failed') return finish(job.id, 'failed', 'Failed', job.error?.message);
+  if (job.status === 'cancelled' || job.status === 'expired') return onEvent[job.status]({ jobId: job.id });
+  const { prompt, width, height } = job.input;
+  const known = { prompt, width, height, model: job.model, host: job.attempts.at(-1)?.host };
+  placeholder(job.id, { ...known, state: job.status, label: STATUS_LABELS[job.status] });
+}
+
+/** Results the page missed while it was not listening: newest first, in place of their placeholders. */
+async function catchUp() {
+  if (loaded) {
+    const { artifacts } = await api(`/v1/artifacts?limit=${PAGE_SIZE}`);
+    for (const artifact of artifacts.reverse()) showResults(artifact.jobId, [artifact]);
+  } else {
+    await loadMore();
+  }
+  const waiting = ui.grid.querySelectorAll('.pending[aria-busy][data-job-id]');
+  await Promise.all(Array.from(waiting, (card) => api(`/v1/jobs/${encodeURIComponent(card.dataset.jobId)}`).then(applyJob)));
+}
+
+async function loadMore() {
+  ui.more.disabled = true;
+  try {
+    const page = await api(`/v1/artifacts?limit=${PAGE_SIZE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    ui.grid.append(...page.artifacts.filter((artifact) => !shown(artifact)).map(resultCard));
+    cursor = page.nextCursor;
+    loaded = true;
+    ui.loadError.textContent = '';
+    ui.empty.hidden = false;
+  } catch (error) {
+    ui.loadError.textContent = `Could not load results: ${error.message}`;
+  } finally {
+    ui.more.disabled = false;
+    ui.more.hidden = !cursor;
+  }
+}
+
+/** Jobs that were already under way when the page opened. */
+async function loadInProgress() {
+  const lists = await Promise.all(['queued', 'dispatched', 'running'].map((status) => api(`/v1/jobs?status=${status}&limit=50`)));
+  const jobs = lists.flatMap((list) => list.jobs).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  for (const job of jobs) applyJob(job);
+}
+
+// ---- Live events ----------------------------------------------------------
+
+const onEvent = {
+  queued: ({ jobId, jobType, model }) => jobType === 'image' && placeholder(jobId, { model }),
+  dispatched: ({ jobId, host, attempt }) =>
+    setState(placeholder(jobId, { host }), 'dispatched', attempt > 1 ? `Retrying (attempt ${attempt})` : 'Dispatched'),
+  running: ({ jobId, host }) => setState(placeholder(jobId, { host }), 'running', 'Running'),
+  progress: ({ jobId, step, total, pct }) => setState(placeholder(jobId), 'running', `Step ${step} of ${total}`, pct),
+  succeeded: ({ jobId, artifacts }) => showResults(jobId, artifacts),
+  failed: ({ jobId, error }) => finish(jobId, 'failed', 'Failed', error.message),
+  cancelled: ({ jobId }) => finish(jobId, 'cancelled', 'Cancelled'),
+  expired: ({ jobId }) => finish(jobId, 'expired', 'Expired', 'The job passed its deadline.'),
+};
+
+const CONNECTION_LABELS = { idle: '', connecting: 'Connecting…', live: 'Live', reconnecting: 'Reconnecting…', offline: 'Offline' };
+
+function showConnection(state) {
+  ui.connection.dataset.state = state;
+  ui.connection.textContent = CONNECTION_LABELS[state];
+}
+
+/**
+ * Follow every job event the grant may see. EventSource reconnects by itself
+ * after a dropped connection, but the server does not replay what was missed,
+ * so a reconnect catches up from the API.
+ */
+function connect({ missed = false } = {}) {
+  const source = new EventSource(`/v1/events?access_token=${encodeURIComponent(grant)}`);
+  events = source;
+  showConnection(missed ? 'reconnecting' : 'connecting');
+  source.addEventListener('open', () => {
+    showConnection('live');
+    retryMs = 5_000;
+    if (missed) catchUp().catch(() => {});
+    missed = false;
+  });
+  source.addEventListener('error', () => {
+    missed = true;
+    if (source.readyState !== EventSource.CLOSED) return showConnection('reconnecting');
+    // Refused outright (a server shutting down, a grant refused): EventSource gives up, so
+    // try again later, unless the grant turns out to be no good (api() then asks for another).
+    showConnection('offline');
+    setTimeout(() => {
+      if (events === source) api('/v1/artifacts?limit=1').catch(() => {}).then(() => events === source && connect({ missed }));
+    }, retryMs);
+    retryMs = Math.min(retryMs * 2, 60_000);
+  });
+  for (const [type, handle] of Object.entries(onEvent)) {
+    source.addEventListener(type, (message) => handle(JSON.parse(message.data)));
+  }
+}
+
+// ---- The form -------------------------------------------------------------
+
+function readForm() {
+  const data = new FormData(ui.form);
+  const size = Number(data.get('size'));
+  const input = { prompt: data.get('prompt'), width: size, height: size };
+  for (const name of ['seed', 'steps']) {
+    const value = data.get(name).trim();
+    if (value !== '') input[name] = Number(value);
+  }
+  return input;
+}
+
+/** Submit a job; its placeholder appears at once, and the form keeps what was typed whatever happens. */
+async function submit(event) {
+  event.preventDefault();
+  const input = readForm();
+  const button = ui.form.querySelector('button[type=submit]');
+  const card = pendingCard({ ...input, state: 'submitting', label: 'Submitting…' });
+  ui.grid.prepend(card);
+  ui.formError.textContent = '';
+  button.disabled = true;
+  try {
+    const { id } = await api('/v1/jobs', { method: 'POST', json: { type: 'image', input } });
+    // Its events may have come first and made a card of their own.
+    const existing = cardsOf(id);
+    if (existing.length) {
+      card.remove();
+      if (existing[0].classList.contains('pending')) fillIn(existing[0], input);
+    } else {
+      card.dataset.jobId = id;
+      setState(card, 'queued', 'Queued');
+    }
+  } catch (error) {
+    card.remove();
+    ui.formError.textContent = error.message;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---- Start ----------------------------------------------------------------
+
+function start(value) {
+  events?.close();
+  grant = value;
+  loaded = false;
+  cursor = null;
+  ui.grid.replaceChildren();
+  ui.grantPanel.hidden = true;
+  ui.app.hidden = false;
+  ui.forget.hidden = false;
+  ui.empty.hidden = true;
+  connect();
+  loadMore();
+  loadInProgress().catch(() => {});
+}
+
+ui.form.addEventListener('submit', submit);
+ui.more.addEventListener('click', loadMore);
+ui.forget.addEventListener('click', () => askForGrant());
+ui.grantForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const value = grantIn(ui.grantForm.elements.grant.value);
+  ui.grantForm.reset();
+  sessionStorage.setItem(GRANT_KEY, value);
+  start(value);
+});
+// A new gallery link pasted into this tab's address bar.
+window.addEventListener('hashchange', () => {
+  const value = takeGrant();
+  if (value && value !== grant) start(value);
+});
+setInterval(() => {
+  for (const time of ui.grid.querySelectorAll('time')) time.textContent = ago(time.dateTime);
+}, 30_000);
+
+const initial = takeGrant();
+if (initial) start(initial);
+else askForGrant();
