@@ -5,7 +5,7 @@ import type { ArtifactView, ErrorBody, JobStatus } from './jobs.js';
  * and the `data:` field is the whole object as JSON.
  */
 export type JobEvent =
-  | { type: 'queued'; jobId: string; model: string; jobType: string; at: string; position?: number }
+  | { type: 'queued'; jobId: string; model: string; jobType: string; prompt: string | null; at: string }
   | { type: 'dispatched'; jobId: string; host: string; replica: string; batchId: string; batchSize: number; attempt: number; at: string }
   | { type: 'running'; jobId: string; host: string; at: string }
   | { type: 'progress'; jobId: string; step: number; total: number; pct: number; at: string }

@@ -31,7 +31,7 @@ function blobServer(tamper?: string) {
     const model = [builtinModel('gen')!, builtinModel('mlp')!].find((entry) => entry.digest === digest);
     if (!model) return new Response('not found', { status: 404 });
     const bytes = Buffer.from(model.bytes);
-    if (digest === tamper) bytes[100] ^= 0xff;
+    if (digest === tamper) bytes[100] = bytes[100]! ^ 0xff;
     return new Response(bytes);
   };
   return { pulls, fetchBlob };

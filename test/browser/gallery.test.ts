@@ -22,7 +22,11 @@ function resultShown(prompt: string): boolean {
   });
 }
 
-describe.skipIf(!existsSync(CHROMIUM))('the gallery page in a browser', () => {
+describe('the gallery page in a browser', () => {
+  it('has a Chromium to drive (npm run setup-tests installs Debian\'s)', () => {
+    expect(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}`).toBe(true);
+  });
+
   let mesh: RunningMesh | undefined;
   let browser: Browser | undefined;
   let page: Page;

@@ -27,11 +27,11 @@ export function tempDir(prefix = 'gpumesh-test-'): string {
 }
 
 /** Poll until `check` returns a truthy value (no fixed sleeps). */
-export async function waitFor<T>(check: () => T | Promise<T>, { timeoutMs = 20_000, intervalMs = 25, what = 'condition' } = {}): Promise<T> {
+export async function waitFor<T>(check: () => T | Promise<T>, { timeoutMs = 20_000, intervalMs = 25, what = 'condition' } = {}): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
-    if (value) return value;
+    if (value) return value as NonNullable<T>;
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }

@@ -6,12 +6,58 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { VERSION } from '../../version.js';
 import { CliError, parseInteger } from '../output.js';
 import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
 
 const BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
+
+/**
+ * The agent process `up` runs next to the orchestrator. If it dies (a crash,
+ * an OOM kill, a stray signal) it is started again after a growing pause,
+ * unless the orchestrator refused it (exit code 2), which a restart would not mend.
+ */
+class LocalAgent {
+  #child: ChildProcess;
+  #stopping = false;
+  #restarts = 0;
+  refused = false;
+
+  constructor(private readonly start: () => ChildProcess, private readonly log: Logger) {
+    this.#child = this.#launch();
+  }
+
+  #launch(): ChildProcess {
+    const child = this.start();
+    const startedAt = Date.now();
+    child.once('exit', (code, signal) => {
+      if (this.#stopping) return;
+      if (code === 2) {
+        this.refused = true;
+        this.log.error({ code }, 'the local agent was refused by the orchestrator; not restarting it');
+        return;
+      }
+      // A run that lasted a minute resets the backoff.
+      if (Date.now() - startedAt > 60_000) this.#restarts = 0;
+      const delay = Math.min(30_000, 500 * 2 ** this.#restarts++);
+      this.log.warn({ code, signal, restartInMs: delay }, 'the local agent exited; restarting it');
+      setTimeout(() => {
+        if (!this.#stopping) this.#child = this.#launch();
+      }, delay).unref();
+    });
+    return child;
+  }
+
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    const child = this.#child;
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    child.kill('SIGTERM');
+    await exited;
+  }
+}
 
 interface UpOptions extends ServeOptions {
   agent: boolean;
@@ -38,23 +84,24 @@ export function upCommand(): Command {
         'types image', `time-before ${new Date(Date.now() + 30 * 86_400_000).toISOString()}`,
       ], 'gallery page');
 
-      let agent: ChildProcess | null = null;
       const host = hostname();
-      if (options.agent) {
+      const agent = options.agent ? new LocalAgent(() => {
         const classes = [...new Set(Object.values(config.routing).flat())];
         const grant = orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
         const args = [BIN, 'agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
-        agent = spawn(process.execPath, args, {
+        return spawn(process.execPath, args, {
           // The grant travels in the environment, not argv, so `ps` does not show it.
           env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level },
           // The IPC channel is a lifeline: if `up` dies, even by SIGKILL, the agent sees it close and exits.
           stdio: ['ignore', output, output, 'ipc'],
         });
+      }, logger) : null;
+      if (agent) {
         const deadline = Date.now() + 60_000;
         while (orchestrator.agentsConnected === 0) {
-          if (agent.exitCode !== null) throw new CliError(`the local agent exited (code ${agent.exitCode}); see ${join(logs, 'agent.log')}`);
+          if (agent.refused) throw new CliError(`the local agent was refused; see ${join(logs, 'agent.log')}`);
           if (Date.now() > deadline) throw new CliError(`the local agent did not connect within 60 s; see ${join(logs, 'agent.log')}`);
           await sleep(50);
         }
@@ -72,14 +119,8 @@ export function upCommand(): Command {
       ];
       process.stdout.write(`${lines.join('\n')}\n`);
       onShutdown(async () => {
-        if (agent && agent.exitCode === null) {
-          agent.kill('SIGTERM');
-          await once(agent, 'exit');
-        }
+        await agent?.stop();
         await orchestrator.close();
-      });
-      agent?.once('exit', (code) => {
-        if (code !== 0) logger.warn({ code }, 'the local agent exited');
       });
     });
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { JOB_STATUSES, SubmitJobBody } from '../../protocol/index.js';
+import { JOB_STATUSES, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
 import { authorizer, grantOf, requireGrant } from './auth.js';
 import type { HttpContext } from './context.js';
 
@@ -23,7 +23,17 @@ export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
   routes.get('/v1/jobs', {
     schema: {
       querystring: z.object({
-        status: z.enum(JOB_STATUSES).optional(),
+        /** One status or several, comma-separated (queued,dispatched,running). */
+        status: z.string().max(100).optional().transform((text, ctx) => {
+          if (!text) return undefined;
+          const statuses = text.split(',').map((part) => part.trim());
+          const unknown = statuses.filter((status) => !(JOB_STATUSES as readonly string[]).includes(status));
+          if (unknown.length > 0) {
+            ctx.addIssue({ code: 'custom', message: `unknown status ${unknown.join(', ')}; use ${JOB_STATUSES.join(', ')}` });
+            return z.NEVER;
+          }
+          return statuses as JobStatus[];
+        }),
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
         access_token: z.string().optional(),
@@ -31,7 +41,7 @@ export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },
     preHandler: requireGrant(context, 'jobs:read'),
-  }, async (request) => context.jobs.list(grantOf(request), request.query));
+  }, async (request) => context.jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
 
   routes.get('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },

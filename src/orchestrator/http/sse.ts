@@ -3,7 +3,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 const KEEPALIVE_MS = 15_000;
 
 export interface SseStream {
-  send(event: string, data: unknown): void;
+  /** Send one event; `id` (when given) is what the client sends back as Last-Event-ID. */
+  send(event: string, data: unknown, id?: string): void;
   close(): void;
   readonly closed: boolean;
 }
@@ -23,7 +24,6 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
   });
   raw.write('retry: 2000\n\n');
   let closed = false;
-  let id = 0;
   const keepalive = setInterval(() => raw.write(': keepalive\n\n'), KEEPALIVE_MS);
   keepalive.unref();
   const finish = (): void => {
@@ -34,9 +34,9 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
   };
   request.raw.on('close', finish);
   return {
-    send(event, data) {
+    send(event, data, id) {
       if (closed) return;
-      raw.write(`id: ${++id}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+      raw.write(`${id ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     },
     close() {
       finish();

@@ -1,3 +1,3 @@
-export { JobLifecycle, type LifecycleDeps } from './lifecycle.js';
+export { JobLifecycle, promptOf, type LifecycleDeps } from './lifecycle.js';
 export { JobService, canSee, encodeCursor, decodeCursor, DEFAULT_ALBUM, type ListQuery } from './service.js';
 export { jobView, artifactView, blobUrl } from './views.js';

@@ -30,6 +30,7 @@ export interface LifecycleDeps {
   reconnectGraceMs: number;
 }
 
+export const promptOf = (job: JobRecord): string | null => (typeof job.input.prompt === 'string' ? job.input.prompt : null);
 const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.model, album: job.album });
 const newBatchId = (): string => `b_${randomBytes(8).toString('hex')}`;
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -59,7 +60,7 @@ export class JobLifecycle {
   /** Put a freshly admitted (already stored) job in its queue. */
   admit(job: JobRecord): void {
     this.#deadlines.arm(job.id, job.deadlineAt);
-    this.#emit(job, { type: 'queued', jobId: job.id, model: job.model, jobType: job.type, at: iso(job.createdAt) });
+    this.#emit(job, { type: 'queued', jobId: job.id, model: job.model, jobType: job.type, prompt: promptOf(job), at: iso(job.createdAt) });
     this.#enqueue(job);
   }
 
@@ -165,7 +166,7 @@ export class JobLifecycle {
       return;
     }
     const now = clock.now();
-    const prompt = typeof job.input.prompt === 'string' ? job.input.prompt : null;
+    const prompt = promptOf(job);
     let finished = false;
     db.transaction(() => {
       for (const artifact of message.artifacts) {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { isTerminal, MeshError, type JobStatus, type JobView, type SubmitJobBody, JOB_STATUSES } from '../../protocol/index.js';
+import { isTerminal, MeshError, type JobStatus, type JobView, type SubmitJobBody } from '../../protocol/index.js';
 import type { VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
 import type { Clock } from '../clock.js';
@@ -27,7 +27,7 @@ export interface JobServiceDeps {
 }
 
 export interface ListQuery {
-  status?: JobStatus;
+  statuses?: JobStatus[];
   limit: number;
   cursor?: string;
 }
@@ -124,11 +124,8 @@ export class JobService {
 
   list(grant: VerifiedGrant, query: ListQuery): { jobs: JobView[]; nextCursor: string | null } {
     const { db } = this.#deps;
-    if (query.status && !JOB_STATUSES.includes(query.status)) {
-      throw new MeshError('BAD_REQUEST', { detail: `unknown status "${query.status}"` });
-    }
     const records = jobStore.listJobs(db, {
-      statuses: query.status ? [query.status] : undefined,
+      statuses: query.statuses,
       types: grant.types, models: grant.models, albums: grant.albums,
       beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
       limit: query.limit,
