@@ -59,3 +59,32 @@ export function writeResults(name: string, results: unknown): string {
   writeFileSync(path, `${JSON.stringify({ name, machine: machine(), results }, null, 2)}\n`);
   return path;
 }
+
+/** A built-in model loaded in a real ONNX engine worker process, for engine-level measurements. */
+export async function loadBuiltin(name: 'gen' | 'mlp', budgetMB = 4096) {
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { pino } = await import('pino');
+  const { OnnxEngine } = await import('../src/agent/engines/onnx/engine.js');
+  const { cpuDevice } = await import('../src/agent/devices.js');
+  const { Supervisor } = await import('../src/agent/supervisor.js');
+  const { builtinModel, MLP_INPUT_DIM, MLP_OUTPUT_DIM, GEN_DEFAULT_STEPS } = await import('../src/models/index.js');
+  const model = builtinModel(name)!;
+  const dir = mkdtempSync(join(tmpdir(), 'gpumesh-bench-'));
+  const path = join(dir, `${name}.onnx`);
+  writeFileSync(path, model.bytes);
+  const engine = new OnnxEngine(new Supervisor(pino({ level: 'warn' })));
+  const loaded = await engine.load({
+    name, version: model.version, engine: 'onnx', pipeline: name === 'gen' ? 'cppn-image' : 'tensor', digest: model.digest,
+    bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes,
+    params: name === 'gen' ? { defaultSteps: GEN_DEFAULT_STEPS } : { inputDim: MLP_INPUT_DIM, outputDim: MLP_OUTPUT_DIM },
+  }, path, cpuDevice(budgetMB));
+  return {
+    loaded,
+    async close() {
+      await loaded.unload();
+      await engine.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

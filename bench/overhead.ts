@@ -6,20 +6,11 @@
  *
  *   npm run bench:overhead -- [--runs 1000] [--warmup 100]
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import http from 'node:http';
 import { createParser } from 'eventsource-parser';
-import { pino } from 'pino';
-import { OnnxEngine } from '../src/agent/engines/onnx/engine.js';
-import { cpuDevice } from '../src/agent/devices.js';
-import { Supervisor } from '../src/agent/supervisor.js';
-import { builtinModel } from '../src/models/index.js';
-import type { ModelManifest } from '../src/protocol/index.js';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
-import { printTable, summarize, writeResults } from './lib.js';
+import { loadBuiltin, printTable, summarize, writeResults } from './lib.js';
 
 const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '100' } } });
 const RUNS = Number(values.runs);
@@ -27,17 +18,7 @@ const WARMUP = Number(values.warmup);
 const INPUT = { prompt: 'overhead', seed: 1, width: 8, height: 8, steps: 1 };
 
 async function direct(): Promise<number[]> {
-  const gen = builtinModel('gen')!;
-  const dir = mkdtempSync(join(tmpdir(), 'gpumesh-bench-'));
-  const path = join(dir, 'gen.onnx');
-  writeFileSync(path, gen.bytes);
-  const manifest: ModelManifest = {
-    name: 'gen', version: gen.version, engine: 'onnx', pipeline: 'cppn-image', digest: gen.digest, bytes: gen.bytes.length,
-    memoryMB: gen.memoryMB, jobTypes: gen.jobTypes, params: { defaultSteps: 6 },
-  };
-  const supervisor = new Supervisor(pino({ level: 'warn' }));
-  const engine = new OnnxEngine(supervisor);
-  const loaded = await engine.load(manifest, path, cpuDevice(1024));
+  const { loaded, close } = await loadBuiltin('gen');
   const times: number[] = [];
   for (let i = 0; i < WARMUP + RUNS; i++) {
     const start = performance.now();
@@ -45,9 +26,7 @@ async function direct(): Promise<number[]> {
     if (!output?.ok) throw new Error('direct run failed');
     if (i >= WARMUP) times.push(performance.now() - start);
   }
-  await loaded.unload();
-  await engine.close();
-  removeDir(dir);
+  await close();
   return times;
 }
 
