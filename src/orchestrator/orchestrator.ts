@@ -16,7 +16,7 @@ import { BlobStore, ModelRegistry } from './registry/index.js';
 import { Router } from './routing/index.js';
 import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
-import { blobs, grants, openDb, type Db } from './store/index.js';
+import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
 import { VERSION } from '../version.js';
 
 export interface OrchestratorOptions {
@@ -43,6 +43,7 @@ export class Orchestrator {
   readonly config: MeshConfig;
   readonly log: Logger;
   readonly #db: Db;
+  readonly #commits: GroupCommit;
   readonly #authority: GrantAuthority;
   readonly #lifecycle: JobLifecycle;
   readonly #hub: AgentHub;
@@ -50,11 +51,12 @@ export class Orchestrator {
   #url: string | null = null;
 
   private constructor(parts: {
-    config: MeshConfig; log: Logger; db: Db; authority: GrantAuthority; lifecycle: JobLifecycle; hub: AgentHub; app: FastifyInstance;
+    config: MeshConfig; log: Logger; db: Db; commits: GroupCommit; authority: GrantAuthority; lifecycle: JobLifecycle; hub: AgentHub; app: FastifyInstance;
   }) {
     this.config = parts.config;
     this.log = parts.log;
     this.#db = parts.db;
+    this.#commits = parts.commits;
     this.#authority = parts.authority;
     this.#lifecycle = parts.lifecycle;
     this.#hub = parts.hub;
@@ -66,6 +68,7 @@ export class Orchestrator {
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
     const db = openDb(join(config.data, 'store.sqlite'));
+    const commits = new GroupCommit(db);
     const blobStore = new BlobStore(join(config.data, 'blobs'));
     const registry = new ModelRegistry(config);
     await registry.addBuiltins(blobStore, (digest, bytes, mediaType) => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
@@ -88,16 +91,16 @@ export class Orchestrator {
       dispatch: (model, jobs, host) => lifecycle!.dispatch(model, jobs, host),
     });
     lifecycle = new JobLifecycle({
-      db, clock, events, scheduler, admission, metrics, log: log.child({ part: 'jobs' }),
+      db, commits, clock, events, scheduler, admission, metrics, log: log.child({ part: 'jobs' }),
       model: (name) => registry.get(name),
       host: (id) => hub?.get(id),
       mintUploadGrant: (jobId) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(clock.now() + 3_600_000).toISOString()}`]).token,
       retryBackoffMs: config.retry.backoffMs,
       reconnectGraceMs: config.agents.reconnectGraceMs,
     });
-    const jobs = new JobService({ db, clock, config, registry, scheduler, admission, lifecycle, metrics });
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, lifecycle, metrics });
     const context: HttpContext = {
-      config, clock, db, blobs: blobStore, registry, authority, jobs, events, scheduler, metrics,
+      config, clock, db, commits, blobs: blobStore, registry, authority, jobs, events, scheduler, metrics,
       hub: undefined as unknown as AgentHub,
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
     };
@@ -110,7 +113,7 @@ export class Orchestrator {
     const app = await buildServer(context, log, VERSION);
     const recovered = lifecycle.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
-    return new Orchestrator({ config, log, db, authority, lifecycle, hub, app });
+    return new Orchestrator({ config, log, db, commits, authority, lifecycle, hub, app });
   }
 
   /** Start listening; returns the base URL. */
@@ -158,6 +161,7 @@ export class Orchestrator {
     this.#hub.close();
     this.#lifecycle.close();
     await this.#app.close();
+    this.#commits.flush();
     this.#db.close();
     rmSync(join(this.config.data, 'orchestrator.url'), { force: true });
   }

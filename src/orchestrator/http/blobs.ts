@@ -79,10 +79,11 @@ export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
       if (!MEDIA_TYPE.test(mediaType)) throw new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: mediaType.slice(0, 100) });
       const stored = await context.blobs.putStream(request.raw, { expected: digest, limit: context.config.server.uploadLimitBytes });
       const now = context.clock.now();
-      context.db.transaction(() => {
+      context.commits.write(() => {
         blobs.recordBlob(context.db, { digest, bytes: stored.bytes, mediaType }, now);
         blobs.recordUpload(context.db, id, digest, now);
-      })();
+      });
+      await context.commits.durable();
       void reply.code(201);
       return { digest, bytes: stored.bytes, mediaType };
     });

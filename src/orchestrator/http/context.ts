@@ -7,13 +7,14 @@ import type { MeshMetrics } from '../metrics.js';
 import type { AgentHub } from '../link/agent-hub.js';
 import type { BlobStore, ModelRegistry } from '../registry/index.js';
 import type { Scheduler } from '../scheduler/index.js';
-import type { Db } from '../store/index.js';
+import type { Db, GroupCommit } from '../store/index.js';
 
 /** The parts of the orchestrator that route handlers use; built by the Orchestrator facade. */
 export interface HttpContext {
   config: MeshConfig;
   clock: Clock;
   db: Db;
+  commits: GroupCommit;
   blobs: BlobStore;
   registry: ModelRegistry;
   authority: GrantAuthority;

@@ -16,8 +16,11 @@ export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
     preHandler: requireGrant(context, 'jobs:submit'),
   }, async (request, reply) => {
     const { job, created } = context.jobs.submit(grantOf(request), request.body, authorizer(context, request));
-    void reply.code(created ? 202 : 200).header('location', job.links.self);
-    return { id: job.id, status: job.status, links: job.links, created };
+    // The 202 promises the job is stored: wait for the group commit that holds it.
+    await context.commits.durable();
+    const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
+    void reply.code(created ? 202 : 200).header('location', links.self);
+    return { id: job.id, status: job.status, links, created };
   });
 
   routes.get('/v1/jobs', {

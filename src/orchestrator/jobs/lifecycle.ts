@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { MeshError, type AgentMessage, type ErrorBody, type JobEvent } from '../../protocol/index.js';
 import type { Clock, Timer } from '../clock.js';
@@ -7,7 +7,7 @@ import type { MeshMetrics } from '../metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession, InFlightBatch } from '../routing/index.js';
 import type { Admission, QueuedJob, Scheduler } from '../scheduler/index.js';
-import { artifacts, attempts, blobs, jobs as jobStore, type Db, type JobRecord } from '../store/index.js';
+import { artifacts, attempts, blobs, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { Deadlines } from './deadlines.js';
 import { artifactView } from './views.js';
 
@@ -16,6 +16,8 @@ type Failed = Extract<AgentMessage, { type: 'failed' }>;
 
 export interface LifecycleDeps {
   db: Db;
+  /** Writes join the current group commit; acknowledgements to agents wait for it. */
+  commits: GroupCommit;
   clock: Clock;
   events: JobEventBus;
   scheduler: Scheduler;
@@ -32,7 +34,7 @@ export interface LifecycleDeps {
 
 export const promptOf = (job: JobRecord): string | null => (typeof job.input.prompt === 'string' ? job.input.prompt : null);
 const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.model, album: job.album });
-const newBatchId = (): string => `b_${randomBytes(8).toString('hex')}`;
+const newBatchId = (): string => `b_${randomUUID().replaceAll('-', '')}`;
 const iso = (ms: number): string => new Date(ms).toISOString();
 
 /**
@@ -46,7 +48,9 @@ export class JobLifecycle {
   readonly #deps: LifecycleDeps;
   readonly #deadlines: Deadlines;
   /** Which host and batch hold each dispatched job. */
-  readonly #running = new Map<string, { host: HostSession; batch: InFlightBatch; scope: EventScope }>();
+  readonly #running = new Map<string, { host: HostSession; batch: InFlightBatch; scope: EventScope; job: JobRecord }>();
+  /** The records of queued jobs, so dispatch does not read them back from SQLite. */
+  readonly #queued = new Map<string, JobRecord>();
   /** Failed attempts waiting out their backoff before going back in the queue. */
   readonly #retrying = new Map<string, Timer>();
   /** After a restart: dispatched jobs waiting for their agent to reconnect and claim them. */
@@ -70,6 +74,7 @@ export class JobLifecycle {
       this.#finish(job, 'failed', { error: new MeshError('UNKNOWN_MODEL', { model: job.model, known: '(changed since the job was queued)' }) });
       return;
     }
+    this.#queued.set(job.id, job);
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
       compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes,
@@ -82,22 +87,22 @@ export class JobLifecycle {
     const now = clock.now();
     const batchId = newBatchId();
     const records: JobRecord[] = [];
-    db.transaction(() => {
+    this.#deps.commits.write(() => {
       for (const entry of queued) {
-        const job = jobStore.getJob(db, entry.id);
-        if (!job || job.status !== 'queued') continue;
-        jobStore.markDispatched(db, job.id, batchId, queued.length, host.id, now, now);
+        const job = this.#queued.get(entry.id) ?? jobStore.getJob(db, entry.id);
+        this.#queued.delete(entry.id);
+        if (!job || !jobStore.markDispatched(db, job.id, batchId, queued.length, host.id, now, now)) continue;
         attempts.insertAttempt(db, {
           jobId: job.id, n: job.attempts + 1, host: host.id, replica: `${host.id}/${model.manifest.name}`,
           batchId, batchSize: queued.length, dispatchedAt: now,
         });
-        records.push({ ...job, attempts: job.attempts + 1 });
+        records.push({ ...job, status: 'dispatched', attempts: job.attempts + 1, batchId, batchSize: queued.length, leaseHost: host.id });
       }
-    })();
+    });
     if (records.length === 0) return;
     const batch: InFlightBatch = { id: batchId, model: model.manifest.name, jobIds: new Set(records.map((job) => job.id)), dispatchedAt: now };
     host.batches.set(batchId, batch);
-    for (const job of records) this.#running.set(job.id, { host, batch, scope: scopeOf(job) });
+    for (const job of records) this.#running.set(job.id, { host, batch, scope: scopeOf(job), job });
     this.#deps.admission.recordDrain(model.manifest.name, records.length);
     this.#deps.metrics.batchDispatched(model.manifest.name, records.length, records.map((job) => now - job.createdAt));
     const uploads = model.manifest.pipeline !== 'tensor';
@@ -120,15 +125,16 @@ export class JobLifecycle {
   started(host: HostSession, batchId: string, jobIds: readonly string[]): void {
     const { db, clock } = this.#deps;
     const now = clock.now();
-    for (const jobId of jobIds) {
-      const job = jobStore.getJob(db, jobId);
-      if (!job || job.status !== 'dispatched' || job.batchId !== batchId) continue;
-      db.transaction(() => {
-        jobStore.markRunning(db, jobId, now);
-        attempts.markAttemptStarted(db, jobId, batchId, now);
-      })();
-      this.#emit(job, { type: 'running', jobId, host: host.id, at: iso(now) });
-    }
+    const starting = jobIds.map((jobId) => this.#running.get(jobId))
+      .filter((entry) => entry !== undefined && entry.batch.id === batchId && entry.job.status === 'dispatched');
+    if (starting.length === 0) return;
+    // Two statements for the whole batch, not two per job.
+    this.#deps.commits.write(() => {
+      jobStore.markBatchRunning(db, batchId, now);
+      attempts.markBatchStarted(db, batchId, now);
+    });
+    for (const entry of starting) entry!.job.status = 'running';
+    for (const entry of starting) this.#emit(entry!.job, { type: 'running', jobId: entry!.job.id, host: host.id, at: iso(now) });
   }
 
   progress(batchId: string, jobIds: readonly string[], step: number, total: number): void {
@@ -144,8 +150,11 @@ export class JobLifecycle {
   /** An agent's result. Accepted once per job, whichever attempt produced it. */
   done(host: HostSession, message: Done): void {
     const { db, clock } = this.#deps;
-    const job = jobStore.getJob(db, message.jobId);
-    host.send({ type: 'ack', jobIds: [message.jobId] });
+    // The agent forgets a result once acknowledged, so the acknowledgement waits until the result is committed.
+    this.#deps.commits.afterCommit(() => host.ack(message.jobId));
+    // The usual case — the attempt that holds the job reports — needs no read from the store.
+    const current = this.#running.get(message.jobId);
+    const job = current?.batch.id === message.batchId ? current.job : jobStore.getJob(db, message.jobId);
     if (!job) return;
     if (job.status === 'succeeded' || job.status === 'failed' || job.status === 'cancelled' || job.status === 'expired') {
       this.#deps.log.info({ jobId: job.id, status: job.status, host: host.id }, 'late result ignored');
@@ -167,32 +176,32 @@ export class JobLifecycle {
     }
     const now = clock.now();
     const prompt = promptOf(job);
+    const published = message.artifacts.map((artifact) => ({
+      digest: artifact.digest, jobId: job.id, type: job.type, model: job.model, host: host.id, album: job.album, prompt,
+      mediaType: artifact.mediaType, bytes: artifact.bytes, width: artifact.width ?? null, height: artifact.height ?? null,
+      computeMs: message.timings.computeMs, totalMs: now - job.createdAt, createdAt: now,
+    }));
     let finished = false;
-    db.transaction(() => {
-      for (const artifact of message.artifacts) {
-        artifacts.insertArtifact(db, {
-          digest: artifact.digest, jobId: job.id, type: job.type, model: job.model, host: host.id, album: job.album, prompt,
-          mediaType: artifact.mediaType, bytes: artifact.bytes, width: artifact.width ?? null, height: artifact.height ?? null,
-          computeMs: message.timings.computeMs, totalMs: now - job.createdAt, createdAt: now,
-        });
-      }
+    this.#deps.commits.write(() => {
+      for (const artifact of published) artifacts.insertArtifact(db, artifact);
       attempts.finishAttempt(db, job.id, message.batchId, 'succeeded', now, { computeMs: message.timings.computeMs });
       finished = jobStore.finishJob(db, job.id, 'succeeded', now, { result: message.result ?? null });
-    })();
+    });
     if (!finished) return;
     this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, message.timings.computeMs);
     this.#deps.scheduler.remove(job.model, job.id);
+    this.#queued.delete(job.id);
     this.#afterTerminal(job.id);
     this.#emit(job, {
       type: 'succeeded', jobId: job.id, result: message.result ?? null, at: iso(now),
-      artifacts: artifacts.artifactsOfJob(db, job.id).map(artifactView),
+      artifacts: published.map((artifact) => artifactView({ ...artifact, seq: 0 })),
     });
   }
 
   /** An agent's failure report: retry elsewhere when it may help and attempts remain, else fail the job. */
   failed(host: HostSession, message: Failed): void {
     const { db, clock } = this.#deps;
-    host.send({ type: 'ack', jobIds: [message.jobId] });
+    this.#deps.commits.afterCommit(() => host.ack(message.jobId));
     const job = jobStore.getJob(db, message.jobId);
     if (!job || (job.status !== 'dispatched' && job.status !== 'running')) {
       this.#release(message.jobId);
@@ -274,16 +283,17 @@ export class JobLifecycle {
     const now = clock.now();
     const error = outcome.error instanceof MeshError ? outcome.error.toJSON() : outcome.error;
     const running = this.#running.get(job.id);
-    const changed = db.transaction(() => {
+    const changed = this.#deps.commits.write(() => {
       const ok = jobStore.finishJob(db, job.id, status, now, { errorCode: error?.code, errorMessage: error?.message });
       if (ok && running && status !== 'failed') {
         attempts.finishAttempt(db, job.id, running.batch.id, 'cancelled', now, { errorCode: error?.code, errorMessage: error?.message });
       }
       return ok;
-    })();
+    });
     if (!changed) return false;
     this.#deps.metrics.jobFinished(job.model, status, now - job.createdAt);
     this.#deps.scheduler.remove(job.model, job.id);
+    this.#queued.delete(job.id);
     if (running && status !== 'failed') running.host.send({ type: 'cancel', jobId: job.id });
     this.#afterTerminal(job.id);
     const at = iso(now);
@@ -353,7 +363,7 @@ export class JobLifecycle {
       let batch = host.batches.get(batchId);
       if (!batch) host.batches.set(batchId, (batch = { id: batchId, model: job.model, jobIds: new Set(), dispatchedAt: job.updatedAt }));
       batch.jobIds.add(jobId);
-      this.#running.set(jobId, { host, batch, scope: scopeOf(job) });
+      this.#running.set(jobId, { host, batch, scope: scopeOf(job), job });
     }
   }
 

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { isTerminal, MeshError, type JobStatus, type JobView, type SubmitJobBody } from '../../protocol/index.js';
 import type { VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
@@ -8,7 +8,7 @@ import type { EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { ModelRegistry } from '../registry/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import { jobs as jobStore, type Db, type JobRecord } from '../store/index.js';
+import { jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import type { JobLifecycle } from './lifecycle.js';
 import { jobView } from './views.js';
 
@@ -17,6 +17,7 @@ export const DEFAULT_ALBUM = 'default';
 
 export interface JobServiceDeps {
   db: Db;
+  commits: GroupCommit;
   clock: Clock;
   config: MeshConfig;
   registry: ModelRegistry;
@@ -56,8 +57,8 @@ export class JobService {
     this.#deps = deps;
   }
 
-  /** Admit a job. Returns the job and whether it is new (false: an idempotent repeat). */
-  submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: (request: Parameters<typeof firstFailure>[1]) => void): { job: JobView; created: boolean } {
+  /** Admit a job. Returns its record and whether it is new (false: an idempotent repeat). */
+  submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: (request: Parameters<typeof firstFailure>[1]) => void): { job: JobRecord; created: boolean } {
     const { db, clock, config, registry, scheduler, admission } = this.#deps;
     const now = clock.now();
     const routing = config.routing[body.type];
@@ -83,7 +84,7 @@ export class JobService {
 
     if (body.idempotencyKey) {
       const existing = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
-      if (existing) return { job: jobView(db, existing), created: false };
+      if (existing) return { job: existing, created: false };
     }
     try {
       if (grant.ratePerMinute !== null) admission.takeRate(grant.tokenKey, grant.ratePerMinute);
@@ -95,20 +96,20 @@ export class JobService {
       throw error;
     }
 
-    const record = db.transaction((): JobRecord => {
+    const record = this.#deps.commits.write((): JobRecord => {
       if (body.idempotencyKey) {
         // A key older than the window is free again: clear it from the old job so the unique index allows the new one.
         const stale = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, 0);
         if (stale) jobStore.releaseIdempotencyKey(db, stale.id);
       }
       return jobStore.insertJob(db, {
-        id: `j_${randomBytes(10).toString('hex')}`, type: body.type, model: name, priority, album, classes, input,
+        id: `j_${randomUUID().replaceAll('-', '')}`, type: body.type, model: name, priority, album, classes, input,
         grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, createdAt: now,
         deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
       });
-    })();
+    });
     this.#deps.lifecycle.admit(record);
-    return { job: jobView(db, record), created: true };
+    return { job: record, created: true };
   }
 
   /** A job the grant may see; 404 otherwise (a grant does not learn what it cannot see). */

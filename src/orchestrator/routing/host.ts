@@ -33,6 +33,7 @@ export class HostSession {
   readonly batches = new Map<string, InFlightBatch>();
   draining = false;
   readonly #send: (message: OrchestratorMessage) => void;
+  #acks: string[] = [];
 
   constructor(info: HostInfo, session: string, now: number, send: (message: OrchestratorMessage) => void) {
     this.info = info;
@@ -68,6 +69,18 @@ export class HostSession {
 
   send(message: OrchestratorMessage): void {
     this.#send(message);
+  }
+
+  /** Acknowledge a result; acknowledgements made in one tick travel as one message. */
+  ack(jobId: string): void {
+    if (this.#acks.length === 0) {
+      queueMicrotask(() => {
+        const jobIds = this.#acks;
+        this.#acks = [];
+        this.#send({ type: 'ack', jobIds });
+      });
+    }
+    this.#acks.push(jobId);
   }
 
   /** Which batch, if any, holds this job. */

@@ -18,8 +18,8 @@ export function insertAttempt(db: Db, attempt: NewAttempt): void {
   );
 }
 
-export function markAttemptStarted(db: Db, jobId: string, batchId: string, now: number): void {
-  stmt(db, 'UPDATE attempts SET started_at = ? WHERE job_id = ? AND batch_id = ? AND started_at IS NULL').run(now, jobId, batchId);
+export function markBatchStarted(db: Db, batchId: string, now: number): void {
+  stmt(db, `UPDATE attempts SET started_at = ? WHERE batch_id = ? AND status = 'running' AND started_at IS NULL`).run(now, batchId);
 }
 
 export function finishAttempt(

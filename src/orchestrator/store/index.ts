@@ -1,4 +1,4 @@
-export { openDb, migrate, type Db } from './db.js';
+export { openDb, migrate, GroupCommit, type Db } from './db.js';
 export { MIGRATIONS, type Migration } from './migrations.js';
 export * as jobs from './jobs.js';
 export * as attempts from './attempts.js';

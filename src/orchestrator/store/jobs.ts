@@ -112,13 +112,15 @@ export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[
   return (db.prepare(`SELECT * FROM jobs WHERE status IN (${placeholders(statuses)}) ORDER BY seq`).all(...statuses) as JobRow[]).map(fromRow);
 }
 
-export function markDispatched(db: Db, id: string, batchId: string, batchSize: number, host: string, leaseExpiresAt: number, now: number): void {
-  stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
-    lease_expires_at = ?, updated_at = ? WHERE id = ? AND status = 'queued'`).run(batchId, batchSize, host, leaseExpiresAt, now, id);
+/** Returns false when the job was no longer queued (cancelled or expired meanwhile). */
+export function markDispatched(db: Db, id: string, batchId: string, batchSize: number, host: string, leaseExpiresAt: number, now: number): boolean {
+  return stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
+    lease_expires_at = ?, updated_at = ? WHERE id = ? AND status = 'queued'`).run(batchId, batchSize, host, leaseExpiresAt, now, id).changes === 1;
 }
 
-export function markRunning(db: Db, id: string, now: number): void {
-  stmt(db, `UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ? AND status = 'dispatched'`).run(now, id);
+/** The agent started a batch: its jobs that are still dispatched to it are running. */
+export function markBatchRunning(db: Db, batchId: string, now: number): void {
+  stmt(db, `UPDATE jobs SET status = 'running', updated_at = ? WHERE batch_id = ? AND status = 'dispatched'`).run(now, batchId);
 }
 
 export function extendLease(db: Db, id: string, host: string, leaseExpiresAt: number): void {

@@ -39,6 +39,7 @@ export const MIGRATIONS: readonly Migration[] = [
         error_message TEXT
       );
       CREATE INDEX jobs_by_status ON jobs (status, seq);
+      CREATE INDEX jobs_by_batch ON jobs (batch_id);
       CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs (grant_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
 
       CREATE TABLE attempts (
@@ -57,6 +58,7 @@ export const MIGRATIONS: readonly Migration[] = [
         error_message TEXT,
         PRIMARY KEY (job_id, n)
       ) WITHOUT ROWID;
+      CREATE INDEX attempts_by_batch ON attempts (batch_id);
 
       CREATE TABLE blobs (
         digest TEXT PRIMARY KEY,

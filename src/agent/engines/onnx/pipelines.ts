@@ -72,7 +72,7 @@ async function tensor(run: PipelineRun): Promise<JobOutput[]> {
   const y = outputs.y!;
   const outputDim = Number(y.dims[1]);
   const data = y.data as Float32Array;
-  run.onProgress({ step: 1, total: 1 });
+  // One forward pass: no intermediate progress worth a message per batch.
   return jobs.map((job, index) => ({
     jobId: job.id, ok: true, files: [],
     result: { y: Array.from(data.subarray(index * outputDim, (index + 1) * outputDim)), shape: [outputDim] },
