@@ -9,14 +9,13 @@
  */
 import { fork, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import http from 'node:http';
 import { parseArgs } from 'node:util';
 import { Queue, QueueEvents } from 'bullmq';
-import { createParser } from 'eventsource-parser';
 import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { freePort } from '../test/helpers/processes.js';
 import { removeDir, startMesh, tempDir, waitFor } from '../test/helpers/mesh.js';
 import { printTable, summarize, writeResults, type Summary } from './lib.js';
+import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({ options: { jobs: { type: 'string', default: '3000' }, inflight: { type: 'string', default: '64' }, warmup: { type: 'string', default: '500' } } });
 const JOBS = Number(values.jobs);
@@ -50,40 +49,14 @@ async function closedLoop(name: string, submit: (i: number) => Promise<void>): P
 
 async function gpumesh(): Promise<Result> {
   const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: { models: { mlp: { maxQueueSize: 100_000 } } } });
+  const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   try {
-    const url = new URL(mesh.url);
-    const agent = new http.Agent({ keepAlive: true, maxSockets: INFLIGHT });
-    const headers = { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/json' };
-    const request = (method: string, path: string, body?: string): Promise<http.IncomingMessage> => new Promise((resolve, reject) => {
-      const outgoing = http.request({ host: url.hostname, port: url.port, method, path, agent, headers }, resolve);
-      outgoing.on('error', reject);
-      outgoing.end(body);
+    await client.listen();
+    return await closedLoop('gpumesh', async (i) => {
+      await client.run({ type: 'tensor', input: { x: sample(i) } });
     });
-    const waiting = new Map<string, () => void>();
-    const early = new Set<string>();
-    const stream = await request('GET', '/v1/events');
-    const parser = createParser({
-      onEvent: (message) => {
-        if (message.event !== 'succeeded' && message.event !== 'failed') return;
-        const { jobId } = JSON.parse(message.data) as { jobId: string };
-        const resolve = waiting.get(jobId);
-        if (resolve) { waiting.delete(jobId); resolve(); } else early.add(jobId);
-      },
-    });
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => parser.feed(chunk));
-    const result = await closedLoop('gpumesh', async (i) => {
-      const response = await request('POST', '/v1/jobs', JSON.stringify({ type: 'tensor', input: { x: sample(i) } }));
-      let text = '';
-      for await (const chunk of response) text += chunk;
-      if (response.statusCode !== 202) throw new Error(`submit failed: ${response.statusCode} ${text}`);
-      const { id } = JSON.parse(text) as { id: string };
-      if (!early.delete(id)) await new Promise<void>((resolve) => waiting.set(id, resolve));
-    });
-    stream.destroy();
-    agent.destroy();
-    return result;
   } finally {
+    client.close();
     await mesh.stop();
     removeDir(mesh.data);
   }

@@ -7,10 +7,9 @@
  *   npm run bench:overhead -- [--runs 1000] [--warmup 100]
  */
 import { parseArgs } from 'node:util';
-import http from 'node:http';
-import { createParser } from 'eventsource-parser';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { loadBuiltin, printTable, summarize, writeResults } from './lib.js';
+import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '100' } } });
 const RUNS = Number(values.runs);
@@ -32,49 +31,17 @@ async function direct(): Promise<number[]> {
 
 async function mesh(): Promise<number[]> {
   const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' } });
+  const client = new BenchClient(running.url, running.admin, 4);
   try {
-    // One event stream for the whole run; each job's latency ends at its `succeeded` event.
-    const waiting = new Map<string, () => void>();
-    const early = new Set<string>();
-    // node:http with keep-alive: Node 20's fetch costs about a millisecond a request, which would be measured as mesh overhead.
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
-    const url = new URL(running.url);
-    const request = (method: string, path: string, body?: string): Promise<http.IncomingMessage> => new Promise((resolve, reject) => {
-      const outgoing = http.request({
-        host: url.hostname, port: url.port, method, path, agent,
-        headers: { authorization: `Bearer ${running.admin}`, 'content-type': 'application/json' },
-      }, resolve);
-      outgoing.on('error', reject);
-      outgoing.end(body);
-    });
-    const stream = await request('GET', '/v1/events');
-    const parser = createParser({
-      onEvent: (message) => {
-        if (message.event !== 'succeeded' && message.event !== 'failed') return;
-        const { jobId } = JSON.parse(message.data) as { jobId: string };
-        const resolve = waiting.get(jobId);
-        if (resolve) resolve();
-        else early.add(jobId);
-      },
-    });
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => parser.feed(chunk));
-    const body = JSON.stringify({ type: 'image', input: INPUT });
+    await client.listen();
     const times: number[] = [];
     for (let i = 0; i < WARMUP + RUNS; i++) {
-      const start = performance.now();
-      const accepted = await request('POST', '/v1/jobs', body);
-      let text = '';
-      for await (const chunk of accepted) text += chunk;
-      const { id } = JSON.parse(text) as { id: string };
-      if (!early.delete(id)) await new Promise<void>((resolve) => waiting.set(id, resolve));
-      waiting.delete(id);
-      if (i >= WARMUP) times.push(performance.now() - start);
+      const took = await client.run({ type: 'image', input: INPUT });
+      if (i >= WARMUP) times.push(took);
     }
-    stream.destroy();
-    agent.destroy();
     return times;
   } finally {
+    client.close();
     await running.stop();
     removeDir(running.data);
   }

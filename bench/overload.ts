@@ -6,11 +6,10 @@
  *
  *   npm run bench:overload -- [--seconds 30] [--factor 10] [--queue 40]
  */
-import http from 'node:http';
 import { parseArgs } from 'node:util';
-import { createParser } from 'eventsource-parser';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { percentile, printTable, summarize, writeResults } from './lib.js';
+import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({ options: {
   seconds: { type: 'string', default: '30' }, factor: { type: 'string', default: '10' }, queue: { type: 'string', default: '40' },
@@ -24,45 +23,10 @@ const mesh = await startMesh({
   env: { GPUMESH_LOG_LEVEL: 'warn' },
   config: { models: { gen: { maxQueueSize: QUEUE } }, priorities: { levels: 3, default: 2, agingMs: 5000 } }, // keep in step with AGING_MS below
 });
-const url = new URL(mesh.url);
-const agent = new http.Agent({ keepAlive: true, maxSockets: 128 });
-const headers = { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/json' };
-function request(method: string, path: string, body?: string): Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }> {
-  return new Promise((resolve, reject) => {
-    const outgoing = http.request({ host: url.hostname, port: url.port, method, path, agent, headers }, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (text += chunk));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, text }));
-    });
-    outgoing.on('error', reject);
-    outgoing.end(body);
-  });
-}
-
-// Completions, from one event stream.
-const ended = new Map<string, { type: string; at: number }>();
-const waiters = new Map<string, () => void>();
-const stream = await new Promise<http.IncomingMessage>((resolve) => http.get({ host: url.hostname, port: url.port, path: '/v1/events', agent: false, headers }, resolve));
-const parser = createParser({
-  onEvent: (message) => {
-    if (!['succeeded', 'failed', 'cancelled', 'expired'].includes(message.event ?? '')) return;
-    const { jobId } = JSON.parse(message.data) as { jobId: string };
-    ended.set(jobId, { type: message.event!, at: performance.now() });
-    waiters.get(jobId)?.();
-  },
-});
-stream.setEncoding('utf8');
-stream.on('data', (chunk: string) => parser.feed(chunk));
-
-async function submitAndWait(priority = 2): Promise<number> {
-  const start = performance.now();
-  const response = await request('POST', '/v1/jobs', JSON.stringify({ type: 'image', input: INPUT, priority }));
-  if (response.status !== 202) throw new Error(`unexpected ${response.status}: ${response.text}`);
-  const { id } = JSON.parse(response.text) as { id: string };
-  if (!ended.has(id)) await new Promise<void>((resolve) => waiters.set(id, resolve));
-  return ended.get(id)!.at - start;
-}
+const client = new BenchClient(mesh.url, mesh.admin, 128);
+await client.listen();
+const request = client.request.bind(client);
+const submitAndWait = (): Promise<number> => client.run({ type: 'image', input: INPUT });
 
 // 1. Unloaded latency: one job at a time.
 for (let i = 0; i < 5; i++) await submitAndWait();
@@ -110,14 +74,14 @@ while (performance.now() - loadStart < SECONDS * 1000) {
 }
 await Promise.all(inFlight);
 const loadEnd = performance.now();
-const completedDuringLoad = [1, 2, 3].map((priority) => [...admitted].filter(([id, job]) => job.priority === priority && (ended.get(id)?.at ?? Infinity) <= loadEnd).length);
+const completedDuringLoad = [1, 2, 3].map((priority) => [...admitted].filter(([id, job]) => job.priority === priority && (client.ended(id)?.at ?? Infinity) <= loadEnd).length);
 // Drain: every admitted job must finish.
 const drainDeadline = performance.now() + 120_000;
-while ([...admitted.keys()].some((id) => !ended.has(id)) && performance.now() < drainDeadline) await new Promise((resolve) => setTimeout(resolve, 100));
+while ([...admitted.keys()].some((id) => !client.ended(id)) && performance.now() < drainDeadline) await new Promise((resolve) => setTimeout(resolve, 100));
 clearInterval(memoryTimer);
 
-const lost = [...admitted.keys()].filter((id) => ended.get(id)?.type !== 'succeeded');
-const latencies = (priority?: number) => [...admitted].filter(([id, job]) => ended.has(id) && (priority === undefined || job.priority === priority)).map(([id, job]) => ended.get(id)!.at - job.at);
+const lost = [...admitted.keys()].filter((id) => client.ended(id)?.type !== 'succeeded');
+const latencies = (priority?: number) => [...admitted].filter(([id, job]) => client.ended(id) && (priority === undefined || job.priority === priority)).map(([id, job]) => client.ended(id)!.at - job.at);
 const unloadedP99 = percentile(unloaded, 99);
 const AGING_MS = 5000;
 /**
@@ -165,7 +129,6 @@ process.stdout.write(`wrote ${writeResults('overload', {
   latency: overall, latencyByPriority: Object.fromEntries([1, 2, 3].map((p) => [p, summarize(latencies(p))])),
   boundMsByPriority: Object.fromEntries([1, 2, 3].map((p) => [p, boundMs(p)])), completedDuringLoad, memory, rssSlopeMBPerMinute: slope, verdict,
 })}\n`);
-stream.destroy();
-agent.destroy();
+client.close();
 await mesh.stop();
 removeDir(mesh.data);
