@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { removeDir, ROOT, tempDir, waitFor } from '../helpers/mesh.js';
@@ -42,6 +42,7 @@ describe('the README', () => {
     expect(upOutput).toContain(`admin    grant in ${join(data, 'admin.grant')}`);
     expect(existsSync(join(data, 'admin.grant'))).toBe(true);
     expect(readFileSync(join(data, 'admin.grant')).length).toBeGreaterThan(100);
+    expect(statSync(join(data, 'admin.grant')).mode & 0o777).toBe(0o600);
 
     const tour = blocks[1]!.replaceAll('http://127.0.0.1:7070', url);
     const shell = spawn('bash', ['-euo', 'pipefail', '-c', tour], {

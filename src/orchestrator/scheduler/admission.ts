@@ -69,9 +69,10 @@ export class Admission {
     this.#admitted.set(tokenKey, times);
   }
 
+  /** Drop the times at or before `since`: a window of a minute holds what happened in the last 60 s, exclusive. */
   #prune(times: number[], since: number): number[] {
     let drop = 0;
-    while (drop < times.length && times[drop]! < since) drop++;
+    while (drop < times.length && times[drop]! <= since) drop++;
     return drop === 0 ? times : times.slice(drop);
   }
 }
