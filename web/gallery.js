@@ -203,7 +203,7 @@ function placeholder(jobId, known = {}) {
   const card = pendingCard({ jobId, ...known });
   fillIn(card, known);
   ui.grid.prepend(card);
-  // Events do not carry the prompt; the job does.
+  // Events other than `queued` do not carry the prompt; the job does.
   if (!known.prompt) api(`/v1/jobs/${encodeURIComponent(jobId)}`).then(applyJob, () => {});
   return card;
 }
@@ -264,15 +264,14 @@ async function loadMore() {
 
 /** Jobs that were already under way when the page opened. */
 async function loadInProgress() {
-  const lists = await Promise.all(['queued', 'dispatched', 'running'].map((status) => api(`/v1/jobs?status=${status}&limit=50`)));
-  const jobs = lists.flatMap((list) => list.jobs).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
-  for (const job of jobs) applyJob(job);
+  const { jobs } = await api('/v1/jobs?status=queued,dispatched,running&limit=100');
+  for (const job of jobs.reverse()) applyJob(job);
 }
 
 // ---- Live events ----------------------------------------------------------
 
 const onEvent = {
-  queued: ({ jobId, jobType, model }) => jobType === 'image' && placeholder(jobId, { model }),
+  queued: ({ jobId, jobType, model, prompt }) => jobType === 'image' && placeholder(jobId, { model, prompt: prompt ?? undefined }),
   dispatched: ({ jobId, host, attempt }) =>
     setState(placeholder(jobId, { host }), 'dispatched', attempt > 1 ? `Retrying (attempt ${attempt})` : 'Dispatched'),
   running: ({ jobId, host }) => setState(placeholder(jobId, { host }), 'running', 'Running'),
@@ -292,8 +291,10 @@ function showConnection(state) {
 
 /**
  * Follow every job event the grant may see. EventSource reconnects by itself
- * after a dropped connection, but the server does not replay what was missed,
- * so a reconnect catches up from the API.
+ * after a dropped connection and sends Last-Event-ID, so the server replays
+ * what was missed — or, when it cannot (it restarted), sends `resync` and the
+ * page catches up from the API. A new EventSource (after a refusal) starts
+ * without an id, so it catches up from the API too.
  */
 function connect({ missed = false } = {}) {
   const source = new EventSource(`/v1/events?access_token=${encodeURIComponent(grant)}`);
@@ -305,14 +306,14 @@ function connect({ missed = false } = {}) {
     if (missed) catchUp().catch(() => {});
     missed = false;
   });
+  source.addEventListener('resync', () => catchUp().catch(() => {}));
   source.addEventListener('error', () => {
-    missed = true;
     if (source.readyState !== EventSource.CLOSED) return showConnection('reconnecting');
     // Refused outright (a server shutting down, a grant refused): EventSource gives up, so
     // try again later, unless the grant turns out to be no good (api() then asks for another).
     showConnection('offline');
     setTimeout(() => {
-      if (events === source) api('/v1/artifacts?limit=1').catch(() => {}).then(() => events === source && connect({ missed }));
+      if (events === source) api('/v1/artifacts?limit=1').catch(() => {}).then(() => events === source && connect({ missed: true }));
     }, retryMs);
     retryMs = Math.min(retryMs * 2, 60_000);
   });
