@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { migrate, MIGRATIONS, openDb, jobs } from '../../src/orchestrator/store/index.js';
+import { GroupCommit, migrate, MIGRATIONS, openDb, jobs } from '../../src/orchestrator/store/index.js';
 
 describe('store migrations', () => {
   it('apply once, in order, and a second run does no harm', () => {
@@ -43,5 +43,30 @@ describe('store migrations', () => {
     expect(job.status).toBe('succeeded');
     expect(job.result).toEqual({ ok: 1 });
     expect(job.errorCode).toBeNull();
+  });
+});
+
+describe('group commit', () => {
+  it('joins one turn\'s writes into one transaction, undoes only a failed write, and resolves durable() after COMMIT', async () => {
+    const db = openDb(`/tmp/gpumesh-group-${process.pid}-${Date.now()}/store.sqlite`);
+    const commits = new GroupCommit(db);
+    const insert = (id: string) => jobs.insertJob(db, {
+      id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
+      grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+    });
+    commits.write(() => insert('j_a'));
+    expect(() => commits.write(() => { insert('j_b'); throw new Error('boom'); })).toThrow('boom');
+    commits.write(() => insert('j_c'));
+    expect(db.inTransaction).toBe(true);
+    const acked: string[] = [];
+    commits.afterCommit(() => acked.push('after'));
+    expect(acked).toEqual([]);
+    await commits.durable();
+    expect(db.inTransaction).toBe(false);
+    expect(acked).toEqual(['after']);
+    expect(['j_a', 'j_b', 'j_c'].map((id) => jobs.getJob(db, id)?.id ?? null)).toEqual(['j_a', null, 'j_c']);
+    commits.afterCommit(() => acked.push('idle'));
+    expect(acked).toEqual(['after', 'idle']); // nothing pending: at once
+    db.close();
   });
 });

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { MeshError, type AgentMessage, type ErrorBody, type JobEvent } from '../../protocol/index.js';
 import type { Clock, Timer } from '../clock.js';
@@ -8,6 +7,7 @@ import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession, InFlightBatch } from '../routing/index.js';
 import type { Admission, QueuedJob, Scheduler } from '../scheduler/index.js';
 import { artifacts, attempts, blobs, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
+import { newId } from '../ids.js';
 import { Deadlines } from './deadlines.js';
 import { artifactView } from './views.js';
 
@@ -34,7 +34,6 @@ export interface LifecycleDeps {
 
 export const promptOf = (job: JobRecord): string | null => (typeof job.input.prompt === 'string' ? job.input.prompt : null);
 const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.model, album: job.album });
-const newBatchId = (): string => `b_${randomUUID().replaceAll('-', '')}`;
 const iso = (ms: number): string => new Date(ms).toISOString();
 
 /**
@@ -85,7 +84,7 @@ export class JobLifecycle {
   dispatch(model: RegisteredModel, queued: QueuedJob[], host: HostSession): void {
     const { db, clock } = this.#deps;
     const now = clock.now();
-    const batchId = newBatchId();
+    const batchId = newId('b');
     const records: JobRecord[] = [];
     this.#deps.commits.write(() => {
       for (const entry of queued) {

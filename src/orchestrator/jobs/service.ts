@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { isTerminal, MeshError, type JobStatus, type JobView, type SubmitJobBody } from '../../protocol/index.js';
 import type { VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
@@ -11,6 +10,7 @@ import type { Admission, Scheduler } from '../scheduler/index.js';
 import { jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import type { JobLifecycle } from './lifecycle.js';
 import { jobView } from './views.js';
+import { newId } from '../ids.js';
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 export const DEFAULT_ALBUM = 'default';
@@ -103,7 +103,7 @@ export class JobService {
         if (stale) jobStore.releaseIdempotencyKey(db, stale.id);
       }
       return jobStore.insertJob(db, {
-        id: `j_${randomUUID().replaceAll('-', '')}`, type: body.type, model: name, priority, album, classes, input,
+        id: newId('j'), type: body.type, model: name, priority, album, classes, input,
         grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, createdAt: now,
         deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
       });

@@ -78,7 +78,17 @@ export class GroupCommit {
 
   write<T>(fn: () => T): T {
     this.#begin();
-    return this.#db.transaction(fn)();
+    // A savepoint by hand: better-sqlite3's db.transaction() builds new wrapper functions on every call.
+    stmt(this.#db, 'SAVEPOINT write').run();
+    try {
+      const result = fn();
+      stmt(this.#db, 'RELEASE write').run();
+      return result;
+    } catch (error) {
+      stmt(this.#db, 'ROLLBACK TO write').run();
+      stmt(this.#db, 'RELEASE write').run();
+      throw error;
+    }
   }
 
   /** Resolves when the writes made so far are committed. */
@@ -97,7 +107,7 @@ export class GroupCommit {
   flush(): void {
     if (!this.#open) return;
     this.#open = false;
-    if (this.#db.inTransaction) this.#db.exec('COMMIT');
+    if (this.#db.inTransaction) stmt(this.#db, 'COMMIT').run();
     const waiters = this.#waiters;
     const after = this.#after;
     this.#waiters = [];
@@ -108,7 +118,7 @@ export class GroupCommit {
 
   #begin(): void {
     if (this.#open) return;
-    this.#db.exec('BEGIN');
+    stmt(this.#db, 'BEGIN').run();
     this.#open = true;
     setImmediate(() => this.flush());
   }
