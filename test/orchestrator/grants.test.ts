@@ -1,32 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { MeshError } from '../../src/protocol/index.js';
+import { meshErrorOf } from '../helpers/errors.js';
 import { GrantAuthority, inspectGrant, narrowGrant, caveatsFromOptions } from '../../src/orchestrator/auth/index.js';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');
 const authority = new GrantAuthority(randomBytes(32), 'http://test');
 
-function denial(fn: () => void): MeshError {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof MeshError) return error;
-    throw error;
-  }
-  throw new Error('expected a MeshError');
-}
 
 describe('grants', () => {
   it('a client grant allows what its caveats allow and names the caveat that fails', () => {
     const { token } = authority.mint('client', ['types image', 'models gen']);
     const grant = authority.verify(token, NOW);
     expect(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'image', model: 'gen' }, NOW)).not.toThrow();
-    const error = denial(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'video', model: 'gen' }, NOW));
+    const error = meshErrorOf(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'video', model: 'gen' }, NOW));
     expect(error.code).toBe('GRANT_DENIED');
     expect(error.status).toBe(403);
     expect(error.message).toContain('types image');
     expect(error.message).toContain('"video"');
-    expect(denial(() => authority.authorize(grant, { action: 'grants:create' }, NOW)).message).toContain('kind client');
+    expect(meshErrorOf(() => authority.authorize(grant, { action: 'grants:create' }, NOW)).message).toContain('kind client');
   });
 
   it('narrowing offline can only take away', () => {
@@ -34,44 +25,44 @@ describe('grants', () => {
     const narrowed = narrowGrant(token, caveatsFromOptions({ types: ['video'], expires: '10m' }, NOW));
     const grant = authority.verify(narrowed, NOW);
     expect(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'video' }, NOW)).not.toThrow();
-    expect(denial(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
+    expect(meshErrorOf(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
     // "Widening" by adding a broader caveat still leaves the narrower one in force.
     const widened = authority.verify(narrowGrant(narrowed, ['types image,video,text']), NOW);
-    expect(denial(() => authority.authorize(widened, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
+    expect(meshErrorOf(() => authority.authorize(widened, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
     expect(widened.types).toEqual(['video']);
     expect(widened.id).toBe(authority.verify(token, NOW).id);
-    expect(denial(() => authority.verify(narrowed, NOW + 11 * 60_000)).code).toBe('GRANT_EXPIRED');
+    expect(meshErrorOf(() => authority.verify(narrowed, NOW + 11 * 60_000)).code).toBe('GRANT_EXPIRED');
   });
 
   it('rejects tampering, foreign keys, garbage and unknown caveats', () => {
     const { token } = authority.mint('client', ['types image']);
     const other = new GrantAuthority(randomBytes(32), 'http://other');
-    expect(denial(() => other.verify(token, NOW)).code).toBe('GRANT_INVALID');
-    expect(denial(() => authority.verify('not-a-grant', NOW)).code).toBe('GRANT_INVALID');
+    expect(meshErrorOf(() => other.verify(token, NOW)).code).toBe('GRANT_INVALID');
+    expect(meshErrorOf(() => authority.verify('not-a-grant', NOW)).code).toBe('GRANT_INVALID');
     // Drop the caveat by re-encoding without it: the signature no longer matches.
     const bytes = Buffer.from(token, 'base64url');
     const stripped = Buffer.from(bytes.toString('latin1').replace('types image', 'types video'), 'latin1').toString('base64url');
-    expect(denial(() => authority.verify(stripped, NOW)).code).toBe('GRANT_INVALID');
+    expect(meshErrorOf(() => authority.verify(stripped, NOW)).code).toBe('GRANT_INVALID');
     expect(() => narrowGrant(token, ['colour blue'])).toThrow(/unknown caveat condition/);
   });
 
   it('agent grants bind a host and its classes; upload grants bind one job', () => {
     const agent = authority.verify(authority.mint('agent', ['host laptop', 'classes image']).token, NOW);
     expect(() => authority.authorize(agent, { action: 'agent:join', host: 'laptop', classes: ['image'] }, NOW)).not.toThrow();
-    expect(denial(() => authority.authorize(agent, { action: 'agent:join', host: 'desktop', classes: ['image'] }, NOW)).message).toContain('host laptop');
-    expect(denial(() => authority.authorize(agent, { action: 'agent:join', host: 'laptop', classes: ['image', 'video'] }, NOW)).message).toContain('video');
-    expect(denial(() => authority.authorize(agent, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
+    expect(meshErrorOf(() => authority.authorize(agent, { action: 'agent:join', host: 'desktop', classes: ['image'] }, NOW)).message).toContain('host laptop');
+    expect(meshErrorOf(() => authority.authorize(agent, { action: 'agent:join', host: 'laptop', classes: ['image', 'video'] }, NOW)).message).toContain('video');
+    expect(meshErrorOf(() => authority.authorize(agent, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
     const upload = authority.verify(authority.mint('upload', ['job j_1']).token, NOW);
     expect(() => authority.authorize(upload, { action: 'outputs:write', jobId: 'j_1' }, NOW)).not.toThrow();
-    expect(denial(() => authority.authorize(upload, { action: 'outputs:write', jobId: 'j_2' }, NOW)).message).toContain('job j_1');
-    expect(denial(() => authority.authorize(upload, { action: 'blobs:read' }, NOW)).code).toBe('GRANT_DENIED');
+    expect(meshErrorOf(() => authority.authorize(upload, { action: 'outputs:write', jobId: 'j_2' }, NOW)).message).toContain('job j_1');
+    expect(meshErrorOf(() => authority.authorize(upload, { action: 'blobs:read' }, NOW)).code).toBe('GRANT_DENIED');
   });
 
   it('revocation applies to every narrowed copy', () => {
     const minted = authority.mint('client');
     const narrowed = narrowGrant(minted.token, ['types image']);
     authority.revoke(minted.id);
-    expect(denial(() => authority.verify(narrowed, NOW)).code).toBe('GRANT_REVOKED');
+    expect(meshErrorOf(() => authority.verify(narrowed, NOW)).code).toBe('GRANT_REVOKED');
   });
 
   it('inspect reads caveats without the key', () => {
