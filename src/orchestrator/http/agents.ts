@@ -24,7 +24,11 @@ export function authorizeJoin(context: HttpContext) {
     try {
       context.authority.authorize(grant, { action: 'agent:join', host: hello.host, classes: hello.classes }, context.clock.now());
     } catch (error) {
-      if (error instanceof MeshError) throw new MeshError('AGENT_REJECTED', { host: hello.host, detail: error.message });
+      // The reason travels in a WebSocket close frame (123 bytes at most): name the caveat, not the whole sentence.
+      if (error instanceof MeshError) {
+        const detail = error.code === 'GRANT_DENIED' ? `caveat "${String(error.params.caveat)}" failed (${String(error.params.detail)})` : error.message;
+        throw new MeshError('AGENT_REJECTED', { host: hello.host, detail });
+      }
       throw error;
     }
   };
