@@ -25,8 +25,8 @@ export interface LifecycleDeps {
   metrics: MeshMetrics;
   model(name: string): RegisteredModel | undefined;
   host(id: string): HostSession | undefined;
-  /** A grant that lets one job's outputs be uploaded. */
-  mintUploadGrant(jobId: string): string;
+  /** A grant that lets one job's outputs be uploaded, for at least `validMs`. */
+  mintUploadGrant(jobId: string, validMs: number): string;
   log: Logger;
   retryBackoffMs: number;
   reconnectGraceMs: number;
@@ -109,7 +109,7 @@ export class JobLifecycle {
       type: 'run', batchId, model: model.manifest,
       jobs: records.map((job) => ({
         id: job.id, input: job.input, deadlineAt: job.deadlineAt,
-        uploadGrant: uploads ? this.#deps.mintUploadGrant(job.id) : '',
+        uploadGrant: uploads ? this.#deps.mintUploadGrant(job.id, (job.deadlineAt ?? now + model.policy.maxTimeoutMs) - now) : '',
       })),
     });
     this.#deps.log.debug({ batchId, host: host.id, model: model.manifest.name, size: records.length }, 'batch dispatched');
