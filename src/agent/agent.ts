@@ -167,17 +167,6 @@ export class Agent {
       case 'ack':
         for (const jobId of message.jobIds) this.#unacked.delete(jobId);
         return;
-      case 'load':
-        this.#residency.acquire(message.model)
-          .then(() => this.#residency.release(message.model.name))
-          .catch((error: unknown) => this.#log.warn({ err: error, model: message.model.name }, 'load failed'));
-        return;
-      case 'unload':
-        void this.#residency.unload(message.model);
-        return;
-      case 'drain':
-        this.#log.info('asked to drain');
-        return;
       case 'welcome':
         return;
     }

@@ -93,7 +93,6 @@ export class Orchestrator {
     lifecycle = new JobLifecycle({
       db, commits, clock, events, scheduler, admission, metrics, log: log.child({ part: 'jobs' }),
       model: (name) => registry.get(name),
-      host: (id) => hub?.get(id),
       // Valid for as long as the job may run, and an hour more for slow uploads.
       mintUploadGrant: (jobId, validMs) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(clock.now() + validMs + 3_600_000).toISOString()}`]).token,
       retryBackoffMs: config.retry.backoffMs,

@@ -105,12 +105,9 @@ export type RunJob = z.infer<typeof RunJob>;
 export const OrchestratorMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number() }),
   z.object({ type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob) }),
-  z.object({ type: z.literal('load'), model: ModelManifest }),
-  z.object({ type: z.literal('unload'), model: z.string() }),
   z.object({ type: z.literal('cancel'), jobId: z.string() }),
   /** Results the orchestrator has recorded; the agent stops re-sending them. */
   z.object({ type: z.literal('ack'), jobIds: z.array(z.string()) }),
-  z.object({ type: z.literal('drain') }),
 ]);
 export type OrchestratorMessage = z.infer<typeof OrchestratorMessage>;
 

@@ -24,7 +24,6 @@ export interface LifecycleDeps {
   admission: Admission;
   metrics: MeshMetrics;
   model(name: string): RegisteredModel | undefined;
-  host(id: string): HostSession | undefined;
   /** A grant that lets one job's outputs be uploaded, for at least `validMs`. */
   mintUploadGrant(jobId: string, validMs: number): string;
   log: Logger;

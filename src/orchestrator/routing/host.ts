@@ -31,7 +31,6 @@ export class HostSession {
   resident: ResidentModel[] = [];
   devices: Device[];
   readonly batches = new Map<string, InFlightBatch>();
-  draining = false;
   readonly #send: (message: OrchestratorMessage) => void;
   #acks: string[] = [];
 
@@ -49,7 +48,7 @@ export class HostSession {
   }
 
   get freeSlots(): number {
-    return this.draining ? 0 : Math.max(0, this.info.concurrency - this.batches.size);
+    return Math.max(0, this.info.concurrency - this.batches.size);
   }
 
   get jobsInFlight(): number {
