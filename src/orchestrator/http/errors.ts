@@ -2,6 +2,9 @@ import type { FastifyError, FastifyInstance } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { MeshError } from '../../protocol/index.js';
 
+/** Largest refused body read to its end (and discarded) so the 413 reaches the client. */
+const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
+
 /** Fastify's own error codes for client mistakes, mapped to ours. */
 const FASTIFY_CLIENT_ERRORS: Record<string, (error: FastifyError) => MeshError> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: (error) => new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: error.message }),
@@ -28,6 +31,10 @@ export function installErrorHandling(app: FastifyInstance, bodyLimitBytes: numbe
       mesh = new MeshError('VALIDATION_FAILED', { detail });
     } else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       mesh = new MeshError('PAYLOAD_TOO_LARGE', { limit: bodyLimitBytes });
+      // Fastify closes the connection here; closing with the body still arriving makes the kernel
+      // send a reset that can destroy the 413 before the client reads it. For bodies of a sane size,
+      // keep the connection and let Node discard the rest, so the client always sees the answer.
+      if (Number(request.headers['content-length'] ?? Infinity) <= DRAIN_LIMIT_BYTES) reply.removeHeader('connection');
     } else if (error.code && FASTIFY_CLIENT_ERRORS[error.code]) {
       mesh = FASTIFY_CLIENT_ERRORS[error.code]!(error);
     } else if (error instanceof SyntaxError) {
