@@ -71,8 +71,8 @@ export class Agent {
     this.#devices = devices;
     this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }));
     this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
-    this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest) =>
-      fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` } }));
+    this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
+      fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -89,7 +89,12 @@ export class Agent {
         log.error({ reason }, 'the orchestrator refused this agent');
         this.#rejected?.(reason);
       },
-      onDisconnected: () => this.#stopHeartbeat(),
+      onDisconnected: () => {
+        this.#stopHeartbeat();
+        // Model pulls come from the orchestrator that just went away; a pull cut off mid-stream can
+        // hang instead of failing, so end them now and let their batches fail over.
+        this.#cache.abortPulls('the orchestrator link went down');
+      },
     });
   }
 
@@ -185,10 +190,12 @@ export class Agent {
       cancel: (jobIds) => { for (const jobId of jobIds) batch.cancelled.add(jobId); },
     };
     this.#running.set(batch.id, batch);
+    this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
     let acquired = false;
     try {
       const { loaded, loadMs } = await this.#residency.acquire(message.model);
       acquired = true;
+      this.#log.debug({ batchId: batch.id, loadMs }, 'model resident');
       batch.cancel = (jobIds) => {
         for (const jobId of jobIds) batch.cancelled.add(jobId);
         loaded.cancel(jobIds);
@@ -201,6 +208,7 @@ export class Agent {
         (progress) => this.#link.send({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
       );
       const computeMs = performance.now() - computeStart;
+      this.#log.debug({ batchId: batch.id, computeMs }, 'batch computed');
       await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received })));
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);

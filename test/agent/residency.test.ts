@@ -26,7 +26,7 @@ function manifest(name: 'gen' | 'mlp'): ModelManifest {
 /** The blob store as the agent sees it (HTTP GET by digest), served from memory; `tamper` corrupts one blob. */
 function blobServer(tamper?: string) {
   const pulls: string[] = [];
-  const fetchBlob = async (digest: string): Promise<Response> => {
+  const fetchBlob = async (digest: string, _signal?: AbortSignal): Promise<Response> => {
     pulls.push(digest);
     const model = [builtinModel('gen')!, builtinModel('mlp')!].find((entry) => entry.digest === digest);
     if (!model) return new Response('not found', { status: 404 });
@@ -71,6 +71,31 @@ describe('model cache', () => {
     const cache = new ModelCache(dir, blobServer(gen.digest).fetchBlob);
     await expect(cache.path(gen.digest)).rejects.toMatchObject({ code: 'INTEGRITY_FAILED' });
     expect(existsSync(cache.pathOf(gen.digest))).toBe(false);
+  });
+});
+
+describe('model cache pulls that stall', () => {
+  /** A server that sends the headers and a few bytes, then nothing: the pull must fail, not hang. */
+  const stalling = async (_digest: string, signal: AbortSignal): Promise<Response> => {
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new Uint8Array([1, 2, 3]));
+        signal.addEventListener('abort', () => controller.error(signal.reason));
+      },
+    });
+    return new Response(body);
+  };
+
+  it('gives up a pull that receives nothing for the idle timeout', async () => {
+    const cache = new ModelCache(tempDir(), stalling, { idleTimeoutMs: 100 });
+    await expect(cache.path(manifest('gen').digest)).rejects.toThrow(/no data for 100 ms/);
+  });
+
+  it('abortPulls ends pulls in progress at once', async () => {
+    const cache = new ModelCache(tempDir(), stalling, { idleTimeoutMs: 60_000 });
+    const pull = cache.path(manifest('gen').digest);
+    setTimeout(() => cache.abortPulls('the orchestrator link went down'), 20);
+    await expect(pull).rejects.toMatchObject({ code: 'ENGINE_FAILED', message: expect.stringContaining('link went down') });
   });
 });
 

@@ -17,7 +17,7 @@ describe('durability', () => {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
     const serve = (): Proc => {
-      const proc = gpumesh(['serve', '--data', data, '--port', String(port)], { GPUMESH_LOG_LEVEL: 'warn' });
+      const proc = gpumesh(['serve', '--data', data, '--port', String(port)], { GPUMESH_LOG_LEVEL: 'info' });
       procs.push(proc);
       return proc;
     };
@@ -26,7 +26,7 @@ describe('durability', () => {
     const admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
     const client = new MeshClient(url, admin);
     const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'box', classes: ['image'] });
-    const agent = gpumesh(['agent', '--url', url, '--host', 'box', '--classes', 'image', '--data', join(data, 'agent')], { GPUMESH_GRANT: token, GPUMESH_LOG_LEVEL: 'warn' });
+    const agent = gpumesh(['agent', '--url', url, '--host', 'box', '--classes', 'image', '--data', join(data, 'agent')], { GPUMESH_GRANT: token, GPUMESH_LOG_LEVEL: 'debug' });
     procs.push(agent);
     await waitFor(async () => (await fetch(`${url}/readyz`)).ok, { what: 'the agent to join' });
 
@@ -41,10 +41,14 @@ describe('durability', () => {
 
     serve();
     await waitHealthy(url);
+    let last: JobView[] = [];
     const jobs = await waitFor(async () => {
-      const views = await Promise.all(ids.map((id) => client.job(id)));
-      return views.every((view) => view.status === 'succeeded') ? views : null;
-    }, { timeoutMs: 60_000, what: 'every job to succeed after the restart' });
+      last = await Promise.all(ids.map((id) => client.job(id)));
+      return last.every((view) => view.status === 'succeeded') ? last : null;
+    }, { timeoutMs: 40_000, what: 'every job to succeed after the restart' }).catch((error: Error) => {
+      const states = last.map((view) => `${view.id} ${view.status} attempts=${JSON.stringify(view.attempts.map((a) => [a.status, a.host, a.error?.code]))}`);
+      throw new Error(`${error.message}\n${states.join('\n')}\nagent:\n${agent.output().slice(-3000)}\nserve:\n${procs.at(-1)!.output().slice(-3000)}`);
+    });
     for (const job of jobs as JobView[]) {
       expect(job.artifacts).toHaveLength(1);
       expect(job.error).toBeNull();
