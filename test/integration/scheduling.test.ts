@@ -117,33 +117,35 @@ describe('priorities and deadlines', () => {
     const expired = await job(json.id);
     const waited = Date.parse(expired.finishedAt!) - Date.parse(expired.createdAt);
     expect(waited).toBeGreaterThanOrEqual(300);
-    expect(waited).toBeLessThan(1000);
+    expect(waited).toBeLessThan(1500);
     expect((await job(busy)).status).toBe('running'); // the long batch had not ended
     expect(expired.error?.code).toBe('DEADLINE_EXCEEDED');
     await finished(busy);
   });
 
   it('a running job past its deadline is cancelled on the agent, which stops and takes the next job', async () => {
-    const { json } = await submit({ prompt: 'deadline mid-run', width: 768, height: 768, steps: 12 }, { timeoutMs: 800 });
+    // About ten seconds of work: if the engine did not stop, the next job would wait for all of it.
+    const { json } = await submit({ prompt: 'deadline mid-run', width: 1024, height: 1024, steps: 24 }, { timeoutMs: 1500 });
     await waitFor(async () => (await job(json.id)).status === 'running', { what: 'the job to run' });
     expect((await finished(json.id)).type).toBe('expired');
     const next = await submit({ prompt: 'after the expired one' });
     const started = Date.now();
     expect((await finished(next.json.id)).type).toBe('succeeded');
-    // The 12-step render would take seconds more; the engine stopped at a step boundary instead.
-    expect(Date.now() - started).toBeLessThan(1500);
+    expect(Date.now() - started).toBeLessThan(4000);
     const attempts = (await job(json.id)).attempts;
     expect(attempts[0]!.status).toBe('cancelled');
   });
 
   it('cancelling a running job stops it on the agent', async () => {
-    const busy = await occupy();
+    const { json: long } = await submit({ prompt: 'cancel mid-run', width: 1024, height: 1024, steps: 24 });
+    await waitFor(async () => (await job(long.id)).status === 'running', { what: 'the job to run' });
+    const busy = long.id as string;
     const cancelled = await call('DELETE', `/v1/jobs/${busy}`);
     expect(cancelled.json.status).toBe('cancelled');
     const next = await submit({ prompt: 'after the cancelled one' });
     const started = Date.now();
     expect((await finished(next.json.id)).type).toBe('succeeded');
-    expect(Date.now() - started).toBeLessThan(1500);
+    expect(Date.now() - started).toBeLessThan(4000);
   });
 });
 
