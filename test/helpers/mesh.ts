@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { afterAll, beforeAll } from 'vitest';
 import { MeshClient } from '../../src/cli/client.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
@@ -73,4 +74,23 @@ export async function startMesh(options: { data?: string; config?: Record<string
 /** Remove a test's data folder (only when the test passed, so a failure leaves its data to inspect). */
 export function removeDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * One mesh for a whole test file: started before its tests, stopped after
+ * them, its data removed. Returns the running mesh (valid inside tests).
+ */
+export function meshForFile(options: Parameters<typeof startMesh>[0] = {}): () => RunningMesh {
+  let mesh: RunningMesh | undefined;
+  beforeAll(async () => {
+    mesh = await startMesh(options);
+  });
+  afterAll(async () => {
+    await mesh?.stop();
+    if (mesh) removeDir(mesh.data);
+  });
+  return () => {
+    if (!mesh) throw new Error('the mesh is not running (used outside a test?)');
+    return mesh;
+  };
 }

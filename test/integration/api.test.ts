@@ -1,25 +1,16 @@
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { JobEvent, JobView } from '../../src/protocol/index.js';
-import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { meshForFile, waitFor } from '../helpers/mesh.js';
 
-let mesh: RunningMesh;
-
-beforeAll(async () => {
-  mesh = await startMesh();
-});
-
-afterAll(async () => {
-  await mesh?.stop();
-  removeDir(mesh.data);
-});
+const running = meshForFile();
 
 async function call(method: string, path: string, options: { grant?: string | null; body?: unknown; raw?: string; headers?: Record<string, string> } = {}) {
-  const grant = options.grant === undefined ? mesh.admin : options.grant;
+  const grant = options.grant === undefined ? running().admin : options.grant;
   const headers: Record<string, string> = { ...options.headers };
   if (grant) headers.authorization = `Bearer ${grant}`;
   if (options.body !== undefined || options.raw !== undefined) headers['content-type'] ??= 'application/json';
-  const response = await fetch(`${mesh.url}${path}`, {
+  const response = await fetch(`${running().url}${path}`, {
     method, headers, body: options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body)),
   });
   const text = await response.text();
@@ -30,11 +21,11 @@ async function call(method: string, path: string, options: { grant?: string | nu
 
 const image = (input: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ type: 'image', input: { width: 64, height: 64, steps: 2, ...input }, ...extra });
 
-async function runToEnd(body: unknown, grant = mesh.admin): Promise<{ job: JobView; events: JobEvent[] }> {
+async function runToEnd(body: unknown, grant = running().admin): Promise<{ job: JobView; events: JobEvent[] }> {
   const submitted = await call('POST', '/v1/jobs', { body, grant });
   expect(submitted.status).toBe(202);
   const events: JobEvent[] = [];
-  await mesh.client(grant).follow(submitted.json.id, (event) => events.push(event));
+  await running().client(grant).follow(submitted.json.id, (event) => events.push(event));
   const job = await call('GET', `/v1/jobs/${submitted.json.id}`, { grant });
   return { job: job.json, events };
 }
@@ -130,7 +121,7 @@ describe('one job, end to end', () => {
     const [artifact] = job.artifacts;
     expect(artifact).toMatchObject({ mediaType: 'image/png', width: 64, height: 64, model: 'gen', prompt: 'a lighthouse at dusk' });
 
-    const blob = await fetch(`${mesh.url}${artifact!.url}`, { headers: { authorization: `Bearer ${mesh.admin}` } });
+    const blob = await fetch(`${running().url}${artifact!.url}`, { headers: { authorization: `Bearer ${running().admin}` } });
     expect(blob.status).toBe(200);
     expect(blob.headers.get('content-type')).toBe('image/png');
     expect(blob.headers.get('etag')).toBe(`"${artifact!.digest}"`);
@@ -138,9 +129,9 @@ describe('one job, end to end', () => {
     const bytes = Buffer.from(await blob.arrayBuffer());
     expect(`sha256:${createHash('sha256').update(bytes).digest('hex')}`).toBe(artifact!.digest);
     expect(bytes.subarray(1, 4).toString()).toBe('PNG');
-    const cached = await fetch(`${mesh.url}${artifact!.url}`, { headers: { authorization: `Bearer ${mesh.admin}`, 'if-none-match': `"${artifact!.digest}"` } });
+    const cached = await fetch(`${running().url}${artifact!.url}`, { headers: { authorization: `Bearer ${running().admin}`, 'if-none-match': `"${artifact!.digest}"` } });
     expect(cached.status).toBe(304);
-    const viaQuery = await fetch(`${mesh.url}${artifact!.url}?access_token=${encodeURIComponent(mesh.admin)}`);
+    const viaQuery = await fetch(`${running().url}${artifact!.url}?access_token=${encodeURIComponent(running().admin)}`);
     expect(viaQuery.status).toBe(200);
   });
 
@@ -155,7 +146,7 @@ describe('one job, end to end', () => {
   it('a client that connects after the end still gets the terminal event', async () => {
     const { job } = await runToEnd(image({ prompt: 'late listener' }));
     const events: JobEvent[] = [];
-    const terminal = await mesh.client().follow(job.id, (event) => events.push(event));
+    const terminal = await running().client().follow(job.id, (event) => events.push(event));
     expect(terminal.type).toBe('succeeded');
     expect((terminal as { artifacts: unknown[] }).artifacts).toHaveLength(1);
   });
@@ -165,7 +156,7 @@ describe('one job, end to end', () => {
     const listen = (grant: string) => {
       const controller = new AbortController();
       const seen: string[] = [];
-      const done = fetch(`${mesh.url}/v1/events?access_token=${encodeURIComponent(grant)}`, { signal: controller.signal })
+      const done = fetch(`${running().url}/v1/events?access_token=${encodeURIComponent(grant)}`, { signal: controller.signal })
         .then(async (response) => {
           expect(response.headers.get('content-type')).toContain('text/event-stream');
           const decoder = new TextDecoder();
@@ -174,7 +165,7 @@ describe('one job, end to end', () => {
         .catch(() => {});
       return { text: () => seen.join(''), stop: async () => { controller.abort(); await done; } };
     };
-    const admin = listen(mesh.admin);
+    const admin = listen(running().admin);
     const narrow = listen(tensorOnly);
     await waitFor(() => admin.text().includes('retry:') && narrow.text().includes('retry:'), { what: 'both streams to open' });
     const { job } = await runToEnd(image({ prompt: 'broadcast' }));
@@ -221,9 +212,9 @@ describe('jobs API', () => {
     const again = await call('DELETE', `/v1/jobs/${queued.json.id}`);
     expect(again.status).toBe(409);
     expect(again.json.error.code).toBe('JOB_NOT_CANCELLABLE');
-    const terminal = await mesh.client().follow(queued.json.id);
+    const terminal = await running().client().follow(queued.json.id);
     expect(terminal.type).toBe('cancelled');
-    await mesh.client().follow(busy.json.id);
+    await running().client().follow(busy.json.id);
   });
 
   it('status shows the host, its device and memory, and queues', async () => {

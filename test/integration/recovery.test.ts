@@ -1,15 +1,8 @@
 import { execFileSync } from 'node:child_process';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { describe, expect, it } from 'vitest';
+import { meshForFile, waitFor } from '../helpers/mesh.js';
 
-let mesh: RunningMesh;
-beforeAll(async () => {
-  mesh = await startMesh();
-});
-afterAll(async () => {
-  await mesh?.stop();
-  removeDir(mesh.data);
-});
+const running = meshForFile();
 
 /** Read an SSE response until `done` says stop; returns the raw text. */
 async function readEvents(response: Response, done: (text: string) => boolean): Promise<string> {
@@ -24,41 +17,41 @@ async function readEvents(response: Response, done: (text: string) => boolean): 
 
 describe('recovery', () => {
   it('an event stream resumed with Last-Event-ID replays what it missed; an unknown id asks for a resync', async () => {
-    const headers = { authorization: `Bearer ${mesh.admin}` };
-    const first = await fetch(`${mesh.url}/v1/events`, { headers });
-    const id = (await mesh.client().submit({ type: 'image', input: { prompt: 'one', width: 32, height: 32, steps: 1 } })).id;
+    const headers = { authorization: `Bearer ${running().admin}` };
+    const first = await fetch(`${running().url}/v1/events`, { headers });
+    const id = (await running().client().submit({ type: 'image', input: { prompt: 'one', width: 32, height: 32, steps: 1 } })).id;
     const seen = await readEvents(first, (text) => text.includes(`"type":"queued","jobId":"${id}"`));
     // Resume from the queued event, as a client that dropped right after it would.
     const lastId = new RegExp(`id: (\\S+)\\nevent: queued\\ndata: \\{"type":"queued","jobId":"${id}"`).exec(seen)![1]!;
     // While disconnected, a job runs to the end.
-    await mesh.client().follow(id);
-    const resumed = await fetch(`${mesh.url}/v1/events`, { headers: { ...headers, 'last-event-id': lastId } });
+    await running().client().follow(id);
+    const resumed = await fetch(`${running().url}/v1/events`, { headers: { ...headers, 'last-event-id': lastId } });
     const replay = await readEvents(resumed, (text) => text.includes(`"type":"succeeded","jobId":"${id}"`));
     expect(replay).toContain(`"type":"dispatched","jobId":"${id}"`);
     expect(replay).not.toContain(`"type":"queued","jobId":"${id}"`);
-    const stale = await fetch(`${mesh.url}/v1/events`, { headers: { ...headers, 'last-event-id': 'zzz.1' } });
+    const stale = await fetch(`${running().url}/v1/events`, { headers: { ...headers, 'last-event-id': 'zzz.1' } });
     expect(await readEvents(stale, (text) => text.includes('event: resync'))).toContain('event: resync');
   });
 
   it('gpumesh up restarts its local agent when the agent dies', async () => {
-    const pids = () => execFileSync('pgrep', ['-f', `gpumesh.js agent .*${mesh.data}/agent`]).toString().trim().split('\n').map(Number);
+    const pids = () => execFileSync('pgrep', ['-f', `gpumesh.js agent .*${running().data}/agent`]).toString().trim().split('\n').map(Number);
     const [pid] = pids();
     process.kill(pid!, 'SIGKILL');
     await waitFor(async () => {
       try {
-        const ready = await fetch(`${mesh.url}/readyz`);
+        const ready = await fetch(`${running().url}/readyz`);
         return ready.ok && !pids().includes(pid!);
       } catch {
         return false;
       }
     }, { timeoutMs: 30_000, what: 'a new local agent to join' });
-    const job = await mesh.client().submit({ type: 'image', input: { prompt: 'after the restart', width: 32, height: 32, steps: 1 } });
-    expect((await mesh.client().follow(job.id)).type).toBe('succeeded');
+    const job = await running().client().submit({ type: 'image', input: { prompt: 'after the restart', width: 32, height: 32, steps: 1 } });
+    expect((await running().client().follow(job.id)).type).toBe('succeeded');
   });
 
   it('lists several states at once', async () => {
-    const page = await mesh.client().request<{ jobs: { status: string }[] }>('GET', '/v1/jobs?status=queued,succeeded');
+    const page = await running().client().request<{ jobs: { status: string }[] }>('GET', '/v1/jobs?status=queued,succeeded');
     expect(page.jobs.length).toBeGreaterThan(0);
-    await expect(mesh.client().request('GET', '/v1/jobs?status=queued,bogus')).rejects.toThrow(/unknown status bogus/);
+    await expect(running().client().request('GET', '/v1/jobs?status=queued,bogus')).rejects.toThrow(/unknown status bogus/);
   });
 });
