@@ -40,7 +40,7 @@ export class ModelRegistry {
       this.add({
         name: builtin.name, version: builtin.version, engine: builtin.engine,
         pipeline: builtin.kind === 'generator' ? 'cppn-image' : 'tensor',
-        digest: stored.digest, bytes: stored.bytes, memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
+        digest: stored.digest, bytes: stored.bytes, memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params, settings: {},
       });
     }
   }
