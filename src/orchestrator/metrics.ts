@@ -6,7 +6,7 @@ const MB = 1024 * 1024;
 
 export interface MetricsSources {
   queueDepths(): Record<string, number>;
-  hosts(): Iterable<HostSession>;
+  hosts: Iterable<HostSession>;
 }
 
 /**
@@ -24,6 +24,7 @@ export class MeshMetrics {
   readonly #queueSeconds: Histogram<'model'>;
   readonly #computeSeconds: Histogram<'model'>;
   readonly #requestSeconds: Histogram<'model' | 'outcome'>;
+  readonly #refusedReports: Counter<'host' | 'message'>;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -42,6 +43,10 @@ export class MeshMetrics {
     this.#requestSeconds = new Histogram({
       name: 'gpumesh_request_duration_seconds', help: 'Time from admission to the terminal state', labelNames: ['model', 'outcome'], buckets: SECONDS, registers,
     });
+    this.#refusedReports = new Counter({
+      name: 'gpumesh_link_reports_refused_total', help: 'Agent reports about jobs the reporting session does not hold, refused',
+      labelNames: ['host', 'message'], registers,
+    });
     new Gauge({
       name: 'gpumesh_queue_depth', help: 'Jobs waiting in the queue', labelNames: ['model'], registers,
       collect() {
@@ -54,7 +59,7 @@ export class MeshMetrics {
         name, help, labelNames: ['host'], registers,
         collect() {
           this.reset();
-          for (const host of sources.hosts()) this.set({ host: host.id }, value(host));
+          for (const host of sources.hosts) this.set({ host: host.id }, value(host));
         },
       });
     };
@@ -65,7 +70,7 @@ export class MeshMetrics {
         name, help, labelNames: ['host', 'device'], registers,
         collect() {
           this.reset();
-          for (const host of sources.hosts()) for (const device of host.devices) this.set({ host: host.id, device: device.id }, value(device));
+          for (const host of sources.hosts) for (const device of host.devices) this.set({ host: host.id, device: device.id }, value(device));
         },
       });
     };
@@ -87,6 +92,10 @@ export class MeshMetrics {
 
   rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited'): void {
     this.#rejected.inc({ model, reason });
+  }
+
+  reportRefused(host: string, message: string): void {
+    this.#refusedReports.inc({ host, message });
   }
 
   async text(): Promise<string> {
