@@ -8,7 +8,7 @@ import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
 import { RequestAuth } from './http/auth.js';
-import { Cancellation, Dispatcher, Failover, InFlight, JobOutputs, JobService, JobStates, Recovery, ResultIntake } from './jobs/index.js';
+import { createJobCore, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
@@ -94,19 +94,12 @@ export class Orchestrator {
     const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
     const model = (name: string) => registry.get(name);
 
-    const states = new JobStates({ db, commits, clock, events, metrics, log: log.child({ part: 'jobs' }) });
-    const inFlight = new InFlight();
-    const dispatcher = new Dispatcher({
-      clock, scheduler, router, hosts, states, inFlight, admission, metrics, model, log: log.child({ part: 'dispatch' }),
+    const core = createJobCore({
+      db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
       uploadCredential: (jobId, validUntil) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(validUntil).toISOString()}`]).token,
+      retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
     });
-    const failover = new Failover({ clock, states, inFlight, dispatcher, model, retryBackoffMs: config.retry.backoffMs, log: log.child({ part: 'failover' }) });
-    const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
-    const recovery = new Recovery({
-      clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: config.agents.reconnectGraceMs, log: log.child({ part: 'recovery' }),
-    });
-    const outputs = new JobOutputs({ db, commits, clock, blobs: blobStore, states, limitBytes: config.server.uploadLimitBytes });
-    const intake = new ResultIntake({ clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }) });
+    const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs,
@@ -125,7 +118,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [dispatcher, failover, cancellation, recovery],
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core],
     });
   }
 

@@ -1,3 +1,4 @@
+export { createJobCore, type JobCore, type JobCoreDeps } from './core.js';
 export { JobStates, type JobStatesDeps } from './states.js';
 export { InFlight, type Placement } from './in-flight.js';
 export { Dispatcher, type DispatcherDeps } from './dispatcher.js';

@@ -88,8 +88,9 @@ export class ResultIntake {
     }
     if (!job || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
       this.#refuse(host, what, message.jobId);
-      // The agent may be an honest one whose job has moved on (it was lost and the job retried elsewhere): tell it to let go.
-      host.send({ type: 'cancel', jobId: message.jobId });
+      // The agent may be an honest one whose job has moved on (it was lost and the job retried elsewhere): tell it to
+      // let go — unless it holds the job in another batch now, which a cancel would stop.
+      if (this.#deps.inFlight.of(message.jobId)?.host !== host) host.send({ type: 'cancel', jobId: message.jobId });
       return null;
     }
     return job;
