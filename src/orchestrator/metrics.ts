@@ -24,6 +24,8 @@ export class MeshMetrics {
   readonly #queueSeconds: Histogram<'model'>;
   readonly #computeSeconds: Histogram<'model'>;
   readonly #requestSeconds: Histogram<'model' | 'outcome'>;
+  readonly #blobIntegrityFailures: Counter<'check'>;
+  readonly #blobVerifications: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -41,6 +43,15 @@ export class MeshMetrics {
     this.#computeSeconds = new Histogram({ name: 'gpumesh_compute_duration_seconds', help: 'Engine time of the batch that ran a job', labelNames: ['model'], buckets: SECONDS, registers });
     this.#requestSeconds = new Histogram({
       name: 'gpumesh_request_duration_seconds', help: 'Time from admission to the terminal state', labelNames: ['model', 'outcome'], buckets: SECONDS, registers,
+    });
+    this.#blobIntegrityFailures = new Counter({
+      name: 'gpumesh_blob_integrity_failures_total', help: 'Stored blobs found corrupt and quarantined, by the check that caught them (size, hash)',
+      labelNames: ['check'], registers,
+    });
+    // Both series exist from the start, so an alert on increase() sees the first failure.
+    for (const check of ['size', 'hash']) this.#blobIntegrityFailures.inc({ check }, 0);
+    this.#blobVerifications = new Counter({
+      name: 'gpumesh_blob_verifications_total', help: 'Whole stored blobs hashed to verify them before or while serving them (a verified blob is served unhashed until its file changes)', registers,
     });
     new Gauge({
       name: 'gpumesh_queue_depth', help: 'Jobs waiting in the queue', labelNames: ['model'], registers,
@@ -87,6 +98,14 @@ export class MeshMetrics {
 
   rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited'): void {
     this.#rejected.inc({ model, reason });
+  }
+
+  blobIntegrityFailed(check: 'size' | 'hash'): void {
+    this.#blobIntegrityFailures.inc({ check });
+  }
+
+  blobVerified(): void {
+    this.#blobVerifications.inc();
   }
 
   async text(): Promise<string> {

@@ -12,7 +12,7 @@ import type { HttpContext } from './http/context.js';
 import { JobLifecycle, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
-import { BlobStore, ModelRegistry } from './registry/index.js';
+import { BlobReader, BlobStore, ModelRegistry } from './registry/index.js';
 import { Router } from './routing/index.js';
 import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
@@ -98,9 +98,18 @@ export class Orchestrator {
       retryBackoffMs: config.retry.backoffMs,
       reconnectGraceMs: config.agents.reconnectGraceMs,
     });
+    // Blob integrity: a corrupt stored blob goes to the metric and the log (and, once /v1/events carries mesh events, there too).
+    const blobLog = log.child({ part: 'blobs' });
+    const blobReader = new BlobReader({
+      store: blobStore, clock, onHashed: () => metrics.blobVerified(),
+      onCorrupt: (digest, detail) => {
+        metrics.blobIntegrityFailed(detail.check);
+        blobLog.error({ digest, ...detail }, 'a stored blob failed its integrity check and was quarantined');
+      },
+    });
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, lifecycle, metrics });
     const context: HttpContext = {
-      config, clock, db, commits, blobs: blobStore, registry, authority, jobs, events, scheduler, metrics,
+      config, clock, db, commits, blobs: blobStore, blobReader, registry, authority, jobs, events, scheduler, metrics,
       hub: undefined as unknown as AgentHub,
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
     };

@@ -5,7 +5,7 @@ import type { JobEventBus } from '../events.js';
 import type { JobService } from '../jobs/index.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { AgentHub } from '../link/agent-hub.js';
-import type { BlobStore, ModelRegistry } from '../registry/index.js';
+import type { BlobReader, BlobStore, ModelRegistry } from '../registry/index.js';
 import type { Scheduler } from '../scheduler/index.js';
 import type { Db, GroupCommit } from '../store/index.js';
 
@@ -16,6 +16,8 @@ export interface HttpContext {
   db: Db;
   commits: GroupCommit;
   blobs: BlobStore;
+  /** Serves stored blobs, verified (blob-integrity). */
+  blobReader: BlobReader;
   registry: ModelRegistry;
   authority: GrantAuthority;
   jobs: JobService;
