@@ -40,14 +40,6 @@ export class BlobStore {
     }
   }
 
-  async size(digest: string): Promise<number | null> {
-    try {
-      return (await stat(this.pathOf(digest))).size;
-    } catch {
-      return null;
-    }
-  }
-
   /** Store bytes already in memory; returns their digest. */
   async putBytes(bytes: Uint8Array, expected?: string): Promise<{ digest: string; bytes: number }> {
     const digest = sha256Digest(bytes);
