@@ -104,7 +104,7 @@ export class Orchestrator {
       store: blobStore, clock, onHashed: () => metrics.blobVerified(),
       onCorrupt: (digest, detail) => {
         metrics.blobIntegrityFailed(detail.check);
-        blobLog.error({ digest, ...detail }, 'a stored blob failed its integrity check and was quarantined');
+        blobLog.error({ digest, ...detail }, detail.quarantinedTo ? 'a stored blob failed its integrity check and was quarantined' : 'a stored blob failed its integrity check; moving it to quarantine failed');
       },
     });
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, lifecycle, metrics });
