@@ -25,6 +25,8 @@ export class MeshMetrics {
   readonly #computeSeconds: Histogram<'model'>;
   readonly #requestSeconds: Histogram<'model' | 'outcome'>;
   readonly #refusedReports: Counter<'host' | 'message'>;
+  readonly #blobIntegrityFailures: Counter<'check'>;
+  readonly #blobVerifications: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -46,6 +48,15 @@ export class MeshMetrics {
     this.#refusedReports = new Counter({
       name: 'gpumesh_link_reports_refused_total', help: 'Agent reports about jobs the reporting session does not hold, refused',
       labelNames: ['host', 'message'], registers,
+    });
+    this.#blobIntegrityFailures = new Counter({
+      name: 'gpumesh_blob_integrity_failures_total', help: 'Stored blobs found corrupt and quarantined, by the check that caught them (size, hash)',
+      labelNames: ['check'], registers,
+    });
+    // Both series exist from the start, so an alert on increase() sees the first failure.
+    for (const check of ['size', 'hash']) this.#blobIntegrityFailures.inc({ check }, 0);
+    this.#blobVerifications = new Counter({
+      name: 'gpumesh_blob_verifications_total', help: 'Whole stored blobs hashed to verify them before or while serving them (a verified blob is served unhashed until its file changes)', registers,
     });
     new Gauge({
       name: 'gpumesh_queue_depth', help: 'Jobs waiting in the queue', labelNames: ['model'], registers,
@@ -96,6 +107,14 @@ export class MeshMetrics {
 
   reportRefused(host: string, message: string): void {
     this.#refusedReports.inc({ host, message });
+  }
+
+  blobIntegrityFailed(check: 'size' | 'hash'): void {
+    this.#blobIntegrityFailures.inc({ check });
+  }
+
+  blobVerified(): void {
+    this.#blobVerifications.inc();
   }
 
   async text(): Promise<string> {

@@ -12,7 +12,7 @@ import { createJobCore, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
-import { BlobStore, ModelRegistry } from './registry/index.js';
+import { BlobReader, BlobStore, ModelRegistry } from './registry/index.js';
 import { HostRegistry, Router } from './routing/index.js';
 import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
@@ -106,10 +106,23 @@ export class Orchestrator {
       authorizeJoin: joinAuthorizer(authority, clock),
     });
 
+    // A corrupt stored blob is quarantined by the reader and reported: the metric, the log, and a mesh event.
+    const blobLog = log.child({ part: 'blobs' });
+    const reader = new BlobReader({
+      store: blobStore, clock, onHashed: () => metrics.blobVerified(),
+      onCorrupt: (digest, detail) => {
+        metrics.blobIntegrityFailed(detail.check);
+        blobLog.error({ digest, ...detail }, detail.quarantinedTo ? 'a stored blob failed its integrity check and was quarantined' : 'a stored blob failed its integrity check; moving it to quarantine failed');
+        events.publishMesh({
+          type: 'blob:corrupt', digest, check: detail.check, quarantined: detail.quarantinedTo !== null, at: new Date(clock.now()).toISOString(),
+        });
+      },
+    });
+
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
     const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, outputs, blobs: blobStore,
+      jobs, events, hub, status, metrics, registry, issuer, outputs, reader,
       auth: new RequestAuth(authority, clock),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,

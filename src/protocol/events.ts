@@ -28,6 +28,8 @@ export function isTerminalEvent(event: JobEvent): boolean {
 export type MeshEvent =
   | { type: 'host:joined'; host: string; classes: string[]; at: string }
   | { type: 'host:lost'; host: string; reason: string; at: string }
-  | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string };
+  | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string }
+  /** A stored blob failed its integrity check (and was moved to quarantine). */
+  | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string };
 
 export type MeshEventType = MeshEvent['type'];

@@ -1,44 +1,67 @@
+import type { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
-import { assertDigest, type BlobStore } from '../registry/index.js';
+import { assertDigest, type BlobReader } from '../registry/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
+import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
 const DigestParams = z.object({ digest: z.string().max(80) });
 
+/** A header Node does not know (If-Range) may arrive as a list; the first is the one that counts. */
+const firstOf = (value: string | string[] | undefined): string | undefined => (Array.isArray(value) ? value[0] : value);
+
 export interface BlobRouteDeps {
-  blobs: BlobStore;
+  reader: BlobReader;
   outputs: JobOutputs;
   jobs: JobService;
   auth: RequestAuth;
 }
 
-/** GET /v1/blobs/:digest, GET /v1/artifacts, PUT /v1/jobs/:id/outputs/:digest. */
+/** GET|HEAD /v1/blobs/:digest, GET /v1/artifacts, PUT /v1/jobs/:id/outputs/:digest. */
 export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
-  const { blobs, outputs, jobs, auth } = deps;
+  const { reader, outputs, jobs, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.route({
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
-    schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable)' },
+    schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable, verified, byte ranges)' },
     preHandler: auth.require('blobs:read'),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
-      const size = await blobs.size(digest);
-      if (size === null) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
-      const etag = `"${digest}"`;
-      void reply
-        .header('etag', etag)
-        .header('cache-control', 'private, max-age=31536000, immutable')
-        .header('content-type', outputs.mediaType(digest) ?? 'application/octet-stream');
-      if (request.headers['if-none-match'] === etag) return reply.code(304).send();
-      void reply.header('content-length', size);
-      if (request.method === 'HEAD') return reply.send();
-      return reply.send(blobs.open(digest));
+      const record = outputs.blobRecord(digest);
+      const blob = await reader.open(digest, record?.bytes ?? null);
+      let body: Readable | null = null;
+      try {
+        const etag = `"${digest}"`;
+        // Set only once the answer is known to be the blob: an error must not carry its validators or an immutable Cache-Control.
+        const representation = {
+          etag, 'accept-ranges': 'bytes',
+          'cache-control': 'private, max-age=31536000, immutable',
+          'content-type': record?.mediaType ?? 'application/octet-stream',
+        };
+        if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).headers(representation).send();
+        const answer = rangeStillApplies(firstOf(request.headers['if-range']), etag) ? parseRange(request.headers.range, blob.size) : { kind: 'whole' as const };
+        if (answer.kind === 'unsatisfiable') {
+          throw new MeshError('RANGE_NOT_SATISFIABLE', { range: request.headers.range!.slice(0, 100), size: blob.size }, { headers: { 'content-range': `bytes */${blob.size}` } });
+        }
+        const range = answer.kind === 'partial' ? answer.range : undefined;
+        // HEAD reads no bytes: it gets the size check of open(), not a hash.
+        if (request.method !== 'HEAD') body = await blob.read(range);
+        void reply.headers(representation);
+        if (range) {
+          void reply.code(206).header('content-range', `bytes ${range.start}-${range.end}/${blob.size}`).header('content-length', range.end - range.start + 1);
+        } else {
+          void reply.header('content-length', blob.size);
+        }
+        return reply.send(body ?? undefined);
+      } finally {
+        if (!body) await blob.close();
+      }
     },
   });
 

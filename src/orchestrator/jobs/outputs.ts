@@ -45,8 +45,8 @@ export class JobOutputs {
     return blobs.wasUploadedFor(this.#deps.db, jobId, digest);
   }
 
-  /** The media type recorded for a blob. */
-  mediaType(digest: string): string | null {
-    return blobs.getBlob(this.#deps.db, digest)?.mediaType ?? null;
+  /** The size and media type recorded for a blob when it was stored. */
+  blobRecord(digest: string): { bytes: number; mediaType: string } | null {
+    return blobs.getBlob(this.#deps.db, digest);
   }
 }
