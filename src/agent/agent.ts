@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, type AgentMessage, type Device, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, sha256Digest, type AgentMessage, type ArtifactReport, type Device, type OrchestratorMessage,
 } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
@@ -64,6 +64,8 @@ export class Agent {
   #heartbeat: NodeJS.Timeout | null = null;
   #idleSweep: NodeJS.Timeout | null = null;
   #rejected: ((reason: string) => void) | null = null;
+  /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
+  #inlineOutputBytes = 0;
 
   private constructor(options: AgentOptions, devices: Device[], log: Logger) {
     this.#options = { concurrency: 1, idleUnloadMs: 5 * 60_000, ...options };
@@ -83,7 +85,10 @@ export class Agent {
     this.#link = new AgentLink({
       url: options.url, grant: options.grant, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
-      onWelcome: (welcome) => this.#onWelcome(welcome.heartbeatMs),
+      onWelcome: (welcome) => {
+        this.#inlineOutputBytes = welcome.inlineOutputBytes;
+        this.#onWelcome(welcome.heartbeatMs);
+      },
       onMessage: (message) => this.#onMessage(message),
       onRejected: (reason) => {
         log.error({ reason }, 'the orchestrator refused this agent');
@@ -239,10 +244,17 @@ export class Agent {
       return;
     }
     try {
-      const artifacts = [];
+      const artifacts: ArtifactReport[] = [];
+      // Small outputs ride in the report itself (one hop instead of an upload and a report); the rest are uploaded.
+      let inlineBudget = this.#inlineOutputBytes;
       for (const file of output.files) {
-        const uploaded = await uploadOutput(this.#options.url, job.id, job.uploadGrant, file);
-        artifacts.push({ ...uploaded, mediaType: file.mediaType, width: file.width, height: file.height });
+        const described = { mediaType: file.mediaType, width: file.width, height: file.height };
+        if (file.bytes.length <= inlineBudget) {
+          inlineBudget -= file.bytes.length;
+          artifacts.push({ digest: sha256Digest(file.bytes), bytes: file.bytes.length, ...described, inline: Buffer.from(file.bytes).toString('base64') });
+          continue;
+        }
+        artifacts.push({ ...(await uploadOutput(this.#options.url, job.id, message.uploadCredential, file)), ...described });
       }
       this.#report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,

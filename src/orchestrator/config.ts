@@ -66,6 +66,11 @@ export const MeshConfigInput = z.strictObject({
     staleAfterMs: z.int().min(300).default(6000),
     /** After a restart, how long dispatched jobs wait for their agent to reconnect and claim them. Default 10 s. */
     reconnectGraceMs: z.int().min(0).default(10_000),
+    /**
+     * Outputs up to this many bytes (all files of one job together) travel inside the agent's `done` report,
+     * saving an upload round trip; larger ones are uploaded over HTTP. 0 uploads everything. Default 256 KiB.
+     */
+    inlineOutputBytes: z.int().min(0).max(2 * 1024 * 1024).default(256 * 1024),
   }).prefault({}),
   retry: z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { GrantAuthority, GrantIssuer, type GrantKind } from './auth/index.js';
+import { GrantAuthority, GrantIssuer, UploadCredentials, type GrantKind } from './auth/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
@@ -85,6 +85,7 @@ export class Orchestrator {
     const location = config.server.publicUrl ?? `http://${config.server.host}:${config.server.port}`;
     const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db));
     const issuer = new GrantIssuer({ db, commits, clock, authority });
+    const uploadCredentials = new UploadCredentials(rootKey);
 
     const events = new EventBus();
     const admission = new Admission(clock);
@@ -96,13 +97,13 @@ export class Orchestrator {
 
     const core = createJobCore({
       db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
-      uploadCredential: (jobId, validUntil) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(validUntil).toISOString()}`]).token,
+      uploadCredential: (batchId, validUntil) => uploadCredentials.mint(batchId, validUntil),
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
     });
     const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
-      heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs,
+      heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
       authorizeJoin: joinAuthorizer(authority, clock),
     });
 
@@ -123,7 +124,7 @@ export class Orchestrator {
     const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
     const app = await buildServer({
       jobs, events, hub, status, metrics, registry, issuer, outputs, reader,
-      auth: new RequestAuth(authority, clock),
+      auth: new RequestAuth(authority, uploadCredentials, clock),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
     }, log, VERSION);

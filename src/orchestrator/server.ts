@@ -38,6 +38,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
     forceCloseConnections: true,
   });
   app.decorateRequest('grant', null);
+  app.decorateRequest('uploadBatch', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);

@@ -10,3 +10,4 @@ export { ModelManifest } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
+export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';

@@ -8,7 +8,8 @@ import { ModelManifest } from './models.js';
 /**
  * Bumped whenever a message or field is added, removed or changes meaning in a
  * way an older peer would reject or misread (docs/architecture.md, "The agent link").
- * 2: heartbeats no longer carry `inFlight`; `hello.inFlight` also lists finished, unacknowledged results.
+ * 2: heartbeats no longer carry `inFlight`; `hello.inFlight` also lists finished, unacknowledged results;
+ *    `run` carries one upload credential for the batch; `welcome` says how large an output may travel inline in `done`.
  */
 export const LINK_PROTOCOL_VERSION = 2;
 export const LINK_PATH = '/v1/agents/link';
@@ -41,6 +42,8 @@ export const ArtifactReport = z.object({
   bytes: z.number(),
   width: z.number().optional(),
   height: z.number().optional(),
+  /** The bytes themselves, base64, for an output small enough to travel in the report instead of a separate upload. */
+  inline: z.string().optional(),
 });
 export type ArtifactReport = z.infer<typeof ArtifactReport>;
 
@@ -101,15 +104,21 @@ export type AgentMessage = z.infer<typeof AgentMessage>;
 export const RunJob = z.object({
   id: z.string(),
   input: z.record(z.string(), z.unknown()),
-  /** Grant that lets the agent upload this job's outputs, and nothing else. */
-  uploadGrant: z.string(),
   deadlineAt: z.number().nullable(),
 });
 export type RunJob = z.infer<typeof RunJob>;
 
 export const OrchestratorMessage = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number() }),
-  z.object({ type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob) }),
+  z.object({
+    type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number(),
+    /** Outputs up to this many bytes (per report, all files together) travel inline in `done`; larger ones are uploaded. */
+    inlineOutputBytes: z.number().int().min(0),
+  }),
+  z.object({
+    type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob),
+    /** Lets the agent upload the outputs of this batch's jobs, and nothing else. */
+    uploadCredential: z.string(),
+  }),
   z.object({ type: z.literal('cancel'), jobId: z.string() }),
   /** Results the orchestrator has recorded; the agent stops re-sending them. */
   z.object({ type: z.literal('ack'), jobIds: z.array(z.string()) }),

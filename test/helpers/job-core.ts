@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pino } from 'pino';
-import type { OrchestratorMessage } from '../../src/protocol/index.js';
+import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { FakeClock } from '../../src/orchestrator/clock.js';
 import { policyFor, resolveConfig, type ResolvedModelPolicy } from '../../src/orchestrator/config.js';
 import { EventBus, type ScopedEvent } from '../../src/orchestrator/events.js';
@@ -55,7 +55,7 @@ export class JobCoreHarness {
       db: this.db, commits: this.commits, clock: this.clock, events: this.events, metrics: this.metrics, scheduler: this.scheduler,
       router: new Router(this.hosts), hosts: this.hosts, admission: new Admission(this.clock),
       blobs: new BlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), log: pino({ level: 'silent' }),
-      model: (name) => this.models.get(name), uploadCredential: (jobId) => `upload-${jobId}`,
+      model: (name) => this.models.get(name), uploadCredential: (batchId) => `upload-${batchId}`,
       retryBackoffMs: options.retryBackoffMs ?? 100, reconnectGraceMs: options.reconnectGraceMs ?? 5_000, uploadLimitBytes: 1 << 20,
     });
   }
@@ -95,11 +95,10 @@ export class JobCoreHarness {
     }
   }
 
-  /** Deliver an output under a job's upload record, as the upload route does. */
-  async upload(jobId: string, bytes: Buffer): Promise<string> {
-    const { createHash } = await import('node:crypto');
-    const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
-    await this.core.outputs.receive(jobId, digest, 'image/png', Readable.from([bytes]));
+  /** Deliver an output of a job in a batch, as the upload route does. */
+  async upload(jobId: string, batchId: string, bytes: Buffer): Promise<string> {
+    const digest = sha256Digest(bytes);
+    await this.core.outputs.receive({ jobId, batchId, digest, mediaType: 'image/png' }, Readable.from([bytes]));
     return digest;
   }
 

@@ -2,18 +2,26 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import sharp from 'sharp';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 
 /**
- * The blob route of a real `gpumesh up` (orchestrator, agent and ONNX worker
- * processes) over HTTP: verified bytes, quarantine of corrupt files, byte
- * ranges. Blobs are uploaded through the real upload route (so the store
- * records their size and media type) and corrupted on disk, as a failing disk
- * or a careless operator would.
+ * The blob route of a real orchestrator over HTTP: verified bytes, quarantine
+ * of corrupt files, byte ranges. Blobs are delivered as an agent delivers
+ * outputs — a scripted agent on a real link, uploading through the real upload
+ * route with its batch's credential (so the store records their size and media
+ * type) — and corrupted on disk, as a failing disk or a careless operator would.
  */
-const running = meshForFile();
+const running = meshForFile({ args: ['--no-agent'] });
+/** A job the scripted agent keeps running, and the credential that lets it upload that job's outputs. */
 let jobId: string;
+let credential: string;
+/** The PNG output of a job that finished. */
+let published: string;
+let agent: WebSocket;
 
 const digestOf = (bytes: Uint8Array): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 const fileOf = (digest: string): string => join(running().data, 'blobs', 'sha256', digest.slice(7, 9), digest.slice(7));
@@ -22,7 +30,7 @@ const auth = (): Record<string, string> => ({ authorization: `Bearer ${running()
 async function upload(bytes: Buffer, mediaType = 'video/mp4'): Promise<string> {
   const digest = digestOf(bytes);
   const response = await fetch(`${running().url}/v1/jobs/${jobId}/outputs/${digest}`, {
-    method: 'PUT', body: new Uint8Array(bytes), headers: { ...auth(), 'content-type': mediaType },
+    method: 'PUT', body: new Uint8Array(bytes), headers: { authorization: `Bearer ${credential}`, 'content-type': mediaType },
   });
   expect(response.status).toBe(201);
   return digest;
@@ -74,15 +82,38 @@ function expectIntegrityError(answer: Awaited<ReturnType<typeof get>>, mention: 
 }
 
 beforeAll(async () => {
-  // Uploads belong to a job; any job will do. Run it to its end, so the agent's pull of the model
-  // (a blob read, hashed like any other) is over before the tests count hashes.
-  const submitted = await fetch(`${running().url}/v1/jobs`, {
-    method: 'POST', headers: { ...auth(), 'content-type': 'application/json' },
-    body: JSON.stringify({ type: 'image', input: { prompt: 'blob owner', width: 64, height: 64, steps: 2 } }),
-  });
-  jobId = ((await submitted.json()) as { id: string }).id;
-  await running().client().follow(jobId);
+  const client = running().client();
+  const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'scripted', classes: ['image'] });
+  const url = new URL(LINK_PATH, running().url);
+  url.protocol = 'ws:';
+  agent = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
+  const inbox: OrchestratorMessage[] = [];
+  agent.on('message', (data) => inbox.push(JSON.parse(data.toString()) as OrchestratorMessage));
+  agent.on('open', () => agent.send(JSON.stringify({
+    type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: 'scripted', classes: ['image'], engines: ['onnx'], models: [], inFlight: [],
+    devices: [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',
+  })));
+  const nextRun = () => waitFor(() => {
+    const index = inbox.findIndex((message) => message.type === 'run');
+    return index < 0 ? null : (inbox.splice(index, 1)[0] as Extract<OrchestratorMessage, { type: 'run' }>);
+  }, { what: 'a run message' });
+  // The first job finishes with a real PNG, uploaded like any output, so it is an artifact.
+  const first = await client.submit({ type: 'image', input: { prompt: 'blob owner', width: 64, height: 64, steps: 2 } });
+  const run = await nextRun();
+  jobId = first.id;
+  credential = run.uploadCredential;
+  const png = await sharp({ create: { width: 64, height: 64, channels: 3, background: '#3366cc' } }).png().toBuffer();
+  published = await upload(png, 'image/png');
+  agent.send(JSON.stringify({ type: 'done', jobId, batchId: run.batchId, artifacts: [{ digest: published, mediaType: 'image/png', bytes: png.length }], timings: { loadMs: 0, computeMs: 1, totalMs: 1 } }));
+  expect((await client.follow(first.id)).type).toBe('succeeded');
+  // The second stays running: the tests upload their blobs as its outputs.
+  const second = await client.submit({ type: 'image', input: { prompt: 'blob holder', width: 64, height: 64, steps: 2 } });
+  const held = await nextRun();
+  jobId = second.id;
+  credential = held.uploadCredential;
 });
+
+afterAll(() => agent?.close());
 
 describe('verified blobs', () => {
   it('a good blob streams whole and is hashed once; later GETs are served from its verified mark', async () => {
@@ -106,9 +137,8 @@ describe('verified blobs', () => {
     expect(cached.headers.get('etag')).toBe(`"${digest}"`);
   });
 
-  it('a pipeline output with flipped bytes (one chunk) gets the error, not the bytes; the next GET says it was quarantined', async () => {
-    const job = await (await fetch(`${running().url}/v1/jobs/${jobId}`, { headers: auth() })).json() as { artifacts: { digest: string }[] };
-    const png = job.artifacts[0]!.digest;
+  it('a published output with flipped bytes (one chunk) gets the error, not the bytes; the next GET says it was quarantined', async () => {
+    const png = published;
     expect((await get(png)).status).toBe(200);
     const failed = await failures('hash');
     const stream = new AbortController();

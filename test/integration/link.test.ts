@@ -75,12 +75,18 @@ describe('the agent link with a scripted agent', () => {
     const bytes = Buffer.from('not really a png, but bytes with a digest');
     const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 
-    const mismatch = await upload(id, job!.uploadGrant, bytes, `sha256:${'0'.repeat(64)}`);
+    const mismatch = await upload(id, run.uploadCredential, bytes, `sha256:${'0'.repeat(64)}`);
     expect(mismatch.status).toBe(400);
     expect(((await mismatch.json()) as { error: { code: string } }).error.code).toBe('DIGEST_MISMATCH');
-    const otherJob = await upload('j_someone_else', job!.uploadGrant, bytes);
+    // The credential covers the jobs of its batch only.
+    const queued = await mesh.client().submit({ type: 'image', input: { prompt: 'not in that batch', width: 8, height: 8, steps: 1 } });
+    const otherJob = await upload(queued.id, run.uploadCredential, bytes);
     expect(otherJob.status).toBe(403);
-    expect((await upload(id, job!.uploadGrant, bytes)).status).toBe(201);
+    expect(((await otherJob.json()) as { error: { message: string } }).error.message).toContain('is not running in that batch');
+    const forged = await upload(id, run.uploadCredential.replace(/.$/, (last) => (last === 'A' ? 'B' : 'A')), bytes);
+    expect(forged.status).toBe(401);
+    await mesh.client().request('DELETE', `/v1/jobs/${queued.id}`);
+    expect((await upload(id, run.uploadCredential, bytes)).status).toBe(201);
 
     agent.send({ type: 'started', batchId: run.batchId, jobIds: [id] });
     const done = { type: 'done', jobId: id, batchId: run.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: bytes.length }], timings: { loadMs: 0, computeMs: 1, totalMs: 2 } };
@@ -93,6 +99,27 @@ describe('the agent link with a scripted agent', () => {
     expect(view.status).toBe('succeeded');
     expect(view.artifacts.map((artifact) => artifact.digest)).toEqual([digest]);
     expect(view.attempts).toHaveLength(1);
+    await agent.close();
+  });
+
+  it('small outputs travel inline in done: stored by digest and verified; a lying inline output fails the attempt', async () => {
+    const agent = new ScriptedAgent();
+    const welcome = await agent.next('welcome');
+    expect(welcome.inlineOutputBytes).toBeGreaterThan(1000);
+    const { id } = await mesh.client().submit({ type: 'image', input: { prompt: 'inline', width: 8, height: 8, steps: 1 } });
+    const first = await agent.next('run');
+    const bytes = Buffer.from(`inline output ${id}`);
+    const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+    const timings = { loadMs: 0, computeMs: 1, totalMs: 1 };
+    // Bytes that do not hash to the digest they claim are refused, and the job is tried again.
+    agent.send({ type: 'done', jobId: id, batchId: first.batchId, timings, artifacts: [{ digest, mediaType: 'image/png', bytes: bytes.length, inline: Buffer.from('other bytes!!').toString('base64') }] });
+    const second = await agent.next('run');
+    agent.send({ type: 'done', jobId: id, batchId: second.batchId, timings, artifacts: [{ digest, mediaType: 'image/png', bytes: bytes.length, inline: bytes.toString('base64') }] });
+    expect((await mesh.client().follow(id)).type).toBe('succeeded');
+    const view = await mesh.client().job(id);
+    expect(view.attempts.map((attempt) => attempt.error?.code ?? attempt.status)).toEqual(['INTEGRITY_FAILED', 'succeeded']);
+    expect(view.artifacts.map((artifact) => artifact.digest)).toEqual([digest]);
+    expect(Buffer.from(await mesh.client().download(view.artifacts[0]!.url)).equals(bytes)).toBe(true);
     await agent.close();
   });
 

@@ -51,7 +51,7 @@ function setup(): void {
   harness = new JobCoreHarness();
   hub = new AgentHub({
     clock: harness.clock, hosts: harness.hosts, intake: harness.core.intake, failover: harness.core.failover, recovery: harness.core.recovery,
-    events: harness.events, log: pino({ level: 'silent' }), heartbeatMs: 1_000, staleAfterMs: 3_000, helloTimeoutMs: 2_000,
+    events: harness.events, log: pino({ level: 'silent' }), heartbeatMs: 1_000, staleAfterMs: 3_000, helloTimeoutMs: 2_000, inlineOutputBytes: 1024,
     authorizeJoin: () => {},
   });
 }

@@ -15,13 +15,13 @@ describe('dispatch and result intake', () => {
     const job = harness.submit();
     await harness.settle();
     const [run] = laptop.of('run');
-    expect(run).toMatchObject({ model: { name: 'gen' }, jobs: [{ id: job.id, uploadGrant: `upload-${job.id}` }] });
+    expect(run).toMatchObject({ model: { name: 'gen' }, jobs: [{ id: job.id }], uploadCredential: `upload-${run!.batchId}` });
     expect(harness.status(job.id)).toBe('dispatched');
 
     const { intake } = harness.core;
     intake.started(laptop.session, run!.batchId, [job.id]);
     intake.progress(laptop.session, run!.batchId, [job.id], 1, 2);
-    const digest = await harness.upload(job.id, Buffer.from('png bytes'));
+    const digest = await harness.upload(job.id, run!.batchId, Buffer.from('png bytes'));
     intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: 9 }], timings });
     await harness.settle();
     expect(harness.status(job.id)).toBe('succeeded');

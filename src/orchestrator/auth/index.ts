@@ -3,3 +3,4 @@ export { ACTIONS, GRANT_KINDS, KIND_ACTIONS, parseCaveat, formatCaveat, checkCav
 export type { Action, Caveat, GrantKind, GrantRequest } from './caveats.js';
 export { caveatsFromOptions, type GrantOptions } from './options.js';
 export { GrantIssuer, type GrantIssuerDeps } from './issuer.js';
+export { UploadCredentials } from './upload-credentials.js';

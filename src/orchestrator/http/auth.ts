@@ -1,11 +1,13 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { MeshError } from '../../protocol/index.js';
-import type { Action, GrantAuthority, GrantRequest, VerifiedGrant } from '../auth/index.js';
+import { UploadCredentials, type Action, type GrantAuthority, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
 import type { Clock } from '../clock.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
     grant: VerifiedGrant | null;
+    /** The batch whose outputs an upload credential lets this request deliver. */
+    uploadBatch: string | null;
   }
 }
 
@@ -35,11 +37,23 @@ export function grantOf(request: FastifyRequest): VerifiedGrant {
 /** Checks the grants of HTTP requests: the one object route modules use for authorization. */
 export class RequestAuth {
   readonly #authority: GrantAuthority;
+  readonly #uploads: UploadCredentials;
   readonly #clock: Clock;
 
-  constructor(authority: GrantAuthority, clock: Clock) {
+  constructor(authority: GrantAuthority, uploads: UploadCredentials, clock: Clock) {
     this.#authority = authority;
+    this.#uploads = uploads;
     this.#clock = clock;
+  }
+
+  /** A route hook that admits only requests carrying an agent's upload credential; it records the batch it covers. */
+  requireUpload() {
+    return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
+      const token = tokenOf(request);
+      if (!token) throw new MeshError('GRANT_MISSING');
+      if (!UploadCredentials.looksLike(token)) throw new MeshError('GRANT_INVALID', { detail: 'uploads take the upload credential of the batch (from its run message)' });
+      request.uploadBatch = this.#uploads.verify(token, this.#clock.now()).batchId;
+    };
   }
 
   /**

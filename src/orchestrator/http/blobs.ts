@@ -84,14 +84,14 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     scope.withTypeProvider<ZodTypeProvider>().put('/v1/jobs/:id/outputs/:digest', {
       schema: {
         params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
-        tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the job's upload grant)",
+        tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the upload credential of the job's batch)",
       },
-      preHandler: auth.require('outputs:write', (request) => ({ jobId: (request.params as { id: string }).id })),
+      preHandler: auth.requireUpload(),
     }, async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const mediaType = request.headers['content-type'] ?? 'application/octet-stream';
       if (!MEDIA_TYPE.test(mediaType)) throw new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: mediaType.slice(0, 100) });
-      const stored = await outputs.receive(request.params.id, digest, mediaType, request.raw);
+      const stored = await outputs.receive({ jobId: request.params.id, batchId: request.uploadBatch!, digest, mediaType }, request.raw);
       void reply.code(201);
       return stored;
     });

@@ -28,7 +28,7 @@ export interface JobCoreDeps {
   blobs: BlobStore;
   log: Logger;
   model(name: string): RegisteredModel | undefined;
-  uploadCredential(jobId: string, validUntil: number): string;
+  uploadCredential(batchId: string, validUntil: number): string;
   retryBackoffMs: number;
   reconnectGraceMs: number;
   uploadLimitBytes: number;

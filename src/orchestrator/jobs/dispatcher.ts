@@ -21,8 +21,8 @@ export interface DispatcherDeps {
   metrics: MeshMetrics;
   log: Logger;
   model(name: string): RegisteredModel | undefined;
-  /** A credential that lets one job's outputs be uploaded until `validUntil` (epoch ms). */
-  uploadCredential(jobId: string, validUntil: number): string;
+  /** A credential that lets the outputs of one batch's jobs be uploaded until `validUntil` (epoch ms). */
+  uploadCredential(batchId: string, validUntil: number): string;
 }
 
 /**
@@ -108,14 +108,11 @@ export class Dispatcher {
     this.#deps.inFlight.place(host, { id: batchId, model: name, jobIds: new Set(jobs.map((job) => job.id)), dispatchedAt: now });
     this.#deps.admission.recordDrain(name, jobs.length);
     this.#deps.metrics.batchDispatched(name, jobs.length, jobs.map((job) => now - job.createdAt));
-    const uploads = model.manifest.pipeline !== 'tensor';
+    // Valid for as long as the batch's jobs may run, and an hour more for slow uploads.
+    const validUntil = Math.max(...jobs.map((job) => job.deadlineAt ?? now + model.policy.maxTimeoutMs)) + 3_600_000;
     host.send({
-      type: 'run', batchId, model: model.manifest,
-      jobs: jobs.map((job) => ({
-        id: job.id, input: job.input, deadlineAt: job.deadlineAt,
-        // Valid for as long as the job may run, and an hour more for slow uploads.
-        uploadGrant: uploads ? this.#deps.uploadCredential(job.id, (job.deadlineAt ?? now + model.policy.maxTimeoutMs) + 3_600_000) : '',
-      })),
+      type: 'run', batchId, model: model.manifest, uploadCredential: this.#deps.uploadCredential(batchId, validUntil),
+      jobs: jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
     });
     this.#deps.log.debug({ batchId, host: host.id, model: name, size: jobs.length }, 'batch dispatched');
   }

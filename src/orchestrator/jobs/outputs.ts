@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import { MeshError } from '../../protocol/index.js';
+import { MeshError, type ArtifactReport } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
 import type { BlobStore } from '../registry/index.js';
 import { blobs, type Db, type GroupCommit } from '../store/index.js';
@@ -16,9 +16,11 @@ export interface JobOutputsDeps {
 }
 
 /**
- * The outputs agents deliver for jobs: stored in the content-addressed blob
- * store (hashed while they stream, refused if the digest differs) and
- * recorded as uploaded for that job, which is what lets a `done` name them.
+ * The outputs agents deliver for jobs, stored in the content-addressed blob
+ * store either way they arrive: uploaded over HTTP (hashed while they stream,
+ * refused if the digest differs, and recorded as uploaded for the job, which
+ * is what lets a later `done` name them), or inline in the `done` report
+ * itself (hashed before they are kept).
  */
 export class JobOutputs {
   readonly #deps: JobOutputsDeps;
@@ -27,10 +29,17 @@ export class JobOutputs {
     this.#deps = deps;
   }
 
-  /** Store one output of a job; resolves once it is committed. */
-  async receive(jobId: string, digest: string, mediaType: string, body: Readable): Promise<{ digest: string; bytes: number; mediaType: string }> {
+  /** Store one uploaded output of a job in `batchId` (the batch the credential was minted for); resolves once committed. */
+  async receive(
+    upload: { jobId: string; batchId: string; digest: string; mediaType: string }, body: Readable,
+  ): Promise<{ digest: string; bytes: number; mediaType: string }> {
     const { db, commits, clock } = this.#deps;
-    if (!this.#deps.states.get(jobId)) throw new MeshError('NOT_FOUND', { what: `Job ${jobId}` });
+    const { jobId, batchId, digest, mediaType } = upload;
+    const job = this.#deps.states.get(jobId);
+    if (!job) throw new MeshError('NOT_FOUND', { what: `Job ${jobId}` });
+    if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) {
+      throw new MeshError('GRANT_DENIED', { caveat: `batch ${batchId}`, detail: `job ${jobId} is not running in that batch` });
+    }
     const stored = await this.#deps.blobs.putStream(body, { expected: digest, limit: this.#deps.limitBytes });
     const now = clock.now();
     commits.write(() => {
@@ -39,6 +48,14 @@ export class JobOutputs {
     });
     await commits.durable();
     return { digest, bytes: stored.bytes, mediaType };
+  }
+
+  /** Keep an output that came inline in a report; DIGEST_MISMATCH if its bytes are not what it claims. */
+  async keepInline(artifact: ArtifactReport & { inline: string }): Promise<void> {
+    const bytes = Buffer.from(artifact.inline, 'base64');
+    if (bytes.length !== artifact.bytes) throw new MeshError('DIGEST_MISMATCH', { expected: `${artifact.bytes} bytes`, actual: `${bytes.length} bytes` });
+    await this.#deps.blobs.putBytes(bytes, artifact.digest);
+    this.#deps.commits.write(() => blobs.recordBlob(this.#deps.db, { digest: artifact.digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
   }
 
   wasUploaded(jobId: string, digest: string): boolean {

@@ -54,10 +54,27 @@ export class ResultIntake {
   done(host: HostSession, message: Done): void {
     const job = this.#settled(host, message, 'done');
     if (!job) return;
-    const missing = message.artifacts.find((artifact) => !this.#deps.outputs.wasUploaded(job.id, artifact.digest));
+    const inline = message.artifacts.filter((artifact): artifact is typeof artifact & { inline: string } => artifact.inline !== undefined);
+    if (inline.length === 0) {
+      this.#publish(host, job, message);
+      return;
+    }
+    // Outputs that came inline are hashed and stored before the job is published with them.
+    Promise.all(inline.map((artifact) => this.#deps.outputs.keepInline(artifact))).then(() => {
+      // While they were written the job may have moved on (cancelled, or its host reconnected): the report counts only if it still holds.
+      if (this.#deps.inFlight.holds(host, message.batchId, job.id)) this.#publish(host, job, message);
+    }, (error: unknown) => {
+      if (!this.#deps.inFlight.holds(host, message.batchId, job.id)) return;
+      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code: 'INTEGRITY_FAILED', message: `an inline output was refused: ${(error as Error).message}` }, true);
+      this.#ack(host, job.id);
+    });
+  }
+
+  #publish(host: HostSession, job: JobRecord, message: Done): void {
+    const missing = message.artifacts.find((artifact) => artifact.inline === undefined && !this.#deps.outputs.wasUploaded(job.id, artifact.digest));
     if (missing) {
       this.#deps.failover.attemptFailed(job, message.batchId, 'failed', {
-        code: 'INTEGRITY_FAILED', message: `output ${missing.digest} was reported but never uploaded under the job's grant`,
+        code: 'INTEGRITY_FAILED', message: `output ${missing.digest} was reported but never uploaded for the job`,
       }, true);
     } else {
       this.#deps.states.succeeded(job, {

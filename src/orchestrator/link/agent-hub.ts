@@ -20,6 +20,8 @@ export interface AgentHubDeps {
   log: Logger;
   heartbeatMs: number;
   staleAfterMs: number;
+  /** Largest output (per report) an agent may send inline in `done`. */
+  inlineOutputBytes: number;
   /** How long a socket may stay open without saying hello. Default 10 s. */
   helloTimeoutMs?: number;
   /** Throws if the grant may not join as this host with these classes. */
@@ -108,7 +110,10 @@ export class AgentHub {
       failover.hostLost(previous, { session, held: hello.inFlight });
     }
     recovery.claim(session, hello.inFlight);
-    send({ type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION });
+    send({
+      type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION,
+      inlineOutputBytes: this.#deps.inlineOutputBytes,
+    });
     log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length }, 'agent joined');
     this.#deps.events.publishMesh({ type: 'host:joined', host: hello.host, classes: hello.classes, at: new Date(clock.now()).toISOString() });
     hosts.set(session);

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { MeshError } from '../../protocol/index.js';
-import { assertDigest, sha256Digest } from './digest.js';
+import { assertDigest, sha256Digest } from '../../protocol/index.js';
 
 /**
  * Content-addressed bytes on disk: `<root>/sha256/<2 hex>/<64 hex>`. Writes go
