@@ -54,6 +54,7 @@ export class ComfyBatch {
   readonly #clientId = randomUUID();
   #runningId: string | null = null;
   #polling = false;
+  #timedOut = false;
   #ended = false;
 
   constructor(deps: BatchDeps, jobs: readonly EngineJob[], onProgress: (progress: Progress) => void) {
@@ -119,7 +120,8 @@ export class ComfyBatch {
     const early = this.#early.get(state.promptId) ?? [];
     this.#early.delete(state.promptId);
     for (const message of early) this.#onMessage(message);
-    if (state.cancelled && state.phase !== 'done') await this.#stop(state);
+    // Cancelled, or past the deadline, while it was being sent: take it back off the server.
+    if (state.cancelled || (this.#timedOut && state.phase === 'done')) await this.#stop(state);
   }
 
   #submitFailure(error: unknown): Failure {
@@ -268,6 +270,7 @@ export class ComfyBatch {
 
   #timeOut(): void {
     const { client, settings } = this.#deps;
+    this.#timedOut = true;
     for (const state of this.#states) {
       if (state.phase === 'done') continue;
       if (state.promptId) void this.#stop(state); // free the server for the next batch

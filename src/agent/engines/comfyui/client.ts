@@ -69,12 +69,12 @@ export class ComfyClient {
 
   /** Stop the running prompt. Servers that know `prompt_id` stop it only if it is that prompt. */
   async interrupt(promptId: string): Promise<void> {
-    await this.#http.request('POST', '/interrupt', { json: { prompt_id: promptId }, idempotent: true });
+    await this.#http.send('POST', '/interrupt', { json: { prompt_id: promptId }, idempotent: true });
   }
 
   /** Take prompts that have not started out of the queue. */
   async deleteQueued(promptIds: string[]): Promise<void> {
-    await this.#http.request('POST', '/queue', { json: { delete: promptIds }, idempotent: true });
+    await this.#http.send('POST', '/queue', { json: { delete: promptIds }, idempotent: true });
   }
 
   /** Which of our prompts are running and which still wait. */
@@ -89,6 +89,6 @@ export class ComfyClient {
   }
 
   async free(): Promise<void> {
-    await this.#http.request('POST', '/free', { json: { unload_models: true, free_memory: true }, idempotent: true });
+    await this.#http.send('POST', '/free', { json: { unload_models: true, free_memory: true }, idempotent: true });
   }
 }

@@ -90,6 +90,12 @@ export class ServerHttp {
     }
   }
 
+  /** A request whose answer carries nothing we need (the body is read and dropped, so the connection is reused). */
+  async send(method: string, path: string, options: RequestOptions = {}): Promise<void> {
+    const response = await this.request(method, path, options);
+    await response.arrayBuffer().catch(() => undefined);
+  }
+
   /** A request; resolves with a 2xx response, throws one of the two error classes otherwise. */
   async request(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { ...options.headers };
