@@ -137,6 +137,16 @@ describe('exec engine: commands that hang or flood', () => {
     await waitFor(() => pids.every((pid) => !alive(pid)), { what: 'both processes to be gone' });
   });
 
+  it('a command that ignores SIGTERM is killed (SIGKILL) once the grace is over', async () => {
+    const stubborn = `process.on('SIGTERM', () => console.error('stubborn: ignoring SIGTERM')); setInterval(() => {}, 1000);`;
+    const loaded = await engine.load(manifest({ command: [NODE, '-e', stubborn], timeoutMs: 2500, killGraceMs: 300 }, 'stubborn'), NODE, cpuDevice(512));
+    const started = performance.now();
+    const [output] = await loaded.run([paintJob('s')], () => {});
+    expect(performance.now() - started).toBeLessThan(8000);
+    expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
+    expect((output as { message: string }).message).toMatch(/ran longer than 2500 ms and was stopped; its last stderr lines:\nstubborn: ignoring SIGTERM/);
+  });
+
   it('a flood of output is kept to a bounded tail: the error quotes the last stderr line, progress still parses', async () => {
     const loaded = await engine.load(manifest({ command: [NODE, FLOOD], maxOutputBytes: 4096 }, 'flood'), FLOOD, cpuDevice(512));
     const progress: Progress[] = [];

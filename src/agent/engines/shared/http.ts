@@ -19,6 +19,14 @@ export class ServerStatusError extends Error {
   }
 }
 
+/** The server answered 2xx with something that is not what the protocol says (e.g. not JSON). */
+export class ServerProtocolError extends Error {
+  override readonly name = 'ServerProtocolError';
+  constructor(readonly server: string, readonly detail: string, options?: { cause?: unknown }) {
+    super(`${server} broke the protocol: ${detail}`, options);
+  }
+}
+
 export interface HttpOptions {
   /** How errors name the server, e.g. `ComfyUI at http://127.0.0.1:8188`. */
   label: string;
@@ -61,9 +69,9 @@ export function errorMessageOf(body: unknown, fallback: string): string {
 
 /**
  * A small HTTP client for one engine server: per-request timeouts, bounded
- * retries of "busy" answers (honouring Retry-After up to a cap) and two error
- * classes callers branch on — unreachable, or an error status with the
- * server's own message.
+ * retries of "busy" answers (honouring Retry-After up to a cap) and one error
+ * class per failure for callers to branch on — unreachable, an error status
+ * with the server's own message, or an answer that breaks the protocol.
  */
 export class ServerHttp {
   readonly baseUrl: string;
@@ -86,7 +94,7 @@ export class ServerHttp {
     try {
       return JSON.parse(text) as T;
     } catch (error) {
-      throw new ServerUnreachableError(this.label, `${method} ${path} answered with invalid JSON`, { cause: error });
+      throw new ServerProtocolError(this.label, `${method} ${path} answered with invalid JSON`, { cause: error });
     }
   }
 
@@ -96,7 +104,7 @@ export class ServerHttp {
     await response.arrayBuffer().catch(() => undefined);
   }
 
-  /** A request; resolves with a 2xx response, throws one of the two error classes otherwise. */
+  /** A request; resolves with a 2xx response, throws ServerUnreachableError or ServerStatusError otherwise. */
   async request(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { ...options.headers };
     let body: Uint8Array<ArrayBuffer> | string | undefined = options.body;
