@@ -137,7 +137,11 @@ export class Agent {
     return {
       type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: this.#options.host, classes: this.#options.classes,
       devices: this.#deviceReport(), engines: [...this.#engines.keys()], models: this.#cache.cached,
-      inFlight: [...this.#running.values()].flatMap((batch) => [...batch.jobIds].map((jobId) => ({ jobId, batchId: batch.id }))),
+      // What this host still holds: batches running, and results the orchestrator has not acknowledged (they arrive again after welcome).
+      inFlight: [
+        ...[...this.#running.values()].flatMap((batch) => [...batch.jobIds].map((jobId) => ({ jobId, batchId: batch.id }))),
+        ...[...this.#unacked.values()].map((result) => ({ jobId: result.jobId, batchId: result.batchId })),
+      ],
       concurrency: this.#options.concurrency, version: VERSION,
     };
   }
@@ -151,7 +155,7 @@ export class Agent {
     for (const result of this.#unacked.values()) this.#link.send(result);
     this.#stopHeartbeat();
     this.#heartbeat = setInterval(() => this.#link.send({
-      type: 'heartbeat', inFlight: this.#running.size, resident: this.#residency.resident(), devices: this.#deviceReport(),
+      type: 'heartbeat', resident: this.#residency.resident(), devices: this.#deviceReport(),
     }), heartbeatMs);
     this.#heartbeat.unref();
   }
@@ -168,12 +172,16 @@ export class Agent {
         return;
       case 'cancel':
         for (const batch of this.#running.values()) if (batch.jobIds.has(message.jobId)) batch.cancel([message.jobId]);
+        // A result the orchestrator will not take (the job moved on or ended) is not worth re-sending.
+        this.#unacked.delete(message.jobId);
         return;
       case 'ack':
         for (const jobId of message.jobIds) this.#unacked.delete(jobId);
         return;
       case 'welcome':
         return;
+      default:
+        return unhandled(message);
     }
   }
 
@@ -245,4 +253,9 @@ export class Agent {
       this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: engineError.retryable, error: { code: engineError.code, message: engineError.message } });
     }
   }
+}
+
+/** Compile-time exhaustiveness: a new orchestrator message without a case here does not build. */
+function unhandled(message: never): void {
+  throw new Error(`unhandled orchestrator message ${JSON.stringify(message)}`);
 }

@@ -5,10 +5,16 @@ import { ModelManifest } from './models.js';
  * The agent link: JSON messages over one WebSocket that the agent dials.
  * This file is the whole vocabulary; a new message is added here and nowhere else.
  */
-export const LINK_PROTOCOL_VERSION = 1;
+/**
+ * Bumped whenever a message or field is added, removed or changes meaning in a
+ * way an older peer would reject or misread (docs/architecture.md, "The agent link").
+ * 2: heartbeats no longer carry `inFlight`; `hello.inFlight` also lists finished, unacknowledged results.
+ */
+export const LINK_PROTOCOL_VERSION = 2;
 export const LINK_PATH = '/v1/agents/link';
 
-const ErrorBody = z.object({ code: z.string(), message: z.string() });
+/** An agent's error; codes it may send are the registry's, and an unknown one is read as ENGINE_FAILED. */
+const ErrorBody = z.object({ code: z.string().max(64), message: z.string().max(4000) });
 
 export const Device = z.object({
   id: z.string(),
@@ -58,7 +64,7 @@ export const AgentMessage = z.discriminatedUnion('type', [
     engines: z.array(z.string()),
     /** Model digests already in the agent's local cache. */
     models: z.array(z.string()),
-    /** Jobs the agent is still running after a reconnect. */
+    /** Jobs this agent holds: still running, or finished with a result not yet acknowledged. */
     inFlight: z.array(z.object({ jobId: z.string(), batchId: z.string() })),
     /** Batches the agent runs at once. */
     concurrency: z.number().int().min(1),
@@ -66,7 +72,6 @@ export const AgentMessage = z.discriminatedUnion('type', [
   }),
   z.object({
     type: z.literal('heartbeat'),
-    inFlight: z.number(),
     resident: z.array(ResidentModel),
     devices: z.array(Device),
   }),
@@ -119,5 +124,7 @@ export const LINK_CLOSE = {
   replaced: 4409,
   /** Heartbeats stopped. */
   stale: 4408,
+  /** No hello arrived in time after the upgrade. */
+  noHello: 4400,
   shuttingDown: 1001,
 } as const;

@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
@@ -26,13 +28,13 @@ class ScriptedAgent {
   readonly socket: WebSocket;
   readonly inbox: OrchestratorMessage[] = [];
 
-  constructor(host = 'scripted') {
+  constructor(host = 'scripted', token = grant, classes = ['image']) {
     const url = new URL(LINK_PATH, mesh.url);
     url.protocol = 'ws:';
-    this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${grant}` } });
+    this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
     this.socket.on('message', (data) => this.inbox.push(JSON.parse(data.toString()) as OrchestratorMessage));
     this.socket.once('open', () => this.send({
-      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host, classes: ['image'], engines: ['onnx'], models: [], inFlight: [],
+      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host, classes, engines: ['onnx'], models: [], inFlight: [],
       devices: [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',
     }));
   }
@@ -127,6 +129,39 @@ describe('the agent link with a scripted agent', () => {
     await mesh.client().request('DELETE', `/v1/jobs/${id}`);
     expect((await second.next('cancel')).jobId).toBe(id);
     await second.close();
+  });
+
+  it('a rogue agent cannot decide jobs it was not given: its reports are refused, logged and counted', async () => {
+    const honest = new ScriptedAgent();
+    await honest.next('welcome');
+    const rogueGrant = (await mesh.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'rogue', classes: ['video'] })).token;
+    const rogue = new ScriptedAgent('rogue', rogueGrant, ['video']);
+    await rogue.next('welcome');
+    const running = await mesh.client().submit({ type: 'image', input: { prompt: 'mine', width: 8, height: 8, steps: 1 } });
+    const queued = await mesh.client().submit({ type: 'image', input: { prompt: 'queued behind it', width: 8, height: 8, steps: 1 } });
+    const run = await honest.next('run');
+    expect(run.jobs[0]!.id).toBe(running.id);
+    for (const jobId of [running.id, queued.id]) {
+      rogue.send({ type: 'done', jobId, batchId: run.batchId, artifacts: [], result: 'forged', timings: { loadMs: 0, computeMs: 0, totalMs: 0 } });
+      rogue.send({ type: 'failed', jobId, batchId: run.batchId, retryable: false, error: { code: 'INVALID_INPUT', message: 'forged' } });
+    }
+    rogue.send({ type: 'progress', batchId: run.batchId, jobIds: [running.id], step: 1, total: 1 });
+    const metrics = await waitFor(async () => {
+      const text = new TextDecoder().decode(await mesh.client().download('/metrics'));
+      return /gpumesh_link_reports_refused_total\{host="rogue",message="progress"\} 1/.test(text) ? text : null;
+    }, { what: 'the refused reports to be counted' });
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="done"\} 2/);
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="failed"\} 2/);
+    expect((await mesh.client().job(running.id)).status).toBe('dispatched');
+    expect((await mesh.client().job(queued.id)).status).toBe('queued');
+    expect(honest.inbox.filter((message) => message.type === 'cancel')).toEqual([]);
+    expect(mesh.output() + readFileSync(join(mesh.data, 'logs', 'orchestrator.log'), 'utf8')).toContain('refused a report about a job this host does not hold');
+    // The honest host still finishes its job.
+    honest.send({ type: 'done', jobId: running.id, batchId: run.batchId, artifacts: [], timings: { loadMs: 0, computeMs: 1, totalMs: 1 } });
+    expect((await mesh.client().follow(running.id)).type).toBe('succeeded');
+    await mesh.client().request('DELETE', `/v1/jobs/${queued.id}`);
+    await rogue.close();
+    await honest.close();
   });
 
   it('closes the link on a malformed message and refuses a hello for another host', async () => {

@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/orchestrator/clock.js';
 import { policyFor, resolveConfig } from '../../src/orchestrator/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import type { HostSession } from '../../src/orchestrator/routing/index.js';
@@ -49,7 +48,7 @@ describe('ModelQueue', () => {
   });
 });
 
-describe('Scheduler (fake clock, no sleeps)', () => {
+describe('Scheduler.next', () => {
   const config = resolveConfig({}, '/tmp/unused');
   const model = (batching: typeof policy): RegisteredModel => ({
     manifest: { name: 'm', version: '1', engine: 'onnx', pipeline: 'tensor', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
@@ -57,49 +56,59 @@ describe('Scheduler (fake clock, no sleeps)', () => {
     pipeline: { normalize: (input) => input, compatKey: () => '' },
   });
 
-  function harness(batching: typeof policy, slots = 1) {
-    const clock = new FakeClock(0);
-    const dispatched: string[][] = [];
-    const host = { freeSlots: slots } as unknown as HostSession;
+  function harness(batching: typeof policy) {
     const registered = model(batching);
-    const scheduler = new Scheduler({
-      clock, agingMs: 30_000, model: () => registered,
-      pickHost: () => ((host as { freeSlots: number }).freeSlots > 0 ? host : null),
-      dispatch: (_model, jobs) => {
-        dispatched.push(jobs.map((entry) => entry.id));
-        (host as { freeSlots: number }).freeSlots--;
-      },
-    });
-    return { clock, dispatched, host: host as { freeSlots: number }, scheduler };
+    const host = { freeSlots: 1 };
+    const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered });
+    const pickHost = () => (host.freeSlots > 0 ? (host as unknown as HostSession) : null);
+    /** What a dispatcher would do at `now`: take every batch it can; returns the sizes and when to look again. */
+    const drain = (now: number): { sizes: number[]; wakeAt: number } => {
+      const sizes: number[] = [];
+      for (;;) {
+        const next = scheduler.next(now, pickHost);
+        if ('wakeAt' in next) return { sizes, wakeAt: next.wakeAt };
+        sizes.push(next.release.jobs.length);
+        host.freeSlots--;
+      }
+    };
+    return { host, scheduler, drain };
   }
 
-  it('holds a partial batch until the oldest job has waited maxQueueDelayMs', () => {
-    const { clock, dispatched, scheduler } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 10 });
+  it('holds a partial batch until the oldest job has waited maxQueueDelayMs, and says when to look again', () => {
+    const { scheduler, drain } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 10 });
     scheduler.enqueue(job({ enqueuedAt: 0 }));
     scheduler.enqueue(job({ enqueuedAt: 0 }));
-    scheduler.pump();
-    expect(dispatched).toEqual([]);
-    clock.advance(9);
-    expect(dispatched).toEqual([]);
-    clock.advance(1);
-    expect(dispatched.map((batch) => batch.length)).toEqual([2]);
+    expect(drain(0)).toEqual({ sizes: [], wakeAt: 10 });
+    expect(drain(9)).toEqual({ sizes: [], wakeAt: 10 });
+    expect(drain(10)).toEqual({ sizes: [2], wakeAt: Infinity });
     expect(scheduler.totalDepth).toBe(0);
   });
 
   it('releases a preferred size at once, and batches what piled up while the replica was busy', () => {
-    const { clock, dispatched, host, scheduler } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 1000 });
+    const { host, scheduler, drain } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 1000 });
     for (let i = 0; i < 4; i++) scheduler.enqueue(job({ enqueuedAt: 0 }));
-    scheduler.pump();
-    expect(dispatched.map((batch) => batch.length)).toEqual([4]);
+    expect(drain(0).sizes).toEqual([4]);
     for (let i = 0; i < 11; i++) scheduler.enqueue(job({ enqueuedAt: 0 }));
-    scheduler.pump();
-    expect(dispatched).toHaveLength(1); // no free slot
+    expect(drain(0).sizes).toEqual([]); // no free slot
     host.freeSlots = 1;
-    scheduler.pump();
-    expect(dispatched.map((batch) => batch.length)).toEqual([4, 8]);
+    expect(drain(0).sizes).toEqual([8]);
     expect(scheduler.totalDepth).toBe(3);
     host.freeSlots = 1;
-    clock.advance(1000);
-    expect(dispatched.map((batch) => batch.length)).toEqual([4, 8, 3]);
+    expect(drain(999)).toEqual({ sizes: [], wakeAt: 1000 });
+    expect(drain(1000).sizes).toEqual([3]);
+  });
+
+  it('releases the best job first across models and removes jobs by id', () => {
+    const { scheduler, drain } = harness({ maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 });
+    const low = job({ priority: 3 });
+    const high = job({ priority: 1 });
+    scheduler.enqueue(low);
+    scheduler.enqueue(high);
+    const first = scheduler.next(0, () => ({}) as HostSession);
+    expect('release' in first && first.release.jobs[0]!.id).toBe(high.id);
+    expect(scheduler.remove('m', low.id)).toBe(true);
+    expect(scheduler.remove('m', low.id)).toBe(false);
+    expect(drain(0).sizes).toEqual([]);
+    expect(scheduler.depths()).toEqual({ m: 0 });
   });
 });

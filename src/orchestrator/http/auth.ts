@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { MeshError } from '../../protocol/index.js';
-import type { Action, GrantRequest, VerifiedGrant } from '../auth/index.js';
-import type { HttpContext } from './context.js';
+import type { Action, GrantAuthority, GrantRequest, VerifiedGrant } from '../auth/index.js';
+import type { Clock } from '../clock.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -27,27 +27,42 @@ export function tokenOf(request: FastifyRequest): string | null {
   return start < 0 ? null : new URLSearchParams(url.slice(start + 1)).get('access_token');
 }
 
-/**
- * A preHandler that admits only requests whose grant allows `action`;
- * `describe` adds what the route knows from its URL (the job of an upload).
- */
-export function requireGrant(context: HttpContext, action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>) {
-  return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
-    const token = tokenOf(request);
-    if (!token) throw new MeshError('GRANT_MISSING');
-    const now = context.clock.now();
-    const grant = context.authority.verify(token, now);
-    context.authority.authorize(grant, { action, ...describe?.(request) }, now);
-    request.grant = grant;
-  };
-}
-
-/** The request's grant, checked against a fuller description of what it is about to do. */
-export function authorizer(context: HttpContext, request: FastifyRequest): (what: GrantRequest) => void {
-  return (what) => context.authority.authorize(grantOf(request), what, context.clock.now());
-}
-
 export function grantOf(request: FastifyRequest): VerifiedGrant {
   if (!request.grant) throw new MeshError('GRANT_MISSING');
   return request.grant;
+}
+
+/** Checks the grants of HTTP requests: the one object route modules use for authorization. */
+export class RequestAuth {
+  readonly #authority: GrantAuthority;
+  readonly #clock: Clock;
+
+  constructor(authority: GrantAuthority, clock: Clock) {
+    this.#authority = authority;
+    this.#clock = clock;
+  }
+
+  /**
+   * A route hook that admits only requests whose grant allows `action`;
+   * `describe` adds what the route knows from its URL (the job of an upload).
+   */
+  require(action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>) {
+    return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
+      const token = tokenOf(request);
+      if (!token) throw new MeshError('GRANT_MISSING');
+      const now = this.#clock.now();
+      const grant = this.#authority.verify(token, now);
+      this.#authority.authorize(grant, { action, ...describe?.(request) }, now);
+      request.grant = grant;
+    };
+  }
+
+  /** The request's grant, checked against a fuller description of what it is about to do. */
+  authorizer(request: FastifyRequest): (what: GrantRequest) => void {
+    return (what) => this.#authority.authorize(grantOf(request), what, this.#clock.now());
+  }
+
+  now(): number {
+    return this.#clock.now();
+  }
 }
