@@ -174,18 +174,26 @@ describe('comfyui engine: a server that misbehaves', () => {
   });
 
   it('a batch past its timeout fails retryably and is taken off the server (interrupt + queue delete)', async () => {
-    const loaded = await engine.load(manifest({ timeoutMs: 400 }), WORKFLOW, cpuDevice(512));
+    const loaded = await engine.load(manifest({ timeoutMs: 600 }), WORKFLOW, cpuDevice(512));
+    const before = (await comfy.state<StandInState>()).submitted.length;
     const outputs = await loaded.run([imageJob('t0', { steps: 500 }), imageJob('t1', { steps: 500 })], () => {});
     for (const output of outputs) {
       expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
-      expect((output as { message: string }).message).toMatch(/took longer than 400 ms/);
+      expect((output as { message: string }).message).toMatch(/took longer than 600 ms/);
     }
     const state = await waitFor(async () => {
       const current = await comfy.state<StandInState>();
       return current.running === null && current.pending.length === 0 ? current : null;
     }, { what: 'the stand-in to be idle again' });
-    expect(state.interrupts).toContain(state.submitted.at(-2));
-    expect(state.deleted).toContain(state.submitted.at(-1));
+    // Whatever reached the server by the deadline (a slow machine may not have sent t1 yet) was taken off it:
+    // the running prompt interrupted, a waiting one deleted from the queue.
+    const ours = state.submitted.slice(before);
+    expect(ours.length).toBeGreaterThan(0);
+    for (const id of ours) expect([...state.interrupts, ...state.deleted]).toContain(id);
+    if (ours.length === 2) {
+      expect(state.interrupts).toContain(ours[0]);
+      expect(state.deleted).toContain(ours[1]);
+    }
     await loaded.unload();
   });
 
