@@ -54,7 +54,7 @@ adapterContract('comfyui (against comfyui-standin)', {
     const meta = await sharp(file!.bytes).metadata();
     expect([meta.width, meta.height]).toEqual([job.input.width, job.input.height]);
   },
-  slow: { jobs: (n) => Array.from({ length: n }, (_, i) => imageJob(`slow${i}`, { steps: 150 })) },
+  slow: { jobs: (n) => Array.from({ length: n }, (_, i) => imageJob(`slow${i}`, { steps: 400 })) },
   bad: { job: () => imageJob('zero-steps', { steps: 0 }), code: 'INVALID_INPUT', message: /node 3 \(KSampler\).*Value 0 smaller than min of 1: steps/ },
 });
 

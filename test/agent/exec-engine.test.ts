@@ -49,7 +49,7 @@ adapterContract('exec (fixture commands)', {
     expect(output.files[0]).toMatchObject({ mediaType: 'image/png', width: job.input.width, height: job.input.height });
     expect(output.result).toEqual({ prompt: job.input.prompt, seed: job.input.seed, jobIdArgument: job.id, jobIdEnv: job.id });
   },
-  slow: { jobs: (n) => Array.from({ length: n }, (_, i) => paintJob(`slow${i}`, { steps: 100, stepMs: 20 })) },
+  slow: { jobs: (n) => Array.from({ length: n }, (_, i) => paintJob(`slow${i}`, { steps: 200, stepMs: 20 })) },
   bad: {
     job: () => paintJob('oom', { fail: 'CUDA out of memory' }), code: 'ENGINE_FAILED',
     message: /the command .*node exited with code 3; its last stderr lines:\npaint: loading weights\npaint: error: CUDA out of memory$/,
