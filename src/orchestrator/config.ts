@@ -72,6 +72,14 @@ export const MeshConfigInput = z.strictObject({
      */
     inlineOutputBytes: z.int().min(0).max(2 * 1024 * 1024).default(256 * 1024),
   }).prefault({}),
+  batching: z.strictObject({
+    /**
+     * A partial batch (below its preferred size) on an idle replica: `while-arriving` holds it back for up to the
+     * model's maxQueueDelayMs only while the arrival rate promises company in that time, else sends it at once;
+     * `always` holds it for the whole delay (the older rule). Default while-arriving.
+     */
+    holdPartial: z.enum(['while-arriving', 'always']).default('while-arriving'),
+  }).prefault({}),
   retry: z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */
     backoffMs: z.int().min(0).default(250),

@@ -91,7 +91,7 @@ export class Orchestrator {
     const admission = new Admission(clock);
     const hosts = new HostRegistry();
     const router = new Router(hosts);
-    const scheduler = new Scheduler({ model: (name) => registry.get(name), agingMs: config.priorities.agingMs });
+    const scheduler = new Scheduler({ model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial });
     const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
     const model = (name: string) => registry.get(name);
 

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { policyFor, resolveConfig } from '../../src/orchestrator/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import type { HostSession } from '../../src/orchestrator/routing/index.js';
-import { ModelQueue, releaseDecision, Scheduler, type QueuedJob } from '../../src/orchestrator/scheduler/index.js';
+import { ArrivalRate, ModelQueue, releaseDecision, Scheduler, worthWaiting, type QueuedJob } from '../../src/orchestrator/scheduler/index.js';
 
 const policy = { maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 10 };
 
@@ -56,10 +56,10 @@ describe('Scheduler.next', () => {
     pipeline: { normalize: (input) => input, compatKey: () => '' },
   });
 
-  function harness(batching: typeof policy) {
+  function harness(batching: typeof policy, hold: 'while-arriving' | 'always' = 'always') {
     const registered = model(batching);
-    const host = { freeSlots: 1 };
-    const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered });
+    const host = { freeSlots: 1, batches: new Map() };
+    const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: hold });
     const pickHost = () => (host.freeSlots > 0 ? (host as unknown as HostSession) : null);
     /** What a dispatcher would do at `now`: take every batch it can; returns the sizes and when to look again. */
     const drain = (now: number): { sizes: number[]; wakeAt: number } => {
@@ -104,11 +104,60 @@ describe('Scheduler.next', () => {
     const high = job({ priority: 1 });
     scheduler.enqueue(low);
     scheduler.enqueue(high);
-    const first = scheduler.next(0, () => ({}) as HostSession);
+    const first = scheduler.next(0, () => ({ batches: new Map() }) as HostSession);
     expect('release' in first && first.release.jobs[0]!.id).toBe(high.id);
     expect(scheduler.remove('m', low.id)).toBe(true);
     expect(scheduler.remove('m', low.id)).toBe(false);
     expect(drain(0).sizes).toEqual([]);
     expect(scheduler.depths()).toEqual({ m: 0 });
+  });
+});
+
+describe('work-conserving batching', () => {
+  const batching = { maxBatchSize: 32, preferredBatchSizes: [8, 16, 32], maxQueueDelayMs: 10 };
+
+  it('waits only when the arrivals expected within the delay reach the next batch size worth having', () => {
+    expect(worthWaiting(1, batching, 0)).toBe(false);
+    expect(worthWaiting(1, batching, 6.9)).toBe(false);
+    expect(worthWaiting(1, batching, 7)).toBe(true);
+    expect(worthWaiting(9, batching, 7)).toBe(true); // 16 is next
+    expect(worthWaiting(9, batching, 6)).toBe(false);
+  });
+
+  it('estimates arrivals from the recent gaps, and stops trusting them once the silence is longer', () => {
+    const rate = new ArrivalRate();
+    expect(rate.expectedWithin(10, 0)).toBe(0);
+    rate.arrived(0);
+    expect(rate.expectedWithin(10, 0)).toBe(0); // one arrival is not a stream
+    for (let at = 1; at <= 20; at++) rate.arrived(at);
+    expect(rate.expectedWithin(10, 20)).toBeCloseTo(10, 0);
+    expect(rate.expectedWithin(10, 120)).toBeCloseTo(0.1, 2); // 100 ms of silence: the burst is over
+  });
+
+  const config = resolveConfig({}, '/tmp/unused');
+  const registered: RegisteredModel = {
+    manifest: { name: 'm', version: '1', engine: 'onnx', pipeline: 'tensor', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
+    policy: { ...policyFor(config, 'm'), batching },
+    pipeline: { normalize: (input) => input, compatKey: () => '' },
+  };
+  const idle = { freeSlots: 1, batches: new Map() } as unknown as HostSession;
+
+  it('sends a lone job to an idle replica at once instead of waiting out the delay; the old rule waits', () => {
+    for (const [hold, expected] of [['while-arriving', 1], ['always', 0]] as const) {
+      const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: hold });
+      scheduler.enqueue(job({ enqueuedAt: 0 }));
+      const next = scheduler.next(0, () => idle);
+      expect('release' in next ? next.release.jobs.length : 0).toBe(expected);
+    }
+  });
+
+  it('holds a partial batch while jobs are streaming in fast enough to fill it, and never lets one out early to a busy replica', () => {
+    const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: 'while-arriving' });
+    for (let at = 0; at < 5; at++) scheduler.enqueue(job({ enqueuedAt: at * 0.2 }));
+    expect('wakeAt' in scheduler.next(1, () => idle)).toBe(true); // 5 queued, one every 0.2 ms: 8 is near
+    const busy = { freeSlots: 1, batches: new Map([['b', {}]]) } as unknown as HostSession;
+    const slow = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: 'while-arriving' });
+    slow.enqueue(job({ enqueuedAt: 0 }));
+    expect('wakeAt' in slow.next(0, () => busy)).toBe(true);
   });
 });

@@ -1,12 +1,18 @@
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession } from '../routing/index.js';
-import { releaseDecision } from './batcher.js';
+import { ArrivalRate } from './arrivals.js';
+import { releaseDecision, worthWaiting } from './batcher.js';
 import { compareJobs, ModelQueue, type QueuedJob } from './queue.js';
 
 export interface SchedulerDeps {
   model(name: string): RegisteredModel | undefined;
   /** A queued job moves up one priority level for each `agingMs` it waits. */
   agingMs: number;
+  /**
+   * Hold a partial batch on an idle replica only while arrivals promise company (default), or always for the
+   * full `maxQueueDelayMs` (the rule before work conservation; kept to compare the two in bench/batching-policy).
+   */
+  holdPartialBatches?: 'while-arriving' | 'always';
 }
 
 /** A batch taken out of its queue, with the host that will run it. */
@@ -29,6 +35,7 @@ export type PickHost = (model: RegisteredModel, classes: readonly string[]) => H
 export class Scheduler {
   readonly #deps: SchedulerDeps;
   readonly #queues = new Map<string, ModelQueue>();
+  readonly #arrivals = new Map<string, ArrivalRate>();
   #total = 0;
 
   constructor(deps: SchedulerDeps) {
@@ -52,6 +59,9 @@ export class Scheduler {
     if (!queue) this.#queues.set(job.model, (queue = new ModelQueue()));
     queue.push(job);
     this.#total++;
+    let arrivals = this.#arrivals.get(job.model);
+    if (!arrivals) this.#arrivals.set(job.model, (arrivals = new ArrivalRate()));
+    arrivals.arrived(job.enqueuedAt);
   }
 
   /** Take a job out of its queue (cancelled or expired); false if it was not queued. */
@@ -68,22 +78,32 @@ export class Scheduler {
    */
   next(now: number, pickHost: PickHost): { release: Release } | { wakeAt: number } {
     const { agingMs } = this.#deps;
-    const ready: { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob }[] = [];
+    type Candidate = { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob; early: boolean };
+    const ready: Candidate[] = [];
     let wakeAt = Infinity;
     for (const [name, queue] of this.#queues) {
       if (queue.size === 0) continue;
       const model = this.#deps.model(name);
       if (!model) continue;
+      const batching = model.policy.batching;
       for (const group of queue.groups(now, agingMs)) {
-        const decision = releaseDecision(group.size, group.oldestAt, now, model.policy.batching);
-        if (decision.release) ready.push({ model, queue, key: group.key, size: decision.size, best: group.best });
-        else wakeAt = Math.min(wakeAt, decision.wakeAt);
+        const decision = releaseDecision(group.size, group.oldestAt, now, batching);
+        if (decision.release) {
+          ready.push({ model, queue, key: group.key, size: decision.size, best: group.best, early: false });
+          continue;
+        }
+        wakeAt = Math.min(wakeAt, decision.wakeAt);
+        const expected = this.#arrivals.get(name)?.expectedWithin(decision.wakeAt - now, now) ?? 0;
+        if (this.#deps.holdPartialBatches !== 'always' && !worthWaiting(group.size, batching, expected)) {
+          ready.push({ model, queue, key: group.key, size: group.size, best: group.best, early: true });
+        }
       }
     }
     ready.sort((a, b) => compareJobs(a.best, b.best, now, agingMs));
     for (const candidate of ready) {
       const host = pickHost(candidate.model, candidate.best.classes);
-      if (!host) continue;
+      // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
+      if (!host || (candidate.early && host.batches.size > 0)) continue;
       const jobs = candidate.queue.take(candidate.key, candidate.size, now, agingMs);
       this.#total -= jobs.length;
       return { release: { model: candidate.model, jobs, host } };
