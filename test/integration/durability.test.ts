@@ -12,7 +12,7 @@ afterAll(async () => {
 });
 
 describe('durability', () => {
-  it('jobs queued or running when the orchestrator is SIGKILLed complete after it restarts', async () => {
+  it('jobs queued or running when the orchestrator is SIGKILLed complete after it restarts', { timeout: 120_000 }, async () => {
     const data = tempDir();
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;

@@ -3,7 +3,7 @@ import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent } from '.
 import type { Clock } from '../clock.js';
 import type { EventBus, EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
-import { artifacts, attempts, jobs as jobStore, type Db, type GroupCommit, type JobRecord, type NewJob } from '../store/index.js';
+import { artifacts, attempts, jobs as jobStore, type Db, type EndedAttempt, type GroupCommit, type JobRecord, type NewJob } from '../store/index.js';
 import { artifactView } from './views.js';
 
 export interface JobStatesDeps {
@@ -75,19 +75,20 @@ export class JobStates {
     return records;
   }
 
-  /** Queued jobs leave for a host as one batch; returns those that were still queued. */
+  /**
+   * Queued jobs leave for a host as one batch (one statement for the batch; the attempt is written when it
+   * ends, and lives on the job's row until then). Returns those that were still queued.
+   */
   dispatched(jobs: readonly JobRecord[], place: Omit<AttemptPlace, 'batchSize'>): JobRecord[] {
     const { db, clock } = this.#deps;
     const now = clock.now();
-    const moved = this.#deps.commits.write(() => jobs.filter((job) => {
-      if (!jobStore.markDispatched(db, job.id, place.batchId, jobs.length, place.host, now)) return false;
-      attempts.insertAttempt(db, {
-        jobId: job.id, n: job.attempts + 1, host: place.host, replica: place.replica, batchId: place.batchId, batchSize: jobs.length, dispatchedAt: now,
-      });
-      return true;
-    }));
+    const still = this.#deps.commits.write(() => jobStore.markDispatched(db, jobs.map((job) => job.id), place.batchId, place.host, now));
+    const moved = jobs.filter((job) => still.has(job.id));
     for (const job of moved) {
-      Object.assign(job, { status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: moved.length, leaseHost: place.host, updatedAt: now });
+      Object.assign(job, {
+        status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
+        dispatchedAt: now, startedAt: null, updatedAt: now,
+      });
       this.#emit(job, {
         type: 'dispatched', jobId: job.id, host: place.host, replica: place.replica, batchId: place.batchId,
         batchSize: moved.length, attempt: job.attempts, at: iso(now),
@@ -102,12 +103,10 @@ export class JobStates {
     const starting = jobs.filter((job) => job.status === 'dispatched');
     if (starting.length === 0) return;
     const now = clock.now();
-    this.#deps.commits.write(() => {
-      jobStore.markBatchRunning(db, batchId, now);
-      attempts.markBatchStarted(db, batchId, now);
-    });
+    this.#deps.commits.write(() => jobStore.markBatchRunning(db, batchId, now));
     for (const job of starting) {
       job.status = 'running';
+      job.startedAt = now;
       this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
     }
   }
@@ -118,10 +117,20 @@ export class JobStates {
     this.#emit(job, { type: 'progress', jobId: job.id, step, total, pct, at: iso(this.#deps.clock.now()) });
   }
 
-  /** An attempt ended without a result (the job itself may be retried). */
+  /** The attempt in flight in `batchId` ended without a result (the job itself may be retried). */
   attemptEnded(job: JobRecord, batchId: string, status: 'failed' | 'lost', error: ErrorBody): void {
+    if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) return;
     const now = this.#deps.clock.now();
-    this.#deps.commits.write(() => attempts.finishAttempt(this.#deps.db, job.id, batchId, status, now, { errorCode: error.code, errorMessage: error.message }));
+    this.#deps.commits.write(() => this.#recordAttempt(job, status, now, { errorCode: error.code, errorMessage: error.message }));
+  }
+
+  /** Write the attempt in flight, now that it has ended. */
+  #recordAttempt(job: JobRecord, status: EndedAttempt['status'], now: number, outcome: Pick<EndedAttempt, 'computeMs' | 'errorCode' | 'errorMessage'>): void {
+    if (!job.batchId || !job.leaseHost) return;
+    attempts.recordAttempt(this.#deps.db, {
+      jobId: job.id, n: job.attempts, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, status,
+      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, ...outcome,
+    }, job.model);
   }
 
   /** A job whose attempt failed goes back to waiting; returns false if it had already finished. */
@@ -144,7 +153,7 @@ export class JobStates {
     const finished = this.#deps.commits.write(() => {
       if (!jobStore.finishJob(db, job.id, 'succeeded', now, { result: outcome.result ?? null })) return false;
       for (const artifact of published) artifacts.insertArtifact(db, artifact);
-      attempts.finishAttempt(db, job.id, outcome.batchId, 'succeeded', now, { computeMs: outcome.computeMs });
+      if (job.batchId === outcome.batchId) this.#recordAttempt(job, 'succeeded', now, { computeMs: outcome.computeMs });
       return true;
     });
     if (!finished) return false;
@@ -168,9 +177,7 @@ export class JobStates {
     const body = error instanceof MeshError ? error.toJSON() : error;
     const changed = this.#deps.commits.write(() => {
       if (!jobStore.finishJob(db, job.id, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
-      if (attemptBatchId) {
-        attempts.finishAttempt(db, job.id, attemptBatchId, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
-      }
+      if (attemptBatchId && attemptBatchId === job.batchId) this.#recordAttempt(job, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
       return true;
     });
     if (!changed) return false;

@@ -1,4 +1,4 @@
-import type { ArtifactView, JobEvent, JobView } from '../../protocol/index.js';
+import type { ArtifactView, AttemptView, JobEvent, JobView } from '../../protocol/index.js';
 import { artifacts, attempts, type ArtifactRecord, type Db, type JobRecord } from '../store/index.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -16,13 +16,26 @@ export function artifactView(record: ArtifactRecord): ArtifactView {
   };
 }
 
+/** The ended attempts from the store, and the one in flight (kept on the job until it ends). */
+function attemptsOf(db: Db, job: JobRecord): AttemptView[] {
+  const ended = attempts.listAttempts(db, job.id);
+  if ((job.status === 'dispatched' || job.status === 'running') && job.batchId && job.leaseHost && !ended.some((attempt) => attempt.n === job.attempts)) {
+    ended.push({
+      n: job.attempts, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId, batchSize: job.batchSize ?? 1,
+      status: 'running', dispatchedAt: new Date(job.dispatchedAt ?? job.updatedAt).toISOString(), startedAt: iso(job.startedAt),
+      finishedAt: null, computeMs: null, error: null,
+    });
+  }
+  return ended;
+}
+
 /** The API's view of a job: the row, its attempts and, once it succeeded, its artifacts. */
 export function jobView(db: Db, job: JobRecord): JobView {
   return {
     id: job.id, type: job.type, model: job.model, status: job.status, priority: job.priority, album: job.album,
     input: job.input, createdAt: new Date(job.createdAt).toISOString(), updatedAt: new Date(job.updatedAt).toISOString(),
     finishedAt: iso(job.finishedAt), deadlineAt: iso(job.deadlineAt),
-    attempts: attempts.listAttempts(db, job.id),
+    attempts: attemptsOf(db, job),
     batch: job.batchId ? { id: job.batchId, size: job.batchSize ?? 1 } : null,
     artifacts: job.status === 'succeeded' ? artifacts.artifactsOfJob(db, job.id).map(artifactView) : [],
     result: job.result,

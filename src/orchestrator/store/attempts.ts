@@ -1,34 +1,27 @@
 import type { AttemptView } from '../../protocol/index.js';
 import { stmt, type Db } from './db.js';
 
-export interface NewAttempt {
+/** An attempt that has ended, written once: the attempt in flight lives on its job's row until then. */
+export interface EndedAttempt {
   jobId: string;
   n: number;
   host: string;
-  replica: string;
   batchId: string;
   batchSize: number;
+  status: Exclude<AttemptView['status'], 'running'>;
   dispatchedAt: number;
+  startedAt: number | null;
+  finishedAt: number;
+  computeMs?: number;
+  errorCode?: string;
+  errorMessage?: string;
 }
 
-export function insertAttempt(db: Db, attempt: NewAttempt): void {
-  stmt(db, `INSERT INTO attempts (job_id, n, host, replica, batch_id, batch_size, status, dispatched_at)
-    VALUES (?, ?, ?, ?, ?, ?, 'running', ?)`).run(
-    attempt.jobId, attempt.n, attempt.host, attempt.replica, attempt.batchId, attempt.batchSize, attempt.dispatchedAt,
-  );
-}
-
-export function markBatchStarted(db: Db, batchId: string, now: number): void {
-  stmt(db, `UPDATE attempts SET started_at = ? WHERE batch_id = ? AND status = 'running' AND started_at IS NULL`).run(now, batchId);
-}
-
-export function finishAttempt(
-  db: Db, jobId: string, batchId: string, status: AttemptView['status'], now: number,
-  outcome: { computeMs?: number; errorCode?: string; errorMessage?: string } = {},
-): void {
-  stmt(db, `UPDATE attempts SET status = ?, finished_at = ?, compute_ms = ?, error_code = ?, error_message = ?
-    WHERE job_id = ? AND batch_id = ? AND status = 'running'`).run(
-    status, now, outcome.computeMs ?? null, outcome.errorCode ?? null, outcome.errorMessage ?? null, jobId, batchId,
+export function recordAttempt(db: Db, attempt: EndedAttempt, model: string): void {
+  stmt(db, `INSERT OR IGNORE INTO attempts (job_id, n, host, replica, batch_id, batch_size, status, dispatched_at, started_at, finished_at,
+    compute_ms, error_code, error_message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    attempt.jobId, attempt.n, attempt.host, `${attempt.host}/${model}`, attempt.batchId, attempt.batchSize, attempt.status,
+    attempt.dispatchedAt, attempt.startedAt, attempt.finishedAt, attempt.computeMs ?? null, attempt.errorCode ?? null, attempt.errorMessage ?? null,
   );
 }
 
@@ -39,6 +32,7 @@ interface AttemptRow {
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
+/** A job's ended attempts, oldest first. */
 export function listAttempts(db: Db, jobId: string): AttemptView[] {
   const rows = stmt(db, 'SELECT * FROM attempts WHERE job_id = ? ORDER BY n').all(jobId) as AttemptRow[];
   return rows.map((row) => ({

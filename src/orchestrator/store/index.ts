@@ -7,3 +7,4 @@ export * as blobs from './blobs.js';
 export * as grants from './grants.js';
 export type { JobRecord, NewJob } from './jobs.js';
 export type { ArtifactRecord } from './artifacts.js';
+export type { EndedAttempt } from './attempts.js';

@@ -25,6 +25,9 @@ export interface JobRecord {
   batchId: string | null;
   batchSize: number | null;
   leaseHost: string | null;
+  /** When the attempt in flight was dispatched, and when its host started it (null before). */
+  dispatchedAt: number | null;
+  startedAt: number | null;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;
@@ -36,7 +39,7 @@ interface JobRow {
   seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; input: string;
   prompt: string | null; grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
   deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
-  result: string | null; error_code: string | null; error_message: string | null;
+  dispatched_at: number | null; started_at: number | null; result: string | null; error_code: string | null; error_message: string | null;
 }
 
 function fromRow(row: JobRow): JobRecord {
@@ -45,7 +48,7 @@ function fromRow(row: JobRow): JobRecord {
     album: row.album, classes: JSON.parse(row.classes) as string[], input: JSON.parse(row.input) as Record<string, unknown>, prompt: row.prompt, grantId: row.grant_id,
     idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
     deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
-    leaseHost: row.lease_host,
+    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at,
     result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
   };
 }
@@ -59,7 +62,7 @@ export function insertJob(db: Db, job: NewJob): JobRecord {
   ) as { seq: number; prompt: string | null };
   return {
     ...job, seq: row.seq, prompt: row.prompt, status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
-    batchId: null, batchSize: null, leaseHost: null, result: null, errorCode: null, errorMessage: null,
+    batchId: null, batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, result: null, errorCode: null, errorMessage: null,
   };
 }
 
@@ -113,15 +116,17 @@ export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[
   return (db.prepare(`SELECT * FROM jobs WHERE status IN (${placeholders(statuses)}) ORDER BY seq`).all(...statuses) as JobRow[]).map(fromRow);
 }
 
-/** Returns false when the job was no longer queued (cancelled or expired meanwhile). */
-export function markDispatched(db: Db, id: string, batchId: string, batchSize: number, host: string, now: number): boolean {
-  return stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
-    updated_at = ? WHERE id = ? AND status = 'queued'`).run(batchId, batchSize, host, now, id).changes === 1;
+/** A batch of queued jobs leaves for a host: one statement for the batch. Returns the ids that were still queued. */
+export function markDispatched(db: Db, ids: readonly string[], batchId: string, host: string, now: number): Set<string> {
+  const rows = stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
+    dispatched_at = ?, started_at = NULL, updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'queued' RETURNING id`)
+    .all(batchId, ids.length, host, now, now, JSON.stringify(ids)) as { id: string }[];
+  return new Set(rows.map((row) => row.id));
 }
 
 /** The agent started a batch: its jobs that are still dispatched to it are running. */
 export function markBatchRunning(db: Db, batchId: string, now: number): void {
-  stmt(db, `UPDATE jobs SET status = 'running', updated_at = ? WHERE batch_id = ? AND status = 'dispatched'`).run(now, batchId);
+  stmt(db, `UPDATE jobs SET status = 'running', started_at = ?, updated_at = ? WHERE batch_id = ? AND status = 'dispatched'`).run(now, now, batchId);
 }
 
 /** Put a dispatched or running job back in its queue (its attempt failed or its lease lapsed). */

@@ -112,4 +112,12 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE jobs DROP COLUMN lease_expires_at;
     `,
   },
+  {
+    version: 5,
+    name: 'the attempt in flight lives on its job; attempts are written once, when they end',
+    sql: `
+      ALTER TABLE jobs ADD COLUMN dispatched_at INTEGER;
+      ALTER TABLE jobs ADD COLUMN started_at INTEGER;
+    `,
+  },
 ];
