@@ -12,6 +12,10 @@ export const LIMITS = {
   steps: { min: 1, max: 32 },
   tensorValues: 65536,
   idempotencyKeyChars: 200,
+  /** Jobs in one bulk submit (`POST /v1/jobs:batch`). */
+  bulkJobs: 1000,
+  /** Largest body of a bulk submit. */
+  bulkBodyBytes: 16 * 1024 * 1024,
 } as const;
 
 export const ImageInput = z.strictObject({
@@ -50,6 +54,11 @@ export const SubmitJobBody = z.strictObject({
   album: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i).optional(),
 });
 export type SubmitJobBody = z.infer<typeof SubmitJobBody>;
+
+/** One item of a bulk submit's answer: each job is admitted or refused on its own. */
+export type BulkItemResult =
+  | { status: 202 | 200; id: string; jobStatus: JobStatus; created: boolean }
+  | { status: number; error: ErrorBody };
 
 export interface ErrorBody {
   code: string;

@@ -202,6 +202,37 @@ describe('jobs API', () => {
     expect(second.json.id).toBe(first.json.id);
   });
 
+  it('a bulk submit admits or refuses each job on its own (207, one result per job, in order) in one commit', async () => {
+    const narrow = (await call('POST', '/v1/grants', { body: { kind: 'client', types: ['image'] } })).json.token as string;
+    const bulk = await call('POST', '/v1/jobs:batch', {
+      grant: narrow,
+      body: {
+        jobs: [
+          image({ prompt: 'bulk one', seed: 1 }),
+          image({ prompt: 'bulk two', seed: 2 }, { idempotencyKey: 'bulk-key' }),
+          image({ seed: 3 }),
+          { type: 'tensor', input: { x: [1] } },
+          { type: 'image', input: { prompt: 'x' }, colour: 'blue' },
+          image({ prompt: 'bulk two', seed: 2 }, { idempotencyKey: 'bulk-key' }),
+        ],
+      },
+    });
+    expect(bulk.status).toBe(207);
+    const results = bulk.json.results as { status: number; id?: string; error?: { code: string; message: string } }[];
+    expect(results.map((result) => result.status)).toEqual([202, 202, 400, 403, 400, 200]);
+    expect(results[2]!.error).toMatchObject({ code: 'INVALID_INPUT' });
+    expect(results[2]!.error!.message).toContain('prompt');
+    expect(results[3]!.error!.code).toBe('GRANT_DENIED');
+    expect(results[4]!.error).toMatchObject({ code: 'VALIDATION_FAILED' });
+    expect(results[4]!.error!.message).toContain('jobs.4');
+    expect(results[5]!.id).toBe(results[1]!.id);
+    for (const id of [results[0]!.id!, results[1]!.id!]) expect((await running().client().follow(id)).type).toBe('succeeded');
+    expect((await call('POST', '/v1/jobs:batch', { body: { jobs: [] } })).status).toBe(400);
+    const tooMany = await call('POST', '/v1/jobs:batch', { body: { jobs: Array.from({ length: 1001 }, () => image({ prompt: 'x' })) } });
+    expect(tooMany.status).toBe(400);
+    expect(tooMany.json.error.code).toBe('VALIDATION_FAILED');
+  });
+
   it('cancels a queued job; cancelling again is 409', async () => {
     // A long job keeps the only replica busy so the next one stays queued.
     const busy = await call('POST', '/v1/jobs', { body: { type: 'image', input: { prompt: 'busy', width: 512, height: 512, steps: 12 } } });

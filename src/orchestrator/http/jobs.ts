@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { JOB_STATUSES, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
+import { JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
 import type { JobService } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
 
@@ -20,6 +20,20 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
     void reply.code(created ? 202 : 200).header('location', links.self);
     return { id: job.id, status: job.status, links, created };
+  });
+
+  // `::` is a literal colon in Fastify's router: the path is /v1/jobs:batch (Google API style for a custom method).
+  routes.post('/v1/jobs::batch', {
+    schema: {
+      body: z.strictObject({ jobs: z.array(z.unknown()).min(1).max(LIMITS.bulkJobs) }),
+      tags: ['jobs'], summary: `Submit up to ${LIMITS.bulkJobs} jobs; each is admitted or refused on its own (207 with one result per job, in order)`,
+    },
+    bodyLimit: LIMITS.bulkBodyBytes,
+    preHandler: auth.require('jobs:submit'),
+  }, async (request, reply) => {
+    const results = await jobs.submitMany(grantOf(request), request.body.jobs, auth.authorizer(request));
+    void reply.code(207);
+    return { results };
   });
 
   routes.get('/v1/jobs', {

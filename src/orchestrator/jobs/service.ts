@@ -1,4 +1,6 @@
-import { isTerminal, MeshError, type ArtifactView, type JobEvent, type JobStatus, type JobView, type SubmitJobBody } from '../../protocol/index.js';
+import {
+  isTerminal, MeshError, SubmitJobBody, type ArtifactView, type BulkItemResult, type JobEvent, type JobStatus, type JobView,
+} from '../../protocol/index.js';
 import { firstFailure, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
 import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
@@ -71,6 +73,30 @@ export class JobService {
     const admitted = this.#admit(grant, body, authorize);
     await this.#deps.commits.durable();
     return admitted;
+  }
+
+  /**
+   * Admit many jobs at once (the counterpart of BullMQ's addBulk): each is
+   * validated, authorized and admitted or refused on its own, all in one
+   * group commit; resolves once the admitted ones are committed.
+   */
+  async submitMany(grant: VerifiedGrant, items: readonly unknown[], authorize: Authorize): Promise<BulkItemResult[]> {
+    const results = items.map((item, index): BulkItemResult => {
+      const parsed = SubmitJobBody.safeParse(item);
+      if (!parsed.success) {
+        const detail = parsed.error.issues.map((issue) => `jobs.${index}${issue.path.map((part) => `.${String(part)}`).join('')}: ${issue.message}`).join('; ');
+        return { status: 400, error: new MeshError('VALIDATION_FAILED', { detail }).toJSON() };
+      }
+      try {
+        const { job, created } = this.#admit(grant, parsed.data, authorize);
+        return { status: created ? 202 : 200, id: job.id, jobStatus: job.status, created };
+      } catch (error) {
+        if (error instanceof MeshError && error.status < 500) return { status: error.status, error: error.toJSON() };
+        throw error;
+      }
+    });
+    await this.#deps.commits.durable();
+    return results;
   }
 
   #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): { job: JobRecord; created: boolean } {
