@@ -1,27 +1,33 @@
 /**
- * Mesh overhead: the same tiny image job (gen, 8×8, one step, PNG output) run
- * directly through the ONNX engine (its worker process, in-process client)
- * and through the whole mesh (HTTP → orchestrator → SQLite → link → agent →
- * engine → blob upload → publish → SSE), sequentially, one at a time.
+ * Mesh overhead: the same tiny job run directly through the engine (its
+ * worker process, in-process client) and through the whole mesh (HTTP →
+ * orchestrator → SQLite → link → agent → engine → output stored → publish →
+ * SSE), sequentially, one at a time, for two jobs: the `gen` image model at
+ * 8×8 with one step (a PNG output), and one `mlp` tensor sample (a JSON result).
  *
- *   npm run bench:overhead -- [--runs 1000] [--warmup 100]
+ *   npm run bench:overhead -- [--runs 1000] [--warmup 100] [--config mesh.yaml-as-json]
  */
 import { parseArgs } from 'node:util';
+import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
-import { loadBuiltin, printTable, summarize, writeResults } from './lib.js';
+import { loadBuiltin, printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient } from './mesh-client.js';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '100' } } });
+const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '100' }, config: { type: 'string' } } });
 const RUNS = Number(values.runs);
 const WARMUP = Number(values.warmup);
-const INPUT = { prompt: 'overhead', seed: 1, width: 8, height: 8, steps: 1 };
+const CASES = {
+  gen: { type: 'image', input: { prompt: 'overhead', seed: 1, width: 8, height: 8, steps: 1 } },
+  mlp: { type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(k)) } },
+} as const;
+type Case = keyof typeof CASES;
 
-async function direct(): Promise<number[]> {
-  const { loaded, close } = await loadBuiltin('gen');
+async function direct(name: Case): Promise<number[]> {
+  const { loaded, close } = await loadBuiltin(name);
   const times: number[] = [];
   for (let i = 0; i < WARMUP + RUNS; i++) {
     const start = performance.now();
-    const [output] = await loaded.run([{ id: `d${i}`, input: INPUT }], () => {});
+    const [output] = await loaded.run([{ id: `d${i}`, input: CASES[name].input }], () => {});
     if (!output?.ok) throw new Error('direct run failed');
     if (i >= WARMUP) times.push(performance.now() - start);
   }
@@ -29,15 +35,17 @@ async function direct(): Promise<number[]> {
   return times;
 }
 
-async function mesh(): Promise<number[]> {
-  const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' } });
+async function mesh(): Promise<Record<Case, number[]>> {
+  const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: values.config ? JSON.parse(values.config) as Record<string, unknown> : undefined });
   const client = new BenchClient(running.url, running.admin, 4);
   try {
     await client.listen();
-    const times: number[] = [];
-    for (let i = 0; i < WARMUP + RUNS; i++) {
-      const took = await client.run({ type: 'image', input: INPUT });
-      if (i >= WARMUP) times.push(took);
+    const times = { gen: [] as number[], mlp: [] as number[] };
+    for (const name of Object.keys(CASES) as Case[]) {
+      for (let i = 0; i < WARMUP + RUNS; i++) {
+        const took = await client.run(CASES[name]);
+        if (i >= WARMUP) times[name].push(took);
+      }
     }
     return times;
   } finally {
@@ -47,19 +55,23 @@ async function mesh(): Promise<number[]> {
   }
 }
 
-const directTimes = await direct();
+const directTimes = { gen: await direct('gen'), mlp: await direct('mlp') };
 const meshTimes = await mesh();
-const d = summarize(directTimes);
-const m = summarize(meshTimes);
-const rows: (string | number)[][] = [
-  ['direct engine call', d.p50, d.p90, d.p99, d.mean],
-  ['through the mesh', m.p50, m.p90, m.p99, m.mean],
-  ['mesh overhead', m.p50 - d.p50, m.p90 - d.p90, m.p99 - d.p99, m.mean - d.mean],
-];
-printTable(`gen 8×8, 1 step, ${RUNS} sequential runs after ${WARMUP} warm-up (ms)`, ['path', 'p50', 'p90', 'p99', 'mean'], rows);
-const path = writeResults('overhead', {
-  runs: RUNS, warmup: WARMUP, input: INPUT, direct: d, mesh: m,
-  overhead: { p50: m.p50 - d.p50, p90: m.p90 - d.p90, p99: m.p99 - d.p99, mean: m.mean - d.mean },
-  target: { p50: 0.5, p99: 2 },
-});
+const rows: (string | number)[][] = [];
+const results: Record<string, { direct: Summary; mesh: Summary; overhead: { p50: number; p90: number; p99: number; mean: number } }> = {};
+for (const name of Object.keys(CASES) as Case[]) {
+  const d = summarize(directTimes[name]);
+  const m = summarize(meshTimes[name]);
+  const overhead = { p50: m.p50 - d.p50, p90: m.p90 - d.p90, p99: m.p99 - d.p99, mean: m.mean - d.mean };
+  results[name] = { direct: d, mesh: m, overhead };
+  rows.push([`${name}: direct engine call`, d.p50, d.p90, d.p99, d.mean]);
+  rows.push([`${name}: through the mesh`, m.p50, m.p90, m.p99, m.mean]);
+  rows.push([`${name}: mesh overhead`, overhead.p50, overhead.p90, overhead.p99, overhead.mean]);
+}
+printTable(`gen 8×8 1 step, and one mlp sample: ${RUNS} sequential runs after ${WARMUP} warm-up (ms)`, ['path', 'p50', 'p90', 'p99', 'mean'], rows);
+for (const name of Object.keys(CASES) as Case[]) {
+  const { p50, p99 } = results[name]!.overhead;
+  process.stdout.write(`${name}: overhead p50 ${p50.toFixed(3)} ms (target ≤ 1), p99 ${p99.toFixed(3)} ms (target ≤ 3) — ${p50 <= 1 && p99 <= 3 ? 'met' : 'not met'}\n`);
+}
+const path = writeResults('overhead', { runs: RUNS, warmup: WARMUP, cases: CASES, results, target: { p50: 1, p99: 3 } });
 process.stdout.write(`\nwrote ${path}\n`);
