@@ -110,7 +110,9 @@ export class JobBatch {
   }
 
   #failure(jobId: string, signal: AbortSignal, error: unknown): JobOutput {
-    const stopped = signal.aborted && signal.reason instanceof JobStopped ? signal.reason : error instanceof JobStopped ? error : null;
+    // A run that ended with an error of its own says more than the abort that may have caused it.
+    const stopped = error instanceof JobStopped ? error
+      : !(error instanceof EngineError) && signal.aborted && signal.reason instanceof JobStopped ? signal.reason : null;
     if (stopped) {
       switch (stopped.why) {
         case 'cancelled':

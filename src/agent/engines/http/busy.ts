@@ -1,6 +1,7 @@
 import type { Clock } from '../../../orchestrator/clock.js';
 import { formatError } from '../../../protocol/index.js';
 import { EngineError } from '../engine.js';
+import { JobStopped } from './batch.js';
 import type { HttpReply } from './client.js';
 import { Backoff, retryAfterMs, sleep, type BackoffOptions } from './timing.js';
 
@@ -25,14 +26,31 @@ export async function retryWhileBusy(send: () => Promise<HttpReply>, options: Bu
   const { clock, signal, deadlineAt } = options;
   const backoff = new Backoff(options.backoff);
   const started = clock.now();
+  const busy = (): EngineError =>
+    new EngineError('ENGINE_BUSY', formatError('ENGINE_BUSY', { url: new URL(options.url).origin, waitedMs: clock.now() - started }), true);
+  let refused = false;
   for (;;) {
-    const reply = await send();
+    let reply: HttpReply;
+    try {
+      reply = await send();
+    } catch (error) {
+      // Time ran out during a retry: the full queue is the story, not the clock.
+      if (refused && ranOutOfTime(signal)) throw busy();
+      throw error;
+    }
     if (reply.status !== 429) return reply;
+    refused = true;
     const header = reply.headers['retry-after'];
     const wait = Math.max(backoff.next(), retryAfterMs(Array.isArray(header) ? header[0]! : header ?? null, clock.now()) ?? 0);
-    if (clock.now() + wait >= deadlineAt) {
-      throw new EngineError('ENGINE_BUSY', formatError('ENGINE_BUSY', { url: new URL(options.url).origin, waitedMs: clock.now() - started }), true);
+    if (clock.now() + wait >= deadlineAt) throw busy();
+    try {
+      await sleep(clock, wait, signal);
+    } catch (error) {
+      if (ranOutOfTime(signal)) throw busy();
+      throw error;
     }
-    await sleep(clock, wait, signal);
   }
 }
+
+const ranOutOfTime = (signal: AbortSignal): boolean =>
+  signal.aborted && signal.reason instanceof JobStopped && (signal.reason.why === 'deadline' || signal.reason.why === 'budget');
