@@ -7,7 +7,7 @@ export type { HttpReply, HttpRequest } from './client.js';
 export { errorForStatus, serverMessage, badReply } from './errors.js';
 export type { RequestContext } from './errors.js';
 export { pngFromBase64, checkedPng } from './png.js';
-export { Backoff, sleep, retryAfterMs } from './timing.js';
+export { Backoff, sleep, retryAfterMs, workClock } from './timing.js';
 export type { BackoffOptions } from './timing.js';
 export { retryWhileBusy } from './busy.js';
 export { JobBatch, JobStopped } from './batch.js';

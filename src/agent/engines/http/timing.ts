@@ -1,5 +1,18 @@
 import type { Clock } from '../../../orchestrator/clock.js';
 
+/**
+ * Real time, with timers that keep the process alive (the system clock's are unref'd): a job
+ * waiting between two polls is work in progress, and must not let a process that has nothing
+ * else to do exit under it.
+ */
+export const workClock: Clock = {
+  now: () => Date.now(),
+  setTimer(ms, fn) {
+    const handle = setTimeout(fn, Math.max(0, ms));
+    return { cancel: () => clearTimeout(handle) };
+  },
+};
+
 export interface BackoffOptions {
   /** The first wait. */
   initialMs: number;

@@ -1,5 +1,5 @@
 import { pino, type Logger } from 'pino';
-import { systemClock, type Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../orchestrator/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type OutputFile, type Progress } from '../engine.js';
 import { JobBatch, type JobContext } from '../http/batch.js';
@@ -10,7 +10,7 @@ import { badReply, errorForStatus, type RequestContext } from '../http/errors.js
 import { imageRequest, manifestParam, type RequestDefaults } from '../http/image-input.js';
 import { checkedPng, pngFromBase64 } from '../http/png.js';
 import { parseSettings } from '../http/settings.js';
-import { Backoff, sleep } from '../http/timing.js';
+import { Backoff, sleep, workClock } from '../http/timing.js';
 import { OpenAiImagesSettings } from './settings.js';
 import { GenerationsReply, generationsBody } from './wire.js';
 
@@ -40,7 +40,7 @@ export class OpenAiImagesEngine implements Engine {
 
   constructor(options: OpenAiImagesEngineOptions = {}) {
     this.#options = options;
-    this.#clock = options.clock ?? systemClock;
+    this.#clock = options.clock ?? workClock;
     this.#log = options.log ?? pino({ level: 'silent' });
   }
 

@@ -1,9 +1,10 @@
 import { pino, type Logger } from 'pino';
-import { systemClock, type Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../orchestrator/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type Engine, type LoadedModel } from '../engine.js';
 import { frontedUrl, type EndpointProvider, type ServerEndpoint } from '../http/endpoint.js';
 import { parseSettings } from '../http/settings.js';
+import { workClock } from '../http/timing.js';
 import { SdcppClient } from './client.js';
 import { SdcppModel } from './model.js';
 import { SdcppSettings } from './settings.js';
@@ -11,7 +12,7 @@ import { SdcppSettings } from './settings.js';
 export interface SdcppEngineOptions {
   /** Starts an sd-server for a model whose settings name no `url` (the server launcher). Without it, such a model cannot load. */
   endpoints?: EndpointProvider;
-  /** Default: the system clock. */
+  /** Default: real time ({@link workClock}). */
   clock?: Clock;
   log?: Logger;
 }
@@ -30,7 +31,7 @@ export class SdcppEngine implements Engine {
 
   constructor(options: SdcppEngineOptions = {}) {
     this.#options = options;
-    this.#clock = options.clock ?? systemClock;
+    this.#clock = options.clock ?? workClock;
     this.#log = options.log ?? pino({ level: 'silent' });
   }
 
