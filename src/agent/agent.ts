@@ -217,7 +217,7 @@ export class Agent {
       this.#link.send({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds] });
       const computeStart = performance.now();
       const outputs = await loaded.run(
-        jobs.map((job) => ({ id: job.id, input: job.input })),
+        jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
         (progress) => this.#link.send({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
       );
       const computeMs = performance.now() - computeStart;

@@ -1,3 +1,6 @@
 export { Agent, type AgentOptions } from './agent.js';
 export { detectDevices, parseNvidiaSmi, cpuDevice, type DeviceOptions } from './devices.js';
 export type { Engine, LoadedModel, EngineJob, JobOutput, OutputFile, Progress } from './engines/engine.js';
+export { SdcppEngine, type SdcppEngineOptions } from './engines/sdcpp/index.js';
+export { OpenAiImagesEngine, type OpenAiImagesEngineOptions } from './engines/openai-images/index.js';
+export { frontedUrl, splitLines, type EndpointProvider, type ServerEndpoint } from './engines/http/index.js';

@@ -41,6 +41,8 @@ export const ERRORS = {
   NOT_READY: { status: 503, message: 'Not ready: {detail}' },
   ENGINE_FAILED: { status: 500, message: 'The engine failed: {detail}' },
   ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },
+  ENGINE_UNREACHABLE: { status: 502, message: 'The engine server {url} could not be reached or dropped the connection: {detail}' },
+  ENGINE_BUSY: { status: 503, message: 'The engine server {url} kept answering that its queue is full for {waitedMs} ms' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },

@@ -24,6 +24,8 @@ export const ImageInput = z.strictObject({
   width: z.int().min(LIMITS.imageSide.min).max(LIMITS.imageSide.max).optional(),
   height: z.int().min(LIMITS.imageSide.min).max(LIMITS.imageSide.max).optional(),
   steps: z.int().min(LIMITS.steps.min).max(LIMITS.steps.max).optional(),
+  /** What the picture should not show; used by engines that support it (sd.cpp, A1111), ignored by the others. */
+  negativePrompt: z.string().max(LIMITS.promptChars).optional(),
 });
 export type ImageInput = z.infer<typeof ImageInput>;
 

@@ -7,7 +7,7 @@ import { ComfyUiEngine } from '../../src/agent/engines/comfyui/index.js';
 import type { EngineJob, JobOutput, Progress } from '../../src/agent/engines/engine.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../helpers/mesh.js';
-import { startStandIn, type StandIn } from '../helpers/standins.js';
+import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
 import { adapterContract } from './adapter-contract.js';
 
 const WORKFLOW = join(ROOT, 'test/fixtures/comfyui/txt2img-api.json');
@@ -21,7 +21,7 @@ interface StandInState { submitted: string[]; deleted: string[]; interrupts: (st
 
 let comfy: StandIn;
 beforeAll(async () => {
-  comfy = await startStandIn('comfyui');
+  comfy = await startKnobStandIn('comfyui');
 });
 afterAll(() => comfy?.stop());
 beforeEach(() => comfy.knobs(DEFAULT_KNOBS));

@@ -1,64 +1,157 @@
 import { describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { Engine, EngineJob, Progress } from '../../src/agent/engines/engine.js';
-import type { Supervisor } from '../../src/agent/supervisor.js';
+import type { Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/engines/engine.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 
+/** Everything the contract needs to run against one engine. */
 export interface ContractFixture {
+  /** A fresh engine (one per test; the contract closes it). */
   engine(): Engine;
-  supervisor: Supervisor;
   model(): { manifest: ModelManifest; path: string };
+  /** n image jobs the engine runs quickly. */
   jobs(n: number): EngineJob[];
-  /** Progress steps a run of these jobs reports. */
-  steps: number;
+  /** n image jobs that take long enough (a few hundred ms) to be cancelled while they run. */
+  slowJobs(n: number): EngineJob[];
+  /** A batch the engine must refuse as INVALID_INPUT, in a job's output or by rejecting the run. */
+  invalidBatch(): EngineJob[];
+  /** What a run of jobs(3) reports: progress rising to `total`; with `everyStep`, every step from 1. */
+  progress: { total: number; everyStep: boolean };
+  /** Live processes that serve the engine's models (its worker, or the servers its launcher started). */
+  processes(): number;
+  pids(): number[];
+  /** The error code of a run whose processes died under it. */
+  crashCode: string;
 }
 
-/** The contract every engine keeps; each engine's test calls this with its own fixture. */
+interface Failure {
+  code: string;
+  message: string;
+  retryable: boolean;
+}
+
+/** The failures of a run, whichever way the engine reports them: a rejected run (the whole batch), or failed outputs. */
+async function failuresOf(run: Promise<JobOutput[]>): Promise<Failure[]> {
+  try {
+    const outputs = await run;
+    return outputs.filter((output) => !output.ok).map((output) => output as Failure);
+  } catch (error) {
+    const failed = error as Failure;
+    return [{ code: failed.code, message: failed.message, retryable: failed.retryable }];
+  }
+}
+
+const PNG_SIGNATURE = '89504e470d0a1a0a';
+
+/**
+ * The contract every engine keeps, run against each through its fixture (the ONNX engine with its
+ * worker, the HTTP engines with stand-in servers started by a test launcher).
+ */
 export function engineContract(name: string, fixture: ContractFixture): void {
   describe(`engine contract: ${name}`, () => {
+    async function loaded(engine: Engine): Promise<LoadedModel> {
+      const { manifest, path } = fixture.model();
+      return engine.load(manifest, path, cpuDevice(2048));
+    }
+
     it('loads a model and reports the memory it took', async () => {
       const engine = fixture.engine();
       const { manifest, path } = fixture.model();
-      const loaded = await engine.load(manifest, path, cpuDevice(2048));
-      expect(loaded.memoryMB).toBeGreaterThan(0);
-      expect(loaded.manifest.name).toBe(manifest.name);
-      await loaded.unload();
+      const model = await engine.load(manifest, path, cpuDevice(2048));
+      expect(model.memoryMB).toBeGreaterThan(0);
+      expect(model.manifest.name).toBe(manifest.name);
+      await model.unload();
       await engine.close();
     });
 
-    it('runs a batch: one output per job, in order, with real per-step progress', async () => {
+    it('runs a batch: one output per job, in order, PNGs of the asked size, with rising progress', async () => {
       const engine = fixture.engine();
-      const { manifest, path } = fixture.model();
-      const loaded = await engine.load(manifest, path, cpuDevice(2048));
+      const model = await loaded(engine);
       const jobs = fixture.jobs(3);
       const progress: Progress[] = [];
-      const outputs = await loaded.run(jobs, (step) => progress.push(step));
+      const outputs = await model.run(jobs, (step) => progress.push(step));
       expect(outputs.map((output) => output.jobId)).toEqual(jobs.map((job) => job.id));
       expect(outputs.every((output) => output.ok)).toBe(true);
-      expect(progress.map((step) => step.step)).toEqual(Array.from({ length: fixture.steps }, (_, i) => i + 1));
-      await loaded.unload();
+      for (const [index, output] of outputs.entries()) {
+        const file = (output as Extract<JobOutput, { ok: true }>).files[0]!;
+        expect(file.mediaType).toBe('image/png');
+        expect(Buffer.from(file.bytes).subarray(0, 8).toString('hex')).toBe(PNG_SIGNATURE);
+        expect([file.width, file.height]).toEqual([jobs[index]!.input.width, jobs[index]!.input.height]);
+      }
+      const steps = progress.map((step) => step.step);
+      if (fixture.progress.everyStep) {
+        expect(steps).toEqual(Array.from({ length: fixture.progress.total }, (_, i) => i + 1));
+      } else {
+        expect(steps.length).toBeGreaterThan(0);
+        steps.forEach((step, i) => i > 0 && expect(step).toBeGreaterThan(steps[i - 1]!));
+        expect(steps.at(-1)).toBe(fixture.progress.total);
+      }
+      expect(progress.at(-1)!.total).toBe(fixture.progress.total);
+      await model.unload();
       await engine.close();
     });
 
-    it('its process is gone once the last model is unloaded (scale to zero)', async () => {
+    it('a job cancelled before its batch runs ends CANCELLED; the others are unaffected', async () => {
       const engine = fixture.engine();
-      const before = fixture.supervisor.count;
-      const { manifest, path } = fixture.model();
-      const loaded = await engine.load(manifest, path, cpuDevice(2048));
-      expect(fixture.supervisor.count).toBe(before + 1);
-      await loaded.unload();
-      expect(fixture.supervisor.count).toBe(before);
+      const model = await loaded(engine);
+      const jobs = fixture.jobs(3);
+      model.cancel([jobs[1]!.id]);
+      const outputs = await model.run(jobs, () => {});
+      expect(outputs.map((output) => output.jobId)).toEqual(jobs.map((job) => job.id));
+      expect(outputs[1]).toMatchObject({ ok: false, code: 'CANCELLED', retryable: false });
+      expect(outputs[0]!.ok && outputs[2]!.ok).toBe(true);
+      await model.unload();
+      await engine.close();
     });
 
-    it('a crashed engine process fails the batch with ENGINE_CRASHED instead of hanging', async () => {
+    it('a job cancelled while its batch runs ends CANCELLED; the others finish', async () => {
       const engine = fixture.engine();
-      const { manifest, path } = fixture.model();
-      const loaded = await engine.load(manifest, path, cpuDevice(2048));
-      const pids = fixture.supervisor.pids();
-      const running = loaded.run(fixture.jobs(1), () => {});
+      const model = await loaded(engine);
+      const jobs = fixture.slowJobs(3);
+      let cancelled = false;
+      const outputs = await model.run(jobs, () => {
+        if (cancelled) return;
+        cancelled = true;
+        model.cancel([jobs[2]!.id]);
+      });
+      expect(cancelled).toBe(true);
+      expect(outputs[2]).toMatchObject({ ok: false, code: 'CANCELLED', retryable: false });
+      expect(outputs[0]!.ok && outputs[1]!.ok).toBe(true);
+      await model.unload();
+      await engine.close();
+    });
+
+    it('refuses an invalid input with INVALID_INPUT, not retryable', async () => {
+      const engine = fixture.engine();
+      const model = await loaded(engine);
+      const failures = await failuresOf(model.run(fixture.invalidBatch(), () => {}));
+      expect(failures.length).toBeGreaterThan(0);
+      for (const failure of failures) expect(failure).toMatchObject({ code: 'INVALID_INPUT', retryable: false });
+      await model.unload();
+      await engine.close();
+    });
+
+    it('its processes are gone once the last model is unloaded (scale to zero); unloading twice is harmless', async () => {
+      const engine = fixture.engine();
+      const before = fixture.processes();
+      const model = await loaded(engine);
+      expect(fixture.processes()).toBe(before + 1);
+      await model.unload();
+      await model.unload();
+      expect(fixture.processes()).toBe(before);
+      await engine.close();
+    });
+
+    it(`a batch whose processes die fails with a retryable ${fixture.crashCode} instead of hanging`, async () => {
+      const engine = fixture.engine();
+      const model = await loaded(engine);
+      const pids = fixture.pids();
+      expect(pids.length).toBeGreaterThan(0);
+      const running = model.run(fixture.jobs(1), () => {});
       for (const pid of pids) process.kill(pid, 'SIGKILL');
-      await expect(running).rejects.toMatchObject({ code: 'ENGINE_CRASHED' });
-      await loaded.unload();
+      const failures = await failuresOf(running);
+      expect(failures.length).toBeGreaterThan(0);
+      for (const failure of failures) expect(failure).toMatchObject({ code: fixture.crashCode, retryable: true });
+      await model.unload();
       await engine.close();
     });
   });

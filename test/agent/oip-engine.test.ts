@@ -5,7 +5,7 @@ import { OipEngine } from '../../src/agent/engines/oip/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { linear } from '../fixtures/standins/linear-layer.js';
 import { waitFor } from '../helpers/mesh.js';
-import { startStandIn, type StandIn } from '../helpers/standins.js';
+import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
 import { adapterContract } from './adapter-contract.js';
 
 const IN = 8;
@@ -16,7 +16,7 @@ interface StandInState { infers: { model: string; rows: number; binaryInput: boo
 
 let oip: StandIn;
 beforeAll(async () => {
-  oip = await startStandIn('oip', ['--input-dim', String(IN), '--output-dim', String(OUT)]);
+  oip = await startKnobStandIn('oip', ['--input-dim', String(IN), '--output-dim', String(OUT)]);
 });
 afterAll(() => oip?.stop());
 beforeEach(() => oip.knobs(DEFAULT_KNOBS));

@@ -30,12 +30,21 @@ function fixture(name: 'gen' | 'mlp'): { manifest: ModelManifest; path: string }
 const supervisor = new Supervisor(pino({ level: 'silent' }));
 afterAll(() => supervisor.stopAll());
 
+const genJobs = (n: number, size: number, steps: number) =>
+  Array.from({ length: n }, (_, i) => ({ id: `job${i}`, input: { prompt: `contract ${i}`, seed: i, width: size, height: size, steps } }));
+
 engineContract('onnx', {
   engine: () => new OnnxEngine(supervisor),
-  supervisor,
   model: () => fixture('gen'),
-  jobs: (n) => Array.from({ length: n }, (_, i) => ({ id: `job${i}`, input: { prompt: `contract ${i}`, seed: i, width: 32, height: 32, steps: 3 } })),
-  steps: 3,
+  jobs: (n) => genJobs(n, 32, 3),
+  // Large enough that a cancel sent after the first step arrives before the last.
+  slowJobs: (n) => genJobs(n, 192, 6),
+  // One fused pass needs one shape: a batch of two sizes is refused.
+  invalidBatch: () => [genJobs(1, 32, 3)[0]!, { id: 'other-size', input: { prompt: 'x', seed: 1, width: 64, height: 64, steps: 3 } }],
+  progress: { total: 3, everyStep: true },
+  processes: () => supervisor.count,
+  pids: () => supervisor.pids(),
+  crashCode: 'ENGINE_CRASHED',
 });
 
 describe('onnx engine: fused batches', () => {

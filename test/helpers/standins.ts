@@ -1,46 +1,133 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
+import type { EndpointProvider } from '../../src/agent/engines/http/endpoint.js';
+import { splitLines } from '../../src/agent/engines/http/lines.js';
 import { ROOT, waitFor } from './mesh.js';
 
-/** A stand-in server running as a real process on a port it chose. */
-export interface StandIn {
-  url: string;
-  child: ChildProcess;
-  /** Change its misbehaviour knobs (merged into the current ones). */
-  knobs(knobs: Record<string, unknown>): Promise<void>;
-  /** What it recorded (requests, deletions, interrupts, …). */
-  state<T = Record<string, unknown>>(): Promise<T>;
-  /** Its stdout and stderr so far. */
+export type StandinKind = 'sdcpp' | 'openai-images';
+
+/** A stand-in image server running as its own process on its own port. */
+export interface Standin {
+  readonly kind: StandinKind;
+  readonly url: string;
+  readonly child: ChildProcess;
   output(): string;
-  stop(): Promise<void>;
+  /** Its stdout from now on, as lines (split on \r and \n), as a launcher would hand it to an engine. */
+  lines(): AsyncIterable<string>;
+  /** What it saw (`GET /standin/stats`). */
+  stats<T = Record<string, unknown>>(): Promise<T>;
+  kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** Start `test/fixtures/standins/<name>-standin.ts` and wait until it prints where it listens. */
-export async function startStandIn(name: 'comfyui' | 'oip', args: string[] = []): Promise<StandIn> {
-  const script = join(ROOT, 'test/fixtures/standins', `${name}-standin.ts`);
-  const child = spawn(process.execPath, ['--import', 'tsx', script, '--port', '0', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Start `test/fixtures/standins/<kind>-standin.ts` with these flags and wait until it prints its
+ * port. With `--port` and `--start-delay-ms`, it returns before the server listens (`waitListening: false`).
+ */
+export async function startStandin(kind: StandinKind, flags: string[] = [], options: { waitListening?: boolean } = {}): Promise<Standin> {
+  const script = join(ROOT, 'test/fixtures/standins', `${kind}-standin.ts`);
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...flags], { stdio: ['ignore', 'pipe', 'pipe'], cwd: ROOT });
   let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const listeners = new Set<(chunk: string) => void>();
+  child.stdout!.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+    for (const listener of listeners) listener(chunk.toString());
+  });
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = once(child, 'exit');
-  const url = await waitFor(() => {
-    if (child.exitCode !== null) throw new Error(`${name}-standin exited with ${child.exitCode}:\n${output}`);
-    return new RegExp(`${name}-standin listening on (http://\\S+)`).exec(output)?.[1];
-  }, { timeoutMs: 30_000, what: `${name}-standin to listen` });
+  let url = '';
+  const fixedPort = flags[flags.indexOf('--port') + 1];
+  if (flags.includes('--port') && options.waitListening === false) {
+    url = `http://127.0.0.1:${fixedPort}`;
+  } else {
+    const port = await waitFor(() => {
+      if (child.exitCode !== null) throw new Error(`${kind} stand-in exited with ${child.exitCode}:\n${output}`);
+      return /listening on port (\d+)/.exec(output)?.[1];
+    }, { timeoutMs: 30_000, what: `the ${kind} stand-in to listen` });
+    url = `http://127.0.0.1:${port}`;
+  }
   return {
-    url, child,
+    kind, url, child,
     output: () => output,
-    async knobs(knobs) {
-      const response = await fetch(`${url}/standin/knobs`, { method: 'POST', body: JSON.stringify(knobs) });
-      if (!response.ok) throw new Error(`${name}-standin refused knobs: ${response.status}`);
+    lines: () => splitLines(chunksFrom(listeners, child)),
+    async stats<T>() {
+      return (await (await fetch(`${url}/standin/stats`)).json()) as T;
     },
-    async state<T>() {
-      return (await (await fetch(`${url}/standin/state`)).json()) as T;
-    },
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    async kill(signal: NodeJS.Signals = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       await exited;
     },
   };
+}
+
+/** Stdout chunks as an async iterable that ends when the process does. */
+async function* chunksFrom(listeners: Set<(chunk: string) => void>, child: ChildProcess): AsyncGenerator<string> {
+  const queue: string[] = [];
+  let wake: (() => void) | null = null;
+  let ended = child.exitCode !== null || child.signalCode !== null;
+  const listener = (chunk: string): void => {
+    queue.push(chunk);
+    wake?.();
+  };
+  const onExit = (): void => {
+    ended = true;
+    wake?.();
+  };
+  listeners.add(listener);
+  child.once('exit', onExit);
+  try {
+    for (;;) {
+      while (queue.length) yield queue.shift()!;
+      if (ended) return;
+      await new Promise<void>((resolve) => (wake = resolve));
+      wake = null;
+    }
+  } finally {
+    listeners.delete(listener);
+    child.off('exit', onExit);
+  }
+}
+
+/**
+ * An {@link EndpointProvider} for tests: every load starts a stand-in with these flags and hands
+ * the engine its URL and log; release kills it. It plays the part of the server launcher.
+ */
+export class StandinLauncher {
+  readonly #kind: StandinKind;
+  readonly #flags: string[];
+  readonly #live = new Set<Standin>();
+  readonly started: Standin[] = [];
+
+  constructor(kind: StandinKind, flags: string[] = []) {
+    this.#kind = kind;
+    this.#flags = flags;
+  }
+
+  readonly provider: EndpointProvider = async () => {
+    const standin = await startStandin(this.#kind, this.#flags);
+    this.#live.add(standin);
+    this.started.push(standin);
+    return {
+      url: standin.url,
+      logLines: standin.lines(),
+      release: async () => {
+        this.#live.delete(standin);
+        await standin.kill();
+      },
+    };
+  };
+
+  /** Stand-ins alive now. */
+  get count(): number {
+    return [...this.#live].filter((standin) => standin.child.exitCode === null && standin.child.signalCode === null).length;
+  }
+
+  pids(): number[] {
+    return [...this.#live].map((standin) => standin.child.pid!).filter(Boolean);
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all([...this.#live].map((standin) => standin.kill()));
+    this.#live.clear();
+  }
 }

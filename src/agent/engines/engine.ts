@@ -4,6 +4,8 @@ import type { Device, ModelManifest } from '../../protocol/index.js';
 export interface EngineJob {
   id: string;
   input: Record<string, unknown>;
+  /** When the job expires (epoch ms), if it has a deadline; engines that wait on a server stop waiting then. */
+  deadlineAt?: number | null;
 }
 
 /** One output file of a job (uploaded by the agent as a blob). */

@@ -31,6 +31,7 @@ const cppnImage: Pipeline = {
       width: image.width ?? 256,
       height: image.height ?? 256,
       steps: image.steps ?? Number(manifest.params.defaultSteps ?? 6),
+      ...(image.negativePrompt ? { negativePrompt: image.negativePrompt } : {}),
     };
   },
   // Image size and step count fix the tensor shapes and the number of forward passes.
