@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { GrantAuthority, GrantIssuer, UploadCredentials, type GrantKind } from './auth/index.js';
+import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
@@ -52,8 +53,8 @@ interface Parts {
 
 /**
  * The orchestrator process. `create` builds its parts in dependency order —
- * store, registry, grants, events, hosts, scheduler, the job roles (states,
- * dispatch, failover, cancellation, recovery, result intake), the agent hub,
+ * store, registry, grants, events, hosts, scheduler, the autoscaler, the job
+ * roles (states, dispatch, failover, cancellation, recovery, result intake), the agent hub,
  * the client services and the HTTP server — each taking what it uses in its
  * constructor; the methods here are one-line delegations.
  */
@@ -90,10 +91,16 @@ export class Orchestrator {
     const events = new EventBus();
     const admission = new Admission(clock);
     const hosts = new HostRegistry();
-    const router = new Router(hosts);
+    // Batches go only where the autoscaler placed a replica.
+    const router = new Router(hosts, { replicasOnly: true });
     const scheduler = new Scheduler({ model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial });
     const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
     const model = (name: string) => registry.get(name);
+    const autoscaler = new Autoscaler({
+      clock, hosts, router, events, metrics, log: log.child({ part: 'autoscale' }), intervalMs: config.autoscaler.intervalMs,
+      models: () => registry.all(), queued: (name) => scheduler.depth(name),
+      classesOf: (registered) => [...new Set(registered.manifest.jobTypes.flatMap((type) => config.routing[type] ?? []))],
+    });
 
     const core = createJobCore({
       db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
@@ -105,6 +112,7 @@ export class Orchestrator {
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
       authorizeJoin: joinAuthorizer(authority, clock),
+      onLoadRefused: (host, name, error) => autoscaler.refused(host, name, error),
     });
 
     // A corrupt stored blob is quarantined by the reader and reported: the metric, the log, and a mesh event.
@@ -121,7 +129,7 @@ export class Orchestrator {
     });
 
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
-    const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
+    const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open, replicas: () => autoscaler.view() });
     const app = await buildServer({
       jobs, events, hub, status, metrics, registry, issuer, outputs, reader,
       auth: new RequestAuth(authority, uploadCredentials, clock),
@@ -132,7 +140,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core],
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core],
     });
   }
 

@@ -5,6 +5,7 @@ import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fast
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
+import { drainRoutes } from './http/drain.js';
 import { installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
@@ -56,6 +57,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   eventRoutes(app, parts);
   blobRoutes(app, parts);
   agentRoutes(app, parts);
+  drainRoutes(app, parts);
   await galleryRoutes(app, parts);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;

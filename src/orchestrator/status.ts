@@ -1,3 +1,4 @@
+import type { ModelReplicasView } from './autoscale/index.js';
 import type { ModelRegistry } from './registry/index.js';
 import type { HostRegistry } from './routing/index.js';
 import type { Scheduler } from './scheduler/index.js';
@@ -9,9 +10,11 @@ export interface MeshStatusDeps {
   /** Jobs in each state. */
   counts(): Record<string, number>;
   storeOpen(): boolean;
+  /** Each model's replicas (the autoscaler's view). */
+  replicas?(): ModelReplicasView[];
 }
 
-/** What `GET /v1/status` and `gpumesh status` show: hosts, queues and job counts. */
+/** What `GET /v1/status` and `gpumesh status` show: hosts, queues, each model's replicas and job counts. */
 export class MeshStatus {
   readonly #deps: MeshStatusDeps;
 
@@ -36,13 +39,14 @@ export class MeshStatus {
     return {
       hosts: [...hosts].map((host) => ({
         id: host.id, classes: host.info.classes, engines: host.info.engines, version: host.info.version,
-        concurrency: host.info.concurrency, devices: host.devices, resident: host.resident,
+        concurrency: host.info.concurrency, devices: host.devices, resident: host.resident, draining: host.draining,
         batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
         connectedAt: new Date(host.connectedAt).toISOString(), lastSeenAt: new Date(host.lastSeenAt).toISOString(),
       })),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
         depth: scheduler.depth(model.manifest.name), limit: model.policy.maxQueueSize,
       }])),
+      replicas: Object.fromEntries((this.#deps.replicas?.() ?? []).map(({ model, ...view }) => [model, view])),
       jobs: this.#deps.counts(),
     };
   }

@@ -8,7 +8,7 @@ export type GrantKind = (typeof GRANT_KINDS)[number];
 
 export const ACTIONS = [
   'jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read',
-  'grants:create', 'agent:join',
+  'grants:create', 'agent:join', 'hosts:drain',
 ] as const;
 export type Action = (typeof ACTIONS)[number];
 

@@ -33,6 +33,16 @@ export class HostSession {
   /** Model digests in the agent's local file cache (loading one of these needs no pull). */
   readonly cached: Set<string>;
   readonly batches = new Map<string, InFlightBatch>();
+  /** The host is leaving: it finishes the work it holds and is given nothing new (the router skips it). */
+  draining = false;
+  /**
+   * Replica changes the autoscaler asked this host for and has not seen happen yet, by model name: a model being
+   * loaded counts as a replica (so no other host is asked for it) but takes batches only once `loaded` arrives;
+   * one being unloaded neither counts nor takes batches.
+   */
+  readonly replicaChanges = new Map<string, { change: 'load' | 'unload'; at: number }>();
+  /** Models this host was asked to hold for their minReplicas (`load` with `hold`). */
+  readonly held = new Set<string>();
   readonly #send: (message: OrchestratorMessage) => void;
   #acks: string[] = [];
 
@@ -62,6 +72,17 @@ export class HostSession {
 
   isResident(model: string): boolean {
     return this.resident.some((entry) => entry.model === model);
+  }
+
+  /** A replica that may take batches now: the model is resident here and not being unloaded. */
+  hasReadyReplica(model: string): boolean {
+    return this.isResident(model) && this.replicaChanges.get(model)?.change !== 'unload';
+  }
+
+  /** A replica as the autoscaler counts them: ready, or being loaded. */
+  hasReplica(model: string): boolean {
+    const change = this.replicaChanges.get(model)?.change;
+    return change === 'load' || (change === undefined && this.isResident(model));
   }
 
   /** The largest memory budget of any device: a model bigger than this can never load here. */
