@@ -44,6 +44,7 @@ export const ERRORS = {
   ENGINE_UNREACHABLE: { status: 502, message: 'The engine server {url} could not be reached or dropped the connection: {detail}' },
   ENGINE_BUSY: { status: 503, message: 'The engine server {url} kept answering that its queue is full for {waitedMs} ms' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
+  NO_ROOM: { status: 507, message: 'No device has room for model "{model}" while the models there are busy or held: {detail}' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
   CANCELLED: { status: 409, message: 'The job was cancelled' },

@@ -4,7 +4,8 @@ import { HostRegistry, HostSession, Router } from '../../src/orchestrator/routin
 
 const model = (memoryMB = 100): RegisteredModel => ({
   manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:gen', bytes: 1, memoryMB, jobTypes: ['image'], params: {} },
-  policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0 },
+  policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0,
+    replicas: { min: 0, max: null, targetInFlight: 2, idleWindowMs: 1000 } },
   pipeline: { normalize: (input) => input, compatKey: () => '' },
 });
 
@@ -68,5 +69,31 @@ describe('Router', () => {
     expect(hosts.delete(replacement)).toBe(true);
     expect(router.pick(model(), ['image'])).toBeNull();
     expect(changes).toBe(3);
+  });
+
+  it('skips a draining host (skip reason: draining), whatever it holds', () => {
+    const hosts = new HostRegistry();
+    const leaving = host(hosts, 'leaving', { concurrency: 4 });
+    leaving.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
+    const other = host(hosts, 'other');
+    const router = new Router(hosts);
+    expect(router.pick(model(), ['image'])).toBe(leaving);
+    leaving.draining = true;
+    expect(router.candidates(model(), ['image'])).toEqual([other]);
+    expect(router.pick(model(), ['image'])).toBe(other);
+  });
+
+  it('with replicasOnly, sends a model only where a replica of it is ready (skip reason: no replica)', () => {
+    const hosts = new HostRegistry();
+    const replica = host(hosts, 'replica');
+    host(hosts, 'empty', { cached: ['sha256:gen'] });
+    const router = new Router(hosts, { replicasOnly: true });
+    expect(router.pick(model(), ['image'])).toBeNull();
+    replica.replicaChanges.set('gen', { change: 'load', at: 0 });
+    expect(router.pick(model(), ['image'])).toBeNull(); // still loading
+    replica.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
+    expect(router.pick(model(), ['image'])).toBe(replica);
+    replica.replicaChanges.set('gen', { change: 'unload', at: 0 });
+    expect(router.pick(model(), ['image'])).toBeNull();
   });
 });
