@@ -210,7 +210,7 @@ export class Autoscaler {
     } else {
       state.desired = serving.length;
     }
-    sent = this.#holdFloor(model, policy) || sent;
+    sent = this.#holdFloor(model, policy, state, now) || sent;
     const ready = hosts.filter((host) => !host.draining && host.hasReadyReplica(name)).length;
     this.#deps.metrics.replicas(name, ready, state.desired);
     return sent;
@@ -234,9 +234,10 @@ export class Autoscaler {
   /** Forget changes that happened (or were never answered) and refusals of hosts that left. */
   #settle(model: string, hosts: HostSession[], state: ModelState, now: number): void {
     for (const host of hosts) {
+      const resident = host.isResident(model);
+      if (resident) state.refusals.delete(host); // it loaded: its next refusal starts the pauses over
       const change = host.replicaChanges.get(model);
       if (!change) continue;
-      const resident = host.isResident(model);
       if (change.change === 'load' && (resident || now - change.at > LOAD_ANSWER_MS)) host.replicaChanges.delete(model);
       if (change.change === 'unload' && (!resident || now - change.at > UNLOAD_ANSWER_MS)) host.replicaChanges.delete(model);
     }
@@ -289,14 +290,14 @@ export class Autoscaler {
   }
 
   /** The first minReplicas replicas are held, so their agents keep them; a replica that was not is asked to (an idempotent load). */
-  #holdFloor(model: RegisteredModel, policy: ReplicaPolicy): boolean {
+  #holdFloor(model: RegisteredModel, policy: ReplicaPolicy, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
     const serving = [...this.#deps.hosts].filter((host) => !host.draining && host.hasReplica(name));
     let missing = policy.min - serving.filter((host) => host.held.has(name)).length;
     let sent = false;
     for (const host of serving) {
       if (missing <= 0) break;
-      if (host.held.has(name)) continue;
+      if (host.held.has(name) || (state.refusals.get(host)?.until ?? 0) > now) continue;
       host.held.add(name);
       host.send({ type: 'load', model: model.manifest, hold: true });
       missing--;
