@@ -82,9 +82,9 @@ export function agentCommand(): Command {
     .option('--drain-timeout <seconds>', 'when draining, how long to wait for the work in flight before leaving anyway (exit 1)', parseInteger('--drain-timeout'), 300)
     .action((flags: AgentFlags) => runAgent(flags));
   agent.command('drain')
+    .summary('drain the agent on this machine, or with --host any host through the orchestrator')
     .description([
-      'Drain the agent running on this machine (its control socket in --data): it finishes its work in flight,',
-      'takes no more, leaves the mesh and exits; this command prints its progress until it has left.',
+      'Drain the agent running on this machine (through its control socket in --data): it finishes its work in flight, takes no more, leaves the mesh and exits; this command prints its progress until it has left.',
       'With --host, ask the orchestrator to drain that host instead (an admin grant; POST /v1/hosts/:id/drain).',
     ].join('\n'))
     .option('--data <dir>', 'the agent\'s data folder, as given to `gpumesh agent --data` (default <GPUMESH_HOME or ./.gpumesh>/agent)')
