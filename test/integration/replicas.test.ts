@@ -56,9 +56,12 @@ class Mesh {
   }
 
   /** Mint a join grant for the host and start its agent with the one-line join. */
-  async join(host: string, options: { classes?: string[]; budgetMB: number }): Promise<Proc> {
+  async join(host: string, options: { classes?: string[]; budgetMB: number; concurrency?: number }): Promise<Proc> {
     const { token } = await this.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host, classes: options.classes ?? ['image'] });
-    const agent = gpumesh(['agent', '--join', this.url, '--grant', token, '--cpu-budget', String(options.budgetMB), '--data', join(this.data, 'agents', host)]);
+    const agent = gpumesh([
+      'agent', '--join', this.url, '--grant', token, '--cpu-budget', String(options.budgetMB), '--concurrency', String(options.concurrency ?? 1),
+      '--data', join(this.data, 'agents', host),
+    ]);
     this.agents.set(host, agent);
     await this.connected(host);
     return agent;
@@ -140,12 +143,12 @@ function childrenOf(pid: number): number[] {
 describe('replicas across hosts (real agent processes)', () => {
   it('scales out to several replicas under a burst and back to zero after the idle window; the engine processes end', { timeout: 120_000 }, async () => {
     const mesh = await Mesh.start({ models: { gen: { targetInFlight: 4, maxReplicas: 3, idleWindowS: 2 } }, autoscaler: { intervalMs: 200 } });
-    for (const host of ['a', 'b', 'c']) await mesh.join(host, { budgetMB: 300 });
+    await Promise.all(['a', 'b', 'c'].map((host) => mesh.join(host, { budgetMB: 300 })));
     expect(await mesh.replicas('gen')).toEqual([]);
     for (const agent of mesh.agents.values()) expect(childrenOf(agent.child.pid!)).toEqual([]);
 
     // 16 jobs, 4 per replica: ⌈16 ÷ 4⌉ = 4, capped at maxReplicas 3.
-    const ids = await mesh.submitMany(16, { width: 256, height: 256, steps: 6 });
+    const ids = await mesh.submitMany(16, { width: 128, height: 128, steps: 6 });
     // While it runs: how many replicas at most, and which hosts had an engine process while their replica was ready.
     let peak = 0;
     let done = false;
@@ -181,10 +184,9 @@ describe('replicas across hosts (real agent processes)', () => {
   it('a load refused by an agent whose budget is taken is reported, and the autoscaler loads on another host', { timeout: 120_000 }, async () => {
     // mlp is held on `small` (the only tensor host) for its floor; gen (128 MB) fits small's 130 MB budget only if mlp goes.
     const mesh = await Mesh.start({ models: { mlp: { minReplicas: 1 }, gen: { maxReplicas: 1 } }, autoscaler: { intervalMs: 200 } });
-    await mesh.join('small', { classes: ['image', 'tensor'], budgetMB: 130 });
+    await Promise.all([mesh.join('small', { classes: ['image', 'tensor'], budgetMB: 130 }), mesh.join('big', { budgetMB: 1000 })]);
     await waitFor(async () => (await mesh.replicas('mlp')).some((replica) => replica.host === 'small' && replica.state === 'ready' && replica.held),
       { timeoutMs: 30_000, what: 'mlp to be held on small' });
-    await mesh.join('big', { budgetMB: 1000 });
 
     // Best fit asks small first (the smallest budget that takes gen); small refuses; big is asked next.
     const [id] = await mesh.submitMany(1, { width: 64, height: 64, steps: 2 });
@@ -207,59 +209,70 @@ describe('replicas across hosts (real agent processes)', () => {
     await waitFor(() => mesh.events.some((event) => event.type === 'host:left' && event.host === 'big'), { what: 'big to leave' });
   });
 
-  it('SIGTERM mid-batch drains a host: its job finishes there, new jobs go elsewhere, the agent exits 0; the printed join line works', { timeout: 120_000 }, async () => {
+  it('SIGTERM mid-batch drains a host: its job finishes there, no new job is routed there, the agent exits 0', { timeout: 120_000 }, async () => {
     const mesh = await Mesh.start({ models: { gen: { minReplicas: 2 } }, autoscaler: { intervalMs: 200 } });
-    // The join line exactly as `grant create --agent` prints it, run with gpumesh on the PATH.
+    // Two batches at once per host: the draining host has a free slot the whole time, so only draining keeps work away.
+    await Promise.all(['d1', 'd2'].map((host) => mesh.join(host, { budgetMB: 1000, concurrency: 2 })));
+    await waitFor(async () => (await mesh.replicas('gen')).filter((replica) => replica.state === 'ready' && replica.held).length === 2,
+      { timeoutMs: 30_000, what: 'both gen replicas (minReplicas 2)' });
+
+    const [slow] = await mesh.submitMany(1, { width: 512, height: 512, steps: 12 });
+    const running = await waitFor(async () => {
+      const view = await mesh.client().job(slow!);
+      return view.status === 'running' ? view : null;
+    }, { timeoutMs: 30_000, what: 'the slow job to run' });
+    const draining = running.attempts[0]!.host;
+    const survivor = draining === 'd1' ? 'd2' : 'd1';
+    mesh.agents.get(draining)!.child.kill('SIGTERM');
+    await waitFor(async () => (await mesh.status()).hosts.find((host) => host.id === draining)?.draining, { what: `${draining} to be draining` });
+
+    // Three batches (three sizes): the survivor takes two at once; without the drain the third would go to the
+    // draining host's free slot. It waits for the survivor instead.
+    const quick = [];
+    for (const side of [64, 72, 80]) quick.push(...await mesh.submitMany(1, { width: side, height: side, steps: 2 }));
+    const quickViews = await mesh.finished(quick);
+    expect(quickViews.map((view) => view.attempts.map((attempt) => attempt.host))).toEqual([[survivor], [survivor], [survivor]]);
+    const [slowView] = await mesh.finished([slow!]);
+    expect(slowView!.status).toBe('succeeded');
+    expect(slowView!.attempts.map((attempt) => `${attempt.host} ${attempt.status}`)).toEqual([`${draining} succeeded`]);
+    expect(new Date(slowView!.finishedAt!).getTime()).toBeGreaterThan(Math.min(...quickViews.map((view) => new Date(view.attempts[0]!.dispatchedAt).getTime())));
+
+    expect(await mesh.agents.get(draining)!.exited()).toBe(0);
+    await waitFor(() => mesh.events.some((event) => event.type === 'host:left' && event.host === draining), { what: `${draining} to leave` });
+    expect(mesh.events.some((event) => event.type === 'host:lost')).toBe(false);
+    expect(mesh.events.find((event) => event.type === 'host:draining')).toMatchObject({ host: draining, jobsInFlight: 1 });
+    expect((await mesh.status()).hosts.map((host) => host.id)).toEqual([survivor]);
+    expect(mesh.agents.get(draining)!.output()).toContain('draining: finishing the work in flight, taking no more');
+  });
+
+  it('the join line `grant create --agent` prints works as printed; `gpumesh agent drain` on the host drains it', { timeout: 120_000 }, async () => {
+    const mesh = await Mesh.start({ autoscaler: { intervalMs: 200 } });
     const minted = await gpumeshRun(['grant', 'create', '--agent', '--host', 'joined', '--classes', 'image'], { GPUMESH_URL: mesh.url, GPUMESH_GRANT: mesh.admin });
     expect(minted.code, minted.output).toBe(0);
     const line = minted.output.split('\n').find((text) => text.startsWith('gpumesh agent --join '));
     expect(line).toBe(`gpumesh agent --join ${mesh.url} --grant ${minted.stdout.trim()}`);
+    // Run exactly that line, with gpumesh on the PATH, on a "host" whose GPUMESH_HOME is its own folder.
     const bin = join(mesh.data, 'bin');
     mkdirSync(bin);
     writeFileSync(join(bin, 'gpumesh'), `#!/bin/sh\nexec "${process.execPath}" "${BIN}" "$@"\n`);
     chmodSync(join(bin, 'gpumesh'), 0o755);
     const home = join(mesh.data, 'joined-home');
     mkdirSync(home);
-    const [command, ...args] = line!.split(' ');
-    const printed = spawn(command!, args, { env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, GPUMESH_HOME: home, GPUMESH_URL: '', GPUMESH_GRANT: '' }, stdio: 'ignore' });
+    const printed = spawn('sh', ['-c', line!], {
+      env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, GPUMESH_HOME: home, GPUMESH_URL: '', GPUMESH_GRANT: '' }, stdio: 'ignore',
+    });
     const printedExit = once(printed, 'exit').then(([code]) => code as number | null);
     started.push({ stop: async () => { if (printed.exitCode === null) printed.kill('SIGKILL'); } });
     await mesh.connected('joined');
-    // Its host and classes came from the grant; its data folder from GPUMESH_HOME.
-    expect(existsSync(join(home, 'agent', 'agent.sock'))).toBe(true);
-    await mesh.join('other', { budgetMB: 1000 });
-    await waitFor(async () => (await mesh.replicas('gen')).filter((replica) => replica.state === 'ready').length === 2, { timeoutMs: 30_000, what: 'both gen replicas (minReplicas 2)' });
+    // Its host id and classes came from the grant; its data folder (and control socket) from GPUMESH_HOME.
+    const [id] = await mesh.submitMany(1, { width: 64, height: 64, steps: 2 });
+    const [view] = await mesh.finished([id!]);
+    expect(view!.attempts.map((attempt) => `${attempt.host} ${attempt.status}`)).toEqual(['joined succeeded']);
 
-    const [slow] = await mesh.submitMany(1, { width: 512, height: 512, steps: 16 });
-    const running = await waitFor(async () => {
-      const view = await mesh.client().job(slow!);
-      return view.status === 'running' ? view : null;
-    }, { timeoutMs: 30_000, what: 'the slow job to run' });
-    const draining = running.attempts[0]!.host;
-    const survivor = draining === 'joined' ? 'other' : 'joined';
-    const drainingPid = draining === 'joined' ? printed.pid! : mesh.agents.get('other')!.child.pid!;
-    process.kill(drainingPid, 'SIGTERM');
-    await waitFor(async () => (await mesh.status()).hosts.find((host) => host.id === draining)?.draining, { what: `${draining} to be draining` });
-
-    const quick = await mesh.submitMany(3, { width: 64, height: 64, steps: 2 });
-    const quickViews = await mesh.finished(quick);
-    expect(quickViews.map((view) => view.attempts.map((attempt) => attempt.host))).toEqual([[survivor], [survivor], [survivor]]);
-    const [slowView] = await mesh.finished([slow!]);
-    expect(slowView!.status).toBe('succeeded');
-    expect(slowView!.attempts.map((attempt) => `${attempt.host} ${attempt.status}`)).toEqual([`${draining} succeeded`]);
-
-    const exitCode = draining === 'joined' ? await printedExit : await mesh.agents.get('other')!.exited();
-    expect(exitCode).toBe(0);
-    await waitFor(() => mesh.events.some((event) => event.type === 'host:left' && event.host === draining), { what: `${draining} to leave` });
-    expect(mesh.events.some((event) => event.type === 'host:lost')).toBe(false);
-    expect(mesh.events.find((event) => event.type === 'host:draining')).toMatchObject({ host: draining, jobsInFlight: 1 });
-    expect((await mesh.status()).hosts.map((host) => host.id)).toEqual([survivor]);
-
-    // The survivor leaves through its control socket: `gpumesh agent drain` on its host.
-    const survivorData = survivor === 'joined' ? join(home, 'agent') : join(mesh.data, 'agents', 'other');
-    const local = await gpumeshRun(['agent', 'drain', '--data', survivorData]);
+    const local = await gpumeshRun(['agent', 'drain'], { GPUMESH_HOME: home });
     expect(local.code, local.output).toBe(0);
     expect(local.output).toContain('the agent finished its work in flight and left the mesh');
-    expect(survivor === 'joined' ? await printedExit : await mesh.agents.get('other')!.exited()).toBe(0);
+    expect(await printedExit).toBe(0);
+    await waitFor(() => mesh.events.some((event) => event.type === 'host:left' && event.host === 'joined'), { what: 'joined to leave' });
   });
 });
