@@ -40,6 +40,7 @@ export const ERRORS = {
   NOT_READY: { status: 503, message: 'Not ready: {detail}' },
   ENGINE_FAILED: { status: 500, message: 'The engine failed: {detail}' },
   ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },
+  ENGINE_OOM: { status: 507, message: 'The engine process ran out of memory: {detail}' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
