@@ -1,5 +1,7 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
+import type { EngineError } from './engines/engine.js';
+import { classifyExit, exitError } from './governance/exit-reason.js';
 import { Governor } from './governance/governor.js';
 import type { GovernedProcess } from './governance/governed-process.js';
 import { ProcessLimits, type ProcessLimitsInput } from './governance/settings.js';
@@ -28,6 +30,8 @@ export class Supervisor {
   readonly #governor: Governor;
   readonly #limits: ProcessLimits;
   readonly #children = new Map<ChildProcess, GovernedProcess>();
+  /** Every child started, live or not, so its end can be asked about after its exit. */
+  readonly #governed = new WeakMap<ChildProcess, GovernedProcess>();
 
   /** `governor` defaults to process groups only; `limits` to ProcessLimits' defaults. */
   constructor(log: Logger, governor: Governor = Governor.withoutCgroups(log), limits: ProcessLimitsInput = {}) {
@@ -49,6 +53,7 @@ export class Supervisor {
     });
     const child = governed.child;
     this.#children.set(child, governed);
+    this.#governed.set(child, governed);
     this.#log.info({ engine: options.name, pid: child.pid, cgroup: governed.cgroup?.paths[0] ?? null }, 'engine process started');
     child.once('exit', (code, signal) => {
       this.#children.delete(child);
@@ -65,6 +70,18 @@ export class Supervisor {
 
   async stopAll(graceMs = 2000): Promise<void> {
     await Promise.all([...this.#children.values()].map((governed) => governed.stop(graceMs, this.#governor.clock)));
+  }
+
+  /**
+   * ENGINE_OOM (with the limit) if the kernel killed this child for its cgroup's memory limit; null otherwise.
+   * Known from the moment its exit is seen, so an 'exit' listener can use it.
+   */
+  oomError(child: ChildProcess): EngineError | null {
+    const governed = this.#governed.get(child);
+    const end = governed?.end;
+    if (!governed || !end) return null;
+    const reason = classifyExit(end, { name: governed.name, logTail: [] });
+    return reason.kind === 'oom' ? exitError(reason) : null;
   }
 
   /** Live engine processes. */

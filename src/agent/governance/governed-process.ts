@@ -57,6 +57,7 @@ export class GovernedProcess {
   readonly ended: Promise<ProcessEnd>;
   #cause: StopCause | null = null;
   #exited = false;
+  #end: ProcessEnd | null = null;
 
   private constructor(name: string, child: ChildProcess, cgroup: ProcessCgroup | null, log: Logger) {
     this.name = name;
@@ -70,6 +71,8 @@ export class GovernedProcess {
         this.#exited = true;
         // Read the OOM count before the cgroup goes; it is final once the leader is dead.
         const oom = cgroup?.oomKills() ?? { kills: 0, exact: true };
+        const end: ProcessEnd = { pid: this.pid, code, signal, oom, memoryLimitMB: cgroup?.limits.memoryLimitMB ?? null, cause: this.#cause };
+        this.#end = end;
         signalGroup(this.pid, 'SIGKILL');
         const cleanup = cgroup
           ? cgroup.destroy().catch((error: unknown) => log.warn({ engine: name, pid: this.pid, err: error }, 'could not remove the engine cgroup'))
@@ -79,9 +82,7 @@ export class GovernedProcess {
           child.stdout?.destroy();
           child.stderr?.destroy();
         });
-        void drained.then(() => resolve({
-          pid: this.pid, code, signal, oom, memoryLimitMB: cgroup?.limits.memoryLimitMB ?? null, cause: this.#cause,
-        }));
+        void drained.then(() => resolve(end));
       });
     });
   }
@@ -119,6 +120,11 @@ export class GovernedProcess {
 
   get running(): boolean {
     return !this.#exited;
+  }
+
+  /** How it ended, from the moment its exit is seen (before `ended`, which also waits for the cleanup); null while it runs. */
+  get end(): ProcessEnd | null {
+    return this.#end;
   }
 
   /** Why the agent stopped it (null while it has not been asked to stop). */

@@ -48,6 +48,8 @@ export interface ManagedServer {
   readonly exitReason: ExitReason | null;
   /** The last lines of its stdout and stderr. */
   logTail(lines?: number): string[];
+  /** Bytes it has written to stdout and stderr so far (kept or dropped). */
+  readonly outputBytes: number;
   /** Keep it from its idle stop while busy; call the returned function when done. */
   hold(): () => void;
   /** SIGTERM to its group, SIGKILL after its grace, cgroup removed; resolves when nothing of it is left. */
@@ -132,6 +134,10 @@ class Server implements ManagedServer {
 
   logTail(lines?: number): string[] {
     return this.#tail.lines(lines);
+  }
+
+  get outputBytes(): number {
+    return this.#tail.bytesSeen;
   }
 
   hold(): () => void {
