@@ -73,6 +73,7 @@ export class GovernedProcess {
         const oom = cgroup?.oomKills() ?? { kills: 0, exact: true };
         const end: ProcessEnd = { pid: this.pid, code, signal, oom, memoryLimitMB: cgroup?.limits.memoryLimitMB ?? null, cause: this.#cause };
         this.#end = end;
+        // Its helpers end with it. (The leader's pid stays reserved while any of them lives, so this reaches only them.)
         signalGroup(this.pid, 'SIGKILL');
         const cleanup = cgroup
           ? cgroup.destroy().catch((error: unknown) => log.warn({ engine: name, pid: this.pid, err: error }, 'could not remove the engine cgroup'))
@@ -93,9 +94,15 @@ export class GovernedProcess {
     const gateFd = spec.stdio.length;
     const stdio = [...spec.stdio, ...(cgroup ? ['pipe' as const] : [])] as StdioOptions;
     const options = { detached: true, stdio, env: spec.env, cwd: spec.cwd, serialization: spec.serialization };
-    const child = cgroup
-      ? spawn(GATE_SHELL, ['-c', gateScript(gateFd), 'gpumesh-gate', spec.file, ...spec.args], options)
-      : spawn(spec.file, [...spec.args], options);
+    let child: ChildProcess;
+    try {
+      child = cgroup
+        ? spawn(GATE_SHELL, ['-c', gateScript(gateFd), 'gpumesh-gate', spec.file, ...spec.args], options)
+        : spawn(spec.file, [...spec.args], options);
+    } catch (error) {
+      void cgroup?.destroy().catch(() => {});
+      throw new EngineError('ENGINE_FAILED', `cannot start ${spec.name} (${spec.file}): ${(error as Error).message}`, false, { cause: error });
+    }
     // Spawn errors arrive as events; without a listener they would end the agent.
     child.on('error', (error) => log.warn({ engine: spec.name, err: error }, 'engine process error'));
     if (child.pid === undefined) {
@@ -141,7 +148,8 @@ export class GovernedProcess {
     this.#cause ??= cause;
     if (!signalGroup(this.pid, 'SIGTERM')) this.child.kill('SIGTERM');
     const timer = clock.setTimer(graceMs, () => {
-      if (!signalGroup(this.pid, 'SIGKILL')) this.child.kill('SIGKILL');
+      // Once the leader is reaped its pid may be reused: signal only while it has not exited.
+      if (!this.#exited && !signalGroup(this.pid, 'SIGKILL')) this.child.kill('SIGKILL');
     });
     const end = await this.ended;
     timer.cancel();

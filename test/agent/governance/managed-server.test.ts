@@ -99,11 +99,11 @@ describe('managed servers', () => {
       return { seconds, cpuPercent: Math.round((cpu.user + cpu.system) / 1e4 / seconds), rssGrowthMB: Math.round((rssMax - rssBefore) / 1e6), loopP99ms: Math.round(delay.percentile(99) / 1e6), loopMaxMs: Math.round(delay.max / 1e6) };
     };
     await fetch('http://127.0.0.1:1/').catch(() => {}); // load fetch's machinery before measuring
-    const quiet = await window(1000);
+    const quiet = await window(600);
     const server = await startServer(governor, { name: 'stdout-flood', settings: settings(`${fixture('stdout-flood')} --port \${PORT}`, { log: { lines: 100, bytes: 16 * 1024 } }) }, silentLog);
     await server.ready;
     const bytesBefore = server.outputBytes;
-    const flood = await window(2500);
+    const flood = await window(1500);
     const readMBps = Math.round((server.outputBytes - bytesBefore) / 1e6 / flood.seconds);
     const healthStarted = performance.now();
     for (let i = 0; i < 5; i++) expect((await fetch(`${server.url}/health`)).ok).toBe(true);

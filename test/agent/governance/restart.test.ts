@@ -8,6 +8,8 @@ import { cgroupGovernor, expectNothingLeft, fixture, silentLog } from './helpers
 const { governor } = await cgroupGovernor('restart-test');
 afterAll(() => governor.close());
 
+// A server that dies at start, as a shell one-liner: real processes, without a node start-up each.
+const CRASH_ON_START = `sh -c 'echo "fatal: the model file is corrupt" >&2; exit 3'`;
 const settings = (command: string): ServerSettingsInput => ({ command, readiness: { http: '/health', timeoutMs: 30_000, intervalMs: 50 }, stopGraceMs: 1000 });
 
 /** A keeper on a fake clock (restart delays advance only when the test says), starting real processes. */
@@ -43,7 +45,7 @@ describe('restart with backoff', () => {
   });
 
   it('a server that keeps crashing is restarted after 1×, 2× the delay, then given up on; callers get the crash', async () => {
-    const { clock, exits, launched, server, exitCount } = keeper([fixture('crash-on-start')], { initialDelayMs: 1000, factor: 2, maxConsecutiveFailures: 3 });
+    const { clock, exits, launched, server, exitCount } = keeper([CRASH_ON_START], { initialDelayMs: 1000, factor: 2, maxConsecutiveFailures: 3 });
     const ready = server.ready();
     ready.catch(() => {});
     await exitCount(1);
@@ -65,7 +67,7 @@ describe('restart with backoff', () => {
 
   it('a run that lasted stableAfterMs resets the backoff; a recovered server is handed to callers; stop ends it for good', async () => {
     const { clock, exits, launched, server, exitCount } = keeper(
-      [fixture('crash-on-start'), `${fixture('crash-after')} --port \${PORT} --after-ms 1500`, `${fixture('healthy-server')} --port \${PORT}`],
+      [CRASH_ON_START, `${fixture('crash-after')} --port \${PORT}`, `${fixture('healthy-server')} --port \${PORT}`],
       { initialDelayMs: 1000, factor: 2, stableAfterMs: 10_000 },
     );
     const first = server.ready();
@@ -76,6 +78,7 @@ describe('restart with backoff', () => {
     expect(recovered).toBe(launched[1]);
     expect((await fetch(`${recovered.url}/health`)).ok).toBe(true);
     clock.advance(10_000); // it stays up longer than stableAfterMs (on the fake clock) before it dies
+    await fetch(`${recovered.url}/crash`).catch(() => {});
     await exitCount(2);
     expect(exits[1]!.reason).toMatchObject({ kind: 'exited', code: 4 });
     expect(exits[1]!.restartInMs).toBe(1000); // not 2000: the stable run reset the count

@@ -16,6 +16,15 @@ export function write(dir: string, file: string, value: string | number): void {
   }
 }
 
+/** Run a write that may fail without harm (an optional knob). */
+export function attempt(write: () => void): void {
+  try {
+    write();
+  } catch {
+    // the setting is optional
+  }
+}
+
 export function read(dir: string, file: string): string {
   return readFileSync(join(dir, file), 'utf8');
 }

@@ -30,25 +30,29 @@ export class CgroupV1Driver implements CgroupDriver {
   readonly #parents: ReadonlyMap<V1Controller, string>;
   #seq = 0;
 
-  private constructor(parents: ReadonlyMap<V1Controller, string>) {
+  private constructor(parents: ReadonlyMap<V1Controller, string>, skipped: string[]) {
     this.#parents = parents;
     this.parents = [...parents.values()];
-    this.description = `cgroup v1 (${[...parents].map(([controller, dir]) => `${controller} at ${dir}`).join(', ')})`;
+    this.description = `cgroup v1 (${[...parents].map(([controller, dir]) => `${controller} at ${dir}`).join(', ')})` +
+      (skipped.length > 0 ? `; not used: ${skipped.join('; ')}` : '');
   }
 
   static async open(options: V1Options): Promise<CgroupV1Driver> {
-    if (!options.bases.has('memory')) throw new Error('the memory controller is not mounted');
-    const parents = new Map<V1Controller, string>();
-    for (const [controller, base] of options.bases) {
-      const gpumesh = join(base, 'gpumesh');
-      fs.makeDirectory(gpumesh);
-      await fs.sweepDeadAgents(gpumesh, options.agentDir);
-      const parent = join(gpumesh, options.agentDir);
-      await fs.removeTree(parent);
-      fs.makeDirectory(parent);
-      parents.set(controller, parent);
+    const memory = options.bases.get('memory');
+    if (!memory) throw new Error('the memory controller is not mounted');
+    const parents = new Map<V1Controller, string>([['memory', await makeParent(memory, options.agentDir)]]);
+    const skipped: string[] = [];
+    for (const controller of ['pids', 'cpu'] as const) {
+      const base = options.bases.get(controller);
+      if (!base) continue;
+      // Limits without these are still worth having: note the reason and go on.
+      try {
+        parents.set(controller, await makeParent(base, options.agentDir));
+      } catch (error) {
+        skipped.push(`${controller}: ${(error as Error).message}`);
+      }
     }
-    const driver = new CgroupV1Driver(parents);
+    const driver = new CgroupV1Driver(parents, skipped);
     driver.create('probe', { memoryLimitMB: 64, pidsLimit: 16, cpuWeight: 100 });
     for (const parent of parents.values()) await fs.remove(join(parent, 'probe-1'));
     return driver;
@@ -67,7 +71,8 @@ export class CgroupV1Driver implements CgroupDriver {
       if (limits.memoryLimitMB !== null) {
         fs.write(memory, 'memory.limit_in_bytes', limits.memoryLimitMB * MB);
         // memory+swap equal to memory: no swap. Present only with swap accounting; it must not be below the memory limit, so it goes second.
-        if (fs.has(memory, 'memory.memsw.limit_in_bytes')) fs.write(memory, 'memory.memsw.limit_in_bytes', limits.memoryLimitMB * MB);
+        // Best effort: the memory limit holds without it.
+        if (fs.has(memory, 'memory.memsw.limit_in_bytes')) fs.attempt(() => fs.write(memory, 'memory.memsw.limit_in_bytes', limits.memoryLimitMB! * MB));
       }
       const pids = dirs.get('pids');
       if (pids && limits.pidsLimit !== null) fs.write(pids, 'pids.max', limits.pidsLimit);
@@ -83,6 +88,17 @@ export class CgroupV1Driver implements CgroupDriver {
   async close(): Promise<void> {
     for (const parent of this.#parents.values()) await fs.removeTree(parent);
   }
+}
+
+/** `<base>/gpumesh/<agent>`, fresh: dead agents' parents swept, a leftover of our own name (a dead agent with our pid) removed. */
+async function makeParent(base: string, agentDir: string): Promise<string> {
+  const gpumesh = join(base, 'gpumesh');
+  fs.makeDirectory(gpumesh);
+  await fs.sweepDeadAgents(gpumesh, agentDir);
+  const parent = join(gpumesh, agentDir);
+  await fs.removeTree(parent);
+  fs.makeDirectory(parent);
+  return parent;
 }
 
 class V1Cgroup implements ProcessCgroup {

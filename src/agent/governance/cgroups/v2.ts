@@ -70,9 +70,10 @@ export class CgroupV2Driver implements CgroupDriver {
       if (this.#controllers.has('memory')) {
         fs.write(dir, 'memory.max', limits.memoryLimitMB === null ? 'max' : limits.memoryLimitMB * MB);
         // No swap: a server swapping its weights is slower than one that fails and says why.
-        if (limits.memoryLimitMB !== null && fs.has(dir, 'memory.swap.max')) fs.write(dir, 'memory.swap.max', 0);
+        // Best effort, both: the memory limit holds without them.
+        if (limits.memoryLimitMB !== null && fs.has(dir, 'memory.swap.max')) fs.attempt(() => fs.write(dir, 'memory.swap.max', 0));
         // One OOM kills the whole tree: a server with a dead worker is worse than a dead server.
-        if (fs.has(dir, 'memory.oom.group')) fs.write(dir, 'memory.oom.group', 1);
+        if (fs.has(dir, 'memory.oom.group')) fs.attempt(() => fs.write(dir, 'memory.oom.group', 1));
       }
       if (this.#controllers.has('pids')) fs.write(dir, 'pids.max', limits.pidsLimit ?? 'max');
       if (this.#controllers.has('cpu')) fs.write(dir, 'cpu.weight', limits.cpuWeight);
