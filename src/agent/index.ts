@@ -1,3 +1,9 @@
 export { Agent, type AgentOptions } from './agent.js';
 export { detectDevices, parseNvidiaSmi, cpuDevice, type DeviceOptions } from './devices.js';
 export type { Engine, LoadedModel, EngineJob, JobOutput, OutputFile, Progress } from './engines/engine.js';
+export {
+  Governor, startServer, RestartingServer, runCommand, exitError,
+  GovernanceConfig, ServerSettings, CommandSettings, ProcessLimits, Readiness, RestartPolicy, LogLimits,
+  type ManagedServer, type ServerLaunch, type CommandInvocation, type CommandResult, type ExitReason, type ExitKind,
+  type GovernanceConfigInput, type ServerSettingsInput, type CommandSettingsInput, type ProcessLimitsInput,
+} from './governance/index.js';

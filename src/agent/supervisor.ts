@@ -40,6 +40,11 @@ export class Supervisor {
     this.#limits = ProcessLimits.parse(limits);
   }
 
+  /** The governor its children run under, for engines that start servers or commands of their own. */
+  get governor(): Governor {
+    return this.#governor;
+  }
+
   /** Start a Node.js module as a supervised child with a structured-clone IPC channel. */
   fork(modulePath: string, options: SpawnOptions): ChildProcess {
     const governed = this.#governor.spawn({
