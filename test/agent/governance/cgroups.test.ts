@@ -1,6 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CgroupV2Driver } from '../../../src/agent/governance/cgroups/v2.js';
@@ -78,6 +79,9 @@ describe('cgroups: limits, placement, cleanup', () => {
     if (existsSync(join(paths[0]!, 'memory.memsw.limit_in_bytes'))) expect(Number(cgroupFile(paths, 'memory.memsw.limit_in_bytes'))).toBe(100 * MB);
     if (paths.some((path) => existsSync(join(path, 'pids.max')))) expect(cgroupFile(paths, 'pids.max')).toBe('7');
     if (paths.some((path) => existsSync(join(path, 'cpu.shares')))) expect(cgroupFile(paths, 'cpu.shares')).toBe('3072');
+    // All engines together weigh like one busy thread per CPU against the rest of the host.
+    const gpumesh = paths.map((path) => dirname(dirname(path)));
+    if (gpumesh.some((path) => existsSync(join(path, 'cpu.shares')))) expect(cgroupFile(gpumesh, 'cpu.shares')).toBe(String(Math.min(262_144, 1024 * availableParallelism())));
     await governed.stop(1000, systemClock);
     await expectNothingLeft(governed.pid, paths);
   });
@@ -90,6 +94,7 @@ describe('cgroups: limits, placement, cleanup', () => {
     if (existsSync(join(paths[0]!, 'memory.oom.group'))) expect(cgroupFile(paths, 'memory.oom.group')).toBe('1');
     if (existsSync(join(paths[0]!, 'pids.max'))) expect(cgroupFile(paths, 'pids.max')).toBe('7');
     if (existsSync(join(paths[0]!, 'cpu.weight'))) expect(cgroupFile(paths, 'cpu.weight')).toBe('300');
+    if (existsSync(join(paths[0]!, 'cpu.weight'))) expect(cgroupFile([dirname(dirname(paths[0]!))], 'cpu.weight')).toBe(String(Math.min(10_000, 100 * availableParallelism())));
     await governed.stop(1000, systemClock);
     await expectNothingLeft(governed.pid, paths);
   });

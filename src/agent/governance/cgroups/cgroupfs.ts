@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -124,6 +125,15 @@ export async function sweepDeadAgents(gpumeshDir: string, own: string, kill?: (d
     await removeTree(dir, kill).then(() => swept.push(name), () => {});
   }
   return swept;
+}
+
+/**
+ * The CPU weight (v2 scale) of the shared `gpumesh` cgroup: as much as one busy thread per CPU. A cgroup
+ * competes with its sibling *threads* as one entity, so at the default weight all engines together would
+ * count as one busy thread against the rest of the host — less than they had as plain processes.
+ */
+export function gpumeshWeight(): number {
+  return Math.min(10_000, 100 * availableParallelism());
 }
 
 /** A path component from an engine or host name: letters, digits, `.`, `_`, `-`. */

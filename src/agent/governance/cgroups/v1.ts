@@ -94,6 +94,7 @@ export class CgroupV1Driver implements CgroupDriver {
 async function makeParent(base: string, agentDir: string): Promise<string> {
   const gpumesh = join(base, 'gpumesh');
   fs.makeDirectory(gpumesh);
+  if (fs.has(gpumesh, 'cpu.shares')) fs.write(gpumesh, 'cpu.shares', sharesForWeight(fs.gpumeshWeight()));
   await fs.sweepDeadAgents(gpumesh, agentDir);
   const parent = join(gpumesh, agentDir);
   await fs.removeTree(parent);

@@ -50,6 +50,7 @@ export class CgroupV2Driver implements CgroupDriver {
     enable(options.base, controllers);
     const gpumesh = join(options.base, 'gpumesh');
     fs.makeDirectory(gpumesh);
+    if (controllers.has('cpu')) fs.write(gpumesh, 'cpu.weight', fs.gpumeshWeight());
     enable(gpumesh, controllers);
     await fs.sweepDeadAgents(gpumesh, options.agentDir, killTree);
     const parent = join(gpumesh, options.agentDir);
