@@ -7,6 +7,8 @@ import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
 import { EngineError, type Engine, type JobOutput } from './engines/engine.js';
 import { OnnxEngine } from './engines/onnx/engine.js';
+import { Governor } from './governance/governor.js';
+import type { GovernanceConfigInput } from './governance/settings.js';
 import { AgentLink } from './link.js';
 import { ModelCache } from './model-cache.js';
 import { Residency } from './residency.js';
@@ -34,6 +36,8 @@ export interface AgentOptions {
   /** Unload a model idle this long; its engine process ends with the last one (scale to zero). Default 5 min. */
   idleUnloadMs?: number;
   nvidiaSmi?: string;
+  /** How engine processes are governed: cgroups (auto, v2, v1, off) and the ONNX worker's limits. */
+  governance?: GovernanceConfigInput;
   log?: Logger;
 }
 
@@ -54,6 +58,7 @@ export class Agent {
   readonly #options: Required<Pick<AgentOptions, 'concurrency' | 'idleUnloadMs'>> & AgentOptions;
   readonly #log: Logger;
   readonly #devices: Device[];
+  readonly #governor: Governor;
   readonly #supervisor: Supervisor;
   readonly #engines: Map<string, Engine>;
   readonly #cache: ModelCache;
@@ -67,11 +72,12 @@ export class Agent {
   /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
   #inlineOutputBytes = 0;
 
-  private constructor(options: AgentOptions, devices: Device[], log: Logger) {
+  private constructor(options: AgentOptions, devices: Device[], governor: Governor, log: Logger) {
     this.#options = { concurrency: 1, idleUnloadMs: 5 * 60_000, ...options };
     this.#log = log;
     this.#devices = devices;
-    this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }));
+    this.#governor = governor;
+    this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }), governor, governor.config.onnx);
     this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
       fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
@@ -107,7 +113,8 @@ export class Agent {
     const log = options.log ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
     const devices = await detectDevices({ cpuBudgetMB: options.cpuBudgetMB, nvidiaSmi: options.nvidiaSmi });
     log.info({ host: options.host, devices: devices.map((device) => `${device.id} ${device.name} ${device.budgetMB} MB`) }, 'devices');
-    return new Agent(options, devices, log);
+    const governor = await Governor.create({ agentId: options.host, config: options.governance, log: log.child({ part: 'governance' }) });
+    return new Agent(options, devices, governor, log);
   }
 
   /** Dial the orchestrator. `onRejected` is called if it refuses this agent for good. */
@@ -136,6 +143,7 @@ export class Agent {
     this.#link.close();
     for (const engine of this.#engines.values()) await engine.close();
     await this.#supervisor.stopAll();
+    await this.#governor.close();
   }
 
   #hello(): Extract<AgentMessage, { type: 'hello' }> {

@@ -43,6 +43,7 @@ export const ERRORS = {
   ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },
   ENGINE_UNREACHABLE: { status: 502, message: 'The engine server {url} could not be reached or dropped the connection: {detail}' },
   ENGINE_BUSY: { status: 503, message: 'The engine server {url} kept answering that its queue is full for {waitedMs} ms' },
+  ENGINE_OOM: { status: 507, message: 'The engine process ran out of memory: {detail}' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },

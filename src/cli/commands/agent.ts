@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { dataDir, resolveGrant, resolveUrl } from '../settings.js';
 import { CliError, parseInteger, parseList } from '../output.js';
 import { onShutdown } from './serve.js';
@@ -15,6 +15,8 @@ interface AgentFlags {
   cpuBudget?: number;
   concurrency: number;
   idleUnload: number;
+  cgroups: 'auto' | 'v2' | 'v1' | 'off';
+  cgroupRoot?: string;
 }
 
 export function agentCommand(): Command {
@@ -29,6 +31,9 @@ export function agentCommand(): Command {
     .option('--cpu-budget <MB>', 'memory for models on the CPU (default: half the RAM, at most 8192)', parseInteger('--cpu-budget'))
     .option('--concurrency <n>', 'batches run at once', parseInteger('--concurrency'), 1)
     .option('--idle-unload <seconds>', 'unload a model idle this long; engine processes end with the last one', parseInteger('--idle-unload'), 300)
+    .addOption(new Option('--cgroups <mode>', 'limit engine processes with cgroups: auto (v2, else v1), v2, v1 or off (process groups only)')
+      .choices(['auto', 'v2', 'v1', 'off']).default('auto'))
+    .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
     .action(async (flags: AgentFlags) => {
       const grant = flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT);
       if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
@@ -36,7 +41,7 @@ export function agentCommand(): Command {
       const agent = await Agent.create({
         url: resolveUrl(flags), grant: grant.trim(), host: flags.host, classes: parseList(flags.classes),
         dataDir: flags.data ?? join(dataDir(), 'agent'), cpuBudgetMB: flags.cpuBudget,
-        concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000,
+        concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null },
       });
       agent.start((reason) => {
         process.stderr.write(`gpumesh agent: refused by the orchestrator: ${reason}\n`);

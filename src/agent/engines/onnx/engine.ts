@@ -25,12 +25,13 @@ class Worker {
   #nextId = 1;
   #exit: string | null = null;
 
-  constructor(child: ChildProcess) {
+  /** `oom` says whether the kernel killed it for its cgroup's memory limit (an ENGINE_OOM error), at its exit. */
+  constructor(child: ChildProcess, oom: () => EngineError | null = () => null) {
     this.child = child;
     child.on('message', (message: FromWorker) => this.#receive(message));
     child.once('exit', (code, signal) => {
       this.#exit = signal ? `signal ${signal}` : `exit code ${code}`;
-      const error = new EngineError('ENGINE_CRASHED', `the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
+      const error = oom() ?? new EngineError('ENGINE_CRASHED', `the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
       for (const pending of this.#pending.values()) pending.reject(error);
       this.#pending.clear();
     });
@@ -111,7 +112,8 @@ export class OnnxEngine implements Engine {
     const existing = this.#workers.get(device.id);
     if (existing?.alive) return existing;
     const entry = workerEntry();
-    const worker = new Worker(this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv }));
+    const child = this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv });
+    const worker = new Worker(child, () => this.#supervisor.oomError(child));
     worker.child.once('exit', () => {
       if (this.#workers.get(device.id) === worker) this.#workers.delete(device.id);
     });
