@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
 import { blobRoutes } from './http/blobs.js';
 import type { HttpContext } from './http/context.js';
-import { installErrorHandling } from './http/errors.js';
+import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
 import { jobRoutes } from './http/jobs.js';
@@ -24,13 +24,15 @@ export async function buildServer(context: HttpContext, logger: Logger, version:
     }) as FastifyBaseLogger,
     bodyLimit: context.config.server.bodyLimitBytes,
     logController: new LogController({ disableRequestLogging: true }),
-    return503OnClosing: true,
     forceCloseConnections: true,
+    ...frameworkErrorOptions(),
   });
   app.decorateRequest('grant', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, context.config.server.bodyLimitBytes);
+  // Every body the API takes is JSON (uploads have their own parser): plain text is a 415, not a string to validate.
+  app.removeContentTypeParser('text/plain');
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'gpumesh', version, description: 'The gpumesh orchestrator API. Every /v1 route needs a grant: `Authorization: Bearer <grant>`.' },

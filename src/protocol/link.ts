@@ -120,4 +120,8 @@ export const LINK_CLOSE = {
   /** Heartbeats stopped. */
   stale: 4408,
   shuttingDown: 1001,
+  /** A frame that is not a JSON message of this protocol (RFC 6455 1008, policy violation). */
+  malformed: 1008,
+  /** A binary frame: the protocol is JSON text (RFC 6455 1003, unsupported data). */
+  binary: 1003,
 } as const;

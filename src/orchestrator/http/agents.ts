@@ -7,15 +7,21 @@ import type { HttpContext } from './context.js';
 /**
  * The agent link endpoint. The grant is checked before the upgrade, so a bad
  * one gets a plain 401/403 the agent can report; the hello is checked against
- * the grant's host and classes after it.
+ * the grant's host and classes after it. A plain GET (no upgrade) is a 426.
  */
 export function agentRoutes(app: FastifyInstance, context: HttpContext): void {
-  app.get(LINK_PATH, {
-    websocket: true,
+  app.route({
+    method: 'GET',
+    url: LINK_PATH,
     schema: { tags: ['agents'], summary: 'Agent link (WebSocket; agents dial in with an agent grant)' },
-    preHandler: requireGrant(context, 'agent:join'),
-  }, (socket, request) => {
-    context.hub.attach(socket, grantOf(request));
+    onRequest: requireGrant(context, 'agent:join'),
+    // `handler` answers a request that did not ask to upgrade; left to @fastify/websocket it is an empty 404.
+    handler: async () => {
+      throw new MeshError('UPGRADE_REQUIRED', {}, { headers: { upgrade: 'websocket' } });
+    },
+    wsHandler: (socket, request) => {
+      context.hub.attach(socket, grantOf(request));
+    },
   });
 }
 

@@ -19,7 +19,7 @@ export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
     schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable)' },
-    preHandler: requireGrant(context, 'blobs:read'),
+    onRequest: requireGrant(context, 'blobs:read'),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const size = await context.blobs.size(digest);
@@ -46,7 +46,7 @@ export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
     },
-    preHandler: requireGrant(context, 'artifacts:read'),
+    onRequest: requireGrant(context, 'artifacts:read'),
   }, async (request) => {
     const grant = grantOf(request);
     const records = artifacts.listArtifacts(context.db, {
@@ -69,7 +69,7 @@ export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
         params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
         tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the job's upload grant)",
       },
-      preHandler: requireGrant(context, 'outputs:write', (request) => ({ jobId: (request.params as { id: string }).id })),
+      onRequest: requireGrant(context, 'outputs:write', (request) => ({ jobId: (request.params as { id: string }).id })),
     }, async (request, reply) => {
       const { id } = request.params;
       const digest = assertDigest(request.params.digest);

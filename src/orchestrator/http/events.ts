@@ -36,7 +36,7 @@ export function eventRoutes(app: FastifyInstance, context: HttpContext): void {
 
   routes.get('/v1/jobs/:id/events', {
     schema: { params: z.object({ id: z.string().min(1).max(100) }), tags: ['events'], summary: "One job's events (SSE); ends after the terminal event" },
-    preHandler: requireGrant(context, 'jobs:read'),
+    onRequest: requireGrant(context, 'jobs:read'),
   }, async (request, reply) => {
     const job = context.jobs.record(grantOf(request), request.params.id);
     // Subscribe before reading the state so nothing falls between the two.
@@ -56,7 +56,7 @@ export function eventRoutes(app: FastifyInstance, context: HttpContext): void {
 
   routes.get('/v1/events', {
     schema: { tags: ['events'], summary: 'Every job event the grant may see (SSE); honours Last-Event-ID' },
-    preHandler: requireGrant(context, 'jobs:read'),
+    onRequest: requireGrant(context, 'jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
     const lastEventId = request.headers['last-event-id'];

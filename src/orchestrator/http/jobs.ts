@@ -13,7 +13,7 @@ export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
 
   routes.post('/v1/jobs', {
     schema: { body: SubmitJobBody, tags: ['jobs'], summary: 'Submit a job' },
-    preHandler: requireGrant(context, 'jobs:submit'),
+    onRequest: requireGrant(context, 'jobs:submit'),
   }, async (request, reply) => {
     const { job, created } = context.jobs.submit(grantOf(request), request.body, authorizer(context, request));
     // The 202 promises the job is stored: wait for the group commit that holds it.
@@ -43,16 +43,16 @@ export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
       }),
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },
-    preHandler: requireGrant(context, 'jobs:read'),
+    onRequest: requireGrant(context, 'jobs:read'),
   }, async (request) => context.jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
 
   routes.get('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },
-    preHandler: requireGrant(context, 'jobs:read'),
+    onRequest: requireGrant(context, 'jobs:read'),
   }, async (request) => context.jobs.get(grantOf(request), request.params.id));
 
   routes.delete('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'Cancel a queued or running job' },
-    preHandler: requireGrant(context, 'jobs:cancel'),
+    onRequest: requireGrant(context, 'jobs:cancel'),
   }, async (request) => context.jobs.cancel(grantOf(request), request.params.id, authorizer(context, request)));
 }

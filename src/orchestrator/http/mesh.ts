@@ -38,7 +38,7 @@ export function meshRoutes(app: FastifyInstance, context: HttpContext): void {
 
   routes.get('/v1/status', {
     schema: { querystring: z.object({ access_token: z.string().optional() }), tags: ['mesh'], summary: 'Hosts, devices, resident models, queue depths' },
-    preHandler: requireGrant(context, 'mesh:read'),
+    onRequest: requireGrant(context, 'mesh:read'),
   }, async () => ({
     hosts: [...context.hub.hosts()].map((host) => ({
       id: host.id, classes: host.info.classes, engines: host.info.engines, version: host.info.version,
@@ -54,7 +54,7 @@ export function meshRoutes(app: FastifyInstance, context: HttpContext): void {
 
   routes.get('/metrics', {
     schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },
-    preHandler: requireGrant(context, 'mesh:read'),
+    onRequest: requireGrant(context, 'mesh:read'),
   }, async (_request, reply) => {
     void reply.header('content-type', context.metrics.contentType);
     return context.metrics.text();
@@ -62,14 +62,14 @@ export function meshRoutes(app: FastifyInstance, context: HttpContext): void {
 
   routes.get('/v1/models', {
     schema: { tags: ['mesh'], summary: 'Models in the registry with their policies' },
-    preHandler: requireGrant(context, 'mesh:read'),
+    onRequest: requireGrant(context, 'mesh:read'),
   }, async () => ({
     models: context.registry.all().map(({ manifest, policy }) => ({ ...manifest, policy })),
   }));
 
   routes.post('/v1/grants', {
     schema: { body: CreateGrantBody, tags: ['grants'], summary: 'Mint a grant (admin)' },
-    preHandler: requireGrant(context, 'grants:create'),
+    onRequest: requireGrant(context, 'grants:create'),
   }, async (request, reply) => {
     const body = request.body;
     if (body.kind === 'agent' && !body.host) throw new MeshError('VALIDATION_FAILED', { detail: 'an agent grant needs a host' });

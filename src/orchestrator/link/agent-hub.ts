@@ -57,7 +57,7 @@ export class AgentHub {
     let session: HostSession | null = null;
     const helloTimer = this.#deps.clock.setTimer(HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.rejected, 'no hello'));
     socket.on('message', (data, isBinary) => {
-      if (isBinary) return socket.close(1003, 'binary frames are not part of the link protocol');
+      if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
         const parsed = AgentMessage.safeParse(JSON.parse(data.toString()));
@@ -65,7 +65,7 @@ export class AgentHub {
         message = parsed.data;
       } catch (error) {
         this.#deps.log.warn({ err: error }, 'malformed link message');
-        return socket.close(1008, 'malformed message');
+        return socket.close(LINK_CLOSE.malformed, 'malformed message');
       }
       if (!session) {
         helloTimer.cancel();
