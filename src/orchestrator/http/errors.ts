@@ -96,9 +96,9 @@ function sendError(reply: FastifyReply, mesh: MeshError): void {
  * (`frameworkErrors`), and a request that is not HTTP at all (`clientErrorHandler`:
  * an unknown method, headers too large, a timeout). Both answer in the envelope.
  */
-export function frameworkErrorOptions(): Pick<FastifyServerOptions, 'frameworkErrors' | 'clientErrorHandler' | 'maxParamLength' | 'return503OnClosing'> {
+export function frameworkErrorOptions(): Pick<FastifyServerOptions, 'frameworkErrors' | 'clientErrorHandler' | 'routerOptions' | 'return503OnClosing'> {
   return {
-    maxParamLength: MAX_PARAM_LENGTH,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: (error, request, reply) => sendError(reply, toMeshError(error, request)),
     clientErrorHandler: answerClientError,
     // Fastify's own 503 while closing is not in the envelope; installErrorHandling answers it instead.
