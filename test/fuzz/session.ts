@@ -17,21 +17,22 @@ export interface FuzzTarget<T = unknown> {
 
 /** Job inputs of the shapes the two pipelines read, mostly values they accept (so jobs get queued and dispatched), the edges now and then. */
 const JOB_INPUTS: fc.Arbitrary<Record<string, unknown>> = fc.oneof(
-  fc.record({
+  // Image inputs most: `type` is drawn from the job types, and most of them are images.
+  { weight: 3, arbitrary: fc.record({
     prompt: fc.oneof({ weight: 4, arbitrary: fc.string({ minLength: 1, maxLength: 30 }) }, { weight: 1, arbitrary: fc.constantFrom('', 'p'.repeat(2001), 7) }),
     seed: fc.oneof(fc.nat(), fc.constantFrom(-1, 0.5, 2 ** 53)),
     width: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 8, max: 64 }) }, { weight: 1, arbitrary: fc.constantFrom(7, 1024, 1025, -8, 8.5) }),
     height: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 8, max: 64 }) }, { weight: 1, arbitrary: fc.constantFrom(7, 1024, 1025, -8, 8.5) }),
     steps: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 1, max: 3 }) }, { weight: 1, arbitrary: fc.constantFrom(0, 32, 33, -1, 1.5) }),
-  }, { requiredKeys: ['prompt'] }),
-  fc.record({
+  }, { requiredKeys: ['prompt'] }) },
+  { weight: 1, arbitrary: fc.record({
     x: fc.oneof(
       { weight: 3, arbitrary: fc.array(fc.double({ min: -10, max: 10, noNaN: true }), { minLength: 64, maxLength: 64 }) },
       { weight: 1, arbitrary: fc.array(fc.double({ noNaN: true, noDefaultInfinity: true }), { minLength: 62, maxLength: 66 }) },
       { weight: 1, arbitrary: fc.array(fc.jsonValue(), { maxLength: 3 }) },
     ),
-  }),
-  fc.constant({}),
+  }) },
+  { weight: 1, arbitrary: fc.constant({}) },
 );
 
 /**
