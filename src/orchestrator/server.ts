@@ -5,7 +5,7 @@ import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fast
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
-import { installErrorHandling } from './http/errors.js';
+import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
 import { jobRoutes } from './http/jobs.js';
@@ -34,14 +34,16 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
     }) as FastifyBaseLogger,
     bodyLimit: parts.bodyLimitBytes,
     logController: new LogController({ disableRequestLogging: true }),
-    return503OnClosing: true,
     forceCloseConnections: true,
+    ...frameworkErrorOptions(),
   });
   app.decorateRequest('grant', null);
   app.decorateRequest('uploadBatch', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);
+  // Every body the API takes is JSON (uploads have their own parser): plain text is a 415, not a string to validate.
+  app.removeContentTypeParser('text/plain');
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'gpumesh', version, description: 'The gpumesh orchestrator API. Every /v1 route needs a grant: `Authorization: Bearer <grant>`.' },

@@ -7,8 +7,16 @@ export const ERRORS = {
   // Requests
   BAD_REQUEST: { status: 400, message: 'The request is malformed: {detail}' },
   VALIDATION_FAILED: { status: 400, message: 'The request body is invalid: {detail}' },
+  INVALID_PATH_PARAMETER: { status: 400, message: 'The path parameter {name} is invalid: {detail}' },
+  INVALID_QUERY_PARAMETER: { status: 400, message: 'The query parameter {name} is invalid: {detail}' },
+  REQUEST_TIMEOUT: { status: 408, message: 'The request did not arrive in time' },
+  PRECONDITION_FAILED: { status: 412, message: 'A precondition (If-Match, If-Unmodified-Since) does not hold' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is larger than the limit of {limit} bytes' },
+  URI_TOO_LONG: { status: 414, message: 'A path segment of the URL is longer than the limit of {limit} characters' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type: {detail}' },
+  RANGE_NOT_SATISFIABLE: { status: 416, message: 'The range "{range}" is outside the blob\'s {size} bytes' },
+  UPGRADE_REQUIRED: { status: 426, message: 'This route is a WebSocket: connect with "Upgrade: websocket"' },
+  HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are larger than the limit of {limit} bytes' },
   NOT_FOUND: { status: 404, message: '{what} was not found' },
   ROUTE_NOT_FOUND: { status: 404, message: 'No route {method} {url}' },
 
@@ -34,7 +42,6 @@ export const ERRORS = {
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
-  RANGE_NOT_SATISFIABLE: { status: 416, message: 'The range "{range}" is outside the blob\'s {size} bytes' },
 
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },

@@ -136,4 +136,8 @@ export const LINK_CLOSE = {
   /** No hello arrived in time after the upgrade. */
   noHello: 4400,
   shuttingDown: 1001,
+  /** A frame that is not a JSON message of this protocol (RFC 6455 1008, policy violation). */
+  malformed: 1008,
+  /** A binary frame: the protocol is JSON text (RFC 6455 1003, unsupported data). */
+  binary: 1003,
 } as const;

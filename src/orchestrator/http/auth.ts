@@ -26,7 +26,9 @@ export function tokenOf(request: FastifyRequest): string | null {
   // Read the raw URL: route schemas strip query keys they do not name.
   const url = request.raw.url ?? '';
   const start = url.indexOf('?');
-  return start < 0 ? null : new URLSearchParams(url.slice(start + 1)).get('access_token');
+  const tokens = start < 0 ? [] : new URLSearchParams(url.slice(start + 1)).getAll('access_token').filter(Boolean);
+  if (tokens.length > 1) throw new MeshError('GRANT_INVALID', { detail: 'send one access_token, not several' });
+  return tokens[0] ?? null;
 }
 
 export function grantOf(request: FastifyRequest): VerifiedGrant {
@@ -57,8 +59,11 @@ export class RequestAuth {
   }
 
   /**
-   * A route hook that admits only requests whose grant allows `action`;
-   * `describe` adds what the route knows from its URL (the job of an upload).
+   * The hook that admits only requests whose grant allows `action`; `describe`
+   * adds what the route knows from its URL. Routes use it as `onRequest`, the
+   * first hook of a request, so the grant is checked before the body is read
+   * or validated: a request without a grant is a 401 whatever its body, and
+   * nothing of a refused body is parsed.
    */
   require(action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>) {
     return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {

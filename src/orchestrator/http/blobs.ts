@@ -30,7 +30,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
     schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable, verified, byte ranges)' },
-    preHandler: auth.require('blobs:read'),
+    onRequest: auth.require('blobs:read'),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const record = outputs.blobRecord(digest);
@@ -74,7 +74,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
     },
-    preHandler: auth.require('artifacts:read'),
+    onRequest: auth.require('artifacts:read'),
   }, async (request) => jobs.artifacts(grantOf(request), request.query));
 
   // Uploads stream straight to disk, hashed on the way; they are never buffered whole.
@@ -86,7 +86,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
         params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
         tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the upload credential of the job's batch)",
       },
-      preHandler: auth.requireUpload(),
+      onRequest: auth.requireUpload(),
     }, async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const mediaType = request.headers['content-type'] ?? 'application/octet-stream';

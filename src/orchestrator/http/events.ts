@@ -18,7 +18,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
 
   routes.get('/v1/jobs/:id/events', {
     schema: { params: z.object({ id: z.string().min(1).max(100) }), tags: ['events'], summary: "One job's events (SSE); ends after the terminal event" },
-    preHandler: auth.require('jobs:read'),
+    onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
     const { id } = request.params;
@@ -39,7 +39,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
 
   routes.get('/v1/events', {
     schema: { tags: ['events'], summary: 'Every job event the grant may see, and mesh events for grants that may read mesh status (SSE); honours Last-Event-ID' },
-    preHandler: auth.require('jobs:read'),
+    onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
     const lastEventId = request.headers['last-event-id'];

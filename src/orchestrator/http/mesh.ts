@@ -46,12 +46,12 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/v1/status', {
     schema: { querystring: z.object({ access_token: z.string().optional() }), tags: ['mesh'], summary: 'Hosts, devices, resident models, queue depths' },
-    preHandler: auth.require('mesh:read'),
+    onRequest: auth.require('mesh:read'),
   }, async () => status.view());
 
   routes.get('/metrics', {
     schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },
-    preHandler: auth.require('mesh:read'),
+    onRequest: auth.require('mesh:read'),
   }, async (_request, reply) => {
     void reply.header('content-type', metrics.contentType);
     return metrics.text();
@@ -59,14 +59,14 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/v1/models', {
     schema: { tags: ['mesh'], summary: 'Models in the registry with their policies' },
-    preHandler: auth.require('mesh:read'),
+    onRequest: auth.require('mesh:read'),
   }, async () => ({
     models: registry.all().map(({ manifest, policy }) => ({ ...manifest, policy })),
   }));
 
   routes.post('/v1/grants', {
     schema: { body: CreateGrantBody, tags: ['grants'], summary: 'Mint a grant (admin)' },
-    preHandler: auth.require('grants:create'),
+    onRequest: auth.require('grants:create'),
   }, async (request, reply) => {
     const body = request.body;
     if (body.kind === 'agent' && !body.host) throw new MeshError('VALIDATION_FAILED', { detail: 'an agent grant needs a host' });

@@ -55,7 +55,7 @@ export class AgentHub {
     let session: HostSession | null = null;
     const helloTimer = this.#deps.clock.setTimer(this.#deps.helloTimeoutMs ?? HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.noHello, 'no hello'));
     socket.on('message', (data: Buffer, isBinary: boolean) => {
-      if (isBinary) return socket.close(1003, 'binary frames are not part of the link protocol');
+      if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
         const parsed = AgentMessage.safeParse(JSON.parse(data.toString()));
@@ -63,7 +63,7 @@ export class AgentHub {
         message = parsed.data;
       } catch (error) {
         this.#deps.log.warn({ err: error, host: session?.id }, 'malformed link message');
-        return socket.close(1008, 'malformed message');
+        return socket.close(LINK_CLOSE.malformed, 'malformed message');
       }
       if (!session) {
         helloTimer.cancel();
