@@ -3,6 +3,7 @@ import { pino, type Logger } from 'pino';
 import {
   LINK_PROTOCOL_VERSION, type AgentMessage, type Device, type OrchestratorMessage,
 } from '../protocol/index.js';
+import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
 import { EngineError, type Engine, type JobOutput } from './engines/engine.js';
@@ -19,8 +20,10 @@ type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
 export interface AgentOptions {
   /** The orchestrator's base URL. */
   url: string;
-  /** An agent grant (`gpumesh grant create --agent --host <id>`). */
+  /** An agent grant (`gpumesh grant create --agent --host <id>`). On a TLS mesh it names the CA to pin (`tls-ca`). */
   grant: string;
+  /** A CA fingerprint to pin besides the grant's, for a grant that names none (`--tls-ca-fingerprint`). */
+  tlsCaFingerprint?: string;
   /** This host's id; must match the grant's host. */
   host: string;
   /** Routing classes this host serves (`image`, `video`, …). */
@@ -35,6 +38,17 @@ export interface AgentOptions {
   idleUnloadMs?: number;
   nvidiaSmi?: string;
   log?: Logger;
+}
+
+/** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
+function agentPins(options: AgentOptions): Pin[] {
+  const pins = pinsOfGrant(options.grant);
+  if (options.tlsCaFingerprint) {
+    const fingerprint = parseFingerprint(options.tlsCaFingerprint);
+    if (!fingerprint) throw new Error(`"${options.tlsCaFingerprint}" is not a SHA-256 fingerprint (sha256:<64 hex>)`);
+    pins.push({ fingerprint, source: '--tls-ca-fingerprint' });
+  }
+  return pins;
 }
 
 interface RunningBatch {
@@ -59,6 +73,7 @@ export class Agent {
   readonly #cache: ModelCache;
   readonly #residency: Residency;
   readonly #link: AgentLink;
+  readonly #trust: ServerTrust;
   readonly #running = new Map<string, RunningBatch>();
   readonly #unacked = new Map<string, Result>();
   #heartbeat: NodeJS.Timeout | null = null;
@@ -71,8 +86,9 @@ export class Agent {
     this.#devices = devices;
     this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }));
     this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
+    this.#trust = new ServerTrust(options.url, agentPins(options));
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
-      fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
+      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -81,13 +97,13 @@ export class Agent {
       },
     });
     this.#link = new AgentLink({
-      url: options.url, grant: options.grant, log: log.child({ part: 'link' }),
+      url: options.url, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
       onWelcome: (welcome) => this.#onWelcome(welcome.heartbeatMs),
       onMessage: (message) => this.#onMessage(message),
-      onRejected: (reason) => {
-        log.error({ reason }, 'the orchestrator refused this agent');
-        this.#rejected?.(reason);
+      onRejected: (reason, by) => {
+        log.error({ reason }, by === 'orchestrator' ? 'the orchestrator refused this agent' : 'refusing to connect to the orchestrator');
+        this.#rejected?.(by === 'orchestrator' ? `refused by the orchestrator: ${reason}` : reason);
       },
       onDisconnected: () => {
         this.#stopHeartbeat();
@@ -105,7 +121,10 @@ export class Agent {
     return new Agent(options, devices, log);
   }
 
-  /** Dial the orchestrator. `onRejected` is called if it refuses this agent for good. */
+  /**
+   * Dial the orchestrator. `onRejected` is called, with a sentence, if it refuses this agent for good
+   * or its TLS CA is not the pinned one.
+   */
   start(onRejected?: (reason: string) => void): void {
     this.#rejected = onRejected ?? null;
     this.#link.start();
@@ -131,6 +150,7 @@ export class Agent {
     this.#link.close();
     for (const engine of this.#engines.values()) await engine.close();
     await this.#supervisor.stopAll();
+    this.#trust.close();
   }
 
   #hello(): Extract<AgentMessage, { type: 'hello' }> {
@@ -233,7 +253,7 @@ export class Agent {
     try {
       const artifacts = [];
       for (const file of output.files) {
-        const uploaded = await uploadOutput(this.#options.url, job.id, job.uploadGrant, file);
+        const uploaded = await uploadOutput(this.#options.url, this.#trust, job.id, job.uploadGrant, file);
         artifacts.push({ ...uploaded, mediaType: file.mediaType, width: file.width, height: file.height });
       }
       this.#report({

@@ -17,6 +17,7 @@ import { Router } from './routing/index.js';
 import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
+import { loadServerTls, tlsCaCaveat } from './tls/index.js';
 import { VERSION } from '../version.js';
 
 export interface OrchestratorOptions {
@@ -42,6 +43,8 @@ function secretFile(path: string, make: () => string): string {
 export class Orchestrator {
   readonly config: MeshConfig;
   readonly log: Logger;
+  /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
+  readonly tlsCaFingerprint: string | null;
   readonly #db: Db;
   readonly #commits: GroupCommit;
   readonly #authority: GrantAuthority;
@@ -52,9 +55,11 @@ export class Orchestrator {
 
   private constructor(parts: {
     config: MeshConfig; log: Logger; db: Db; commits: GroupCommit; authority: GrantAuthority; lifecycle: JobLifecycle; hub: AgentHub; app: FastifyInstance;
+    tlsCaFingerprint: string | null;
   }) {
     this.config = parts.config;
     this.log = parts.log;
+    this.tlsCaFingerprint = parts.tlsCaFingerprint;
     this.#db = parts.db;
     this.#commits = parts.commits;
     this.#authority = parts.authority;
@@ -74,8 +79,10 @@ export class Orchestrator {
     await registry.addBuiltins(blobStore, (digest, bytes, mediaType) => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
 
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
-    const location = config.server.publicUrl ?? `http://${config.server.host}:${config.server.port}`;
-    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db));
+    // TLS hook: the private CA and server certificate (null for plain HTTP); every grant minted here names the CA to pin.
+    const tls = await loadServerTls(config, clock.now(), log);
+    const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
+    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db), tls ? [tlsCaCaveat(tls)] : []);
 
     const events = new JobEventBus();
     const admission = new Admission(clock);
@@ -110,10 +117,10 @@ export class Orchestrator {
       authorizeJoin: authorizeJoin(context),
     });
     context.hub = hub;
-    const app = await buildServer(context, log, VERSION);
+    const app = await buildServer(context, log, VERSION, tls);
     const recovered = lifecycle.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
-    return new Orchestrator({ config, log, db, commits, authority, lifecycle, hub, app });
+    return new Orchestrator({ config, log, db, commits, authority, lifecycle, hub, app, tlsCaFingerprint: tls?.caFingerprint ?? null });
   }
 
   /** Start listening; returns the base URL. */
@@ -123,7 +130,8 @@ export class Orchestrator {
     const address = this.#app.server.address();
     const actualPort = typeof address === 'object' && address ? address.port : port;
     const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
-    this.#url = this.config.server.publicUrl ?? `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
+    const scheme = this.config.server.tls.enabled ? 'https' : 'http';
+    this.#url = this.config.server.publicUrl ?? `${scheme}://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
     // Tells the CLI on this machine where the mesh listens, whatever port it got.
     writeFileSync(join(this.config.data, 'orchestrator.url'), `${this.#url}\n`);
     return this.#url;

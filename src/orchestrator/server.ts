@@ -12,13 +12,17 @@ import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes } from './http/mesh.js';
+import { tlsRoutes } from './http/tls.js';
+import type { TlsMaterial } from './tls/index.js';
 
 /** Strip grants from logged URLs. */
 const redact = (url: string | undefined): string | undefined => url?.replace(/access_token=[^&]*/g, 'access_token=[redacted]');
 
-/** Build the Fastify app from the orchestrator's parts: one route module per area. */
-export async function buildServer(context: HttpContext, logger: Logger, version: string): Promise<FastifyInstance> {
-  const app: FastifyInstance = Fastify({
+/** Build the Fastify app from the orchestrator's parts: one route module per area. With `tls`, it serves HTTPS. */
+export async function buildServer(context: HttpContext, logger: Logger, version: string, tls: TlsMaterial | null = null): Promise<FastifyInstance> {
+  // An HTTPS server has the same routes and hooks; only the listening socket differs, so the app keeps the http type.
+  const app = Fastify({
+    https: tls ? { key: tls.key, cert: tls.cert } : null,
     loggerInstance: logger.child({}, {
       serializers: { req: (req: { method: string; url?: string }) => ({ method: req.method, url: redact(req.url) }) },
     }) as FastifyBaseLogger,
@@ -26,7 +30,7 @@ export async function buildServer(context: HttpContext, logger: Logger, version:
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     forceCloseConnections: true,
-  });
+  }) as unknown as FastifyInstance;
   app.decorateRequest('grant', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
@@ -46,6 +50,7 @@ export async function buildServer(context: HttpContext, logger: Logger, version:
   blobRoutes(app, context);
   agentRoutes(app, context);
   await galleryRoutes(app, context);
+  if (tls) tlsRoutes(app, tls.caCert);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

@@ -112,6 +112,10 @@ export function upCommand(): Command {
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
         `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,
+        ...(orchestrator.tlsCaFingerprint ? [
+          `  tls      private CA ${orchestrator.tlsCaFingerprint}`,
+          `           (${join(config.data, 'tls', 'ca.crt')}; grants pin it. A browser warns about the gallery until you trust that file, or compare this fingerprint)`,
+        ] : []),
         `  logs     ${options.verbose ? 'this terminal' : logs}`,
         '',
         'Try:  npx gpumesh submit --type image --prompt "a lighthouse at dusk" --wait',

@@ -82,6 +82,6 @@ export function meshRoutes(app: FastifyInstance, context: HttpContext): void {
     const minted = context.authority.mint(body.kind, caveats);
     grants.recordGrant(context.db, { id: minted.id, kind: body.kind, note: body.note ?? `minted by ${grantOf(request).id}` }, context.clock.now());
     void reply.code(201);
-    return { id: minted.id, kind: body.kind, token: minted.token, caveats: [`kind ${body.kind}`, ...caveats] };
+    return { id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats };
   });
 }
