@@ -114,6 +114,8 @@ describe('gpumesh serve --tls', () => {
       }).on('error', reject);
     });
     expect(served).toBe(ca);
+    const openapi = await new MeshClient(url, admin).request<{ paths: Record<string, { get: { security?: unknown[] } }> }>('GET', '/openapi.json');
+    expect(openapi.paths[TLS_CA_PATH]?.get.security).toEqual([]);
   });
 
   it('grants name the CA; an agent joins over wss with its join grant and a job submitted with a client grant runs end to end', async () => {

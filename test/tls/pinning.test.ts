@@ -1,11 +1,16 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliError } from '../../src/cli/output.js';
+import { resolvePins } from '../../src/cli/settings.js';
 import { GrantAuthority, narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { createCa, issueServerCertificate, parseCertificateName, type CertificateName, type KeyAndCertificate } from '../../src/orchestrator/tls/index.js';
 import { ServerTrust, TlsPinError, certificateFingerprint, pinsOfGrant, TLS_CA_PATH } from '../../src/tls/index.js';
+import { removeDir, tempDir } from '../helpers/mesh.js';
 
 const NOW = Date.now();
 const LOCAL = ['localhost', '127.0.0.1'].map((text) => parseCertificateName(text) as CertificateName);
@@ -145,6 +150,27 @@ describe('pinning the CA a grant names', () => {
       expect(misnamed.seen.filter((request) => request.authorization)).toEqual([]);
     } finally {
       await misnamed.close();
+    }
+  });
+});
+
+describe('what the CLI pins besides the grant', () => {
+  it('--tls-ca-fingerprint first; else, for an https URL and a grant that names no CA, the local mesh\'s ca.crt', () => {
+    const data = tempDir();
+    try {
+      mkdirSync(join(data, 'tls'));
+      writeFileSync(join(data, 'tls', 'ca.crt'), ca.certPem);
+      const unpinned = new GrantAuthority(randomBytes(32), 'http://x').mint('admin').token;
+      const pinned = new GrantAuthority(randomBytes(32), 'https://x', [], [`tls-ca ${fingerprint}`]).mint('admin').token;
+      expect(resolvePins({ data }, 'https://127.0.0.1:7070', unpinned)).toEqual([{ fingerprint, source: join(data, 'tls', 'ca.crt') }]);
+      expect(resolvePins({ data }, 'https://127.0.0.1:7070', pinned)).toEqual([]); // the grant's own pin is enough
+      expect(resolvePins({ data }, 'http://127.0.0.1:7070', unpinned)).toEqual([]);
+      expect(resolvePins({ data: tempDir() }, 'https://127.0.0.1:7070', unpinned)).toEqual([]);
+      const flag = new X509Certificate(ca.certPem).fingerprint256;
+      expect(resolvePins({ data, tlsCaFingerprint: flag }, 'https://127.0.0.1:7070', pinned)).toEqual([{ fingerprint, source: '--tls-ca-fingerprint' }]);
+      expect(() => resolvePins({ data, tlsCaFingerprint: 'sha256:nope' }, 'https://127.0.0.1:7070', pinned)).toThrow(CliError);
+    } finally {
+      removeDir(data);
     }
   });
 });

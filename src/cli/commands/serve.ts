@@ -39,7 +39,7 @@ export function withServerOptions(command: Command): Command {
     .option('--port <n>', 'port to listen on (default 7070; 0 picks a free one)', parseInteger('--port'))
     .option('--tls', 'serve HTTPS with a private CA made on first start in <data>/tls; grants then name the CA, which agents and the CLI pin (server.tls.enabled)')
     .option('--tls-name <name>', 'another host name or IP address for the TLS certificate, e.g. nas.lan or 203.0.113.5; repeatable (server.tls.names)',
-      (name: string, names: string[]) => [...names, name], [] as string[]);
+      (name: string, names: string[] | undefined) => [...(names ?? []), name]);
 }
 
 export async function startOrchestrator(config: MeshConfig, logger: Logger): Promise<Orchestrator> {
