@@ -4,9 +4,9 @@ import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, resolveConfig } from '../../src/orchestrator/config.js';
-import {
-  belongsTo, certificateNamesFor, createCa, ensureTlsMaterial, issueServerCertificate, namesOf, parseCertificateName, type CertificateName,
-} from '../../src/orchestrator/tls/index.js';
+import { belongsTo, createCa, issueServerCertificate, namesOf } from '../../src/orchestrator/tls/certificates.js';
+import { ensureTlsMaterial } from '../../src/orchestrator/tls/material.js';
+import { certificateNamesFor, parseCertificateName, type CertificateName } from '../../src/orchestrator/tls/names.js';
 import { certificateFingerprint, parseFingerprint } from '../../src/tls/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliError } from '../../src/cli/output.js';
 import { resolvePins } from '../../src/cli/settings.js';
 import { GrantAuthority, narrowGrant } from '../../src/orchestrator/auth/index.js';
-import { createCa, issueServerCertificate, parseCertificateName, type CertificateName, type KeyAndCertificate } from '../../src/orchestrator/tls/index.js';
+import { createCa, issueServerCertificate, type KeyAndCertificate } from '../../src/orchestrator/tls/certificates.js';
+import { parseCertificateName, type CertificateName } from '../../src/orchestrator/tls/names.js';
 import { ServerTrust, TlsPinError, certificateFingerprint, pinsOfGrant, TLS_CA_PATH } from '../../src/tls/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 
