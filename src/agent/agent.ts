@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, type AgentMessage, type Device, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, sha256Digest, type AgentMessage, type ArtifactReport, type Device, type OrchestratorMessage,
 } from '../protocol/index.js';
 import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
@@ -79,6 +79,8 @@ export class Agent {
   #heartbeat: NodeJS.Timeout | null = null;
   #idleSweep: NodeJS.Timeout | null = null;
   #rejected: ((reason: string) => void) | null = null;
+  /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
+  #inlineOutputBytes = 0;
 
   private constructor(options: AgentOptions, devices: Device[], log: Logger) {
     this.#options = { concurrency: 1, idleUnloadMs: 5 * 60_000, ...options };
@@ -99,7 +101,10 @@ export class Agent {
     this.#link = new AgentLink({
       url: options.url, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
-      onWelcome: (welcome) => this.#onWelcome(welcome.heartbeatMs),
+      onWelcome: (welcome) => {
+        this.#inlineOutputBytes = welcome.inlineOutputBytes;
+        this.#onWelcome(welcome.heartbeatMs);
+      },
       onMessage: (message) => this.#onMessage(message),
       onRejected: (reason, by) => {
         log.error({ reason }, by === 'orchestrator' ? 'the orchestrator refused this agent' : 'refusing to connect to the orchestrator');
@@ -157,7 +162,11 @@ export class Agent {
     return {
       type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: this.#options.host, classes: this.#options.classes,
       devices: this.#deviceReport(), engines: [...this.#engines.keys()], models: this.#cache.cached,
-      inFlight: [...this.#running.values()].flatMap((batch) => [...batch.jobIds].map((jobId) => ({ jobId, batchId: batch.id }))),
+      // What this host still holds: batches running, and results the orchestrator has not acknowledged (they arrive again after welcome).
+      inFlight: [
+        ...[...this.#running.values()].flatMap((batch) => [...batch.jobIds].map((jobId) => ({ jobId, batchId: batch.id }))),
+        ...[...this.#unacked.values()].map((result) => ({ jobId: result.jobId, batchId: result.batchId })),
+      ],
       concurrency: this.#options.concurrency, version: VERSION,
     };
   }
@@ -171,7 +180,7 @@ export class Agent {
     for (const result of this.#unacked.values()) this.#link.send(result);
     this.#stopHeartbeat();
     this.#heartbeat = setInterval(() => this.#link.send({
-      type: 'heartbeat', inFlight: this.#running.size, resident: this.#residency.resident(), devices: this.#deviceReport(),
+      type: 'heartbeat', resident: this.#residency.resident(), devices: this.#deviceReport(),
     }), heartbeatMs);
     this.#heartbeat.unref();
   }
@@ -188,12 +197,16 @@ export class Agent {
         return;
       case 'cancel':
         for (const batch of this.#running.values()) if (batch.jobIds.has(message.jobId)) batch.cancel([message.jobId]);
+        // A result the orchestrator will not take (the job moved on or ended) is not worth re-sending.
+        this.#unacked.delete(message.jobId);
         return;
       case 'ack':
         for (const jobId of message.jobIds) this.#unacked.delete(jobId);
         return;
       case 'welcome':
         return;
+      default:
+        return unhandled(message);
     }
   }
 
@@ -251,10 +264,17 @@ export class Agent {
       return;
     }
     try {
-      const artifacts = [];
+      const artifacts: ArtifactReport[] = [];
+      // Small outputs ride in the report itself (one hop instead of an upload and a report); the rest are uploaded.
+      let inlineBudget = this.#inlineOutputBytes;
       for (const file of output.files) {
-        const uploaded = await uploadOutput(this.#options.url, this.#trust, job.id, job.uploadGrant, file);
-        artifacts.push({ ...uploaded, mediaType: file.mediaType, width: file.width, height: file.height });
+        const described = { mediaType: file.mediaType, width: file.width, height: file.height };
+        if (file.bytes.length <= inlineBudget) {
+          inlineBudget -= file.bytes.length;
+          artifacts.push({ digest: sha256Digest(file.bytes), bytes: file.bytes.length, ...described, inline: Buffer.from(file.bytes).toString('base64') });
+          continue;
+        }
+        artifacts.push({ ...(await uploadOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file)), ...described });
       }
       this.#report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,
@@ -265,4 +285,9 @@ export class Agent {
       this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: engineError.retryable, error: { code: engineError.code, message: engineError.message } });
     }
   }
+}
+
+/** Compile-time exhaustiveness: a new orchestrator message without a case here does not build. */
+function unhandled(message: never): void {
+  throw new Error(`unhandled orchestrator message ${JSON.stringify(message)}`);
 }

@@ -1,7 +1,7 @@
-import { createHash } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { sha256Digest } from '../protocol/index.js';
 import type { ServerTrust } from '../tls/index.js';
 import { EngineError, type OutputFile } from './engines/engine.js';
 
@@ -25,21 +25,21 @@ function put(url: URL, agent: http.Agent, headers: Record<string, string>, body:
 }
 
 /**
- * Upload one output under its job's upload grant. The digest is computed here
+ * Upload one output of a job with its batch's upload credential. The digest is computed here
  * and named in the URL; the orchestrator recomputes it while storing and
  * refuses a mismatch. Network failures and 5xx are retried with backoff,
  * because an orchestrator restart should not cost a finished result.
  * Connections come from the trust's keep-alive agent (with the pinned CA on
  * a TLS mesh): a fresh handshake per output would dominate small jobs.
  */
-export async function uploadOutput(baseUrl: string, trust: ServerTrust, jobId: string, grant: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
-  const digest = `sha256:${createHash('sha256').update(file.bytes).digest('hex')}`;
+export async function uploadOutput(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
+  const digest = sha256Digest(file.bytes);
   const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
   let lastError = '';
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
     try {
-      const response = await put(url, await trust.agent(), { authorization: `Bearer ${grant}`, 'content-type': file.mediaType }, file.bytes);
+      const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': file.mediaType }, file.bytes);
       if (response.status >= 200 && response.status < 300) return { digest, bytes: file.bytes.length };
       lastError = `HTTP ${response.status}: ${response.text.slice(0, 300)}`;
       if (response.status < 500) break;

@@ -2,7 +2,7 @@
  * The models gpumesh carries inside itself: built by code on first use,
  * cached per process, content-addressed by SHA-256.
  */
-import { createHash } from 'node:crypto';
+import { sha256Digest } from '../protocol/digest.js';
 import {
   GEN_CHANNELS,
   GEN_COORD_DIM,
@@ -55,9 +55,6 @@ export interface BuiltinModel {
 const GEN_MEMORY_MB = 128;
 const MLP_MEMORY_MB = 4;
 
-export function sha256Digest(bytes: Uint8Array): string {
-  return `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
-}
 
 let cache: BuiltinModel[] | undefined;
 

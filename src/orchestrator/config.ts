@@ -77,6 +77,19 @@ export const MeshConfigInput = z.strictObject({
     staleAfterMs: z.int().min(300).default(6000),
     /** After a restart, how long dispatched jobs wait for their agent to reconnect and claim them. Default 10 s. */
     reconnectGraceMs: z.int().min(0).default(10_000),
+    /**
+     * Outputs up to this many bytes (all files of one job together) travel inside the agent's `done` report,
+     * saving an upload round trip; larger ones are uploaded over HTTP. 0 uploads everything. Default 256 KiB.
+     */
+    inlineOutputBytes: z.int().min(0).max(2 * 1024 * 1024).default(256 * 1024),
+  }).prefault({}),
+  batching: z.strictObject({
+    /**
+     * A partial batch (below its preferred size) on an idle replica: `while-arriving` holds it back for up to the
+     * model's maxQueueDelayMs only while the arrival rate promises company in that time, else sends it at once;
+     * `always` holds it for the whole delay (the older rule). Default while-arriving.
+     */
+    holdPartial: z.enum(['while-arriving', 'always']).default('while-arriving'),
   }).prefault({}),
   retry: z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */

@@ -1,4 +1,4 @@
-import type { JobEvent } from '../protocol/index.js';
+import type { JobEvent, MeshEvent } from '../protocol/index.js';
 
 /** The attributes of a job that decide who may see its events. */
 export interface EventScope {
@@ -7,38 +7,40 @@ export interface EventScope {
   album: string;
 }
 
-export interface ScopedEvent {
-  /** `<epoch>.<seq>`: the SSE event id; a reconnecting client sends it back as Last-Event-ID. */
-  id: string;
-  event: JobEvent;
-  scope: EventScope;
-}
+export type ScopedEvent =
+  /** `id` is `<epoch>.<seq>`: the SSE event id; a reconnecting client sends it back as Last-Event-ID. */
+  | { id: string; kind: 'job'; event: JobEvent; scope: EventScope }
+  /** About the mesh rather than a job: for grants that may read mesh status. */
+  | { id: string; kind: 'mesh'; event: MeshEvent };
 
 type Listener = (scoped: ScopedEvent) => void;
+type JobListener = (scoped: Extract<ScopedEvent, { kind: 'job' }>) => void;
 
 const REPLAY_EVENTS = 4096;
 
 /**
- * In-process fan-out of job events to SSE streams. Listeners of one job are
+ * In-process fan-out of events to SSE streams. Listeners of one job are
  * kept apart from listeners of everything, so a busy mesh does not call every
  * job-stream listener for every event. The newest events are kept so a client
  * that reconnects with Last-Event-ID misses nothing; ids carry this process's
  * start time, so an id from before a restart is recognised as unreplayable.
  */
-export class JobEventBus {
+export class EventBus {
   readonly #all = new Set<Listener>();
-  readonly #byJob = new Map<string, Set<Listener>>();
+  readonly #byJob = new Map<string, Set<JobListener>>();
   readonly #epoch = Date.now().toString(36);
   readonly #recent: ScopedEvent[] = [];
   #seq = 0;
 
   publish(event: JobEvent, scope: EventScope): void {
-    const scoped = { id: `${this.#epoch}.${++this.#seq}`, event, scope };
-    this.#recent.push(scoped);
-    if (this.#recent.length > REPLAY_EVENTS) this.#recent.splice(0, this.#recent.length - REPLAY_EVENTS);
-    for (const listener of this.#all) listener(scoped);
+    const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope };
+    this.#remember(scoped);
     const listeners = this.#byJob.get(event.jobId);
     if (listeners) for (const listener of listeners) listener(scoped);
+  }
+
+  publishMesh(event: MeshEvent): void {
+    this.#remember({ id: this.#nextId(), kind: 'mesh', event });
   }
 
   /**
@@ -52,17 +54,17 @@ export class JobEventBus {
       const [epoch, seqText] = after.split('.');
       const seq = Number(seqText);
       const oldest = this.#recent[0];
-      const oldestSeq = oldest ? Number(oldest.id.split('.')[1]) : this.#seq + 1;
+      const oldestSeq = oldest ? seqOf(oldest.id) : this.#seq + 1;
       if (epoch === this.#epoch && Number.isInteger(seq) && seq >= oldestSeq - 1) {
         replayed = true;
-        for (const scoped of this.#recent) if (Number(scoped.id.split('.')[1]) > seq) listener(scoped);
+        for (const scoped of this.#recent) if (seqOf(scoped.id) > seq) listener(scoped);
       }
     }
     this.#all.add(listener);
     return { unsubscribe: () => this.#all.delete(listener), replayed };
   }
 
-  subscribeJob(jobId: string, listener: Listener): () => void {
+  subscribeJob(jobId: string, listener: JobListener): () => void {
     let listeners = this.#byJob.get(jobId);
     if (!listeners) this.#byJob.set(jobId, (listeners = new Set()));
     listeners.add(listener);
@@ -72,9 +74,15 @@ export class JobEventBus {
     };
   }
 
-  get listenerCount(): number {
-    let count = this.#all.size;
-    for (const listeners of this.#byJob.values()) count += listeners.size;
-    return count;
+  #nextId(): string {
+    return `${this.#epoch}.${++this.#seq}`;
+  }
+
+  #remember(scoped: ScopedEvent): void {
+    this.#recent.push(scoped);
+    if (this.#recent.length > REPLAY_EVENTS) this.#recent.splice(0, this.#recent.length - REPLAY_EVENTS);
+    for (const listener of this.#all) listener(scoped);
   }
 }
+
+const seqOf = (id: string): number => Number(id.slice(id.indexOf('.') + 1));

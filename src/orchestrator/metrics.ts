@@ -6,7 +6,7 @@ const MB = 1024 * 1024;
 
 export interface MetricsSources {
   queueDepths(): Record<string, number>;
-  hosts(): Iterable<HostSession>;
+  hosts: Iterable<HostSession>;
 }
 
 /**
@@ -24,6 +24,9 @@ export class MeshMetrics {
   readonly #queueSeconds: Histogram<'model'>;
   readonly #computeSeconds: Histogram<'model'>;
   readonly #requestSeconds: Histogram<'model' | 'outcome'>;
+  readonly #refusedReports: Counter<'host' | 'message'>;
+  readonly #blobIntegrityFailures: Counter<'check'>;
+  readonly #blobVerifications: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -42,6 +45,19 @@ export class MeshMetrics {
     this.#requestSeconds = new Histogram({
       name: 'gpumesh_request_duration_seconds', help: 'Time from admission to the terminal state', labelNames: ['model', 'outcome'], buckets: SECONDS, registers,
     });
+    this.#refusedReports = new Counter({
+      name: 'gpumesh_link_reports_refused_total', help: 'Agent reports about jobs the reporting session does not hold, refused',
+      labelNames: ['host', 'message'], registers,
+    });
+    this.#blobIntegrityFailures = new Counter({
+      name: 'gpumesh_blob_integrity_failures_total', help: 'Stored blobs found corrupt and quarantined, by the check that caught them (size, hash)',
+      labelNames: ['check'], registers,
+    });
+    // Both series exist from the start, so an alert on increase() sees the first failure.
+    for (const check of ['size', 'hash']) this.#blobIntegrityFailures.inc({ check }, 0);
+    this.#blobVerifications = new Counter({
+      name: 'gpumesh_blob_verifications_total', help: 'Whole stored blobs hashed to verify them before or while serving them (a verified blob is served unhashed until its file changes)', registers,
+    });
     new Gauge({
       name: 'gpumesh_queue_depth', help: 'Jobs waiting in the queue', labelNames: ['model'], registers,
       collect() {
@@ -54,7 +70,7 @@ export class MeshMetrics {
         name, help, labelNames: ['host'], registers,
         collect() {
           this.reset();
-          for (const host of sources.hosts()) this.set({ host: host.id }, value(host));
+          for (const host of sources.hosts) this.set({ host: host.id }, value(host));
         },
       });
     };
@@ -65,7 +81,7 @@ export class MeshMetrics {
         name, help, labelNames: ['host', 'device'], registers,
         collect() {
           this.reset();
-          for (const host of sources.hosts()) for (const device of host.devices) this.set({ host: host.id, device: device.id }, value(device));
+          for (const host of sources.hosts) for (const device of host.devices) this.set({ host: host.id, device: device.id }, value(device));
         },
       });
     };
@@ -87,6 +103,18 @@ export class MeshMetrics {
 
   rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited'): void {
     this.#rejected.inc({ model, reason });
+  }
+
+  reportRefused(host: string, message: string): void {
+    this.#refusedReports.inc({ host, message });
+  }
+
+  blobIntegrityFailed(check: 'size' | 'hash'): void {
+    this.#blobIntegrityFailures.inc({ check });
+  }
+
+  blobVerified(): void {
+    this.#blobVerifications.inc();
   }
 
   async text(): Promise<string> {

@@ -3,19 +3,20 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { GrantAuthority, type GrantKind } from './auth/index.js';
+import { GrantAuthority, GrantIssuer, UploadCredentials, type GrantKind } from './auth/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
-import { JobEventBus } from './events.js';
-import { authorizeJoin } from './http/agents.js';
-import type { HttpContext } from './http/context.js';
-import { JobLifecycle, JobService } from './jobs/index.js';
+import { EventBus } from './events.js';
+import { RequestAuth } from './http/auth.js';
+import { createJobCore, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
-import { BlobStore, ModelRegistry } from './registry/index.js';
-import { Router } from './routing/index.js';
+import { joinAuthorizer } from './link/join.js';
+import { BlobReader, BlobStore, ModelRegistry } from './registry/index.js';
+import { HostRegistry, Router } from './routing/index.js';
 import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
+import { MeshStatus } from './status.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls/index.js';
 import { VERSION } from '../version.js';
@@ -36,98 +37,119 @@ function secretFile(path: string, make: () => string): string {
   return value;
 }
 
+/** The parts the facade itself needs after start; everything else lives inside them. */
+interface Parts {
+  config: MeshConfig;
+  log: Logger;
+  db: Db;
+  commits: GroupCommit;
+  authority: GrantAuthority;
+  issuer: GrantIssuer;
+  status: MeshStatus;
+  hub: AgentHub;
+  stoppables: { close(): void }[];
+  app: FastifyInstance;
+  /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
+  tlsCaFingerprint: string | null;
+}
+
 /**
- * The orchestrator process: builds its parts (store, blobs, registry, grants,
- * scheduler, job lifecycle, agent hub, HTTP server) and wires them together.
+ * The orchestrator process. `create` builds its parts in dependency order —
+ * store, registry, grants, events, hosts, scheduler, the job roles (states,
+ * dispatch, failover, cancellation, recovery, result intake), the agent hub,
+ * the client services and the HTTP server — each taking what it uses in its
+ * constructor; the methods here are one-line delegations.
  */
 export class Orchestrator {
   readonly config: MeshConfig;
   readonly log: Logger;
   /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
   readonly tlsCaFingerprint: string | null;
-  readonly #db: Db;
-  readonly #commits: GroupCommit;
-  readonly #authority: GrantAuthority;
-  readonly #lifecycle: JobLifecycle;
-  readonly #hub: AgentHub;
-  readonly #app: FastifyInstance;
+  readonly #parts: Parts;
   #url: string | null = null;
 
-  private constructor(parts: {
-    config: MeshConfig; log: Logger; db: Db; commits: GroupCommit; authority: GrantAuthority; lifecycle: JobLifecycle; hub: AgentHub; app: FastifyInstance;
-    tlsCaFingerprint: string | null;
-  }) {
+  private constructor(parts: Parts) {
     this.config = parts.config;
     this.log = parts.log;
     this.tlsCaFingerprint = parts.tlsCaFingerprint;
-    this.#db = parts.db;
-    this.#commits = parts.commits;
-    this.#authority = parts.authority;
-    this.#lifecycle = parts.lifecycle;
-    this.#hub = parts.hub;
-    this.#app = parts.app;
+    this.#parts = parts;
   }
 
   static async create(options: OrchestratorOptions): Promise<Orchestrator> {
     const { config } = options;
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
+
     const db = openDb(join(config.data, 'store.sqlite'));
     const commits = new GroupCommit(db);
     const blobStore = new BlobStore(join(config.data, 'blobs'));
     const registry = new ModelRegistry(config);
-    await registry.addBuiltins(blobStore, (digest, bytes, mediaType) => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
+    await registry.addBuiltins(blobStore, (digest, bytes, mediaType) => commits.write(() => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now())));
+    registry.checkPolicies();
 
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
     // TLS hook: the private CA and server certificate (null for plain HTTP); every grant minted here names the CA to pin.
     const tls = await loadServerTls(config, clock.now(), log);
     const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
     const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db), tls ? [tlsCaCaveat(tls)] : []);
+    const issuer = new GrantIssuer({ db, commits, clock, authority });
+    const uploadCredentials = new UploadCredentials(rootKey);
 
-    const events = new JobEventBus();
+    const events = new EventBus();
     const admission = new Admission(clock);
-    let hub: AgentHub | undefined;
-    let lifecycle: JobLifecycle | undefined;
-    const router = new Router(() => hub?.hosts() ?? []);
-    let scheduler: Scheduler | undefined;
-    const metrics = new MeshMetrics({ queueDepths: () => scheduler?.depths() ?? {}, hosts: () => hub?.hosts() ?? [] });
-    scheduler = new Scheduler({
-      clock, agingMs: config.priorities.agingMs,
-      model: (name) => registry.get(name),
-      pickHost: (model, classes) => router.pick(model, classes),
-      dispatch: (model, jobs, host) => lifecycle!.dispatch(model, jobs, host),
+    const hosts = new HostRegistry();
+    const router = new Router(hosts);
+    const scheduler = new Scheduler({ model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial });
+    const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
+    const model = (name: string) => registry.get(name);
+
+    const core = createJobCore({
+      db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
+      uploadCredential: (batchId, validUntil) => uploadCredentials.mint(batchId, validUntil),
+      retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
     });
-    lifecycle = new JobLifecycle({
-      db, commits, clock, events, scheduler, admission, metrics, log: log.child({ part: 'jobs' }),
-      model: (name) => registry.get(name),
-      // Valid for as long as the job may run, and an hour more for slow uploads.
-      mintUploadGrant: (jobId, validMs) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(clock.now() + validMs + 3_600_000).toISOString()}`]).token,
-      retryBackoffMs: config.retry.backoffMs,
-      reconnectGraceMs: config.agents.reconnectGraceMs,
+    const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
+    const hub = new AgentHub({
+      clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
+      heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
+      authorizeJoin: joinAuthorizer(authority, clock),
     });
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, lifecycle, metrics });
-    const context: HttpContext = {
-      config, clock, db, commits, blobs: blobStore, registry, authority, jobs, events, scheduler, metrics,
-      hub: undefined as unknown as AgentHub,
+
+    // A corrupt stored blob is quarantined by the reader and reported: the metric, the log, and a mesh event.
+    const blobLog = log.child({ part: 'blobs' });
+    const reader = new BlobReader({
+      store: blobStore, clock, onHashed: () => metrics.blobVerified(),
+      onCorrupt: (digest, detail) => {
+        metrics.blobIntegrityFailed(detail.check);
+        blobLog.error({ digest, ...detail }, detail.quarantinedTo ? 'a stored blob failed its integrity check and was quarantined' : 'a stored blob failed its integrity check; moving it to quarantine failed');
+        events.publishMesh({
+          type: 'blob:corrupt', digest, check: detail.check, quarantined: detail.quarantinedTo !== null, at: new Date(clock.now()).toISOString(),
+        });
+      },
+    });
+
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
+    const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
+    const app = await buildServer({
+      jobs, events, hub, status, metrics, registry, issuer, outputs, reader,
+      auth: new RequestAuth(authority, uploadCredentials, clock),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
-    };
-    hub = new AgentHub({
-      clock, lifecycle, scheduler, log: log.child({ part: 'link' }),
-      heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs,
-      authorizeJoin: authorizeJoin(context),
-    });
-    context.hub = hub;
-    const app = await buildServer(context, log, VERSION, tls);
-    const recovered = lifecycle.recover();
+      bodyLimitBytes: config.server.bodyLimitBytes,
+    }, log, VERSION, tls);
+
+    const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
-    return new Orchestrator({ config, log, db, commits, authority, lifecycle, hub, app, tlsCaFingerprint: tls?.caFingerprint ?? null });
+    return new Orchestrator({
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core], tlsCaFingerprint: tls?.caFingerprint ?? null,
+    });
   }
 
   /** Start listening; returns the base URL. */
   async listen(): Promise<string> {
     const { host, port } = this.config.server;
-    await this.#app.listen({ host, port });
-    const address = this.#app.server.address();
+    const { app } = this.#parts;
+    await app.listen({ host, port });
+    const address = app.server.address();
     const actualPort = typeof address === 'object' && address ? address.port : port;
     const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
     const scheme = this.config.server.tls.enabled ? 'https' : 'http';
@@ -144,9 +166,7 @@ export class Orchestrator {
 
   /** Mint a grant directly (the CLI's `up` uses this for the admin, gallery and local agent grants). */
   mint(kind: GrantKind, caveats: readonly string[] = [], note: string | null = null): string {
-    const minted = this.#authority.mint(kind, caveats);
-    grants.recordGrant(this.#db, { id: minted.id, kind, note }, Date.now());
-    return minted.token;
+    return this.#parts.issuer.mintNow(kind, caveats, note).token;
   }
 
   /** The admin grant in `<data>/admin.grant` (mode 0600), minted on first start. */
@@ -154,7 +174,7 @@ export class Orchestrator {
     const path = join(this.config.data, 'admin.grant');
     const token = secretFile(path, () => this.mint('admin', [], 'admin.grant'));
     try {
-      this.#authority.verify(token, Date.now());
+      this.#parts.authority.verify(token, Date.now());
       return token;
     } catch {
       throw new Error(`${path} holds a grant this mesh does not accept (was secret.key replaced?); delete the file to mint a new one`);
@@ -162,15 +182,16 @@ export class Orchestrator {
   }
 
   get agentsConnected(): number {
-    return this.#hub.size;
+    return this.#parts.status.agentsConnected;
   }
 
   async close(): Promise<void> {
-    this.#hub.close();
-    this.#lifecycle.close();
-    await this.#app.close();
-    this.#commits.flush();
-    this.#db.close();
+    const { hub, stoppables, app, commits, db } = this.#parts;
+    hub.close();
+    for (const part of stoppables) part.close();
+    await app.close();
+    commits.flush();
+    db.close();
     rmSync(join(this.config.data, 'orchestrator.url'), { force: true });
   }
 }

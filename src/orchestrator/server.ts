@@ -1,40 +1,51 @@
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
-import type { FastifyBaseLogger } from 'fastify';
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
-import { blobRoutes } from './http/blobs.js';
-import type { HttpContext } from './http/context.js';
+import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
 import { jobRoutes } from './http/jobs.js';
-import { meshRoutes } from './http/mesh.js';
+import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import type { TlsMaterial } from './tls/index.js';
+import type { EventBus } from './events.js';
+import type { JobService } from './jobs/index.js';
+import type { AgentHub } from './link/agent-hub.js';
+
+/** The services the routes use; each route module takes only its own share. */
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
+  jobs: JobService;
+  events: EventBus;
+  hub: AgentHub;
+  webRoot: string;
+  bodyLimitBytes: number;
+}
 
 /** Strip grants from logged URLs. */
 const redact = (url: string | undefined): string | undefined => url?.replace(/access_token=[^&]*/g, 'access_token=[redacted]');
 
 /** Build the Fastify app from the orchestrator's parts: one route module per area. With `tls`, it serves HTTPS. */
-export async function buildServer(context: HttpContext, logger: Logger, version: string, tls: TlsMaterial | null = null): Promise<FastifyInstance> {
+export async function buildServer(parts: ServerParts, logger: Logger, version: string, tls: TlsMaterial | null = null): Promise<FastifyInstance> {
   // An HTTPS server has the same routes and hooks; only the listening socket differs, so the app keeps the http type.
   const app = Fastify({
     https: tls ? { key: tls.key, cert: tls.cert } : null,
     loggerInstance: logger.child({}, {
       serializers: { req: (req: { method: string; url?: string }) => ({ method: req.method, url: redact(req.url) }) },
     }) as FastifyBaseLogger,
-    bodyLimit: context.config.server.bodyLimitBytes,
+    bodyLimit: parts.bodyLimitBytes,
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     forceCloseConnections: true,
   }) as unknown as FastifyInstance;
   app.decorateRequest('grant', null);
+  app.decorateRequest('uploadBatch', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
-  installErrorHandling(app, context.config.server.bodyLimitBytes);
+  installErrorHandling(app, parts.bodyLimitBytes);
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'gpumesh', version, description: 'The gpumesh orchestrator API. Every /v1 route needs a grant: `Authorization: Bearer <grant>`.' },
@@ -44,12 +55,12 @@ export async function buildServer(context: HttpContext, logger: Logger, version:
     transform: jsonSchemaTransform,
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 4 * 1024 * 1024 } });
-  meshRoutes(app, context);
-  jobRoutes(app, context);
-  eventRoutes(app, context);
-  blobRoutes(app, context);
-  agentRoutes(app, context);
-  await galleryRoutes(app, context);
+  meshRoutes(app, parts);
+  jobRoutes(app, parts);
+  eventRoutes(app, parts);
+  blobRoutes(app, parts);
+  agentRoutes(app, parts);
+  await galleryRoutes(app, parts);
   if (tls) tlsRoutes(app, tls.caCert);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;

@@ -34,6 +34,7 @@ export const ERRORS = {
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
+  RANGE_NOT_SATISFIABLE: { status: 416, message: 'The range "{range}" is outside the blob\'s {size} bytes' },
 
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },
@@ -41,7 +42,7 @@ export const ERRORS = {
   ENGINE_FAILED: { status: 500, message: 'The engine failed: {detail}' },
   ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
-  INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check' },
+  INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
   CANCELLED: { status: 409, message: 'The job was cancelled' },
   DEADLINE_EXCEEDED: { status: 504, message: 'The job passed its deadline' },

@@ -1,4 +1,4 @@
-import type { ArtifactView, ErrorBody, JobStatus } from './jobs.js';
+import type { ArtifactView, ErrorBody } from './jobs.js';
 
 /**
  * Job events as they travel over SSE: the SSE `event:` field is the `type`
@@ -21,7 +21,15 @@ export function isTerminalEvent(event: JobEvent): boolean {
   return TERMINAL_EVENTS.has(event.type);
 }
 
-/** The terminal event type for a terminal job status. */
-export function terminalEventType(status: JobStatus): JobEventType | null {
-  return TERMINAL_EVENTS.has(status as JobEventType) ? (status as JobEventType) : null;
-}
+/**
+ * Events about the mesh rather than one job, named `noun:verb`; they reach
+ * `GET /v1/events` for grants that may read mesh status.
+ */
+export type MeshEvent =
+  | { type: 'host:joined'; host: string; classes: string[]; at: string }
+  | { type: 'host:lost'; host: string; reason: string; at: string }
+  | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string }
+  /** A stored blob failed its integrity check (and was moved to quarantine). */
+  | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string };
+
+export type MeshEventType = MeshEvent['type'];

@@ -1,12 +1,13 @@
 export { ERRORS, MeshError, formatError, isErrorCode } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export {
-  JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, TensorInput, INPUT_SCHEMAS, JOB_TYPES, isJobType, SubmitJobBody,
+  JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody,
 } from './jobs.js';
 export type { JobStatus, JobType, ErrorBody, ArtifactView, AttemptView, JobView } from './jobs.js';
-export { TERMINAL_EVENTS, isTerminalEvent, terminalEventType } from './events.js';
-export type { JobEvent, JobEventType } from './events.js';
+export { TERMINAL_EVENTS, isTerminalEvent } from './events.js';
+export type { JobEvent, JobEventType, MeshEvent, MeshEventType } from './events.js';
 export { ModelManifest } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
+export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';

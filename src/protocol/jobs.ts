@@ -7,7 +7,6 @@ export const isTerminal = (status: JobStatus): boolean => TERMINAL_STATUSES.has(
 
 /** Limits on what one request may carry; bodies beyond them are refused with 400/413. */
 export const LIMITS = {
-  bodyBytes: 1024 * 1024,
   promptChars: 2000,
   imageSide: { min: 8, max: 1024 },
   steps: { min: 1, max: 32 },
@@ -36,8 +35,6 @@ export const INPUT_SCHEMAS = {
   tensor: TensorInput,
 } as const;
 export type JobType = keyof typeof INPUT_SCHEMAS;
-export const JOB_TYPES = Object.keys(INPUT_SCHEMAS) as JobType[];
-export const isJobType = (value: string): value is JobType => Object.hasOwn(INPUT_SCHEMAS, value);
 
 export const SubmitJobBody = z.strictObject({
   type: z.string().min(1).max(40),

@@ -5,10 +5,17 @@ import { ModelManifest } from './models.js';
  * The agent link: JSON messages over one WebSocket that the agent dials.
  * This file is the whole vocabulary; a new message is added here and nowhere else.
  */
-export const LINK_PROTOCOL_VERSION = 1;
+/**
+ * Bumped whenever a message or field is added, removed or changes meaning in a
+ * way an older peer would reject or misread (docs/architecture.md, "The agent link").
+ * 2: heartbeats no longer carry `inFlight`; `hello.inFlight` also lists finished, unacknowledged results;
+ *    `run` carries one upload credential for the batch; `welcome` says how large an output may travel inline in `done`.
+ */
+export const LINK_PROTOCOL_VERSION = 2;
 export const LINK_PATH = '/v1/agents/link';
 
-const ErrorBody = z.object({ code: z.string(), message: z.string() });
+/** An agent's error; codes it may send are the registry's, and an unknown one is read as ENGINE_FAILED. */
+const ErrorBody = z.object({ code: z.string().max(64), message: z.string().max(4000) });
 
 export const Device = z.object({
   id: z.string(),
@@ -35,6 +42,8 @@ export const ArtifactReport = z.object({
   bytes: z.number(),
   width: z.number().optional(),
   height: z.number().optional(),
+  /** The bytes themselves, base64, for an output small enough to travel in the report instead of a separate upload. */
+  inline: z.string().optional(),
 });
 export type ArtifactReport = z.infer<typeof ArtifactReport>;
 
@@ -58,7 +67,7 @@ export const AgentMessage = z.discriminatedUnion('type', [
     engines: z.array(z.string()),
     /** Model digests already in the agent's local cache. */
     models: z.array(z.string()),
-    /** Jobs the agent is still running after a reconnect. */
+    /** Jobs this agent holds: still running, or finished with a result not yet acknowledged. */
     inFlight: z.array(z.object({ jobId: z.string(), batchId: z.string() })),
     /** Batches the agent runs at once. */
     concurrency: z.number().int().min(1),
@@ -66,7 +75,6 @@ export const AgentMessage = z.discriminatedUnion('type', [
   }),
   z.object({
     type: z.literal('heartbeat'),
-    inFlight: z.number(),
     resident: z.array(ResidentModel),
     devices: z.array(Device),
   }),
@@ -96,15 +104,21 @@ export type AgentMessage = z.infer<typeof AgentMessage>;
 export const RunJob = z.object({
   id: z.string(),
   input: z.record(z.string(), z.unknown()),
-  /** Grant that lets the agent upload this job's outputs, and nothing else. */
-  uploadGrant: z.string(),
   deadlineAt: z.number().nullable(),
 });
 export type RunJob = z.infer<typeof RunJob>;
 
 export const OrchestratorMessage = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number() }),
-  z.object({ type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob) }),
+  z.object({
+    type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number(),
+    /** Outputs up to this many bytes (per report, all files together) travel inline in `done`; larger ones are uploaded. */
+    inlineOutputBytes: z.number().int().min(0),
+  }),
+  z.object({
+    type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob),
+    /** Lets the agent upload the outputs of this batch's jobs, and nothing else. */
+    uploadCredential: z.string(),
+  }),
   z.object({ type: z.literal('cancel'), jobId: z.string() }),
   /** Results the orchestrator has recorded; the agent stops re-sending them. */
   z.object({ type: z.literal('ack'), jobIds: z.array(z.string()) }),
@@ -119,5 +133,7 @@ export const LINK_CLOSE = {
   replaced: 4409,
   /** Heartbeats stopped. */
   stale: 4408,
+  /** No hello arrived in time after the upgrade. */
+  noHello: 4400,
   shuttingDown: 1001,
 } as const;

@@ -19,5 +19,7 @@ export const ModelManifest = z.object({
   jobTypes: z.array(z.string()),
   /** Pipeline parameters, e.g. the tensor model's input and output widths. */
   params: z.record(z.string(), z.union([z.number(), z.string()])).default({}),
+  /** Engine-specific settings (a server's URL, a workflow file, a command), validated by that engine's own schema. */
+  settings: z.record(z.string(), z.unknown()).optional(),
 });
 export type ModelManifest = z.infer<typeof ModelManifest>;

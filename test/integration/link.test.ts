@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
@@ -26,13 +28,13 @@ class ScriptedAgent {
   readonly socket: WebSocket;
   readonly inbox: OrchestratorMessage[] = [];
 
-  constructor(host = 'scripted') {
+  constructor(host = 'scripted', token = grant, classes = ['image']) {
     const url = new URL(LINK_PATH, mesh.url);
     url.protocol = 'ws:';
-    this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${grant}` } });
+    this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
     this.socket.on('message', (data) => this.inbox.push(JSON.parse(data.toString()) as OrchestratorMessage));
     this.socket.once('open', () => this.send({
-      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host, classes: ['image'], engines: ['onnx'], models: [], inFlight: [],
+      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host, classes, engines: ['onnx'], models: [], inFlight: [],
       devices: [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',
     }));
   }
@@ -73,12 +75,18 @@ describe('the agent link with a scripted agent', () => {
     const bytes = Buffer.from('not really a png, but bytes with a digest');
     const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 
-    const mismatch = await upload(id, job!.uploadGrant, bytes, `sha256:${'0'.repeat(64)}`);
+    const mismatch = await upload(id, run.uploadCredential, bytes, `sha256:${'0'.repeat(64)}`);
     expect(mismatch.status).toBe(400);
     expect(((await mismatch.json()) as { error: { code: string } }).error.code).toBe('DIGEST_MISMATCH');
-    const otherJob = await upload('j_someone_else', job!.uploadGrant, bytes);
+    // The credential covers the jobs of its batch only.
+    const queued = await mesh.client().submit({ type: 'image', input: { prompt: 'not in that batch', width: 8, height: 8, steps: 1 } });
+    const otherJob = await upload(queued.id, run.uploadCredential, bytes);
     expect(otherJob.status).toBe(403);
-    expect((await upload(id, job!.uploadGrant, bytes)).status).toBe(201);
+    expect(((await otherJob.json()) as { error: { message: string } }).error.message).toContain('is not running in that batch');
+    const forged = await upload(id, run.uploadCredential.replace(/.$/, (last) => (last === 'A' ? 'B' : 'A')), bytes);
+    expect(forged.status).toBe(401);
+    await mesh.client().request('DELETE', `/v1/jobs/${queued.id}`);
+    expect((await upload(id, run.uploadCredential, bytes)).status).toBe(201);
 
     agent.send({ type: 'started', batchId: run.batchId, jobIds: [id] });
     const done = { type: 'done', jobId: id, batchId: run.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: bytes.length }], timings: { loadMs: 0, computeMs: 1, totalMs: 2 } };
@@ -91,6 +99,27 @@ describe('the agent link with a scripted agent', () => {
     expect(view.status).toBe('succeeded');
     expect(view.artifacts.map((artifact) => artifact.digest)).toEqual([digest]);
     expect(view.attempts).toHaveLength(1);
+    await agent.close();
+  });
+
+  it('small outputs travel inline in done: stored by digest and verified; a lying inline output fails the attempt', async () => {
+    const agent = new ScriptedAgent();
+    const welcome = await agent.next('welcome');
+    expect(welcome.inlineOutputBytes).toBeGreaterThan(1000);
+    const { id } = await mesh.client().submit({ type: 'image', input: { prompt: 'inline', width: 8, height: 8, steps: 1 } });
+    const first = await agent.next('run');
+    const bytes = Buffer.from(`inline output ${id}`);
+    const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+    const timings = { loadMs: 0, computeMs: 1, totalMs: 1 };
+    // Bytes that do not hash to the digest they claim are refused, and the job is tried again.
+    agent.send({ type: 'done', jobId: id, batchId: first.batchId, timings, artifacts: [{ digest, mediaType: 'image/png', bytes: bytes.length, inline: Buffer.from('other bytes!!').toString('base64') }] });
+    const second = await agent.next('run');
+    agent.send({ type: 'done', jobId: id, batchId: second.batchId, timings, artifacts: [{ digest, mediaType: 'image/png', bytes: bytes.length, inline: bytes.toString('base64') }] });
+    expect((await mesh.client().follow(id)).type).toBe('succeeded');
+    const view = await mesh.client().job(id);
+    expect(view.attempts.map((attempt) => attempt.error?.code ?? attempt.status)).toEqual(['INTEGRITY_FAILED', 'succeeded']);
+    expect(view.artifacts.map((artifact) => artifact.digest)).toEqual([digest]);
+    expect(Buffer.from(await mesh.client().download(view.artifacts[0]!.url)).equals(bytes)).toBe(true);
     await agent.close();
   });
 
@@ -127,6 +156,39 @@ describe('the agent link with a scripted agent', () => {
     await mesh.client().request('DELETE', `/v1/jobs/${id}`);
     expect((await second.next('cancel')).jobId).toBe(id);
     await second.close();
+  });
+
+  it('a rogue agent cannot decide jobs it was not given: its reports are refused, logged and counted', async () => {
+    const honest = new ScriptedAgent();
+    await honest.next('welcome');
+    const rogueGrant = (await mesh.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'rogue', classes: ['video'] })).token;
+    const rogue = new ScriptedAgent('rogue', rogueGrant, ['video']);
+    await rogue.next('welcome');
+    const running = await mesh.client().submit({ type: 'image', input: { prompt: 'mine', width: 8, height: 8, steps: 1 } });
+    const queued = await mesh.client().submit({ type: 'image', input: { prompt: 'queued behind it', width: 8, height: 8, steps: 1 } });
+    const run = await honest.next('run');
+    expect(run.jobs[0]!.id).toBe(running.id);
+    for (const jobId of [running.id, queued.id]) {
+      rogue.send({ type: 'done', jobId, batchId: run.batchId, artifacts: [], result: 'forged', timings: { loadMs: 0, computeMs: 0, totalMs: 0 } });
+      rogue.send({ type: 'failed', jobId, batchId: run.batchId, retryable: false, error: { code: 'INVALID_INPUT', message: 'forged' } });
+    }
+    rogue.send({ type: 'progress', batchId: run.batchId, jobIds: [running.id], step: 1, total: 1 });
+    const metrics = await waitFor(async () => {
+      const text = new TextDecoder().decode(await mesh.client().download('/metrics'));
+      return /gpumesh_link_reports_refused_total\{host="rogue",message="progress"\} 1/.test(text) ? text : null;
+    }, { what: 'the refused reports to be counted' });
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="done"\} 2/);
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="failed"\} 2/);
+    expect((await mesh.client().job(running.id)).status).toBe('dispatched');
+    expect((await mesh.client().job(queued.id)).status).toBe('queued');
+    expect(honest.inbox.filter((message) => message.type === 'cancel')).toEqual([]);
+    expect(mesh.output() + readFileSync(join(mesh.data, 'logs', 'orchestrator.log'), 'utf8')).toContain('refused a report about a job this host does not hold');
+    // The honest host still finishes its job.
+    honest.send({ type: 'done', jobId: running.id, batchId: run.batchId, artifacts: [], timings: { loadMs: 0, computeMs: 1, totalMs: 1 } });
+    expect((await mesh.client().follow(running.id)).type).toBe('succeeded');
+    await mesh.client().request('DELETE', `/v1/jobs/${queued.id}`);
+    await rogue.close();
+    await honest.close();
   });
 
   it('closes the link on a malformed message and refuses a hello for another host', async () => {

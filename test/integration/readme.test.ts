@@ -24,7 +24,8 @@ describe('the README', () => {
     expect(ci).toContain('npm test');
   });
 
-  it('runs its tour as written against `npm start` on a fresh data folder', async () => {
+  // Eight CLI processes and a mesh start: give it room on a loaded machine.
+  it('runs its tour as written against `npm start` on a fresh data folder', { timeout: 180_000 }, async () => {
     // `npm start` exactly as the README says, on a free port instead of 7070 so it cannot clash.
     const up = spawn('npm', ['start', '--', '--port', '0'], {
       cwd: ROOT, env: { ...process.env, GPUMESH_HOME: data }, stdio: ['ignore', 'pipe', 'pipe'], detached: true,

@@ -1,6 +1,6 @@
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -78,6 +78,8 @@ async function recordingFront(): Promise<{ url: string; seen: { url: string; aut
 }
 
 beforeAll(async () => {
+  // Every output is uploaded (none rides inline in the agent's report), so uploads cross TLS too.
+  writeFileSync(join(data, 'mesh.yaml'), 'agents:\n  inlineOutputBytes: 0\n');
   await startServe();
   fingerprint = certificateFingerprint(readFileSync(tlsFile('ca.crt'), 'utf8'));
   admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();

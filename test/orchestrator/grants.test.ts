@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { meshErrorOf } from '../helpers/errors.js';
-import { GrantAuthority, inspectGrant, narrowGrant, caveatsFromOptions } from '../../src/orchestrator/auth/index.js';
+import { GrantAuthority, inspectGrant, narrowGrant, caveatsFromOptions, UploadCredentials } from '../../src/orchestrator/auth/index.js';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');
 const authority = new GrantAuthority(randomBytes(32), 'http://test');
@@ -46,16 +46,24 @@ describe('grants', () => {
     expect(() => narrowGrant(token, ['colour blue'])).toThrow(/unknown caveat condition/);
   });
 
-  it('agent grants bind a host and its classes; upload grants bind one job', () => {
+  it('agent grants bind a host and its classes', () => {
     const agent = authority.verify(authority.mint('agent', ['host laptop', 'classes image']).token, NOW);
     expect(() => authority.authorize(agent, { action: 'agent:join', host: 'laptop', classes: ['image'] }, NOW)).not.toThrow();
     expect(meshErrorOf(() => authority.authorize(agent, { action: 'agent:join', host: 'desktop', classes: ['image'] }, NOW)).message).toContain('host laptop');
     expect(meshErrorOf(() => authority.authorize(agent, { action: 'agent:join', host: 'laptop', classes: ['image', 'video'] }, NOW)).message).toContain('video');
     expect(meshErrorOf(() => authority.authorize(agent, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
-    const upload = authority.verify(authority.mint('upload', ['job j_1']).token, NOW);
-    expect(() => authority.authorize(upload, { action: 'outputs:write', jobId: 'j_1' }, NOW)).not.toThrow();
-    expect(meshErrorOf(() => authority.authorize(upload, { action: 'outputs:write', jobId: 'j_2' }, NOW)).message).toContain('job j_1');
-    expect(meshErrorOf(() => authority.authorize(upload, { action: 'blobs:read' }, NOW)).code).toBe('GRANT_DENIED');
+  });
+
+  it('upload credentials name one batch, expire, and cannot be forged or passed off as grants', () => {
+    const credentials = new UploadCredentials(new Uint8Array(32).fill(7));
+    const token = credentials.mint('b_1', NOW + 1000);
+    expect(UploadCredentials.looksLike(token)).toBe(true);
+    expect(credentials.verify(token, NOW)).toEqual({ batchId: 'b_1' });
+    expect(meshErrorOf(() => credentials.verify(token, NOW + 1000)).code).toBe('GRANT_EXPIRED');
+    expect(meshErrorOf(() => credentials.verify(token.replace('b_1', 'b_2'), NOW)).code).toBe('GRANT_INVALID');
+    expect(meshErrorOf(() => new UploadCredentials(new Uint8Array(32).fill(8)).verify(token, NOW)).code).toBe('GRANT_INVALID');
+    expect(meshErrorOf(() => credentials.verify('gmu1.b_1', NOW)).code).toBe('GRANT_INVALID');
+    expect(meshErrorOf(() => authority.verify(token, NOW)).code).toBe('GRANT_INVALID');
   });
 
   it('revocation applies to every narrowed copy', () => {
@@ -68,8 +76,8 @@ describe('grants', () => {
   it('a TLS mesh names its CA in every grant it mints; the caveat holds for any request and tells the holder what to pin', () => {
     const pin = `sha256:${'ab'.repeat(32)}`;
     const tlsAuthority = new GrantAuthority(randomBytes(32), 'https://test', [], [`tls-ca ${pin}`]);
-    for (const kind of ['admin', 'client', 'agent', 'upload'] as const) {
-      const minted = tlsAuthority.mint(kind, kind === 'upload' ? ['job j_1'] : []);
+    for (const kind of ['admin', 'client', 'agent'] as const) {
+      const minted = tlsAuthority.mint(kind, kind === 'agent' ? ['host laptop'] : []);
       expect(minted.caveats.at(-1)).toBe(`tls-ca ${pin}`);
       expect(inspectGrant(minted.token).caveats).toEqual(minted.caveats);
     }

@@ -1,9 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/orchestrator/clock.js';
 import { policyFor, resolveConfig } from '../../src/orchestrator/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import type { HostSession } from '../../src/orchestrator/routing/index.js';
-import { ModelQueue, releaseDecision, Scheduler, type QueuedJob } from '../../src/orchestrator/scheduler/index.js';
+import { ArrivalRate, ModelQueue, releaseDecision, Scheduler, worthWaiting, type QueuedJob } from '../../src/orchestrator/scheduler/index.js';
 
 const policy = { maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 10 };
 
@@ -49,7 +48,7 @@ describe('ModelQueue', () => {
   });
 });
 
-describe('Scheduler (fake clock, no sleeps)', () => {
+describe('Scheduler.next', () => {
   const config = resolveConfig({}, '/tmp/unused');
   const model = (batching: typeof policy): RegisteredModel => ({
     manifest: { name: 'm', version: '1', engine: 'onnx', pipeline: 'tensor', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
@@ -57,49 +56,108 @@ describe('Scheduler (fake clock, no sleeps)', () => {
     pipeline: { normalize: (input) => input, compatKey: () => '' },
   });
 
-  function harness(batching: typeof policy, slots = 1) {
-    const clock = new FakeClock(0);
-    const dispatched: string[][] = [];
-    const host = { freeSlots: slots } as unknown as HostSession;
+  function harness(batching: typeof policy, hold: 'while-arriving' | 'always' = 'always') {
     const registered = model(batching);
-    const scheduler = new Scheduler({
-      clock, agingMs: 30_000, model: () => registered,
-      pickHost: () => ((host as { freeSlots: number }).freeSlots > 0 ? host : null),
-      dispatch: (_model, jobs) => {
-        dispatched.push(jobs.map((entry) => entry.id));
-        (host as { freeSlots: number }).freeSlots--;
-      },
-    });
-    return { clock, dispatched, host: host as { freeSlots: number }, scheduler };
+    const host = { freeSlots: 1, batches: new Map() };
+    const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: hold });
+    const pickHost = () => (host.freeSlots > 0 ? (host as unknown as HostSession) : null);
+    /** What a dispatcher would do at `now`: take every batch it can; returns the sizes and when to look again. */
+    const drain = (now: number): { sizes: number[]; wakeAt: number } => {
+      const sizes: number[] = [];
+      for (;;) {
+        const next = scheduler.next(now, pickHost);
+        if ('wakeAt' in next) return { sizes, wakeAt: next.wakeAt };
+        sizes.push(next.release.jobs.length);
+        host.freeSlots--;
+      }
+    };
+    return { host, scheduler, drain };
   }
 
-  it('holds a partial batch until the oldest job has waited maxQueueDelayMs', () => {
-    const { clock, dispatched, scheduler } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 10 });
+  it('holds a partial batch until the oldest job has waited maxQueueDelayMs, and says when to look again', () => {
+    const { scheduler, drain } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 10 });
     scheduler.enqueue(job({ enqueuedAt: 0 }));
     scheduler.enqueue(job({ enqueuedAt: 0 }));
-    scheduler.pump();
-    expect(dispatched).toEqual([]);
-    clock.advance(9);
-    expect(dispatched).toEqual([]);
-    clock.advance(1);
-    expect(dispatched.map((batch) => batch.length)).toEqual([2]);
+    expect(drain(0)).toEqual({ sizes: [], wakeAt: 10 });
+    expect(drain(9)).toEqual({ sizes: [], wakeAt: 10 });
+    expect(drain(10)).toEqual({ sizes: [2], wakeAt: Infinity });
     expect(scheduler.totalDepth).toBe(0);
   });
 
   it('releases a preferred size at once, and batches what piled up while the replica was busy', () => {
-    const { clock, dispatched, host, scheduler } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 1000 });
+    const { host, scheduler, drain } = harness({ maxBatchSize: 8, preferredBatchSizes: [4], maxQueueDelayMs: 1000 });
     for (let i = 0; i < 4; i++) scheduler.enqueue(job({ enqueuedAt: 0 }));
-    scheduler.pump();
-    expect(dispatched.map((batch) => batch.length)).toEqual([4]);
+    expect(drain(0).sizes).toEqual([4]);
     for (let i = 0; i < 11; i++) scheduler.enqueue(job({ enqueuedAt: 0 }));
-    scheduler.pump();
-    expect(dispatched).toHaveLength(1); // no free slot
+    expect(drain(0).sizes).toEqual([]); // no free slot
     host.freeSlots = 1;
-    scheduler.pump();
-    expect(dispatched.map((batch) => batch.length)).toEqual([4, 8]);
+    expect(drain(0).sizes).toEqual([8]);
     expect(scheduler.totalDepth).toBe(3);
     host.freeSlots = 1;
-    clock.advance(1000);
-    expect(dispatched.map((batch) => batch.length)).toEqual([4, 8, 3]);
+    expect(drain(999)).toEqual({ sizes: [], wakeAt: 1000 });
+    expect(drain(1000).sizes).toEqual([3]);
+  });
+
+  it('releases the best job first across models and removes jobs by id', () => {
+    const { scheduler, drain } = harness({ maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 });
+    const low = job({ priority: 3 });
+    const high = job({ priority: 1 });
+    scheduler.enqueue(low);
+    scheduler.enqueue(high);
+    const first = scheduler.next(0, () => ({ batches: new Map() }) as HostSession);
+    expect('release' in first && first.release.jobs[0]!.id).toBe(high.id);
+    expect(scheduler.remove('m', low.id)).toBe(true);
+    expect(scheduler.remove('m', low.id)).toBe(false);
+    expect(drain(0).sizes).toEqual([]);
+    expect(scheduler.depths()).toEqual({ m: 0 });
+  });
+});
+
+describe('work-conserving batching', () => {
+  const batching = { maxBatchSize: 32, preferredBatchSizes: [8, 16, 32], maxQueueDelayMs: 10 };
+
+  it('waits only when the arrivals expected within the delay reach the next batch size worth having', () => {
+    expect(worthWaiting(1, batching, 0)).toBe(false);
+    expect(worthWaiting(1, batching, 6.9)).toBe(false);
+    expect(worthWaiting(1, batching, 7)).toBe(true);
+    expect(worthWaiting(9, batching, 7)).toBe(true); // 16 is next
+    expect(worthWaiting(9, batching, 6)).toBe(false);
+  });
+
+  it('estimates arrivals from the recent gaps, and stops trusting them once the silence is longer', () => {
+    const rate = new ArrivalRate();
+    expect(rate.expectedWithin(10, 0)).toBe(0);
+    rate.arrived(0);
+    expect(rate.expectedWithin(10, 0)).toBe(0); // one arrival is not a stream
+    for (let at = 1; at <= 20; at++) rate.arrived(at);
+    expect(rate.expectedWithin(10, 20)).toBeCloseTo(10, 0);
+    expect(rate.expectedWithin(10, 120)).toBeCloseTo(0.1, 2); // 100 ms of silence: the burst is over
+  });
+
+  const config = resolveConfig({}, '/tmp/unused');
+  const registered: RegisteredModel = {
+    manifest: { name: 'm', version: '1', engine: 'onnx', pipeline: 'tensor', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
+    policy: { ...policyFor(config, 'm'), batching },
+    pipeline: { normalize: (input) => input, compatKey: () => '' },
+  };
+  const idle = { freeSlots: 1, batches: new Map() } as unknown as HostSession;
+
+  it('sends a lone job to an idle replica at once instead of waiting out the delay; the old rule waits', () => {
+    for (const [hold, expected] of [['while-arriving', 1], ['always', 0]] as const) {
+      const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: hold });
+      scheduler.enqueue(job({ enqueuedAt: 0 }));
+      const next = scheduler.next(0, () => idle);
+      expect('release' in next ? next.release.jobs.length : 0).toBe(expected);
+    }
+  });
+
+  it('holds a partial batch while jobs are streaming in fast enough to fill it, and never lets one out early to a busy replica', () => {
+    const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: 'while-arriving' });
+    for (let at = 0; at < 5; at++) scheduler.enqueue(job({ enqueuedAt: at * 0.2 }));
+    expect('wakeAt' in scheduler.next(1, () => idle)).toBe(true); // 5 queued, one every 0.2 ms: 8 is near
+    const busy = { freeSlots: 1, batches: new Map([['b', {}]]) } as unknown as HostSession;
+    const slow = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: 'while-arriving' });
+    slow.enqueue(job({ enqueuedAt: 0 }));
+    expect('wakeAt' in slow.next(0, () => busy)).toBe(true);
   });
 });

@@ -5,12 +5,12 @@ import { isFingerprint } from '../../tls/fingerprint.js';
  * in the style of the macaroon bakery's first-party checkers. Every caveat on a
  * grant must hold (they are conjunctive), which is why adding caveats can only narrow.
  */
-export const GRANT_KINDS = ['admin', 'client', 'agent', 'upload'] as const;
+export const GRANT_KINDS = ['admin', 'client', 'agent'] as const;
 export type GrantKind = (typeof GRANT_KINDS)[number];
 
 export const ACTIONS = [
   'jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read',
-  'grants:create', 'agent:join', 'outputs:write',
+  'grants:create', 'agent:join',
 ] as const;
 export type Action = (typeof ACTIONS)[number];
 
@@ -19,13 +19,12 @@ export const KIND_ACTIONS: Record<GrantKind, ReadonlySet<Action>> = {
   admin: new Set(ACTIONS),
   client: new Set(['jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read']),
   agent: new Set(['agent:join', 'blobs:read']),
-  upload: new Set(['outputs:write']),
 };
 
 export type Caveat =
   | { condition: 'kind'; value: GrantKind }
   | { condition: 'actions' | 'types' | 'models' | 'classes' | 'albums'; values: string[] }
-  | { condition: 'host' | 'job'; value: string }
+  | { condition: 'host'; value: string }
   | { condition: 'time-before'; at: number }
   | { condition: 'max-priority'; level: number }
   | { condition: 'rate'; perMinute: number }
@@ -51,7 +50,7 @@ export function parseCaveat(text: string): Caveat | string {
     }
     return { condition: condition as 'types', values };
   }
-  if (condition === 'host' || condition === 'job') {
+  if (condition === 'host') {
     return NAME.test(argument) ? { condition, value: argument } : `caveat "${text}" has a malformed name`;
   }
   if (condition === 'time-before') {
@@ -77,7 +76,7 @@ export function parseCaveat(text: string): Caveat | string {
 
 export function formatCaveat(caveat: Caveat): string {
   switch (caveat.condition) {
-    case 'kind': case 'host': case 'job': return `${caveat.condition} ${caveat.value}`;
+    case 'kind': case 'host': return `${caveat.condition} ${caveat.value}`;
     case 'time-before': return `time-before ${new Date(caveat.at).toISOString()}`;
     case 'max-priority': return `max-priority ${caveat.level}`;
     case 'rate': return `rate ${caveat.perMinute}/m`;
@@ -94,7 +93,6 @@ export interface GrantRequest {
   /** Classes the work would run on (agent join: all classes the agent claims). */
   classes?: readonly string[];
   host?: string;
-  jobId?: string;
   priority?: number;
   album?: string;
 }
@@ -102,9 +100,8 @@ export interface GrantRequest {
 /**
  * Check one caveat against a request. Returns null when it holds, else why not.
  * A condition about something the request does not name (a `types` caveat on
- * a blob read) does not apply — except `job`, which binds a grant to one job:
- * a `job` caveat on a request about no job fails. An agent's host is always
- * named when it joins (in its hello), so `host` binds where it matters.
+ * a blob read) does not apply. An agent's host is always named when it joins
+ * (in its hello), so `host` binds where it matters.
  */
 export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number): string | null {
   const inList = (values: string[], value: string | undefined, what: string): string | null =>
@@ -129,8 +126,6 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
     }
     case 'host':
       return request.host === undefined || request.host === caveat.value ? null : `host "${request.host}" is not "${caveat.value}"`;
-    case 'job':
-      return request.jobId === caveat.value ? null : `job "${request.jobId ?? '(none)'}" is not "${caveat.value}"`;
     case 'time-before':
       return now < caveat.at ? null : `expired at ${new Date(caveat.at).toISOString()}`;
     case 'max-priority':

@@ -1,39 +1,67 @@
+import type { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
-import { artifactView, decodeCursor, encodeCursor } from '../jobs/index.js';
-import { assertDigest } from '../registry/index.js';
-import { artifacts, blobs, jobs as jobStore } from '../store/index.js';
-import { grantOf, requireGrant } from './auth.js';
-import type { HttpContext } from './context.js';
+import type { JobOutputs, JobService } from '../jobs/index.js';
+import { assertDigest, type BlobReader } from '../registry/index.js';
+import { grantOf, type RequestAuth } from './auth.js';
+import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
 const DigestParams = z.object({ digest: z.string().max(80) });
 
-/** GET /v1/blobs/:digest, GET /v1/artifacts, PUT /v1/jobs/:id/outputs/:digest. */
-export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
+/** A header Node does not know (If-Range) may arrive as a list; the first is the one that counts. */
+const firstOf = (value: string | string[] | undefined): string | undefined => (Array.isArray(value) ? value[0] : value);
+
+export interface BlobRouteDeps {
+  reader: BlobReader;
+  outputs: JobOutputs;
+  jobs: JobService;
+  auth: RequestAuth;
+}
+
+/** GET|HEAD /v1/blobs/:digest, GET /v1/artifacts, PUT /v1/jobs/:id/outputs/:digest. */
+export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
+  const { reader, outputs, jobs, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.route({
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
-    schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable)' },
-    preHandler: requireGrant(context, 'blobs:read'),
+    schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable, verified, byte ranges)' },
+    preHandler: auth.require('blobs:read'),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
-      const size = await context.blobs.size(digest);
-      if (size === null) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
-      const record = blobs.getBlob(context.db, digest);
-      const etag = `"${digest}"`;
-      void reply
-        .header('etag', etag)
-        .header('cache-control', 'private, max-age=31536000, immutable')
-        .header('content-type', record?.mediaType ?? 'application/octet-stream');
-      if (request.headers['if-none-match'] === etag) return reply.code(304).send();
-      void reply.header('content-length', size);
-      if (request.method === 'HEAD') return reply.send();
-      return reply.send(context.blobs.open(digest));
+      const record = outputs.blobRecord(digest);
+      const blob = await reader.open(digest, record?.bytes ?? null);
+      let body: Readable | null = null;
+      try {
+        const etag = `"${digest}"`;
+        // Set only once the answer is known to be the blob: an error must not carry its validators or an immutable Cache-Control.
+        const representation = {
+          etag, 'accept-ranges': 'bytes',
+          'cache-control': 'private, max-age=31536000, immutable',
+          'content-type': record?.mediaType ?? 'application/octet-stream',
+        };
+        if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).headers(representation).send();
+        const answer = rangeStillApplies(firstOf(request.headers['if-range']), etag) ? parseRange(request.headers.range, blob.size) : { kind: 'whole' as const };
+        if (answer.kind === 'unsatisfiable') {
+          throw new MeshError('RANGE_NOT_SATISFIABLE', { range: request.headers.range!.slice(0, 100), size: blob.size }, { headers: { 'content-range': `bytes */${blob.size}` } });
+        }
+        const range = answer.kind === 'partial' ? answer.range : undefined;
+        // HEAD reads no bytes: it gets the size check of open(), not a hash.
+        if (request.method !== 'HEAD') body = await blob.read(range);
+        void reply.headers(representation);
+        if (range) {
+          void reply.code(206).header('content-range', `bytes ${range.start}-${range.end}/${blob.size}`).header('content-length', range.end - range.start + 1);
+        } else {
+          void reply.header('content-length', blob.size);
+        }
+        return reply.send(body ?? undefined);
+      } finally {
+        if (!body) await blob.close();
+      }
     },
   });
 
@@ -46,19 +74,8 @@ export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
     },
-    preHandler: requireGrant(context, 'artifacts:read'),
-  }, async (request) => {
-    const grant = grantOf(request);
-    const records = artifacts.listArtifacts(context.db, {
-      types: grant.types, models: grant.models, albums: grant.albums, limit: request.query.limit,
-      beforeSeq: request.query.cursor ? decodeCursor(request.query.cursor) : undefined,
-    });
-    const last = records.at(-1);
-    return {
-      artifacts: records.map(artifactView),
-      nextCursor: records.length === request.query.limit && last ? encodeCursor(last.seq) : null,
-    };
-  });
+    preHandler: auth.require('artifacts:read'),
+  }, async (request) => jobs.artifacts(grantOf(request), request.query));
 
   // Uploads stream straight to disk, hashed on the way; they are never buffered whole.
   app.register(async (scope) => {
@@ -67,25 +84,16 @@ export function blobRoutes(app: FastifyInstance, context: HttpContext): void {
     scope.withTypeProvider<ZodTypeProvider>().put('/v1/jobs/:id/outputs/:digest', {
       schema: {
         params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
-        tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the job's upload grant)",
+        tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the upload credential of the job's batch)",
       },
-      preHandler: requireGrant(context, 'outputs:write', (request) => ({ jobId: (request.params as { id: string }).id })),
+      preHandler: auth.requireUpload(),
     }, async (request, reply) => {
-      const { id } = request.params;
       const digest = assertDigest(request.params.digest);
-      const job = jobStore.getJob(context.db, id);
-      if (!job) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
       const mediaType = request.headers['content-type'] ?? 'application/octet-stream';
       if (!MEDIA_TYPE.test(mediaType)) throw new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: mediaType.slice(0, 100) });
-      const stored = await context.blobs.putStream(request.raw, { expected: digest, limit: context.config.server.uploadLimitBytes });
-      const now = context.clock.now();
-      context.commits.write(() => {
-        blobs.recordBlob(context.db, { digest, bytes: stored.bytes, mediaType }, now);
-        blobs.recordUpload(context.db, id, digest, now);
-      });
-      await context.commits.durable();
+      const stored = await outputs.receive({ jobId: request.params.id, batchId: request.uploadBatch!, digest, mediaType }, request.raw);
       void reply.code(201);
-      return { digest, bytes: stored.bytes, mediaType };
+      return stored;
     });
   });
 }

@@ -2,22 +2,21 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { JOB_STATUSES, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
-import { authorizer, grantOf, requireGrant } from './auth.js';
-import type { HttpContext } from './context.js';
+import type { JobService } from '../jobs/index.js';
+import { grantOf, type RequestAuth } from './auth.js';
 
 const JobParams = z.object({ id: z.string().min(1).max(100) });
 
 /** POST/GET /v1/jobs, GET/DELETE /v1/jobs/:id. */
-export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
+export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: RequestAuth }): void {
+  const { jobs, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.post('/v1/jobs', {
     schema: { body: SubmitJobBody, tags: ['jobs'], summary: 'Submit a job' },
-    preHandler: requireGrant(context, 'jobs:submit'),
+    preHandler: auth.require('jobs:submit'),
   }, async (request, reply) => {
-    const { job, created } = context.jobs.submit(grantOf(request), request.body, authorizer(context, request));
-    // The 202 promises the job is stored: wait for the group commit that holds it.
-    await context.commits.durable();
+    const { job, created } = await jobs.submit(grantOf(request), request.body, auth.authorizer(request));
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
     void reply.code(created ? 202 : 200).header('location', links.self);
     return { id: job.id, status: job.status, links, created };
@@ -43,16 +42,16 @@ export function jobRoutes(app: FastifyInstance, context: HttpContext): void {
       }),
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },
-    preHandler: requireGrant(context, 'jobs:read'),
-  }, async (request) => context.jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
+    preHandler: auth.require('jobs:read'),
+  }, async (request) => jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
 
   routes.get('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },
-    preHandler: requireGrant(context, 'jobs:read'),
-  }, async (request) => context.jobs.get(grantOf(request), request.params.id));
+    preHandler: auth.require('jobs:read'),
+  }, async (request) => jobs.get(grantOf(request), request.params.id));
 
   routes.delete('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'Cancel a queued or running job' },
-    preHandler: requireGrant(context, 'jobs:cancel'),
-  }, async (request) => context.jobs.cancel(grantOf(request), request.params.id, authorizer(context, request)));
+    preHandler: auth.require('jobs:cancel'),
+  }, async (request) => jobs.cancel(grantOf(request), request.params.id, auth.authorizer(request)));
 }

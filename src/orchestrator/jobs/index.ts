@@ -1,3 +1,11 @@
-export { JobLifecycle, promptOf, type LifecycleDeps } from './lifecycle.js';
-export { JobService, canSee, encodeCursor, decodeCursor, DEFAULT_ALBUM, type ListQuery } from './service.js';
+export { createJobCore, type JobCore, type JobCoreDeps } from './core.js';
+export { JobStates, type JobStatesDeps } from './states.js';
+export { InFlight, type Placement } from './in-flight.js';
+export { Dispatcher, type DispatcherDeps } from './dispatcher.js';
+export { Failover, type FailoverDeps, type Held } from './failover.js';
+export { Cancellation, type CancellationDeps } from './cancellation.js';
+export { Recovery, type RecoveryDeps } from './recovery.js';
+export { ResultIntake, type ResultIntakeDeps } from './results.js';
+export { JobOutputs, type JobOutputsDeps } from './outputs.js';
+export { JobService, canSee, encodeCursor, decodeCursor, DEFAULT_ALBUM, type ListQuery, type Authorize } from './service.js';
 export { jobView, artifactView, blobUrl } from './views.js';

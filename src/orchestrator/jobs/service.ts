@@ -1,16 +1,17 @@
-import { isTerminal, MeshError, type JobStatus, type JobView, type SubmitJobBody } from '../../protocol/index.js';
-import type { VerifiedGrant } from '../auth/index.js';
-import { firstFailure } from '../auth/index.js';
+import { isTerminal, MeshError, type ArtifactView, type JobEvent, type JobStatus, type JobView, type SubmitJobBody } from '../../protocol/index.js';
+import { firstFailure, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
 import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
 import type { EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { ModelRegistry } from '../registry/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import { jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
-import type { JobLifecycle } from './lifecycle.js';
-import { jobView } from './views.js';
+import { artifacts, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { newId } from '../ids.js';
+import type { Cancellation } from './cancellation.js';
+import type { Dispatcher } from './dispatcher.js';
+import type { JobStates } from './states.js';
+import { artifactView, jobView, snapshotEvents } from './views.js';
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 export const DEFAULT_ALBUM = 'default';
@@ -23,7 +24,9 @@ export interface JobServiceDeps {
   registry: ModelRegistry;
   scheduler: Scheduler;
   admission: Admission;
-  lifecycle: JobLifecycle;
+  states: JobStates;
+  dispatcher: Dispatcher;
+  cancellation: Cancellation;
   metrics: MeshMetrics;
 }
 
@@ -32,6 +35,9 @@ export interface ListQuery {
   limit: number;
   cursor?: string;
 }
+
+/** Throws unless the caller's grant allows this request. */
+export type Authorize = (request: GrantRequest) => void;
 
 /** Whether a grant may see a job or artifact with these attributes. */
 export function canSee(grant: VerifiedGrant, scope: EventScope, now: number): boolean {
@@ -49,7 +55,7 @@ export function decodeCursor(cursor: string): number {
   return Number(seq);
 }
 
-/** What clients do with jobs: submit, read, list, cancel — each checked against the caller's grant. */
+/** What clients do with jobs: submit, read, list, cancel, follow — each checked against the caller's grant. */
 export class JobService {
   readonly #deps: JobServiceDeps;
 
@@ -57,9 +63,18 @@ export class JobService {
     this.#deps = deps;
   }
 
-  /** Admit a job. Returns its record and whether it is new (false: an idempotent repeat). */
-  submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: (request: Parameters<typeof firstFailure>[1]) => void): { job: JobRecord; created: boolean } {
-    const { db, clock, config, registry, scheduler, admission } = this.#deps;
+  /**
+   * Admit a job; resolves once it is committed (the 202 promises the job is stored).
+   * `created` is false for an idempotent repeat.
+   */
+  async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
+    const admitted = this.#admit(grant, body, authorize);
+    await this.#deps.commits.durable();
+    return admitted;
+  }
+
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): { job: JobRecord; created: boolean } {
+    const { db, clock, config, registry, scheduler, admission, states } = this.#deps;
     const now = clock.now();
     const routing = config.routing[body.type];
     if (!routing) {
@@ -84,7 +99,7 @@ export class JobService {
 
     if (body.idempotencyKey) {
       const existing = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
-      if (existing) return { job: existing, created: false };
+      if (existing) return { job: states.get(existing.id) ?? existing, created: false };
     }
     try {
       if (grant.ratePerMinute !== null) admission.takeRate(grant.tokenKey, grant.ratePerMinute);
@@ -95,21 +110,16 @@ export class JobService {
       }
       throw error;
     }
-
-    const record = this.#deps.commits.write((): JobRecord => {
-      if (body.idempotencyKey) {
-        // A key older than the window is free again: clear it from the old job so the unique index allows the new one.
-        const stale = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, 0);
-        if (stale) jobStore.releaseIdempotencyKey(db, stale.id);
-      }
-      return jobStore.insertJob(db, {
-        id: newId('j'), type: body.type, model: name, priority, album, classes, input,
-        grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, createdAt: now,
-        deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
-      });
-    });
-    this.#deps.lifecycle.admit(record);
-    return { job: record, created: true };
+    // A key older than the window is free again: the old job gives it up so the unique index allows the new one.
+    const stale = body.idempotencyKey ? jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, 0) : null;
+    const job = states.create({
+      id: newId('j'), type: body.type, model: name, priority, album, classes, input,
+      grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, createdAt: now,
+      deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
+    }, stale?.id);
+    this.#deps.cancellation.arm(job);
+    this.#deps.dispatcher.enqueue(job);
+    return { job, created: true };
   }
 
   /** A job the grant may see; 404 otherwise (a grant does not learn what it cannot see). */
@@ -118,9 +128,14 @@ export class JobService {
   }
 
   record(grant: VerifiedGrant, id: string): JobRecord {
-    const job = jobStore.getJob(this.#deps.db, id);
+    const job = this.#deps.states.get(id);
     if (!job || !canSee(grant, job, this.#deps.clock.now())) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
     return job;
+  }
+
+  /** The events that describe where a job the grant may see stands now. */
+  snapshot(grant: VerifiedGrant, id: string): JobEvent[] {
+    return snapshotEvents(this.#deps.db, this.record(grant, id));
   }
 
   list(grant: VerifiedGrant, query: ListQuery): { jobs: JobView[]; nextCursor: string | null } {
@@ -138,13 +153,27 @@ export class JobService {
     };
   }
 
-  cancel(grant: VerifiedGrant, id: string, authorize: (request: Parameters<typeof firstFailure>[1]) => void): JobView {
+  /** Published results the grant may see, newest first. */
+  artifacts(grant: VerifiedGrant, query: { limit: number; cursor?: string }): { artifacts: ArtifactView[]; nextCursor: string | null } {
+    const records = artifacts.listArtifacts(this.#deps.db, {
+      types: grant.types, models: grant.models, albums: grant.albums, limit: query.limit,
+      beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
+    });
+    const last = records.at(-1);
+    return { artifacts: records.map(artifactView), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
+  }
+
+  cancel(grant: VerifiedGrant, id: string, authorize: Authorize): JobView {
     const job = this.record(grant, id);
     authorize({ action: 'jobs:cancel', jobType: job.type, model: job.model, album: job.album });
-    if (isTerminal(job.status) || !this.#deps.lifecycle.cancel(id)) {
-      const now = jobStore.getJob(this.#deps.db, id)!;
-      throw new MeshError('JOB_NOT_CANCELLABLE', { id, status: now.status });
+    if (isTerminal(job.status) || !this.#deps.cancellation.cancel(id)) {
+      throw new MeshError('JOB_NOT_CANCELLABLE', { id, status: this.#deps.states.get(id)?.status ?? job.status });
     }
-    return jobView(this.#deps.db, jobStore.getJob(this.#deps.db, id)!);
+    return jobView(this.#deps.db, this.#deps.states.get(id)!);
+  }
+
+  /** Jobs in each state (for status views). */
+  counts(): Record<string, number> {
+    return jobStore.countByStatus(this.#deps.db);
   }
 }

@@ -1,4 +1,4 @@
-import type { ArtifactView, JobView } from '../../protocol/index.js';
+import type { ArtifactView, JobEvent, JobView } from '../../protocol/index.js';
 import { artifacts, attempts, type ArtifactRecord, type Db, type JobRecord } from '../store/index.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -29,4 +29,26 @@ export function jobView(db: Db, job: JobRecord): JobView {
     error: job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
     links: { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` },
   };
+}
+
+/** The events that describe where a job stands now, for a client that connects late. */
+export function snapshotEvents(db: Db, job: JobRecord): JobEvent[] {
+  const at = new Date(job.updatedAt).toISOString();
+  const events: JobEvent[] = [{ type: 'queued', jobId: job.id, model: job.model, jobType: job.type, prompt: job.prompt, at: new Date(job.createdAt).toISOString() }];
+  if ((job.status === 'dispatched' || job.status === 'running') && job.leaseHost && job.batchId) {
+    events.push({
+      type: 'dispatched', jobId: job.id, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId,
+      batchSize: job.batchSize ?? 1, attempt: job.attempts, at,
+    });
+    if (job.status === 'running') events.push({ type: 'running', jobId: job.id, host: job.leaseHost, at });
+  }
+  const finishedAt = new Date(job.finishedAt ?? job.updatedAt).toISOString();
+  if (job.status === 'succeeded') {
+    events.push({ type: 'succeeded', jobId: job.id, result: job.result, at: finishedAt, artifacts: artifacts.artifactsOfJob(db, job.id).map(artifactView) });
+  } else if (job.status === 'failed') {
+    events.push({ type: 'failed', jobId: job.id, at: finishedAt, error: { code: job.errorCode ?? 'INTERNAL', message: job.errorMessage ?? '' } });
+  } else if (job.status === 'cancelled' || job.status === 'expired') {
+    events.push({ type: job.status, jobId: job.id, at: finishedAt });
+  }
+  return events;
 }

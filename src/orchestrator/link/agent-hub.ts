@@ -4,34 +4,44 @@ import type { WebSocket } from 'ws';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
 import type { VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
-import type { JobLifecycle } from '../jobs/index.js';
-import { HostSession } from '../routing/index.js';
-import type { Scheduler } from '../scheduler/index.js';
+import type { EventBus } from '../events.js';
+import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
+import { HostSession, type HostRegistry } from '../routing/index.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 
 export interface AgentHubDeps {
   clock: Clock;
-  lifecycle: JobLifecycle;
-  scheduler: Scheduler;
+  hosts: HostRegistry;
+  intake: ResultIntake;
+  failover: Failover;
+  recovery: Recovery;
+  events: EventBus;
   log: Logger;
   heartbeatMs: number;
   staleAfterMs: number;
+  /** Largest output (per report) an agent may send inline in `done`. */
+  inlineOutputBytes: number;
+  /** How long a socket may stay open without saying hello. Default 10 s. */
+  helloTimeoutMs?: number;
   /** Throws if the grant may not join as this host with these classes. */
   authorizeJoin(grant: VerifiedGrant, hello: Hello): void;
-  onChange?(): void;
 }
+
+/** Just enough of a WebSocket for the hub (ws's WebSocket, or a fake in tests). */
+export type LinkSocket = Pick<WebSocket, 'on' | 'send' | 'close' | 'terminate' | 'readyState' | 'OPEN'>;
 
 const HELLO_TIMEOUT_MS = 10_000;
 
 /**
  * The orchestrator's end of the agent links: admits agents by their hello and
- * grant, feeds their reports to the job lifecycle, and declares a host lost
- * when its socket closes or its heartbeats stop.
+ * grant, passes their reports on (results to the intake, a lost host to
+ * failover, what a reconnecting host still holds to recovery), and declares a
+ * host lost when its socket closes or its heartbeats stop.
  */
 export class AgentHub {
   readonly #deps: AgentHubDeps;
-  readonly #hosts = new Map<string, { session: HostSession; socket: WebSocket }>();
+  readonly #sockets = new Map<HostSession, LinkSocket>();
   #sweep: Timer;
   #closed = false;
 
@@ -40,23 +50,11 @@ export class AgentHub {
     this.#sweep = this.#armSweep();
   }
 
-  hosts(): IterableIterator<HostSession> {
-    return [...this.#hosts.values()].map((entry) => entry.session)[Symbol.iterator]();
-  }
-
-  get size(): number {
-    return this.#hosts.size;
-  }
-
-  get(id: string): HostSession | undefined {
-    return this.#hosts.get(id)?.session;
-  }
-
   /** Take a freshly upgraded socket; it becomes a host once its hello is accepted. */
-  attach(socket: WebSocket, grant: VerifiedGrant): void {
+  attach(socket: LinkSocket, grant: VerifiedGrant): void {
     let session: HostSession | null = null;
-    const helloTimer = this.#deps.clock.setTimer(HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.rejected, 'no hello'));
-    socket.on('message', (data, isBinary) => {
+    const helloTimer = this.#deps.clock.setTimer(this.#deps.helloTimeoutMs ?? HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.noHello, 'no hello'));
+    socket.on('message', (data: Buffer, isBinary: boolean) => {
       if (isBinary) return socket.close(1003, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
@@ -64,7 +62,7 @@ export class AgentHub {
         if (!parsed.success) throw new Error(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '));
         message = parsed.data;
       } catch (error) {
-        this.#deps.log.warn({ err: error }, 'malformed link message');
+        this.#deps.log.warn({ err: error, host: session?.id }, 'malformed link message');
         return socket.close(1008, 'malformed message');
       }
       if (!session) {
@@ -77,12 +75,12 @@ export class AgentHub {
     });
     socket.on('close', () => {
       helloTimer.cancel();
-      if (session) this.#lost(session, socket);
+      if (session) this.#lost(session, 'link closed');
     });
-    socket.on('error', (error) => this.#deps.log.warn({ err: error }, 'agent link error'));
+    socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
 
-  #admit(socket: WebSocket, grant: VerifiedGrant, hello: Hello): HostSession | null {
+  #admit(socket: LinkSocket, grant: VerifiedGrant, hello: Hello): HostSession | null {
     try {
       if (hello.protocol !== LINK_PROTOCOL_VERSION) {
         throw new MeshError('AGENT_REJECTED', { host: hello.host, detail: `link protocol ${hello.protocol}; this orchestrator speaks ${LINK_PROTOCOL_VERSION}` });
@@ -94,34 +92,36 @@ export class AgentHub {
       socket.close(LINK_CLOSE.rejected, reason.slice(0, 120));
       return null;
     }
-    const { clock, lifecycle, log } = this.#deps;
+    const { clock, hosts, failover, recovery, log } = this.#deps;
     const send = (message: OrchestratorMessage): void => {
       // Write errors surface as a close event, which fails the host over; nothing to do here.
       if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(message));
     };
     const session = new HostSession(
-      {
-        id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines,
-        concurrency: hello.concurrency, version: hello.version, cachedModels: hello.models,
-      },
-      randomBytes(8).toString('hex'), clock.now(), send,
+      { id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version },
+      hello.models, randomBytes(8).toString('hex'), clock.now(), send,
     );
-    const previous = this.#hosts.get(hello.host);
-    this.#hosts.set(hello.host, { session, socket });
+    const previous = hosts.get(hello.host);
+    this.#sockets.set(session, socket);
     if (previous) {
-      previous.socket.close(LINK_CLOSE.replaced, 'replaced by a newer connection');
-      lifecycle.hostLost(previous.session, { session, inFlight: hello.inFlight });
+      // The old session's work either moves to this one (it still holds it) or fails over.
+      this.#sockets.get(previous)?.close(LINK_CLOSE.replaced, 'replaced by a newer connection');
+      this.#sockets.delete(previous);
+      failover.hostLost(previous, { session, held: hello.inFlight });
     }
-    lifecycle.claim(session, hello.inFlight);
-    send({ type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION });
-    log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, inFlight: hello.inFlight.length }, 'agent joined');
-    this.#deps.scheduler.requestPump();
-    this.#deps.onChange?.();
+    recovery.claim(session, hello.inFlight);
+    send({
+      type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION,
+      inlineOutputBytes: this.#deps.inlineOutputBytes,
+    });
+    log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length }, 'agent joined');
+    this.#deps.events.publishMesh({ type: 'host:joined', host: hello.host, classes: hello.classes, at: new Date(clock.now()).toISOString() });
+    hosts.set(session);
     return session;
   }
 
   #handle(session: HostSession, message: AgentMessage): void {
-    const { lifecycle, clock } = this.#deps;
+    const { intake, clock, hosts } = this.#deps;
     session.lastSeenAt = clock.now();
     switch (message.type) {
       case 'hello':
@@ -131,44 +131,44 @@ export class AgentHub {
         session.devices = message.devices;
         return;
       case 'started':
-        return lifecycle.started(session, message.batchId, message.jobIds);
+        return intake.started(session, message.batchId, message.jobIds);
       case 'progress':
-        return lifecycle.progress(message.batchId, message.jobIds, message.step, message.total);
+        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':
-        return lifecycle.done(session, message);
+        return intake.done(session, message);
       case 'failed':
-        return lifecycle.failed(session, message);
+        return intake.failed(session, message);
       case 'loaded':
-        session.resident = [
-          ...session.resident.filter((entry) => entry.model !== message.model),
-          { model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() },
-        ];
+        session.loaded({ model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() });
+        hosts.changed();
         return;
       case 'unloaded':
-        session.resident = session.resident.filter((entry) => entry.model !== message.model);
+        session.unloaded(message.model);
         return;
+      default:
+        return unhandled(message);
     }
   }
 
-  #lost(session: HostSession, socket: WebSocket): void {
-    const current = this.#hosts.get(session.id);
-    if (current?.socket !== socket) return; // a newer connection already took over
-    this.#hosts.delete(session.id);
-    this.#deps.log.warn({ host: session.id, batches: session.batches.size }, 'agent lost');
-    this.#deps.lifecycle.hostLost(session);
-    this.#deps.scheduler.requestPump();
-    this.#deps.onChange?.();
+  #lost(session: HostSession, reason: string): void {
+    this.#sockets.delete(session);
+    if (!this.#deps.hosts.delete(session)) return; // a newer connection already took over
+    this.#deps.log.warn({ host: session.id, batches: session.batches.size, reason }, 'agent lost');
+    this.#deps.failover.hostLost(session);
+    this.#deps.events.publishMesh({ type: 'host:lost', host: session.id, reason, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
   #armSweep(): Timer {
     return this.#deps.clock.setTimer(this.#deps.heartbeatMs, () => {
       if (this.#closed) return;
       const now = this.#deps.clock.now();
-      for (const { session, socket } of this.#hosts.values()) {
-        if (now - session.lastSeenAt > this.#deps.staleAfterMs) {
-          this.#deps.log.warn({ host: session.id, silentMs: now - session.lastSeenAt }, 'agent stopped reporting');
-          socket.terminate();
-        }
+      for (const [session, socket] of [...this.#sockets]) {
+        if (now - session.lastSeenAt <= this.#deps.staleAfterMs) continue;
+        this.#deps.log.warn({ host: session.id, silentMs: now - session.lastSeenAt }, 'agent stopped reporting');
+        // Its work fails over now; the close frame tells the agent why if it is still listening, and terminate frees the socket.
+        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`);
+        socket.close(LINK_CLOSE.stale, 'heartbeats stopped');
+        socket.terminate();
       }
       this.#sweep = this.#armSweep();
     });
@@ -178,6 +178,11 @@ export class AgentHub {
   close(): void {
     this.#closed = true;
     this.#sweep.cancel();
-    for (const { socket } of this.#hosts.values()) socket.close(LINK_CLOSE.shuttingDown, 'orchestrator shutting down');
+    for (const socket of this.#sockets.values()) socket.close(LINK_CLOSE.shuttingDown, 'orchestrator shutting down');
   }
+}
+
+/** Compile-time exhaustiveness: a new link message without a case here does not build. */
+function unhandled(message: never): void {
+  throw new Error(`unhandled link message ${JSON.stringify(message)}`);
 }

@@ -1,24 +1,28 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream, mkdirSync, type ReadStream } from 'node:fs';
-import { access, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { createWriteStream, mkdirSync } from 'node:fs';
+import { access, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { MeshError } from '../../protocol/index.js';
-import { assertDigest, sha256Digest } from './digest.js';
+import { assertDigest, sha256Digest } from '../../protocol/index.js';
 
 /**
  * Content-addressed bytes on disk: `<root>/sha256/<2 hex>/<64 hex>`. Writes go
  * to a temporary file, are hashed as they stream, and are renamed into place
- * only when the digest matches, so a reader never sees a partial blob.
+ * only when the digest matches, so a reader never sees a partial blob. Reads
+ * go through `BlobReader`, which checks the bytes still match on the way out
+ * and moves a file that does not to `<root>/quarantine/`.
  */
 export class BlobStore {
   readonly #root: string;
   readonly #tmp: string;
+  readonly #quarantine: string;
 
   constructor(root: string) {
     this.#root = root;
     this.#tmp = join(root, 'tmp');
+    this.#quarantine = join(root, 'quarantine');
     mkdirSync(this.#tmp, { recursive: true });
   }
 
@@ -33,14 +37,6 @@ export class BlobStore {
       return true;
     } catch {
       return false;
-    }
-  }
-
-  async size(digest: string): Promise<number | null> {
-    try {
-      return (await stat(this.pathOf(digest))).size;
-    } catch {
-      return null;
     }
   }
 
@@ -89,19 +85,44 @@ export class BlobStore {
     }
   }
 
-  open(digest: string, range?: { start: number; end: number }): ReadStream {
-    return createReadStream(this.pathOf(digest), range);
+  /**
+   * Move a corrupt blob out of the content-addressed tree, to
+   * `<root>/quarantine/sha256-<hex>.<ISO time>`, where an operator can inspect it
+   * and where it is never served. `inode` is the file the caller found corrupt:
+   * if the path now holds another file (a fresh upload of the same digest
+   * replaced it) or none (another reader moved it first), nothing is moved and
+   * the answer is null; otherwise the new path.
+   */
+  async quarantine(digest: string, inode: bigint, now: number): Promise<string | null> {
+    const path = this.pathOf(digest);
+    try {
+      if ((await stat(path, { bigint: true })).ino !== inode) return null;
+      mkdirSync(this.#quarantine, { recursive: true });
+      const target = join(this.#quarantine, `${this.#quarantinePrefix(digest)}${new Date(now).toISOString().replaceAll(':', '-')}`);
+      await rename(path, target);
+      return target;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw error;
+    }
   }
 
-  /** Re-hash a stored blob and report whether it still matches its name. */
-  async verify(digest: string): Promise<boolean> {
-    const hash = createHash('sha256');
+  /** The newest quarantined copy of `digest`, or null: tells "was corrupt" from "never existed". */
+  async quarantined(digest: string): Promise<string | null> {
+    const prefix = this.#quarantinePrefix(digest);
+    let names: string[];
     try {
-      await pipeline(this.open(digest), hash);
-    } catch {
-      return false;
+      names = await readdir(this.#quarantine);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw error;
     }
-    return `sha256:${hash.digest('hex')}` === digest;
+    const newest = names.filter((name) => name.startsWith(prefix)).sort().at(-1);
+    return newest === undefined ? null : join(this.#quarantine, newest);
+  }
+
+  #quarantinePrefix(digest: string): string {
+    return `${assertDigest(digest).replace(':', '-')}.`;
   }
 
   #tempPath(): string {

@@ -1,6 +1,6 @@
 import { MeshError, type ModelManifest } from '../../protocol/index.js';
 import { builtinModels } from '../../models/index.js';
-import { policyFor, type MeshConfig, type ResolvedModelPolicy } from '../config.js';
+import { ConfigError, policyFor, type MeshConfig, type ResolvedModelPolicy } from '../config.js';
 import type { BlobStore } from './blob-store.js';
 import { PIPELINES, type Pipeline } from './pipelines.js';
 
@@ -40,7 +40,7 @@ export class ModelRegistry {
       this.add({
         name: builtin.name, version: builtin.version, engine: builtin.engine,
         pipeline: builtin.kind === 'generator' ? 'cppn-image' : 'tensor',
-        digest: stored.digest, bytes: stored.bytes, memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
+        digest: stored.digest, bytes: stored.bytes, memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params, settings: {},
       });
     }
   }
@@ -51,6 +51,15 @@ export class ModelRegistry {
       policy: policyFor(this.#config, manifest.name, BUILTIN_POLICIES[manifest.name]),
       pipeline: PIPELINES[manifest.pipeline],
     });
+  }
+
+  /** Every `models:` entry of the config must name a model the registry has (a typo would otherwise be ignored). */
+  checkPolicies(): void {
+    const unknown = Object.keys(this.#config.models).filter((name) => !this.#models.has(name));
+    if (unknown.length > 0) {
+      const known = [...this.#models.keys()].join(', ');
+      throw new ConfigError(`invalid mesh config:\n${unknown.map((name) => `  models.${name}: no model "${name}" in the registry (it has: ${known})`).join('\n')}`);
+    }
   }
 
   get(name: string): RegisteredModel | undefined {

@@ -15,13 +15,13 @@ export interface HostInfo {
   engines: string[];
   concurrency: number;
   version: string;
-  /** Model digests in the agent's local cache. */
-  cachedModels: string[];
 }
 
 /**
- * One connected agent as the orchestrator sees it. The link layer feeds it
- * messages; the router reads it; the dispatcher records batches on it.
+ * One connected agent as the orchestrator sees it: what it said in its hello,
+ * what its heartbeats report, the batches it runs, and the way to send it a
+ * message. The link layer feeds it; the router reads it; the dispatcher
+ * records batches on it.
  */
 export class HostSession {
   readonly info: HostInfo;
@@ -30,12 +30,15 @@ export class HostSession {
   lastSeenAt: number;
   resident: ResidentModel[] = [];
   devices: Device[];
+  /** Model digests in the agent's local file cache (loading one of these needs no pull). */
+  readonly cached: Set<string>;
   readonly batches = new Map<string, InFlightBatch>();
   readonly #send: (message: OrchestratorMessage) => void;
   #acks: string[] = [];
 
-  constructor(info: HostInfo, session: string, now: number, send: (message: OrchestratorMessage) => void) {
+  constructor(info: HostInfo, cached: readonly string[], session: string, now: number, send: (message: OrchestratorMessage) => void) {
     this.info = info;
+    this.cached = new Set(cached);
     this.session = session;
     this.connectedAt = now;
     this.lastSeenAt = now;
@@ -66,6 +69,16 @@ export class HostSession {
     return Math.max(0, ...this.devices.map((device) => device.budgetMB));
   }
 
+  /** The agent loaded a model: it is resident, and its file is in the agent's cache. */
+  loaded(model: ResidentModel): void {
+    this.resident = [...this.resident.filter((entry) => entry.model !== model.model), model];
+    this.cached.add(model.digest);
+  }
+
+  unloaded(model: string): void {
+    this.resident = this.resident.filter((entry) => entry.model !== model);
+  }
+
   send(message: OrchestratorMessage): void {
     this.#send(message);
   }
@@ -80,11 +93,5 @@ export class HostSession {
       });
     }
     this.#acks.push(jobId);
-  }
-
-  /** Which batch, if any, holds this job. */
-  batchOf(jobId: string): InFlightBatch | undefined {
-    for (const batch of this.batches.values()) if (batch.jobIds.has(jobId)) return batch;
-    return undefined;
   }
 }

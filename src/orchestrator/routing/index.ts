@@ -1,2 +1,3 @@
 export { HostSession, type HostInfo, type InFlightBatch } from './host.js';
+export { HostRegistry } from './hosts.js';
 export { Router } from './router.js';

@@ -4,19 +4,19 @@ import type { HostSession } from './host.js';
 /**
  * Picks the host for a batch: among connected hosts that serve one of the
  * job's classes, run the model's engine, have room for the model and a free
- * slot, prefer one where the model is resident, then the one with the least
- * work in flight.
+ * slot, prefer one where the model is resident, then one that has its file
+ * cached, then the one with the least work in flight.
  */
 export class Router {
-  readonly #hosts: () => Iterable<HostSession>;
+  readonly #hosts: Iterable<HostSession>;
 
-  constructor(hosts: () => Iterable<HostSession>) {
+  constructor(hosts: Iterable<HostSession>) {
     this.#hosts = hosts;
   }
 
   candidates(model: RegisteredModel, classes: readonly string[]): HostSession[] {
     const result: HostSession[] = [];
-    for (const host of this.#hosts()) {
+    for (const host of this.#hosts) {
       if (!host.info.classes.some((name) => classes.includes(name))) continue;
       if (!host.info.engines.includes(model.manifest.engine)) continue;
       if (host.largestBudgetMB < model.manifest.memoryMB) continue;
@@ -30,8 +30,9 @@ export class Router {
     let bestScore = Infinity;
     for (const host of this.candidates(model, classes)) {
       if (host.freeSlots === 0) continue;
-      // Residency dominates: loading a model costs far more than waiting behind one batch.
-      const score = (host.isResident(model.manifest.name) ? 0 : 1_000_000) + host.jobsInFlight;
+      // Residency dominates: loading a model costs far more than waiting behind one batch; a pull costs more still.
+      const warmth = host.isResident(model.manifest.name) ? 0 : host.cached.has(model.manifest.digest) ? 1 : 2;
+      const score = warmth * 1_000_000 + host.jobsInFlight;
       if (score < bestScore) {
         best = host;
         bestScore = score;

@@ -25,3 +25,16 @@ export function releaseDecision(size: number, oldestAt: number, now: number, pol
   if (now >= wakeAt) return { release: true, size, reason: 'delay' };
   return { release: false, wakeAt };
 }
+
+/**
+ * Work conservation: when a group is not ready by the rule above but a
+ * replica is idle, is it still worth holding it back for company? Only if the
+ * jobs arriving now will, by the time the delay runs out, bring it to the next
+ * batch size worth having (the smallest preferred size above it, else the
+ * maximum). A lone job on an idle replica with nothing arriving leaves at once.
+ */
+export function worthWaiting(size: number, policy: BatchingPolicy, expectedArrivals: number): boolean {
+  const next = [...policy.preferredBatchSizes, policy.maxBatchSize].filter((candidate) => candidate > size && candidate <= policy.maxBatchSize);
+  const target = next.length > 0 ? Math.min(...next) : policy.maxBatchSize;
+  return size + expectedArrivals >= target;
+}

@@ -1,4 +1,5 @@
-export { Scheduler, type SchedulerDeps } from './scheduler.js';
+export { Scheduler, type SchedulerDeps, type Release, type PickHost } from './scheduler.js';
 export { ModelQueue, effectivePriority, compareJobs, type QueuedJob } from './queue.js';
-export { releaseDecision, type BatchingPolicy, type ReleaseDecision } from './batcher.js';
+export { releaseDecision, worthWaiting, type BatchingPolicy, type ReleaseDecision } from './batcher.js';
+export { ArrivalRate } from './arrivals.js';
 export { Admission } from './admission.js';

@@ -38,10 +38,6 @@ export class ModelQueue {
     return this.#byId.size;
   }
 
-  has(id: string): boolean {
-    return this.#byId.has(id);
-  }
-
   push(job: QueuedJob): void {
     let levels = this.#groups.get(job.compatKey);
     if (!levels) this.#groups.set(job.compatKey, (levels = new Map()));
@@ -95,10 +91,5 @@ export class ModelQueue {
       taken.push(best!);
     }
     return taken;
-  }
-
-  /** All queued jobs, in no particular order. */
-  jobs(): IterableIterator<QueuedJob> {
-    return this.#byId.values();
   }
 }

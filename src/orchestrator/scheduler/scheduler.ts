@@ -1,38 +1,42 @@
-import type { Clock, Timer } from '../clock.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession } from '../routing/index.js';
-import { releaseDecision } from './batcher.js';
+import { ArrivalRate } from './arrivals.js';
+import { releaseDecision, worthWaiting } from './batcher.js';
 import { compareJobs, ModelQueue, type QueuedJob } from './queue.js';
 
 export interface SchedulerDeps {
-  clock: Clock;
   model(name: string): RegisteredModel | undefined;
-  /** A host with a free slot for this model and these classes, or null. */
-  pickHost(model: RegisteredModel, classes: readonly string[]): HostSession | null;
-  /** Hand a released batch to the dispatcher. */
-  dispatch(model: RegisteredModel, jobs: QueuedJob[], host: HostSession): void;
+  /** A queued job moves up one priority level for each `agingMs` it waits. */
   agingMs: number;
+  /**
+   * Hold a partial batch on an idle replica only while arrivals promise company (default), or always for the
+   * full `maxQueueDelayMs` (the rule before work conservation; kept to compare the two in bench/batching-policy).
+   */
+  holdPartialBatches?: 'while-arriving' | 'always';
 }
 
-interface Ready {
+/** A batch taken out of its queue, with the host that will run it. */
+export interface Release {
   model: RegisteredModel;
-  queue: ModelQueue;
-  key: string;
-  size: number;
-  best: QueuedJob;
+  jobs: QueuedJob[];
+  host: HostSession;
 }
+
+/** A host with a free slot for this model and these classes, or null. */
+export type PickHost = (model: RegisteredModel, classes: readonly string[]) => HostSession | null;
 
 /**
- * Holds the queues and decides, whenever something changes, which batches to
- * release to which hosts. Work is released globally in priority order across
- * models, so one busy model cannot starve another's higher-priority jobs.
+ * The queues and the decision of what leaves them next. Work is released
+ * globally in priority order across models, so one busy model cannot starve
+ * another's higher-priority jobs. It keeps no timers and sends nothing: the
+ * dispatcher asks it for the next batch whenever something changed, and
+ * when to ask again.
  */
 export class Scheduler {
   readonly #deps: SchedulerDeps;
   readonly #queues = new Map<string, ModelQueue>();
+  readonly #arrivals = new Map<string, ArrivalRate>();
   #total = 0;
-  #pumpQueued = false;
-  #wake: { at: number; timer: Timer } | null = null;
 
   constructor(deps: SchedulerDeps) {
     this.#deps = deps;
@@ -50,16 +54,14 @@ export class Scheduler {
     return Object.fromEntries([...this.#queues].map(([model, queue]) => [model, queue.size]));
   }
 
-  has(model: string, id: string): boolean {
-    return this.#queues.get(model)?.has(id) ?? false;
-  }
-
   enqueue(job: QueuedJob): void {
     let queue = this.#queues.get(job.model);
     if (!queue) this.#queues.set(job.model, (queue = new ModelQueue()));
     queue.push(job);
     this.#total++;
-    this.requestPump();
+    let arrivals = this.#arrivals.get(job.model);
+    if (!arrivals) this.#arrivals.set(job.model, (arrivals = new ArrivalRate()));
+    arrivals.arrived(job.enqueuedAt);
   }
 
   /** Take a job out of its queue (cancelled or expired); false if it was not queued. */
@@ -69,63 +71,43 @@ export class Scheduler {
     return removed !== undefined;
   }
 
-  /** Coalesce many triggers (arrivals, freed slots) into one pass after the current tick's work. */
-  requestPump(): void {
-    if (this.#pumpQueued) return;
-    this.#pumpQueued = true;
-    queueMicrotask(() => {
-      this.#pumpQueued = false;
-      this.pump();
-    });
-  }
-
-  /** Release every batch that is ready and has a host, best job first. */
-  pump(): void {
-    const now = this.#deps.clock.now();
+  /**
+   * The best batch that is ready and that some host can take now, taken out of
+   * its queue — or, when there is none, the moment a waiting group becomes
+   * ready by itself (Infinity: only an arrival or a freed host can change anything).
+   */
+  next(now: number, pickHost: PickHost): { release: Release } | { wakeAt: number } {
+    const { agingMs } = this.#deps;
+    type Candidate = { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob; early: boolean };
+    const ready: Candidate[] = [];
     let wakeAt = Infinity;
-    for (;;) {
-      const ready: Ready[] = [];
-      wakeAt = Infinity;
-      for (const [name, queue] of this.#queues) {
-        if (queue.size === 0) continue;
-        const model = this.#deps.model(name);
-        if (!model) continue;
-        for (const group of queue.groups(now, this.#deps.agingMs)) {
-          const decision = releaseDecision(group.size, group.oldestAt, now, model.policy.batching);
-          if (decision.release) ready.push({ model, queue, key: group.key, size: decision.size, best: group.best });
-          else wakeAt = Math.min(wakeAt, decision.wakeAt);
+    for (const [name, queue] of this.#queues) {
+      if (queue.size === 0) continue;
+      const model = this.#deps.model(name);
+      if (!model) continue;
+      const batching = model.policy.batching;
+      for (const group of queue.groups(now, agingMs)) {
+        const decision = releaseDecision(group.size, group.oldestAt, now, batching);
+        if (decision.release) {
+          ready.push({ model, queue, key: group.key, size: decision.size, best: group.best, early: false });
+          continue;
+        }
+        wakeAt = Math.min(wakeAt, decision.wakeAt);
+        const expected = this.#arrivals.get(name)?.expectedWithin(decision.wakeAt - now, now) ?? 0;
+        if (this.#deps.holdPartialBatches !== 'always' && !worthWaiting(group.size, batching, expected)) {
+          ready.push({ model, queue, key: group.key, size: group.size, best: group.best, early: true });
         }
       }
-      ready.sort((a, b) => compareJobs(a.best, b.best, now, this.#deps.agingMs));
-      let released = false;
-      for (const candidate of ready) {
-        const host = this.#deps.pickHost(candidate.model, candidate.best.classes);
-        if (!host) continue;
-        const jobs = candidate.queue.take(candidate.key, candidate.size, now, this.#deps.agingMs);
-        this.#total -= jobs.length;
-        this.#deps.dispatch(candidate.model, jobs, host);
-        released = true;
-        break;
-      }
-      if (!released) break;
     }
-    this.#armWake(wakeAt);
-  }
-
-  #armWake(at: number): void {
-    if (this.#wake && this.#wake.at <= at && this.#wake.at > this.#deps.clock.now()) return;
-    this.#wake?.timer.cancel();
-    this.#wake = null;
-    if (at === Infinity) return;
-    const timer = this.#deps.clock.setTimer(at - this.#deps.clock.now(), () => {
-      this.#wake = null;
-      this.pump();
-    });
-    this.#wake = { at, timer };
-  }
-
-  /** Every queued job (for status and shutdown). */
-  *queued(): Generator<QueuedJob> {
-    for (const queue of this.#queues.values()) yield* queue.jobs();
+    ready.sort((a, b) => compareJobs(a.best, b.best, now, agingMs));
+    for (const candidate of ready) {
+      const host = pickHost(candidate.model, candidate.best.classes);
+      // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
+      if (!host || (candidate.early && host.batches.size > 0)) continue;
+      const jobs = candidate.queue.take(candidate.key, candidate.size, now, agingMs);
+      this.#total -= jobs.length;
+      return { release: { model: candidate.model, jobs, host } };
+    }
+    return { wakeAt };
   }
 }

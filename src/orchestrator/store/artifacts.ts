@@ -8,6 +8,7 @@ export interface ArtifactRecord {
   model: string;
   host: string;
   album: string;
+  /** The job's prompt, read from the job (artifacts do not store it). */
   prompt: string | null;
   mediaType: string;
   bytes: number;
@@ -32,16 +33,19 @@ function fromRow(row: ArtifactRow): ArtifactRecord {
   };
 }
 
-export function insertArtifact(db: Db, artifact: Omit<ArtifactRecord, 'seq'>): void {
-  stmt(db, `INSERT OR IGNORE INTO artifacts (digest, job_id, type, model, host, album, prompt, media_type, bytes, width, height,
-    compute_ms, total_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-    artifact.digest, artifact.jobId, artifact.type, artifact.model, artifact.host, artifact.album, artifact.prompt,
+export function insertArtifact(db: Db, artifact: Omit<ArtifactRecord, 'seq' | 'prompt'>): void {
+  stmt(db, `INSERT OR IGNORE INTO artifacts (digest, job_id, type, model, host, album, media_type, bytes, width, height,
+    compute_ms, total_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    artifact.digest, artifact.jobId, artifact.type, artifact.model, artifact.host, artifact.album,
     artifact.mediaType, artifact.bytes, artifact.width, artifact.height, artifact.computeMs, artifact.totalMs, artifact.createdAt,
   );
 }
 
+/** Artifact columns with the job's prompt. */
+const SELECT = 'SELECT a.*, j.prompt AS prompt FROM artifacts a JOIN jobs j ON j.id = a.job_id';
+
 export function artifactsOfJob(db: Db, jobId: string): ArtifactRecord[] {
-  return (stmt(db, 'SELECT * FROM artifacts WHERE job_id = ? ORDER BY seq').all(jobId) as ArtifactRow[]).map(fromRow);
+  return (stmt(db, `${SELECT} WHERE a.job_id = ? ORDER BY a.seq`).all(jobId) as ArtifactRow[]).map(fromRow);
 }
 
 export interface ArtifactFilter {
@@ -56,12 +60,12 @@ export interface ArtifactFilter {
 export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] {
   const where: string[] = [];
   const args: unknown[] = [];
-  for (const [column, values] of [['type', filter.types], ['model', filter.models], ['album', filter.albums]] as const) {
+  for (const [column, values] of [['a.type', filter.types], ['a.model', filter.models], ['a.album', filter.albums]] as const) {
     if (!values) continue;
     if (values.length === 0) where.push('0');
     else { where.push(`${column} IN (${values.map(() => '?').join(', ')})`); args.push(...values); }
   }
-  if (filter.beforeSeq !== undefined) { where.push('seq < ?'); args.push(filter.beforeSeq); }
-  const sql = `SELECT * FROM artifacts ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;
+  if (filter.beforeSeq !== undefined) { where.push('a.seq < ?'); args.push(filter.beforeSeq); }
+  const sql = `${SELECT} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY a.seq DESC LIMIT ?`;
   return (db.prepare(sql).all(...args, filter.limit) as ArtifactRow[]).map(fromRow);
 }

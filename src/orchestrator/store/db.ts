@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { MIGRATIONS, type Migration } from './migrations.js';
 
@@ -11,7 +11,12 @@ export type Db = Database.Database;
  * at most the last transactions on power loss — the trade every job queue on SQLite makes.
  */
 export function openDb(path: string): Db {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') {
+    mkdirSync(dirname(path), { recursive: true });
+    // The store holds grant records: only its owner may read it. SQLite gives its -wal and -shm files the database file's mode.
+    if (!existsSync(path)) writeFileSync(path, '', { mode: 0o600 });
+    chmodSync(path, 0o600);
+  }
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');

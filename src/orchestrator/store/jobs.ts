@@ -13,6 +13,8 @@ export interface JobRecord {
   /** Host classes the job may run on: its type's routing, narrowed by its grant. */
   classes: string[];
   input: Record<string, unknown>;
+  /** The input's prompt (a generated column of the store: the one place it is read from the input). */
+  prompt: string | null;
   grantId: string;
   idempotencyKey: string | null;
   createdAt: number;
@@ -23,7 +25,6 @@ export interface JobRecord {
   batchId: string | null;
   batchSize: number | null;
   leaseHost: string | null;
-  leaseExpiresAt: number | null;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;
@@ -33,32 +34,32 @@ export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'alb
 
 interface JobRow {
   seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; input: string;
-  grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
+  prompt: string | null; grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
   deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
-  lease_expires_at: number | null; result: string | null; error_code: string | null; error_message: string | null;
+  result: string | null; error_code: string | null; error_message: string | null;
 }
 
 function fromRow(row: JobRow): JobRecord {
   return {
     seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
-    album: row.album, classes: JSON.parse(row.classes) as string[], input: JSON.parse(row.input) as Record<string, unknown>, grantId: row.grant_id,
+    album: row.album, classes: JSON.parse(row.classes) as string[], input: JSON.parse(row.input) as Record<string, unknown>, prompt: row.prompt, grantId: row.grant_id,
     idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
     deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
-    leaseHost: row.lease_host, leaseExpiresAt: row.lease_expires_at,
+    leaseHost: row.lease_host,
     result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
   };
 }
 
-/** Insert a queued job; returns it with its sequence number. */
+/** Insert a queued job; returns it with its sequence number and prompt. */
 export function insertJob(db: Db, job: NewJob): JobRecord {
-  const info = stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, input, grant_id, idempotency_key,
-      created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+  const row = stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, input, grant_id, idempotency_key,
+      created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq, prompt`).get(
     job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), JSON.stringify(job.input), job.grantId, job.idempotencyKey,
     job.createdAt, job.createdAt, job.deadlineAt,
-  );
+  ) as { seq: number; prompt: string | null };
   return {
-    ...job, seq: Number(info.lastInsertRowid), status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
-    batchId: null, batchSize: null, leaseHost: null, leaseExpiresAt: null, result: null, errorCode: null, errorMessage: null,
+    ...job, seq: row.seq, prompt: row.prompt, status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
+    batchId: null, batchSize: null, leaseHost: null, result: null, errorCode: null, errorMessage: null,
   };
 }
 
@@ -113,9 +114,9 @@ export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[
 }
 
 /** Returns false when the job was no longer queued (cancelled or expired meanwhile). */
-export function markDispatched(db: Db, id: string, batchId: string, batchSize: number, host: string, leaseExpiresAt: number, now: number): boolean {
+export function markDispatched(db: Db, id: string, batchId: string, batchSize: number, host: string, now: number): boolean {
   return stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
-    lease_expires_at = ?, updated_at = ? WHERE id = ? AND status = 'queued'`).run(batchId, batchSize, host, leaseExpiresAt, now, id).changes === 1;
+    updated_at = ? WHERE id = ? AND status = 'queued'`).run(batchId, batchSize, host, now, id).changes === 1;
 }
 
 /** The agent started a batch: its jobs that are still dispatched to it are running. */
@@ -123,13 +124,9 @@ export function markBatchRunning(db: Db, batchId: string, now: number): void {
   stmt(db, `UPDATE jobs SET status = 'running', updated_at = ? WHERE batch_id = ? AND status = 'dispatched'`).run(now, batchId);
 }
 
-export function extendLease(db: Db, id: string, host: string, leaseExpiresAt: number): void {
-  stmt(db, `UPDATE jobs SET lease_host = ?, lease_expires_at = ? WHERE id = ? AND status IN ('dispatched', 'running')`).run(host, leaseExpiresAt, id);
-}
-
 /** Put a dispatched or running job back in its queue (its attempt failed or its lease lapsed). */
 export function requeueJob(db: Db, id: string, now: number): boolean {
-  return stmt(db, `UPDATE jobs SET status = 'queued', lease_host = NULL, lease_expires_at = NULL, updated_at = ?
+  return stmt(db, `UPDATE jobs SET status = 'queued', lease_host = NULL, updated_at = ?
     WHERE id = ? AND status IN ('dispatched', 'running')`).run(now, id).changes === 1;
 }
 
@@ -141,7 +138,7 @@ export function finishJob(
   db: Db, id: string, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number,
   outcome: { result?: unknown; errorCode?: string; errorMessage?: string } = {},
 ): boolean {
-  return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL, lease_expires_at = NULL,
+  return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL,
       result = ?, error_code = ?, error_message = ?
     WHERE id = ? AND status IN ('queued', 'dispatched', 'running')`).run(
     status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result),

@@ -103,4 +103,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ) WITHOUT ROWID;
     `,
   },
+  {
+    version: 3,
+    name: 'the prompt is read from the job\'s input only; no lease expiry column',
+    sql: `
+      ALTER TABLE jobs ADD COLUMN prompt TEXT GENERATED ALWAYS AS (json_extract(input, '$.prompt')) VIRTUAL;
+      ALTER TABLE artifacts DROP COLUMN prompt;
+      ALTER TABLE jobs DROP COLUMN lease_expires_at;
+    `,
+  },
 ];

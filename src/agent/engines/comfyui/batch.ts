@@ -1,0 +1,343 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../engine.js';
+import { BatchProgress } from '../shared/batch-progress.js';
+import { ServerStatusError, ServerUnreachableError } from '../shared/http.js';
+import { describeOutput } from '../shared/media.js';
+import type { ComfyClient, ComfyFileRef, HistoryEntry } from './client.js';
+import { fillWorkflow, type ComfyUiSettings, type ResolvedWorkflow } from './settings.js';
+import { ComfySocket, type ComfyMessage } from './socket.js';
+
+type Failure = { kind: 'failed'; code: string; message: string; retryable: boolean };
+type Outcome = { kind: 'succeeded' } | { kind: 'cancelled' } | Failure;
+
+/** One job of the batch as one ComfyUI prompt: unsent → queued → running → done. */
+interface PromptState {
+  job: EngineJob;
+  index: number;
+  promptId: string | null;
+  phase: 'unsent' | 'queued' | 'running' | 'done';
+  cancelled: boolean;
+  outcome: Outcome | null;
+  history: HistoryEntry | null;
+  settle(): void;
+  settled: Promise<void>;
+}
+
+export interface BatchDeps {
+  client: ComfyClient;
+  workflow: ResolvedWorkflow;
+  settings: ComfyUiSettings;
+  log: Logger;
+}
+
+/** Messages for prompts whose POST /prompt has not answered yet are kept (at most this many) and replayed. */
+const MAX_EARLY_MESSAGES = 10_000;
+/** Polling gives up after this many failed rounds in a row: the server is gone. */
+const MAX_POLL_FAILURES = 5;
+
+const failed = (code: string, message: string, retryable: boolean): Failure => ({ kind: 'failed', code, message, retryable });
+
+/**
+ * One batch on a ComfyUI server: each job becomes a prompt (ComfyUI runs one
+ * prompt at a time, so jobs do not share a forward pass), all queued at once
+ * behind a WebSocket opened first. Progress and completion come from the
+ * socket; if it drops, /history is polled instead (no step progress then).
+ */
+export class ComfyBatch {
+  readonly #deps: BatchDeps;
+  readonly #states: PromptState[];
+  readonly #byId = new Map<string, PromptState>();
+  readonly #early = new Map<string, ComfyMessage[]>();
+  #earlyCount = 0;
+  readonly #progress: BatchProgress;
+  readonly #clientId = randomUUID();
+  #runningId: string | null = null;
+  #polling = false;
+  #timedOut = false;
+  #ended = false;
+
+  constructor(deps: BatchDeps, jobs: readonly EngineJob[], onProgress: (progress: Progress) => void) {
+    this.#deps = deps;
+    this.#progress = new BatchProgress(jobs.length, onProgress);
+    this.#states = jobs.map((job, index) => {
+      let settle!: () => void;
+      const settled = new Promise<void>((resolve) => (settle = resolve));
+      return { job, index, promptId: null, phase: 'unsent', cancelled: false, outcome: null, history: null, settle, settled };
+    });
+  }
+
+  async run(): Promise<JobOutput[]> {
+    const { client, settings } = this.#deps;
+    let socket: ComfySocket;
+    try {
+      socket = await ComfySocket.connect(client.baseUrl, this.#clientId, settings.requestTimeoutMs, (message) => this.#onMessage(message));
+    } catch (error) {
+      throw new EngineError('NOT_READY', `${client.label}: its WebSocket did not open: ${(error as Error).message}`, true, { cause: error });
+    }
+    socket.onClose((reason) => {
+      if (this.#ended) return;
+      this.#deps.log.warn({ server: client.baseUrl, reason }, 'ComfyUI WebSocket dropped mid-batch; polling /history instead');
+      void this.#poll();
+    });
+    const deadline = setTimeout(() => this.#timeOut(), settings.timeoutMs);
+    try {
+      for (const state of this.#states) await this.#submit(state);
+      await Promise.all(this.#states.map((state) => state.settled));
+    } finally {
+      clearTimeout(deadline);
+      this.#ended = true;
+      socket.close();
+    }
+    return Promise.all(this.#states.map((state) => this.#output(state)));
+  }
+
+  /**
+   * Stop these jobs: not yet sent → skipped; queued → taken out of the queue;
+   * running → interrupted. A job cancelled before the batch returns ends
+   * CANCELLED even if its prompt had finished, as in every engine.
+   */
+  cancel(jobIds: readonly string[]): void {
+    for (const state of this.#states) {
+      if (!jobIds.includes(state.job.id) || state.cancelled) continue;
+      state.cancelled = true;
+      if (state.promptId && state.phase !== 'done') void this.#stop(state);
+      // An unsent prompt is skipped by #submit; one being sent is stopped once its id is known.
+    }
+  }
+
+  async #submit(state: PromptState): Promise<void> {
+    const { client, workflow } = this.#deps;
+    if (state.cancelled || state.outcome) return this.#finish(state, { kind: 'cancelled' });
+    try {
+      const submitted = await client.submit(fillWorkflow(workflow, state.job.input), this.#clientId, randomUUID());
+      state.promptId = String(submitted.prompt_id);
+    } catch (error) {
+      return this.#finish(state, this.#submitFailure(error));
+    }
+    if (state.phase === 'unsent') state.phase = 'queued';
+    this.#byId.set(state.promptId, state);
+    const early = this.#early.get(state.promptId) ?? [];
+    this.#early.delete(state.promptId);
+    for (const message of early) this.#onMessage(message);
+    // Cancelled, or past the deadline, while it was being sent: take it back off the server.
+    if (state.cancelled || (this.#timedOut && state.phase === 'done')) await this.#stop(state);
+  }
+
+  #submitFailure(error: unknown): Failure {
+    const { client } = this.#deps;
+    if (error instanceof ServerStatusError && error.status === 400) {
+      return failed('INVALID_INPUT', `${client.label} refused the workflow: ${describeRefusal(error.body, error.serverMessage)}`, false);
+    }
+    if (error instanceof ServerStatusError) return failed(error.busy ? 'NOT_READY' : 'ENGINE_FAILED', error.message, error.status >= 500 || error.busy);
+    if (error instanceof ServerUnreachableError) return failed('NOT_READY', error.message, true);
+    return failed('ENGINE_FAILED', `${client.label}: ${(error as Error).message}`, true);
+  }
+
+  #onMessage(message: ComfyMessage): void {
+    if (this.#ended) return;
+    const promptId = ('prompt_id' in message.data ? message.data.prompt_id : undefined) ?? (message.type === 'progress' ? this.#runningId : null);
+    if (!promptId) return;
+    const state = this.#byId.get(promptId);
+    if (!state) {
+      // Our POST /prompt may not have answered yet; ComfyUI can start (even finish) a prompt before that.
+      if (this.#earlyCount >= MAX_EARLY_MESSAGES) return;
+      const list = this.#early.get(promptId) ?? [];
+      list.push(message);
+      this.#early.set(promptId, list);
+      this.#earlyCount++;
+      return;
+    }
+    if (state.phase === 'done') return;
+    switch (message.type) {
+      case 'execution_start':
+      case 'execution_cached':
+        this.#started(state);
+        return;
+      case 'executing':
+        if (message.data.node === null) return this.#finish(state, { kind: 'succeeded' });
+        this.#started(state);
+        return;
+      case 'progress':
+        this.#started(state);
+        this.#progress.report(state.index, Number(message.data.value), Number(message.data.max));
+        return;
+      case 'execution_success':
+        return this.#finish(state, { kind: 'succeeded' });
+      case 'execution_error':
+        return this.#finish(state, failed('ENGINE_FAILED', `${this.#deps.client.label}: ${describeExecutionError(message.data)}`, false));
+      case 'execution_interrupted':
+        return this.#finish(state, this.#interrupted(message.data));
+      default:
+        return;
+    }
+  }
+
+  #started(state: PromptState): void {
+    if (state.phase !== 'queued' && state.phase !== 'unsent') return;
+    state.phase = 'running';
+    this.#runningId = state.promptId;
+    // Cancelled while we thought it queued: the delete missed it, so interrupt it now.
+    if (state.cancelled) void this.#stop(state);
+  }
+
+  #interrupted(data: { node_id?: string; node_type?: string }): Outcome {
+    return failed('ENGINE_FAILED', `${this.#deps.client.label}: the prompt was interrupted at node ${data.node_id ?? '?'} (${data.node_type ?? '?'}) by another client`, true);
+  }
+
+  #finish(state: PromptState, outcome: Outcome): void {
+    if (state.outcome) return;
+    state.outcome = state.cancelled ? { kind: 'cancelled' } : outcome;
+    state.phase = 'done';
+    if (this.#runningId === state.promptId) this.#runningId = null;
+    this.#progress.complete(state.index);
+    state.settle();
+  }
+
+  /** Take a cancelled prompt off the server: out of the queue if it waits there, else interrupt it. */
+  async #stop(state: PromptState): Promise<void> {
+    const { client, log } = this.#deps;
+    const promptId = state.promptId!;
+    try {
+      if (state.phase === 'running') {
+        await client.interrupt(promptId); // the socket (or polling) reports it interrupted
+        return;
+      }
+      await client.deleteQueued([promptId]);
+      const queue = await client.queue();
+      if (queue.running.has(promptId)) {
+        state.phase = 'running';
+        await client.interrupt(promptId);
+      } else if (!queue.pending.has(promptId)) {
+        this.#finish(state, { kind: 'cancelled' });
+      }
+    } catch (error) {
+      // The batch deadline still ends the job; the server may be gone.
+      log.warn({ err: error, promptId }, 'could not cancel a ComfyUI prompt');
+    }
+  }
+
+  /** The WebSocket dropped: learn each prompt's end from /history, and notice prompts the server lost. */
+  async #poll(): Promise<void> {
+    if (this.#polling) return;
+    this.#polling = true;
+    const { client, settings } = this.#deps;
+    let failures = 0;
+    while (!this.#ended && this.#states.some((state) => state.phase !== 'done')) {
+      await new Promise((resolve) => setTimeout(resolve, settings.pollIntervalMs));
+      try {
+        await this.#pollOnce();
+        failures = 0;
+      } catch (error) {
+        if (++failures < MAX_POLL_FAILURES) continue;
+        const message = error instanceof Error ? error.message : String(error);
+        for (const state of this.#states) this.#finish(state, failed('NOT_READY', `${client.label}: lost while polling: ${message}`, true));
+      }
+    }
+  }
+
+  async #pollOnce(): Promise<void> {
+    const { client } = this.#deps;
+    const missing: PromptState[] = [];
+    for (const state of this.#states) {
+      if (state.phase === 'done' || !state.promptId) continue;
+      const entry = await client.history(state.promptId);
+      if (entry) this.#finishFromHistory(state, entry);
+      else missing.push(state);
+    }
+    if (missing.length === 0) return;
+    const queue = await client.queue();
+    for (const state of missing) {
+      const promptId = state.promptId!;
+      if (queue.running.has(promptId)) this.#started(state);
+      if (queue.running.has(promptId) || queue.pending.has(promptId) || state.phase === 'done') continue;
+      const entry = await client.history(promptId); // it may have finished between the two reads
+      if (entry) this.#finishFromHistory(state, entry);
+      else this.#finish(state, failed('ENGINE_FAILED', `${client.label} lost prompt ${promptId}: it is neither queued, running nor in its history`, true));
+    }
+  }
+
+  #finishFromHistory(state: PromptState, entry: HistoryEntry): void {
+    state.history = entry;
+    const messages = entry.status?.messages ?? [];
+    const error = messages.find(([type]) => type === 'execution_error')?.[1];
+    const interrupted = messages.find(([type]) => type === 'execution_interrupted')?.[1];
+    if (error) return this.#finish(state, failed('ENGINE_FAILED', `${this.#deps.client.label}: ${describeExecutionError(error)}`, false));
+    if (interrupted) return this.#finish(state, this.#interrupted(interrupted));
+    if (entry.status?.status_str === 'error') return this.#finish(state, failed('ENGINE_FAILED', `${this.#deps.client.label}: the prompt failed`, false));
+    this.#finish(state, { kind: 'succeeded' });
+  }
+
+  #timeOut(): void {
+    const { client, settings } = this.#deps;
+    this.#timedOut = true;
+    for (const state of this.#states) {
+      if (state.phase === 'done') continue;
+      if (state.promptId) void this.#stop(state); // free the server for the next batch
+      this.#finish(state, failed('ENGINE_FAILED', `${client.label}: the batch took longer than ${settings.timeoutMs} ms`, true));
+    }
+  }
+
+  async #output(state: PromptState): Promise<JobOutput> {
+    const jobId = state.job.id;
+    const outcome = state.outcome!;
+    if (outcome.kind === 'cancelled' || state.cancelled) return { jobId, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false };
+    if (outcome.kind === 'failed') return { jobId, ok: false, code: outcome.code, message: outcome.message, retryable: outcome.retryable };
+    const { client, workflow } = this.#deps;
+    try {
+      const entry = state.history ?? await client.history(state.promptId!);
+      if (!entry) return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label} has no history for prompt ${state.promptId}`, retryable: true };
+      const refs = outputFiles(entry, workflow.outputNodes);
+      if (refs.length === 0) {
+        return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label}: the workflow produced no output files (does it end in a SaveImage node?)`, retryable: false };
+      }
+      const files: OutputFile[] = [];
+      for (const ref of refs) {
+        const { bytes, contentType } = await client.view(ref);
+        files.push(await describeOutput(ref.filename, bytes, contentType));
+      }
+      return { jobId, ok: true, files };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label}: fetching the outputs of prompt ${state.promptId} failed: ${message}`, retryable: true };
+    }
+  }
+}
+
+/** The files a finished prompt wrote: `output` files of every node (or of the chosen nodes), in node order. */
+export function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): ComfyFileRef[] {
+  const nodes = outputNodes ?? Object.keys(entry.outputs ?? {}).sort((a, b) => a.localeCompare(b, 'en', { numeric: true }));
+  const refs: ComfyFileRef[] = [];
+  for (const node of nodes) {
+    for (const value of Object.values(entry.outputs?.[node] ?? {})) {
+      if (!Array.isArray(value)) continue;
+      for (const item of value) {
+        if (item && typeof item === 'object' && typeof (item as ComfyFileRef).filename === 'string') refs.push(item as ComfyFileRef);
+      }
+    }
+  }
+  // Without chosen nodes, previews (type "temp") are left out when the workflow saved real outputs.
+  if (outputNodes) return refs;
+  const saved = refs.filter((ref) => ref.type === 'output');
+  return saved.length > 0 ? saved : refs;
+}
+
+/** `execution_error` → "node 3 (KSampler): RuntimeError: …". */
+export function describeExecutionError(data: { node_id?: unknown; node_type?: unknown; exception_type?: unknown; exception_message?: unknown }): string {
+  const type = data.exception_type ? `${String(data.exception_type)}: ` : '';
+  const message = String(data.exception_message ?? 'failed').trim();
+  return `node ${String(data.node_id ?? '?')} (${String(data.node_type ?? '?')}) failed: ${type}${message}`;
+}
+
+/** A 400 from POST /prompt: `{error: {message, details}, node_errors: {id: {class_type, errors: [{message, details}]}}}`. */
+export function describeRefusal(body: unknown, fallback: string): string {
+  const nodeErrors = (body as { node_errors?: unknown })?.node_errors;
+  const parts: string[] = [];
+  if (nodeErrors && typeof nodeErrors === 'object' && !Array.isArray(nodeErrors)) {
+    for (const [node, value] of Object.entries(nodeErrors as Record<string, { class_type?: string; errors?: { message?: string; details?: string }[] }>)) {
+      const errors = (value.errors ?? []).map((error) => `${error.message ?? 'invalid'}${error.details ? `: ${error.details}` : ''}`);
+      parts.push(`node ${node} (${value.class_type ?? '?'}): ${errors.join('; ') || 'invalid'}`);
+    }
+  }
+  return parts.length > 0 ? parts.join('; ') : fallback;
+}

@@ -1,0 +1,101 @@
+import WebSocket from 'ws';
+
+/**
+ * The JSON messages of ComfyUI's `/ws` (docs.comfy.org, "comms_messages").
+ * `prompt_id` is optional on `progress` because older servers leave it out.
+ */
+export type ComfyMessage =
+  | { type: 'status'; data: { status?: { exec_info?: { queue_remaining?: number } }; sid?: string } }
+  | { type: 'execution_start'; data: { prompt_id: string } }
+  | { type: 'execution_cached'; data: { prompt_id: string; nodes?: string[] } }
+  | { type: 'executing'; data: { prompt_id?: string; node: string | null } }
+  | { type: 'progress'; data: { prompt_id?: string; node?: string; value: number; max: number } }
+  | { type: 'executed'; data: { prompt_id: string; node: string; output?: unknown } }
+  | { type: 'execution_success'; data: { prompt_id: string } }
+  | { type: 'execution_error'; data: { prompt_id: string; node_id?: string; node_type?: string; exception_type?: string; exception_message?: string } }
+  | { type: 'execution_interrupted'; data: { prompt_id: string; node_id?: string; node_type?: string } };
+
+const KNOWN = new Set(['status', 'execution_start', 'execution_cached', 'executing', 'progress', 'executed', 'execution_success', 'execution_error', 'execution_interrupted']);
+
+/** The WebSocket URL of a ComfyUI base URL: `ws://host/ws?clientId=<id>`. */
+export function socketUrl(baseUrl: string, clientId: string): string {
+  const url = new URL(baseUrl);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  url.pathname = `${url.pathname.replace(/\/+$/, '')}/ws`;
+  url.search = new URLSearchParams({ clientId }).toString();
+  return url.toString();
+}
+
+/**
+ * One client's WebSocket to ComfyUI. Binary frames are previews and are
+ * dropped; text frames that are not JSON or not a known message are ignored
+ * (ComfyUI extensions add their own types).
+ */
+export class ComfySocket {
+  readonly #socket: WebSocket;
+  #closed = false;
+  readonly #closeHandlers: ((reason: string) => void)[] = [];
+
+  private constructor(socket: WebSocket, onMessage: (message: ComfyMessage) => void) {
+    this.#socket = socket;
+    socket.on('message', (data, isBinary) => {
+      if (isBinary) return;
+      let message: unknown;
+      try {
+        message = JSON.parse(data.toString());
+      } catch {
+        return;
+      }
+      const { type, data: body } = (message ?? {}) as { type?: unknown; data?: unknown };
+      if (typeof type === 'string' && KNOWN.has(type) && body && typeof body === 'object') onMessage(message as ComfyMessage);
+    });
+    socket.on('close', (code, reason) => this.#ended(`closed (${code}${reason.length ? ` ${reason.toString()}` : ''})`));
+    // An error is followed by close; the close handler reports it.
+    socket.on('error', () => {});
+  }
+
+  /** Connect before submitting, so no message about our prompts is missed. */
+  static async connect(baseUrl: string, clientId: string, timeoutMs: number, onMessage: (message: ComfyMessage) => void): Promise<ComfySocket> {
+    const socket = new WebSocket(socketUrl(baseUrl, clientId), { handshakeTimeout: timeoutMs });
+    const comfy = new ComfySocket(socket, onMessage);
+    await new Promise<void>((resolve, reject) => {
+      const settle = (error?: Error): void => {
+        socket.off('open', opened);
+        socket.off('error', settle);
+        socket.off('unexpected-response', refused);
+        if (error) reject(error);
+        else resolve();
+      };
+      const opened = (): void => settle();
+      const refused = (_request: unknown, response: { statusCode?: number }): void => {
+        settle(new Error(`the WebSocket upgrade was refused with HTTP ${response.statusCode}`));
+        socket.terminate();
+      };
+      socket.on('open', opened);
+      socket.on('error', settle);
+      socket.on('unexpected-response', refused);
+    });
+    return comfy;
+  }
+
+  get open(): boolean {
+    return !this.#closed;
+  }
+
+  onClose(handler: (reason: string) => void): void {
+    if (this.#closed) handler('closed');
+    else this.#closeHandlers.push(handler);
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#socket.terminate();
+  }
+
+  #ended(reason: string): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const handler of this.#closeHandlers) handler(reason);
+  }
+}

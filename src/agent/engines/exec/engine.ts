@@ -1,0 +1,95 @@
+import { constants } from 'node:fs';
+import { access } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { delimiter, isAbsolute, join, resolve } from 'node:path';
+import type { Device, ModelManifest } from '../../../protocol/index.js';
+import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
+import { parseSettings } from '../shared/settings.js';
+import { ExecBatch } from './batch.js';
+import { LocalCommandRunner, type CommandRunner } from './runner.js';
+import { commandTemplate, fill, ExecSettings } from './settings.js';
+
+export interface ExecEngineOptions {
+  /** Runs the processes. Default: the local runner (own process group, bounded output, timeout). */
+  runner?: CommandRunner;
+  /** Where each run gets its scratch directory. Default: the OS temp directory. */
+  scratchRoot?: string;
+}
+
+/** The executable a program name means: a path (relative to `cwd`), or the first match on PATH. */
+async function findExecutable(program: string, cwd: string): Promise<string | null> {
+  const candidates = program.includes('/')
+    ? [isAbsolute(program) ? program : resolve(cwd, program)]
+    : (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((dir) => join(dir, program));
+  for (const candidate of candidates) {
+    try {
+      await access(candidate, constants.X_OK);
+      return candidate;
+    } catch { /* next */ }
+  }
+  return null;
+}
+
+/**
+ * Models that are commands: each batch (or each job) runs the model's
+ * command with the jobs as JSON, and its outputs are the files it writes.
+ * Nothing stays resident between batches, so a loaded model costs no process.
+ */
+export class ExecEngine implements Engine {
+  readonly name = 'exec';
+  readonly #runner: CommandRunner;
+  readonly #scratchRoot: string;
+  readonly #batches = new Set<ExecBatch>();
+
+  constructor(options: ExecEngineOptions = {}) {
+    this.#runner = options.runner ?? new LocalCommandRunner();
+    this.#scratchRoot = options.scratchRoot ?? tmpdir();
+  }
+
+  async load(manifest: ModelManifest, modelPath: string, device: Device): Promise<LoadedModel> {
+    const settings = parseSettings(ExecSettings, manifest, this.name);
+    const invalid = (detail: string): EngineError => new EngineError('ENGINE_FAILED', `model "${manifest.name}" (exec): ${detail}`, false);
+    let argv: string[];
+    try {
+      argv = commandTemplate(settings);
+    } catch (error) {
+      throw invalid(`settings.command: ${(error as Error).message}`);
+    }
+    const program = fill(argv[0]!, { MODEL_PATH: modelPath } as Parameters<typeof fill>[1]);
+    if (!program.includes('${') && !await findExecutable(program, settings.cwd ?? process.cwd())) {
+      throw invalid(`settings.command: "${program}" is not an executable file${program.includes('/') ? '' : ' on PATH'}`);
+    }
+    const context = { settings, argv, modelPath, runner: this.#runner, scratchRoot: this.#scratchRoot };
+    const mine = new Set<ExecBatch>();
+    let unloaded = false;
+    return {
+      manifest, device,
+      // No process stays resident; the manifest's figure is what one run needs.
+      memoryMB: Math.max(manifest.memoryMB, 1),
+      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> => {
+        if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
+        const batch = new ExecBatch(context, jobs, onProgress);
+        mine.add(batch);
+        this.#batches.add(batch);
+        try {
+          return await batch.run();
+        } finally {
+          mine.delete(batch);
+          this.#batches.delete(batch);
+        }
+      },
+      cancel: (jobIds) => {
+        for (const batch of mine) batch.cancel(jobIds);
+      },
+      unload: async () => {
+        unloaded = true;
+        for (const batch of mine) batch.cancelAll();
+      },
+    };
+  }
+
+  /** Agent shutdown: end every running command. */
+  async close(): Promise<void> {
+    for (const batch of this.#batches) batch.cancelAll();
+  }
+}

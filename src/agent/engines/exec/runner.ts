@@ -1,0 +1,149 @@
+import { spawn } from 'node:child_process';
+
+/** One command to run. */
+export interface CommandSpec {
+  /** Program and arguments; never interpreted by a shell. */
+  argv: string[];
+  cwd?: string;
+  env: NodeJS.ProcessEnv;
+  /** Written to the command's stdin, which is then closed; null: no stdin. */
+  stdin: string | null;
+  /** The command is ended (SIGTERM, then SIGKILL) once it runs this long. */
+  timeoutMs: number;
+  /** Bytes of stdout and of stderr kept, each (the last ones). */
+  maxOutputBytes: number;
+  /** Time between SIGTERM and SIGKILL. */
+  killGraceMs: number;
+}
+
+export interface CommandHooks {
+  /** Each complete stdout line (lines longer than the limit are cut short). */
+  onStdoutLine?(line: string): void;
+  /** Aborting ends the command's whole process group. */
+  signal?: AbortSignal;
+}
+
+export interface CommandResult {
+  /** Null when it ended by a signal or never started. */
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+  /** Why gpumesh stopped it, if it did. */
+  stopped: 'timeout' | 'cancelled' | null;
+  /** It could not be started (ENOENT, EACCES…). */
+  spawnError: string | null;
+  stdoutTail: string;
+  stderrTail: string;
+}
+
+/**
+ * Runs one command to its end. The local runner below is the small built-in
+ * one; a governed runner (cgroups, the agent's process table) can take its
+ * place behind this interface.
+ */
+export interface CommandRunner {
+  run(spec: CommandSpec, hooks?: CommandHooks): Promise<CommandResult>;
+}
+
+/** The last `limit` bytes of a stream. */
+class Tail {
+  #chunks: Buffer[] = [];
+  #bytes = 0;
+  constructor(readonly limit: number) {}
+
+  push(chunk: Buffer): void {
+    this.#chunks.push(chunk);
+    this.#bytes += chunk.length;
+    while (this.#bytes - this.#chunks[0]!.length >= this.limit) this.#bytes -= this.#chunks.shift()!.length;
+  }
+
+  toString(): string {
+    const all = Buffer.concat(this.#chunks);
+    return all.subarray(Math.max(0, all.length - this.limit)).toString('utf8');
+  }
+}
+
+/** The longest stdout line handed to `onStdoutLine`; more of a line is dropped, so a flood cannot grow memory. */
+const MAX_LINE_BYTES = 64 * 1024;
+
+/**
+ * Spawns without a shell, as the leader of a new process group (`detached`),
+ * so a timeout or a cancel ends everything the command started: SIGTERM to
+ * the group, SIGKILL after the grace. When the leader exits, what it left
+ * running in its group is killed too — a batch leaves nothing behind.
+ */
+export class LocalCommandRunner implements CommandRunner {
+  run(spec: CommandSpec, hooks: CommandHooks = {}): Promise<CommandResult> {
+    return new Promise((resolve) => {
+      const stdoutTail = new Tail(spec.maxOutputBytes);
+      const stderrTail = new Tail(spec.maxOutputBytes);
+      let stopped: CommandResult['stopped'] = null;
+      let spawnError: string | null = null;
+      const child = spawn(spec.argv[0]!, spec.argv.slice(1), {
+        cwd: spec.cwd, env: spec.env, detached: true, shell: false,
+        stdio: [spec.stdin === null ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      });
+      const signalGroup = (signal: NodeJS.Signals): void => {
+        if (!child.pid) return;
+        try { process.kill(-child.pid, signal); } catch { /* the group is gone */ }
+      };
+      let killTimer: NodeJS.Timeout | null = null;
+      const stop = (why: 'timeout' | 'cancelled'): void => {
+        if (stopped || child.exitCode !== null || child.signalCode !== null) return;
+        stopped = why;
+        signalGroup('SIGTERM');
+        killTimer = setTimeout(() => signalGroup('SIGKILL'), spec.killGraceMs);
+      };
+      const timeout = setTimeout(() => stop('timeout'), spec.timeoutMs);
+      const onAbort = (): void => stop('cancelled');
+      if (hooks.signal?.aborted) queueMicrotask(onAbort);
+      else hooks.signal?.addEventListener('abort', onAbort, { once: true });
+
+      let partial = Buffer.alloc(0);
+      let overlong = false;
+      child.stdout!.on('data', (chunk: Buffer) => {
+        stdoutTail.push(chunk);
+        if (!hooks.onStdoutLine) return;
+        let rest = chunk;
+        for (let newline = rest.indexOf(10); newline >= 0; newline = rest.indexOf(10)) {
+          const line = Buffer.concat([partial, rest.subarray(0, newline)]);
+          if (!overlong) hooks.onStdoutLine(line.subarray(0, MAX_LINE_BYTES).toString('utf8').replace(/\r$/, ''));
+          partial = Buffer.alloc(0);
+          overlong = false;
+          rest = rest.subarray(newline + 1);
+        }
+        if (overlong) return;
+        partial = Buffer.concat([partial, rest]);
+        if (partial.length > MAX_LINE_BYTES) {
+          overlong = true; // this line is dropped up to its end
+          partial = Buffer.alloc(0);
+        }
+      });
+      child.stderr!.on('data', (chunk: Buffer) => stderrTail.push(chunk));
+      // A command that does not read its stdin closes the pipe; that is not an error of ours.
+      child.stdin?.on('error', () => {});
+      child.stdin?.end(spec.stdin ?? undefined);
+
+      child.once('error', (error) => {
+        spawnError = error.message;
+      });
+      let closeGuard: NodeJS.Timeout | null = null;
+      child.once('exit', () => {
+        // What the leader left behind in its group goes with it.
+        signalGroup('SIGKILL');
+        // A process that left the group may still hold our pipes; do not wait on it forever.
+        closeGuard = setTimeout(() => {
+          child.stdout?.destroy();
+          child.stderr?.destroy();
+        }, spec.killGraceMs);
+      });
+      child.once('close', (exitCode, signal) => {
+        clearTimeout(timeout);
+        if (killTimer) clearTimeout(killTimer);
+        if (closeGuard) clearTimeout(closeGuard);
+        hooks.signal?.removeEventListener('abort', onAbort);
+        if (partial.length > 0 && !overlong) hooks.onStdoutLine?.(partial.toString('utf8'));
+        resolve({ exitCode, signal, stopped, spawnError, stdoutTail: stdoutTail.toString(), stderrTail: stderrTail.toString() });
+      });
+    });
+  }
+}

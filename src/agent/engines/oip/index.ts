@@ -1,0 +1,2 @@
+export { OipEngine, type OipEngineOptions } from './engine.js';
+export { OipSettings } from './settings.js';

@@ -1,0 +1,70 @@
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
+import type { EventBus } from '../events.js';
+import type { MeshMetrics } from '../metrics.js';
+import type { BlobStore, RegisteredModel } from '../registry/index.js';
+import type { HostRegistry, Router } from '../routing/index.js';
+import type { Admission, Scheduler } from '../scheduler/index.js';
+import type { Db, GroupCommit } from '../store/index.js';
+import { Cancellation } from './cancellation.js';
+import { Dispatcher } from './dispatcher.js';
+import { Failover } from './failover.js';
+import { InFlight } from './in-flight.js';
+import { JobOutputs } from './outputs.js';
+import { Recovery } from './recovery.js';
+import { ResultIntake } from './results.js';
+import { JobStates } from './states.js';
+
+export interface JobCoreDeps {
+  db: Db;
+  commits: GroupCommit;
+  clock: Clock;
+  events: EventBus;
+  metrics: MeshMetrics;
+  scheduler: Scheduler;
+  router: Router;
+  hosts: HostRegistry;
+  admission: Admission;
+  blobs: BlobStore;
+  log: Logger;
+  model(name: string): RegisteredModel | undefined;
+  uploadCredential(batchId: string, validUntil: number): string;
+  retryBackoffMs: number;
+  reconnectGraceMs: number;
+  uploadLimitBytes: number;
+}
+
+/** The job roles, built in dependency order: what the orchestrator and the role tests both run. */
+export interface JobCore {
+  states: JobStates;
+  inFlight: InFlight;
+  dispatcher: Dispatcher;
+  failover: Failover;
+  cancellation: Cancellation;
+  recovery: Recovery;
+  outputs: JobOutputs;
+  intake: ResultIntake;
+  /** Stop every timer the roles hold (shutdown). */
+  close(): void;
+}
+
+export function createJobCore(deps: JobCoreDeps): JobCore {
+  const { db, commits, clock, events, metrics, log, model } = deps;
+  const states = new JobStates({ db, commits, clock, events, metrics, log: log.child({ part: 'jobs' }) });
+  const inFlight = new InFlight();
+  const dispatcher = new Dispatcher({
+    clock, scheduler: deps.scheduler, router: deps.router, hosts: deps.hosts, states, inFlight, admission: deps.admission, metrics, model,
+    uploadCredential: deps.uploadCredential, log: log.child({ part: 'dispatch' }),
+  });
+  const failover = new Failover({ clock, states, inFlight, dispatcher, model, retryBackoffMs: deps.retryBackoffMs, log: log.child({ part: 'failover' }) });
+  const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
+  const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
+  const outputs = new JobOutputs({ db, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
+  const intake = new ResultIntake({ clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }) });
+  return {
+    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake,
+    close() {
+      for (const part of [dispatcher, failover, cancellation, recovery]) part.close();
+    },
+  };
+}

@@ -1,0 +1,132 @@
+import type { Logger } from 'pino';
+import { MeshError } from '../../protocol/index.js';
+import type { Clock, Timer } from '../clock.js';
+import type { MeshMetrics } from '../metrics.js';
+import type { RegisteredModel } from '../registry/index.js';
+import type { HostRegistry, HostSession, Router } from '../routing/index.js';
+import type { Admission, Release, Scheduler } from '../scheduler/index.js';
+import type { JobRecord } from '../store/index.js';
+import { newId } from '../ids.js';
+import type { InFlight } from './in-flight.js';
+import type { JobStates } from './states.js';
+
+export interface DispatcherDeps {
+  clock: Clock;
+  scheduler: Scheduler;
+  router: Router;
+  hosts: HostRegistry;
+  states: JobStates;
+  inFlight: InFlight;
+  admission: Admission;
+  metrics: MeshMetrics;
+  log: Logger;
+  model(name: string): RegisteredModel | undefined;
+  /** A credential that lets the outputs of one batch's jobs be uploaded until `validUntil` (epoch ms). */
+  uploadCredential(batchId: string, validUntil: number): string;
+}
+
+/**
+ * Moves work from the queues to the hosts: puts jobs in their queues, asks
+ * the scheduler for the next batch whenever something changed (an arrival, a
+ * freed slot, a host joining), records the batch and sends `run` over the
+ * host's link. The one place that composes what a host is told to run or stop.
+ */
+export class Dispatcher {
+  readonly #deps: DispatcherDeps;
+  readonly #pickHost: (model: RegisteredModel, classes: readonly string[]) => HostSession | null;
+  #pumpQueued = false;
+  #wake: { at: number; timer: Timer } | null = null;
+  #closed = false;
+
+  constructor(deps: DispatcherDeps) {
+    this.#deps = deps;
+    this.#pickHost = (model, classes) => deps.router.pick(model, classes);
+    deps.inFlight.onSlotFreed(() => this.requestPump());
+    deps.hosts.onChange(() => this.requestPump());
+    deps.states.onTerminal((job) => {
+      deps.scheduler.remove(job.model, job.id);
+      deps.inFlight.release(job.id);
+    });
+  }
+
+  /** Put a queued job in its model's queue. */
+  enqueue(job: JobRecord): void {
+    const model = this.#deps.model(job.model);
+    if (!model) {
+      this.#deps.states.ended(job, 'failed', new MeshError('UNKNOWN_MODEL', { model: job.model, known: '(the model was removed since the job was queued)' }));
+      return;
+    }
+    this.#deps.scheduler.enqueue({
+      id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
+      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes,
+    });
+    this.requestPump();
+  }
+
+  /** Tell the host that holds a job to stop it. */
+  cancelOnHost(jobId: string): void {
+    this.#deps.inFlight.of(jobId)?.host.send({ type: 'cancel', jobId });
+  }
+
+  /** Coalesce many triggers (arrivals, freed slots) into one pass after the current tick's work. */
+  requestPump(): void {
+    if (this.#pumpQueued || this.#closed) return;
+    this.#pumpQueued = true;
+    queueMicrotask(() => {
+      this.#pumpQueued = false;
+      this.pump();
+    });
+  }
+
+  /** Send every batch that is ready and has a host; then sleep until the next one may be. */
+  pump(): void {
+    const { clock, scheduler } = this.#deps;
+    for (;;) {
+      const next = scheduler.next(clock.now(), this.#pickHost);
+      if ('wakeAt' in next) {
+        this.#armWake(next.wakeAt);
+        return;
+      }
+      this.#send(next.release);
+    }
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#wake?.timer.cancel();
+    this.#wake = null;
+  }
+
+  #send({ model, jobs: queued, host }: Release): void {
+    const { states, clock } = this.#deps;
+    const now = clock.now();
+    const batchId = newId('b');
+    const name = model.manifest.name;
+    const records = queued.map((entry) => states.get(entry.id)).filter((job): job is JobRecord => job?.status === 'queued');
+    const jobs = states.dispatched(records, { batchId, host: host.id, replica: `${host.id}/${name}` });
+    if (jobs.length === 0) return;
+    this.#deps.inFlight.place(host, { id: batchId, model: name, jobIds: new Set(jobs.map((job) => job.id)), dispatchedAt: now });
+    this.#deps.admission.recordDrain(name, jobs.length);
+    this.#deps.metrics.batchDispatched(name, jobs.length, jobs.map((job) => now - job.createdAt));
+    // Valid for as long as the batch's jobs may run, and an hour more for slow uploads.
+    const validUntil = Math.max(...jobs.map((job) => job.deadlineAt ?? now + model.policy.maxTimeoutMs)) + 3_600_000;
+    host.send({
+      type: 'run', batchId, model: model.manifest, uploadCredential: this.#deps.uploadCredential(batchId, validUntil),
+      jobs: jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
+    });
+    this.#deps.log.debug({ batchId, host: host.id, model: name, size: jobs.length }, 'batch dispatched');
+  }
+
+  #armWake(at: number): void {
+    const now = this.#deps.clock.now();
+    if (this.#wake && this.#wake.at <= at && this.#wake.at > now) return;
+    this.#wake?.timer.cancel();
+    this.#wake = null;
+    if (at === Infinity || this.#closed) return;
+    const timer = this.#deps.clock.setTimer(at - now, () => {
+      this.#wake = null;
+      this.pump();
+    });
+    this.#wake = { at, timer };
+  }
+}

@@ -1,0 +1,148 @@
+import type { Logger } from 'pino';
+import { isErrorCode, isTerminal, type AgentMessage, type ErrorBody } from '../../protocol/index.js';
+import type { Clock } from '../clock.js';
+import type { EventBus } from '../events.js';
+import type { MeshMetrics } from '../metrics.js';
+import type { HostSession } from '../routing/index.js';
+import type { GroupCommit, JobRecord } from '../store/index.js';
+import type { Failover } from './failover.js';
+import type { InFlight } from './in-flight.js';
+import type { JobOutputs } from './outputs.js';
+import type { JobStates } from './states.js';
+
+type Done = Extract<AgentMessage, { type: 'done' }>;
+type Failed = Extract<AgentMessage, { type: 'failed' }>;
+
+export interface ResultIntakeDeps {
+  clock: Clock;
+  states: JobStates;
+  inFlight: InFlight;
+  failover: Failover;
+  outputs: JobOutputs;
+  /** Acknowledgements wait for the commit that recorded what they acknowledge. */
+  commits: GroupCommit;
+  events: EventBus;
+  metrics: MeshMetrics;
+  log: Logger;
+}
+
+/**
+ * What agents report about the work they were given: `started`, `progress`,
+ * `done` and `failed`. A report counts only if it comes from the session the
+ * job's current attempt was dispatched to, about the batch it was given in;
+ * anything else is refused, logged with the host and counted — whatever a
+ * valid agent grant allows, it does not let one host decide another's jobs.
+ * A result is acknowledged once committed, so the agent keeps re-sending it
+ * until it is safe.
+ */
+export class ResultIntake {
+  readonly #deps: ResultIntakeDeps;
+
+  constructor(deps: ResultIntakeDeps) {
+    this.#deps = deps;
+  }
+
+  started(host: HostSession, batchId: string, jobIds: readonly string[]): void {
+    const jobs = this.#held(host, batchId, jobIds, 'started');
+    if (jobs.length > 0) this.#deps.states.started(batchId, jobs, host.id);
+  }
+
+  progress(host: HostSession, batchId: string, jobIds: readonly string[], step: number, total: number): void {
+    for (const job of this.#held(host, batchId, jobIds, 'progress')) this.#deps.states.progress(job, step, total);
+  }
+
+  done(host: HostSession, message: Done): void {
+    const job = this.#settled(host, message, 'done');
+    if (!job) return;
+    const inline = message.artifacts.filter((artifact): artifact is typeof artifact & { inline: string } => artifact.inline !== undefined);
+    if (inline.length === 0) {
+      this.#publish(host, job, message);
+      return;
+    }
+    // Outputs that came inline are hashed and stored before the job is published with them.
+    Promise.all(inline.map((artifact) => this.#deps.outputs.keepInline(artifact))).then(() => {
+      // While they were written the job may have moved on (cancelled, or its host reconnected): the report counts only if it still holds.
+      if (this.#deps.inFlight.holds(host, message.batchId, job.id)) this.#publish(host, job, message);
+    }, (error: unknown) => {
+      if (!this.#deps.inFlight.holds(host, message.batchId, job.id)) return;
+      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code: 'INTEGRITY_FAILED', message: `an inline output was refused: ${(error as Error).message}` }, true);
+      this.#ack(host, job.id);
+    });
+  }
+
+  #publish(host: HostSession, job: JobRecord, message: Done): void {
+    const missing = message.artifacts.find((artifact) => artifact.inline === undefined && !this.#deps.outputs.wasUploaded(job.id, artifact.digest));
+    if (missing) {
+      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', {
+        code: 'INTEGRITY_FAILED', message: `output ${missing.digest} was reported but never uploaded for the job`,
+      }, true);
+    } else {
+      this.#deps.states.succeeded(job, {
+        batchId: message.batchId, host: host.id, artifacts: message.artifacts, result: message.result, computeMs: message.timings.computeMs,
+      });
+    }
+    this.#ack(host, job.id);
+  }
+
+  failed(host: HostSession, message: Failed): void {
+    const job = this.#settled(host, message, 'failed');
+    if (!job) return;
+    this.#deps.failover.attemptFailed(job, message.batchId, 'failed', registered(message.error), message.retryable);
+    this.#ack(host, job.id);
+  }
+
+  /**
+   * The job a result is about, if this session may settle it. A job already
+   * finished is acknowledged (a duplicate, or a result whose acknowledgement
+   * was lost) and nothing changes.
+   */
+  #settled(host: HostSession, message: Done | Failed, what: 'done' | 'failed'): JobRecord | null {
+    const job = this.#deps.states.get(message.jobId);
+    if (job && isTerminal(job.status)) {
+      this.#deps.log.debug({ jobId: job.id, status: job.status, host: host.id }, 'result for a finished job; acknowledged, ignored');
+      this.#ack(host, job.id);
+      return null;
+    }
+    if (!job || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
+      this.#refuse(host, what, message.jobId);
+      // The agent may be an honest one whose job has moved on (it was lost and the job retried elsewhere): tell it to
+      // let go — unless it holds the job in another batch now, which a cancel would stop.
+      if (this.#deps.inFlight.of(message.jobId)?.host !== host) host.send({ type: 'cancel', jobId: message.jobId });
+      return null;
+    }
+    return job;
+  }
+
+  /** The jobs of `jobIds` this session holds in `batchId`; the rest are refused. */
+  #held(host: HostSession, batchId: string, jobIds: readonly string[], what: 'started' | 'progress'): JobRecord[] {
+    const jobs: JobRecord[] = [];
+    for (const jobId of jobIds) {
+      const job = this.#deps.inFlight.holds(host, batchId, jobId) ? this.#deps.states.get(jobId) : null;
+      if (job) jobs.push(job);
+      else if (!this.#recentlyFinished(jobId)) this.#refuse(host, what, jobId);
+    }
+    return jobs;
+  }
+
+  /** Progress can race a cancellation: a report about a job that just ended is not an intrusion. */
+  #recentlyFinished(jobId: string): boolean {
+    const job = this.#deps.states.get(jobId);
+    return job !== null && isTerminal(job.status);
+  }
+
+  #refuse(host: HostSession, what: string, jobId: string): void {
+    this.#deps.log.warn({ host: host.id, session: host.session, message: what, jobId }, 'refused a report about a job this host does not hold');
+    this.#deps.metrics.reportRefused(host.id, what);
+    this.#deps.events.publishMesh({ type: 'link:refused', host: host.id, what, jobId, at: new Date(this.#deps.clock.now()).toISOString() });
+  }
+
+  #ack(host: HostSession, jobId: string): void {
+    // The agent forgets a result once acknowledged, so the acknowledgement waits until the result is committed.
+    this.#deps.commits.afterCommit(() => host.ack(jobId));
+  }
+}
+
+/** An agent's error with a code from the registry; an unknown code becomes ENGINE_FAILED, keeping the agent's words. */
+function registered(error: ErrorBody): ErrorBody {
+  return isErrorCode(error.code) ? error : { code: 'ENGINE_FAILED', message: `${error.code}: ${error.message}` };
+}

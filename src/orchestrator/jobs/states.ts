@@ -1,0 +1,196 @@
+import type { Logger } from 'pino';
+import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent } from '../../protocol/index.js';
+import type { Clock } from '../clock.js';
+import type { EventBus, EventScope } from '../events.js';
+import type { MeshMetrics } from '../metrics.js';
+import { artifacts, attempts, jobs as jobStore, type Db, type GroupCommit, type JobRecord, type NewJob } from '../store/index.js';
+import { artifactView } from './views.js';
+
+export interface JobStatesDeps {
+  db: Db;
+  /** Every write joins the current group commit. */
+  commits: GroupCommit;
+  clock: Clock;
+  events: EventBus;
+  metrics: MeshMetrics;
+  log: Logger;
+}
+
+export type EndStatus = 'failed' | 'cancelled' | 'expired';
+
+/** Where an attempt ran: the batch, its size and the host. */
+export interface AttemptPlace {
+  batchId: string;
+  batchSize: number;
+  host: string;
+  replica: string;
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.model, album: job.album });
+
+/**
+ * The job state machine and nothing else:
+ * queued → dispatched → running → succeeded | failed | cancelled | expired.
+ * Each transition is written to the store (through the group commit) and then
+ * announced on the event bus. Jobs that are not finished are kept in memory,
+ * so the hot path never reads them back; terminal transitions are conditional
+ * updates, so a late or duplicate one changes nothing. Roles that keep
+ * per-job state (queues, timers, placements) forget a job through `onTerminal`.
+ */
+export class JobStates {
+  readonly #deps: JobStatesDeps;
+  readonly #active = new Map<string, JobRecord>();
+  readonly #terminal = new Set<(job: JobRecord) => void>();
+
+  constructor(deps: JobStatesDeps) {
+    this.#deps = deps;
+  }
+
+  /** A job's current record: from memory while it is active, else from the store. */
+  get(id: string): JobRecord | null {
+    return this.#active.get(id) ?? jobStore.getJob(this.#deps.db, id);
+  }
+
+  /** Run `listener` once for every job that reaches a terminal state. */
+  onTerminal(listener: (job: JobRecord) => void): void {
+    this.#terminal.add(listener);
+  }
+
+  /** Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. */
+  create(job: NewJob, staleKeyOf?: string): JobRecord {
+    const record = this.#deps.commits.write(() => {
+      if (staleKeyOf) jobStore.releaseIdempotencyKey(this.#deps.db, staleKeyOf);
+      return jobStore.insertJob(this.#deps.db, job);
+    });
+    this.#active.set(record.id, record);
+    this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, at: iso(record.createdAt) });
+    return record;
+  }
+
+  /** At start: the jobs the store holds as not finished, made active again. */
+  restore(): JobRecord[] {
+    const records = jobStore.jobsInStates(this.#deps.db, ['queued', 'dispatched', 'running']);
+    for (const record of records) this.#active.set(record.id, record);
+    return records;
+  }
+
+  /** Queued jobs leave for a host as one batch; returns those that were still queued. */
+  dispatched(jobs: readonly JobRecord[], place: Omit<AttemptPlace, 'batchSize'>): JobRecord[] {
+    const { db, clock } = this.#deps;
+    const now = clock.now();
+    const moved = this.#deps.commits.write(() => jobs.filter((job) => {
+      if (!jobStore.markDispatched(db, job.id, place.batchId, jobs.length, place.host, now)) return false;
+      attempts.insertAttempt(db, {
+        jobId: job.id, n: job.attempts + 1, host: place.host, replica: place.replica, batchId: place.batchId, batchSize: jobs.length, dispatchedAt: now,
+      });
+      return true;
+    }));
+    for (const job of moved) {
+      Object.assign(job, { status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: moved.length, leaseHost: place.host, updatedAt: now });
+      this.#emit(job, {
+        type: 'dispatched', jobId: job.id, host: place.host, replica: place.replica, batchId: place.batchId,
+        batchSize: moved.length, attempt: job.attempts, at: iso(now),
+      });
+    }
+    return moved;
+  }
+
+  /** The host began a batch: its jobs still dispatched are running (two statements for the whole batch). */
+  started(batchId: string, jobs: readonly JobRecord[], host: string): void {
+    const { db, clock } = this.#deps;
+    const starting = jobs.filter((job) => job.status === 'dispatched');
+    if (starting.length === 0) return;
+    const now = clock.now();
+    this.#deps.commits.write(() => {
+      jobStore.markBatchRunning(db, batchId, now);
+      attempts.markBatchStarted(db, batchId, now);
+    });
+    for (const job of starting) {
+      job.status = 'running';
+      this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
+    }
+  }
+
+  /** Progress is announced, never stored. */
+  progress(job: JobRecord, step: number, total: number): void {
+    const pct = total > 0 ? Math.round((step / total) * 1000) / 10 : 0;
+    this.#emit(job, { type: 'progress', jobId: job.id, step, total, pct, at: iso(this.#deps.clock.now()) });
+  }
+
+  /** An attempt ended without a result (the job itself may be retried). */
+  attemptEnded(job: JobRecord, batchId: string, status: 'failed' | 'lost', error: ErrorBody): void {
+    const now = this.#deps.clock.now();
+    this.#deps.commits.write(() => attempts.finishAttempt(this.#deps.db, job.id, batchId, status, now, { errorCode: error.code, errorMessage: error.message }));
+  }
+
+  /** A job whose attempt failed goes back to waiting; returns false if it had already finished. */
+  requeued(job: JobRecord): boolean {
+    const now = this.#deps.clock.now();
+    const changed = this.#deps.commits.write(() => jobStore.requeueJob(this.#deps.db, job.id, now));
+    if (changed) Object.assign(job, { status: 'queued', leaseHost: null, updatedAt: now });
+    return changed;
+  }
+
+  /** The attempt in `batchId` delivered: record its artifacts and finish the job. Returns false if it had already finished. */
+  succeeded(job: JobRecord, outcome: { batchId: string; host: string; artifacts: readonly ArtifactReport[]; result: unknown; computeMs: number }): boolean {
+    const { db, clock } = this.#deps;
+    const now = clock.now();
+    const published = outcome.artifacts.map((artifact) => ({
+      digest: artifact.digest, jobId: job.id, type: job.type, model: job.model, host: outcome.host, album: job.album,
+      mediaType: artifact.mediaType, bytes: artifact.bytes, width: artifact.width ?? null, height: artifact.height ?? null,
+      computeMs: outcome.computeMs, totalMs: now - job.createdAt, createdAt: now,
+    }));
+    const finished = this.#deps.commits.write(() => {
+      if (!jobStore.finishJob(db, job.id, 'succeeded', now, { result: outcome.result ?? null })) return false;
+      for (const artifact of published) artifacts.insertArtifact(db, artifact);
+      attempts.finishAttempt(db, job.id, outcome.batchId, 'succeeded', now, { computeMs: outcome.computeMs });
+      return true;
+    });
+    if (!finished) return false;
+    this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
+    this.#terminated(job, 'succeeded', now);
+    this.#emit(job, {
+      type: 'succeeded', jobId: job.id, result: outcome.result ?? null, at: iso(now),
+      artifacts: published.map((artifact) => artifactView({ ...artifact, seq: 0, prompt: job.prompt })),
+    });
+    return true;
+  }
+
+  /**
+   * End a job without a result. `attemptBatchId` names an attempt still in
+   * flight (cancelled or expired while running), which ends as cancelled.
+   * Returns false if the job had already finished.
+   */
+  ended(job: JobRecord, status: EndStatus, error?: ErrorBody | MeshError, attemptBatchId?: string): boolean {
+    const { db, clock } = this.#deps;
+    const now = clock.now();
+    const body = error instanceof MeshError ? error.toJSON() : error;
+    const changed = this.#deps.commits.write(() => {
+      if (!jobStore.finishJob(db, job.id, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
+      if (attemptBatchId) {
+        attempts.finishAttempt(db, job.id, attemptBatchId, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
+      }
+      return true;
+    });
+    if (!changed) return false;
+    this.#deps.metrics.jobFinished(job.model, status, now - job.createdAt);
+    this.#terminated(job, status, now);
+    const at = iso(now);
+    if (status === 'failed') this.#emit(job, { type: 'failed', jobId: job.id, error: body ?? new MeshError('INTERNAL', { detail: 'failed without an error' }).toJSON(), at });
+    else this.#emit(job, { type: status, jobId: job.id, at });
+    return true;
+  }
+
+  #terminated(job: JobRecord, status: JobRecord['status'], now: number): void {
+    Object.assign(job, { status, finishedAt: now, updatedAt: now, leaseHost: null });
+    this.#active.delete(job.id);
+    for (const listener of this.#terminal) listener(job);
+  }
+
+  #emit(job: JobRecord, event: JobEvent): void {
+    this.#deps.events.publish(event, scopeOf(job));
+  }
+}
+
+export { scopeOf };

@@ -1,0 +1,117 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { pino } from 'pino';
+import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index.js';
+import { FakeClock } from '../../src/orchestrator/clock.js';
+import { policyFor, resolveConfig, type ResolvedModelPolicy } from '../../src/orchestrator/config.js';
+import { EventBus, type ScopedEvent } from '../../src/orchestrator/events.js';
+import { createJobCore, type JobCore } from '../../src/orchestrator/jobs/index.js';
+import { MeshMetrics } from '../../src/orchestrator/metrics.js';
+import { BlobStore, PIPELINES, type RegisteredModel } from '../../src/orchestrator/registry/index.js';
+import { HostRegistry, HostSession, Router } from '../../src/orchestrator/routing/index.js';
+import { Admission, Scheduler } from '../../src/orchestrator/scheduler/index.js';
+import { GroupCommit, openDb, type Db, type JobRecord } from '../../src/orchestrator/store/index.js';
+
+export interface FakeHost {
+  session: HostSession;
+  sent: OrchestratorMessage[];
+  /** Messages of one type sent to this host so far. */
+  of<T extends OrchestratorMessage['type']>(type: T): Extract<OrchestratorMessage, { type: T }>[];
+}
+
+/**
+ * The orchestrator's job roles wired as the facade wires them, on an
+ * in-memory store and a fake clock, with hosts whose links are arrays.
+ * Time moves only with `clock.advance`; commits happen with `settle()`.
+ */
+export class JobCoreHarness {
+  readonly clock = new FakeClock(1_000_000);
+  readonly events = new EventBus();
+  readonly seen: ScopedEvent[] = [];
+  readonly hosts = new HostRegistry();
+  readonly db: Db;
+  readonly commits: GroupCommit;
+  readonly metrics: MeshMetrics;
+  readonly scheduler: Scheduler;
+  readonly core: JobCore;
+  readonly models = new Map<string, RegisteredModel>();
+  #seq = 0;
+
+  constructor(options: { db?: Db; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number } = {}) {
+    this.db = options.db ?? openDb(':memory:');
+    this.commits = new GroupCommit(this.db);
+    const config = resolveConfig({}, '/tmp/unused');
+    this.models.set('gen', {
+      manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: `sha256:${'a'.repeat(64)}`, bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
+      policy: { ...policyFor(config, 'gen'), ...options.policy },
+      pipeline: PIPELINES['cppn-image'],
+    });
+    this.scheduler = new Scheduler({ model: (name) => this.models.get(name), agingMs: 30_000 });
+    this.metrics = new MeshMetrics({ queueDepths: () => this.scheduler.depths(), hosts: this.hosts });
+    this.events.subscribeAll((scoped) => this.seen.push(scoped));
+    this.core = createJobCore({
+      db: this.db, commits: this.commits, clock: this.clock, events: this.events, metrics: this.metrics, scheduler: this.scheduler,
+      router: new Router(this.hosts), hosts: this.hosts, admission: new Admission(this.clock),
+      blobs: new BlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), log: pino({ level: 'silent' }),
+      model: (name) => this.models.get(name), uploadCredential: (batchId) => `upload-${batchId}`,
+      retryBackoffMs: options.retryBackoffMs ?? 100, reconnectGraceMs: options.reconnectGraceMs ?? 5_000, uploadLimitBytes: 1 << 20,
+    });
+  }
+
+  /** A connected host with `concurrency` slots. */
+  host(id: string, options: { concurrency?: number; classes?: string[]; join?: boolean } = {}): FakeHost {
+    const sent: OrchestratorMessage[] = [];
+    const session = new HostSession(
+      {
+        id, classes: options.classes ?? ['image'], engines: ['onnx'], concurrency: options.concurrency ?? 1, version: 'test',
+        devices: [{ id: 'cpu', kind: 'cpu', name: 'test', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }],
+      },
+      [], `${id}-${++this.#seq}`, this.clock.now(), (message) => sent.push(message),
+    );
+    if (options.join !== false) this.hosts.set(session);
+    return { session, sent, of: (type) => sent.filter((message) => message.type === type) as never };
+  }
+
+  /** Admit an image job the way the job service does. */
+  submit(fields: { deadlineAt?: number | null; prompt?: string } = {}): JobRecord {
+    const job = this.core.states.create({
+      id: `j_${++this.#seq}`, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'],
+      input: { prompt: fields.prompt ?? 'test', seed: 1, width: 8, height: 8, steps: 1 }, grantId: 'g', idempotencyKey: null,
+      createdAt: this.clock.now(), deadlineAt: fields.deadlineAt ?? null,
+    });
+    this.core.cancellation.arm(job);
+    this.core.dispatcher.enqueue(job);
+    return job;
+  }
+
+  /** Let queued microtasks (pumps, acks) run and commit what was written. */
+  async settle(): Promise<void> {
+    for (let i = 0; i < 3; i++) {
+      await Promise.resolve();
+      this.commits.flush();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** Deliver an output of a job in a batch, as the upload route does. */
+  async upload(jobId: string, batchId: string, bytes: Buffer): Promise<string> {
+    const digest = sha256Digest(bytes);
+    await this.core.outputs.receive({ jobId, batchId, digest, mediaType: 'image/png' }, Readable.from([bytes]));
+    return digest;
+  }
+
+  status(jobId: string): string | undefined {
+    return this.core.states.get(jobId)?.status;
+  }
+
+  jobEvents(jobId: string): string[] {
+    return this.seen.flatMap((scoped) => (scoped.kind === 'job' && scoped.event.jobId === jobId ? [scoped.event.type] : []));
+  }
+
+  close(): void {
+    this.core.close();
+    this.commits.flush();
+  }
+}

@@ -1,0 +1,129 @@
+import { EventEmitter } from 'node:events';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { LINK_CLOSE, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
+import type { VerifiedGrant } from '../../src/orchestrator/auth/index.js';
+import { AgentHub, type LinkSocket } from '../../src/orchestrator/link/agent-hub.js';
+import { JobCoreHarness } from '../helpers/job-core.js';
+
+/** A WebSocket stand-in: what the hub sends lands in `sent`, closes are recorded, and the test plays the agent. */
+class FakeSocket extends EventEmitter {
+  readonly OPEN = 1;
+  readyState = 1;
+  readonly sent: OrchestratorMessage[] = [];
+  closed: { code: number; reason: string } | null = null;
+  terminated = false;
+
+  send(data: string): void {
+    this.sent.push(JSON.parse(data) as OrchestratorMessage);
+  }
+
+  close(code: number, reason: string): void {
+    if (this.closed) return;
+    this.closed = { code, reason };
+    this.readyState = 3;
+    this.emit('close', code, Buffer.from(reason));
+  }
+
+  terminate(): void {
+    this.terminated = true;
+    this.close(1006, '');
+  }
+
+  say(message: unknown): void {
+    this.emit('message', Buffer.from(JSON.stringify(message)), false);
+  }
+}
+
+const hello = (host = 'laptop') => ({
+  type: 'hello', protocol: LINK_PROTOCOL_VERSION, host, classes: ['image'], engines: ['onnx'], models: [], inFlight: [],
+  devices: [{ id: 'cpu', kind: 'cpu', name: 'fake', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',
+});
+
+let harness: JobCoreHarness;
+let hub: AgentHub;
+afterEach(() => {
+  hub?.close();
+  harness?.close();
+});
+
+function setup(): void {
+  harness = new JobCoreHarness();
+  hub = new AgentHub({
+    clock: harness.clock, hosts: harness.hosts, intake: harness.core.intake, failover: harness.core.failover, recovery: harness.core.recovery,
+    events: harness.events, log: pino({ level: 'silent' }), heartbeatMs: 1_000, staleAfterMs: 3_000, helloTimeoutMs: 2_000, inlineOutputBytes: 1024,
+    authorizeJoin: () => {},
+  });
+}
+
+const attach = (): FakeSocket => {
+  const socket = new FakeSocket();
+  hub.attach(socket as unknown as LinkSocket, {} as VerifiedGrant);
+  return socket;
+};
+
+describe('AgentHub (fake clock, fake sockets)', () => {
+  it('closes a socket that says no hello within the timeout, with a code that lets the agent redial', () => {
+    setup();
+    const silent = attach();
+    harness.clock.advance(1_999);
+    expect(silent.closed).toBeNull();
+    harness.clock.advance(1);
+    expect(silent.closed).toEqual({ code: LINK_CLOSE.noHello, reason: 'no hello' });
+    const prompt = attach();
+    prompt.say(hello());
+    harness.clock.advance(2_000);
+    expect(prompt.closed).toBeNull();
+    expect(prompt.sent[0]).toMatchObject({ type: 'welcome', protocol: LINK_PROTOCOL_VERSION });
+  });
+
+  it('drops a host whose heartbeats stop, fails its work over, and keeps one that reports', async () => {
+    setup();
+    const quiet = attach();
+    quiet.say(hello('quiet'));
+    const job = harness.submit();
+    await harness.settle();
+    expect(quiet.sent.filter((message) => message.type === 'run')).toHaveLength(1);
+    const chatty = attach();
+    chatty.say(hello('chatty'));
+    for (let second = 1; second <= 4; second++) {
+      chatty.say({ type: 'heartbeat', resident: [], devices: hello().devices });
+      harness.clock.advance(1_000);
+    }
+    expect(quiet.closed?.code).toBe(LINK_CLOSE.stale);
+    expect(quiet.terminated).toBe(true);
+    expect(chatty.closed).toBeNull();
+    expect([...harness.hosts].map((host) => host.id)).toEqual(['chatty']);
+    expect(harness.seen.some((scoped) => scoped.kind === 'mesh' && scoped.event.type === 'host:lost' && scoped.event.host === 'quiet')).toBe(true);
+    // Its job was retried (after the backoff) on the host that kept reporting.
+    await harness.settle();
+    harness.clock.advance(100);
+    await harness.settle();
+    const run = chatty.sent.find((message) => message.type === 'run');
+    expect(run?.type === 'run' && run.jobs[0]!.id).toBe(job.id);
+  });
+
+  it('a new connection of the same host replaces the old one, which is closed as replaced', () => {
+    setup();
+    const first = attach();
+    first.say(hello());
+    const second = attach();
+    second.say(hello());
+    expect(first.closed?.code).toBe(LINK_CLOSE.replaced);
+    expect(harness.hosts.size).toBe(1);
+    expect(harness.hosts.get('laptop')).toBeDefined();
+    second.close(1000, 'bye');
+    expect(harness.hosts.size).toBe(0);
+  });
+
+  it('refuses a first message that is not hello, and closes on a malformed one', () => {
+    setup();
+    const rude = attach();
+    rude.say({ type: 'heartbeat', resident: [], devices: [] });
+    expect(rude.closed?.code).toBe(LINK_CLOSE.rejected);
+    const garbled = attach();
+    garbled.say(hello());
+    garbled.say({ type: 'progress', batchId: 1 });
+    expect(garbled.closed?.code).toBe(1008);
+  });
+});

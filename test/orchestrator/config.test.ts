@@ -1,0 +1,33 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, resolveConfig } from '../../src/orchestrator/config.js';
+import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
+
+describe('mesh.yaml validation', () => {
+  it('names every bad field by its path', () => {
+    const attempt = () => resolveConfig({ server: { port: 70000, extra: 1 }, priorities: { levels: 0 }, models: { gen: { retries: 'lots' } } }, '/tmp/x');
+    expect(attempt).toThrow(ConfigError);
+    expect(attempt).toThrow(/server\.port/);
+    expect(attempt).toThrow(/server: Unrecognized key: "extra"|server: .*extra/);
+    expect(attempt).toThrow(/priorities\.levels/);
+    expect(attempt).toThrow(/models\.gen\.retries/);
+  });
+
+  it('refuses a default priority beyond the levels, and a default model for an unrouted type', () => {
+    expect(() => resolveConfig({ priorities: { levels: 2, default: 3 } }, '/tmp/x')).toThrow(/priorities\.default: 3 is beyond priorities\.levels \(2\)/);
+    expect(() => resolveConfig({ defaultModels: { video: 'gen' } }, '/tmp/x')).toThrow(/defaultModels\.video: job type "video" has no routing entry/);
+  });
+
+  it('fills every default', () => {
+    const config = resolveConfig({}, '/tmp/x');
+    expect(config.server).toMatchObject({ host: '127.0.0.1', port: 7070 });
+    expect(config.routing).toEqual({ image: ['image'], tensor: ['tensor'] });
+    expect(config.data).toBe('/tmp/x');
+  });
+
+  it('a models: entry for a model the registry does not have is an error that names it', () => {
+    const registry = new ModelRegistry(resolveConfig({ models: { gen: { retries: 1 }, genn: { retries: 1 } } }, '/tmp/x'));
+    registry.add({ name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['image'], params: {} });
+    expect(() => registry.checkPolicies()).toThrow(ConfigError);
+    expect(() => registry.checkPolicies()).toThrow(/models\.genn: no model "genn" in the registry \(it has: gen\)/);
+  });
+});
