@@ -3,6 +3,7 @@ import { pino, type Logger } from 'pino';
 import {
   LINK_PROTOCOL_VERSION, sha256Digest, type AgentMessage, type ArtifactReport, type Device, type OrchestratorMessage,
 } from '../protocol/index.js';
+import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
 import { EngineError, type Engine, type JobOutput } from './engines/engine.js';
@@ -21,8 +22,10 @@ type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
 export interface AgentOptions {
   /** The orchestrator's base URL. */
   url: string;
-  /** An agent grant (`gpumesh grant create --agent --host <id>`). */
+  /** An agent grant (`gpumesh grant create --agent --host <id>`). On a TLS mesh it names the CA to pin (`tls-ca`). */
   grant: string;
+  /** A CA fingerprint to pin besides the grant's, for a grant that names none (`--tls-ca-fingerprint`). */
+  tlsCaFingerprint?: string;
   /** This host's id; must match the grant's host. */
   host: string;
   /** Routing classes this host serves (`image`, `video`, …). */
@@ -39,6 +42,17 @@ export interface AgentOptions {
   /** How engine processes are governed: cgroups (auto, v2, v1, off) and the ONNX worker's limits. */
   governance?: GovernanceConfigInput;
   log?: Logger;
+}
+
+/** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
+function agentPins(options: AgentOptions): Pin[] {
+  const pins = pinsOfGrant(options.grant);
+  if (options.tlsCaFingerprint) {
+    const fingerprint = parseFingerprint(options.tlsCaFingerprint);
+    if (!fingerprint) throw new Error(`"${options.tlsCaFingerprint}" is not a SHA-256 fingerprint (sha256:<64 hex>)`);
+    pins.push({ fingerprint, source: '--tls-ca-fingerprint' });
+  }
+  return pins;
 }
 
 interface RunningBatch {
@@ -64,6 +78,7 @@ export class Agent {
   readonly #cache: ModelCache;
   readonly #residency: Residency;
   readonly #link: AgentLink;
+  readonly #trust: ServerTrust;
   readonly #running = new Map<string, RunningBatch>();
   readonly #unacked = new Map<string, Result>();
   #heartbeat: NodeJS.Timeout | null = null;
@@ -79,8 +94,9 @@ export class Agent {
     this.#governor = governor;
     this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }), governor, governor.config.onnx);
     this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
+    this.#trust = new ServerTrust(options.url, agentPins(options));
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
-      fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
+      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -89,16 +105,16 @@ export class Agent {
       },
     });
     this.#link = new AgentLink({
-      url: options.url, grant: options.grant, log: log.child({ part: 'link' }),
+      url: options.url, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
       onWelcome: (welcome) => {
         this.#inlineOutputBytes = welcome.inlineOutputBytes;
         this.#onWelcome(welcome.heartbeatMs);
       },
       onMessage: (message) => this.#onMessage(message),
-      onRejected: (reason) => {
-        log.error({ reason }, 'the orchestrator refused this agent');
-        this.#rejected?.(reason);
+      onRejected: (reason, by) => {
+        log.error({ reason }, by === 'orchestrator' ? 'the orchestrator refused this agent' : 'refusing to connect to the orchestrator');
+        this.#rejected?.(by === 'orchestrator' ? `refused by the orchestrator: ${reason}` : reason);
       },
       onDisconnected: () => {
         this.#stopHeartbeat();
@@ -117,7 +133,10 @@ export class Agent {
     return new Agent(options, devices, governor, log);
   }
 
-  /** Dial the orchestrator. `onRejected` is called if it refuses this agent for good. */
+  /**
+   * Dial the orchestrator. `onRejected` is called, with a sentence, if it refuses this agent for good
+   * or its TLS CA is not the pinned one.
+   */
   start(onRejected?: (reason: string) => void): void {
     this.#rejected = onRejected ?? null;
     this.#link.start();
@@ -144,6 +163,7 @@ export class Agent {
     for (const engine of this.#engines.values()) await engine.close();
     await this.#supervisor.stopAll();
     await this.#governor.close();
+    this.#trust.close();
   }
 
   #hello(): Extract<AgentMessage, { type: 'hello' }> {
@@ -262,7 +282,7 @@ export class Agent {
           artifacts.push({ digest: sha256Digest(file.bytes), bytes: file.bytes.length, ...described, inline: Buffer.from(file.bytes).toString('base64') });
           continue;
         }
-        artifacts.push({ ...(await uploadOutput(this.#options.url, job.id, message.uploadCredential, file)), ...described });
+        artifacts.push({ ...(await uploadOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file)), ...described });
       }
       this.#report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,

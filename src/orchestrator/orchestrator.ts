@@ -18,6 +18,7 @@ import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { MeshStatus } from './status.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
+import { loadServerTls, tlsCaCaveat } from './tls/index.js';
 import { VERSION } from '../version.js';
 
 export interface OrchestratorOptions {
@@ -48,6 +49,8 @@ interface Parts {
   hub: AgentHub;
   stoppables: { close(): void }[];
   app: FastifyInstance;
+  /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
+  tlsCaFingerprint: string | null;
 }
 
 /**
@@ -60,12 +63,15 @@ interface Parts {
 export class Orchestrator {
   readonly config: MeshConfig;
   readonly log: Logger;
+  /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
+  readonly tlsCaFingerprint: string | null;
   readonly #parts: Parts;
   #url: string | null = null;
 
   private constructor(parts: Parts) {
     this.config = parts.config;
     this.log = parts.log;
+    this.tlsCaFingerprint = parts.tlsCaFingerprint;
     this.#parts = parts;
   }
 
@@ -82,8 +88,10 @@ export class Orchestrator {
     registry.checkPolicies();
 
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
-    const location = config.server.publicUrl ?? `http://${config.server.host}:${config.server.port}`;
-    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db));
+    // TLS hook: the private CA and server certificate (null for plain HTTP); every grant minted here names the CA to pin.
+    const tls = await loadServerTls(config, clock.now(), log);
+    const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
+    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db), tls ? [tlsCaCaveat(tls)] : []);
     const issuer = new GrantIssuer({ db, commits, clock, authority });
     const uploadCredentials = new UploadCredentials(rootKey);
 
@@ -127,12 +135,12 @@ export class Orchestrator {
       auth: new RequestAuth(authority, uploadCredentials, clock),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
-    }, log, VERSION);
+    }, log, VERSION, tls);
 
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core],
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 
@@ -144,7 +152,8 @@ export class Orchestrator {
     const address = app.server.address();
     const actualPort = typeof address === 'object' && address ? address.port : port;
     const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
-    this.#url = this.config.server.publicUrl ?? `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
+    const scheme = this.config.server.tls.enabled ? 'https' : 'http';
+    this.#url = this.config.server.publicUrl ?? `${scheme}://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
     // Tells the CLI on this machine where the mesh listens, whatever port it got.
     writeFileSync(join(this.config.data, 'orchestrator.url'), `${this.#url}\n`);
     return this.#url;

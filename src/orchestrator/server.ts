@@ -10,6 +10,8 @@ import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
+import { tlsRoutes } from './http/tls.js';
+import type { TlsMaterial } from './tls/index.js';
 import type { EventBus } from './events.js';
 import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
@@ -26,9 +28,11 @@ export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
 /** Strip grants from logged URLs. */
 const redact = (url: string | undefined): string | undefined => url?.replace(/access_token=[^&]*/g, 'access_token=[redacted]');
 
-/** Build the Fastify app from the orchestrator's parts: one route module per area. */
-export async function buildServer(parts: ServerParts, logger: Logger, version: string): Promise<FastifyInstance> {
-  const app: FastifyInstance = Fastify({
+/** Build the Fastify app from the orchestrator's parts: one route module per area. With `tls`, it serves HTTPS. */
+export async function buildServer(parts: ServerParts, logger: Logger, version: string, tls: TlsMaterial | null = null): Promise<FastifyInstance> {
+  // An HTTPS server has the same routes and hooks; only the listening socket differs, so the app keeps the http type.
+  const app = Fastify({
+    https: tls ? { key: tls.key, cert: tls.cert } : null,
     loggerInstance: logger.child({}, {
       serializers: { req: (req: { method: string; url?: string }) => ({ method: req.method, url: redact(req.url) }) },
     }) as FastifyBaseLogger,
@@ -36,7 +40,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
     logController: new LogController({ disableRequestLogging: true }),
     forceCloseConnections: true,
     ...frameworkErrorOptions(),
-  });
+  }) as unknown as FastifyInstance;
   app.decorateRequest('grant', null);
   app.decorateRequest('uploadBatch', null);
   app.setValidatorCompiler(validatorCompiler);
@@ -59,6 +63,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   blobRoutes(app, parts);
   agentRoutes(app, parts);
   await galleryRoutes(app, parts);
+  if (tls) tlsRoutes(app, tls.caCert);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

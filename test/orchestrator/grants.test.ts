@@ -73,6 +73,26 @@ describe('grants', () => {
     expect(meshErrorOf(() => authority.verify(narrowed, NOW)).code).toBe('GRANT_REVOKED');
   });
 
+  it('a TLS mesh names its CA in every grant it mints; the caveat holds for any request and tells the holder what to pin', () => {
+    const pin = `sha256:${'ab'.repeat(32)}`;
+    const tlsAuthority = new GrantAuthority(randomBytes(32), 'https://test', [], [`tls-ca ${pin}`]);
+    for (const kind of ['admin', 'client', 'agent'] as const) {
+      const minted = tlsAuthority.mint(kind, kind === 'agent' ? ['host laptop'] : []);
+      expect(minted.caveats.at(-1)).toBe(`tls-ca ${pin}`);
+      expect(inspectGrant(minted.token).caveats).toEqual(minted.caveats);
+    }
+    const client = tlsAuthority.verify(tlsAuthority.mint('client', ['types image']).token, NOW);
+    expect(() => tlsAuthority.authorize(client, { action: 'jobs:submit', jobType: 'image' }, NOW)).not.toThrow();
+    expect(() => tlsAuthority.authorize(client, { action: 'blobs:read' }, NOW)).not.toThrow();
+    // Anyone may add one (it only tells the holder more to check); a malformed one makes the grant invalid.
+    const repinned = tlsAuthority.verify(narrowGrant(tlsAuthority.mint('client').token, [`tls-ca sha256:${'cd'.repeat(32)}`]), NOW);
+    expect(() => tlsAuthority.authorize(repinned, { action: 'jobs:read' }, NOW)).not.toThrow();
+    expect(() => narrowGrant(tlsAuthority.mint('client').token, ['tls-ca md5:abc'])).toThrow(/sha256:<64 lowercase hex>/);
+    expect(() => new GrantAuthority(randomBytes(32), 'https://test', [], ['tls-ca AB:CD'])).toThrow(/sha256/);
+    // A mesh without TLS mints exactly what it was asked for.
+    expect(authority.mint('client', ['types image']).caveats).toEqual(['kind client', 'types image']);
+  });
+
   it('inspect reads caveats without the key', () => {
     const { token, id } = authority.mint('client', ['types image', 'rate 60/m']);
     expect(inspectGrant(token)).toEqual({ id, location: 'http://test', caveats: ['kind client', 'types image', 'rate 60/m'] });

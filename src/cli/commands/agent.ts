@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
-import { dataDir, resolveGrant, resolveUrl } from '../settings.js';
+import { dataDir, explicitPin, resolveGrant, resolveUrl } from '../settings.js';
 import { CliError, parseInteger, parseList } from '../output.js';
 import { onShutdown } from './serve.js';
 
@@ -17,13 +17,14 @@ interface AgentFlags {
   idleUnload: number;
   cgroups: 'auto' | 'v2' | 'v1' | 'off';
   cgroupRoot?: string;
+  tlsCaFingerprint?: string;
 }
 
 export function agentCommand(): Command {
   return new Command('agent')
     .description('Run the agent of this host: dial the orchestrator and run its jobs on local devices')
-    .option('--url <url>', 'orchestrator URL (env GPUMESH_URL; default http://127.0.0.1:7070)')
-    .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT)')
+    .option('--url <url>', 'orchestrator URL, https:// for a TLS mesh (env GPUMESH_URL; default http://127.0.0.1:7070)')
+    .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT); a TLS mesh\'s grant names the CA the agent pins')
     .option('--grant-file <path>', 'read the grant from a file')
     .option('--host <id>', 'this host\'s id (must match the grant)', hostname())
     .option('--classes <list>', 'routing classes this host serves', 'image,tensor')
@@ -34,17 +35,20 @@ export function agentCommand(): Command {
     .addOption(new Option('--cgroups <mode>', 'limit engine processes with cgroups: auto (v2, else v1), v2, v1 or off (process groups only)')
       .choices(['auto', 'v2', 'v1', 'off']).default('auto'))
     .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
+    .option('--tls-ca-fingerprint <sha256>', 'pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
     .action(async (flags: AgentFlags) => {
       const grant = flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT);
       if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
+      const pin = explicitPin(flags);
       const { Agent } = await import('../../agent/index.js');
       const agent = await Agent.create({
         url: resolveUrl(flags), grant: grant.trim(), host: flags.host, classes: parseList(flags.classes),
         dataDir: flags.data ?? join(dataDir(), 'agent'), cpuBudgetMB: flags.cpuBudget,
-        concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null },
+        concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
+        governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null },
       });
       agent.start((reason) => {
-        process.stderr.write(`gpumesh agent: refused by the orchestrator: ${reason}\n`);
+        process.stderr.write(`gpumesh agent: ${reason}\n`);
         void agent.close().then(() => process.exit(2));
       });
       onShutdown(() => agent.close());

@@ -42,7 +42,8 @@ function withCaveatFlags(command: Command): Command {
 export function grantCommand(): Command {
   const grant = new Command('grant').description('Mint, narrow and inspect grants (capability tokens)');
   withCaveatFlags(withClientOptions(grant.command('create')))
-    .description('Mint a new grant (needs an admin grant). Client grants by default; --agent for an agent join grant')
+    .description('Mint a new grant (needs an admin grant). Client grants by default; --agent for an agent join grant. '
+      + 'A TLS mesh adds the fingerprint of its CA (caveat tls-ca sha256:…), which agents and the CLI pin')
     .option('--agent', 'an agent join grant (needs --host)')
     .option('--admin', 'an admin grant')
     .option('--host <id>', 'the host an agent grant is for')
@@ -71,7 +72,7 @@ export function grantCommand(): Command {
       process.stdout.write(`${narrowGrant(token.trim(), caveats)}\n`);
     });
   grant.command('inspect <grant>')
-    .description('Show a grant\'s id and caveats (offline; does not check its signature)')
+    .description('Show a grant\'s id and caveats, including the TLS CA it pins (offline; does not check its signature)')
     .action((token: string) => printJson(inspectGrant(token.trim())));
   return grant;
 }

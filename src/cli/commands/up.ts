@@ -93,7 +93,8 @@ export function upCommand(): Command {
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
         return spawn(process.execPath, args, {
           // The grant travels in the environment, not argv, so `ps` does not show it.
-          env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level },
+          // Its grant names this mesh's CA; a fingerprint meant for some other mesh must not be pinned too.
+          env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level, GPUMESH_TLS_CA_FINGERPRINT: undefined },
           // The IPC channel is a lifeline: if `up` dies, even by SIGKILL, the agent sees it close and exits.
           stdio: ['ignore', output, output, 'ipc'],
         });
@@ -112,6 +113,10 @@ export function upCommand(): Command {
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
         `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,
+        ...(orchestrator.tlsCaFingerprint ? [
+          `  tls      private CA ${orchestrator.tlsCaFingerprint}`,
+          `           (${join(config.data, 'tls', 'ca.crt')}; grants pin it. A browser warns about the gallery until you trust that file, or compare this fingerprint)`,
+        ] : []),
         `  logs     ${options.verbose ? 'this terminal' : logs}`,
         '',
         'Try:  npx gpumesh submit --type image --prompt "a lighthouse at dusk" --wait',

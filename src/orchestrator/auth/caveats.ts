@@ -1,3 +1,5 @@
+import { isFingerprint } from '../../tls/fingerprint.js';
+
 /**
  * The caveat language of gpumesh grants. A caveat is one line, `<condition> <argument>`,
  * in the style of the macaroon bakery's first-party checkers. Every caveat on a
@@ -25,7 +27,8 @@ export type Caveat =
   | { condition: 'host'; value: string }
   | { condition: 'time-before'; at: number }
   | { condition: 'max-priority'; level: number }
-  | { condition: 'rate'; perMinute: number };
+  | { condition: 'rate'; perMinute: number }
+  | { condition: 'tls-ca'; fingerprint: string };
 
 const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'albums']);
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
@@ -65,6 +68,9 @@ export function parseCaveat(text: string): Caveat | string {
     const perMinute = match[2] === 's' ? perUnit * 60 : match[2] === 'h' ? perUnit / 60 : perUnit;
     return { condition, perMinute };
   }
+  if (condition === 'tls-ca') {
+    return isFingerprint(argument) ? { condition, fingerprint: argument } : `caveat "${text}" is not of the form sha256:<64 lowercase hex>`;
+  }
   return `unknown caveat condition "${condition}"`;
 }
 
@@ -74,6 +80,7 @@ export function formatCaveat(caveat: Caveat): string {
     case 'time-before': return `time-before ${new Date(caveat.at).toISOString()}`;
     case 'max-priority': return `max-priority ${caveat.level}`;
     case 'rate': return `rate ${caveat.perMinute}/m`;
+    case 'tls-ca': return `tls-ca ${caveat.fingerprint}`;
     default: return `${caveat.condition} ${caveat.values.join(',')}`;
   }
 }
@@ -126,5 +133,9 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
         ? null : `priority ${request.priority} is above the ceiling ${caveat.level}`;
     case 'rate':
       return null; // enforced by the rate limiter, which needs state
+    case 'tls-ca':
+      // Not a condition on the request but a word to the holder: the CA to pin before sending this grant.
+      // Any request that reached us came through a connection the holder accepted, so it holds here.
+      return null;
   }
 }

@@ -102,22 +102,29 @@ export class GrantAuthority {
   readonly #location: string;
   readonly #revoked = new Set<string>();
   readonly #verified = new LRUCache<string, VerifiedGrant>({ max: 10_000 });
+  readonly #mintedCaveats: readonly string[];
 
-  constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = []) {
+  /**
+   * `mintedCaveats` are appended to every grant minted here: a TLS mesh adds
+   * `tls-ca sha256:<hex>`, so each grant tells its holder which CA to pin.
+   */
+  constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = [], mintedCaveats: readonly string[] = []) {
     if (rootKey.length < 32) throw new Error('the grant root key must be at least 32 bytes');
+    parseAll(mintedCaveats);
     this.#rootKey = rootKey;
     this.#location = location;
+    this.#mintedCaveats = [...mintedCaveats];
     for (const id of revokedIds) this.#revoked.add(id);
   }
 
-  /** Mint a new grant of `kind` with these extra caveat lines; returns its id and token. */
-  mint(kind: GrantKind, caveatLines: readonly string[] = []): { id: string; token: string } {
+  /** Mint a new grant of `kind` with these extra caveat lines; returns its id, token and every caveat it carries. */
+  mint(kind: GrantKind, caveatLines: readonly string[] = []): { id: string; token: string; caveats: string[] } {
     parseAll(caveatLines);
     const id = randomBytes(12).toString('base64url');
     const macaroon = newMacaroon({ identifier: IDENTIFIER_PREFIX + id, location: this.#location, rootKey: this.#rootKey });
-    macaroon.addFirstPartyCaveat(`kind ${kind}`);
-    for (const line of caveatLines) macaroon.addFirstPartyCaveat(line);
-    return { id, token: encode(macaroon) };
+    const caveats = [`kind ${kind}`, ...caveatLines, ...this.#mintedCaveats];
+    for (const line of caveats) macaroon.addFirstPartyCaveat(line);
+    return { id, token: encode(macaroon), caveats };
   }
 
   revoke(id: string): void {

@@ -19,14 +19,14 @@ export class GrantIssuer {
   }
 
   /** Mint a grant; resolves once its record is committed. */
-  async mint(kind: GrantKind, caveats: readonly string[], note: string | null): Promise<{ id: string; token: string }> {
+  async mint(kind: GrantKind, caveats: readonly string[], note: string | null): Promise<{ id: string; token: string; caveats: string[] }> {
     const minted = this.mintNow(kind, caveats, note);
     await this.#deps.commits.durable();
     return minted;
   }
 
   /** Mint without waiting for the commit (start-up, where the next write flushes it). */
-  mintNow(kind: GrantKind, caveats: readonly string[], note: string | null): { id: string; token: string } {
+  mintNow(kind: GrantKind, caveats: readonly string[], note: string | null): { id: string; token: string; caveats: string[] } {
     const minted = this.#deps.authority.mint(kind, caveats);
     this.#deps.commits.write(() => grants.recordGrant(this.#deps.db, { id: minted.id, kind, note }, this.#deps.clock.now()));
     return minted;

@@ -78,6 +78,6 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
     }
     const minted = await issuer.mint(body.kind, caveats, body.note ?? `minted by ${grantOf(request).id}`);
     void reply.code(201);
-    return { id: minted.id, kind: body.kind, token: minted.token, caveats: [`kind ${body.kind}`, ...caveats] };
+    return { id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats };
   });
 }
