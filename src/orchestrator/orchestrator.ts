@@ -3,7 +3,8 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { GrantAuthority, GrantIssuer, type GrantKind } from './auth/index.js';
+import { AuditLog } from './audit.js';
+import { GrantAuthority, GrantIssuer, GrantLifetimes, type GrantKind } from './auth/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
@@ -84,7 +85,9 @@ export class Orchestrator {
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
     const location = config.server.publicUrl ?? `http://${config.server.host}:${config.server.port}`;
     const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db));
-    const issuer = new GrantIssuer({ db, commits, clock, authority });
+    const audit = new AuditLog({ db, commits, clock, retention: { days: config.audit.retentionDays, maxRows: config.audit.maxRows } });
+    const issuer = new GrantIssuer({ db, commits, clock, authority, audit });
+    const lifetimes = new GrantLifetimes(authority, clock);
 
     const events = new EventBus();
     const admission = new Admission(clock);
@@ -103,14 +106,15 @@ export class Orchestrator {
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs,
-      authorizeJoin: joinAuthorizer(authority, clock),
+      authorizeJoin: joinAuthorizer(authority, clock, audit),
+      watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
     });
 
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
     const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, outputs, blobs: blobStore,
-      auth: new RequestAuth(authority, clock),
+      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, blobs: blobStore,
+      auth: new RequestAuth(authority, clock, lifetimes),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
     }, log, VERSION);
@@ -118,7 +122,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core],
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core, audit],
     });
   }
 

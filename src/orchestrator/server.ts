@@ -4,10 +4,12 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
+import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
+import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import type { EventBus } from './events.js';
@@ -15,7 +17,7 @@ import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -41,6 +43,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);
+  installGrantRules(app, parts);
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'gpumesh', version, description: 'The gpumesh orchestrator API. Every /v1 route needs a grant: `Authorization: Bearer <grant>`.' },
@@ -51,6 +54,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 4 * 1024 * 1024 } });
   meshRoutes(app, parts);
+  grantRoutes(app, parts);
   jobRoutes(app, parts);
   eventRoutes(app, parts);
   blobRoutes(app, parts);

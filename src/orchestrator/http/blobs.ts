@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
 import { assertDigest, type BlobStore } from '../registry/index.js';
-import { grantOf, type RequestAuth } from './auth.js';
+import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
 const DigestParams = z.object({ digest: z.string().max(80) });
@@ -25,7 +25,9 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
     schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable)' },
-    preHandler: auth.require('blobs:read'),
+    config: QUERY_GRANT_ALLOWED,
+    // A grant limited to albums reads only the blobs published in them (see JobService.assertBlobVisible).
+    preHandler: [auth.require('blobs:read'), async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest)],
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const size = await blobs.size(digest);
@@ -47,7 +49,6 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       querystring: z.object({
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
-        access_token: z.string().optional(),
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
     },

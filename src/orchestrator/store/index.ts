@@ -5,5 +5,8 @@ export * as attempts from './attempts.js';
 export * as artifacts from './artifacts.js';
 export * as blobs from './blobs.js';
 export * as grants from './grants.js';
+export * as audit from './audit.js';
 export type { JobRecord, NewJob } from './jobs.js';
 export type { ArtifactRecord } from './artifacts.js';
+export type { GrantRecord } from './grants.js';
+export type { AuditRecord, NewAuditRecord } from './audit.js';
