@@ -19,6 +19,7 @@ import { Admission, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { MeshStatus } from './status.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
+import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 
 export interface OrchestratorOptions {
@@ -157,8 +158,9 @@ export class Orchestrator {
     try {
       this.#parts.authority.verify(token, Date.now());
       return token;
-    } catch {
-      throw new Error(`${path} holds a grant this mesh does not accept (was secret.key replaced?); delete the file to mint a new one`);
+    } catch (error) {
+      const why = error instanceof MeshError && error.code === 'GRANT_REVOKED' ? 'it was revoked' : 'was secret.key replaced?';
+      throw new Error(`${path} holds a grant this mesh does not accept (${why}); delete the file to mint a new one`);
     }
   }
 
