@@ -150,8 +150,9 @@ export class JobService {
       if (job) return { job, created: false };
     }
     try {
-      admission.takeRate(grant.rates);
+      // Bounds first: a job the queues refuse must not use up the grant's rate.
       admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);
+      admission.takeRate(grant.rates);
     } catch (error) {
       if (error instanceof MeshError && error.status === 429) {
         this.#deps.metrics.rejected(name, error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full');
