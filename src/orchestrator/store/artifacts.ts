@@ -77,5 +77,6 @@ export function digestPublishedIn(db: Db, digest: string, scope: { albums: reado
   const args: unknown[] = [digest, ...scope.albums];
   if (scope.types) { where.push(`type IN (${scope.types.map(() => '?').join(', ')})`); args.push(...scope.types); }
   if (scope.models) { where.push(`model IN (${scope.models.map(() => '?').join(', ')})`); args.push(...scope.models); }
-  return db.prepare(`SELECT 1 FROM artifacts WHERE ${where.join(' AND ')} LIMIT 1`).get(...args) !== undefined;
+  // One statement per shape of scope (a handful per mesh), prepared once: galleries ask this for every picture.
+  return stmt(db, `SELECT 1 FROM artifacts WHERE ${where.join(' AND ')} LIMIT 1`).get(...args) !== undefined;
 }
