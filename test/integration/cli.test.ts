@@ -70,7 +70,8 @@ describe('gpumesh CLI', () => {
     expect(JSON.parse(agent.output).caveats).toEqual(['kind agent', 'classes image', 'host laptop']);
   });
 
-  it('grant list shows what was minted; grant revoke takes an id or the grant itself, and the grant is refused at once', async () => {
+  // Several CLI processes one after another: give them room on a loaded machine.
+  it('grant list shows what was minted; grant revoke takes an id or the grant itself, and the grant is refused at once', { timeout: 180_000 }, async () => {
     const minted = JSON.parse((await gpumeshRun(['grant', 'create', '--types', 'image', '--note', 'for the cli test', '--json'], env)).output) as { id: string; token: string };
     const list = await gpumeshRun(['grant', 'list'], env);
     expect(list.code, list.output).toBe(0);
@@ -90,9 +91,11 @@ describe('gpumesh CLI', () => {
     expect(unknown.output).toContain('Grant nosuchgrant was not found');
   });
 
-  it('the gallery link of `up` lasts 12 h by default; `grant gallery` prints a new one', async () => {
+  it('the gallery link of `up` lasts 12 h by default; `grant gallery` prints a new one', { timeout: 180_000 }, async () => {
     const grant = new URL(mesh.galleryUrl).hash.slice('#grant='.length);
-    const inspected = JSON.parse((await gpumeshRun(['grant', 'inspect', grant])).output) as { caveats: string[] };
+    const inspect = await gpumeshRun(['grant', 'inspect', grant]);
+    expect(inspect.code, inspect.output).toBe(0);
+    const inspected = JSON.parse(inspect.output) as { caveats: string[] };
     const expires = Date.parse(inspected.caveats.find((caveat) => caveat.startsWith('time-before '))!.slice('time-before '.length));
     expect(expires).toBeGreaterThan(Date.now() + 11 * 3_600_000);
     expect(expires).toBeLessThanOrEqual(Date.now() + 12 * 3_600_000);
