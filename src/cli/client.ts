@@ -1,5 +1,5 @@
 import { createParser } from 'eventsource-parser';
-import type { JobEvent, JobView } from '../protocol/index.js';
+import type { GrantEndedEvent, JobEvent, JobView } from '../protocol/index.js';
 import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../tls/index.js';
 
 /** An error the server returned, with its code; the CLI prints the message and exits non-zero. */
@@ -90,8 +90,13 @@ export class MeshClient {
       throw new ApiError(response.status, `HTTP_${response.status}`, message);
     }
     let terminal: JobEvent | null = null;
+    let grantEnded: GrantEndedEvent | null = null;
     const parser = createParser({
       onEvent: (message) => {
+        if (message.event === 'grant:ended') {
+          grantEnded = JSON.parse(message.data) as GrantEndedEvent;
+          return;
+        }
         const event = JSON.parse(message.data) as JobEvent;
         onEvent(event);
         if (['succeeded', 'failed', 'cancelled', 'expired'].includes(event.type)) terminal = event;
@@ -100,7 +105,11 @@ export class MeshClient {
     const decoder = new TextDecoder();
     for await (const chunk of response.body) {
       parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
-      if (terminal) break;
+      if (terminal || grantEnded) break;
+    }
+    if (grantEnded) {
+      const { error } = grantEnded as GrantEndedEvent;
+      throw new ApiError(401, error.code, error.message);
     }
     if (!terminal) throw new ApiError(0, 'STREAM_ENDED', `the event stream of job ${id} ended before the job did`);
     return terminal;

@@ -95,6 +95,18 @@ export const MeshConfigInput = z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */
     backoffMs: z.int().min(0).default(250),
   }).prefault({}),
+  gallery: z.strictObject({
+    /** How long the grant in the gallery link `gpumesh up` prints lasts (it travels in a URL). Default 12h. */
+    grantTtl: z.string().regex(/^\d+(s|m|h|d)$/, 'a duration such as 90m, 12h or 7d').default('12h'),
+    /** The albums the gallery grant may submit to and read. Default [default]. */
+    albums: z.array(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i)).min(1).default(['default']),
+  }).prefault({}),
+  audit: z.strictObject({
+    /** Audit entries older than this are deleted. Default 30 days. */
+    retentionDays: z.int().min(1).max(3650).default(30),
+    /** At most this many entries are kept (the newest). Default 100000. */
+    maxRows: z.int().min(100).default(100_000),
+  }).prefault({}),
 });
 export type MeshConfigInput = z.input<typeof MeshConfigInput>;
 

@@ -3,7 +3,8 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { GrantAuthority, GrantIssuer, UploadCredentials, type GrantKind } from './auth/index.js';
+import { AuditLog } from './audit.js';
+import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
@@ -19,6 +20,7 @@ import { buildServer } from './server.js';
 import { MeshStatus } from './status.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls/index.js';
+import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 
 export interface OrchestratorOptions {
@@ -92,7 +94,9 @@ export class Orchestrator {
     const tls = await loadServerTls(config, clock.now(), log);
     const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
     const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db), tls ? [tlsCaCaveat(tls)] : []);
-    const issuer = new GrantIssuer({ db, commits, clock, authority });
+    const audit = new AuditLog({ db, commits, clock, retention: { days: config.audit.retentionDays, maxRows: config.audit.maxRows } });
+    const issuer = new GrantIssuer({ db, commits, clock, authority, audit });
+    const lifetimes = new GrantLifetimes(authority, clock);
     const uploadCredentials = new UploadCredentials(rootKey);
 
     const events = new EventBus();
@@ -112,7 +116,8 @@ export class Orchestrator {
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
-      authorizeJoin: joinAuthorizer(authority, clock),
+      authorizeJoin: joinAuthorizer(authority, clock, audit),
+      watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
     });
 
     // A corrupt stored blob is quarantined by the reader and reported: the metric, the log, and a mesh event.
@@ -131,8 +136,8 @@ export class Orchestrator {
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
     const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, outputs, reader,
-      auth: new RequestAuth(authority, uploadCredentials, clock),
+      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader,
+      auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
     }, log, VERSION, tls);
@@ -140,7 +145,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 
@@ -176,8 +181,9 @@ export class Orchestrator {
     try {
       this.#parts.authority.verify(token, Date.now());
       return token;
-    } catch {
-      throw new Error(`${path} holds a grant this mesh does not accept (was secret.key replaced?); delete the file to mint a new one`);
+    } catch (error) {
+      const why = error instanceof MeshError && error.code === 'GRANT_REVOKED' ? 'it was revoked' : 'was secret.key replaced?';
+      throw new Error(`${path} holds a grant this mesh does not accept (${why}); delete the file to mint a new one`);
     }
   }
 

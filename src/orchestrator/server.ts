@@ -4,10 +4,12 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
+import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
+import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
@@ -17,7 +19,7 @@ import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -48,6 +50,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   installErrorHandling(app, parts.bodyLimitBytes);
   // Every body the API takes is JSON (uploads have their own parser): plain text is a 415, not a string to validate.
   app.removeContentTypeParser('text/plain');
+  installGrantRules(app, parts);
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'gpumesh', version, description: 'The gpumesh orchestrator API. Every /v1 route needs a grant: `Authorization: Bearer <grant>`.' },
@@ -58,6 +61,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 4 * 1024 * 1024 } });
   meshRoutes(app, parts);
+  grantRoutes(app, parts);
   jobRoutes(app, parts);
   eventRoutes(app, parts);
   blobRoutes(app, parts);

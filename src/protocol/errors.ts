@@ -26,6 +26,7 @@ export const ERRORS = {
   GRANT_EXPIRED: { status: 401, message: 'The grant expired at {expires}' },
   GRANT_REVOKED: { status: 401, message: 'The grant was revoked' },
   GRANT_DENIED: { status: 403, message: 'The grant does not allow this: caveat "{caveat}" failed ({detail})' },
+  GRANT_IN_QUERY: { status: 400, message: 'A grant in the URL (access_token) is accepted only by blob reads and event streams, not by {route}; send it as "Authorization: Bearer <grant>"' },
 
   // Jobs
   UNKNOWN_JOB_TYPE: { status: 400, message: 'Unknown job type "{type}"; this mesh serves: {known}' },
@@ -33,6 +34,7 @@ export const ERRORS = {
   MODEL_TYPE_MISMATCH: { status: 400, message: 'Model "{model}" does not serve job type "{type}"' },
   INVALID_INPUT: { status: 400, message: 'Invalid input for model "{model}": {detail}' },
   JOB_NOT_CANCELLABLE: { status: 409, message: 'Job {id} is already {status} and cannot be cancelled' },
+  IDEMPOTENCY_MISMATCH: { status: 422, message: 'The idempotency key "{key}" was already used for a different request in the last 24 h; use a new key for a new request' },
   QUEUE_FULL: { status: 429, message: 'The queue of model "{model}" is full ({depth} of {limit} jobs); retry after {retryAfter}s' },
   MESH_FULL: { status: 429, message: 'The mesh holds its limit of {limit} queued jobs; retry after {retryAfter}s' },
   RATE_LIMITED: { status: 429, message: 'The grant allows {rate}; retry after {retryAfter}s' },

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
+import { caveatsFromOptions, DURATION, galleryGrantOptions } from '../../orchestrator/auth/options.js';
 import { VERSION } from '../../version.js';
 import { CliError, parseInteger } from '../output.js';
 import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
@@ -63,6 +64,7 @@ interface UpOptions extends ServeOptions {
   agent: boolean;
   cpuBudget?: number;
   verbose?: boolean;
+  galleryTtl?: string;
 }
 
 export function upCommand(): Command {
@@ -71,7 +73,11 @@ export function upCommand(): Command {
     .option('--no-agent', 'start only the orchestrator')
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
+    .option('--gallery-ttl <duration>', 'how long the gallery link works, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
     .action(async (options: UpOptions) => {
+      if (options.galleryTtl !== undefined && !DURATION.test(options.galleryTtl)) {
+        throw new CliError(`--gallery-ttl must be a duration such as 90m, 12h or 7d, not "${options.galleryTtl}"`);
+      }
       const config = await configFrom(options);
       const logs = join(config.data, 'logs');
       mkdirSync(logs, { recursive: true });
@@ -80,9 +86,11 @@ export function upCommand(): Command {
       const orchestrator = await startOrchestrator(config, logger);
       const url = orchestrator.url;
       orchestrator.adminGrant();
-      const gallery = orchestrator.mint('client', [
-        'types image', `time-before ${new Date(Date.now() + 30 * 86_400_000).toISOString()}`,
-      ], 'gallery page');
+      // The gallery link carries its grant in the URL: it may only submit and read images in its albums, briefly.
+      const galleryTtl = options.galleryTtl ?? config.gallery.grantTtl;
+      const galleryCaveats = caveatsFromOptions(galleryGrantOptions(config.gallery.albums, galleryTtl), Date.now());
+      const gallery = orchestrator.mint('client', galleryCaveats, 'gallery page');
+      const galleryUntil = galleryCaveats.find((line) => line.startsWith('time-before '))!.slice('time-before '.length);
 
       const host = hostname();
       const agent = options.agent ? new LocalAgent(() => {
@@ -110,6 +118,7 @@ export function upCommand(): Command {
       const lines = [
         `gpumesh ${VERSION} is up`,
         `  gallery  ${url}/#grant=${gallery}`,
+        `           images in album ${config.gallery.albums.join(', ')}, until ${galleryUntil} (\`gpumesh grant gallery\` mints a new link)`,
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
         `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
 import { assertDigest, type BlobReader } from '../registry/index.js';
-import { grantOf, type RequestAuth } from './auth.js';
+import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
@@ -30,7 +30,10 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
     schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable, verified, byte ranges)' },
+    config: QUERY_GRANT_ALLOWED,
     onRequest: auth.require('blobs:read'),
+    // A grant limited to albums reads only the blobs published in them (see JobService.assertBlobVisible).
+    preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const record = outputs.blobRecord(digest);
@@ -70,7 +73,6 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       querystring: z.object({
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
-        access_token: z.string().optional(),
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
     },

@@ -52,7 +52,6 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
         }),
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
-        access_token: z.string().optional(),
       }),
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
-import type { VerifiedGrant } from '../auth/index.js';
+import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
@@ -26,6 +26,8 @@ export interface AgentHubDeps {
   helloTimeoutMs?: number;
   /** Throws if the grant may not join as this host with these classes. */
   authorizeJoin(grant: VerifiedGrant, hello: Hello): void;
+  /** Calls `onEnd` once when the grant is revoked or expires; returns a function that stops watching. */
+  watchGrant(grant: VerifiedGrant, onEnd: (why: GrantEnd) => void): () => void;
 }
 
 /** Just enough of a WebSocket for the hub (ws's WebSocket, or a fake in tests). */
@@ -53,8 +55,19 @@ export class AgentHub {
   /** Take a freshly upgraded socket; it becomes a host once its hello is accepted. */
   attach(socket: LinkSocket, grant: VerifiedGrant): void {
     let session: HostSession | null = null;
+    let grantEnded = false;
     const helloTimer = this.#deps.clock.setTimer(this.#deps.helloTimeoutMs ?? HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.noHello, 'no hello'));
+    // A link lasts no longer than its grant: once it is revoked (or expires) the host's work fails over at
+    // once, nothing more it says counts, and the close code tells the agent that reconnecting will not help.
+    const stopWatching = this.#deps.watchGrant(grant, (why) => {
+      grantEnded = true;
+      helloTimer.cancel();
+      this.#deps.log.warn({ host: session?.id, grant: grant.id, why }, 'agent grant ended; closing its link');
+      if (session) this.#lost(session, `grant ${why}`);
+      socket.close(LINK_CLOSE.rejected, `grant ${why}`);
+    });
     socket.on('message', (data: Buffer, isBinary: boolean) => {
+      if (grantEnded) return;
       if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
@@ -75,6 +88,7 @@ export class AgentHub {
     });
     socket.on('close', () => {
       helloTimer.cancel();
+      stopWatching();
       if (session) this.#lost(session, 'link closed');
     });
     socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));

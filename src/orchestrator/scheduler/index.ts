@@ -3,3 +3,4 @@ export { ModelQueue, effectivePriority, compareJobs, type QueuedJob } from './qu
 export { releaseDecision, worthWaiting, type BatchingPolicy, type ReleaseDecision } from './batcher.js';
 export { ArrivalRate } from './arrivals.js';
 export { Admission } from './admission.js';
+export { GrantRateLimiter } from './rates.js';
