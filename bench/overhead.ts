@@ -21,7 +21,7 @@ async function direct(): Promise<number[]> {
   const times: number[] = [];
   for (let i = 0; i < WARMUP + RUNS; i++) {
     const start = performance.now();
-    const [output] = await loaded.run([{ id: `d${i}`, input: INPUT }], () => {});
+    const { outputs: [output] } = await loaded.run([{ id: `d${i}`, input: INPUT }], () => {});
     if (!output?.ok) throw new Error('direct run failed');
     if (i >= WARMUP) times.push(performance.now() - start);
   }

@@ -8,5 +8,5 @@ export { TERMINAL_EVENTS, isTerminalEvent, terminalEventType } from './events.js
 export type { JobEvent, JobEventType } from './events.js';
 export { ModelManifest } from './models.js';
 export {
-  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, AgentMessage, OrchestratorMessage, RunJob,
+  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
