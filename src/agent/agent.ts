@@ -213,7 +213,10 @@ export class Agent {
       // Jobs of one batch share their shape, so the first job's pixels are every job's.
       const pixels = pixelsOf(jobs[0]?.input ?? {});
       const measured: BatchMemoryReport = { ...this.#residency.recordBatch(loaded, pixels * jobs.length, memory), pixels, batchSize: jobs.length };
-      this.#log.debug({ batchId: batch.id, computeMs, memory }, 'batch computed');
+      this.#log.info({ batchId: batch.id, model: message.model.name, jobs: jobs.length, pixels, computeMs: Math.round(computeMs), memory }, 'batch computed');
+      if (memory && memory.peakMB > loaded.device.budgetMB) {
+        this.#log.warn({ batchId: batch.id, peakMB: memory.peakMB, budgetMB: loaded.device.budgetMB }, 'the batch took more than the device budget');
+      }
       await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received }, memory ? measured : undefined)));
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);

@@ -12,9 +12,9 @@ import type { HttpContext } from './http/context.js';
 import { JobLifecycle, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
-import { BlobStore, ModelRegistry } from './registry/index.js';
+import { BlobStore, ModelRegistry, type RegisteredModel } from './registry/index.js';
 import { Router } from './routing/index.js';
-import { Admission, Scheduler } from './scheduler/index.js';
+import { Admission, MemoryEstimator, MemoryPlanner, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
 import { VERSION } from '../version.js';
@@ -82,6 +82,7 @@ export class Orchestrator {
     let hub: AgentHub | undefined;
     let lifecycle: JobLifecycle | undefined;
     const router = new Router(() => hub?.hosts() ?? []);
+    const memory = new MemoryPlanner<RegisteredModel>(new MemoryEstimator(), (model, classes) => router.candidates(model, classes));
     let scheduler: Scheduler | undefined;
     const metrics = new MeshMetrics({ queueDepths: () => scheduler?.depths() ?? {}, hosts: () => hub?.hosts() ?? [] });
     scheduler = new Scheduler({
@@ -89,6 +90,7 @@ export class Orchestrator {
       model: (name) => registry.get(name),
       pickHost: (model, classes) => router.pick(model, classes),
       dispatch: (model, jobs, host) => lifecycle!.dispatch(model, jobs, host),
+      batchCap: (model, job, host) => memory.batchCap(model, job.input ?? {}, host),
     });
     lifecycle = new JobLifecycle({
       db, commits, clock, events, scheduler, admission, metrics, log: log.child({ part: 'jobs' }),
@@ -97,8 +99,9 @@ export class Orchestrator {
       mintUploadGrant: (jobId, validMs) => authority.mint('upload', [`job ${jobId}`, `time-before ${new Date(clock.now() + validMs + 3_600_000).toISOString()}`]).token,
       retryBackoffMs: config.retry.backoffMs,
       reconnectGraceMs: config.agents.reconnectGraceMs,
+      observeMemory: (model, report) => memory.observe(model, report),
     });
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, lifecycle, metrics });
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, lifecycle, metrics, memory });
     const context: HttpContext = {
       config, clock, db, commits, blobs: blobStore, registry, authority, jobs, events, scheduler, metrics,
       hub: undefined as unknown as AgentHub,

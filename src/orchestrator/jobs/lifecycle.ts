@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { MeshError, type AgentMessage, type ErrorBody, type JobEvent } from '../../protocol/index.js';
+import { MeshError, type AgentMessage, type BatchMemoryReport, type ErrorBody, type JobEvent } from '../../protocol/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { EventScope, JobEventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
@@ -29,6 +29,8 @@ export interface LifecycleDeps {
   log: Logger;
   retryBackoffMs: number;
   reconnectGraceMs: number;
+  /** Learn from the memory a batch measured (MemoryPlanner.observe). */
+  observeMemory?(model: string, report: BatchMemoryReport): void;
 }
 
 export const promptOf = (job: JobRecord): string | null => (typeof job.input.prompt === 'string' ? job.input.prompt : null);
@@ -75,7 +77,7 @@ export class JobLifecycle {
     this.#queued.set(job.id, job);
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
-      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes,
+      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes, input: job.input,
     });
   }
 
@@ -154,6 +156,7 @@ export class JobLifecycle {
     const current = this.#running.get(message.jobId);
     const job = current?.batch.id === message.batchId ? current.job : jobStore.getJob(db, message.jobId);
     if (!job) return;
+    if (message.memory) this.#deps.observeMemory?.(job.model, message.memory);
     if (job.status === 'succeeded' || job.status === 'failed' || job.status === 'cancelled' || job.status === 'expired') {
       this.#deps.log.info({ jobId: job.id, status: job.status, host: host.id }, 'late result ignored');
       this.#release(job.id);

@@ -5,7 +5,7 @@ import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
 import type { EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
-import type { ModelRegistry } from '../registry/index.js';
+import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import { jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import type { JobLifecycle } from './lifecycle.js';
@@ -25,6 +25,8 @@ export interface JobServiceDeps {
   admission: Admission;
   lifecycle: JobLifecycle;
   metrics: MeshMetrics;
+  /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
+  memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
 }
 
 export interface ListQuery {
@@ -86,6 +88,7 @@ export class JobService {
       const existing = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
       if (existing) return { job: existing, created: false };
     }
+    this.#deps.memory?.admit(model, input, classes);
     try {
       if (grant.ratePerMinute !== null) admission.takeRate(grant.tokenKey, grant.ratePerMinute);
       admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);

@@ -11,6 +11,8 @@ export interface SchedulerDeps {
   pickHost(model: RegisteredModel, classes: readonly string[]): HostSession | null;
   /** Hand a released batch to the dispatcher. */
   dispatch(model: RegisteredModel, jobs: QueuedJob[], host: HostSession): void;
+  /** The most jobs like `job` whose batch fits `host`'s memory (MemoryPlanner.batchCap); no cap when absent. */
+  batchCap?(model: RegisteredModel, job: QueuedJob, host: HostSession): number;
   agingMs: number;
 }
 
@@ -101,7 +103,8 @@ export class Scheduler {
       for (const candidate of ready) {
         const host = this.#deps.pickHost(candidate.model, candidate.best.classes);
         if (!host) continue;
-        const jobs = candidate.queue.take(candidate.key, candidate.size, now, this.#deps.agingMs);
+        const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
+        const jobs = candidate.queue.take(candidate.key, size, now, this.#deps.agingMs);
         this.#total -= jobs.length;
         this.#deps.dispatch(candidate.model, jobs, host);
         released = true;
