@@ -55,22 +55,24 @@ export interface PeakWindow {
 }
 
 /**
- * The peak resident memory of a process over a window (one batch).
+ * The peak resident memory of a process over windows (one per batch).
  *
  * Why the kernel's mark: a runtime frees its intermediate tensors before a run
  * returns, so samples taken between steps miss the very peak we want. Resetting
- * VmHWM when the window opens and reading it when it closes gives the exact
+ * VmHWM when a window opens and reading it when it closes gives the exact
  * peak of the window. Where that is not available (not Linux), the peak is the
  * larger of the samples taken (`sample()`, e.g. between steps) and — for this
  * process — getrusage's maxrss when it grew inside the window (maxrss is a
  * lifetime mark: it only tells us about a window that set a new record).
+ *
+ * Windows may overlap (two batches at once in one process): the mark is reset
+ * only when no window is open, so an overlapping window's peak covers the
+ * earlier window's too — an overestimate, never an underestimate.
  */
 export class PeakMeter {
   readonly #pid: Pid;
   readonly #kernel: boolean;
-  #start = 0;
-  #maxSample = 0;
-  #maxRssBefore = 0;
+  readonly #open = new Set<{ maxSample: number }>();
 
   constructor(pid: Pid = 'self', options: { kernelPeak?: boolean } = {}) {
     this.#pid = pid;
@@ -81,31 +83,33 @@ export class PeakMeter {
     return this.#kernel ? 'kernel' : 'samples';
   }
 
-  /** Open a window. */
-  begin(): void {
-    if (this.#kernel) resetPeak(this.#pid);
-    this.#start = rssMB(this.#pid) ?? 0;
-    this.#maxSample = this.#start;
-    this.#maxRssBefore = this.#isSelf ? process.resourceUsage().maxRSS / 1024 : 0;
+  /** Open a window; close it with the returned function. */
+  open(): () => PeakWindow {
+    if (this.#kernel && this.#open.size === 0) resetPeak(this.#pid);
+    const startMB = rssMB(this.#pid) ?? 0;
+    const maxRssBefore = this.#isSelf ? process.resourceUsage().maxRSS / 1024 : 0;
+    const window = { maxSample: startMB };
+    this.#open.add(window);
+    return () => {
+      this.sample();
+      this.#open.delete(window);
+      const endMB = rssMB(this.#pid) ?? 0;
+      let peakMB = window.maxSample;
+      if (this.#kernel) {
+        peakMB = Math.max(peakMB, procStatusMB(this.#pid, 'VmHWM') ?? 0);
+      } else if (this.#isSelf) {
+        const maxRss = process.resourceUsage().maxRSS / 1024;
+        if (maxRss > maxRssBefore) peakMB = Math.max(peakMB, maxRss);
+      }
+      return { startMB, peakMB, endMB, method: this.method };
+    };
   }
 
-  /** Note the RSS now (the fallback's only view of the peak). */
+  /** Note the RSS now in every open window (the fallback's only view of the peak). */
   sample(): void {
-    this.#maxSample = Math.max(this.#maxSample, rssMB(this.#pid) ?? 0);
-  }
-
-  /** Close the window. */
-  end(): PeakWindow {
-    this.sample();
-    const endMB = rssMB(this.#pid) ?? 0;
-    let peakMB = this.#maxSample;
-    if (this.#kernel) {
-      peakMB = Math.max(peakMB, procStatusMB(this.#pid, 'VmHWM') ?? 0);
-    } else if (this.#isSelf) {
-      const maxRss = process.resourceUsage().maxRSS / 1024;
-      if (maxRss > this.#maxRssBefore) peakMB = Math.max(peakMB, maxRss);
-    }
-    return { startMB: this.#start, peakMB, endMB, method: this.method };
+    if (this.#open.size === 0) return;
+    const now = rssMB(this.#pid) ?? 0;
+    for (const window of this.#open) window.maxSample = Math.max(window.maxSample, now);
   }
 
   get #isSelf(): boolean {

@@ -106,8 +106,8 @@ describe('onnx engine: leftovers', () => {
     expect(existsSync(`/tmp/mat-debug-${pid}.log`)).toBe(false);
   });
 
-  it('an operator who sets ORT_DISABLE_TELEMETRY keeps their choice', () => {
-    expect(workerEnv({ PATH: '/bin' })).toEqual({ PATH: '/bin', ORT_DISABLE_TELEMETRY: '1' });
+  it('an operator who sets ORT_DISABLE_TELEMETRY keeps their choice; the agent\'s grant is not passed on', () => {
+    expect(workerEnv({ PATH: '/bin', GPUMESH_GRANT: 'secret' })).toEqual({ PATH: '/bin', ORT_DISABLE_TELEMETRY: '1' });
     expect(workerEnv({ ORT_DISABLE_TELEMETRY: '0' }).ORT_DISABLE_TELEMETRY).toBe('0');
   });
 });

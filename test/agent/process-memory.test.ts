@@ -11,13 +11,13 @@ describe('process memory', () => {
     gc();
     const meter = new PeakMeter('self');
     expect(meter.method).toBe('kernel');
-    meter.begin();
+    const close = meter.open();
     // 200 MB touched, then freed before the window closes: like a runtime's intermediate tensors within one run.
     let transient: Buffer | null = Buffer.alloc(200 * 1024 * 1024, 1);
     expect(transient.length).toBeGreaterThan(0);
     transient = null;
     gc();
-    const window = meter.end();
+    const window = close();
     expect(window.method).toBe('kernel');
     expect(window.peakMB - window.startMB).toBeGreaterThan(180);
     expect(window.endMB - window.startMB).toBeLessThan(100);
@@ -26,13 +26,27 @@ describe('process memory', () => {
   it('without the kernel mark it falls back to samples', () => {
     const meter = new PeakMeter('self', { kernelPeak: false });
     expect(meter.method).toBe('samples');
-    meter.begin();
+    const close = meter.open();
     const held = Buffer.alloc(64 * 1024 * 1024, 1);
     meter.sample();
-    const window = meter.end();
+    const window = close();
     expect(held.length).toBeGreaterThan(0);
     expect(window.peakMB - window.startMB).toBeGreaterThan(50);
     expect(rssMB('self')).toBeGreaterThan(0);
+  });
+
+  it.runIf(resetPeak('self'))('overlapping windows: the later one does not erase the earlier one\'s peak', () => {
+    gc();
+    const meter = new PeakMeter('self');
+    const closeFirst = meter.open();
+    let transient: Buffer | null = Buffer.alloc(150 * 1024 * 1024, 1);
+    expect(transient.length).toBeGreaterThan(0);
+    transient = null;
+    gc();
+    const closeSecond = meter.open(); // must not reset the mark while the first window is open
+    closeSecond();
+    const first = closeFirst();
+    expect(first.peakMB - first.startMB).toBeGreaterThan(130);
   });
 
   it('parses nvidia-smi\'s per-process GPU memory, summed over GPUs, skipping what it cannot read', () => {

@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { JobEvent, JobView } from '../../src/protocol/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
@@ -53,5 +55,7 @@ describe('engine crash recovery', () => {
     expect(Date.now() - started).toBeLessThan(5000);
     const workers = await waitFor(() => workerPids().length > 0 && workerPids(), { what: 'a live onnx worker' });
     expect(workers).not.toContain(killed);
+    // The agent noticed the death at once and dropped the model (reported unloaded) instead of keeping the dead engine.
+    expect(readFileSync(join(running().data, 'logs', 'agent.log'), 'utf8')).toContain('engine process died; model dropped');
   }, 120_000);
 });

@@ -19,10 +19,12 @@ function workerEntry(): { path: string; execArgv: string[] } {
  * telemetry SDK on Linux, which leaves an empty /tmp/mat-debug-<pid>.log behind
  * for every process that creates a session (and keeps an offline event cache);
  * ORT_DISABLE_TELEMETRY=1, set before onnxruntime initializes, turns all of it off.
- * An operator who sets the variable themselves keeps their choice.
+ * An operator who sets the variable themselves keeps their choice. The agent's
+ * join grant stays with the agent: an engine process has no use for it.
  */
 export function workerEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
-  return { ...base, ORT_DISABLE_TELEMETRY: base.ORT_DISABLE_TELEMETRY ?? '1' };
+  const { GPUMESH_GRANT: _grant, ...env } = base;
+  return { ...env, ORT_DISABLE_TELEMETRY: base.ORT_DISABLE_TELEMETRY ?? '1' };
 }
 
 type Request = Extract<ToWorker, { requestId: number }>;

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import * as ort from 'onnxruntime-node';
 import type { InferenceSession } from 'onnxruntime-node';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { gpuMemoryMB, PeakMeter, rssMB } from '../../process-memory.js';
+import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../process-memory.js';
 import { EngineError, type BatchMemory } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { PIPELINES } from './pipelines.js';
@@ -89,7 +89,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   if (!loaded) throw new EngineError('ENGINE_FAILED', `model ${message.model} is not loaded in this worker`);
   settle();
   const gpuBefore = loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
-  peaks.begin();
+  const closeWindow = peaks.open();
   const outputs = await PIPELINES[loaded.manifest.pipeline]({
     session: loaded.session,
     manifest: loaded.manifest,
@@ -102,7 +102,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   });
   for (const job of message.jobs) cancelled.delete(job.id);
   settle();
-  const memory = await batchMemory(loaded, gpuBefore);
+  const memory = await batchMemory(loaded, closeWindow(), gpuBefore);
   send({ type: 'result', requestId: message.requestId, outputs, memory });
 }
 
@@ -112,8 +112,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
  * it grew, so the figure after the batch is its peak; on the CPU the kernel's
  * high-water mark gives the peak (see PeakMeter).
  */
-async function batchMemory(loaded: Resident, gpuBefore: number): Promise<BatchMemory> {
-  const window = peaks.end();
+async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: number): Promise<BatchMemory> {
   let grewMB: number;
   let keptMB: number;
   if (loaded.provider === 'cuda') {
