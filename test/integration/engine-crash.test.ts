@@ -23,15 +23,15 @@ const workerPids = (): number[] => childrenOf(agentPid(), 'worker.js').map((proc
 describe('engine crash recovery', () => {
   it('a SIGKILLed engine mid-burst: every accepted job still succeeds, and the host serves the model again at once', async () => {
     const client = running().client();
-    // 40 small images, a few seconds of work for one replica (batches of 4, 16 steps each).
+    // 40 small images, several seconds of work for one replica (batches of 4, 24 steps each).
     const ids: string[] = [];
     for (let i = 0; i < 40; i++) {
-      ids.push((await client.submit({ type: 'image', input: { prompt: `burst ${i}`, seed: i, width: 128, height: 128, steps: 16 } })).id);
+      ids.push((await client.submit({ type: 'image', input: { prompt: `burst ${i}`, seed: i, width: 160, height: 160, steps: 24 } })).id);
     }
     let killed: number | null = null;
     const outcomes = ids.map((id) => client.follow(id, (event: JobEvent) => {
-      // Kill the worker while it holds a batch: on a progress event early in the batch.
-      if (killed === null && event.type === 'progress' && event.step <= 8) {
+      // Kill the worker while it holds a batch: on a progress event early in the batch (most of its steps still to run).
+      if (killed === null && event.type === 'progress' && event.step <= 6) {
         const [pid] = workerPids();
         if (pid) {
           killed = pid;

@@ -47,6 +47,21 @@ describe('memory estimator', () => {
     expect(memory.estimate(gen, square(256), 1)).toBeGreaterThanOrEqual(truth(256 * 256, 1));
   });
 
+  it('tiny batches, whose working memory is within the noise, do not make it extrapolate wildly', () => {
+    const memory = new MemoryEstimator();
+    // An 8x8 image measured 2 MB over the model: read as MB per pixel that would be 30 GB for 1024x1024.
+    memory.observe('gen', { residentMB: 40, peakMB: 42, pixels: 64, batchSize: 1 });
+    memory.observe('gen', { residentMB: 40, peakMB: 45, pixels: 256, batchSize: 1 });
+    expect(memory.model('gen')!.mbPerPixel).toBe(0);
+    expect(memory.estimate(gen, square(1024), 1)).toBe(128); // the declared figure stays the floor until growth is seen
+    expect(memory.largestBatchThatFits(gen, square(1024), 500)).toBe(Infinity);
+    // Once a batch shows real growth, that is what scales.
+    memory.observe('gen', report(256, 1));
+    expect(memory.model('gen')!.mbPerPixel).toBeCloseTo((2 + 65.536) / 65536, 9);
+    expect(memory.estimate(gen, square(1024), 1)).toBeLessThan(1200);
+    expect(memory.estimate(gen, square(8), 1)).toBeGreaterThanOrEqual(45); // and it still covers what the tiny ones took
+  });
+
   it('keeps the largest figures: a smaller peak at a size already seen lowers nothing', () => {
     const memory = new MemoryEstimator();
     memory.observe('gen', report(256, 1));

@@ -26,6 +26,14 @@ import { MeshError, pixelsOf, type BatchMemoryReport, type ModelManifest } from 
 /** Distinct batch sizes (in pixels) remembered per model; the oldest is forgotten first. */
 const MAX_POINTS = 32;
 
+/**
+ * A batch that needed less working memory than this tells the model's fixed
+ * overhead, not how memory grows with size: at that scale a Node.js process's
+ * garbage and allocator caches are as large as the batch. (One 8x8 image
+ * measured at 2 MB would otherwise read as 0.03 MB per pixel, 30 GB for 1024x1024.)
+ */
+const NOISE_FLOOR_MB = 16;
+
 interface Learned {
   residentMB: number;
   /** Batch size in pixels (pixels per job × jobs) → the largest working memory (peak − resident) seen at that size. */
@@ -60,29 +68,13 @@ export class MemoryEstimator {
     learned.batches++;
   }
 
-  /** The fitted figures, or null while nothing about the model's batches was measured. */
+  /** The fitted figures, or null while no batch of the model was measured. */
   model(name: string): MemoryModel | null {
     const learned = this.#models.get(name);
     if (!learned || learned.working.size === 0) return null;
     const points = [...learned.working].sort(([a], [b]) => a - b);
-    let slope = 0;
-    if (points.length >= 2) {
-      // Least squares over the sizes seen …
-      const meanU = points.reduce((sum, [u]) => sum + u, 0) / points.length;
-      const meanW = points.reduce((sum, [, w]) => sum + w, 0) / points.length;
-      const covariance = points.reduce((sum, [u, w]) => sum + (u - meanU) * (w - meanW), 0);
-      const variance = points.reduce((sum, [u]) => sum + (u - meanU) ** 2, 0);
-      slope = variance > 0 ? covariance / variance : 0;
-      // … but never flatter than the steepest growth seen between two sizes at least twice apart: an allocator
-      // that grows its arena in doubling steps makes memory a staircase, and the fitted average of the steps below
-      // would promise a larger batch less than it takes. (Twice apart, so a little noise between close sizes
-      // cannot make the slope explode: it stays under twice the larger point's own MB per pixel.)
-      for (const [i, [ui, wi]] of points.entries()) {
-        for (const [uj, wj] of points.slice(i + 1)) if (uj >= 2 * ui) slope = Math.max(slope, (wj - wi) / (uj - ui));
-      }
-    }
-    // One size seen (or no growth with size): assume memory proportional to size, which overestimates larger batches.
-    if (slope <= 0) slope = Math.max(...points.map(([u, w]) => w / u));
+    const slope = fitSlope(points.filter(([, w]) => w >= NOISE_FLOOR_MB));
+    // Raised until the line passes over every point, small ones included.
     const overheadMB = Math.max(0, ...points.map(([u, w]) => w - slope * u));
     return { residentMB: learned.residentMB, overheadMB, mbPerPixel: slope, batches: learned.batches };
   }
@@ -91,18 +83,43 @@ export class MemoryEstimator {
   estimate(manifest: ModelManifest, input: Record<string, unknown>, batchSize: number): number {
     const model = this.model(manifest.name);
     if (!model) return manifest.memoryMB;
-    return Math.ceil(model.residentMB + model.overheadMB + model.mbPerPixel * pixelsOf(input) * batchSize);
+    const measured = model.residentMB + model.overheadMB + model.mbPerPixel * pixelsOf(input) * batchSize;
+    // Until batches have shown how memory grows with size, the declared figure stays a floor.
+    return Math.ceil(model.mbPerPixel > 0 ? measured : Math.max(manifest.memoryMB, measured));
   }
 
   /** The most jobs shaped like `input` whose batch is estimated to fit `budgetMB`: 0 if not even one, Infinity if size does not matter. */
   largestBatchThatFits(manifest: ModelManifest, input: Record<string, unknown>, budgetMB: number): number {
     const model = this.model(manifest.name);
-    if (!model) return manifest.memoryMB <= budgetMB ? Infinity : 0;
+    const perJob = (model?.mbPerPixel ?? 0) * pixelsOf(input);
+    if (!model || perJob <= 0) return this.estimate(manifest, input, 1) <= budgetMB ? Infinity : 0;
     const room = budgetMB - model.residentMB - model.overheadMB;
-    const perJob = model.mbPerPixel * pixelsOf(input);
-    if (room < 0) return 0;
-    return perJob > 0 ? Math.floor(room / perJob) : Infinity;
+    return room < 0 ? 0 : Math.floor(room / perJob);
   }
+}
+
+/**
+ * MB per pixel from the points that show it (batch size in pixels → working MB, sorted by size).
+ * Least squares over them, but never flatter than the steepest growth seen between two sizes at
+ * least twice apart: an allocator that grows its arena in doubling steps makes memory a staircase,
+ * and the fitted average of the steps below would promise a larger batch less than it takes.
+ * (Twice apart, so a little noise between close sizes cannot make the slope explode: it stays
+ * under twice the larger point's own MB per pixel.) One point, or no growth: proportional to size.
+ */
+function fitSlope(points: readonly (readonly [number, number])[]): number {
+  if (points.length === 0) return 0;
+  let slope = 0;
+  if (points.length >= 2) {
+    const meanU = points.reduce((sum, [u]) => sum + u, 0) / points.length;
+    const meanW = points.reduce((sum, [, w]) => sum + w, 0) / points.length;
+    const covariance = points.reduce((sum, [u, w]) => sum + (u - meanU) * (w - meanW), 0);
+    const variance = points.reduce((sum, [u]) => sum + (u - meanU) ** 2, 0);
+    slope = variance > 0 ? covariance / variance : 0;
+    for (const [i, [ui, wi]] of points.entries()) {
+      for (const [uj, wj] of points.slice(i + 1)) if (uj >= 2 * ui) slope = Math.max(slope, (wj - wi) / (uj - ui));
+    }
+  }
+  return slope > 0 ? slope : Math.max(...points.map(([u, w]) => w / u));
 }
 
 /** A host as the planner sees it: its largest device budget. */
