@@ -1,12 +1,12 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, sha256Digest, type AgentMessage, type ArtifactReport, type Device, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type Device, type OrchestratorMessage,
 } from '../protocol/index.js';
 import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
-import { EngineError, type Engine, type JobOutput } from './engines/engine.js';
+import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/engine.js';
 import { OnnxEngine } from './engines/onnx/engine.js';
 import { Governor } from './governance/governor.js';
 import type { GovernanceConfigInput } from './governance/settings.js';
@@ -96,7 +96,9 @@ export class Agent {
     this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
     this.#trust = new ServerTrust(options.url, agentPins(options));
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
-      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
+      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }), {
+      onRepair: (digest, reason) => log.warn({ digest, reason }, 'cached model file is corrupt; deleting it and pulling it again'),
+    });
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -232,10 +234,10 @@ export class Agent {
     };
     this.#running.set(batch.id, batch);
     this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
-    let acquired = false;
+    let acquired: LoadedModel | null = null;
     try {
       const { loaded, loadMs } = await this.#residency.acquire(message.model);
-      acquired = true;
+      acquired = loaded;
       this.#log.debug({ batchId: batch.id, loadMs }, 'model resident');
       batch.cancel = (jobIds) => {
         for (const jobId of jobIds) batch.cancelled.add(jobId);
@@ -244,13 +246,19 @@ export class Agent {
       if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
       this.#link.send({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds] });
       const computeStart = performance.now();
-      const outputs = await loaded.run(
+      const { outputs, memory } = await loaded.run(
         jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
         (progress) => this.#link.send({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
       );
       const computeMs = performance.now() - computeStart;
-      this.#log.debug({ batchId: batch.id, computeMs }, 'batch computed');
-      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received })));
+      // Jobs of one batch share their shape, so the first job's pixels are every job's.
+      const pixels = pixelsOf(jobs[0]?.input ?? {});
+      const measured: BatchMemoryReport = { ...this.#residency.recordBatch(loaded, pixels * jobs.length, memory), pixels, batchSize: jobs.length };
+      this.#log.info({ batchId: batch.id, model: message.model.name, jobs: jobs.length, pixels, computeMs: Math.round(computeMs), memory }, 'batch computed');
+      if (memory && memory.peakMB > loaded.device.budgetMB) {
+        this.#log.warn({ batchId: batch.id, peakMB: memory.peakMB, budgetMB: loaded.device.budgetMB }, 'the batch took more than the device budget');
+      }
+      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received }, memory ? measured : undefined)));
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);
       this.#log.warn({ batchId: batch.id, code: engineError.code, err: error }, 'batch failed');
@@ -261,12 +269,14 @@ export class Agent {
         });
       }
     } finally {
-      if (acquired) this.#residency.release(message.model.name);
+      if (acquired) this.#residency.release(acquired);
       this.#running.delete(batch.id);
     }
   }
 
-  async #deliver(message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number }): Promise<void> {
+  async #deliver(
+    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number }, memory: BatchMemoryReport | undefined,
+  ): Promise<void> {
     if (!output.ok) {
       this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: output.retryable, error: { code: output.code, message: output.message } });
       return;
@@ -287,6 +297,7 @@ export class Agent {
       this.#report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,
         timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received },
+        ...(memory ? { memory } : {}),
       });
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);

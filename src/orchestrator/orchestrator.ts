@@ -13,9 +13,9 @@ import { createJobCore, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
-import { BlobReader, BlobStore, ModelRegistry } from './registry/index.js';
+import { BlobReader, BlobStore, ModelRegistry, type RegisteredModel } from './registry/index.js';
 import { HostRegistry, Router } from './routing/index.js';
-import { Admission, Scheduler } from './scheduler/index.js';
+import { Admission, MemoryEstimator, MemoryPlanner, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { MeshStatus } from './status.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
@@ -103,7 +103,12 @@ export class Orchestrator {
     const admission = new Admission(clock);
     const hosts = new HostRegistry();
     const router = new Router(hosts);
-    const scheduler = new Scheduler({ model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial });
+    // Memory learned from what batches measured: refuses jobs too large for any host, caps batches to fit a host.
+    const memory = new MemoryPlanner<RegisteredModel>(new MemoryEstimator(), (model, classes) => router.candidates(model, classes));
+    const scheduler = new Scheduler({
+      model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial,
+      batchCap: (model, job, host) => memory.batchCap(model, job.input ?? {}, host),
+    });
     const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
     const model = (name: string) => registry.get(name);
 
@@ -111,6 +116,7 @@ export class Orchestrator {
       db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
       uploadCredential: (batchId, validUntil) => uploadCredentials.mint(batchId, validUntil),
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
+      observeMemory: (name, report) => memory.observe(name, report),
     });
     const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
     const hub = new AgentHub({
@@ -133,7 +139,7 @@ export class Orchestrator {
       },
     });
 
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory });
     const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open });
     const app = await buildServer({
       jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader,

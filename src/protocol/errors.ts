@@ -40,6 +40,10 @@ export const ERRORS = {
   RATE_LIMITED: { status: 429, message: 'The grant allows {rate}; retry after {retryAfter}s' },
   PRIORITY_DENIED: { status: 403, message: 'The grant allows priority {ceiling} at the highest, not {priority}' },
   TIMEOUT_TOO_LONG: { status: 400, message: 'timeoutMs {timeoutMs} exceeds the limit of {limit} ms for model "{model}"' },
+  JOB_TOO_LARGE: {
+    status: 422,
+    message: 'The job needs an estimated {needMB} MB on model "{model}" ({detail}), more than the largest device budget among hosts that can run it: {budgetMB} MB on {host}',
+  },
 
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },

@@ -63,6 +63,7 @@ class LocalAgent {
 interface UpOptions extends ServeOptions {
   agent: boolean;
   cpuBudget?: number;
+  idleUnload?: number;
   verbose?: boolean;
   galleryTtl?: string;
 }
@@ -72,6 +73,7 @@ export function upCommand(): Command {
     .description('Bring up a whole mesh on this machine: the orchestrator, a local agent and the built-in models')
     .option('--no-agent', 'start only the orchestrator')
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
+    .option('--idle-unload <seconds>', 'the local agent unloads a model idle this long (default 300)', parseInteger('--idle-unload'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
     .option('--gallery-ttl <duration>', 'how long the gallery link works, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
     .action(async (options: UpOptions) => {
@@ -98,6 +100,7 @@ export function upCommand(): Command {
         const grant = orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
         const args = [BIN, 'agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
+        if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
         return spawn(process.execPath, args, {
           // The grant travels in the environment, not argv, so `ps` does not show it.

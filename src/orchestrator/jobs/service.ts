@@ -7,7 +7,7 @@ import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
 import type { EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
-import { assertDigest, type ModelRegistry } from '../registry/index.js';
+import { assertDigest, type ModelRegistry, type RegisteredModel } from '../registry/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import { artifacts, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { newId } from '../ids.js';
@@ -31,6 +31,8 @@ export interface JobServiceDeps {
   dispatcher: Dispatcher;
   cancellation: Cancellation;
   metrics: MeshMetrics;
+  /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
+  memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
 }
 
 export interface ListQuery {
@@ -175,6 +177,7 @@ export class JobService {
       const job = existing ? states.get(existing.id) : null;
       if (job) return { job, created: false };
     }
+    this.#deps.memory?.admit(model, input, classes);
     try {
       // Bounds first: a job the queues refuse must not use up the grant's rate.
       admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);

@@ -4,3 +4,4 @@ export { releaseDecision, worthWaiting, type BatchingPolicy, type ReleaseDecisio
 export { ArrivalRate } from './arrivals.js';
 export { Admission } from './admission.js';
 export { GrantRateLimiter } from './rates.js';
+export { MemoryEstimator, MemoryPlanner, type MemoryHost, type MemoryModel } from './memory.js';

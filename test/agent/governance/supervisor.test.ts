@@ -47,7 +47,7 @@ describe('the ONNX worker under governance (Supervisor.fork, callers unchanged)'
       expect(Number(cgroupFile(paths, 'memory.max'))).toBe(1024 * MB);
       expect(cgroupFile(paths, 'cpu.weight')).toBe('200');
     }
-    const outputs = await loaded.run([{ id: 'j1', input: { prompt: 'governed', seed: 1, width: 32, height: 32, steps: 3 } }], () => {});
+    const outputs = (await loaded.run([{ id: 'j1', input: { prompt: 'governed', seed: 1, width: 32, height: 32, steps: 3 } }], () => {})).outputs;
     expect(outputs[0]!.ok).toBe(true);
     await loaded.unload();
     expect(supervisor.count).toBe(0);
