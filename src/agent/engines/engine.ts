@@ -1,4 +1,4 @@
-import type { Device, ModelManifest } from '../../protocol/index.js';
+import type { Device, ErrorCode, ModelManifest } from '../../protocol/index.js';
 
 /** One job of a batch, as an engine sees it. */
 export interface EngineJob {
@@ -19,7 +19,7 @@ export interface OutputFile {
 /** What an engine produced for one job: files, a small JSON result, or an error that is this job's own. */
 export type JobOutput =
   | { jobId: string; ok: true; files: OutputFile[]; result?: unknown }
-  | { jobId: string; ok: false; code: string; message: string; retryable: boolean };
+  | { jobId: string; ok: false; code: ErrorCode; message: string; retryable: boolean };
 
 export interface Progress {
   step: number;
@@ -83,7 +83,7 @@ export interface Engine {
 /** An engine failure that carries one of the protocol's error codes. */
 export class EngineError extends Error {
   override readonly name = 'EngineError';
-  constructor(readonly code: string, message: string, readonly retryable = true, options?: { cause?: unknown }) {
+  constructor(readonly code: ErrorCode, message: string, readonly retryable = true, options?: { cause?: unknown }) {
     super(message, options);
   }
 }

@@ -1,4 +1,4 @@
-import type { ModelManifest } from '../../../protocol/index.js';
+import type { ErrorCode, ModelManifest } from '../../../protocol/index.js';
 import type { BatchMemory, EngineJob, JobOutput } from '../engine.js';
 
 /**
@@ -17,4 +17,4 @@ export type FromWorker =
   | { type: 'progress'; requestId: number; step: number; total: number }
   | { type: 'result'; requestId: number; outputs: JobOutput[]; memory: BatchMemory }
   | { type: 'unloaded'; requestId: number }
-  | { type: 'error'; requestId: number; code: string; message: string; retryable: boolean };
+  | { type: 'error'; requestId: number; code: ErrorCode; message: string; retryable: boolean };
