@@ -318,6 +318,12 @@ function decoded(text: string): string | null {
   }
 }
 
+/** The routes a browser reaches without headers, which take `?access_token=` (blob reads, event streams). */
+function takesQueryGrant(input: HttpInput): boolean {
+  const readable = input.method === 'GET' || input.method === 'HEAD';
+  return readable && ['/v1/blobs/{digest}', '/v1/events', '/v1/jobs/{id}/events'].includes(input.template);
+}
+
 /**
  * The grant is checked before anything of the request is validated: on a /v1 route, a request
  * without a grant is 401 GRANT_MISSING and one with an unreadable grant 401 GRANT_INVALID,
@@ -327,6 +333,11 @@ function decoded(text: string): string | null {
  */
 function grantFirstProblems(input: HttpInput, answer: HttpAnswer, tokenInQuery: boolean): string[] {
   if (!input.onRoute || !input.needsGrant || input.params.some(({ text }) => text === '')) return [];
+  // A grant in the URL, where the route takes none, is refused before the grant is even read (400 GRANT_IN_QUERY).
+  if (tokenInQuery && !takesQueryGrant(input)) {
+    return answer.status === 400 && (input.method === 'HEAD' || answer.body.includes('GRANT_IN_QUERY'))
+      ? [] : [`expected 400 GRANT_IN_QUERY for a grant in the URL of a route that takes none, got ${answer.status}`];
+  }
   // A generated access_token query parameter is a grant too (an unreadable one).
   const missing = input.grant === 'none' && !tokenInQuery;
   const expected = missing ? 'GRANT_MISSING' : ['none', 'garbage', 'malformed'].includes(input.grant) ? 'GRANT_INVALID' : null;
