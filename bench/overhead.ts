@@ -27,7 +27,7 @@ async function direct(name: Case): Promise<number[]> {
   const times: number[] = [];
   for (let i = 0; i < WARMUP + RUNS; i++) {
     const start = performance.now();
-    const [output] = await loaded.run([{ id: `d${i}`, input: CASES[name].input }], () => {});
+    const { outputs: [output] } = await loaded.run([{ id: `d${i}`, input: CASES[name].input }], () => {});
     if (!output?.ok) throw new Error('direct run failed');
     if (i >= WARMUP) times.push(performance.now() - start);
   }

@@ -82,7 +82,7 @@ for (const target of targets) {
   await check(target.name, `batch of 2 (${size}x${size}, ${steps} steps)`, async () => {
     const batch = jobs('b', 2);
     const progress: Progress[] = [];
-    const outputs = await loaded.run(batch, (step) => progress.push(step));
+    const outputs = (await loaded.run(batch, (step) => progress.push(step))).outputs;
     expect(outputs.map((output) => output.jobId).join() === batch.map((job) => job.id).join(), 'outputs out of order');
     for (const output of outputs) {
       expect(output.ok, describeFailure(output));
@@ -96,10 +96,10 @@ for (const target of targets) {
   await check(target.name, 'cancel the last of 3 after the first progress', async () => {
     const batch = jobs('c', 3);
     let cancelled = false;
-    const outputs = await loaded.run(batch, () => {
+    const outputs = (await loaded.run(batch, () => {
       if (!cancelled) loaded.cancel([batch[2]!.id]);
       cancelled = true;
-    });
+    })).outputs;
     expect(!outputs[2]!.ok && outputs[2]!.code === 'CANCELLED', `the cancelled job: ${describeFailure(outputs[2]!)}`);
     expect(outputs[0]!.ok && outputs[1]!.ok, `the others: ${describeFailure(outputs[0]!)}; ${describeFailure(outputs[1]!)}`);
     return 'ok';

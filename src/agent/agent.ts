@@ -1,12 +1,15 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, sha256Digest, type AgentMessage, type ArtifactReport, type Device, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type Device, type OrchestratorMessage,
 } from '../protocol/index.js';
+import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
-import { EngineError, type Engine, type JobOutput } from './engines/engine.js';
+import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/engine.js';
 import { OnnxEngine } from './engines/onnx/engine.js';
+import { Governor } from './governance/governor.js';
+import type { GovernanceConfigInput } from './governance/settings.js';
 import { AgentLink } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
@@ -20,8 +23,10 @@ type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
 export interface AgentOptions {
   /** The orchestrator's base URL. */
   url: string;
-  /** An agent grant (`gpumesh grant create --agent --host <id>`). */
+  /** An agent grant (`gpumesh grant create --agent --host <id>`). On a TLS mesh it names the CA to pin (`tls-ca`). */
   grant: string;
+  /** A CA fingerprint to pin besides the grant's, for a grant that names none (`--tls-ca-fingerprint`). */
+  tlsCaFingerprint?: string;
   /** This host's id; must match the grant's host. */
   host: string;
   /** Routing classes this host serves (`image`, `video`, …). */
@@ -35,9 +40,22 @@ export interface AgentOptions {
   /** Unload a model idle this long; its engine process ends with the last one (scale to zero). Default 5 min. */
   idleUnloadMs?: number;
   nvidiaSmi?: string;
+  /** How engine processes are governed: cgroups (auto, v2, v1, off) and the ONNX worker's limits. */
+  governance?: GovernanceConfigInput;
   log?: Logger;
   /** The orchestrator sent `drain` (an admin drained this host); the agent is draining. Default: leave when drained. */
   onDrainRequested?: () => void;
+}
+
+/** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
+function agentPins(options: AgentOptions): Pin[] {
+  const pins = pinsOfGrant(options.grant);
+  if (options.tlsCaFingerprint) {
+    const fingerprint = parseFingerprint(options.tlsCaFingerprint);
+    if (!fingerprint) throw new Error(`"${options.tlsCaFingerprint}" is not a SHA-256 fingerprint (sha256:<64 hex>)`);
+    pins.push({ fingerprint, source: '--tls-ca-fingerprint' });
+  }
+  return pins;
 }
 
 interface RunningBatch {
@@ -58,11 +76,13 @@ export class Agent {
   readonly #options: Required<Pick<AgentOptions, 'concurrency' | 'idleUnloadMs'>> & AgentOptions;
   readonly #log: Logger;
   readonly #devices: Device[];
+  readonly #governor: Governor;
   readonly #supervisor: Supervisor;
   readonly #engines: Map<string, Engine>;
   readonly #cache: ModelCache;
   readonly #residency: Residency;
   readonly #link: AgentLink;
+  readonly #trust: ServerTrust;
   readonly #running = new Map<string, RunningBatch>();
   readonly #unacked = new Map<string, Result>();
   #heartbeat: NodeJS.Timeout | null = null;
@@ -74,14 +94,18 @@ export class Agent {
   /** Set once the agent drains: resolved when nothing runs and every result is acknowledged. */
   #drain: { done: Promise<void>; resolve: () => void } | null = null;
 
-  private constructor(options: AgentOptions, devices: Device[], log: Logger) {
+  private constructor(options: AgentOptions, devices: Device[], governor: Governor, log: Logger) {
     this.#options = { concurrency: 1, idleUnloadMs: 5 * 60_000, ...options };
     this.#log = log;
     this.#devices = devices;
-    this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }));
+    this.#governor = governor;
+    this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }), governor, governor.config.onnx);
     this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
+    this.#trust = new ServerTrust(options.url, agentPins(options));
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
-      fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }));
+      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }), {
+      onRepair: (digest, reason) => log.warn({ digest, reason }, 'cached model file is corrupt; deleting it and pulling it again'),
+    });
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -95,16 +119,16 @@ export class Agent {
       draining: () => this.#drain !== null,
     });
     this.#link = new AgentLink({
-      url: options.url, grant: options.grant, log: log.child({ part: 'link' }),
+      url: options.url, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
       onWelcome: (welcome) => {
         this.#inlineOutputBytes = welcome.inlineOutputBytes;
         this.#onWelcome(welcome.heartbeatMs);
       },
       onMessage: (message) => this.#onMessage(message),
-      onRejected: (reason) => {
-        log.error({ reason }, 'the orchestrator refused this agent');
-        this.#rejected?.(reason);
+      onRejected: (reason, by) => {
+        log.error({ reason }, by === 'orchestrator' ? 'the orchestrator refused this agent' : 'refusing to connect to the orchestrator');
+        this.#rejected?.(by === 'orchestrator' ? `refused by the orchestrator: ${reason}` : reason);
       },
       onDisconnected: () => {
         this.#stopHeartbeat();
@@ -119,10 +143,14 @@ export class Agent {
     const log = options.log ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
     const devices = await detectDevices({ cpuBudgetMB: options.cpuBudgetMB, nvidiaSmi: options.nvidiaSmi });
     log.info({ host: options.host, devices: devices.map((device) => `${device.id} ${device.name} ${device.budgetMB} MB`) }, 'devices');
-    return new Agent(options, devices, log);
+    const governor = await Governor.create({ agentId: options.host, config: options.governance, log: log.child({ part: 'governance' }) });
+    return new Agent(options, devices, governor, log);
   }
 
-  /** Dial the orchestrator. `onRejected` is called if it refuses this agent for good. */
+  /**
+   * Dial the orchestrator. `onRejected` is called, with a sentence, if it refuses this agent for good
+   * or its TLS CA is not the pinned one.
+   */
   start(onRejected?: (reason: string) => void): void {
     this.#rejected = onRejected ?? null;
     this.#link.start();
@@ -189,6 +217,8 @@ export class Agent {
     this.#link.close();
     for (const engine of this.#engines.values()) await engine.close();
     await this.#supervisor.stopAll();
+    await this.#governor.close();
+    this.#trust.close();
   }
 
   #hello(): Extract<AgentMessage, { type: 'hello' }> {
@@ -271,10 +301,10 @@ export class Agent {
     };
     this.#running.set(batch.id, batch);
     this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
-    let acquired = false;
+    let acquired: LoadedModel | null = null;
     try {
       const { loaded, loadMs } = await this.#residency.acquire(message.model);
-      acquired = true;
+      acquired = loaded;
       this.#log.debug({ batchId: batch.id, loadMs }, 'model resident');
       batch.cancel = (jobIds) => {
         for (const jobId of jobIds) batch.cancelled.add(jobId);
@@ -283,13 +313,19 @@ export class Agent {
       if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
       this.#link.send({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds] });
       const computeStart = performance.now();
-      const outputs = await loaded.run(
+      const { outputs, memory } = await loaded.run(
         jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
         (progress) => this.#link.send({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
       );
       const computeMs = performance.now() - computeStart;
-      this.#log.debug({ batchId: batch.id, computeMs }, 'batch computed');
-      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received })));
+      // Jobs of one batch share their shape, so the first job's pixels are every job's.
+      const pixels = pixelsOf(jobs[0]?.input ?? {});
+      const measured: BatchMemoryReport = { ...this.#residency.recordBatch(loaded, pixels * jobs.length, memory), pixels, batchSize: jobs.length };
+      this.#log.info({ batchId: batch.id, model: message.model.name, jobs: jobs.length, pixels, computeMs: Math.round(computeMs), memory }, 'batch computed');
+      if (memory && memory.peakMB > loaded.device.budgetMB) {
+        this.#log.warn({ batchId: batch.id, peakMB: memory.peakMB, budgetMB: loaded.device.budgetMB }, 'the batch took more than the device budget');
+      }
+      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received }, memory ? measured : undefined)));
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);
       this.#log.warn({ batchId: batch.id, code: engineError.code, err: error }, 'batch failed');
@@ -300,14 +336,16 @@ export class Agent {
         });
       }
     } finally {
-      if (acquired) this.#residency.release(message.model.name);
+      if (acquired) this.#residency.release(acquired);
       this.#running.delete(batch.id);
       this.#loads.batchEnded(batch.model);
       this.#checkDrained();
     }
   }
 
-  async #deliver(message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number }): Promise<void> {
+  async #deliver(
+    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number }, memory: BatchMemoryReport | undefined,
+  ): Promise<void> {
     if (!output.ok) {
       this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: output.retryable, error: { code: output.code, message: output.message } });
       return;
@@ -323,11 +361,12 @@ export class Agent {
           artifacts.push({ digest: sha256Digest(file.bytes), bytes: file.bytes.length, ...described, inline: Buffer.from(file.bytes).toString('base64') });
           continue;
         }
-        artifacts.push({ ...(await uploadOutput(this.#options.url, job.id, message.uploadCredential, file)), ...described });
+        artifacts.push({ ...(await uploadOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file)), ...described });
       }
       this.#report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,
         timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received },
+        ...(memory ? { memory } : {}),
       });
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);

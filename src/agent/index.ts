@@ -5,3 +5,9 @@ export type { Engine, LoadedModel, EngineJob, JobOutput, OutputFile, Progress } 
 export { SdcppEngine, type SdcppEngineOptions } from './engines/sdcpp/index.js';
 export { OpenAiImagesEngine, type OpenAiImagesEngineOptions } from './engines/openai-images/index.js';
 export { frontedUrl, splitLines, type EndpointProvider, type ServerEndpoint } from './engines/http/index.js';
+export {
+  Governor, startServer, RestartingServer, runCommand, exitError,
+  GovernanceConfig, ServerSettings, CommandSettings, ProcessLimits, Readiness, RestartPolicy, LogLimits,
+  type ManagedServer, type ServerLaunch, type CommandInvocation, type CommandResult, type ExitReason, type ExitKind,
+  type GovernanceConfigInput, type ServerSettingsInput, type CommandSettingsInput, type ProcessLimitsInput,
+} from './governance/index.js';

@@ -4,6 +4,7 @@ import WebSocket from 'ws';
 import {
   LINK_CLOSE, LINK_PATH, OrchestratorMessage, type AgentMessage,
 } from '../protocol/index.js';
+import { TlsPinError, type ServerTrust } from '../tls/index.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 type Welcome = Extract<OrchestratorMessage, { type: 'welcome' }>;
@@ -12,13 +13,18 @@ export interface AgentLinkOptions {
   /** The orchestrator's base URL (http or https). */
   url: string;
   grant: string;
+  /** How to trust the orchestrator's certificate (an https URL with a pinned CA gives wss: verified against that CA alone). */
+  trust: ServerTrust;
   log: Logger;
   /** Built fresh for each connection, so it carries the work in flight right now. */
   hello(): Hello;
   onWelcome(welcome: Welcome): void;
   onMessage(message: OrchestratorMessage): void;
-  /** The orchestrator refused this agent (bad grant, host or classes); reconnecting will not help. */
-  onRejected(reason: string): void;
+  /**
+   * The link ended for good: the orchestrator refused this agent (bad grant, host or classes), or the
+   * agent refused the orchestrator (its TLS CA is not the pinned one). Reconnecting will not help.
+   */
+  onRejected(reason: string, by: 'orchestrator' | 'agent'): void;
   onDisconnected?(): void;
 }
 
@@ -64,10 +70,32 @@ export class AgentLink {
 
   #dial(): void {
     if (this.#closed) return;
+    // The CA is pinned before the first byte of the grant goes out; a CA that is not the pinned one ends the agent.
+    this.#options.trust.ca().then((ca) => this.#open(ca), (error: unknown) => {
+      if (this.#closed) return;
+      if (error instanceof TlsPinError) {
+        this.#closed = true;
+        this.#options.onRejected(error.message, 'agent');
+        return;
+      }
+      this.#redial({ reason: (error as Error).message });
+    });
+  }
+
+  #redial(why: Record<string, unknown>): void {
+    if (this.#closed) return;
+    this.#backoff = (this.#backoff ?? this.#backoffFactory).next(undefined);
+    const delay = this.#backoff.duration;
+    this.#options.log.info({ ...why, retryInMs: Math.round(delay) }, 'link down; redialling');
+    this.#timer = setTimeout(() => this.#dial(), delay);
+  }
+
+  #open(ca: string | undefined): void {
+    if (this.#closed) return;
     const { log } = this.#options;
     const url = new URL(LINK_PATH, this.#options.url);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    const socket = new WebSocket(url, { headers: { authorization: `Bearer ${this.#options.grant}` }, handshakeTimeout: 10_000 });
+    const socket = new WebSocket(url, { headers: { authorization: `Bearer ${this.#options.grant}` }, handshakeTimeout: 10_000, ca });
     this.#socket = socket;
     let refused: string | null = null;
     socket.on('open', () => {
@@ -82,7 +110,7 @@ export class AgentLink {
         })();
         if (response.statusCode === 401 || response.statusCode === 403) {
           refused = `HTTP ${response.statusCode}: ${message}`;
-          this.#options.onRejected(refused);
+          this.#options.onRejected(refused, 'orchestrator');
           this.#closed = true;
         } else {
           log.warn({ status: response.statusCode, message }, 'orchestrator refused the link; will retry');
@@ -113,18 +141,17 @@ export class AgentLink {
       this.#socket = null;
       if (code === LINK_CLOSE.rejected) {
         this.#closed = true;
-        this.#options.onRejected(reason.toString() || 'rejected');
+        this.#options.onRejected(reason.toString() || 'rejected', 'orchestrator');
       }
       if (wasConnected) this.#options.onDisconnected?.();
-      if (this.#closed) return;
-      this.#backoff = (this.#backoff ?? this.#backoffFactory).next(undefined);
-      const delay = this.#backoff.duration;
-      log.info({ code, reason: reason.toString(), retryInMs: Math.round(delay) }, 'link down; redialling');
-      this.#timer = setTimeout(() => this.#dial(), delay);
+      this.#redial({ code, reason: reason.toString() });
     });
     socket.on('error', (error) => {
-      // A close event always follows; the redial happens there.
-      if (!refused) log.debug({ err: error }, 'link error');
+      // A close event always follows; the redial happens there. A TLS failure (a name the certificate
+      // lacks, a chain the pinned CA did not sign) will not mend itself, so it is said loudly.
+      const tls = this.#options.trust.explain(error);
+      if (tls) log.error({ err: error }, tls);
+      else if (!refused) log.debug({ err: error }, 'link error');
     });
   }
 }

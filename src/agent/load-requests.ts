@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { AgentMessage, ModelManifest } from '../protocol/index.js';
-import { EngineError } from './engines/engine.js';
+import { EngineError, type LoadedModel } from './engines/engine.js';
 import type { Residency } from './residency.js';
 
 export interface LoadRequestsDeps {
@@ -25,7 +25,8 @@ export interface LoadRequestsDeps {
  */
 export class LoadRequests {
   readonly #deps: LoadRequestsDeps;
-  readonly #held = new Set<string>();
+  /** Held models, by name: the acquisition each hold keeps (released on `unload`). */
+  readonly #held = new Map<string, LoadedModel>();
   readonly #unloadWanted = new Set<string>();
   readonly #chains = new Map<string, Promise<void>>();
 
@@ -35,7 +36,7 @@ export class LoadRequests {
 
   /** Models held for the orchestrator's minReplicas. */
   get held(): string[] {
-    return [...this.#held];
+    return [...this.#held.keys()];
   }
 
   load(manifest: ModelManifest, hold: boolean): Promise<void> {
@@ -45,7 +46,7 @@ export class LoadRequests {
   unload(model: string): Promise<void> {
     return this.#serially(model, async () => {
       this.#unloadWanted.add(model);
-      if (this.#held.delete(model)) this.#deps.residency.release(model);
+      this.#releaseHold(model);
       await this.#unloadIfIdle(model);
     });
   }
@@ -62,17 +63,21 @@ export class LoadRequests {
     this.#unloadWanted.delete(name);
     const before = residency.resident().find((entry) => entry.model === name);
     // A hold on an older version of the model ends with it: acquiring the new version unloads the old one.
-    if (before && before.digest !== manifest.digest) this.#held.delete(name);
+    if (before && before.digest !== manifest.digest) this.#releaseHold(name);
+    let loaded: LoadedModel;
     try {
-      await residency.acquire(manifest);
+      ({ loaded } = await residency.acquire(manifest));
     } catch (error) {
       return this.#refuse(name, error);
     }
-    if (hold && !this.#held.has(name)) {
-      this.#held.add(name); // keep this acquisition: held until unload
+    const previous = this.#held.get(name);
+    if (hold && previous !== loaded) {
+      // Keep this acquisition: held until unload. A previous hold is on a model that is gone (its engine died).
+      this.#held.set(name, loaded);
+      if (previous) residency.release(previous);
     } else {
-      residency.release(name);
-      if (!hold && this.#held.delete(name)) residency.release(name);
+      residency.release(loaded);
+      if (!hold) this.#releaseHold(name);
     }
     log.info({ model: name, hold }, 'replica loaded as the orchestrator asked');
     // A model that was already resident raised no `loaded` event; the orchestrator is waiting for one.
@@ -80,6 +85,13 @@ export class LoadRequests {
     if (before?.digest === manifest.digest && now) {
       this.#deps.send({ type: 'loaded', model: name, digest: now.digest, device: now.device, memoryMB: now.memoryMB });
     }
+  }
+
+  #releaseHold(model: string): void {
+    const held = this.#held.get(model);
+    if (!held) return;
+    this.#held.delete(model);
+    this.#deps.residency.release(held);
   }
 
   async #unloadIfIdle(model: string): Promise<void> {

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream, mkdirSync } from 'node:fs';
-import { rename, rm, access } from 'node:fs/promises';
+import { createReadStream, createWriteStream, mkdirSync, type Stats } from 'node:fs';
+import { rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -18,23 +18,45 @@ async function hashFile(path: string): Promise<string> {
 }
 
 /**
+ * What a file looked like when its hash was checked. Any write to it changes
+ * its ctime (which, unlike mtime, cannot be set back), a replacement changes
+ * its inode, a truncation its size: if all agree, the bytes are the ones hashed.
+ */
+interface Fingerprint {
+  size: number;
+  mtimeMs: number;
+  ctimeMs: number;
+  ino: number;
+  dev: number;
+}
+
+const fingerprintOf = (stats: Stats): Fingerprint => ({ size: stats.size, mtimeMs: stats.mtimeMs, ctimeMs: stats.ctimeMs, ino: stats.ino, dev: stats.dev });
+const sameFile = (a: Fingerprint, b: Fingerprint): boolean =>
+  a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs && a.ino === b.ino && a.dev === b.dev;
+
+/**
  * Model files on this host, by digest. A pull streams the blob from the
- * orchestrator, hashing it on the way, and keeps it only if the hash matches;
- * a file already on disk is re-hashed once per process before first use.
+ * orchestrator, hashing it on the way, and keeps it only if the hash matches.
+ * Every `path()` re-checks the file before it is handed out: a cheap look at
+ * its fingerprint (size, times, inode) taken when it was verified, and a full
+ * re-hash on any doubt; a file that fails is deleted and pulled again.
+ * Engines that read the bytes themselves also hash what they load (see
+ * Engine); when they find a mismatch the caller `invalidate`s the entry.
  */
 export class ModelCache {
   readonly #dir: string;
   readonly #fetch: FetchBlob;
-  readonly #verified = new Set<string>();
+  readonly #verified = new Map<string, Fingerprint>();
   readonly #pulls = new Map<string, Promise<string>>();
   readonly #aborts = new Set<AbortController>();
-
   readonly #idleTimeoutMs: number;
+  readonly #onRepair: (digest: string, reason: string) => void;
 
-  constructor(dir: string, fetchBlob: FetchBlob, options: { idleTimeoutMs?: number } = {}) {
+  constructor(dir: string, fetchBlob: FetchBlob, options: { idleTimeoutMs?: number; onRepair?: (digest: string, reason: string) => void } = {}) {
     this.#dir = dir;
     this.#fetch = fetchBlob;
     this.#idleTimeoutMs = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
+    this.#onRepair = options.onRepair ?? (() => {});
     mkdirSync(join(dir, 'tmp'), { recursive: true });
   }
 
@@ -42,9 +64,9 @@ export class ModelCache {
     return join(this.#dir, digest.replace(':', '-'));
   }
 
-  /** Digests on disk (reported in hello). */
+  /** Digests on disk and verified (reported in hello). */
   get cached(): string[] {
-    return [...this.#verified];
+    return [...this.#verified.keys()];
   }
 
   /** Give up every pull in progress (the orchestrator they come from went away). */
@@ -52,9 +74,14 @@ export class ModelCache {
     for (const controller of this.#aborts) controller.abort(new Error(reason));
   }
 
-  /** The local path of a model file, pulled and verified if needed. */
+  /** The local path of a model file, checked (and re-hashed, pulled or repaired as needed). */
   async path(digest: string): Promise<string> {
-    if (this.#verified.has(digest)) return this.pathOf(digest);
+    const known = this.#verified.get(digest);
+    if (known) {
+      const now = await stat(this.pathOf(digest)).catch(() => null);
+      if (now && sameFile(known, fingerprintOf(now))) return this.pathOf(digest);
+      this.#verified.delete(digest); // changed, replaced or gone: hash it again
+    }
     let pull = this.#pulls.get(digest);
     if (!pull) {
       pull = this.#ensure(digest).finally(() => this.#pulls.delete(digest));
@@ -63,13 +90,34 @@ export class ModelCache {
     return pull;
   }
 
+  /** The file of this digest is bad (an engine hashed what it read and it did not match): delete it, so the next `path` pulls it again. */
+  async invalidate(digest: string, reason: string): Promise<void> {
+    this.#verified.delete(digest);
+    await this.#pulls.get(digest)?.catch(() => {});
+    this.#onRepair(digest, reason);
+    await rm(this.pathOf(digest), { force: true });
+  }
+
   async #ensure(digest: string): Promise<string> {
     const target = this.pathOf(digest);
-    const onDisk = await access(target).then(() => true, () => false);
-    if (onDisk && (await hashFile(target)) === digest) {
-      this.#verified.add(digest);
-      return target;
+    // The fingerprint is taken before hashing: a write during the hash changes the ctime, so the next look doubts it again.
+    const before = await stat(target).catch(() => null);
+    if (before) {
+      const actual = await hashFile(target).catch((error: Error) => `unreadable (${error.message})`);
+      if (actual === digest) {
+        this.#verified.set(digest, fingerprintOf(before));
+        return target;
+      }
+      this.#onRepair(digest, `the cached file hashes to ${actual}`);
+      await rm(target, { force: true });
     }
+    await this.#pull(digest, target);
+    const after = await stat(target);
+    this.#verified.set(digest, fingerprintOf(after));
+    return target;
+  }
+
+  async #pull(digest: string, target: string): Promise<void> {
     const controller = new AbortController();
     this.#aborts.add(controller);
     const idle = setTimeout(() => controller.abort(new Error(`no data for ${this.#idleTimeoutMs} ms`)), this.#idleTimeoutMs);
@@ -104,7 +152,5 @@ export class ModelCache {
       this.#aborts.delete(controller);
       await rm(temp, { force: true });
     }
-    this.#verified.add(digest);
-    return target;
   }
 }

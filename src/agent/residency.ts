@@ -1,12 +1,19 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import type { Device, ModelManifest, ResidentModel } from '../protocol/index.js';
-import { EngineError, type Engine, type LoadedModel } from './engines/engine.js';
+import type { BatchMemoryReport, Device, ModelManifest, ResidentModel } from '../protocol/index.js';
+import { EngineError, type BatchMemory, type Engine, type LoadedModel } from './engines/engine.js';
 import type { ModelCache } from './model-cache.js';
+import { RestartBackoff, type RestartBackoffOptions } from './restart-backoff.js';
 
 interface Entry {
   loaded: LoadedModel;
-  /** Memory counted against the device budget: the larger of the manifest's figure and the measured one. */
-  chargedMB: number;
+  loadedAt: number;
+  /** What the model holds now, as last measured (after load, then after each batch). */
+  heldMB: number;
+  /** The most it held during any batch since it loaded. */
+  peakMB: number;
+  /** The largest batch (pixels per job × jobs) it ran since it loaded. */
+  largestUnits: number;
   inUse: number;
   lastUsedAt: number;
 }
@@ -16,27 +23,49 @@ export interface ResidencyEvents {
   unloaded(model: { model: string; digest: string; device: string }): void;
 }
 
+
+export interface ResidencyDeps {
+  engines: ReadonlyMap<string, Engine>;
+  devices: () => Device[];
+  cache: ModelCache;
+  events: ResidencyEvents;
+  log: Logger;
+  /** Pacing of restarts after engine crashes. */
+  restarts?: RestartBackoffOptions;
+  now?: () => number;
+}
+
 /**
  * Which models are loaded on which device, under each device's memory budget.
  * A model is loaded on demand on the device with the most room; to make room,
  * idle models are evicted least recently used first. A model larger than
  * every budget is refused outright.
+ *
+ * Memory is charged as measured, never as declared: a model's manifest figure
+ * is only the first guess, used to place it before it has ever loaded on this
+ * host. Once loaded it is charged what its engine measured — what it holds
+ * (which grows when an allocator arena keeps a batch's buffers), and while a
+ * batch runs, the largest peak it has reached.
+ *
+ * A model whose engine process dies is dropped at once (and reported
+ * unloaded); the next batch that needs it loads it afresh, after a pause that
+ * grows if the engine keeps dying (RestartBackoff).
  */
 export class Residency {
-  readonly #engines: ReadonlyMap<string, Engine>;
-  readonly #devices: () => Device[];
-  readonly #cache: ModelCache;
-  readonly #events: ResidencyEvents;
+  readonly #deps: ResidencyDeps;
   readonly #log: Logger;
+  readonly #now: () => number;
+  readonly #restarts: RestartBackoff;
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry>>();
+  /** Memory each model version took to load here, remembered across unloads (better than the manifest's guess). */
+  readonly #measuredMB = new Map<string, number>();
 
-  constructor(deps: { engines: ReadonlyMap<string, Engine>; devices: () => Device[]; cache: ModelCache; events: ResidencyEvents; log: Logger }) {
-    this.#engines = deps.engines;
-    this.#devices = deps.devices;
-    this.#cache = deps.cache;
-    this.#events = deps.events;
+  constructor(deps: ResidencyDeps) {
+    this.#deps = deps;
     this.#log = deps.log;
+    this.#now = deps.now ?? Date.now;
+    this.#restarts = new RestartBackoff(deps.restarts);
   }
 
   /** Make a model resident and mark it in use; returns it and how long loading took (0 if it was resident). */
@@ -58,28 +87,50 @@ export class Residency {
       loadMs = performance.now() - started;
     }
     entry.inUse++;
-    entry.lastUsedAt = Date.now();
+    entry.lastUsedAt = this.#now();
     return { loaded: entry.loaded, loadMs };
   }
 
-  release(name: string): void {
-    const entry = this.#entries.get(name);
+  /** The batch that acquired `loaded` is over (whether or not the model is still resident). */
+  release(loaded: LoadedModel): void {
+    const entry = this.#entryOf(loaded);
     if (!entry) return;
     entry.inUse = Math.max(0, entry.inUse - 1);
-    entry.lastUsedAt = Date.now();
+    entry.lastUsedAt = this.#now();
+  }
+
+  /**
+   * Record what a batch of `units` (pixels per job × jobs) measured. Returns
+   * the figures to report to the orchestrator: the model's load figure, and the
+   * batch's peak only when the batch was the largest since the model loaded —
+   * a smaller batch runs in memory its arena already holds, so its peak says
+   * nothing about what it needs on its own.
+   */
+  recordBatch(loaded: LoadedModel, units: number, memory: BatchMemory | undefined): Pick<BatchMemoryReport, 'residentMB' | 'peakMB'> {
+    const entry = this.#entryOf(loaded);
+    const report: Pick<BatchMemoryReport, 'residentMB' | 'peakMB'> = { residentMB: loaded.memoryMB };
+    if (!memory) return report;
+    if (!entry) return { ...report, peakMB: memory.peakMB }; // dropped meanwhile; the figure is still true
+    entry.heldMB = memory.residentMB;
+    entry.peakMB = Math.max(entry.peakMB, memory.peakMB);
+    if (units > entry.largestUnits) {
+      entry.largestUnits = units;
+      report.peakMB = memory.peakMB;
+    }
+    return report;
   }
 
   resident(): ResidentModel[] {
     return [...this.#entries.values()].map((entry) => ({
       model: entry.loaded.manifest.name, digest: entry.loaded.manifest.digest, device: entry.loaded.device.id,
-      memoryMB: entry.loaded.memoryMB, lastUsedAt: entry.lastUsedAt,
+      memoryMB: entry.heldMB, lastUsedAt: entry.lastUsedAt,
     }));
   }
 
   /** Memory charged on each device. */
   usedMB(deviceId: string): number {
     let used = 0;
-    for (const entry of this.#entries.values()) if (entry.loaded.device.id === deviceId) used += entry.chargedMB;
+    for (const entry of this.#entries.values()) if (entry.loaded.device.id === deviceId) used += this.#charged(entry);
     return used;
   }
 
@@ -89,11 +140,11 @@ export class Residency {
     this.#entries.delete(name);
     await entry.loaded.unload();
     this.#log.info({ model: name, device: entry.loaded.device.id }, 'model unloaded');
-    this.#events.unloaded({ model: name, digest: entry.loaded.manifest.digest, device: entry.loaded.device.id });
+    this.#deps.events.unloaded({ model: name, digest: entry.loaded.manifest.digest, device: entry.loaded.device.id });
   }
 
   /** Unload every model idle for at least `idleMs` (scale to zero). Returns the names unloaded. */
-  async unloadIdle(idleMs: number, now = Date.now()): Promise<string[]> {
+  async unloadIdle(idleMs: number, now = this.#now()): Promise<string[]> {
     const idle = [...this.#entries.entries()].filter(([, entry]) => entry.inUse === 0 && now - entry.lastUsedAt >= idleMs).map(([name]) => name);
     for (const name of idle) await this.unload(name);
     return idle;
@@ -103,43 +154,102 @@ export class Residency {
     for (const name of [...this.#entries.keys()]) await this.unload(name);
   }
 
+  #charged(entry: Entry): number {
+    return Math.max(entry.heldMB, entry.inUse > 0 ? entry.peakMB : 0);
+  }
+
+  #entryOf(loaded: LoadedModel): Entry | undefined {
+    const entry = this.#entries.get(loaded.manifest.name);
+    return entry?.loaded === loaded ? entry : undefined;
+  }
+
+  /** What a model is expected to take to load: what it measured here before, else its manifest's guess. */
+  #needMB(manifest: ModelManifest): number {
+    return this.#measuredMB.get(manifest.digest) ?? manifest.memoryMB;
+  }
+
   async #load(manifest: ModelManifest): Promise<Entry> {
-    const engine = this.#engines.get(manifest.engine);
+    const engine = this.#deps.engines.get(manifest.engine);
     if (!engine) throw new EngineError('ENGINE_FAILED', `this host has no "${manifest.engine}" engine`, true);
+    const wait = this.#restarts.waitMs(manifest.name, this.#now());
+    if (wait > 0) {
+      this.#log.warn({ model: manifest.name, waitMs: wait }, 'its engine keeps crashing; waiting before starting it again');
+      await sleep(wait);
+    }
     const device = await this.#placeFor(manifest);
-    const path = await this.#cache.path(manifest.digest);
-    const loaded = await engine.load(manifest, path, device);
-    const entry: Entry = { loaded, chargedMB: Math.max(manifest.memoryMB, loaded.memoryMB), inUse: 0, lastUsedAt: Date.now() };
+    let loaded: LoadedModel;
+    try {
+      loaded = await this.#loadVerified(engine, manifest, device);
+    } catch (error) {
+      // An engine that dies while loading counts as a crash too, so a model that kills it on every load is paced.
+      if (error instanceof EngineError && error.code === 'ENGINE_CRASHED') this.#restarts.crashed(manifest.name, this.#now(), 0);
+      throw error;
+    }
+    const now = this.#now();
+    const entry: Entry = { loaded, loadedAt: now, heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now };
     this.#entries.set(manifest.name, entry);
-    this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB }, 'model loaded');
-    this.#events.loaded({ model: manifest.name, digest: manifest.digest, device: device.id, memoryMB: loaded.memoryMB, lastUsedAt: entry.lastUsedAt });
+    this.#measuredMB.set(manifest.digest, loaded.memoryMB);
+    void loaded.exited.then((reason) => this.#exited(entry, reason));
+    this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB, declaredMB: manifest.memoryMB }, 'model loaded');
+    this.#deps.events.loaded({ model: manifest.name, digest: manifest.digest, device: device.id, memoryMB: loaded.memoryMB, lastUsedAt: entry.lastUsedAt });
     return entry;
+  }
+
+  /**
+   * Load from the cache; if the engine finds the bytes it read do not match the
+   * digest (the file changed after the cache checked it), the cached copy is
+   * deleted, pulled again (verified) and loaded once more.
+   */
+  async #loadVerified(engine: Engine, manifest: ModelManifest, device: Device): Promise<LoadedModel> {
+    const path = await this.#deps.cache.path(manifest.digest);
+    try {
+      return await engine.load(manifest, path, device);
+    } catch (error) {
+      if (!(error instanceof EngineError && error.code === 'INTEGRITY_FAILED')) throw error;
+      this.#log.warn({ model: manifest.name, err: error }, 'the model file failed verification at load; pulling it again');
+      await this.#deps.cache.invalidate(manifest.digest, error.message);
+      return engine.load(manifest, await this.#deps.cache.path(manifest.digest), device);
+    }
+  }
+
+  /** The engine process holding a model died: forget the model now, so the next batch starts a fresh one. */
+  #exited(entry: Entry, reason: string): void {
+    const { manifest, device } = entry.loaded;
+    if (this.#entries.get(manifest.name) !== entry) return; // already unloaded or replaced
+    this.#entries.delete(manifest.name);
+    const now = this.#now();
+    const restartInMs = this.#restarts.crashed(manifest.name, now, now - entry.loadedAt);
+    this.#log.warn({ model: manifest.name, device: device.id, reason, upMs: now - entry.loadedAt, restartInMs }, 'engine process died; model dropped');
+    this.#deps.events.unloaded({ model: manifest.name, digest: manifest.digest, device: device.id });
+    // Let the engine tidy up what it kept for the model; its process is already gone.
+    entry.loaded.unload().catch((error: unknown) => this.#log.debug({ err: error }, 'unload after a crash failed'));
   }
 
   /** The device to load on, after evicting idle models there if needed. */
   async #placeFor(manifest: ModelManifest): Promise<Device> {
-    const devices = this.#devices();
+    const need = this.#needMB(manifest);
+    const devices = this.#deps.devices();
     const largest = Math.max(0, ...devices.map((device) => device.budgetMB));
-    if (manifest.memoryMB > largest) {
-      throw new EngineError('MODEL_TOO_LARGE', `model "${manifest.name}" needs ${manifest.memoryMB} MB, more than the largest budget (${largest} MB)`, true);
+    if (need > largest) {
+      throw new EngineError('MODEL_TOO_LARGE', `model "${manifest.name}" needs ${need} MB, more than the largest budget (${largest} MB)`, true);
     }
     const free = (device: Device): number => device.budgetMB - this.usedMB(device.id);
     const byRoom = [...devices].sort((a, b) => free(b) - free(a));
-    const roomy = byRoom.find((device) => free(device) >= manifest.memoryMB);
+    const roomy = byRoom.find((device) => free(device) >= need);
     if (roomy) return roomy;
     for (const device of byRoom) {
       const evictable = [...this.#entries.values()]
         .filter((entry) => entry.loaded.device.id === device.id && entry.inUse === 0)
         .sort((a, b) => a.lastUsedAt - b.lastUsedAt);
-      const reclaimable = evictable.reduce((sum, entry) => sum + entry.chargedMB, 0);
-      if (free(device) + reclaimable < manifest.memoryMB) continue;
+      const reclaimable = evictable.reduce((sum, entry) => sum + this.#charged(entry), 0);
+      if (free(device) + reclaimable < need) continue;
       for (const entry of evictable) {
-        if (free(device) >= manifest.memoryMB) break;
+        if (free(device) >= need) break;
         this.#log.info({ evict: entry.loaded.manifest.name, for: manifest.name, device: device.id }, 'evicting least recently used model');
         await this.unload(entry.loaded.manifest.name);
       }
       return device;
     }
-    throw new EngineError('NO_ROOM', `no device has room for "${manifest.name}" (${manifest.memoryMB} MB) while the models there are busy or held`, true);
+    throw new EngineError('NO_ROOM', `no device has room for "${manifest.name}" (${need} MB) while the models there are busy or held`, true);
   }
 }

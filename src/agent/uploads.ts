@@ -2,17 +2,16 @@ import http from 'node:http';
 import https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256Digest } from '../protocol/index.js';
+import type { ServerTrust } from '../tls/index.js';
 import { EngineError, type OutputFile } from './engines/engine.js';
 
 const ATTEMPTS = 6;
-// Uploads reuse connections: a fresh TCP (or TLS) handshake per output would dominate small jobs.
-const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
 
-function put(url: URL, headers: Record<string, string>, body: Uint8Array): Promise<{ status: number; text: string }> {
+function put(url: URL, agent: http.Agent, headers: Record<string, string>, body: Uint8Array): Promise<{ status: number; text: string }> {
   const transport = url.protocol === 'https:' ? https : http;
   return new Promise((resolve, reject) => {
     const request = transport.request(url, {
-      method: 'PUT', agent: agents[url.protocol as 'http:'], headers: { ...headers, 'content-length': String(body.length) },
+      method: 'PUT', agent, headers: { ...headers, 'content-length': String(body.length) },
     }, (response) => {
       let text = '';
       response.setEncoding('utf8');
@@ -30,20 +29,22 @@ function put(url: URL, headers: Record<string, string>, body: Uint8Array): Promi
  * and named in the URL; the orchestrator recomputes it while storing and
  * refuses a mismatch. Network failures and 5xx are retried with backoff,
  * because an orchestrator restart should not cost a finished result.
+ * Connections come from the trust's keep-alive agent (with the pinned CA on
+ * a TLS mesh): a fresh handshake per output would dominate small jobs.
  */
-export async function uploadOutput(baseUrl: string, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
+export async function uploadOutput(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
   const digest = sha256Digest(file.bytes);
   const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
   let lastError = '';
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
     try {
-      const response = await put(url, { authorization: `Bearer ${credential}`, 'content-type': file.mediaType }, file.bytes);
+      const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': file.mediaType }, file.bytes);
       if (response.status >= 200 && response.status < 300) return { digest, bytes: file.bytes.length };
       lastError = `HTTP ${response.status}: ${response.text.slice(0, 300)}`;
       if (response.status < 500) break;
     } catch (error) {
-      lastError = (error as Error).message;
+      lastError = trust.explain(error) ?? (error as Error).message;
     }
   }
   throw new EngineError('ENGINE_FAILED', `uploading an output of ${jobId} failed: ${lastError}`, true);

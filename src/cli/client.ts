@@ -1,5 +1,6 @@
 import { createParser } from 'eventsource-parser';
-import type { JobEvent, JobView } from '../protocol/index.js';
+import type { GrantEndedEvent, JobEvent, JobView } from '../protocol/index.js';
+import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../tls/index.js';
 
 /** An error the server returned, with its code; the CLI prints the message and exits non-zero. */
 export class ApiError extends Error {
@@ -9,14 +10,41 @@ export class ApiError extends Error {
   }
 }
 
-/** A small client for the orchestrator's HTTP API, used by the CLI, the tests and the benchmarks. */
+export interface MeshClientOptions {
+  /** CA fingerprints to pin besides those the grant names (`--tls-ca-fingerprint`, a local mesh's ca.crt). */
+  pins?: readonly Pin[];
+}
+
+/**
+ * A small client for the orchestrator's HTTP API, used by the CLI, the tests and the benchmarks.
+ * On an https URL it pins the CA its grant names (see ServerTrust) before sending the grant.
+ */
 export class MeshClient {
   readonly baseUrl: string;
   readonly #grant: string | null;
+  readonly #trust: ServerTrust;
 
-  constructor(baseUrl: string, grant: string | null) {
+  constructor(baseUrl: string, grant: string | null, options: MeshClientOptions = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.#grant = grant;
+    this.#trust = new ServerTrust(this.baseUrl, [...pinsOfGrant(grant), ...(options.pins ?? [])]);
+  }
+
+  /** The CA this client trusts the orchestrator with (PEM), once pinned; undefined when nothing is pinned. */
+  trustedCa(): Promise<string | undefined> {
+    return this.#trust.ca();
+  }
+
+  /** Every request goes through here: the pin is checked first, and failures become one-line errors. */
+  async #fetch(path: string, init: TrustedRequestInit): Promise<Response> {
+    try {
+      return await this.#trust.fetch(this.url(path), init);
+    } catch (error) {
+      if (error instanceof ApiError || (error as Error).name === 'AbortError') throw error;
+      if (error instanceof TlsPinError) throw new ApiError(0, 'TLS_PIN_FAILED', error.message);
+      const cause = this.#trust.explain(error) ?? (error as Error & { cause?: Error }).cause?.message ?? (error as Error).message;
+      throw new ApiError(0, 'UNREACHABLE', `cannot reach the orchestrator at ${this.baseUrl}: ${cause}`);
+    }
   }
 
   url(path: string): string {
@@ -28,16 +56,11 @@ export class MeshClient {
   }
 
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    let response: Response;
-    try {
-      response = await fetch(this.url(path), {
-        method,
-        headers: this.#headers(body === undefined ? {} : { 'content-type': 'application/json' }),
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-    } catch (error) {
-      throw new ApiError(0, 'UNREACHABLE', `cannot reach the orchestrator at ${this.baseUrl}: ${(error as Error & { cause?: Error }).cause?.message ?? (error as Error).message}`);
-    }
+    const response = await this.#fetch(path, {
+      method,
+      headers: this.#headers(body === undefined ? {} : { 'content-type': 'application/json' }),
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     const text = await response.text();
     const parsed = text ? (JSON.parse(text) as unknown) : null;
     if (!response.ok) {
@@ -57,7 +80,7 @@ export class MeshClient {
 
   /** Follow one job's events until its terminal event; returns that event. */
   async follow(id: string, onEvent: (event: JobEvent) => void = () => {}, signal?: AbortSignal): Promise<JobEvent> {
-    const response = await fetch(this.url(`/v1/jobs/${encodeURIComponent(id)}/events`), {
+    const response = await this.#fetch(`/v1/jobs/${encodeURIComponent(id)}/events`, {
       headers: this.#headers({ accept: 'text/event-stream' }), signal,
     });
     if (!response.ok || !response.body) {
@@ -67,8 +90,13 @@ export class MeshClient {
       throw new ApiError(response.status, `HTTP_${response.status}`, message);
     }
     let terminal: JobEvent | null = null;
+    let grantEnded: GrantEndedEvent | null = null;
     const parser = createParser({
       onEvent: (message) => {
+        if (message.event === 'grant:ended') {
+          grantEnded = JSON.parse(message.data) as GrantEndedEvent;
+          return;
+        }
         const event = JSON.parse(message.data) as JobEvent;
         onEvent(event);
         if (['succeeded', 'failed', 'cancelled', 'expired'].includes(event.type)) terminal = event;
@@ -77,14 +105,18 @@ export class MeshClient {
     const decoder = new TextDecoder();
     for await (const chunk of response.body) {
       parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
-      if (terminal) break;
+      if (terminal || grantEnded) break;
+    }
+    if (grantEnded) {
+      const { error } = grantEnded as GrantEndedEvent;
+      throw new ApiError(401, error.code, error.message);
     }
     if (!terminal) throw new ApiError(0, 'STREAM_ENDED', `the event stream of job ${id} ended before the job did`);
     return terminal;
   }
 
   async download(path: string): Promise<Uint8Array> {
-    const response = await fetch(this.url(path), { headers: this.#headers() });
+    const response = await this.#fetch(path, { headers: this.#headers() });
     if (!response.ok) throw new ApiError(response.status, `HTTP_${response.status}`, await response.text());
     return new Uint8Array(await response.arrayBuffer());
   }

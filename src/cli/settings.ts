@@ -1,6 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { MeshClient } from './client.js';
+import { CliError } from './output.js';
 
 /** Where the mesh keeps its data: --data, then $GPUMESH_HOME, then ./.gpumesh. */
 export function dataDir(option?: string): string {
@@ -12,6 +14,8 @@ export interface ClientOptions {
   grant?: string;
   grantFile?: string;
   data?: string;
+  /** A CA fingerprint to pin (`--tls-ca-fingerprint`), for a grant that names none. */
+  tlsCaFingerprint?: string;
 }
 
 /**
@@ -37,6 +41,30 @@ export function resolveUrl(options: ClientOptions): string {
   return existsSync(local) ? readFileSync(local, 'utf8').trim() : 'http://127.0.0.1:7070';
 }
 
+/** A fingerprint from --tls-ca-fingerprint, then $GPUMESH_TLS_CA_FINGERPRINT; a malformed one stops the command. */
+export function explicitPin(options: { tlsCaFingerprint?: string }): Pin | null {
+  const text = options.tlsCaFingerprint ?? process.env.GPUMESH_TLS_CA_FINGERPRINT;
+  if (!text) return null;
+  const fingerprint = parseFingerprint(text);
+  if (!fingerprint) throw new CliError(`--tls-ca-fingerprint: "${text}" is not a SHA-256 fingerprint (sha256:<64 hex>, or openssl's AB:CD:… form)`);
+  return { fingerprint, source: options.tlsCaFingerprint ? '--tls-ca-fingerprint' : 'GPUMESH_TLS_CA_FINGERPRINT' };
+}
+
+/**
+ * What the CLI pins besides the grant's `tls-ca` caveats: --tls-ca-fingerprint (or its env var);
+ * else, for an https URL and a grant that names no CA (an admin.grant minted before TLS was on),
+ * the CA of the local mesh in <data>/tls/ca.crt — the data folder is this machine's own.
+ */
+export function resolvePins(options: ClientOptions, url: string, grant: string | null): Pin[] {
+  const explicit = explicitPin(options);
+  if (explicit) return [explicit];
+  if (!url.startsWith('https:') || pinsOfGrant(grant).length > 0) return [];
+  const local = join(dataDir(options.data), 'tls', 'ca.crt');
+  return existsSync(local) ? [{ fingerprint: certificateFingerprint(readFileSync(local, 'utf8')), source: local }] : [];
+}
+
 export function clientFrom(options: ClientOptions): MeshClient {
-  return new MeshClient(resolveUrl(options), resolveGrant(options));
+  const url = resolveUrl(options);
+  const grant = resolveGrant(options);
+  return new MeshClient(url, grant, { pins: resolvePins(options, url, grant) });
 }

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { parseCertificateName } from './tls/names.js';
 
 /**
  * `mesh.yaml`. Every field is optional; the default is in the schema and in
@@ -53,6 +54,16 @@ export const MeshConfigInput = z.strictObject({
     uploadLimitBytes: z.int().min(1024).default(256 * 1024 * 1024),
     /** Base URL clients and agents use to reach this orchestrator; default http://<host>:<port>. */
     publicUrl: z.url().optional(),
+    /** HTTPS with the mesh's own private CA, made on first start under <data>/tls. Default off: plain HTTP (fine on loopback). */
+    tls: z.strictObject({
+      /** Serve HTTPS, and agents link over wss:. Default false. */
+      enabled: z.boolean().default(false),
+      /**
+       * Extra host names and IP addresses the server certificate covers. Default []; it always covers
+       * localhost, 127.0.0.1, ::1, `host` (this machine's name when that is 0.0.0.0 or ::) and publicUrl's host.
+       */
+      names: z.array(z.string().refine((text) => typeof parseCertificateName(text) !== 'string', 'must be a host name or an IP address')).default([]),
+    }).prefault({}),
   }).prefault({}),
   /** Where the SQLite store and blobs live. Default ./.gpumesh (or $GPUMESH_HOME). */
   data: z.string().optional(),
@@ -98,6 +109,18 @@ export const MeshConfigInput = z.strictObject({
   retry: z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */
     backoffMs: z.int().min(0).default(250),
+  }).prefault({}),
+  gallery: z.strictObject({
+    /** How long the grant in the gallery link `gpumesh up` prints lasts (it travels in a URL). Default 12h. */
+    grantTtl: z.string().regex(/^\d+(s|m|h|d)$/, 'a duration such as 90m, 12h or 7d').default('12h'),
+    /** The albums the gallery grant may submit to and read. Default [default]. */
+    albums: z.array(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i)).min(1).default(['default']),
+  }).prefault({}),
+  audit: z.strictObject({
+    /** Audit entries older than this are deleted. Default 30 days. */
+    retentionDays: z.int().min(1).max(3650).default(30),
+    /** At most this many entries are kept (the newest). Default 100000. */
+    maxRows: z.int().min(100).default(100_000),
   }).prefault({}),
   autoscaler: z.strictObject({
     /**
@@ -167,6 +190,20 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
 
+/** TLS settings that only make sense together; also run after command-line flags change them. */
+export function checkTlsSettings(server: { publicUrl?: string; tls: { enabled: boolean; names: string[] } }): void {
+  if (server.tls.enabled && server.publicUrl && !server.publicUrl.startsWith('https:')) {
+    throw new ConfigError(`invalid mesh config:\n  server.publicUrl: ${server.publicUrl} must be https:// when TLS is on (--tls, server.tls.enabled)`);
+  }
+  for (const name of server.tls.names) {
+    const parsed = parseCertificateName(name);
+    if (typeof parsed === 'string') throw new ConfigError(`invalid mesh config:\n  server.tls.names: ${parsed}`);
+  }
+  if (!server.tls.enabled && server.tls.names.length > 0) {
+    throw new ConfigError('invalid mesh config:\n  server.tls.names: certificate names need TLS on (--tls, server.tls.enabled: true)');
+  }
+}
+
 /** Validate a config object; the error names every bad field by its path. */
 export function resolveConfig(input: unknown, dataDefault: string): MeshConfig {
   const parsed = MeshConfigInput.safeParse(input ?? {});
@@ -178,6 +215,7 @@ export function resolveConfig(input: unknown, dataDefault: string): MeshConfig {
   if (config.priorities.default > config.priorities.levels) {
     throw new ConfigError(`invalid mesh config:\n  priorities.default: ${config.priorities.default} is beyond priorities.levels (${config.priorities.levels})`);
   }
+  checkTlsSettings(config.server);
   for (const [type, model] of Object.entries(config.defaultModels)) {
     if (!config.routing[type]) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: job type "${type}" has no routing entry`);
     if (!model) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: empty model name`);

@@ -3,7 +3,8 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { GrantAuthority, GrantIssuer, UploadCredentials, type GrantKind } from './auth/index.js';
+import { AuditLog } from './audit.js';
+import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
@@ -13,12 +14,14 @@ import { createJobCore, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
-import { BlobReader, BlobStore, ModelRegistry } from './registry/index.js';
+import { BlobReader, BlobStore, ModelRegistry, type RegisteredModel } from './registry/index.js';
 import { HostRegistry, Router } from './routing/index.js';
-import { Admission, Scheduler } from './scheduler/index.js';
+import { Admission, MemoryEstimator, MemoryPlanner, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { MeshStatus } from './status.js';
 import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
+import { loadServerTls, tlsCaCaveat } from './tls/index.js';
+import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 
 export interface OrchestratorOptions {
@@ -49,6 +52,8 @@ interface Parts {
   hub: AgentHub;
   stoppables: { close(): void }[];
   app: FastifyInstance;
+  /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
+  tlsCaFingerprint: string | null;
 }
 
 /**
@@ -61,12 +66,15 @@ interface Parts {
 export class Orchestrator {
   readonly config: MeshConfig;
   readonly log: Logger;
+  /** The fingerprint of the private CA a TLS mesh serves with (what its grants pin); null for plain HTTP. */
+  readonly tlsCaFingerprint: string | null;
   readonly #parts: Parts;
   #url: string | null = null;
 
   private constructor(parts: Parts) {
     this.config = parts.config;
     this.log = parts.log;
+    this.tlsCaFingerprint = parts.tlsCaFingerprint;
     this.#parts = parts;
   }
 
@@ -83,9 +91,13 @@ export class Orchestrator {
     registry.checkPolicies();
 
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
-    const location = config.server.publicUrl ?? `http://${config.server.host}:${config.server.port}`;
-    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db));
-    const issuer = new GrantIssuer({ db, commits, clock, authority });
+    // TLS hook: the private CA and server certificate (null for plain HTTP); every grant minted here names the CA to pin.
+    const tls = await loadServerTls(config, clock.now(), log);
+    const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
+    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db), tls ? [tlsCaCaveat(tls)] : []);
+    const audit = new AuditLog({ db, commits, clock, retention: { days: config.audit.retentionDays, maxRows: config.audit.maxRows } });
+    const issuer = new GrantIssuer({ db, commits, clock, authority, audit });
+    const lifetimes = new GrantLifetimes(authority, clock);
     const uploadCredentials = new UploadCredentials(rootKey);
 
     const events = new EventBus();
@@ -93,7 +105,12 @@ export class Orchestrator {
     const hosts = new HostRegistry();
     // Batches go only where the autoscaler placed a replica.
     const router = new Router(hosts, { replicasOnly: true });
-    const scheduler = new Scheduler({ model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial });
+    // Memory learned from what batches measured: refuses jobs too large for any host, caps batches to fit a host.
+    const memory = new MemoryPlanner<RegisteredModel>(new MemoryEstimator(), (model, classes) => router.candidates(model, classes));
+    const scheduler = new Scheduler({
+      model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial,
+      batchCap: (model, job, host) => memory.batchCap(model, job.input ?? {}, host),
+    });
     const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
     const model = (name: string) => registry.get(name);
     const autoscaler = new Autoscaler({
@@ -106,12 +123,14 @@ export class Orchestrator {
       db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
       uploadCredential: (batchId, validUntil) => uploadCredentials.mint(batchId, validUntil),
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
+      observeMemory: (name, report) => memory.observe(name, report),
     });
     const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
-      authorizeJoin: joinAuthorizer(authority, clock),
+      authorizeJoin: joinAuthorizer(authority, clock, audit),
+      watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
       onLoadRefused: (host, name, error) => autoscaler.refused(host, name, error),
     });
 
@@ -128,19 +147,19 @@ export class Orchestrator {
       },
     });
 
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics });
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory });
     const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open, replicas: () => autoscaler.view() });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, outputs, reader,
-      auth: new RequestAuth(authority, uploadCredentials, clock),
+      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader,
+      auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
-    }, log, VERSION);
+    }, log, VERSION, tls);
 
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core],
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 
@@ -152,7 +171,8 @@ export class Orchestrator {
     const address = app.server.address();
     const actualPort = typeof address === 'object' && address ? address.port : port;
     const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
-    this.#url = this.config.server.publicUrl ?? `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
+    const scheme = this.config.server.tls.enabled ? 'https' : 'http';
+    this.#url = this.config.server.publicUrl ?? `${scheme}://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
     // Tells the CLI on this machine where the mesh listens, whatever port it got.
     writeFileSync(join(this.config.data, 'orchestrator.url'), `${this.#url}\n`);
     return this.#url;
@@ -175,8 +195,9 @@ export class Orchestrator {
     try {
       this.#parts.authority.verify(token, Date.now());
       return token;
-    } catch {
-      throw new Error(`${path} holds a grant this mesh does not accept (was secret.key replaced?); delete the file to mint a new one`);
+    } catch (error) {
+      const why = error instanceof MeshError && error.code === 'GRANT_REVOKED' ? 'it was revoked' : 'was secret.key replaced?';
+      throw new Error(`${path} holds a grant this mesh does not accept (${why}); delete the file to mint a new one`);
     }
   }
 

@@ -4,19 +4,23 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
+import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { drainRoutes } from './http/drain.js';
-import { installErrorHandling } from './http/errors.js';
+import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { galleryRoutes } from './http/gallery.js';
+import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
+import { tlsRoutes } from './http/tls.js';
+import type { TlsMaterial } from './tls/index.js';
 import type { EventBus } from './events.js';
 import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -27,22 +31,27 @@ export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
 /** Strip grants from logged URLs. */
 const redact = (url: string | undefined): string | undefined => url?.replace(/access_token=[^&]*/g, 'access_token=[redacted]');
 
-/** Build the Fastify app from the orchestrator's parts: one route module per area. */
-export async function buildServer(parts: ServerParts, logger: Logger, version: string): Promise<FastifyInstance> {
-  const app: FastifyInstance = Fastify({
+/** Build the Fastify app from the orchestrator's parts: one route module per area. With `tls`, it serves HTTPS. */
+export async function buildServer(parts: ServerParts, logger: Logger, version: string, tls: TlsMaterial | null = null): Promise<FastifyInstance> {
+  // An HTTPS server has the same routes and hooks; only the listening socket differs, so the app keeps the http type.
+  const app = Fastify({
+    https: tls ? { key: tls.key, cert: tls.cert } : null,
     loggerInstance: logger.child({}, {
       serializers: { req: (req: { method: string; url?: string }) => ({ method: req.method, url: redact(req.url) }) },
     }) as FastifyBaseLogger,
     bodyLimit: parts.bodyLimitBytes,
     logController: new LogController({ disableRequestLogging: true }),
-    return503OnClosing: true,
     forceCloseConnections: true,
-  });
+    ...frameworkErrorOptions(),
+  }) as unknown as FastifyInstance;
   app.decorateRequest('grant', null);
   app.decorateRequest('uploadBatch', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);
+  // Every body the API takes is JSON (uploads have their own parser): plain text is a 415, not a string to validate.
+  app.removeContentTypeParser('text/plain');
+  installGrantRules(app, parts);
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'gpumesh', version, description: 'The gpumesh orchestrator API. Every /v1 route needs a grant: `Authorization: Bearer <grant>`.' },
@@ -53,12 +62,14 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 4 * 1024 * 1024 } });
   meshRoutes(app, parts);
+  grantRoutes(app, parts);
   jobRoutes(app, parts);
   eventRoutes(app, parts);
   blobRoutes(app, parts);
   agentRoutes(app, parts);
   drainRoutes(app, parts);
   await galleryRoutes(app, parts);
+  if (tls) tlsRoutes(app, tls.caCert);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }

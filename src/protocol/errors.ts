@@ -7,8 +7,16 @@ export const ERRORS = {
   // Requests
   BAD_REQUEST: { status: 400, message: 'The request is malformed: {detail}' },
   VALIDATION_FAILED: { status: 400, message: 'The request body is invalid: {detail}' },
+  INVALID_PATH_PARAMETER: { status: 400, message: 'The path parameter {name} is invalid: {detail}' },
+  INVALID_QUERY_PARAMETER: { status: 400, message: 'The query parameter {name} is invalid: {detail}' },
+  REQUEST_TIMEOUT: { status: 408, message: 'The request did not arrive in time' },
+  PRECONDITION_FAILED: { status: 412, message: 'A precondition (If-Match, If-Unmodified-Since) does not hold' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is larger than the limit of {limit} bytes' },
+  URI_TOO_LONG: { status: 414, message: 'A path segment of the URL is longer than the limit of {limit} characters' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type: {detail}' },
+  RANGE_NOT_SATISFIABLE: { status: 416, message: 'The range "{range}" is outside the blob\'s {size} bytes' },
+  UPGRADE_REQUIRED: { status: 426, message: 'This route is a WebSocket: connect with "Upgrade: websocket"' },
+  HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are larger than the limit of {limit} bytes' },
   NOT_FOUND: { status: 404, message: '{what} was not found' },
   ROUTE_NOT_FOUND: { status: 404, message: 'No route {method} {url}' },
 
@@ -18,6 +26,7 @@ export const ERRORS = {
   GRANT_EXPIRED: { status: 401, message: 'The grant expired at {expires}' },
   GRANT_REVOKED: { status: 401, message: 'The grant was revoked' },
   GRANT_DENIED: { status: 403, message: 'The grant does not allow this: caveat "{caveat}" failed ({detail})' },
+  GRANT_IN_QUERY: { status: 400, message: 'A grant in the URL (access_token) is accepted only by blob reads and event streams, not by {route}; send it as "Authorization: Bearer <grant>"' },
 
   // Jobs
   UNKNOWN_JOB_TYPE: { status: 400, message: 'Unknown job type "{type}"; this mesh serves: {known}' },
@@ -25,16 +34,20 @@ export const ERRORS = {
   MODEL_TYPE_MISMATCH: { status: 400, message: 'Model "{model}" does not serve job type "{type}"' },
   INVALID_INPUT: { status: 400, message: 'Invalid input for model "{model}": {detail}' },
   JOB_NOT_CANCELLABLE: { status: 409, message: 'Job {id} is already {status} and cannot be cancelled' },
+  IDEMPOTENCY_MISMATCH: { status: 422, message: 'The idempotency key "{key}" was already used for a different request in the last 24 h; use a new key for a new request' },
   QUEUE_FULL: { status: 429, message: 'The queue of model "{model}" is full ({depth} of {limit} jobs); retry after {retryAfter}s' },
   MESH_FULL: { status: 429, message: 'The mesh holds its limit of {limit} queued jobs; retry after {retryAfter}s' },
   RATE_LIMITED: { status: 429, message: 'The grant allows {rate}; retry after {retryAfter}s' },
   PRIORITY_DENIED: { status: 403, message: 'The grant allows priority {ceiling} at the highest, not {priority}' },
   TIMEOUT_TOO_LONG: { status: 400, message: 'timeoutMs {timeoutMs} exceeds the limit of {limit} ms for model "{model}"' },
+  JOB_TOO_LARGE: {
+    status: 422,
+    message: 'The job needs an estimated {needMB} MB on model "{model}" ({detail}), more than the largest device budget among hosts that can run it: {budgetMB} MB on {host}',
+  },
 
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
-  RANGE_NOT_SATISFIABLE: { status: 416, message: 'The range "{range}" is outside the blob\'s {size} bytes' },
 
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },
@@ -43,6 +56,7 @@ export const ERRORS = {
   ENGINE_CRASHED: { status: 500, message: 'The engine process exited: {detail}' },
   ENGINE_UNREACHABLE: { status: 502, message: 'The engine server {url} could not be reached or dropped the connection: {detail}' },
   ENGINE_BUSY: { status: 503, message: 'The engine server {url} kept answering that its queue is full for {waitedMs} ms' },
+  ENGINE_OOM: { status: 507, message: 'The engine process ran out of memory: {detail}' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
   NO_ROOM: { status: 507, message: 'No device has room for model "{model}" while the models there are busy or held: {detail}' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },

@@ -39,3 +39,15 @@ export type MeshEvent =
   | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string };
 
 export type MeshEventType = MeshEvent['type'];
+
+/**
+ * The last event of a stream whose grant ended while it was open (revoked, or
+ * past its expiry); the stream closes after it. Reconnecting with the same
+ * grant is refused with the same code.
+ */
+export interface GrantEndedEvent {
+  type: 'grant:ended';
+  reason: 'revoked' | 'expired';
+  error: ErrorBody;
+  at: string;
+}

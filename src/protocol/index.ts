@@ -5,9 +5,9 @@ export {
 } from './jobs.js';
 export type { JobStatus, JobType, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
 export { TERMINAL_EVENTS, isTerminalEvent } from './events.js';
-export type { JobEvent, JobEventType, MeshEvent, MeshEventType } from './events.js';
+export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
 export { ModelManifest } from './models.js';
 export {
-  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, AgentMessage, OrchestratorMessage, RunJob,
+  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';

@@ -59,6 +59,34 @@ export const Timings = z.object({
 });
 export type Timings = z.infer<typeof Timings>;
 
+/**
+ * The memory a batch measured on the agent, so the orchestrator can learn
+ * what a model really needs (its estimator: see scheduler/memory.ts). Added
+ * to `done` as an optional field: older orchestrators ignore it, older agents
+ * leave it out, so the link protocol version is unchanged.
+ */
+export const BatchMemoryReport = z.object({
+  /** What the model took to load, measured (MB). */
+  residentMB: z.number().min(0),
+  /**
+   * The most the model held during the batch, its resident memory included
+   * (MB). Present only when the batch was the largest the model had run since
+   * it loaded: a smaller one runs in memory the model already holds, and its
+   * peak says nothing about its own need.
+   */
+  peakMB: z.number().min(0).optional(),
+  /** Pixels per job (width × height; 1 for a job without an image size). */
+  pixels: z.number().int().min(1),
+  batchSize: z.number().int().min(1),
+});
+export type BatchMemoryReport = z.infer<typeof BatchMemoryReport>;
+
+/** The pixels of one job, the unit memory grows with: width × height where the input has both, else 1. */
+export function pixelsOf(input: Record<string, unknown>): number {
+  const { width, height } = input;
+  return typeof width === 'number' && typeof height === 'number' && width > 0 && height > 0 ? Math.round(width * height) : 1;
+}
+
 export const AgentMessage = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('hello'),
@@ -93,6 +121,7 @@ export const AgentMessage = z.discriminatedUnion('type', [
     artifacts: z.array(ArtifactReport),
     result: z.unknown().optional(),
     timings: Timings,
+    memory: BatchMemoryReport.optional(),
   }),
   z.object({
     type: z.literal('failed'),
@@ -156,4 +185,8 @@ export const LINK_CLOSE = {
   /** No hello arrived in time after the upgrade. */
   noHello: 4400,
   shuttingDown: 1001,
+  /** A frame that is not a JSON message of this protocol (RFC 6455 1008, policy violation). */
+  malformed: 1008,
+  /** A binary frame: the protocol is JSON text (RFC 6455 1003, unsupported data). */
+  binary: 1003,
 } as const;

@@ -49,7 +49,7 @@ export function adapterContract(name: string, fixture: AdapterFixture): void {
       const { engine, loaded } = await loadWith(fixture);
       const jobs = fixture.jobs(3);
       const progress: Progress[] = [];
-      const outputs = await loaded.run(jobs, (step) => progress.push(step));
+      const outputs = (await loaded.run(jobs, (step) => progress.push(step))).outputs;
       expect(outputs.map((output) => output.jobId)).toEqual(jobs.map((job) => job.id));
       for (const [index, output] of outputs.entries()) {
         expect(output, JSON.stringify(output)).toMatchObject({ ok: true });
@@ -66,7 +66,7 @@ export function adapterContract(name: string, fixture: AdapterFixture): void {
       const { engine, loaded } = await loadWith(fixture);
       const [first, second] = fixture.jobs(2);
       const bad = fixture.bad.job();
-      const outputs = await loaded.run([first!, bad, second!], () => {});
+      const outputs = (await loaded.run([first!, bad, second!], () => {})).outputs;
       expect(outputs.map((output) => output.jobId)).toEqual([first!.id, bad.id, second!.id]);
       expect(outputs[0]).toMatchObject({ ok: true });
       expect(outputs[2]).toMatchObject({ ok: true });
@@ -83,7 +83,7 @@ export function adapterContract(name: string, fixture: AdapterFixture): void {
       const running = loaded.run(jobs, () => (progressed = true));
       await waitFor(() => progressed, { what: 'the first progress report' });
       loaded.cancel([jobs[1]!.id]);
-      const outputs = await running;
+      const { outputs } = await running;
       expect(outputs.map((output) => output.jobId)).toEqual(jobs.map((job) => job.id));
       expect(outputs[0]).toMatchObject({ ok: true });
       expect(outputs[1]).toMatchObject({ ok: false, code: 'CANCELLED', retryable: false });
@@ -99,7 +99,7 @@ export function adapterContract(name: string, fixture: AdapterFixture): void {
       await waitFor(() => progressed, { what: 'the first progress report' });
       const cancelledAt = performance.now();
       loaded.cancel(jobs.map((job) => job.id));
-      const outputs = await running;
+      const { outputs } = await running;
       expect(performance.now() - cancelledAt).toBeLessThan(3000);
       for (const output of outputs) expect(output).toMatchObject({ ok: false, code: 'CANCELLED', retryable: false });
       await loaded.unload();

@@ -64,9 +64,9 @@ describe('comfyui engine: the workflow and its inputs', () => {
 
   it('fills the named inputs: the same job gives the same image, another seed or prompt another image', async () => {
     const loaded = await engine.load(manifest(), WORKFLOW, cpuDevice(512));
-    const [a, b, c, d] = await loaded.run([
+    const [a, b, c, d] = (await loaded.run([
       imageJob('a', { seed: 1 }), imageJob('b', { seed: 1, prompt: 'a picture of a' }), imageJob('c', { seed: 2, prompt: 'a picture of a' }), imageJob('d', { seed: 1, prompt: 'other' }),
-    ], () => {});
+    ], () => {})).outputs;
     expect(pngOf(a!).equals(pngOf(b!))).toBe(true);
     expect(pngOf(a!).equals(pngOf(c!))).toBe(false);
     expect(pngOf(a!).equals(pngOf(d!))).toBe(false);
@@ -77,8 +77,8 @@ describe('comfyui engine: the workflow and its inputs', () => {
     const workflow = JSON.parse(readFileSync(WORKFLOW, 'utf8')) as Record<string, unknown>;
     const inline = await engine.load(manifest({ workflow }, 'inline'), '/nonexistent', cpuDevice(512));
     const fromModelFile = await engine.load(manifest({ workflow: undefined }, 'model-file'), WORKFLOW, cpuDevice(512));
-    const [one] = await inline.run([imageJob('x')], () => {});
-    const [two] = await fromModelFile.run([imageJob('x')], () => {});
+    const [one] = (await inline.run([imageJob('x')], () => {})).outputs;
+    const [two] = (await fromModelFile.run([imageJob('x')], () => {})).outputs;
     expect(pngOf(one!).equals(pngOf(two!))).toBe(true);
     await inline.unload();
     await fromModelFile.unload();
@@ -106,7 +106,7 @@ describe('comfyui engine: the workflow and its inputs', () => {
     const workflow = JSON.parse(readFileSync(WORKFLOW, 'utf8')) as Record<string, { inputs: Record<string, unknown> }>;
     workflow['4']!.inputs.ckpt_name = 'missing.safetensors';
     const loaded = await engine.load(manifest({ workflow }, 'missing-checkpoint'), WORKFLOW, cpuDevice(512));
-    const outputs = await loaded.run([imageJob('p'), imageJob('q')], () => {});
+    const outputs = (await loaded.run([imageJob('p'), imageJob('q')], () => {})).outputs;
     for (const output of outputs) {
       expect(output).toMatchObject({ ok: false, code: 'INVALID_INPUT', retryable: false });
       expect((output as { message: string }).message).toMatch(/node 4 \(CheckpointLoaderSimple\): Value not in list: ckpt_name: 'missing.safetensors'/);
@@ -123,11 +123,11 @@ describe('comfyui engine: a server that misbehaves', () => {
     await comfy.knobs({ failAtStep: 3 });
     const loaded = await engine.load(manifest(), WORKFLOW, cpuDevice(512));
     const first = loaded.run([imageJob('fails')], () => {});
-    const [failed] = await first;
+    const { outputs: [failed] } = await first;
     expect(failed).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: false });
     expect((failed as { message: string }).message).toMatch(/node 3 \(KSampler\) failed: RuntimeError: stand-in sampler failure at step 3/);
     await comfy.knobs({ failAtStep: null });
-    const [ok] = await loaded.run([imageJob('works')], () => {});
+    const [ok] = (await loaded.run([imageJob('works')], () => {})).outputs;
     expect(ok).toMatchObject({ ok: true });
     await loaded.unload();
   });
@@ -137,13 +137,13 @@ describe('comfyui engine: a server that misbehaves', () => {
     const loaded = await engine.load(manifest(), WORKFLOW, cpuDevice(512));
     const jobs = [imageJob('w0', { seed: 10 }), imageJob('w1', { seed: 11 })];
     const progress: Progress[] = [];
-    const dropped = await loaded.run(jobs, (step) => progress.push(step));
+    const dropped = (await loaded.run(jobs, (step) => progress.push(step))).outputs;
     expect(comfy.output()).toMatch(/comfyui-standin: dropping 1 WebSocket\(s\) at step 2/);
     // Step progress stopped with the socket (only the prompts' ends moved the bar after it); the results did not.
     expect(progress.length).toBeLessThan(8);
     expect(progress.at(-1)).toEqual({ step: 8, total: 8 });
     await comfy.knobs({ stepMs: 10 });
-    const again = await loaded.run(jobs, () => {});
+    const again = (await loaded.run(jobs, () => {})).outputs;
     dropped.forEach((output, i) => expect(pngOf(output).equals(pngOf(again[i]!))).toBe(true));
     await loaded.unload();
   });
@@ -151,10 +151,10 @@ describe('comfyui engine: a server that misbehaves', () => {
   it('a dropped connection on a read is retried; on POST /prompt it fails that job retryably (it may have been queued)', async () => {
     const loaded = await engine.load(manifest(), WORKFLOW, cpuDevice(512));
     await comfy.knobs({ dropConnections: { path: '/view', times: 1 } });
-    const [viewed] = await loaded.run([imageJob('v')], () => {});
+    const [viewed] = (await loaded.run([imageJob('v')], () => {})).outputs;
     expect(viewed).toMatchObject({ ok: true });
     await comfy.knobs({ dropConnections: { path: '/prompt', times: 1 } });
-    const [lost, next] = await loaded.run([imageJob('lost'), imageJob('next')], () => {});
+    const [lost, next] = (await loaded.run([imageJob('lost'), imageJob('next')], () => {})).outputs;
     expect(lost).toMatchObject({ ok: false, code: 'NOT_READY', retryable: true });
     expect((lost as { message: string }).message).toMatch(/ComfyUI at http:\/\/127\.0\.0\.1:\d+ is unreachable/);
     expect(next).toMatchObject({ ok: true });
@@ -164,10 +164,10 @@ describe('comfyui engine: a server that misbehaves', () => {
   it('503 and 429 on submit are retried a bounded number of times, then fail the job retryably', async () => {
     const loaded = await engine.load(manifest(), WORKFLOW, cpuDevice(512));
     await comfy.knobs({ busy: { status: 503, times: 1 } });
-    const [retried] = await loaded.run([imageJob('busy-once')], () => {});
+    const [retried] = (await loaded.run([imageJob('busy-once')], () => {})).outputs;
     expect(retried).toMatchObject({ ok: true });
     await comfy.knobs({ busy: { status: 429, times: 50 } });
-    const [refused] = await loaded.run([imageJob('busy-always')], () => {});
+    const [refused] = (await loaded.run([imageJob('busy-always')], () => {})).outputs;
     expect(refused).toMatchObject({ ok: false, code: 'NOT_READY', retryable: true });
     expect((refused as { message: string }).message).toMatch(/answered 429/);
     await loaded.unload();
@@ -176,7 +176,7 @@ describe('comfyui engine: a server that misbehaves', () => {
   it('a batch past its timeout fails retryably and is taken off the server (interrupt + queue delete)', async () => {
     const loaded = await engine.load(manifest({ timeoutMs: 600 }), WORKFLOW, cpuDevice(512));
     const before = (await comfy.state<StandInState>()).submitted.length;
-    const outputs = await loaded.run([imageJob('t0', { steps: 500 }), imageJob('t1', { steps: 500 })], () => {});
+    const outputs = (await loaded.run([imageJob('t0', { steps: 500 }), imageJob('t1', { steps: 500 })], () => {})).outputs;
     for (const output of outputs) {
       expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
       expect((output as { message: string }).message).toMatch(/took longer than 600 ms/);
@@ -206,7 +206,7 @@ describe('comfyui engine: a server that misbehaves', () => {
     loaded.cancel(['c1']);
     await waitFor(async () => (await comfy.state<StandInState>()).deleted.length > 0 || null, { what: 'the queue delete' });
     loaded.cancel(['c0']);
-    const outputs = await running;
+    const { outputs } = await running;
     expect(outputs.map((output) => (output as { code?: string }).code)).toEqual(['CANCELLED', 'CANCELLED']);
     const state = await comfy.state<StandInState>();
     const [first, second] = state.submitted.slice(-2);
@@ -226,7 +226,7 @@ describe('comfyui engine: memory and the server endpoint', () => {
   it('reports what ComfyUI\'s torch holds (/system_stats) and asks it to free memory on unload (/free)', async () => {
     const engine = new ComfyUiEngine();
     const warm = await engine.load(manifest(), WORKFLOW, cpuDevice(4096));
-    await warm.run([imageJob('warm')], () => {}); // the stand-in "loads its checkpoint": 1536 MiB held
+    (await warm.run([imageJob('warm')], () => {})).outputs; // the stand-in "loads its checkpoint": 1536 MiB held
     const loaded = await engine.load(manifest({}, 'second'), WORKFLOW, cpuDevice(4096));
     expect(loaded.memoryMB).toBe(1536);
     const before = (await comfy.state<StandInState>()).frees;
@@ -245,7 +245,7 @@ describe('comfyui engine: memory and the server endpoint', () => {
       },
     });
     const loaded = await engine.load(manifest({ url: undefined }, 'provided'), WORKFLOW, cpuDevice(512));
-    const [output] = await loaded.run([imageJob('provided')], () => {});
+    const [output] = (await loaded.run([imageJob('provided')], () => {})).outputs;
     expect(output).toMatchObject({ ok: true });
     await loaded.unload();
     expect(calls).toEqual(['start provided on cpu', 'release provided']);

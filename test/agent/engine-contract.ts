@@ -1,7 +1,10 @@
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/engines/engine.js';
+import type { BatchResult, Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/engines/engine.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
+import { tempDir } from '../helpers/mesh.js';
 
 /** Everything the contract needs to run against one engine. */
 export interface ContractFixture {
@@ -21,7 +24,20 @@ export interface ContractFixture {
   pids(): number[];
   /** The error code of a run whose processes died under it. */
   crashCode: string;
+  /**
+   * An engine that measures memory (its own process's resident set, or its server's report) says so; its
+   * load figure must then differ from the manifest's guess, and each batch must report a peak.
+   */
+  measuresMemory: boolean;
+  /** An engine that reads the model's bytes itself hashes them while it loads (server engines rely on the model cache). */
+  verifiesBytes: boolean;
+  /** Whether the engine's own processes can die under a loaded model (and `exited` must say so). */
+  ownsProcesses: boolean;
 }
+
+/** Settles with 'pending' if `promise` has not settled within `ms`. */
+const within = <T>(promise: Promise<T>, ms: number): Promise<T | 'pending'> =>
+  Promise.race([promise, new Promise<'pending'>((resolve) => setTimeout(() => resolve('pending'), ms))]);
 
 interface Failure {
   code: string;
@@ -30,9 +46,9 @@ interface Failure {
 }
 
 /** The failures of a run, whichever way the engine reports them: a rejected run (the whole batch), or failed outputs. */
-async function failuresOf(run: Promise<JobOutput[]>): Promise<Failure[]> {
+async function failuresOf(run: Promise<BatchResult>): Promise<Failure[]> {
   try {
-    const outputs = await run;
+    const { outputs } = await run;
     return outputs.filter((output) => !output.ok).map((output) => output as Failure);
   } catch (error) {
     const failed = error as Failure;
@@ -59,6 +75,8 @@ export function engineContract(name: string, fixture: ContractFixture): void {
       const model = await engine.load(manifest, path, cpuDevice(2048));
       expect(model.memoryMB).toBeGreaterThan(0);
       expect(model.manifest.name).toBe(manifest.name);
+      // A measured figure, not the manifest's guess handed back (that would make every budget decision fiction).
+      if (fixture.measuresMemory) expect(model.memoryMB).not.toBe(manifest.memoryMB);
       await model.unload();
       await engine.close();
     });
@@ -68,7 +86,7 @@ export function engineContract(name: string, fixture: ContractFixture): void {
       const model = await loaded(engine);
       const jobs = fixture.jobs(3);
       const progress: Progress[] = [];
-      const outputs = await model.run(jobs, (step) => progress.push(step));
+      const { outputs, memory } = await model.run(jobs, (step) => progress.push(step));
       expect(outputs.map((output) => output.jobId)).toEqual(jobs.map((job) => job.id));
       expect(outputs.every((output) => output.ok)).toBe(true);
       for (const [index, output] of outputs.entries()) {
@@ -86,6 +104,11 @@ export function engineContract(name: string, fixture: ContractFixture): void {
         expect(steps.at(-1)).toBe(fixture.progress.total);
       }
       expect(progress.at(-1)!.total).toBe(fixture.progress.total);
+      if (fixture.measuresMemory) {
+        expect(memory, 'a measuring engine reports the memory of each batch').toBeDefined();
+        expect(memory!.residentMB).toBeGreaterThan(0);
+        expect(memory!.peakMB).toBeGreaterThanOrEqual(memory!.residentMB);
+      }
       await model.unload();
       await engine.close();
     });
@@ -95,7 +118,7 @@ export function engineContract(name: string, fixture: ContractFixture): void {
       const model = await loaded(engine);
       const jobs = fixture.jobs(3);
       model.cancel([jobs[1]!.id]);
-      const outputs = await model.run(jobs, () => {});
+      const { outputs } = await model.run(jobs, () => {});
       expect(outputs.map((output) => output.jobId)).toEqual(jobs.map((job) => job.id));
       expect(outputs[1]).toMatchObject({ ok: false, code: 'CANCELLED', retryable: false });
       expect(outputs[0]!.ok && outputs[2]!.ok).toBe(true);
@@ -108,7 +131,7 @@ export function engineContract(name: string, fixture: ContractFixture): void {
       const model = await loaded(engine);
       const jobs = fixture.slowJobs(3);
       let cancelled = false;
-      const outputs = await model.run(jobs, () => {
+      const { outputs } = await model.run(jobs, () => {
         if (cancelled) return;
         cancelled = true;
         model.cancel([jobs[2]!.id]);
@@ -152,6 +175,57 @@ export function engineContract(name: string, fixture: ContractFixture): void {
       expect(failures.length).toBeGreaterThan(0);
       for (const failure of failures) expect(failure).toMatchObject({ code: fixture.crashCode, retryable: true });
       await model.unload();
+      await engine.close();
+    });
+
+    it.runIf(fixture.ownsProcesses)('reports its process\'s death through `exited`, and the next load starts a fresh process that works', async () => {
+      const engine = fixture.engine();
+      const { manifest, path } = fixture.model();
+      const others = new Set(fixture.pids());
+      const first = await engine.load(manifest, path, cpuDevice(2048));
+      const pid = fixture.pids().find((candidate) => !others.has(candidate));
+      process.kill(pid!, 'SIGKILL');
+      expect(await first.exited).toMatch(/SIGKILL/);
+      const second = await engine.load(manifest, path, cpuDevice(2048));
+      expect(fixture.pids()).not.toContain(pid);
+      const { outputs } = await second.run(fixture.jobs(2), () => {});
+      expect(outputs.every((output) => output.ok)).toBe(true);
+      await first.unload(); // the dead model's unload must not end the fresh process
+      expect(fixture.processes()).toBeGreaterThan(0);
+      expect((await second.run(fixture.jobs(1), () => {})).outputs[0]!.ok).toBe(true);
+      await second.unload();
+      await engine.close();
+    });
+
+    it.runIf(fixture.ownsProcesses)('`exited` does not fire for an unload or a close the agent asked for', async () => {
+      const engine = fixture.engine();
+      const { manifest, path } = fixture.model();
+      const unloaded = await engine.load(manifest, path, cpuDevice(2048));
+      await unloaded.unload();
+      const closed = await engine.load(manifest, path, cpuDevice(2048));
+      await engine.close();
+      expect(await within(unloaded.exited, 300)).toBe('pending');
+      expect(await within(closed.exited, 300)).toBe('pending');
+    });
+
+    it.runIf(fixture.verifiesBytes)('verifies what it loads: bytes that do not hash to the digest are refused with INTEGRITY_FAILED', async () => {
+      const engine = fixture.engine();
+      const { manifest, path } = fixture.model();
+      const dir = tempDir();
+      const flipped = join(dir, 'flipped');
+      const bytes = readFileSync(path);
+      bytes[bytes.length >> 1]! ^= 0x01;
+      writeFileSync(flipped, bytes);
+      const truncated = join(dir, 'truncated');
+      writeFileSync(truncated, readFileSync(path).subarray(0, 100));
+      for (const bad of [flipped, truncated, join(dir, 'missing')]) {
+        await expect(engine.load(manifest, bad, cpuDevice(2048))).rejects.toMatchObject({ code: 'INTEGRITY_FAILED' });
+      }
+      const good = join(dir, 'good');
+      copyFileSync(path, good);
+      const loaded = await engine.load(manifest, good, cpuDevice(2048));
+      expect((await loaded.run(fixture.jobs(1), () => {})).outputs[0]!.ok).toBe(true);
+      await loaded.unload();
       await engine.close();
     });
   });

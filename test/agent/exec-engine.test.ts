@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { EngineJob, JobOutput, Progress } from '../../src/agent/engines/engine.js';
+import type { BatchResult, EngineJob, JobOutput, Progress } from '../../src/agent/engines/engine.js';
 import { ExecEngine, LocalCommandRunner, splitCommand } from '../../src/agent/engines/exec/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../helpers/mesh.js';
@@ -64,7 +64,7 @@ describe('exec engine: batching, inputs and outputs', () => {
     const loaded = await engine.load(manifest({ command: [NODE, PAINT, '--batch'], batch: true }), PAINT, cpuDevice(512));
     const jobs = [paintJob('b0', { seed: 1 }), paintJob('b1', { seed: 2, reject: 'no faces allowed' }), paintJob('b2', { seed: 3, width: 24 })];
     const progress: Progress[] = [];
-    const outputs = await loaded.run(jobs, (step) => progress.push(step));
+    const outputs = (await loaded.run(jobs, (step) => progress.push(step))).outputs;
     expect(progress).toEqual([{ step: 1, total: 3 }, { step: 2, total: 3 }, { step: 3, total: 3 }]);
     expect(okOutput(outputs[0]!).result).toMatchObject({ seed: 1, jobIdEnv: null });
     expect(outputs[1]).toMatchObject({ jobId: 'b1', ok: false, code: 'ENGINE_FAILED', retryable: false, message: expect.stringMatching(/failed the job: no faces allowed/) });
@@ -74,20 +74,20 @@ describe('exec engine: batching, inputs and outputs', () => {
 
   it('takes a command as one string, split like a shell would but run without one; inputs in the ${INPUT} file', async () => {
     const loaded = await engine.load(manifest({ command: `'${NODE}' "${PAINT}" --input \${INPUT} --job-id \${JOB_ID}`, input: 'file' }), PAINT, cpuDevice(512));
-    const [output] = await loaded.run([paintJob('from-file', { seed: 9 })], () => {});
+    const [output] = (await loaded.run([paintJob('from-file', { seed: 9 })], () => {})).outputs;
     expect(okOutput(output!).result).toMatchObject({ seed: 9, jobIdArgument: 'from-file' });
     await loaded.unload();
   });
 
   it('exit 75 (EX_TEMPFAIL) is retryable; a command killed by a signal is ENGINE_CRASHED', async () => {
     const loaded = await engine.load(manifest({ command: [NODE, PAINT] }), PAINT, cpuDevice(512));
-    const [tempfail] = await loaded.run([paintJob('busy', { tempfail: true })], () => {});
+    const [tempfail] = (await loaded.run([paintJob('busy', { tempfail: true })], () => {})).outputs;
     expect(tempfail).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true, message: expect.stringMatching(/exited with code 75.*the GPU is busy/s) });
     const killed = await engine.load(manifest({ command: ['sh', '-c', 'echo dying >&2; kill -KILL $$'] }, 'killed'), PAINT, cpuDevice(512));
-    const [crashed] = await killed.run([paintJob('k')], () => {});
+    const [crashed] = (await killed.run([paintJob('k')], () => {})).outputs;
     expect(crashed).toMatchObject({ ok: false, code: 'ENGINE_CRASHED', retryable: true, message: expect.stringMatching(/killed by SIGKILL; its last stderr lines:\ndying/) });
     const silent = await engine.load(manifest({ command: ['true'] }, 'silent'), PAINT, cpuDevice(512));
-    const [empty] = await silent.run([paintJob('e')], () => {});
+    const [empty] = (await silent.run([paintJob('e')], () => {})).outputs;
     expect(empty).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: false, message: expect.stringMatching(/left no files and no result\.json/) });
   });
 
@@ -111,7 +111,7 @@ describe('exec engine: commands that hang or flood', () => {
   const engine = new ExecEngine();
   afterAll(() => engine.close());
 
-  async function hanging(settings: Record<string, unknown> = {}): Promise<{ run: Promise<JobOutput[]>; pids: number[]; cancel(): void }> {
+  async function hanging(settings: Record<string, unknown> = {}): Promise<{ run: Promise<BatchResult>; pids: number[]; cancel(): void }> {
     const pidFile = join(tempDir(), 'pids');
     const loaded = await engine.load(manifest({ command: ['sh', HANG, pidFile], ...settings }, 'hang'), HANG, cpuDevice(512));
     let progressed = false;
@@ -125,13 +125,13 @@ describe('exec engine: commands that hang or flood', () => {
   it('cancel ends the whole process group: the command and the child it started', async () => {
     const { run, pids, cancel } = await hanging();
     cancel();
-    expect(await run).toMatchObject([{ ok: false, code: 'CANCELLED', retryable: false }]);
+    expect((await run).outputs).toMatchObject([{ ok: false, code: 'CANCELLED', retryable: false }]);
     await waitFor(() => pids.every((pid) => !alive(pid)), { what: 'both processes to be gone' });
   });
 
   it('a timeout ends the group and fails the job retryably, quoting its stderr', async () => {
     const { run, pids } = await hanging({ timeoutMs: 1500, killGraceMs: 200 });
-    const [output] = await run;
+    const { outputs: [output] } = await run;
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
     expect((output as { message: string }).message).toMatch(/ran longer than 1500 ms and was stopped; its last stderr lines:\nhang: waiting forever/);
     await waitFor(() => pids.every((pid) => !alive(pid)), { what: 'both processes to be gone' });
@@ -141,7 +141,7 @@ describe('exec engine: commands that hang or flood', () => {
     const stubborn = `process.on('SIGTERM', () => console.error('stubborn: ignoring SIGTERM')); setInterval(() => {}, 1000);`;
     const loaded = await engine.load(manifest({ command: [NODE, '-e', stubborn], timeoutMs: 2500, killGraceMs: 300 }, 'stubborn'), NODE, cpuDevice(512));
     const started = performance.now();
-    const [output] = await loaded.run([paintJob('s')], () => {});
+    const [output] = (await loaded.run([paintJob('s')], () => {})).outputs;
     expect(performance.now() - started).toBeLessThan(8000);
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
     expect((output as { message: string }).message).toMatch(/ran longer than 2500 ms and was stopped; its last stderr lines:\nstubborn: ignoring SIGTERM/);
@@ -150,7 +150,7 @@ describe('exec engine: commands that hang or flood', () => {
   it('a flood of output is kept to a bounded tail: the error quotes the last stderr line, progress still parses', async () => {
     const loaded = await engine.load(manifest({ command: [NODE, FLOOD], maxOutputBytes: 4096 }, 'flood'), FLOOD, cpuDevice(512));
     const progress: Progress[] = [];
-    const [output] = await loaded.run([paintJob('f')], (step) => progress.push(step));
+    const [output] = (await loaded.run([paintJob('f')], (step) => progress.push(step))).outputs;
     expect(progress).toEqual([{ step: 1, total: 1 }]);
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: false });
     const message = (output as { message: string }).message;

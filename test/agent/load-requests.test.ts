@@ -29,7 +29,7 @@ class FakeEngine implements Engine {
   readonly unloads: string[] = [];
   async load(model: ModelManifest, _path: string, device: LoadedModel['device']): Promise<LoadedModel> {
     return {
-      manifest: model, device, memoryMB: model.memoryMB, run: async () => [], cancel: () => {},
+      manifest: model, device, memoryMB: model.memoryMB, exited: new Promise<string>(() => {}), run: async () => ({ outputs: [] }), cancel: () => {},
       unload: async () => {
         this.unloads.push(model.name);
       },

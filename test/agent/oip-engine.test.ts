@@ -61,7 +61,7 @@ describe('oip engine: batching and the binary tensor extension', () => {
     const jobs = jobsOf(6);
     const before = (await infers()).length;
     const progress: Progress[] = [];
-    const outputs = await loaded.run(jobs, (step) => progress.push(step));
+    const outputs = (await loaded.run(jobs, (step) => progress.push(step))).outputs;
     jobs.forEach((job, i) => expectLinear(job, outputs[i]!));
     expect((await infers()).slice(before).map((infer) => infer.rows)).toEqual([4, 2]);
     expect(progress).toEqual([{ step: 1, total: 2 }, { step: 2, total: 2 }]);
@@ -73,8 +73,8 @@ describe('oip engine: batching and the binary tensor extension', () => {
     const fixed = await engine.load(manifest({ model: 'linear_fixed' }, 'fixed'), '', cpuDevice(512));
     const jobs = jobsOf(3);
     const before = (await infers()).length;
-    const a = await capped.run(jobs, () => {});
-    const b = await fixed.run(jobs, () => {});
+    const a = (await capped.run(jobs, () => {})).outputs;
+    const b = (await fixed.run(jobs, () => {})).outputs;
     jobs.forEach((job, i) => {
       expectLinear(job, a[i]!);
       expectLinear(job, b[i]!);
@@ -87,16 +87,16 @@ describe('oip engine: batching and the binary tensor extension', () => {
   it('uses binary tensors when the server lists the extension, JSON when it does not — with the same results', async () => {
     const jobs = jobsOf(3);
     const binary = await engine.load(manifest(), '', cpuDevice(512));
-    const viaBinary = await binary.run(jobs, () => {});
+    const viaBinary = (await binary.run(jobs, () => {})).outputs;
     expect((await infers()).at(-1)).toMatchObject({ binaryInput: true, binaryOutput: true });
     await oip.knobs({ binary: false });
     const plain = await engine.load(manifest({ model: 'linear' }, 'plain'), '', cpuDevice(512));
-    const viaJson = await plain.run(jobs, () => {});
+    const viaJson = (await plain.run(jobs, () => {})).outputs;
     expect((await infers()).at(-1)).toMatchObject({ binaryInput: false, binaryOutput: false });
     expect(viaJson).toEqual(viaBinary);
     const forcedJson = await engine.load(manifest({ model: 'linear', binary: 'never' }, 'never'), '', cpuDevice(512));
     await oip.knobs({ binary: true });
-    await forcedJson.run(jobs, () => {});
+    (await forcedJson.run(jobs, () => {})).outputs;
     expect((await infers()).at(-1)).toMatchObject({ binaryInput: false, binaryOutput: false });
     for (const loaded of [binary, plain, forcedJson]) await loaded.unload();
   });
@@ -109,13 +109,13 @@ describe('oip engine: errors and a server that misbehaves', () => {
   it('an {"error"} answer becomes a clear job error: 400 not retryable, 500 retryable', async () => {
     const loaded = await engine.load(manifest(), '', cpuDevice(512));
     await oip.knobs({ failInfer: { status: 400, times: 1, error: 'inference request batch-size must be <= 4' } });
-    const refused = await loaded.run(jobsOf(2), () => {});
+    const refused = (await loaded.run(jobsOf(2), () => {})).outputs;
     for (const output of refused) {
       expect(output).toMatchObject({ ok: false, code: 'INVALID_INPUT', retryable: false });
       expect((output as { message: string }).message).toMatch(/refused the request: inference request batch-size must be <= 4/);
     }
     await oip.knobs({ failInfer: { status: 500, times: 1, error: 'CUDA error: an illegal memory access' } });
-    const [crashed] = await loaded.run(jobsOf(1), () => {});
+    const [crashed] = (await loaded.run(jobsOf(1), () => {})).outputs;
     expect(crashed).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
     expect((crashed as { message: string }).message).toMatch(/answered 500: CUDA error: an illegal memory access/);
     await loaded.unload();
@@ -125,10 +125,10 @@ describe('oip engine: errors and a server that misbehaves', () => {
     const loaded = await engine.load(manifest(), '', cpuDevice(512));
     await oip.knobs({ failInfer: { status: 503, times: 2 } });
     const jobs = jobsOf(2);
-    const retried = await loaded.run(jobs, () => {});
+    const retried = (await loaded.run(jobs, () => {})).outputs;
     jobs.forEach((job, i) => expectLinear(job, retried[i]!));
     await oip.knobs({ failInfer: { status: 429, times: 10 } });
-    const [busy] = await loaded.run(jobsOf(1), () => {});
+    const [busy] = (await loaded.run(jobsOf(1), () => {})).outputs;
     expect(busy).toMatchObject({ ok: false, code: 'NOT_READY', retryable: true });
     expect((busy as { message: string }).message).toMatch(/answered 429: too many requests/);
     await loaded.unload();
@@ -138,10 +138,10 @@ describe('oip engine: errors and a server that misbehaves', () => {
     const loaded = await engine.load(manifest(), '', cpuDevice(512));
     await oip.knobs({ dropConnections: { path: '/v2/models/linear/infer', times: 1 } });
     const jobs = jobsOf(2);
-    const resent = await loaded.run(jobs, () => {});
+    const resent = (await loaded.run(jobs, () => {})).outputs;
     jobs.forEach((job, i) => expectLinear(job, resent[i]!));
     await oip.knobs({ dropConnections: { path: '/v2/models/linear/infer', times: 10 } });
-    const [dropped] = await loaded.run(jobsOf(1), () => {});
+    const [dropped] = (await loaded.run(jobsOf(1), () => {})).outputs;
     expect(dropped).toMatchObject({ ok: false, code: 'NOT_READY', retryable: true });
     expect((dropped as { message: string }).message).toMatch(/is unreachable/);
     await loaded.unload();
@@ -174,7 +174,7 @@ describe('oip engine: errors and a server that misbehaves', () => {
     await waitFor(async () => (await infers()).at(-1)?.model === 'linear_slow' || null, { what: 'the slow infer to arrive' });
     const cancelledAt = performance.now();
     loaded.cancel(['job0']);
-    expect(await running).toMatchObject([{ ok: false, code: 'CANCELLED' }]);
+    expect((await running).outputs).toMatchObject([{ ok: false, code: 'CANCELLED' }]);
     expect(performance.now() - cancelledAt).toBeLessThan(3000);
     await waitFor(() => oip.output().includes('oip-standin: client left during a slow infer of linear_slow'), { what: 'the stand-in to see the client leave' });
     await loaded.unload();
@@ -190,7 +190,7 @@ describe('oip engine: errors and a server that misbehaves', () => {
     });
     const loaded = await provided.load(manifest({ url: undefined }), '', cpuDevice(512));
     const jobs = jobsOf(1);
-    expectLinear(jobs[0]!, (await loaded.run(jobs, () => {}))[0]!);
+    expectLinear(jobs[0]!, ((await loaded.run(jobs, () => {})).outputs)[0]!);
     await loaded.unload();
     expect(calls).toEqual(['start linear', 'release linear']);
   });

@@ -1,9 +1,9 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
+import { OnnxEngine, workerEnv } from '../../src/agent/engines/onnx/engine.js';
 import { Supervisor } from '../../src/agent/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
@@ -45,6 +45,9 @@ engineContract('onnx', {
   processes: () => supervisor.count,
   pids: () => supervisor.pids(),
   crashCode: 'ENGINE_CRASHED',
+  measuresMemory: true,
+  verifiesBytes: true,
+  ownsProcesses: true,
 });
 
 describe('onnx engine: fused batches', () => {
@@ -53,9 +56,9 @@ describe('onnx engine: fused batches', () => {
     const { manifest, path } = fixture('mlp');
     const loaded = await engine.load(manifest, path, cpuDevice(512));
     const jobs = Array.from({ length: 8 }, (_, i) => ({ id: `t${i}`, input: { x: Array.from({ length: MLP_INPUT_DIM }, () => Math.random() * 4 - 2) } }));
-    const batched = await loaded.run(jobs, () => {});
+    const { outputs: batched } = await loaded.run(jobs, () => {});
     for (const [index, job] of jobs.entries()) {
-      const [single] = await loaded.run([job], () => {});
+      const { outputs: [single] } = await loaded.run([job], () => {});
       const a = (batched[index] as { result: { y: number[] } }).result.y;
       const b = (single as { result: { y: number[] } }).result.y;
       expect(a).toHaveLength(16);
@@ -69,9 +72,9 @@ describe('onnx engine: fused batches', () => {
     const { manifest, path } = fixture('gen');
     const loaded = await engine.load(manifest, path, cpuDevice(512));
     const jobs = ['amber', 'teal', 'violet'].map((prompt, i) => ({ id: prompt, input: { prompt, seed: 40 + i, width: 48, height: 48, steps: 4 } }));
-    const batched = await loaded.run(jobs, () => {});
+    const { outputs: batched } = await loaded.run(jobs, () => {});
     for (const [index, job] of jobs.entries()) {
-      const [single] = await loaded.run([job], () => {});
+      const { outputs: [single] } = await loaded.run([job], () => {});
       const a = batched[index] as { ok: true; files: { bytes: Uint8Array }[] };
       const b = single as { ok: true; files: { bytes: Uint8Array }[] };
       expect(a.ok && b.ok).toBe(true);
@@ -79,5 +82,44 @@ describe('onnx engine: fused batches', () => {
       expect(Buffer.from(a.files[0]!.bytes).equals(Buffer.from(b.files[0]!.bytes))).toBe(true);
     }
     await loaded.unload();
+  });
+});
+
+describe('onnx engine: memory, measured', () => {
+  it('reports the memory a model took to load and the peak of each batch, which grows with the batch', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('gen');
+    const loaded = await engine.load(manifest, path, cpuDevice(4096));
+    const job = (side: number, n: number) => Array.from({ length: n }, (_, i) => ({ id: `m${side}-${i}`, input: { prompt: 'memory', seed: i, width: side, height: side, steps: 2 } }));
+    const small = (await loaded.run(job(64, 1), () => {})).memory!;
+    const large = (await loaded.run(job(512, 1), () => {})).memory!;
+    const again = (await loaded.run(job(64, 1), () => {})).memory!;
+    expect(small.peakMB).toBeGreaterThanOrEqual(loaded.memoryMB);
+    // A 512x512 image needs [262144 pixels, 32] float activations per layer: well over 100 MB more than a 64x64 one.
+    expect(large.peakMB).toBeGreaterThan(small.peakMB + 100);
+    // onnxruntime's CPU arena keeps what the large batch grew: the model holds it until it is unloaded.
+    expect(large.residentMB).toBeGreaterThan(small.residentMB + 50);
+    expect(again.residentMB).toBeGreaterThanOrEqual(large.residentMB - 20);
+    await loaded.unload();
+  });
+});
+
+describe('onnx engine: leftovers', () => {
+  it('an engine process leaves no /tmp/mat-debug-<pid>.log behind (onnxruntime telemetry is off)', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('mlp');
+    const before = new Set(supervisor.pids());
+    const loaded = await engine.load(manifest, path, cpuDevice(512));
+    const pid = supervisor.pids().find((candidate) => !before.has(candidate))!;
+    (await loaded.run([{ id: 'leftover', input: { x: Array.from({ length: MLP_INPUT_DIM }, () => 1) } }], () => {})).outputs;
+    expect(existsSync(`/tmp/mat-debug-${pid}.log`)).toBe(false);
+    await loaded.unload();
+    expect(supervisor.pids()).not.toContain(pid);
+    expect(existsSync(`/tmp/mat-debug-${pid}.log`)).toBe(false);
+  });
+
+  it('an operator who sets ORT_DISABLE_TELEMETRY keeps their choice; the agent\'s grant is not passed on', () => {
+    expect(workerEnv({ PATH: '/bin', GPUMESH_GRANT: 'secret' })).toEqual({ PATH: '/bin', ORT_DISABLE_TELEMETRY: '1' });
+    expect(workerEnv({ ORT_DISABLE_TELEMETRY: '0' }).ORT_DISABLE_TELEMETRY).toBe('0');
   });
 });

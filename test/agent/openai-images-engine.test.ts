@@ -38,6 +38,10 @@ engineContract('openai-images (OpenAI-style image server stand-in, started per l
   processes: () => contractLauncher.count,
   pids: () => contractLauncher.pids(),
   crashCode: 'ENGINE_UNREACHABLE',
+  // A server someone else runs: its memory is its own, its bytes are loaded by the server, and its crashes are failed requests.
+  measuresMemory: false,
+  verifiesBytes: false,
+  ownsProcesses: false,
 });
 
 describe('openai-images engine against a misbehaving stand-in', () => {
@@ -58,7 +62,7 @@ describe('openai-images engine against a misbehaving stand-in', () => {
 
   it('asks for one b64_json image of the job\'s size per job and returns it as a checked PNG', async () => {
     const { standin, model } = await serve([], { model: 'standin-image' });
-    const [output] = await model.run(imageJobs(1, { width: 128, height: 96 }), () => {});
+    const [output] = (await model.run(imageJobs(1, { width: 128, height: 96 }), () => {})).outputs;
     const file = ok(output).files[0]!;
     expect(await sharp(Buffer.from(file.bytes)).metadata()).toMatchObject({ format: 'png', width: 128, height: 96 });
     expect(standin.output()).toContain('generated 1 × 128x96 for "a red fox 0"');
@@ -66,7 +70,7 @@ describe('openai-images engine against a misbehaving stand-in', () => {
 
   it('a 400 in OpenAI\'s error envelope becomes a non-retryable INVALID_INPUT with the server\'s message and param', async () => {
     const { model } = await serve();
-    const [output] = await model.run(imageJobs(1, { width: 100 }), () => {});
+    const [output] = (await model.run(imageJobs(1, { width: 100 }), () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'INVALID_INPUT', retryable: false });
     expect(messageOf(output)).toMatch(/Invalid value: '100x64'.*\(param size, code invalid_value\)/);
   });
@@ -74,7 +78,7 @@ describe('openai-images engine against a misbehaving stand-in', () => {
   it('rate limited (429): backs off, honours Retry-After, then succeeds', async () => {
     const { standin, model } = await serve(['--rate-limit-first', '2', '--retry-after', '1']);
     const started = Date.now();
-    ok((await model.run(imageJobs(1), () => {}))[0]);
+    ok(((await model.run(imageJobs(1), () => {})).outputs)[0]);
     expect(Date.now() - started).toBeGreaterThanOrEqual(1900);
     expect((await standin.stats<{ rejected429: number }>()).rejected429).toBe(2);
   });
@@ -82,13 +86,13 @@ describe('openai-images engine against a misbehaving stand-in', () => {
   it('still rate limited when the job\'s time runs out: a retryable ENGINE_BUSY', async () => {
     const { model } = await serve(['--rate-limit-first', '1000']);
     const [job] = imageJobs(1);
-    const [output] = await model.run([{ ...job!, deadlineAt: Date.now() + 800 }], () => {});
+    const [output] = (await model.run([{ ...job!, deadlineAt: Date.now() + 800 }], () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_BUSY', retryable: true });
   });
 
   it('a 5xx is a retryable ENGINE_FAILED with the server\'s message', async () => {
     const { model } = await serve(['--server-error-first', '1']);
-    const [output] = await model.run(imageJobs(1), () => {});
+    const [output] = (await model.run(imageJobs(1), () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
     expect(messageOf(output)).toContain('500');
     expect(messageOf(output)).toContain('The server had an error while processing your request');
@@ -96,14 +100,14 @@ describe('openai-images engine against a misbehaving stand-in', () => {
 
   it('a connection dropped mid-answer is a retryable ENGINE_UNREACHABLE; the batch\'s next job succeeds', async () => {
     const { model } = await serve(['--drop-first', '1']);
-    const [dropped, next] = await model.run(imageJobs(2), () => {});
+    const [dropped, next] = (await model.run(imageJobs(2), () => {})).outputs;
     expect(dropped).toMatchObject({ ok: false, code: 'ENGINE_UNREACHABLE', retryable: true });
     ok(next);
   });
 
   it('an unknown server-side model (404) is a non-retryable ENGINE_FAILED naming it', async () => {
     const { model } = await serve(['--models', 'sd-turbo'], { model: 'sdxl' });
-    const [output] = await model.run(imageJobs(1), () => {});
+    const [output] = (await model.run(imageJobs(1), () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: false });
     expect(messageOf(output)).toMatch(/404.*The model 'sdxl' does not exist/);
   });
@@ -111,17 +115,17 @@ describe('openai-images engine against a misbehaving stand-in', () => {
   it('a slow server still delivers within the job\'s time; a cancel closes the request at once', async () => {
     const { model } = await serve(['--slow-ms', '1500']);
     const [job] = imageJobs(1);
-    ok((await model.run([{ ...job!, deadlineAt: Date.now() + 30_000 }], () => {}))[0]);
+    ok(((await model.run([{ ...job!, deadlineAt: Date.now() + 30_000 }], () => {})).outputs)[0]);
     const started = Date.now();
     setTimeout(() => model.cancel(['late0']), 200);
-    const [cancelled] = await model.run(imageJobs(1, {}, 'late'), () => {});
+    const [cancelled] = (await model.run(imageJobs(1, {}, 'late'), () => {})).outputs;
     expect(cancelled).toMatchObject({ ok: false, code: 'CANCELLED', retryable: false });
     expect(Date.now() - started).toBeLessThan(1400);
   });
 
   it('sends the API key from the environment variable the settings name', async () => {
     const { standin, model } = await serve(['--api-key', 'sk-standin'], { apiKeyEnv: 'IMAGES_KEY' }, { IMAGES_KEY: 'sk-standin' });
-    ok((await model.run(imageJobs(1), () => {}))[0]);
+    ok(((await model.run(imageJobs(1), () => {})).outputs)[0]);
     expect((await standin.stats<{ unauthorized: number }>()).unauthorized).toBe(0);
   });
 
@@ -141,7 +145,7 @@ describe('openai-images engine against a misbehaving stand-in', () => {
 
   it('with promptExtras "sdcpp", the seed, steps and negative prompt ride in the prompt as <sd_cpp_extra_args>', async () => {
     const { standin, model } = await serve([], { promptExtras: 'sdcpp' });
-    const outputs = await model.run(imageJobs(2, { negativePrompt: 'blur' }), () => {});
+    const outputs = (await model.run(imageJobs(2, { negativePrompt: 'blur' }), () => {})).outputs;
     outputs.forEach((output) => ok(output));
     const stats = await standin.stats<{ seeds: number[]; extraArgs: unknown[] }>();
     expect(stats.seeds).toEqual([20, 21]);
@@ -152,7 +156,7 @@ describe('openai-images engine against a misbehaving stand-in', () => {
 
   it('fetches the image when the server answers with a URL (response_format left out)', async () => {
     const { model } = await serve([], { sendResponseFormat: false });
-    const file = ok((await model.run(imageJobs(1, { width: 72, height: 72 }), () => {}))[0]).files[0]!;
+    const file = ok(((await model.run(imageJobs(1, { width: 72, height: 72 }), () => {})).outputs)[0]).files[0]!;
     expect(await sharp(Buffer.from(file.bytes)).metadata()).toMatchObject({ format: 'png', width: 72, height: 72 });
   });
 
@@ -160,7 +164,7 @@ describe('openai-images engine against a misbehaving stand-in', () => {
     const { standin, model } = await serve(['--slow-ms', '300'], { maxInFlight: 3 });
     const jobs = imageJobs(6);
     const progress: Progress[] = [];
-    const outputs = await model.run(jobs, (step) => progress.push(step));
+    const outputs = (await model.run(jobs, (step) => progress.push(step))).outputs;
     expect(outputs.map((output) => ok(output).jobId)).toEqual(jobs.map((job) => job.id));
     expect((await standin.stats<{ maxInFlight: number }>()).maxInFlight).toBe(3);
     expect(progress.map((step) => step.step)).toEqual([1, 2, 3, 4, 5, 6]);

@@ -1,14 +1,16 @@
-import { existsSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
+import type { Engine, LoadedModel } from '../../src/agent/engines/engine.js';
 import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
 import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';
 import { Supervisor } from '../../src/agent/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
-import { tempDir } from '../helpers/mesh.js';
+import { tempDir, waitFor } from '../helpers/mesh.js';
 
 const log = pino({ level: 'silent' });
 const supervisor = new Supervisor(log);
@@ -22,6 +24,8 @@ function manifest(name: 'gen' | 'mlp'): ModelManifest {
     params: name === 'gen' ? { defaultSteps: 6 } : { inputDim: MLP_INPUT_DIM, outputDim: 16 },
   };
 }
+
+const sha256 = (bytes: Uint8Array): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 
 /** The blob store as the agent sees it (HTTP GET by digest), served from memory; `tamper` corrupts one blob. */
 function blobServer(tamper?: string) {
@@ -37,16 +41,35 @@ function blobServer(tamper?: string) {
   return { pulls, fetchBlob };
 }
 
-function residency(budgetMB: number, cache = new ModelCache(tempDir(), blobServer().fetchBlob)) {
+/** A residency over a real ONNX engine; `budget.mb` may be changed while it runs (devices are read on every placement). */
+function residency(budgetMB: number, options: { cache?: ModelCache; engine?: Engine; restarts?: { initialDelayMs: number } } = {}) {
   const events: string[] = [];
-  const engines = new Map([['onnx', new OnnxEngine(supervisor)]]);
+  const budget = { mb: budgetMB };
+  const engines = new Map([['onnx', options.engine ?? new OnnxEngine(supervisor)]]);
   return {
-    events,
+    events, budget,
     residency: new Residency({
-      engines, devices: () => [cpuDevice(budgetMB)], cache, log,
+      engines, devices: () => [cpuDevice(budget.mb)], cache: options.cache ?? new ModelCache(tempDir(), blobServer().fetchBlob), log,
       events: { loaded: (model) => events.push(`+${model.model}`), unloaded: (model) => events.push(`-${model.model}`) },
+      restarts: options.restarts,
     }),
   };
+}
+
+const image = (prompt: string, side = 48) => ({ id: prompt, input: { prompt, seed: 7, width: side, height: side, steps: 3 } });
+async function render(loaded: LoadedModel, prompt = 'lighthouse'): Promise<Buffer> {
+  const { outputs: [output] } = await loaded.run([image(prompt)], () => {});
+  if (!output?.ok) throw new Error(`render failed: ${JSON.stringify(output)}`);
+  return Buffer.from(output.files[0]!.bytes);
+}
+
+/** The new engine process started by `action` (the supervisor's pids before and after). */
+async function newPid(action: () => Promise<unknown>): Promise<number> {
+  const before = new Set(supervisor.pids());
+  await action();
+  const pid = supervisor.pids().find((candidate) => !before.has(candidate));
+  if (!pid) throw new Error('no new engine process');
+  return pid;
 }
 
 describe('model cache', () => {
@@ -63,6 +86,34 @@ describe('model cache', () => {
     writeFileSync(path, 'garbage');
     await new ModelCache(dir, server.fetchBlob).path(gen.digest);
     expect(server.pulls).toEqual([gen.digest, gen.digest]);
+  });
+
+  it('re-checks a file it verified before every use: same-size flips and truncations are repaired, an untouched file is not re-pulled', async () => {
+    const server = blobServer();
+    const repairs: string[] = [];
+    const cache = new ModelCache(tempDir(), server.fetchBlob, { onRepair: (_digest, reason) => repairs.push(reason) });
+    const gen = manifest('gen');
+    const path = await cache.path(gen.digest);
+    const good = readFileSync(path);
+    await cache.path(gen.digest);
+    expect(server.pulls).toHaveLength(1);
+
+    // Flip one byte in place, same size, and even put the modification time back: the ctime still gives it away.
+    const { atime, mtime } = statSync(path);
+    const flipped = Buffer.from(good);
+    flipped[good.length >> 1]! ^= 0x01;
+    writeFileSync(path, flipped);
+    utimesSync(path, atime, mtime);
+    await cache.path(gen.digest);
+    expect(server.pulls).toHaveLength(2);
+    expect(sha256(readFileSync(path))).toBe(gen.digest);
+
+    truncateSync(path, 100);
+    await cache.path(gen.digest);
+    expect(server.pulls).toHaveLength(3);
+    expect(readFileSync(path).equals(good)).toBe(true);
+    expect(repairs).toHaveLength(2);
+    expect(repairs[0]).toMatch(/hashes to sha256:/);
   });
 
   it('refuses bytes that do not match their digest and keeps nothing', async () => {
@@ -100,25 +151,46 @@ describe('model cache pulls that stall', () => {
 });
 
 describe('residency', () => {
-  it('loads on demand and evicts the least recently used idle model to fit the budget', async () => {
-    const { residency: models, events } = residency(manifest('gen').memoryMB + 2);
+  it('charges measured memory and evicts the least recently used idle model to fit the budget', async () => {
+    const { residency: models, events, budget } = residency(4096);
     const gen = await models.acquire(manifest('gen'));
     expect(gen.loadMs).toBeGreaterThan(0);
-    models.release('gen');
+    // Charged what the engine measured, not the manifest's declared 128 MB.
+    expect(models.usedMB('cpu')).toBe(gen.loaded.memoryMB);
+    models.release(gen.loaded);
     expect((await models.acquire(manifest('gen'))).loadMs).toBe(0); // already resident
-    models.release('gen');
-    await models.acquire(manifest('mlp'));
-    models.release('mlp');
+    models.release(gen.loaded);
+    // Now leave no room for mlp next to gen: gen, idle, is evicted.
+    budget.mb = models.usedMB('cpu') + 2;
+    const mlp = await models.acquire(manifest('mlp'));
+    models.release(mlp.loaded);
     expect(events).toEqual(['+gen', '-gen', '+mlp']);
     expect(models.resident().map((entry) => entry.model)).toEqual(['mlp']);
     await models.unloadAll();
   });
 
+  it('a batch\'s measured peak is charged while the model is in use, and what the arena keeps afterwards', async () => {
+    const { residency: models } = residency(4096);
+    const { loaded } = await models.acquire(manifest('gen'));
+    const { outputs, memory } = await loaded.run([image('big', 384)], () => {});
+    expect(outputs[0]!.ok).toBe(true);
+    const report = models.recordBatch(loaded, 384 * 384, memory);
+    expect(report).toEqual({ residentMB: loaded.memoryMB, peakMB: memory!.peakMB });
+    expect(models.usedMB('cpu')).toBe(memory!.peakMB); // in use: its peak
+    models.release(loaded);
+    expect(models.usedMB('cpu')).toBe(memory!.residentMB); // idle: what it holds now
+    expect(memory!.residentMB).toBeGreaterThan(loaded.memoryMB);
+    // A smaller batch runs in memory the model already holds: its peak is not reported as its need.
+    expect(models.recordBatch(loaded, 64 * 64, memory)).toEqual({ residentMB: loaded.memoryMB });
+    await models.unloadAll();
+  });
+
   it('never evicts a model in use, and refuses a model larger than every budget', async () => {
-    const { residency: models } = residency(manifest('gen').memoryMB + 2);
-    await models.acquire(manifest('gen'));
+    const { residency: models, budget } = residency(4096);
+    const gen = await models.acquire(manifest('gen'));
+    budget.mb = models.usedMB('cpu') + 2;
     await expect(models.acquire(manifest('mlp'))).rejects.toThrow(/no device has room/);
-    models.release('gen');
+    models.release(gen.loaded);
     const { residency: small } = residency(64);
     await expect(small.acquire(manifest('gen'))).rejects.toMatchObject({ code: 'MODEL_TOO_LARGE' });
     await models.unloadAll();
@@ -127,12 +199,123 @@ describe('residency', () => {
   it('scales to zero: idle models unload and the engine process ends', async () => {
     const { residency: models } = residency(1024);
     const before = supervisor.count;
-    await models.acquire(manifest('mlp'));
-    models.release('mlp');
+    const mlp = await models.acquire(manifest('mlp'));
+    models.release(mlp.loaded);
     expect(supervisor.count).toBe(before + 1);
     expect(await models.unloadIdle(60_000)).toEqual([]);
     expect(await models.unloadIdle(0)).toEqual(['mlp']);
     expect(supervisor.count).toBe(before);
     expect(models.usedMB('cpu')).toBe(0);
+  });
+});
+
+describe('residency: engine crashes', () => {
+  it('a dead engine is dropped at once (reported unloaded) and the next acquire starts a fresh one that works', async () => {
+    const { residency: models, events } = residency(4096);
+    let first!: LoadedModel;
+    const pid = await newPid(async () => ({ loaded: first } = await models.acquire(manifest('gen'))));
+    const before = await render(first);
+    process.kill(pid, 'SIGKILL');
+    await waitFor(() => events.includes('-gen'), { what: 'the crashed model to be reported unloaded' });
+    expect(models.resident()).toEqual([]);
+    expect(models.usedMB('cpu')).toBe(0);
+    models.release(first); // the batch that held it ends after the crash: nothing to release any more
+    let second!: LoadedModel;
+    const fresh = await newPid(async () => ({ loaded: second } = await models.acquire(manifest('gen'))));
+    expect(fresh).not.toBe(pid);
+    expect(second).not.toBe(first);
+    expect((await render(second)).equals(before)).toBe(true);
+    expect(events).toEqual(['+gen', '-gen', '+gen']);
+    models.release(second);
+    await models.unloadAll();
+  });
+
+  it('an engine that keeps dying is restarted after a growing pause', async () => {
+    const { residency: models, events } = residency(4096, { restarts: { initialDelayMs: 800 } });
+    /** Acquire, then SIGKILL the engine; returns how long after the previous crash was noticed the engine process was started. */
+    let noticedAt = performance.now();
+    const startAndCrash = async (): Promise<number> => {
+      const before = new Set(supervisor.pids());
+      const acquiring = models.acquire(manifest('mlp'));
+      const pid = await waitFor(() => supervisor.pids().find((candidate) => !before.has(candidate)), { intervalMs: 5, what: 'a new engine process' });
+      const startedAfter = performance.now() - noticedAt;
+      models.release((await acquiring).loaded);
+      const crashes = events.filter((event) => event === '-mlp').length;
+      process.kill(pid, 'SIGKILL');
+      await waitFor(() => events.filter((event) => event === '-mlp').length > crashes, { intervalMs: 5, what: 'the crash to be noticed' });
+      noticedAt = performance.now();
+      return startedAfter;
+    };
+    await startAndCrash();
+    const first = await startAndCrash(); // the first restart is immediate
+    const second = await startAndCrash(); // then 800 ms
+    const third = await startAndCrash(); // then 1600 ms
+    expect(first).toBeLessThan(700);
+    expect(second).toBeGreaterThanOrEqual(780);
+    expect(third).toBeGreaterThanOrEqual(1580);
+    await models.unloadAll();
+  });
+});
+
+describe('residency: models are verified before every load', () => {
+  for (const damage of ['flip bytes (same size)', 'truncate'] as const) {
+    it(`${damage}: the next load repairs the cached file and the job makes the byte-identical image`, async () => {
+      const server = blobServer();
+      const cache = new ModelCache(tempDir(), server.fetchBlob);
+      const { residency: models } = residency(4096, { cache });
+      const gen = manifest('gen');
+      const first = await models.acquire(gen);
+      const before = await render(first.loaded);
+      models.release(first.loaded);
+      await models.unloadAll();
+
+      const path = cache.pathOf(gen.digest);
+      if (damage === 'truncate') truncateSync(path, 1000);
+      else {
+        const bytes = readFileSync(path);
+        for (let i = 0; i < 16; i++) bytes[(bytes.length >> 1) + i]! ^= 0xff;
+        writeFileSync(path, bytes);
+      }
+      const second = await models.acquire(gen);
+      expect((await render(second.loaded)).equals(before)).toBe(true);
+      expect(sha256(readFileSync(path))).toBe(gen.digest);
+      expect(server.pulls).toEqual([gen.digest, gen.digest]);
+      models.release(second.loaded);
+      await models.unloadAll();
+    });
+  }
+
+  it('a file changed after the cache checked it is caught by the engine\'s own hash, then repaired and loaded', async () => {
+    const server = blobServer();
+    const cache = new ModelCache(tempDir(), server.fetchBlob);
+    const onnx = new OnnxEngine(supervisor);
+    let tamperNext = false;
+    // An engine that misbehaves on purpose: it damages the file between the cache's check and its own read (the race).
+    const racing: Engine = {
+      name: 'onnx',
+      load: async (model, path, device) => {
+        if (tamperNext) {
+          tamperNext = false;
+          const bytes = readFileSync(path);
+          bytes[200]! ^= 0xff;
+          writeFileSync(path, bytes);
+        }
+        return onnx.load(model, path, device);
+      },
+      close: () => onnx.close(),
+    };
+    const { residency: models } = residency(4096, { cache, engine: racing });
+    const gen = manifest('gen');
+    const first = await models.acquire(gen);
+    const before = await render(first.loaded);
+    models.release(first.loaded);
+    await models.unloadAll();
+    tamperNext = true;
+    const second = await models.acquire(gen);
+    expect((await render(second.loaded)).equals(before)).toBe(true);
+    expect(sha256(readFileSync(cache.pathOf(gen.digest)))).toBe(gen.digest);
+    expect(server.pulls).toEqual([gen.digest, gen.digest]);
+    models.release(second.loaded);
+    await models.unloadAll();
   });
 });

@@ -40,6 +40,10 @@ engineContract('sdcpp (sd-server stand-in, started per load by a test launcher)'
   processes: () => contractLauncher.count,
   pids: () => contractLauncher.pids(),
   crashCode: 'ENGINE_UNREACHABLE',
+  // A server someone else runs: its memory is its own, its bytes are loaded by the server, and its crashes are failed requests.
+  measuresMemory: false,
+  verifiesBytes: false,
+  ownsProcesses: false,
 });
 
 describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
@@ -69,7 +73,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
   it('waits out a full queue (429) and then succeeds', async () => {
     const { standin, model } = await serve(['--queue-size', '1', '--step-ms', '100']);
     await foreignJob(standin, 4);
-    const [output] = await model.run(imageJobs(1), () => {});
+    const [output] = (await model.run(imageJobs(1), () => {})).outputs;
     ok(output);
     expect((await standin.stats<{ rejected429: number }>()).rejected429).toBeGreaterThan(0);
   });
@@ -79,7 +83,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
     await foreignJob(standin, 30);
     const [job] = imageJobs(1);
     const started = Date.now();
-    const [output] = await model.run([{ ...job!, deadlineAt: Date.now() + 1000 }], () => {});
+    const [output] = (await model.run([{ ...job!, deadlineAt: Date.now() + 1000 }], () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_BUSY', retryable: true });
     expect(Date.now() - started).toBeLessThan(5000);
   });
@@ -87,7 +91,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
   it('a 400 becomes a non-retryable INVALID_INPUT carrying the server\'s message; the batch\'s other jobs still run', async () => {
     const { standin, model } = await serve();
     const jobs = [...imageJobs(1, { width: 100 }, 'bad'), ...imageJobs(1, {}, 'good')];
-    const [bad, good] = await model.run(jobs, () => {});
+    const [bad, good] = (await model.run(jobs, () => {})).outputs;
     expect(bad).toMatchObject({ ok: false, code: 'INVALID_INPUT', retryable: false });
     expect((bad as { message: string }).message).toContain('invalid generation parameters');
     expect((bad as { message: string }).message).toContain('400');
@@ -97,7 +101,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
 
   it('refuses a size outside the server\'s advertised limits without sending it', async () => {
     const { standin, model } = await serve();
-    const [output] = await model.run(imageJobs(1, { width: 32 }), () => {});
+    const [output] = (await model.run(imageJobs(1, { width: 32 }), () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'INVALID_INPUT', retryable: false });
     expect((output as { message: string }).message).toMatch(/width 32 is outside the server's 64–4096/);
     expect((await standin.stats<{ submitted: number; rejected400: number }>())).toMatchObject({ submitted: 0, rejected400: 0 });
@@ -105,15 +109,15 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
 
   it('a connection dropped in the middle of the 202 is a retryable ENGINE_UNREACHABLE; the next job succeeds', async () => {
     const { model } = await serve(['--drop-submit', '1']);
-    const [dropped] = await model.run(imageJobs(1, {}, 'a'), () => {});
+    const [dropped] = (await model.run(imageJobs(1, {}, 'a'), () => {})).outputs;
     expect(dropped).toMatchObject({ ok: false, code: 'ENGINE_UNREACHABLE', retryable: true });
     expect((dropped as { message: string }).message).toMatch(/dropped in the middle/);
-    ok((await model.run(imageJobs(1, {}, 'b'), () => {}))[0]);
+    ok(((await model.run(imageJobs(1, {}, 'b'), () => {})).outputs)[0]);
   });
 
   it('a poll cut off mid-answer is asked again (polls are safe to repeat) and the job succeeds', async () => {
     const { standin, model } = await serve(['--drop-poll', '2']);
-    ok((await model.run(imageJobs(1), () => {}))[0]);
+    ok(((await model.run(imageJobs(1), () => {})).outputs)[0]);
     expect((await standin.stats<{ dropped: number }>()).dropped).toBe(2);
   });
 
@@ -121,7 +125,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
     const { model } = await serve(['--slow-ms', '400']);
     const [job] = imageJobs(1);
     const started = Date.now();
-    ok((await model.run([{ ...job!, deadlineAt: Date.now() + 30_000 }], () => {}))[0]);
+    ok(((await model.run([{ ...job!, deadlineAt: Date.now() + 30_000 }], () => {})).outputs)[0]);
     expect(Date.now() - started).toBeGreaterThanOrEqual(800);
   });
 
@@ -129,7 +133,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
     const { standin, model } = await serve(['--step-ms', '100', '--queue-size', '4']);
     await foreignJob(standin, 20);
     const [job] = imageJobs(1);
-    const [output] = await model.run([{ ...job!, deadlineAt: Date.now() + 600 }], () => {});
+    const [output] = (await model.run([{ ...job!, deadlineAt: Date.now() + 600 }], () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'DEADLINE_EXCEEDED', retryable: false });
     await waitFor(async () => (await standin.stats<{ cancels: { outcome: string }[] }>()).cancels.some((cancel) => cancel.outcome === 'cancelled'), { what: 'the server to cancel the queued job' });
   });
@@ -139,13 +143,13 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
     const jobs = imageJobs(2, { steps: 8 });
     let first = true;
     const started = Date.now();
-    const outputs = await model.run(jobs, () => {
+    const outputs = (await model.run(jobs, () => {
       if (!first) return;
       first = false;
       // Job 0 is generating (its first step is done); job 1 waits in the server's queue.
       model.cancel([jobs[1]!.id]);
       setTimeout(() => model.cancel([jobs[0]!.id]), 100);
-    });
+    })).outputs;
     expect(outputs).toMatchObject([
       { jobId: 'job0', ok: false, code: 'CANCELLED', retryable: false },
       { jobId: 'job1', ok: false, code: 'CANCELLED', retryable: false },
@@ -159,14 +163,14 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
 
   it('a job the server fails is a retryable ENGINE_FAILED with the server\'s code and message', async () => {
     const { model } = await serve(['--fail-prompt', 'BOOM']);
-    const [output] = await model.run(imageJobs(1, { prompt: 'BOOM goes the lighthouse' }), () => {});
+    const [output] = (await model.run(imageJobs(1, { prompt: 'BOOM goes the lighthouse' }), () => {})).outputs;
     expect(output).toMatchObject({ ok: false, code: 'ENGINE_FAILED', retryable: true });
     expect((output as { message: string }).message).toContain('generation_failed: generate_image returned no results');
   });
 
   it('202 then a number of polls: the job completes only after the server was polled enough, and succeeds', async () => {
     const { standin, model } = await serve(['--min-polls', '6']);
-    ok((await model.run(imageJobs(1), () => {}))[0]);
+    ok(((await model.run(imageJobs(1), () => {})).outputs)[0]);
     expect((await standin.stats<{ polls: number }>()).polls).toBeGreaterThanOrEqual(6);
   });
 
@@ -174,7 +178,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
     const { standin, model } = await serve(['--native', 'off', '--step-ms', '20']);
     const jobs = imageJobs(2);
     const progress: Progress[] = [];
-    const outputs = await model.run(jobs, (step) => progress.push(step));
+    const outputs = (await model.run(jobs, (step) => progress.push(step))).outputs;
     for (const output of outputs) ok(output);
     expect(await standin.stats()).toMatchObject({ txt2img: 2, submitted: 0 });
     expect(progress.at(-1)).toEqual({ step: 4, total: 4 });
@@ -189,8 +193,8 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
 
   it('the PNGs are real, of the asked size, and the same prompt and seed give the same image', async () => {
     const { model } = await serve();
-    const [a] = await model.run(imageJobs(1, { width: 96, height: 72 }, 'a'), () => {});
-    const [b] = await model.run(imageJobs(1, { width: 96, height: 72 }, 'b'), () => {});
+    const [a] = (await model.run(imageJobs(1, { width: 96, height: 72 }, 'a'), () => {})).outputs;
+    const [b] = (await model.run(imageJobs(1, { width: 96, height: 72 }, 'b'), () => {})).outputs;
     const file = ok(a).files[0]!;
     expect(await sharp(Buffer.from(file.bytes)).metadata()).toMatchObject({ format: 'png', width: 96, height: 72 });
     expect(file).toMatchObject({ width: 96, height: 72, mediaType: 'image/png' });
@@ -203,7 +207,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
     standins.push(standin);
     const model = await new SdcppEngine().load(manifest({ url: standin.url }), '', cpuDevice(2048));
     models.push(model);
-    ok((await model.run(imageJobs(1), () => {}))[0]);
+    ok(((await model.run(imageJobs(1), () => {})).outputs)[0]);
   });
 
   it('gives up on a server that does not come up within loadTimeoutMs: a retryable ENGINE_UNREACHABLE', async () => {
@@ -221,7 +225,7 @@ describe('sdcpp engine against a misbehaving sd-server stand-in', () => {
 
   it('sends the job\'s prompt, negative prompt, seed, size and steps, with the model\'s extra fields, as the native request', async () => {
     const { standin, model } = await serve([], { extra: { sample_params: { sample_method: 'euler' } } });
-    ok((await model.run(imageJobs(1, { negativePrompt: 'fog', seed: 4242, width: 128, height: 64, steps: 3 }), () => {}))[0]);
+    ok(((await model.run(imageJobs(1, { negativePrompt: 'fog', seed: 4242, width: 128, height: 64, steps: 3 }), () => {})).outputs)[0]);
     expect(standin.output()).toMatch(/generating job_\w+: "a lighthouse 0" 128x64, 3 steps, seed 4242/);
   });
 });
@@ -237,7 +241,7 @@ describe('sdcpp engine: progress', () => {
     launchers.push(launcher);
     const model = await new SdcppEngine({ endpoints: launcher.provider }).load(manifest(settings), '', cpuDevice(2048));
     const progress: Progress[] = [];
-    const outputs = await model.run(imageJobs(2, { steps: 4 }), (step) => progress.push(step));
+    const outputs = (await model.run(imageJobs(2, { steps: 4 }), (step) => progress.push(step))).outputs;
     await model.unload();
     return { progress, outputs };
   }

@@ -54,7 +54,8 @@ export async function startMesh(options: { data?: string; config?: Record<string
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const galleryUrl = await waitFor(() => {
     if (child.exitCode !== null) throw new Error(`gpumesh up exited with ${child.exitCode}:\n${output}`);
-    return /gallery\s+(\S+)/.exec(output)?.[1];
+    // Up to the end of its line: output arrives in chunks, and a chunk may end inside the URL.
+    return /gallery\s+(\S+)\n/.exec(output)?.[1];
   }, { timeoutMs: 60_000, what: 'gpumesh up to print the gallery URL' });
   const url = new URL(galleryUrl).origin;
   const admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();

@@ -19,9 +19,11 @@ afterAll(async () => {
 });
 
 describe('gpumesh CLI', () => {
-  it('every command has --help', async () => {
+  // Twenty CLI processes at once: give them room on a loaded machine.
+  it('every command has --help', { timeout: 180_000 }, async () => {
     const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
-      ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['models'], ['models', 'build']];
+      ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
+      ['models'], ['models', 'build']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));
     results.forEach((result, index) => {
       expect(result.code, commands[index]!.join(' ')).toBe(0);
@@ -74,6 +76,46 @@ describe('gpumesh CLI', () => {
     const plain = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop', '--join-url', 'http://nas:7070'], env);
     expect(plain.stdout.trim()).not.toContain('\n');
     expect(plain.output).toContain(`gpumesh agent --join http://nas:7070 --grant ${plain.stdout.trim()}`);
+  });
+
+  // Several CLI processes one after another: give them room on a loaded machine.
+  it('grant list shows what was minted; grant revoke takes an id or the grant itself, and the grant is refused at once', { timeout: 180_000 }, async () => {
+    const minted = JSON.parse((await gpumeshRun(['grant', 'create', '--types', 'image', '--note', 'for the cli test', '--json'], env)).output) as { id: string; token: string };
+    const list = await gpumeshRun(['grant', 'list'], env);
+    expect(list.code, list.output).toBe(0);
+    expect(list.output).toMatch(/ID\s+KIND\s+CREATED\s+REVOKED\s+NOTE/);
+    expect(list.output).toMatch(new RegExp(`${minted.id}\\s+client\\s+\\S+\\s+-\\s+for the cli test`));
+    expect(list.output).toMatch(/gallery page/);
+    const revoke = await gpumeshRun(['grant', 'revoke', minted.token], env);
+    expect(revoke.code, revoke.output).toBe(0);
+    expect(revoke.output).toContain(`revoked ${minted.id} (client, for the cli test)`);
+    const refused = await gpumeshRun(['jobs', '--grant', minted.token], env);
+    expect(refused.code).toBe(1);
+    expect(refused.output).toContain('The grant was revoked');
+    const json = JSON.parse((await gpumeshRun(['grant', 'list', '--json'], env)).output) as { id: string; revokedAt: string | null }[];
+    expect(json.find((grant) => grant.id === minted.id)?.revokedAt).toEqual(expect.any(String));
+    const unknown = await gpumeshRun(['grant', 'revoke', 'nosuchgrant'], env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.output).toContain('Grant nosuchgrant was not found');
+  });
+
+  it('the gallery link of `up` lasts 12 h by default; `grant gallery` prints a new one', { timeout: 180_000 }, async () => {
+    const grant = new URL(mesh.galleryUrl).hash.slice('#grant='.length);
+    const inspect = await gpumeshRun(['grant', 'inspect', grant]);
+    expect(inspect.code, inspect.output).toBe(0);
+    const inspected = JSON.parse(inspect.output) as { caveats: string[] };
+    const expires = Date.parse(inspected.caveats.find((caveat) => caveat.startsWith('time-before '))!.slice('time-before '.length));
+    expect(expires).toBeGreaterThan(Date.now() + 11 * 3_600_000);
+    expect(expires).toBeLessThanOrEqual(Date.now() + 12 * 3_600_000);
+    const link = await gpumeshRun(['grant', 'gallery', '--albums', 'family', '--expires', '90m'], env);
+    expect(link.code, link.output).toBe(0);
+    const fresh = link.output.trim();
+    expect(fresh.startsWith(`${mesh.url}/#grant=`)).toBe(true);
+    const caveats = (JSON.parse((await gpumeshRun(['grant', 'inspect', fresh.slice(fresh.indexOf('=') + 1)])).output) as { caveats: string[] }).caveats;
+    expect(caveats).toEqual(['kind client', 'types image', 'albums family', 'actions jobs:submit,jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /)]);
+    const badTtl = await gpumeshRun(['up', '--gallery-ttl', 'forever', '--data', join(out, 'never-started')]);
+    expect(badTtl.code).toBe(1);
+    expect(badTtl.output).toContain('--gallery-ttl must be a duration');
   });
 
   it('clear errors for bad flags, a missing grant and an unreachable mesh', async () => {

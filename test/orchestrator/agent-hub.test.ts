@@ -1,8 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LINK_CLOSE, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
-import type { VerifiedGrant } from '../../src/orchestrator/auth/index.js';
+import { GrantAuthority, GrantLifetimes, type VerifiedGrant } from '../../src/orchestrator/auth/index.js';
 import { AgentHub, type LinkSocket } from '../../src/orchestrator/link/agent-hub.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
 
@@ -43,6 +44,7 @@ const hello = (host = 'laptop') => ({
 let harness: JobCoreHarness;
 let hub: AgentHub;
 let refusals: { host: string; model: string; code: string }[] = [];
+let authority: GrantAuthority;
 afterEach(() => {
   hub?.close();
   harness?.close();
@@ -50,18 +52,27 @@ afterEach(() => {
 
 function setup(): void {
   harness = new JobCoreHarness();
+  authority = new GrantAuthority(randomBytes(32), 'http://test');
+  const lifetimes = new GrantLifetimes(authority, harness.clock);
   hub = new AgentHub({
     clock: harness.clock, hosts: harness.hosts, intake: harness.core.intake, failover: harness.core.failover, recovery: harness.core.recovery,
     events: harness.events, log: pino({ level: 'silent' }), heartbeatMs: 1_000, staleAfterMs: 3_000, helloTimeoutMs: 2_000, inlineOutputBytes: 1024,
     authorizeJoin: () => {},
     onLoadRefused: (host, model, error) => refusals.push({ host: host.id, model, code: error.code }),
+    watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
   });
   refusals = [];
 }
 
-const attach = (): FakeSocket => {
+/** A real agent grant (signed, verified) for the hub to watch. */
+const agentGrant = (caveats: string[] = []): { id: string; grant: VerifiedGrant } => {
+  const minted = authority.mint('agent', ['host laptop', ...caveats]);
+  return { id: minted.id, grant: authority.verify(minted.token, harness.clock.now()) };
+};
+
+const attach = (grant: VerifiedGrant = agentGrant().grant): FakeSocket => {
   const socket = new FakeSocket();
-  hub.attach(socket as unknown as LinkSocket, {} as VerifiedGrant);
+  hub.attach(socket as unknown as LinkSocket, grant);
   return socket;
 };
 
@@ -188,5 +199,41 @@ describe('AgentHub (fake clock, fake sockets)', () => {
     const again = attach();
     again.say({ ...hello(), draining: true });
     expect(harness.hosts.get('laptop')!.draining).toBe(true);
+  });
+
+  it('revoking the grant of a connected agent closes its link as refused and fails its work over at once', async () => {
+    setup();
+    const revokedGrant = agentGrant();
+    const doomed = attach(revokedGrant.grant);
+    doomed.say(hello('doomed'));
+    const job = harness.submit();
+    await harness.settle();
+    expect(doomed.sent.filter((message) => message.type === 'run')).toHaveLength(1);
+    const honest = attach();
+    honest.say(hello('honest'));
+
+    authority.revoke(revokedGrant.id);
+    expect(doomed.closed).toEqual({ code: LINK_CLOSE.rejected, reason: 'grant revoked' });
+    expect([...harness.hosts].map((host) => host.id)).toEqual(['honest']);
+    expect(harness.seen.some((scoped) => scoped.kind === 'mesh' && scoped.event.type === 'host:lost' && scoped.event.host === 'doomed' && scoped.event.reason === 'grant revoked')).toBe(true);
+    // Its job moves to the other host after the retry backoff; no heartbeat timeout is waited for.
+    await harness.settle();
+    harness.clock.advance(100);
+    await harness.settle();
+    const run = honest.sent.find((message) => message.type === 'run');
+    expect(run?.type === 'run' && run.jobs[0]!.id).toBe(job.id);
+    expect(honest.closed).toBeNull();
+  });
+
+  it('an agent link ends when its grant expires', () => {
+    setup();
+    const { grant } = agentGrant([`time-before ${new Date(harness.clock.now() + 2_500).toISOString()}`]);
+    const socket = attach(grant);
+    socket.say(hello());
+    harness.clock.advance(2_499);
+    expect(socket.closed).toBeNull();
+    harness.clock.advance(1);
+    expect(socket.closed).toEqual({ code: LINK_CLOSE.rejected, reason: 'grant expired' });
+    expect(harness.hosts.size).toBe(0);
   });
 });

@@ -24,6 +24,17 @@ describe('mesh.yaml validation', () => {
     expect(config.data).toBe('/tmp/x');
   });
 
+  it('the gallery grant lasts 12 h in the default album, and the audit log keeps 30 days or 100000 entries, unless mesh.yaml says otherwise', () => {
+    const defaults = resolveConfig({}, '/tmp/x');
+    expect(defaults.gallery).toEqual({ grantTtl: '12h', albums: ['default'] });
+    expect(defaults.audit).toEqual({ retentionDays: 30, maxRows: 100_000 });
+    const set = resolveConfig({ gallery: { grantTtl: '90m', albums: ['family'] }, audit: { retentionDays: 7, maxRows: 5000 } }, '/tmp/x');
+    expect(set.gallery).toEqual({ grantTtl: '90m', albums: ['family'] });
+    expect(set.audit).toEqual({ retentionDays: 7, maxRows: 5000 });
+    expect(() => resolveConfig({ gallery: { grantTtl: 'forever' } }, '/tmp/x')).toThrow(/gallery\.grantTtl: a duration such as 90m, 12h or 7d/);
+    expect(() => resolveConfig({ audit: { maxRows: 10 } }, '/tmp/x')).toThrow(/audit\.maxRows/);
+  });
+
   it('a models: entry for a model the registry does not have is an error that names it', () => {
     const registry = new ModelRegistry(resolveConfig({ models: { gen: { retries: 1 }, genn: { retries: 1 } } }, '/tmp/x'));
     registry.add({ name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['image'], params: {} });

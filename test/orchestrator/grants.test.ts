@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { meshErrorOf } from '../helpers/errors.js';
-import { GrantAuthority, inspectGrant, narrowGrant, caveatsFromOptions, UploadCredentials } from '../../src/orchestrator/auth/index.js';
+import { GrantAuthority, GrantLifetimes, inspectGrant, narrowGrant, caveatsFromOptions, UploadCredentials, type GrantEnd } from '../../src/orchestrator/auth/index.js';
+import { FakeClock } from '../../src/orchestrator/clock.js';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');
 const authority = new GrantAuthority(randomBytes(32), 'http://test');
@@ -73,8 +74,93 @@ describe('grants', () => {
     expect(meshErrorOf(() => authority.verify(narrowed, NOW)).code).toBe('GRANT_REVOKED');
   });
 
+  it('a TLS mesh names its CA in every grant it mints; the caveat holds for any request and tells the holder what to pin', () => {
+    const pin = `sha256:${'ab'.repeat(32)}`;
+    const tlsAuthority = new GrantAuthority(randomBytes(32), 'https://test', [], [`tls-ca ${pin}`]);
+    for (const kind of ['admin', 'client', 'agent'] as const) {
+      const minted = tlsAuthority.mint(kind, kind === 'agent' ? ['host laptop'] : []);
+      expect(minted.caveats.at(-1)).toBe(`tls-ca ${pin}`);
+      expect(inspectGrant(minted.token).caveats).toEqual(minted.caveats);
+    }
+    const client = tlsAuthority.verify(tlsAuthority.mint('client', ['types image']).token, NOW);
+    expect(() => tlsAuthority.authorize(client, { action: 'jobs:submit', jobType: 'image' }, NOW)).not.toThrow();
+    expect(() => tlsAuthority.authorize(client, { action: 'blobs:read' }, NOW)).not.toThrow();
+    // Anyone may add one (it only tells the holder more to check); a malformed one makes the grant invalid.
+    const repinned = tlsAuthority.verify(narrowGrant(tlsAuthority.mint('client').token, [`tls-ca sha256:${'cd'.repeat(32)}`]), NOW);
+    expect(() => tlsAuthority.authorize(repinned, { action: 'jobs:read' }, NOW)).not.toThrow();
+    expect(() => narrowGrant(tlsAuthority.mint('client').token, ['tls-ca md5:abc'])).toThrow(/sha256:<64 lowercase hex>/);
+    expect(() => new GrantAuthority(randomBytes(32), 'https://test', [], ['tls-ca AB:CD'])).toThrow(/sha256/);
+    // A mesh without TLS mints exactly what it was asked for.
+    expect(authority.mint('client', ['types image']).caveats).toEqual(['kind client', 'types image']);
+  });
+
   it('inspect reads caveats without the key', () => {
     const { token, id } = authority.mint('client', ['types image', 'rate 60/m']);
     expect(inspectGrant(token)).toEqual({ id, location: 'http://test', caveats: ['kind client', 'types image', 'rate 60/m'] });
+  });
+
+  it('a narrowed copy shares the limiter of every rate it inherits; a rate it adds is a limiter of its own', () => {
+    const { token } = authority.mint('client', ['rate 10/m']);
+    const parent = authority.verify(token, NOW);
+    const child = authority.verify(narrowGrant(token, ['types image', 'rate 1/h']), NOW);
+    const sibling = authority.verify(narrowGrant(token, ['types video', 'rate 1/h']), NOW);
+    expect(parent.rates).toEqual([{ key: expect.stringMatching(new RegExp(`^${parent.id}/`)), count: 10, windowMs: 60_000, caveat: 'rate 10/m' }]);
+    expect(child.rates.map((rate) => rate.caveat)).toEqual(['rate 10/m', 'rate 1/h']);
+    expect(child.rates[0]!.key).toBe(parent.rates[0]!.key);
+    expect(sibling.rates[0]!.key).toBe(parent.rates[0]!.key);
+    expect(child.rates[1]!.key).not.toBe(sibling.rates[1]!.key);
+    // Another grant with the same caveats has other limiters.
+    expect(authority.verify(authority.mint('client', ['rate 10/m']).token, NOW).rates[0]!.key).not.toBe(parent.rates[0]!.key);
+  });
+
+  it('GRANT_DENIED, GRANT_REVOKED and GRANT_EXPIRED carry the grant id (for the audit log), not in their message', () => {
+    const minted = authority.mint('client', ['types image', `time-before ${new Date(NOW + 1000).toISOString()}`]);
+    const grant = authority.verify(minted.token, NOW);
+    const denied = meshErrorOf(() => authority.authorize(grant, { action: 'jobs:submit', jobType: 'video' }, NOW));
+    expect(denied.params.grantId).toBe(minted.id);
+    expect(denied.message).not.toContain(minted.id);
+    expect(meshErrorOf(() => authority.verify(minted.token, NOW + 1000)).params.grantId).toBe(minted.id);
+    authority.revoke(minted.id);
+    expect(meshErrorOf(() => authority.verify(minted.token, NOW)).params.grantId).toBe(minted.id);
+  });
+});
+
+describe('grant lifetimes (fake clock)', () => {
+  it('a watch ends once, on revocation of the grant or any narrowing of it', async () => {
+    const clock = new FakeClock(NOW);
+    const lifetimes = new GrantLifetimes(authority, clock);
+    const minted = authority.mint('client');
+    const ends: GrantEnd[] = [];
+    lifetimes.watch(authority.verify(narrowGrant(minted.token, ['types image']), NOW), (why) => ends.push(why));
+    const stopped: GrantEnd[] = [];
+    const stop = lifetimes.watch(authority.verify(minted.token, NOW), (why) => stopped.push(why));
+    stop();
+    authority.revoke(minted.id);
+    authority.revoke(minted.id);
+    expect(ends).toEqual(['revoked']);
+    expect(stopped).toEqual([]);
+    // Watching a grant revoked already ends it too — later, never inside watch().
+    lifetimes.watch(authority.verify(authority.mint('client').token, NOW), () => {});
+    const late: GrantEnd[] = [];
+    const revokedAlready = authority.mint('client');
+    const verified = authority.verify(revokedAlready.token, NOW);
+    authority.revoke(revokedAlready.id);
+    lifetimes.watch(verified, (why) => late.push(why));
+    expect(late).toEqual([]);
+    await Promise.resolve();
+    expect(late).toEqual(['revoked']);
+  });
+
+  it('expiry ends a watch on time, even forty days out (longer than one Node timer can wait)', () => {
+    const clock = new FakeClock(NOW);
+    const lifetimes = new GrantLifetimes(authority, clock);
+    const at = NOW + 40 * 86_400_000;
+    const grant = authority.verify(authority.mint('client', [`time-before ${new Date(at).toISOString()}`]).token, NOW);
+    const ends: GrantEnd[] = [];
+    lifetimes.watch(grant, (why) => ends.push(why));
+    clock.advance(at - NOW - 1);
+    expect(ends).toEqual([]);
+    clock.advance(1);
+    expect(ends).toEqual(['expired']);
   });
 });

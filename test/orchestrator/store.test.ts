@@ -1,4 +1,7 @@
 import Database from 'better-sqlite3';
+import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { GroupCommit, migrate, MIGRATIONS, openDb, jobs } from '../../src/orchestrator/store/index.js';
 
@@ -28,6 +31,27 @@ describe('store migrations', () => {
     const db = openDb(`${dir}/store.sqlite`);
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
+  });
+
+  it('is readable by its owner only, with its WAL, even under a permissive umask, and an old world-readable store is fixed', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpumesh-store-mode-'));
+    const previous = process.umask(0o022);
+    try {
+      const path = join(dir, 'store.sqlite');
+      const db = openDb(path);
+      jobs.insertJob(db, {
+        id: 'j_mode', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
+        grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+      });
+      for (const file of [path, `${path}-wal`]) expect(statSync(file).mode & 0o777, file).toBe(0o600);
+      db.close();
+      chmodSync(path, 0o644);
+      openDb(path).close();
+      expect(statSync(path).mode & 0o777).toBe(0o600);
+    } finally {
+      process.umask(previous);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('finishes a job once: a second terminal transition changes nothing', () => {

@@ -1,4 +1,4 @@
-import type { Device, ModelManifest } from '../../protocol/index.js';
+import type { Device, ErrorCode, ModelManifest } from '../../protocol/index.js';
 
 /** One job of a batch, as an engine sees it. */
 export interface EngineJob {
@@ -19,39 +19,74 @@ export interface OutputFile {
 /** What an engine produced for one job: files, a small JSON result, or an error that is this job's own. */
 export type JobOutput =
   | { jobId: string; ok: true; files: OutputFile[]; result?: unknown }
-  | { jobId: string; ok: false; code: string; message: string; retryable: boolean };
+  | { jobId: string; ok: false; code: ErrorCode; message: string; retryable: boolean };
 
 export interface Progress {
   step: number;
   total: number;
 }
 
+/**
+ * Memory a model used, measured by its engine (MB): on the CPU from the engine
+ * process's resident set, on a GPU from the process's GPU memory (nvidia-smi).
+ */
+export interface BatchMemory {
+  /** The most the model held at any moment of the batch, its resident memory included. */
+  peakMB: number;
+  /** What it holds now that the batch is over (an allocator arena may keep what the batch grew). */
+  residentMB: number;
+}
+
+/** A batch's outputs (one per job, in order) and, where the engine can measure it, the memory it took. */
+export interface BatchResult {
+  outputs: JobOutput[];
+  memory?: BatchMemory;
+}
+
 /** A model made resident on a device by an engine. */
 export interface LoadedModel {
   readonly manifest: ModelManifest;
   readonly device: Device;
-  /** Memory the model really took, measured (RSS growth on the CPU, per-process use on a GPU). */
+  /** Memory the model took when it loaded, measured (not the manifest's declared figure). */
   readonly memoryMB: number;
-  /** Run a batch, in one forward pass where the engine can; one output per job, in order. */
-  run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]>;
+  /**
+   * Settles, with a reason, if the process holding this model ends without
+   * being asked to (a crash, an OOM kill, a stray signal). It never settles for
+   * `unload` or `Engine.close`. The model is gone then: whoever holds it drops
+   * it and loads it afresh when it is next needed. Every engine that runs models
+   * in a process of its own (a worker, a server, a command) reports its death here.
+   */
+  readonly exited: Promise<string>;
+  /** Run a batch, in one forward pass where the engine can. A dead process rejects with ENGINE_CRASHED. */
+  run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult>;
   /** Stop work on these jobs where the engine can (between steps). */
   cancel(jobIds: readonly string[]): void;
   /** Give the memory back; the engine's process ends when its last model is unloaded. */
   unload(): Promise<void>;
 }
 
-/** An engine: loads models onto devices. One implementation per folder under engines/. */
+/**
+ * An engine: loads models onto devices. One implementation per folder under engines/.
+ *
+ * `load` must verify what it loads: the bytes it hands to the runtime hash to
+ * `manifest.digest`, else it fails with INTEGRITY_FAILED (the agent then
+ * deletes its cached copy and pulls it again). An engine that can only load by
+ * path (a server given a file name) relies on the model cache's check instead.
+ */
 export interface Engine {
   readonly name: string;
   load(manifest: ModelManifest, modelPath: string, device: Device): Promise<LoadedModel>;
-  /** Stop everything the engine runs (agent shutdown). */
+  /** Stop everything the engine runs (agent shutdown); `exited` does not fire for it. */
   close(): Promise<void>;
 }
 
 /** An engine failure that carries one of the protocol's error codes. */
 export class EngineError extends Error {
   override readonly name = 'EngineError';
-  constructor(readonly code: string, message: string, readonly retryable = true, options?: { cause?: unknown }) {
+  constructor(readonly code: ErrorCode, message: string, readonly retryable = true, options?: { cause?: unknown }) {
     super(message, options);
   }
 }
+
+/** `LoadedModel.exited` for a model whose engine runs no process of its own that could die under it. */
+export const NEVER: Promise<string> = new Promise<string>(() => {});

@@ -1,10 +1,10 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import type { DrainReport } from '../../agent/control.js';
 import { inspectGrant } from '../../orchestrator/auth/index.js';
-import { clientFrom, dataDir, resolveGrant, resolveUrl } from '../settings.js';
+import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrl } from '../settings.js';
 import { CliError, parseInteger, parseList } from '../output.js';
 
 interface AgentFlags {
@@ -19,6 +19,9 @@ interface AgentFlags {
   concurrency: number;
   idleUnload: number;
   drainTimeout: number;
+  cgroups: 'auto' | 'v2' | 'v1' | 'off';
+  cgroupRoot?: string;
+  tlsCaFingerprint?: string;
 }
 
 interface DrainFlags {
@@ -27,6 +30,7 @@ interface DrainFlags {
   url?: string;
   grant?: string;
   grantFile?: string;
+  tlsCaFingerprint?: string;
 }
 
 const DEFAULT_CLASSES = 'image,tensor';
@@ -70,8 +74,8 @@ export function agentCommand(): Command {
     // Options after `drain` are the subcommand's own (it has --data and --host too).
     .enablePositionalOptions()
     .option('--join <url>', 'the orchestrator to join (the same as --url)')
-    .option('--url <url>', 'orchestrator URL (env GPUMESH_URL; default http://127.0.0.1:7070)')
-    .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT)')
+    .option('--url <url>', 'orchestrator URL, https:// for a TLS mesh (env GPUMESH_URL; default http://127.0.0.1:7070)')
+    .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT); a TLS mesh\'s grant names the CA the agent pins')
     .option('--grant-file <path>', 'read the grant from a file')
     .option('--host <id>', 'this host\'s id (default: the grant\'s host, else this machine\'s hostname)')
     .option('--classes <list>', `routing classes this host serves (default: the grant's classes, else ${DEFAULT_CLASSES})`)
@@ -80,6 +84,10 @@ export function agentCommand(): Command {
     .option('--concurrency <n>', 'batches run at once', parseInteger('--concurrency'), 1)
     .option('--idle-unload <seconds>', 'unload a model idle this long unless the orchestrator holds it for its minReplicas; engine processes end with the last one', parseInteger('--idle-unload'), 300)
     .option('--drain-timeout <seconds>', 'when draining, how long to wait for the work in flight before leaving anyway (exit 1)', parseInteger('--drain-timeout'), 300)
+    .addOption(new Option('--cgroups <mode>', 'limit engine processes with cgroups: auto (v2, else v1), v2, v1 or off (process groups only)')
+      .choices(['auto', 'v2', 'v1', 'off']).default('auto'))
+    .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
+    .option('--tls-ca-fingerprint <sha256>', 'pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
     .action((flags: AgentFlags) => runAgent(flags));
   agent.command('drain')
     .summary('drain the agent on this machine, or with --host any host through the orchestrator')
@@ -92,6 +100,7 @@ export function agentCommand(): Command {
     .option('--url <url>', 'with --host: orchestrator URL (env GPUMESH_URL)')
     .option('--grant <grant>', 'with --host: an admin grant (env GPUMESH_GRANT; default: <GPUMESH_HOME>/admin.grant)')
     .option('--grant-file <path>', 'with --host: read the grant from a file')
+    .option('--tls-ca-fingerprint <sha256>', 'with --host: pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
     .action((flags: DrainFlags) => drain(flags));
   return agent;
 }
@@ -100,6 +109,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   const grant = (flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT))?.trim();
   if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
   const fromGrant = grantDefaults(grant);
+  const pin = explicitPin(flags);
   const { Agent, ControlServer } = await import('../../agent/index.js');
   const log = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
   let leaving: Promise<void> | null = null;
@@ -109,7 +119,8 @@ async function runAgent(flags: AgentFlags): Promise<void> {
     url: flags.join ?? resolveUrl(flags), grant, host: flags.host ?? fromGrant.host ?? hostname(),
     classes: flags.classes ? parseList(flags.classes) : fromGrant.classes ?? parseList(DEFAULT_CLASSES),
     dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
-    concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000,
+    concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
+    governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null },
     onDrainRequested: () => void leave(),
   });
   const control = await ControlServer.listen(controlSocket(flags.data), { drain: (report) => {
@@ -142,7 +153,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   }
 
   agent.start((reason) => {
-    process.stderr.write(`gpumesh agent: refused by the orchestrator: ${reason}\n`);
+    process.stderr.write(`gpumesh agent: ${reason}\n`);
     void agent.close().then(() => process.exit(2));
   });
   let signals = 0;
@@ -158,7 +169,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
 
 async function drain(flags: DrainFlags): Promise<void> {
   if (flags.host) {
-    const answer = await clientFrom({ url: flags.url, grant: flags.grant, grantFile: flags.grantFile }).request<{ host: string; jobsInFlight: number }>('POST', `/v1/hosts/${encodeURIComponent(flags.host)}/drain`);
+    const answer = await clientFrom({ url: flags.url, grant: flags.grant, grantFile: flags.grantFile, tlsCaFingerprint: flags.tlsCaFingerprint }).request<{ host: string; jobsInFlight: number }>('POST', `/v1/hosts/${encodeURIComponent(flags.host)}/drain`);
     process.stdout.write(`host ${answer.host} is draining (${answer.jobsInFlight} jobs in flight); its agent leaves once they are done\n`);
     return;
   }

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
-import { caveatsFromOptions, inspectGrant, narrowGrant, type GrantOptions } from '../../orchestrator/auth/index.js';
+import { caveatsFromOptions, DURATION, galleryGrantOptions, inspectGrant, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
 import { clientFrom, type ClientOptions } from '../settings.js';
-import { CliError, parseInteger, parseList, printJson } from '../output.js';
+import { CliError, parseInteger, parseList, printJson, table } from '../output.js';
 import { withClientOptions } from './shared.js';
 
 interface CaveatFlags {
@@ -44,6 +44,7 @@ export function grantCommand(): Command {
   withCaveatFlags(withClientOptions(grant.command('create')))
     .description([
       'Mint a new grant (needs an admin grant). Client grants by default; --agent for an agent join grant.',
+      'A TLS mesh adds the fingerprint of its CA (caveat tls-ca sha256:…), which agents and the CLI pin.',
       'Prints the grant alone on stdout; for --agent it also prints, on stderr, the command that joins the host:',
       '  gpumesh agent --join <url> --grant <grant>',
     ].join('\n'))
@@ -81,7 +82,48 @@ export function grantCommand(): Command {
       process.stdout.write(`${narrowGrant(token.trim(), caveats)}\n`);
     });
   grant.command('inspect <grant>')
-    .description('Show a grant\'s id and caveats (offline; does not check its signature)')
+    .description('Show a grant\'s id and caveats, including the TLS CA it pins (offline; does not check its signature)')
     .action((token: string) => printJson(inspectGrant(token.trim())));
+  withClientOptions(grant.command('list'))
+    .description('List the grants this mesh minted, newest first: id, kind, created, revoked, note (needs an admin grant)')
+    .option('--limit <n>', 'at most this many', parseInteger('--limit'), 100)
+    .option('--json', 'print JSON')
+    .action(async (flags: ClientOptions & { limit: number; json?: boolean }) => {
+      const page = await clientFrom(flags).request<{ grants: GrantView[] }>('GET', `/v1/grants?limit=${flags.limit}`);
+      if (flags.json) return printJson(page.grants);
+      const rows = page.grants.map((view) => [view.id, view.kind, view.createdAt, view.revokedAt ?? '-', view.note ?? '']);
+      process.stdout.write(`${table(['ID', 'KIND', 'CREATED', 'REVOKED', 'NOTE'], rows)}\n`);
+    });
+  withClientOptions(grant.command('revoke <id-or-grant>'))
+    .description('Revoke a grant and every grant narrowed from it, at once: requests, event streams and agent links using it are refused or closed (needs an admin grant). Takes the id (see `grant list`) or the grant itself')
+    .option('--json', 'print JSON')
+    .action(async (target: string, flags: ClientOptions & { json?: boolean }) => {
+      const id = idOf(target.trim());
+      const revoked = await clientFrom(flags).request<GrantView>('DELETE', `/v1/grants/${encodeURIComponent(id)}`);
+      if (flags.json) printJson(revoked);
+      else process.stdout.write(`revoked ${revoked.id} (${revoked.kind}${revoked.note ? `, ${revoked.note}` : ''}) at ${revoked.revokedAt}\n`);
+    });
+  withClientOptions(grant.command('gallery'))
+    .description('Mint a gallery grant and print the gallery link: it may only submit and view images in its albums, and expires soon (needs an admin grant)')
+    .option('--albums <list>', 'albums the page may submit to and view', 'default')
+    .option('--expires <duration>', 'how long the link works: 90m, 12h, 7d', '12h')
+    .action(async (flags: ClientOptions & { albums: string; expires: string }) => {
+      if (!DURATION.test(flags.expires)) throw new CliError(`--expires must be a duration such as 90m, 12h or 7d, not "${flags.expires}"`);
+      const client = clientFrom(flags);
+      const minted = await client.request<{ token: string }>('POST', '/v1/grants', {
+        kind: 'client', ...galleryGrantOptions(parseList(flags.albums), flags.expires), note: 'gallery page',
+      });
+      process.stdout.write(`${client.baseUrl}/#grant=${minted.token}\n`);
+    });
   return grant;
+}
+
+/** A grant id as given, or the id inside a grant. */
+function idOf(target: string): string {
+  if (/^[A-Za-z0-9_-]{1,64}$/.test(target) && target.length <= 32) return target;
+  try {
+    return inspectGrant(target).id;
+  } catch {
+    throw new CliError('give a grant id (see `gpumesh grant list`) or a grant');
+  }
 }

@@ -11,17 +11,22 @@ export interface ServeOptions {
   config?: string;
   host?: string;
   port?: number;
+  tls?: boolean;
+  tlsName?: string[];
 }
 
 /** The config: --config, else <data>/mesh.yaml if present, else the defaults; flags override the file. */
 export async function configFrom(options: ServeOptions): Promise<MeshConfig> {
-  const { loadConfigFile, resolveConfig } = await import('../../orchestrator/config.js');
+  const { checkTlsSettings, loadConfigFile, resolveConfig } = await import('../../orchestrator/config.js');
   const data = dataDir(options.data);
   const file = options.config ?? (existsSync(join(data, 'mesh.yaml')) ? join(data, 'mesh.yaml') : null);
   const config = file ? loadConfigFile(file, data) : resolveConfig({}, data);
   if (options.data) config.data = data;
   if (options.host) config.server.host = options.host;
   if (options.port !== undefined) config.server.port = options.port;
+  if (options.tls) config.server.tls.enabled = true;
+  if (options.tlsName?.length) config.server.tls.names = [...config.server.tls.names, ...options.tlsName];
+  checkTlsSettings(config.server);
   mkdirSync(config.data, { recursive: true });
   return config;
 }
@@ -31,7 +36,10 @@ export function withServerOptions(command: Command): Command {
     .option('--data <dir>', 'data folder (env GPUMESH_HOME; default ./.gpumesh)')
     .option('-c, --config <file>', 'mesh.yaml (default: <data>/mesh.yaml when present)')
     .option('--host <address>', 'address to listen on (default 127.0.0.1)')
-    .option('--port <n>', 'port to listen on (default 7070; 0 picks a free one)', parseInteger('--port'));
+    .option('--port <n>', 'port to listen on (default 7070; 0 picks a free one)', parseInteger('--port'))
+    .option('--tls', 'serve HTTPS with a private CA made on first start in <data>/tls; grants then name the CA, which agents and the CLI pin (server.tls.enabled)')
+    .option('--tls-name <name>', 'another host name or IP address for the TLS certificate, e.g. nas.lan or 203.0.113.5; repeatable (server.tls.names)',
+      (name: string, names: string[] | undefined) => [...(names ?? []), name]);
 }
 
 export async function startOrchestrator(config: MeshConfig, logger: Logger): Promise<Orchestrator> {
@@ -65,7 +73,8 @@ export function serveCommand(): Command {
       const logger = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
       const orchestrator = await startOrchestrator(config, logger);
       orchestrator.adminGrant();
-      logger.info({ url: orchestrator.url, data: config.data, adminGrant: join(config.data, 'admin.grant') }, 'orchestrator listening');
+      const tls = orchestrator.tlsCaFingerprint ? { tlsCaFingerprint: orchestrator.tlsCaFingerprint, tlsCa: join(config.data, 'tls', 'ca.crt') } : {};
+      logger.info({ url: orchestrator.url, data: config.data, adminGrant: join(config.data, 'admin.grant'), ...tls }, 'orchestrator listening');
       onShutdown(() => orchestrator.close());
     });
 }

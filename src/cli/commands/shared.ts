@@ -6,5 +6,6 @@ export function withClientOptions(command: Command): Command {
     .option('--url <url>', 'orchestrator URL (env GPUMESH_URL)', undefined)
     .option('--grant <grant>', 'grant to use (env GPUMESH_GRANT; default: <data>/admin.grant)')
     .option('--grant-file <path>', 'read the grant from a file')
-    .option('--data <dir>', 'data folder of a local mesh (env GPUMESH_HOME; default ./.gpumesh)');
+    .option('--data <dir>', 'data folder of a local mesh (env GPUMESH_HOME; default ./.gpumesh)')
+    .option('--tls-ca-fingerprint <sha256>', 'pin the TLS CA of an https mesh when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT; grants of a TLS mesh carry it)');
 }

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
+import { caveatsFromOptions, DURATION, galleryGrantOptions } from '../../orchestrator/auth/options.js';
 import { VERSION } from '../../version.js';
 import { CliError, parseInteger } from '../output.js';
 import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
@@ -65,7 +66,9 @@ class LocalAgent {
 interface UpOptions extends ServeOptions {
   agent: boolean;
   cpuBudget?: number;
+  idleUnload?: number;
   verbose?: boolean;
+  galleryTtl?: string;
 }
 
 export function upCommand(): Command {
@@ -73,8 +76,13 @@ export function upCommand(): Command {
     .description('Bring up a whole mesh on this machine: the orchestrator, a local agent and the built-in models')
     .option('--no-agent', 'start only the orchestrator')
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
+    .option('--idle-unload <seconds>', 'the local agent unloads a model idle this long (default 300)', parseInteger('--idle-unload'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
+    .option('--gallery-ttl <duration>', 'how long the gallery link works, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
     .action(async (options: UpOptions) => {
+      if (options.galleryTtl !== undefined && !DURATION.test(options.galleryTtl)) {
+        throw new CliError(`--gallery-ttl must be a duration such as 90m, 12h or 7d, not "${options.galleryTtl}"`);
+      }
       const config = await configFrom(options);
       const logs = join(config.data, 'logs');
       mkdirSync(logs, { recursive: true });
@@ -83,9 +91,11 @@ export function upCommand(): Command {
       const orchestrator = await startOrchestrator(config, logger);
       const url = orchestrator.url;
       orchestrator.adminGrant();
-      const gallery = orchestrator.mint('client', [
-        'types image', `time-before ${new Date(Date.now() + 30 * 86_400_000).toISOString()}`,
-      ], 'gallery page');
+      // The gallery link carries its grant in the URL: it may only submit and read images in its albums, briefly.
+      const galleryTtl = options.galleryTtl ?? config.gallery.grantTtl;
+      const galleryCaveats = caveatsFromOptions(galleryGrantOptions(config.gallery.albums, galleryTtl), Date.now());
+      const gallery = orchestrator.mint('client', galleryCaveats, 'gallery page');
+      const galleryUntil = galleryCaveats.find((line) => line.startsWith('time-before '))!.slice('time-before '.length);
 
       const host = hostname();
       const agent = options.agent ? new LocalAgent(() => {
@@ -93,10 +103,12 @@ export function upCommand(): Command {
         const grant = orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
         const args = [BIN, 'agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
+        if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
         return spawn(process.execPath, args, {
           // The grant travels in the environment, not argv, so `ps` does not show it.
-          env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level },
+          // Its grant names this mesh's CA; a fingerprint meant for some other mesh must not be pinned too.
+          env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level, GPUMESH_TLS_CA_FINGERPRINT: undefined },
           // The IPC channel is a lifeline: if `up` dies, even by SIGKILL, the agent sees it close and exits.
           stdio: ['ignore', output, output, 'ipc'],
         });
@@ -112,9 +124,14 @@ export function upCommand(): Command {
       const lines = [
         `gpumesh ${VERSION} is up`,
         `  gallery  ${url}/#grant=${gallery}`,
+        `           images in album ${config.gallery.albums.join(', ')}, until ${galleryUntil} (\`gpumesh grant gallery\` mints a new link)`,
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
         `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,
+        ...(orchestrator.tlsCaFingerprint ? [
+          `  tls      private CA ${orchestrator.tlsCaFingerprint}`,
+          `           (${join(config.data, 'tls', 'ca.crt')}; grants pin it. A browser warns about the gallery until you trust that file, or compare this fingerprint)`,
+        ] : []),
         `  logs     ${options.verbose ? 'this terminal' : logs}`,
         '',
         'Try:  npx gpumesh submit --type image --prompt "a lighthouse at dusk" --wait',

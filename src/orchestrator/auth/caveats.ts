@@ -1,3 +1,5 @@
+import { isFingerprint } from '../../tls/fingerprint.js';
+
 /**
  * The caveat language of gpumesh grants. A caveat is one line, `<condition> <argument>`,
  * in the style of the macaroon bakery's first-party checkers. Every caveat on a
@@ -8,16 +10,25 @@ export type GrantKind = (typeof GRANT_KINDS)[number];
 
 export const ACTIONS = [
   'jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read',
-  'grants:create', 'agent:join', 'hosts:drain',
+  'grants:create', 'grants:read', 'grants:revoke', 'audit:read', 'agent:join', 'hosts:drain',
 ] as const;
 export type Action = (typeof ACTIONS)[number];
 
-/** What each kind of grant may do at most. */
+/** What each kind of grant may do at most. Only admin grants may mint, list or revoke grants and read the audit log. */
 export const KIND_ACTIONS: Record<GrantKind, ReadonlySet<Action>> = {
   admin: new Set(ACTIONS),
   client: new Set(['jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read']),
   agent: new Set(['agent:join', 'blobs:read']),
 };
+
+/** Actions that only read: the only ones a grant carried in a URL (`?access_token=`) may be used for. */
+export const READ_ACTIONS: ReadonlySet<Action> = new Set(['jobs:read', 'artifacts:read', 'blobs:read']);
+
+/** A rate caveat's unit and the length of its sliding window. */
+export const RATE_UNITS = { s: 1000, m: 60_000, h: 3_600_000 } as const;
+export type RateUnit = keyof typeof RATE_UNITS;
+/** The most jobs one rate caveat may name: each admitted job is remembered until it leaves the window. */
+export const MAX_RATE_COUNT = 100_000;
 
 export type Caveat =
   | { condition: 'kind'; value: GrantKind }
@@ -25,7 +36,9 @@ export type Caveat =
   | { condition: 'host'; value: string }
   | { condition: 'time-before'; at: number }
   | { condition: 'max-priority'; level: number }
-  | { condition: 'rate'; perMinute: number };
+  /** At most `count` jobs in any sliding window of `windowMs` (one `unit`). */
+  | { condition: 'rate'; count: number; unit: RateUnit; windowMs: number }
+  | { condition: 'tls-ca'; fingerprint: string };
 
 const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'albums']);
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
@@ -61,9 +74,13 @@ export function parseCaveat(text: string): Caveat | string {
   if (condition === 'rate') {
     const match = /^(\d+)\/(s|m|h)$/.exec(argument);
     if (!match) return `caveat "${text}" is not of the form N/s, N/m or N/h`;
-    const perUnit = Number(match[1]);
-    const perMinute = match[2] === 's' ? perUnit * 60 : match[2] === 'h' ? perUnit / 60 : perUnit;
-    return { condition, perMinute };
+    const count = Number(match[1]);
+    if (count < 1 || count > MAX_RATE_COUNT) return `caveat "${text}" must allow 1 to ${MAX_RATE_COUNT} jobs per window`;
+    const unit = match[2] as RateUnit;
+    return { condition, count, unit, windowMs: RATE_UNITS[unit] };
+  }
+  if (condition === 'tls-ca') {
+    return isFingerprint(argument) ? { condition, fingerprint: argument } : `caveat "${text}" is not of the form sha256:<64 lowercase hex>`;
   }
   return `unknown caveat condition "${condition}"`;
 }
@@ -73,7 +90,8 @@ export function formatCaveat(caveat: Caveat): string {
     case 'kind': case 'host': return `${caveat.condition} ${caveat.value}`;
     case 'time-before': return `time-before ${new Date(caveat.at).toISOString()}`;
     case 'max-priority': return `max-priority ${caveat.level}`;
-    case 'rate': return `rate ${caveat.perMinute}/m`;
+    case 'rate': return `rate ${caveat.count}/${caveat.unit}`;
+    case 'tls-ca': return `tls-ca ${caveat.fingerprint}`;
     default: return `${caveat.condition} ${caveat.values.join(',')}`;
   }
 }
@@ -126,5 +144,9 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
         ? null : `priority ${request.priority} is above the ceiling ${caveat.level}`;
     case 'rate':
       return null; // enforced by the rate limiter, which needs state
+    case 'tls-ca':
+      // Not a condition on the request but a word to the holder: the CA to pin before sending this grant.
+      // Any request that reached us came through a connection the holder accepted, so it holds here.
+      return null;
   }
 }

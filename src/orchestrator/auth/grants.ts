@@ -1,10 +1,24 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
-import { bytesToBase64, importMacaroon, newMacaroon, type Macaroon } from 'macaroon';
+import { importMacaroon, newMacaroon, type Macaroon } from 'macaroon';
 import { MeshError } from '../../protocol/index.js';
 import { checkCaveat, formatCaveat, parseCaveat, type Caveat, type GrantKind, type GrantRequest } from './caveats.js';
 
 const IDENTIFIER_PREFIX = 'gpumesh/v1/';
+
+/**
+ * One `rate` caveat of a grant, as a limiter. `key` names the caveat *and the
+ * chain of caveats before it*: every grant narrowed from the grant the caveat
+ * was added to carries the same chain, so they all share this one allowance,
+ * while a rate a narrowing adds gets a limiter of its own (see `rateKey`).
+ */
+export interface GrantRate {
+  key: string;
+  count: number;
+  windowMs: number;
+  /** The caveat as written, for messages. */
+  caveat: string;
+}
 
 /** A grant whose signature checked out; its caveats are evaluated per request. */
 export interface VerifiedGrant {
@@ -18,13 +32,11 @@ export interface VerifiedGrant {
   models: string[] | null;
   albums: string[] | null;
   classes: string[] | null;
-  /** The tightest rate caveat in jobs per minute, or null. */
-  ratePerMinute: number | null;
+  /** Every rate caveat along the chain; a job must fit all of them. */
+  rates: readonly GrantRate[];
   /** The tightest priority ceiling, or null. */
   maxPriority: number | null;
   expiresAt: number | null;
-  /** A key that differs between narrowed copies (their signatures differ): rate limits count per token. */
-  tokenKey: string;
 }
 
 /**
@@ -74,19 +86,33 @@ function intersect(caveats: readonly Caveat[], condition: 'types' | 'models' | '
   return result;
 }
 
-function summarize(id: string, caveats: Caveat[], tokenKey: string): VerifiedGrant {
+/**
+ * The limiter key of the rate caveat at `position`: the grant id and every
+ * caveat line up to and including it. Macaroon caveats are only ever appended,
+ * so this prefix is exactly "the grant as it was when the rate was added" —
+ * shared by everything narrowed from it, different for a rate added later.
+ */
+function rateKey(id: string, lines: readonly string[], position: number): string {
+  const hash = createHash('sha256').update(id);
+  for (const line of lines.slice(0, position + 1)) hash.update('\n').update(line);
+  return `${id}/${hash.digest('base64url').slice(0, 22)}`;
+}
+
+function summarize(id: string, lines: readonly string[], caveats: Caveat[]): VerifiedGrant {
   const kindCaveat = caveats.find((caveat) => caveat.condition === 'kind');
   if (!kindCaveat) throw new MeshError('GRANT_INVALID', { detail: 'the grant names no kind' });
-  let ratePerMinute: number | null = null;
+  const rates: GrantRate[] = [];
   let maxPriority: number | null = null;
   let expiresAt: number | null = null;
-  for (const caveat of caveats) {
-    if (caveat.condition === 'rate') ratePerMinute = Math.min(ratePerMinute ?? Infinity, caveat.perMinute);
+  for (const [position, caveat] of caveats.entries()) {
+    if (caveat.condition === 'rate') {
+      rates.push({ key: rateKey(id, lines, position), count: caveat.count, windowMs: caveat.windowMs, caveat: formatCaveat(caveat) });
+    }
     if (caveat.condition === 'max-priority') maxPriority = Math.max(maxPriority ?? 0, caveat.level);
     if (caveat.condition === 'time-before') expiresAt = Math.min(expiresAt ?? Infinity, caveat.at);
   }
   return {
-    id, kind: kindCaveat.value, caveats, tokenKey, ratePerMinute, maxPriority, expiresAt,
+    id, kind: kindCaveat.value, caveats, rates, maxPriority, expiresAt,
     types: intersect(caveats, 'types'), models: intersect(caveats, 'models'),
     albums: intersect(caveats, 'albums'), classes: intersect(caveats, 'classes'),
   };
@@ -95,33 +121,66 @@ function summarize(id: string, caveats: Caveat[], tokenKey: string): VerifiedGra
 /**
  * Mints and verifies grants with the orchestrator's root key. Signatures are
  * checked once per token and cached (HMAC chains in pure JS cost tens of µs);
- * caveats, expiry and revocation are checked on every request.
+ * caveats, expiry and revocation are checked on every request. Whoever holds
+ * something open on a grant (an event stream, an agent link) can ask to be
+ * told when it is revoked.
  */
 export class GrantAuthority {
   readonly #rootKey: Uint8Array;
   readonly #location: string;
   readonly #revoked = new Set<string>();
   readonly #verified = new LRUCache<string, VerifiedGrant>({ max: 10_000 });
+  readonly #mintedCaveats: readonly string[];
+  readonly #watchers = new Map<string, Set<() => void>>();
 
-  constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = []) {
+  /**
+   * `mintedCaveats` are appended to every grant minted here: a TLS mesh adds
+   * `tls-ca sha256:<hex>`, so each grant tells its holder which CA to pin.
+   */
+  constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = [], mintedCaveats: readonly string[] = []) {
     if (rootKey.length < 32) throw new Error('the grant root key must be at least 32 bytes');
+    parseAll(mintedCaveats);
     this.#rootKey = rootKey;
     this.#location = location;
+    this.#mintedCaveats = [...mintedCaveats];
     for (const id of revokedIds) this.#revoked.add(id);
   }
 
-  /** Mint a new grant of `kind` with these extra caveat lines; returns its id and token. */
-  mint(kind: GrantKind, caveatLines: readonly string[] = []): { id: string; token: string } {
+  /** Mint a new grant of `kind` with these extra caveat lines; returns its id, token and every caveat it carries. */
+  mint(kind: GrantKind, caveatLines: readonly string[] = []): { id: string; token: string; caveats: string[] } {
     parseAll(caveatLines);
     const id = randomBytes(12).toString('base64url');
     const macaroon = newMacaroon({ identifier: IDENTIFIER_PREFIX + id, location: this.#location, rootKey: this.#rootKey });
-    macaroon.addFirstPartyCaveat(`kind ${kind}`);
-    for (const line of caveatLines) macaroon.addFirstPartyCaveat(line);
-    return { id, token: encode(macaroon) };
+    const caveats = [`kind ${kind}`, ...caveatLines, ...this.#mintedCaveats];
+    for (const line of caveats) macaroon.addFirstPartyCaveat(line);
+    return { id, token: encode(macaroon), caveats };
   }
 
+  /** Refuse this grant and every narrowing of it from now on, and tell its watchers. */
   revoke(id: string): void {
     this.#revoked.add(id);
+    const watchers = this.#watchers.get(id);
+    this.#watchers.delete(id);
+    for (const watcher of watchers ?? []) watcher();
+  }
+
+  isRevoked(id: string): boolean {
+    return this.#revoked.has(id);
+  }
+
+  /** Call `onRevoked` once if grant `id` is revoked; returns the unsubscribe function. */
+  whenRevoked(id: string, onRevoked: () => void): () => void {
+    if (this.#revoked.has(id)) {
+      queueMicrotask(onRevoked);
+      return () => {};
+    }
+    let watchers = this.#watchers.get(id);
+    if (!watchers) this.#watchers.set(id, (watchers = new Set()));
+    watchers.add(onRevoked);
+    return () => {
+      watchers.delete(onRevoked);
+      if (watchers.size === 0 && this.#watchers.get(id) === watchers) this.#watchers.delete(id);
+    };
   }
 
   /** Check the signature and the grant's own validity (expiry, revocation). Throws 401s. */
@@ -136,12 +195,13 @@ export class GrantAuthority {
       } catch (error) {
         throw new MeshError('GRANT_INVALID', { detail: 'bad signature (minted by another mesh, or tampered with)' }, { cause: error });
       }
-      grant = summarize(id, parseAll(lines), bytesToBase64(macaroon.signature));
+      grant = summarize(id, lines, parseAll(lines));
       this.#verified.set(token, grant);
     }
-    if (this.#revoked.has(grant.id)) throw new MeshError('GRANT_REVOKED');
+    // The grant id travels in the error's params (not its message) for the audit log.
+    if (this.#revoked.has(grant.id)) throw new MeshError('GRANT_REVOKED', { grantId: grant.id });
     if (grant.expiresAt !== null && now >= grant.expiresAt) {
-      throw new MeshError('GRANT_EXPIRED', { expires: new Date(grant.expiresAt).toISOString() });
+      throw new MeshError('GRANT_EXPIRED', { expires: new Date(grant.expiresAt).toISOString(), grantId: grant.id });
     }
     return grant;
   }
@@ -149,7 +209,7 @@ export class GrantAuthority {
   /** Throws GRANT_DENIED naming the first caveat that does not hold for this request. */
   authorize(grant: VerifiedGrant, request: GrantRequest, now: number): void {
     const failure = firstFailure(grant, request, now);
-    if (failure) throw new MeshError('GRANT_DENIED', failure);
+    if (failure) throw new MeshError('GRANT_DENIED', { ...failure, grantId: grant.id });
   }
 }
 

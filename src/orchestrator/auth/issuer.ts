@@ -1,5 +1,7 @@
+import { MeshError } from '../../protocol/index.js';
+import type { AuditLog } from '../audit.js';
 import type { Clock } from '../clock.js';
-import { grants, type Db, type GroupCommit } from '../store/index.js';
+import { grants, type Db, type GrantRecord, type GroupCommit } from '../store/index.js';
 import type { GrantAuthority } from './grants.js';
 import type { GrantKind } from './caveats.js';
 
@@ -8,9 +10,51 @@ export interface GrantIssuerDeps {
   commits: GroupCommit;
   clock: Clock;
   authority: GrantAuthority;
+  audit: AuditLog;
 }
 
-/** Mints grants and records each one (id, kind, note) in the store, so it can be listed and revoked. */
+/** A recorded grant as the API shows it. */
+export interface GrantView {
+  id: string;
+  kind: string;
+  note: string | null;
+  caveats: string[] | null;
+  createdAt: string;
+  revokedAt: string | null;
+}
+
+/** Who asked, for the audit log: the asking grant's id (null: the orchestrator itself), the route and the client's address. */
+export interface RequestOrigin {
+  actor: string | null;
+  route?: string;
+  client?: string;
+}
+
+const SELF: RequestOrigin = { actor: null };
+
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+const view = (record: GrantRecord): GrantView => ({
+  id: record.id, kind: record.kind, note: record.note, caveats: record.caveats,
+  createdAt: new Date(record.createdAt).toISOString(), revokedAt: iso(record.revokedAt),
+});
+
+function encodeGrantCursor(record: GrantRecord): string {
+  return Buffer.from(`${record.createdAt}.${record.id}`).toString('base64url');
+}
+
+function decodeGrantCursor(cursor: string): { createdAt: number; id: string } {
+  const match = /^(\d+)\.([A-Za-z0-9_-]{1,64})$/.exec(Buffer.from(cursor, 'base64url').toString());
+  if (!match) throw new MeshError('BAD_REQUEST', { detail: `cursor "${cursor.slice(0, 50)}" is not one this server gave out` });
+  return { createdAt: Number(match[1]), id: match[2]! };
+}
+
+/**
+ * Mints grants and records each one (id, kind, caveats, note) in the store, so
+ * it can be listed and revoked; revokes them (in the store, so it survives a
+ * restart, and in the authority, so it holds at once). Every mint and revocation
+ * goes to the audit log with its origin (by default the orchestrator itself,
+ * e.g. the grants `gpumesh up` mints at start).
+ */
 export class GrantIssuer {
   readonly #deps: GrantIssuerDeps;
 
@@ -19,16 +63,45 @@ export class GrantIssuer {
   }
 
   /** Mint a grant; resolves once its record is committed. */
-  async mint(kind: GrantKind, caveats: readonly string[], note: string | null): Promise<{ id: string; token: string }> {
-    const minted = this.mintNow(kind, caveats, note);
+  async mint(kind: GrantKind, caveats: readonly string[], note: string | null, origin: RequestOrigin = SELF): Promise<{ id: string; token: string; caveats: string[] }> {
+    const minted = this.mintNow(kind, caveats, note, origin);
     await this.#deps.commits.durable();
     return minted;
   }
 
   /** Mint without waiting for the commit (start-up, where the next write flushes it). */
-  mintNow(kind: GrantKind, caveats: readonly string[], note: string | null): { id: string; token: string } {
-    const minted = this.#deps.authority.mint(kind, caveats);
-    this.#deps.commits.write(() => grants.recordGrant(this.#deps.db, { id: minted.id, kind, note }, this.#deps.clock.now()));
+  mintNow(kind: GrantKind, caveats: readonly string[], note: string | null, origin: RequestOrigin = SELF): { id: string; token: string; caveats: string[] } {
+    const { db, commits, clock, authority, audit } = this.#deps;
+    const minted = authority.mint(kind, caveats);
+    const lines = minted.caveats;
+    commits.write(() => grants.recordGrant(db, { id: minted.id, kind, note, caveats: lines }, clock.now()));
+    audit.record({ event: 'grant:minted', grantId: minted.id, actor: origin.actor, route: origin.route, client: origin.client, detail: `${lines.join('; ')}${note ? ` (note: ${note})` : ''}` });
     return minted;
+  }
+
+  /**
+   * Revoke a recorded grant and with it every grant narrowed from it (they
+   * share its id). Idempotent: revoking a revoked grant changes nothing.
+   * Unknown ids are 404. Refused at once on every route; open event streams
+   * and agent links on it are closed by their watchers.
+   */
+  async revoke(id: string, origin: RequestOrigin = SELF): Promise<GrantView> {
+    const { db, commits, clock, authority, audit } = this.#deps;
+    const record = grants.getGrant(db, id);
+    if (!record) throw new MeshError('NOT_FOUND', { what: `Grant ${id}` });
+    if (record.revokedAt !== null) return view(record);
+    const now = clock.now();
+    commits.write(() => grants.revokeGrant(db, id, now));
+    audit.record({ event: 'grant:revoked', grantId: id, actor: origin.actor, route: origin.route, client: origin.client, detail: `kind ${record.kind}${record.note ? ` (note: ${record.note})` : ''}` });
+    authority.revoke(id);
+    await commits.durable();
+    return view({ ...record, revokedAt: now });
+  }
+
+  /** Recorded grants, newest first. */
+  list(query: { limit: number; cursor?: string }): { grants: GrantView[]; nextCursor: string | null } {
+    const records = grants.listGrants(this.#deps.db, { limit: query.limit, before: query.cursor ? decodeGrantCursor(query.cursor) : undefined });
+    const last = records.at(-1);
+    return { grants: records.map(view), nextCursor: records.length === query.limit && last ? encodeGrantCursor(last) : null };
   }
 }

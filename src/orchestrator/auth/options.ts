@@ -43,3 +43,18 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
   if (options.rate) lines.push(`rate ${options.rate}`);
   return lines;
 }
+
+/**
+ * What a gallery page needs and nothing more: submit images and read them
+ * back, in its albums, for a short time. Its grant travels in a link (and so
+ * in browser history), so it cannot cancel, read mesh status or metrics, or
+ * see other albums — their jobs, events or blobs.
+ */
+export const GALLERY_ACTIONS = ['jobs:submit', 'jobs:read', 'artifacts:read', 'blobs:read'];
+
+export function galleryGrantOptions(albums: readonly string[], expires: string): GrantOptions {
+  return { actions: [...GALLERY_ACTIONS], types: ['image'], albums: [...albums], expires };
+}
+
+/** A duration such as `90s`, `10m`, `12h`, `7d` (not an instant). */
+export const DURATION = /^\d+(s|m|h|d)$/;

@@ -8,7 +8,7 @@ import type { HostRegistry, HostSession, Router } from '../routing/index.js';
 export interface AutoscalerDeps {
   clock: Clock;
   hosts: HostRegistry;
-  /** Which hosts could run a model at all (classes, engine, memory budget, not draining). */
+  /** Which hosts could run a model at all (classes, engine, memory budget); draining ones are left out here. */
   router: Pick<Router, 'candidates'>;
   models(): RegisteredModel[];
   /** The host classes a model's jobs route to (the config's routing of its job types). */
@@ -248,7 +248,7 @@ export class Autoscaler {
     const name = model.manifest.name;
     const { digest } = model.manifest;
     const candidates = this.#deps.router.candidates(model, this.#deps.classesOf(model))
-      .filter((host) => !host.hasReplica(name) && (state.refusals.get(host)?.until ?? 0) <= now)
+      .filter((host) => !host.draining && !host.hasReplica(name) && (state.refusals.get(host)?.until ?? 0) <= now)
       .sort((a, b) => Number(b.isResident(name)) - Number(a.isResident(name))
         || Number(b.cached.has(digest)) - Number(a.cached.has(digest))
         || a.jobsInFlight - b.jobsInFlight

@@ -1,20 +1,26 @@
 import type {} from '@fastify/websocket';
 import type { FastifyInstance } from 'fastify';
-import { LINK_PATH } from '../../protocol/index.js';
+import { LINK_PATH, MeshError } from '../../protocol/index.js';
 import type { AgentHub } from '../link/agent-hub.js';
 import { grantOf, type RequestAuth } from './auth.js';
 
 /**
  * The agent link endpoint. The grant is checked before the upgrade, so a bad
  * one gets a plain 401/403 the agent can report; the hello is checked against
- * the grant's host and classes after it.
+ * the grant's host and classes after it. A plain GET (no upgrade) is a 426.
  */
 export function agentRoutes(app: FastifyInstance, deps: { hub: AgentHub; auth: RequestAuth }): void {
-  app.get(LINK_PATH, {
-    websocket: true,
+  app.route({
+    method: 'GET',
+    url: LINK_PATH,
     schema: { tags: ['agents'], summary: 'Agent link (WebSocket; agents dial in with an agent grant)' },
-    preHandler: deps.auth.require('agent:join'),
-  }, (socket, request) => {
-    deps.hub.attach(socket, grantOf(request));
+    onRequest: deps.auth.require('agent:join'),
+    // `handler` answers a request that did not ask to upgrade; left to @fastify/websocket it is an empty 404.
+    handler: async () => {
+      throw new MeshError('UPGRADE_REQUIRED', {}, { headers: { upgrade: 'websocket' } });
+    },
+    wsHandler: (socket, request) => {
+      deps.hub.attach(socket, grantOf(request));
+    },
   });
 }

@@ -1,6 +1,9 @@
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { MeshError } from '../../protocol/index.js';
-import { UploadCredentials, type Action, type GrantAuthority, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
+import type { AuditLog } from '../audit.js';
+import {
+  READ_ACTIONS, UploadCredentials, type Action, type GrantAuthority, type GrantEnd, type GrantLifetimes, type GrantRequest, type RequestOrigin, type VerifiedGrant,
+} from '../auth/index.js';
 import type { Clock } from '../clock.js';
 
 declare module 'fastify' {
@@ -9,24 +12,56 @@ declare module 'fastify' {
     /** The batch whose outputs an upload credential lets this request deliver. */
     uploadBatch: string | null;
   }
+  interface FastifyContextConfig {
+    /**
+     * This route may take its grant as an `access_token` query parameter: only
+     * read-only GET/HEAD routes that browsers reach without headers (<img>, EventSource).
+     */
+    queryGrant?: boolean;
+  }
+}
+
+/** Route config for the few routes that accept `?access_token=`. */
+export const QUERY_GRANT_ALLOWED = { queryGrant: true } as const;
+
+const QUERY_METHODS = new Set(['GET', 'HEAD']);
+
+/**
+ * The `access_token` query parameter, read from the raw URL (route schemas strip query keys they do not
+ * name). An empty one counts as none; two are refused rather than guessed between.
+ */
+function queryToken(request: FastifyRequest): string | null {
+  const url = request.raw.url ?? '';
+  const start = url.indexOf('?');
+  const tokens = start < 0 ? [] : new URLSearchParams(url.slice(start + 1)).getAll('access_token').filter(Boolean);
+  if (tokens.length > 1) throw new MeshError('GRANT_INVALID', { detail: 'send one access_token, not several' });
+  return tokens[0] ?? null;
+}
+
+/** Whether this request may carry its grant in the URL. */
+function queryGrantAllowed(request: FastifyRequest): boolean {
+  return request.routeOptions.config?.queryGrant === true && QUERY_METHODS.has(request.method);
 }
 
 /**
  * The bearer grant of a request: the Authorization header, or (RFC 6750 §2.3)
- * an `access_token` query parameter, which is the only way an EventSource or
- * an <img> can carry one. Logs redact it.
+ * an `access_token` query parameter on the routes that allow it — the only way
+ * an EventSource or an <img> can carry one. Elsewhere a grant in the URL is
+ * refused before anything else happens (see `installGrantRules`): URLs end up
+ * in logs, proxies and browser history. Sending it both ways is refused too.
  */
-export function tokenOf(request: FastifyRequest): string | null {
+export function tokenOf(request: FastifyRequest): { token: string; inQuery: boolean } | null {
   const header = request.headers.authorization;
+  const query = queryGrantAllowed(request) ? queryToken(request) : null;
+  if (header && query !== null) {
+    throw new MeshError('BAD_REQUEST', { detail: 'send the grant once: in the Authorization header or as access_token, not both' });
+  }
   if (header) {
     const match = /^Bearer\s+(\S+)$/i.exec(header);
     if (!match) throw new MeshError('GRANT_INVALID', { detail: 'the Authorization header must be "Bearer <grant>"' });
-    return match[1]!;
+    return { token: match[1]!, inQuery: false };
   }
-  // Read the raw URL: route schemas strip query keys they do not name.
-  const url = request.raw.url ?? '';
-  const start = url.indexOf('?');
-  return start < 0 ? null : new URLSearchParams(url.slice(start + 1)).get('access_token');
+  return query ? { token: query, inQuery: true } : null;
 }
 
 export function grantOf(request: FastifyRequest): VerifiedGrant {
@@ -34,38 +69,50 @@ export function grantOf(request: FastifyRequest): VerifiedGrant {
   return request.grant;
 }
 
+/** `METHOD /path` of a request, without its query string (which may hold a grant). */
+export function routeOf(request: FastifyRequest): string {
+  const path = (request.raw.url ?? request.url).split('?')[0] ?? '';
+  return `${request.method} ${path.slice(0, 300)}`;
+}
+
 /** Checks the grants of HTTP requests: the one object route modules use for authorization. */
 export class RequestAuth {
   readonly #authority: GrantAuthority;
   readonly #uploads: UploadCredentials;
   readonly #clock: Clock;
+  readonly #lifetimes: GrantLifetimes;
 
-  constructor(authority: GrantAuthority, uploads: UploadCredentials, clock: Clock) {
-    this.#authority = authority;
-    this.#uploads = uploads;
-    this.#clock = clock;
+  constructor(deps: { authority: GrantAuthority; uploads: UploadCredentials; clock: Clock; lifetimes: GrantLifetimes }) {
+    this.#authority = deps.authority;
+    this.#uploads = deps.uploads;
+    this.#clock = deps.clock;
+    this.#lifetimes = deps.lifetimes;
   }
 
-  /** A route hook that admits only requests carrying an agent's upload credential; it records the batch it covers. */
+  /** A route hook that admits only requests carrying an agent's upload credential (in the header); it records the batch it covers. */
   requireUpload() {
     return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
-      const token = tokenOf(request);
-      if (!token) throw new MeshError('GRANT_MISSING');
-      if (!UploadCredentials.looksLike(token)) throw new MeshError('GRANT_INVALID', { detail: 'uploads take the upload credential of the batch (from its run message)' });
-      request.uploadBatch = this.#uploads.verify(token, this.#clock.now()).batchId;
+      const presented = tokenOf(request);
+      if (!presented) throw new MeshError('GRANT_MISSING');
+      if (!UploadCredentials.looksLike(presented.token)) throw new MeshError('GRANT_INVALID', { detail: 'uploads take the upload credential of the batch (from its run message)' });
+      request.uploadBatch = this.#uploads.verify(presented.token, this.#clock.now()).batchId;
     };
   }
 
   /**
-   * A route hook that admits only requests whose grant allows `action`;
-   * `describe` adds what the route knows from its URL (the job of an upload).
+   * The hook that admits only requests whose grant allows `action`; `describe`
+   * adds what the route knows from its URL. Routes use it as `onRequest`, the
+   * first hook of a request, so the grant is checked before the body is read
+   * or validated: a request without a grant is a 401 whatever its body, and
+   * nothing of a refused body is parsed.
    */
   require(action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>) {
     return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
-      const token = tokenOf(request);
-      if (!token) throw new MeshError('GRANT_MISSING');
+      const presented = tokenOf(request);
+      if (!presented) throw new MeshError('GRANT_MISSING');
+      if (presented.inQuery && !READ_ACTIONS.has(action)) throw new MeshError('GRANT_IN_QUERY', { route: routeOf(request) });
       const now = this.#clock.now();
-      const grant = this.#authority.verify(token, now);
+      const grant = this.#authority.verify(presented.token, now);
       this.#authority.authorize(grant, { action, ...describe?.(request) }, now);
       request.grant = grant;
     };
@@ -76,7 +123,42 @@ export class RequestAuth {
     return (what) => this.#authority.authorize(grantOf(request), what, this.#clock.now());
   }
 
+  /** End something the request keeps open (an event stream) when its grant is revoked or expires; returns the stop function. */
+  watch(request: FastifyRequest, onEnd: (why: GrantEnd) => void): () => void {
+    return this.#lifetimes.watch(grantOf(request), onEnd);
+  }
+
+  /** Who is asking, for the audit log. */
+  origin(request: FastifyRequest): RequestOrigin {
+    return { actor: request.grant?.id ?? null, route: routeOf(request), client: request.ip };
+  }
+
   now(): number {
     return this.#clock.now();
   }
+}
+
+/** Refusals the audit log keeps: the grant was missing or no good (401), did not allow the request (403), or rode in a URL. */
+const auditedRefusal = (error: MeshError): boolean => error.status === 401 || error.status === 403 || error.code === 'GRANT_IN_QUERY';
+
+/**
+ * Two rules for every route, registered before the routes:
+ * a grant in the URL is refused (400 GRANT_IN_QUERY) except where the route
+ * allows it — even if the request also has a header, so a client that leaks
+ * grants into URLs finds out at once; and every request refused for its grant
+ * is written to the audit log (code, failing caveat, grant id when known,
+ * route without query, client address).
+ */
+export function installGrantRules(app: FastifyInstance, deps: { audit: AuditLog }): void {
+  app.addHook('onRequest', async (request) => {
+    if (queryToken(request) !== null && !queryGrantAllowed(request)) throw new MeshError('GRANT_IN_QUERY', { route: routeOf(request) });
+  });
+  app.addHook('onError', async (request, _reply, error) => {
+    if (!(error instanceof MeshError) || !auditedRefusal(error)) return;
+    const grantId = typeof error.params.grantId === 'string' ? error.params.grantId : request.grant?.id ?? null;
+    deps.audit.record({
+      event: 'request:refused', grantId, route: routeOf(request), client: request.ip, status: error.status, code: error.code,
+      detail: error.message.slice(0, 500),
+    });
+  });
 }

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
 import { assertDigest, type BlobReader } from '../registry/index.js';
-import { grantOf, type RequestAuth } from './auth.js';
+import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
@@ -30,7 +30,10 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
     schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable, verified, byte ranges)' },
-    preHandler: auth.require('blobs:read'),
+    config: QUERY_GRANT_ALLOWED,
+    onRequest: auth.require('blobs:read'),
+    // A grant limited to albums reads only the blobs published in them (see JobService.assertBlobVisible).
+    preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const record = outputs.blobRecord(digest);
@@ -70,11 +73,10 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       querystring: z.object({
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
-        access_token: z.string().optional(),
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
     },
-    preHandler: auth.require('artifacts:read'),
+    onRequest: auth.require('artifacts:read'),
   }, async (request) => jobs.artifacts(grantOf(request), request.query));
 
   // Uploads stream straight to disk, hashed on the way; they are never buffered whole.
@@ -86,7 +88,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
         params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
         tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the upload credential of the job's batch)",
       },
-      preHandler: auth.requireUpload(),
+      onRequest: auth.requireUpload(),
     }, async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const mediaType = request.headers['content-type'] ?? 'application/octet-stream';

@@ -1,30 +1,47 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { isTerminalEvent, type JobEvent } from '../../protocol/index.js';
-import type { Action, VerifiedGrant } from '../auth/index.js';
+import { isTerminalEvent, MeshError, type GrantEndedEvent, type JobEvent } from '../../protocol/index.js';
+import type { Action, GrantEnd, VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
 import type { EventBus, ScopedEvent } from '../events.js';
 import { canSee, type JobService } from '../jobs/index.js';
-import { grantOf, type RequestAuth } from './auth.js';
-import { openSse } from './sse.js';
+import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
+import { openSse, type SseStream } from './sse.js';
 
 const may = (grant: VerifiedGrant, action: Action, now: number): boolean => firstFailure(grant, { action }, now) === null;
 
-/** GET /v1/jobs/:id/events and GET /v1/events (Server-Sent Events). */
+/** Tell the client why its stream ends, then end it: a stream lasts no longer than its grant. */
+function endForGrant(stream: SseStream, reason: GrantEnd, grant: VerifiedGrant, now: number): void {
+  const error = reason === 'revoked' ? new MeshError('GRANT_REVOKED') : new MeshError('GRANT_EXPIRED', { expires: new Date(grant.expiresAt ?? now).toISOString() });
+  const event: GrantEndedEvent = { type: 'grant:ended', reason, error: error.toJSON(), at: new Date(now).toISOString() };
+  stream.send(event.type, event);
+  stream.close();
+}
+
+/**
+ * GET /v1/jobs/:id/events and GET /v1/events (Server-Sent Events). Both take
+ * their grant from `?access_token=` too (EventSource cannot send headers), and
+ * both end with a `grant:ended` event when that grant is revoked or expires.
+ */
 export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; events: EventBus; auth: RequestAuth }): void {
   const { jobs, events, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.get('/v1/jobs/:id/events', {
     schema: { params: z.object({ id: z.string().min(1).max(100) }), tags: ['events'], summary: "One job's events (SSE); ends after the terminal event" },
-    preHandler: auth.require('jobs:read'),
+    config: QUERY_GRANT_ALLOWED,
+    onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
     const { id } = request.params;
     jobs.record(grant, id); // 404 before the stream opens
     let live = false;
-    const stream = openSse(request, reply, () => unsubscribe());
+    const stream = openSse(request, reply, () => {
+      unsubscribe();
+      stopWatching();
+    });
+    const stopWatching = auth.watch(request, (why) => endForGrant(stream, why, grant, auth.now()));
     const deliver = (event: JobEvent, eventId?: string): void => {
       stream.send(event.type, event, eventId);
       if (isTerminalEvent(event)) stream.close();
@@ -39,11 +56,16 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
 
   routes.get('/v1/events', {
     schema: { tags: ['events'], summary: 'Every job event the grant may see, and mesh events for grants that may read mesh status (SSE); honours Last-Event-ID' },
-    preHandler: auth.require('jobs:read'),
+    config: QUERY_GRANT_ALLOWED,
+    onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
     const lastEventId = request.headers['last-event-id'];
-    const stream = openSse(request, reply, () => subscription.unsubscribe());
+    const stream = openSse(request, reply, () => {
+      subscription.unsubscribe();
+      stopWatching();
+    });
+    const stopWatching = auth.watch(request, (why) => endForGrant(stream, why, grant, auth.now()));
     const visible = (scoped: ScopedEvent): boolean => (scoped.kind === 'job' ? canSee(grant, scoped.scope, auth.now()) : may(grant, 'mesh:read', auth.now()));
     const subscription = events.subscribeAll((scoped) => {
       if (visible(scoped)) stream.send(scoped.event.type, scoped.event, scoped.id);

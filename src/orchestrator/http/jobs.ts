@@ -14,7 +14,7 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
 
   routes.post('/v1/jobs', {
     schema: { body: SubmitJobBody, tags: ['jobs'], summary: 'Submit a job' },
-    preHandler: auth.require('jobs:submit'),
+    onRequest: auth.require('jobs:submit'),
   }, async (request, reply) => {
     const { job, created } = await jobs.submit(grantOf(request), request.body, auth.authorizer(request));
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
@@ -29,7 +29,7 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
       tags: ['jobs'], summary: `Submit up to ${LIMITS.bulkJobs} jobs; each is admitted or refused on its own (207 with one result per job, in order)`,
     },
     bodyLimit: LIMITS.bulkBodyBytes,
-    preHandler: auth.require('jobs:submit'),
+    onRequest: auth.require('jobs:submit'),
   }, async (request, reply) => {
     const results = await jobs.submitMany(grantOf(request), request.body.jobs, auth.authorizer(request));
     void reply.code(207);
@@ -52,20 +52,19 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
         }),
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
-        access_token: z.string().optional(),
       }),
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },
-    preHandler: auth.require('jobs:read'),
+    onRequest: auth.require('jobs:read'),
   }, async (request) => jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
 
   routes.get('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },
-    preHandler: auth.require('jobs:read'),
+    onRequest: auth.require('jobs:read'),
   }, async (request) => jobs.get(grantOf(request), request.params.id));
 
   routes.delete('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'Cancel a queued or running job' },
-    preHandler: auth.require('jobs:cancel'),
+    onRequest: auth.require('jobs:cancel'),
   }, async (request) => jobs.cancel(grantOf(request), request.params.id, auth.authorizer(request)));
 }

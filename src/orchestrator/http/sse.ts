@@ -22,9 +22,12 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
     connection: 'keep-alive',
     'x-accel-buffering': 'no',
   });
-  raw.write('retry: 2000\n\n');
   let closed = false;
-  const keepalive = setInterval(() => raw.write(': keepalive\n\n'), KEEPALIVE_MS);
+  // A HEAD answer is the headers alone: end it now (Node holds the headers of a HEAD answer back
+  // until it ends), and write nothing after.
+  if (request.method === 'HEAD') raw.end();
+  else raw.write('retry: 2000\n\n');
+  const keepalive = setInterval(() => !raw.writableEnded && raw.write(': keepalive\n\n'), KEEPALIVE_MS);
   keepalive.unref();
   const finish = (): void => {
     if (closed) return;
@@ -35,7 +38,7 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
   request.raw.on('close', finish);
   return {
     send(event, data, id) {
-      if (closed) return;
+      if (closed || raw.writableEnded) return;
       // Events published in one tick leave in one write instead of one syscall each.
       if (!raw.writableCorked) {
         raw.cork();

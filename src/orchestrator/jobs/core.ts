@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { BatchMemoryReport } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
@@ -32,6 +33,8 @@ export interface JobCoreDeps {
   retryBackoffMs: number;
   reconnectGraceMs: number;
   uploadLimitBytes: number;
+  /** Learn from the memory a batch measured (MemoryPlanner.observe). */
+  observeMemory?(model: string, report: BatchMemoryReport): void;
 }
 
 /** The job roles, built in dependency order: what the orchestrator and the role tests both run. */
@@ -60,7 +63,9 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
   const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
   const outputs = new JobOutputs({ db, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
-  const intake = new ResultIntake({ clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }) });
+  const intake = new ResultIntake({
+    clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,
+  });
   return {
     states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake,
     close() {

@@ -58,7 +58,7 @@ export class Dispatcher {
     }
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
-      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes,
+      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes, input: job.input,
     });
     this.requestPump();
   }

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { isErrorCode, isTerminal, type AgentMessage, type ErrorBody } from '../../protocol/index.js';
+import { isErrorCode, isTerminal, type AgentMessage, type BatchMemoryReport, type ErrorBody } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
@@ -24,6 +24,8 @@ export interface ResultIntakeDeps {
   events: EventBus;
   metrics: MeshMetrics;
   log: Logger;
+  /** Learn from the memory a batch measured (MemoryPlanner.observe). */
+  observeMemory?(model: string, report: BatchMemoryReport): void;
 }
 
 /**
@@ -54,6 +56,7 @@ export class ResultIntake {
   done(host: HostSession, message: Done): void {
     const job = this.#settled(host, message, 'done');
     if (!job) return;
+    if (message.memory) this.#deps.observeMemory?.(job.model, message.memory);
     const inline = message.artifacts.filter((artifact): artifact is typeof artifact & { inline: string } => artifact.inline !== undefined);
     if (inline.length === 0) {
       this.#publish(host, job, message);

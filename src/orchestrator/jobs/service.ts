@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import {
   isTerminal, MeshError, SubmitJobBody, type ArtifactView, type BulkItemResult, type JobEvent, type JobStatus, type JobView,
 } from '../../protocol/index.js';
@@ -6,7 +7,7 @@ import type { Clock } from '../clock.js';
 import type { MeshConfig } from '../config.js';
 import type { EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
-import type { ModelRegistry } from '../registry/index.js';
+import { assertDigest, type ModelRegistry, type RegisteredModel } from '../registry/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import { artifacts, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { newId } from '../ids.js';
@@ -30,6 +31,8 @@ export interface JobServiceDeps {
   dispatcher: Dispatcher;
   cancellation: Cancellation;
   metrics: MeshMetrics;
+  /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
+  memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
 }
 
 export interface ListQuery {
@@ -44,6 +47,39 @@ export type Authorize = (request: GrantRequest) => void;
 /** Whether a grant may see a job or artifact with these attributes. */
 export function canSee(grant: VerifiedGrant, scope: EventScope, now: number): boolean {
   return firstFailure(grant, { action: 'jobs:read', jobType: scope.type, model: scope.model, album: scope.album }, now) === null;
+}
+
+/**
+ * The album of a job that names none: `default`, or — for a grant limited to
+ * albums that leave `default` out — the grant's first album, so a page given
+ * such a grant (the gallery) can submit without knowing its album.
+ */
+export function defaultAlbumOf(grant: VerifiedGrant): string {
+  if (grant.albums === null || grant.albums.includes(DEFAULT_ALBUM)) return DEFAULT_ALBUM;
+  return grant.albums[0] ?? DEFAULT_ALBUM;
+}
+
+/** JSON with object keys sorted, so equal values always give equal text. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>).filter(([, field]) => field !== undefined).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([key, field]) => `${JSON.stringify(key)}:${canonicalJson(field)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/**
+ * What an idempotency key promises is the same *request*: its type, the
+ * model, priority and album it resolves to, its timeout, and its input as
+ * sent (keys sorted). The input is hashed before the pipeline fills defaults,
+ * because a missing seed is drawn at random and would differ on every retry.
+ */
+export function requestHash(request: { type: string; model: string; priority: number; album: string; timeoutMs: number | null; input: unknown }): string {
+  const canonical = canonicalJson({
+    type: request.type, model: request.model, priority: request.priority, album: request.album, timeoutMs: request.timeoutMs, input: request.input,
+  });
+  return `sha256:${createHash('sha256').update(canonical).digest('hex')}`;
 }
 
 export function encodeCursor(seq: number): string {
@@ -112,7 +148,7 @@ export class JobService {
     if (priority > config.priorities.levels) {
       throw new MeshError('VALIDATION_FAILED', { detail: `priority ${priority} is beyond the lowest level, ${config.priorities.levels}` });
     }
-    const album = body.album ?? DEFAULT_ALBUM;
+    const album = body.album ?? defaultAlbumOf(grant);
     authorize({ action: 'jobs:submit', jobType: body.type, model: name, classes: routing, album });
     if (grant.maxPriority !== null && priority < grant.maxPriority) {
       throw new MeshError('PRIORITY_DENIED', { ceiling: grant.maxPriority, priority });
@@ -123,13 +159,29 @@ export class JobService {
     }
     const input = model.pipeline.normalize(body.input, model.manifest);
 
+    // Idempotency keys live per grant lineage (the grant id, shared by every narrowing). A key names one
+    // request: the same request gets its job back (200); any other request with the key is refused with
+    // 422 and learns nothing about the job — not its id, not its status. A request can match only if
+    // everything it names (type, model, album) passed this grant's caveats above, so a narrowing that
+    // may not submit a job never gets it back; and the key is never reused while the window holds it,
+    // so the unique index cannot be asked for a second job under the same key.
+    const hash = body.idempotencyKey
+      ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
+      : null;
     if (body.idempotencyKey) {
-      const existing = jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
-      if (existing) return { job: states.get(existing.id) ?? existing, created: false };
+      const existing = jobStore.idempotencyEntry(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
+      // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
+      if (existing && existing.requestHash !== null && existing.requestHash !== hash) {
+        throw new MeshError('IDEMPOTENCY_MISMATCH', { key: body.idempotencyKey });
+      }
+      const job = existing ? states.get(existing.id) : null;
+      if (job) return { job, created: false };
     }
+    this.#deps.memory?.admit(model, input, classes);
     try {
-      if (grant.ratePerMinute !== null) admission.takeRate(grant.tokenKey, grant.ratePerMinute);
+      // Bounds first: a job the queues refuse must not use up the grant's rate.
       admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);
+      admission.takeRate(grant.rates);
     } catch (error) {
       if (error instanceof MeshError && error.status === 429) {
         this.#deps.metrics.rejected(name, error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full');
@@ -140,7 +192,7 @@ export class JobService {
     const stale = body.idempotencyKey ? jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, 0) : null;
     const job = states.create({
       id: newId('j'), type: body.type, model: name, priority, album, classes, input,
-      grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, createdAt: now,
+      grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
     }, stale?.id);
     this.#deps.cancellation.arm(job);
@@ -157,6 +209,20 @@ export class JobService {
     const job = this.#deps.states.get(id);
     if (!job || !canSee(grant, job, this.#deps.clock.now())) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
     return job;
+  }
+
+  /**
+   * Blobs are shared by digest, so a grant limited to albums may read only
+   * the blobs published as artifacts in its albums (of its types and models);
+   * anything else is 404, as if it did not exist. Grants without an `albums`
+   * caveat (agents reading model files, admin, unscoped clients) read any blob.
+   */
+  assertBlobVisible(grant: VerifiedGrant, digest: string): void {
+    if (grant.albums === null) return;
+    assertDigest(digest);
+    if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums: grant.albums, types: grant.types, models: grant.models })) {
+      throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+    }
   }
 
   /** The events that describe where a job the grant may see stands now. */

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
-import type { VerifiedGrant } from '../auth/index.js';
+import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
@@ -26,6 +26,8 @@ export interface AgentHubDeps {
   helloTimeoutMs?: number;
   /** Throws if the grant may not join as this host with these classes. */
   authorizeJoin(grant: VerifiedGrant, hello: Hello): void;
+  /** Calls `onEnd` once when the grant is revoked or expires; returns a function that stops watching. */
+  watchGrant(grant: VerifiedGrant, onEnd: (why: GrantEnd) => void): () => void;
   /** An agent would not load a model it was asked to (the autoscaler tries another host). */
   onLoadRefused?(host: HostSession, model: string, error: { code: string; message: string }): void;
 }
@@ -55,9 +57,20 @@ export class AgentHub {
   /** Take a freshly upgraded socket; it becomes a host once its hello is accepted. */
   attach(socket: LinkSocket, grant: VerifiedGrant): void {
     let session: HostSession | null = null;
+    let grantEnded = false;
     const helloTimer = this.#deps.clock.setTimer(this.#deps.helloTimeoutMs ?? HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.noHello, 'no hello'));
+    // A link lasts no longer than its grant: once it is revoked (or expires) the host's work fails over at
+    // once, nothing more it says counts, and the close code tells the agent that reconnecting will not help.
+    const stopWatching = this.#deps.watchGrant(grant, (why) => {
+      grantEnded = true;
+      helloTimer.cancel();
+      this.#deps.log.warn({ host: session?.id, grant: grant.id, why }, 'agent grant ended; closing its link');
+      if (session) this.#lost(session, `grant ${why}`);
+      socket.close(LINK_CLOSE.rejected, `grant ${why}`);
+    });
     socket.on('message', (data: Buffer, isBinary: boolean) => {
-      if (isBinary) return socket.close(1003, 'binary frames are not part of the link protocol');
+      if (grantEnded) return;
+      if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
         const parsed = AgentMessage.safeParse(JSON.parse(data.toString()));
@@ -65,7 +78,7 @@ export class AgentHub {
         message = parsed.data;
       } catch (error) {
         this.#deps.log.warn({ err: error, host: session?.id }, 'malformed link message');
-        return socket.close(1008, 'malformed message');
+        return socket.close(LINK_CLOSE.malformed, 'malformed message');
       }
       if (!session) {
         helloTimer.cancel();
@@ -77,6 +90,7 @@ export class AgentHub {
     });
     socket.on('close', (code: number) => {
       helloTimer.cancel();
+      stopWatching();
       if (!session) return;
       // A draining agent closes normally once its results are acknowledged: it left on purpose.
       if (session.draining && code === 1000) this.#left(session);

@@ -31,7 +31,6 @@ export class Router {
       if (!host.info.classes.some((name) => classes.includes(name))) continue;
       if (!host.info.engines.includes(model.manifest.engine)) continue;
       if (host.largestBudgetMB < model.manifest.memoryMB) continue;
-      if (host.draining) continue; // skip reason: draining
       result.push(host);
     }
     return result;
@@ -41,6 +40,7 @@ export class Router {
     let best: HostSession | null = null;
     let bestScore = Infinity;
     for (const host of this.candidates(model, classes)) {
+      if (host.draining) continue; // skip reason: draining
       if (host.freeSlots === 0) continue;
       if (this.#replicasOnly && !host.hasReadyReplica(model.manifest.name)) continue; // skip reason: no replica
       // Residency dominates: loading a model costs far more than waiting behind one batch; a pull costs more still.

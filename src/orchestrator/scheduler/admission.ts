@@ -1,6 +1,7 @@
-import { LRUCache } from 'lru-cache';
 import { MeshError } from '../../protocol/index.js';
+import type { GrantRate } from '../auth/index.js';
 import type { Clock } from '../clock.js';
+import { GrantRateLimiter } from './rates.js';
 
 const DRAIN_WINDOW_MS = 30_000;
 const MAX_RETRY_AFTER_S = 60;
@@ -13,11 +14,11 @@ export class Admission {
   readonly #clock: Clock;
   /** Per model: when jobs left the queue (for the drain rate). */
   readonly #drains = new Map<string, number[]>();
-  /** Per grant token: when its recent jobs were admitted (a sliding one-minute window). */
-  readonly #admitted = new LRUCache<string, number[]>({ max: 50_000 });
+  readonly #rates: GrantRateLimiter;
 
   constructor(clock: Clock) {
     this.#clock = clock;
+    this.#rates = new GrantRateLimiter(clock);
   }
 
   /** Jobs per second that left this model's queue over the last 30 s. */
@@ -56,17 +57,9 @@ export class Admission {
     }
   }
 
-  /** Count one job against a grant's rate; throw 429 if the last minute already holds `perMinute`. */
-  takeRate(tokenKey: string, perMinute: number): void {
-    const now = this.#clock.now();
-    const times = this.#prune(this.#admitted.get(tokenKey) ?? [], now - 60_000);
-    if (times.length >= perMinute) {
-      const retryAfter = Math.max(1, Math.ceil((times[0]! + 60_000 - now) / 1000));
-      this.#admitted.set(tokenKey, times);
-      throw new MeshError('RATE_LIMITED', { rate: `${perMinute} jobs per minute`, retryAfter }, { headers: { 'retry-after': String(retryAfter) } });
-    }
-    times.push(now);
-    this.#admitted.set(tokenKey, times);
+  /** Count one job against every rate caveat of its grant; 429 with Retry-After when one is full (see GrantRateLimiter). */
+  takeRate(rates: readonly GrantRate[]): void {
+    this.#rates.take(rates);
   }
 
   /** Drop the times at or before `since`: a window of a minute holds what happened in the last 60 s, exclusive. */

@@ -3,3 +3,5 @@ export { ModelQueue, effectivePriority, compareJobs, type QueuedJob } from './qu
 export { releaseDecision, worthWaiting, type BatchingPolicy, type ReleaseDecision } from './batcher.js';
 export { ArrivalRate } from './arrivals.js';
 export { Admission } from './admission.js';
+export { GrantRateLimiter } from './rates.js';
+export { MemoryEstimator, MemoryPlanner, type MemoryHost, type MemoryModel } from './memory.js';

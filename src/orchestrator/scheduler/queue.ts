@@ -9,6 +9,8 @@ export interface QueuedJob {
   compatKey: string;
   /** Host classes this job may run on. */
   classes: readonly string[];
+  /** The job's input (the memory planner sizes batches by it). */
+  input?: Record<string, unknown>;
 }
 
 /**

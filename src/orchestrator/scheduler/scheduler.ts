@@ -13,6 +13,8 @@ export interface SchedulerDeps {
    * full `maxQueueDelayMs` (the rule before work conservation; kept to compare the two in bench/batching-policy).
    */
   holdPartialBatches?: 'while-arriving' | 'always';
+  /** The most jobs like `job` whose batch fits `host`'s memory (MemoryPlanner.batchCap); no cap when absent. */
+  batchCap?(model: RegisteredModel, job: QueuedJob, host: HostSession): number;
 }
 
 /** A batch taken out of its queue, with the host that will run it. */
@@ -104,7 +106,8 @@ export class Scheduler {
       const host = pickHost(candidate.model, candidate.best.classes);
       // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
       if (!host || (candidate.early && host.batches.size > 0)) continue;
-      const jobs = candidate.queue.take(candidate.key, candidate.size, now, agingMs);
+      const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
+      const jobs = candidate.queue.take(candidate.key, size, now, agingMs);
       this.#total -= jobs.length;
       return { release: { model: candidate.model, jobs, host } };
     }

@@ -69,3 +69,14 @@ export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] 
   const sql = `${SELECT} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY a.seq DESC LIMIT ?`;
   return (db.prepare(sql).all(...args, filter.limit) as ArtifactRow[]).map(fromRow);
 }
+
+/** Whether some artifact with this digest lies in one of `albums` (and, when given, has one of `types` and `models`). */
+export function digestPublishedIn(db: Db, digest: string, scope: { albums: readonly string[]; types: readonly string[] | null; models: readonly string[] | null }): boolean {
+  if (scope.albums.length === 0 || scope.types?.length === 0 || scope.models?.length === 0) return false;
+  const where = ['digest = ?', `album IN (${scope.albums.map(() => '?').join(', ')})`];
+  const args: unknown[] = [digest, ...scope.albums];
+  if (scope.types) { where.push(`type IN (${scope.types.map(() => '?').join(', ')})`); args.push(...scope.types); }
+  if (scope.models) { where.push(`model IN (${scope.models.map(() => '?').join(', ')})`); args.push(...scope.models); }
+  // One statement per shape of scope (a handful per mesh), prepared once: galleries ask this for every picture.
+  return stmt(db, `SELECT 1 FROM artifacts WHERE ${where.join(' AND ')} LIMIT 1`).get(...args) !== undefined;
+}

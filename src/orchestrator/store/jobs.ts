@@ -33,7 +33,10 @@ export interface JobRecord {
   errorMessage: string | null;
 }
 
-export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'>;
+export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & {
+  /** The canonical hash of the request that created the job, kept with its idempotency key (see JobService). */
+  requestHash?: string | null;
+};
 
 interface JobRow {
   seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; input: string;
@@ -56,12 +59,13 @@ function fromRow(row: JobRow): JobRecord {
 /** Insert a queued job; returns it with its sequence number and prompt. */
 export function insertJob(db: Db, job: NewJob): JobRecord {
   const row = stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, input, grant_id, idempotency_key,
-      created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq, prompt`).get(
+      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq, prompt`).get(
     job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), JSON.stringify(job.input), job.grantId, job.idempotencyKey,
-    job.createdAt, job.createdAt, job.deadlineAt,
+    job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ) as { seq: number; prompt: string | null };
+  const { requestHash: _hash, ...record } = job;
   return {
-    ...job, seq: row.seq, prompt: row.prompt, status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
+    ...record, seq: row.seq, prompt: row.prompt, status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
     batchId: null, batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, result: null, errorCode: null, errorMessage: null,
   };
 }
@@ -74,6 +78,13 @@ export function getJob(db: Db, id: string): JobRecord | null {
 export function getJobByIdempotencyKey(db: Db, grantId: string, key: string, since: number): JobRecord | null {
   const row = stmt(db, 'SELECT * FROM jobs WHERE grant_id = ? AND idempotency_key = ? AND created_at >= ?').get(grantId, key, since) as JobRow | undefined;
   return row ? fromRow(row) : null;
+}
+
+/** The job an idempotency key names within the window, with the hash of the request that created it (null for jobs stored before hashes were kept). */
+export function idempotencyEntry(db: Db, grantId: string, key: string, since: number): { id: string; requestHash: string | null } | null {
+  const row = stmt(db, 'SELECT id, request_hash FROM jobs WHERE grant_id = ? AND idempotency_key = ? AND created_at >= ?').get(grantId, key, since) as
+    { id: string; request_hash: string | null } | undefined;
+  return row ? { id: row.id, requestHash: row.request_hash } : null;
 }
 
 /** Free an expired idempotency key so the same key can name a new job. */

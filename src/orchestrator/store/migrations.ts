@@ -113,6 +113,32 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 4,
+    name: 'audit log; grant caveats; request hash for idempotency keys; artifacts by digest',
+    sql: `
+      CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY,
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        grant_id TEXT,
+        actor TEXT,
+        route TEXT,
+        client TEXT,
+        status INTEGER,
+        code TEXT,
+        detail TEXT
+      );
+      CREATE INDEX audit_by_time ON audit (at);
+
+      ALTER TABLE grants ADD COLUMN caveats TEXT;
+      CREATE INDEX grants_by_creation ON grants (created_at, id);
+
+      ALTER TABLE jobs ADD COLUMN request_hash TEXT;
+
+      CREATE INDEX artifacts_by_digest ON artifacts (digest, album);
+    `,
+  },
+  {
     version: 5,
     name: 'the attempt in flight lives on its job; attempts are written once, when they end',
     sql: `

@@ -1,3 +1,4 @@
+import type { ErrorCode } from '../../../protocol/index.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../engine.js';
@@ -8,7 +9,7 @@ import type { ComfyClient, ComfyFileRef, HistoryEntry } from './client.js';
 import { fillWorkflow, type ComfyUiSettings, type ResolvedWorkflow } from './settings.js';
 import { ComfySocket, type ComfyMessage } from './socket.js';
 
-type Failure = { kind: 'failed'; code: string; message: string; retryable: boolean };
+type Failure = { kind: 'failed'; code: ErrorCode; message: string; retryable: boolean };
 type Outcome = { kind: 'succeeded' } | { kind: 'cancelled' } | Failure;
 
 /** One job of the batch as one ComfyUI prompt: unsent → queued → running → done. */
@@ -36,7 +37,7 @@ const MAX_EARLY_MESSAGES = 10_000;
 /** Polling gives up after this many failed rounds in a row: the server is gone. */
 const MAX_POLL_FAILURES = 5;
 
-const failed = (code: string, message: string, retryable: boolean): Failure => ({ kind: 'failed', code, message, retryable });
+const failed = (code: ErrorCode, message: string, retryable: boolean): Failure => ({ kind: 'failed', code, message, retryable });
 
 /**
  * One batch on a ComfyUI server: each job becomes a prompt (ComfyUI runs one

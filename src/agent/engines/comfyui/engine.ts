@@ -1,6 +1,6 @@
 import { pino, type Logger } from 'pino';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
+import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
 import { resolveEndpoint, type EndpointProvider, type ServerEndpoint } from '../shared/endpoint.js';
 import { ServerStatusError } from '../shared/http.js';
 import { parseSettings } from '../shared/settings.js';
@@ -60,13 +60,15 @@ export class ComfyUiEngine implements Engine {
     let unloaded = false;
     const loaded: LoadedModel = {
       manifest, device,
+      // A server or command this engine does not keep running cannot die under a loaded model.
+      exited: NEVER,
       memoryMB: Math.max(manifest.memoryMB, torchMemoryMB(stats), 1),
-      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> => {
+      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
         if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
         const batch = new ComfyBatch({ client, workflow, settings, log }, jobs, onProgress);
         batches.add(batch);
         try {
-          return await batch.run();
+          return { outputs: await batch.run() };
         } finally {
           batches.delete(batch);
         }

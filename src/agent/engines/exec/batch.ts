@@ -1,3 +1,4 @@
+import type { ErrorCode } from '../../../protocol/index.js';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EngineJob, JobOutput, Progress } from '../engine.js';
@@ -153,7 +154,7 @@ export class ExecBatch {
   }
 
   /** How the process ended, when that fails all of its jobs. */
-  #processFailure(result: CommandResult): [code: string, message: string, retryable: boolean] | null {
+  #processFailure(result: CommandResult): [code: ErrorCode, message: string, retryable: boolean] | null {
     const name = this.#name();
     const stderr = lastLines(result.stderrTail);
     const said = stderr ? `; its last stderr lines:\n${stderr}` : '';
@@ -169,7 +170,7 @@ export class ExecBatch {
     return `the command ${this.#context.argv[0]}`;
   }
 
-  #failure(member: Member, code: string, message: string, retryable: boolean): JobError {
+  #failure(member: Member, code: ErrorCode, message: string, retryable: boolean): JobError {
     return { jobId: member.job.id, ok: false, code, message, retryable };
   }
 }

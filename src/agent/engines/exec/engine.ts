@@ -3,7 +3,7 @@ import { access } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
+import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
 import { parseSettings } from '../shared/settings.js';
 import { ExecBatch } from './batch.js';
 import { LocalCommandRunner, type CommandRunner } from './runner.js';
@@ -64,15 +64,17 @@ export class ExecEngine implements Engine {
     let unloaded = false;
     return {
       manifest, device,
+      // A server or command this engine does not keep running cannot die under a loaded model.
+      exited: NEVER,
       // No process stays resident; the manifest's figure is what one run needs.
       memoryMB: Math.max(manifest.memoryMB, 1),
-      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> => {
+      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
         if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
         const batch = new ExecBatch(context, jobs, onProgress);
         mine.add(batch);
         this.#batches.add(batch);
         try {
-          return await batch.run();
+          return { outputs: await batch.run() };
         } finally {
           mine.delete(batch);
           this.#batches.delete(batch);

@@ -1,3 +1,4 @@
+import type { ErrorCode } from '../../../protocol/index.js';
 import type { EngineJob, JobOutput, Progress } from '../engine.js';
 import { ServerStatusError, ServerUnreachableError } from '../shared/http.js';
 import type { OipClient, Tensor } from './client.js';
@@ -116,7 +117,7 @@ export class OipBatch {
     }));
   }
 
-  #classify(error: unknown): [code: string, message: string, retryable: boolean] {
+  #classify(error: unknown): [code: ErrorCode, message: string, retryable: boolean] {
     if (error instanceof ServerStatusError) {
       if (error.status === 400) return ['INVALID_INPUT', `${this.#client.label} refused the request: ${error.serverMessage}`, false];
       if (error.busy) return ['NOT_READY', error.message, true];
@@ -127,7 +128,7 @@ export class OipBatch {
     return ['ENGINE_FAILED', `${this.#client.label}: the response could not be read: ${(error as Error).message}`, false];
   }
 
-  #error(sample: Sample, code: string, message: string, retryable: boolean): JobError {
+  #error(sample: Sample, code: ErrorCode, message: string, retryable: boolean): JobError {
     return { jobId: sample.job.id, ok: false, code, message, retryable };
   }
 }

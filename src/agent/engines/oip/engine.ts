@@ -1,5 +1,5 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
+import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
 import { resolveEndpoint, type EndpointProvider } from '../shared/endpoint.js';
 import { ServerStatusError } from '../shared/http.js';
 import { parseSettings } from '../shared/settings.js';
@@ -49,14 +49,16 @@ export class OipEngine implements Engine {
     let unloaded = false;
     const loaded: LoadedModel = {
       manifest, device,
+      // A server or command this engine does not keep running cannot die under a loaded model.
+      exited: NEVER,
       // The server owns the model's memory and the protocol does not report it: the manifest's figure stands.
       memoryMB: Math.max(manifest.memoryMB, 1),
-      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> => {
+      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
         if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
         const batch = new OipBatch(client, plan, jobs, onProgress);
         batches.add(batch);
         try {
-          return await batch.run();
+          return { outputs: await batch.run() };
         } finally {
           batches.delete(batch);
         }

@@ -3,14 +3,28 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import type { Supervisor } from '../../supervisor.js';
-import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
+import { EngineError, type BatchResult, type Engine, type EngineJob, type LoadedModel, type Progress } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
 function workerEntry(): { path: string; execArgv: string[] } {
+  // --expose-gc: the worker collects garbage before it measures memory, so dead buffers are not charged to a model.
   const compiled = fileURLToPath(new URL('./worker.js', import.meta.url));
-  if (existsSync(compiled)) return { path: compiled, execArgv: [] };
-  return { path: fileURLToPath(new URL('./worker.ts', import.meta.url)), execArgv: ['--import', 'tsx'] };
+  if (existsSync(compiled)) return { path: compiled, execArgv: ['--expose-gc'] };
+  return { path: fileURLToPath(new URL('./worker.ts', import.meta.url)), execArgv: ['--expose-gc', '--import', 'tsx'] };
+}
+
+/**
+ * The worker's environment. onnxruntime-node 1.30 carries Microsoft's 1DS
+ * telemetry SDK on Linux, which leaves an empty /tmp/mat-debug-<pid>.log behind
+ * for every process that creates a session (and keeps an offline event cache);
+ * ORT_DISABLE_TELEMETRY=1, set before onnxruntime initializes, turns all of it off.
+ * An operator who sets the variable themselves keeps their choice. The agent's
+ * join grant stays with the agent: an engine process has no use for it.
+ */
+export function workerEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const { GPUMESH_GRANT: _grant, ...env } = base;
+  return { ...env, ORT_DISABLE_TELEMETRY: base.ORT_DISABLE_TELEMETRY ?? '1' };
 }
 
 type Request = Extract<ToWorker, { requestId: number }>;
@@ -21,23 +35,36 @@ type Reply = Extract<FromWorker, { type: 'loaded' | 'result' | 'unloaded' }>;
 class Worker {
   readonly child: ChildProcess;
   readonly models = new Set<string>();
+  /** Settles with the reason when the process ends without the engine having asked it to. */
+  readonly crashed: Promise<string>;
   readonly #pending = new Map<number, { resolve(reply: Reply): void; reject(error: Error): void; onProgress?(progress: Progress): void }>();
   #nextId = 1;
   #exit: string | null = null;
+  #stopping = false;
 
-  constructor(child: ChildProcess) {
+  /** `oom` says whether the kernel killed it for its cgroup's memory limit (an ENGINE_OOM error), at its exit. */
+  constructor(child: ChildProcess, oom: () => EngineError | null = () => null) {
     this.child = child;
+    let crashed!: (reason: string) => void;
+    this.crashed = new Promise((resolve) => (crashed = resolve));
     child.on('message', (message: FromWorker) => this.#receive(message));
     child.once('exit', (code, signal) => {
       this.#exit = signal ? `signal ${signal}` : `exit code ${code}`;
-      const error = new EngineError('ENGINE_CRASHED', `the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
+      const error = oom() ?? new EngineError('ENGINE_CRASHED', `the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
       for (const pending of this.#pending.values()) pending.reject(error);
       this.#pending.clear();
+      if (!this.#stopping) crashed(`the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
     });
   }
 
   get alive(): boolean {
     return this.#exit === null;
+  }
+
+  /** End the process on purpose (its exit is then not a crash). */
+  async stop(supervisor: Supervisor): Promise<void> {
+    this.#stopping = true;
+    await supervisor.stop(this.child);
   }
 
   request<T extends Reply>(message: WithoutId<Request>, onProgress?: (progress: Progress) => void): Promise<T> {
@@ -69,6 +96,8 @@ class Worker {
  * holding the sessions of the models resident there; batches run fused (one
  * session.run over the batch axis per step). The worker is reaped when its
  * last model is unloaded, so an idle device costs no process and no memory.
+ * A worker that dies takes its models with it (`exited`); the next load on
+ * that device starts a fresh one.
  */
 export class OnnxEngine implements Engine {
   readonly name = 'onnx';
@@ -83,26 +112,34 @@ export class OnnxEngine implements Engine {
     const worker = this.#workerFor(device);
     const provider = device.kind === 'gpu' ? 'cuda' : 'cpu';
     const deviceIndex = device.kind === 'gpu' ? Number(device.id.replace(/^gpu/, '')) || 0 : 0;
-    const reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, modelPath, provider, deviceIndex });
+    let reply: Extract<Reply, { type: 'loaded' }>;
+    try {
+      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, modelPath, provider, deviceIndex });
+    } catch (error) {
+      // A worker started for this load alone is not left running idle.
+      if (worker.models.size === 0 && worker.alive) await this.#stop(device.id, worker);
+      throw error;
+    }
     worker.models.add(manifest.name);
     let unloaded = false;
     return {
       manifest, device, memoryMB: reply.memoryMB,
-      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> => {
+      exited: new Promise<string>((resolve) => {
+        void worker.crashed.then((reason) => {
+          if (!unloaded) resolve(reason);
+        });
+      }),
+      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
         const result = await worker.request<Extract<Reply, { type: 'result' }>>({ type: 'run', model: manifest.name, jobs: [...jobs] }, onProgress);
-        return result.outputs;
+        return { outputs: result.outputs, memory: result.memory };
       },
       cancel: (jobIds) => worker.notify({ type: 'cancel', jobIds: [...jobIds] }),
       unload: async () => {
         if (unloaded) return;
         unloaded = true;
         worker.models.delete(manifest.name);
-        if (worker.models.size === 0) {
-          this.#workers.delete(device.id);
-          await this.#supervisor.stop(worker.child);
-        } else if (worker.alive) {
-          await worker.request({ type: 'unload', model: manifest.name });
-        }
+        if (worker.models.size === 0) await this.#stop(device.id, worker);
+        else if (worker.alive) await worker.request({ type: 'unload', model: manifest.name });
       },
     };
   }
@@ -111,16 +148,24 @@ export class OnnxEngine implements Engine {
     const existing = this.#workers.get(device.id);
     if (existing?.alive) return existing;
     const entry = workerEntry();
-    const worker = new Worker(this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv }));
-    worker.child.once('exit', () => {
-      if (this.#workers.get(device.id) === worker) this.#workers.delete(device.id);
-    });
+    const child = this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv, env: workerEnv() });
+    const worker = new Worker(child, () => this.#supervisor.oomError(child));
+    worker.child.once('exit', () => this.#forget(device.id, worker));
     this.#workers.set(device.id, worker);
     return worker;
   }
 
+  /** Drop a worker from the device map — only if it is still the device's worker (a fresh one may have replaced it). */
+  #forget(deviceId: string, worker: Worker): void {
+    if (this.#workers.get(deviceId) === worker) this.#workers.delete(deviceId);
+  }
+
+  async #stop(deviceId: string, worker: Worker): Promise<void> {
+    this.#forget(deviceId, worker);
+    await worker.stop(this.#supervisor);
+  }
+
   async close(): Promise<void> {
-    await Promise.all([...this.#workers.values()].map((worker) => this.#supervisor.stop(worker.child)));
-    this.#workers.clear();
+    await Promise.all([...this.#workers.entries()].map(([deviceId, worker]) => this.#stop(deviceId, worker)));
   }
 }

@@ -1,5 +1,5 @@
-import type { ModelManifest } from '../../../protocol/index.js';
-import type { EngineJob, JobOutput } from '../engine.js';
+import type { ErrorCode, ModelManifest } from '../../../protocol/index.js';
+import type { BatchMemory, EngineJob, JobOutput } from '../engine.js';
 
 /**
  * The whole vocabulary between the agent and its ONNX worker process (Node IPC
@@ -15,6 +15,6 @@ export type FromWorker =
   | { type: 'ready'; pid: number }
   | { type: 'loaded'; requestId: number; memoryMB: number; provider: string }
   | { type: 'progress'; requestId: number; step: number; total: number }
-  | { type: 'result'; requestId: number; outputs: JobOutput[] }
+  | { type: 'result'; requestId: number; outputs: JobOutput[]; memory: BatchMemory }
   | { type: 'unloaded'; requestId: number }
-  | { type: 'error'; requestId: number; code: string; message: string; retryable: boolean };
+  | { type: 'error'; requestId: number; code: ErrorCode; message: string; retryable: boolean };

@@ -3,57 +3,129 @@
  * device, so the agent can reap it (and all its memory) by ending the process.
  * It speaks only the messages in messages.ts.
  */
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import * as ort from 'onnxruntime-node';
 import type { InferenceSession } from 'onnxruntime-node';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError } from '../engine.js';
+import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../process-memory.js';
+import { EngineError, type BatchMemory } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { PIPELINES } from './pipelines.js';
 
-const sessions = new Map<string, { session: InferenceSession; manifest: ModelManifest }>();
+interface Resident {
+  session: InferenceSession;
+  manifest: ModelManifest;
+  provider: 'cpu' | 'cuda';
+  /** What the model holds now (MB): its load, plus what its allocator arena kept from the batches so far. */
+  residentMB: number;
+}
+
+const sessions = new Map<string, Resident>();
 const cancelled = new Set<string>();
+const peaks = new PeakMeter('self');
 
 const send = (message: FromWorker): void => {
   process.send!(message);
 };
 
-const rssMB = (): number => process.memoryUsage.rss() / (1024 * 1024);
+/** Collect garbage before a measurement (the engine starts us with --expose-gc), so dead JS buffers do not count. */
+const settle = (): void => (globalThis as { gc?: () => void }).gc?.();
 
-async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void> {
-  const before = rssMB();
+/** The memory this process holds where the model lives: the GPU's figure for a CUDA session, the RSS otherwise. */
+async function heldMB(provider: 'cpu' | 'cuda'): Promise<number> {
+  if (provider === 'cuda') {
+    const gpu = await gpuMemoryMB(process.pid);
+    if (gpu !== null) return gpu;
+  }
+  return rssMB('self') ?? 0;
+}
+
+/**
+ * The model's bytes, verified: the very buffer that was hashed is the one the
+ * session is built from, so the file cannot change between the check and the use.
+ */
+async function verifiedBytes(path: string, digest: string): Promise<Uint8Array> {
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (error) {
+    throw new EngineError('INTEGRITY_FAILED', `cannot read model file ${path}: ${(error as Error).message}`, true, { cause: error });
+  }
+  const actual = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+  if (actual !== digest) {
+    throw new EngineError('INTEGRITY_FAILED', `model file ${path} (${bytes.length} bytes) hashes to ${actual}, not ${digest}`);
+  }
+  return bytes;
+}
+
+async function createSession(bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
   const options: InferenceSession.SessionOptions = { graphOptimizationLevel: 'all' };
-  let provider = 'cpu';
-  let session: InferenceSession;
-  if (message.provider === 'cuda') {
+  if (provider === 'cuda') {
     try {
-      session = await ort.InferenceSession.create(message.modelPath, {
-        ...options, executionProviders: [{ name: 'cuda', deviceId: message.deviceIndex }, 'cpu'],
-      });
-      provider = 'cuda';
+      const session = await ort.InferenceSession.create(bytes, { ...options, executionProviders: [{ name: 'cuda', deviceId: deviceIndex }, 'cpu'] });
+      return { session, provider: 'cuda' };
     } catch (error) {
       // The CUDA provider ships separately from onnxruntime-node's CPU build; fall back rather than refuse.
       process.stderr.write(`onnx worker: CUDA provider unavailable (${(error as Error).message}); using the CPU\n`);
-      session = await ort.InferenceSession.create(message.modelPath, { ...options, executionProviders: ['cpu'] });
     }
-  } else {
-    session = await ort.InferenceSession.create(message.modelPath, { ...options, executionProviders: ['cpu'] });
   }
-  sessions.set(message.manifest.name, { session, manifest: message.manifest });
-  send({ type: 'loaded', requestId: message.requestId, memoryMB: Math.max(1, Math.round(rssMB() - before)), provider });
+  return { session: await ort.InferenceSession.create(bytes, { ...options, executionProviders: ['cpu'] }), provider: 'cpu' };
+}
+
+async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void> {
+  settle();
+  const beforeRss = rssMB('self') ?? 0;
+  const beforeGpu = message.provider === 'cuda' ? (await gpuMemoryMB(process.pid)) ?? 0 : 0;
+  const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex);
+  settle(); // the file's buffer is garbage now; it is not the model's memory
+  const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
+  sessions.set(message.manifest.name, { session, manifest: message.manifest, provider, residentMB });
+  send({ type: 'loaded', requestId: message.requestId, memoryMB: residentMB, provider });
 }
 
 async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   const loaded = sessions.get(message.model);
   if (!loaded) throw new EngineError('ENGINE_FAILED', `model ${message.model} is not loaded in this worker`);
+  settle();
+  const gpuBefore = loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
+  const closeWindow = peaks.open();
   const outputs = await PIPELINES[loaded.manifest.pipeline]({
     session: loaded.session,
     manifest: loaded.manifest,
     jobs: message.jobs,
-    onProgress: (progress) => send({ type: 'progress', requestId: message.requestId, ...progress }),
+    onProgress: (progress) => {
+      peaks.sample();
+      send({ type: 'progress', requestId: message.requestId, ...progress });
+    },
     isCancelled: (jobId) => cancelled.has(jobId),
   });
   for (const job of message.jobs) cancelled.delete(job.id);
-  send({ type: 'result', requestId: message.requestId, outputs });
+  settle();
+  const memory = await batchMemory(loaded, closeWindow(), gpuBefore);
+  send({ type: 'result', requestId: message.requestId, outputs, memory });
+}
+
+/**
+ * What the batch took, attributed to its model: the model's memory before the
+ * batch plus what the process grew by. On a GPU the CUDA allocator keeps what
+ * it grew, so the figure after the batch is its peak; on the CPU the kernel's
+ * high-water mark gives the peak (see PeakMeter).
+ */
+async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: number): Promise<BatchMemory> {
+  let grewMB: number;
+  let keptMB: number;
+  if (loaded.provider === 'cuda') {
+    keptMB = Math.max(0, (await heldMB('cuda')) - gpuBefore);
+    grewMB = keptMB;
+  } else {
+    grewMB = Math.max(0, window.peakMB - window.startMB);
+    // onnxruntime's CPU arena keeps the buffers a batch grew until the session is released.
+    keptMB = Math.max(0, window.endMB - window.startMB);
+  }
+  const peakMB = Math.round(loaded.residentMB + grewMB);
+  loaded.residentMB += keptMB;
+  return { peakMB, residentMB: Math.round(loaded.residentMB) };
 }
 
 async function unload(message: Extract<ToWorker, { type: 'unload' }>): Promise<void> {

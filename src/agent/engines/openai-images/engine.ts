@@ -1,7 +1,7 @@
 import { pino, type Logger } from 'pino';
 import type { Clock } from '../../../orchestrator/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type OutputFile, type Progress } from '../engine.js';
+import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type OutputFile, type Progress, type BatchResult } from '../engine.js';
 import { JobBatch, type JobContext } from '../http/batch.js';
 import { retryWhileBusy } from '../http/busy.js';
 import { request, type HttpReply } from '../http/client.js';
@@ -23,7 +23,7 @@ export interface OpenAiImagesEngineOptions {
   log?: Logger;
 }
 
-const NEVER = new AbortController().signal;
+const NEVER_ABORTED = new AbortController().signal;
 const isOk = (reply: HttpReply): boolean => reply.status >= 200 && reply.status < 300;
 
 /**
@@ -91,14 +91,14 @@ export class OpenAiImagesEngine implements Engine {
     for (;;) {
       try {
         const url = `${endpoint.url}/v1/models`;
-        const reply = await request({ method: 'GET', url, headers, signal: NEVER, timeoutMs: Math.min(settings.loadTimeoutMs, 30_000) });
+        const reply = await request({ method: 'GET', url, headers, signal: NEVER_ABORTED, timeoutMs: Math.min(settings.loadTimeoutMs, 30_000) });
         if (reply.status === 401 || reply.status === 403) throw errorForStatus(reply, { model, url: endpoint.url, what: 'GET /v1/models' });
         if (reply.status !== 503) return;
       } catch (error) {
         if (!(error instanceof EngineError && error.code === 'ENGINE_UNREACHABLE') || this.#clock.now() >= giveUpAt) throw error;
       }
       if (this.#clock.now() >= giveUpAt) throw new EngineError('ENGINE_UNREACHABLE', `${endpoint.url} was still not ready after ${settings.loadTimeoutMs} ms`, true);
-      await sleep(this.#clock, Math.min(backoff.next(), Math.max(1, giveUpAt - this.#clock.now())), NEVER);
+      await sleep(this.#clock, Math.min(backoff.next(), Math.max(1, giveUpAt - this.#clock.now())), NEVER_ABORTED);
     }
   }
 }
@@ -121,6 +121,8 @@ class OpenAiImagesModel implements LoadedModel {
   readonly device: Device;
   /** The server's memory is not the agent's to measure; the manifest's planning figure stands. */
   readonly memoryMB: number;
+  /** A server this engine does not run cannot die under it; its failures are per request. */
+  readonly exited: Promise<string> = NEVER;
   readonly #deps: ModelDeps;
   readonly #defaults: RequestDefaults;
   readonly #batches = new Set<JobBatch>();
@@ -139,7 +141,7 @@ class OpenAiImagesModel implements LoadedModel {
     };
   }
 
-  async run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> {
+  async run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> {
     if (this.#unloaded) throw new EngineError('ENGINE_FAILED', `model "${this.manifest.name}" is unloaded`, true);
     const batch = new JobBatch(jobs, {
       concurrency: this.#deps.settings.maxInFlight, clock: this.#deps.clock, budgetMs: this.#deps.settings.jobTimeoutMs,
@@ -149,7 +151,7 @@ class OpenAiImagesModel implements LoadedModel {
     if (early.length) batch.stop('cancelled', early);
     this.#batches.add(batch);
     try {
-      return await batch.run((job, context) => this.#runJob(job, context));
+      return { outputs: await batch.run((job, context) => this.#runJob(job, context)) };
     } finally {
       this.#batches.delete(batch);
       for (const job of jobs) this.#cancelled.delete(job.id);

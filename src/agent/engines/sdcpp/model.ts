@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../orchestrator/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engine.js';
+import { NEVER, EngineError, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
 import { JobBatch } from '../http/batch.js';
 import type { ServerEndpoint } from '../http/endpoint.js';
 import type { SdcppApi, SdcppClient } from './client.js';
@@ -36,6 +36,8 @@ export class SdcppModel implements LoadedModel {
   readonly manifest: ModelManifest;
   readonly device: Device;
   readonly memoryMB: number;
+  /** A server this engine does not run cannot die under it; its failures are per request. */
+  readonly exited: Promise<string> = NEVER;
   readonly #deps: SdcppModelDeps;
   readonly #jobDeps: JobDeps;
   readonly #tracker = new StepLineTracker();
@@ -56,7 +58,7 @@ export class SdcppModel implements LoadedModel {
     if (deps.endpoint.logLines) void this.#readLog(deps.endpoint.logLines);
   }
 
-  async run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<JobOutput[]> {
+  async run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> {
     if (this.#unloaded) throw new EngineError('ENGINE_FAILED', `model "${this.manifest.name}" is unloaded`, true);
     const { api, settings } = this.#deps;
     const queueSize = api.kind === 'native' ? api.capabilities.limits?.max_queue_size : undefined;
@@ -71,7 +73,7 @@ export class SdcppModel implements LoadedModel {
     if (early.length) batch.stop('cancelled', early);
     this.#batches.add(batch);
     try {
-      return await batch.run((job, context) => (api.kind === 'native' ? runNativeJob : runSdapiJob)(job, context, this.#jobDeps));
+      return { outputs: await batch.run((job, context) => (api.kind === 'native' ? runNativeJob : runSdapiJob)(job, context, this.#jobDeps)) };
     } finally {
       this.#batches.delete(batch);
       for (const job of jobs) this.#cancelled.delete(job.id);

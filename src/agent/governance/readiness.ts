@@ -1,0 +1,69 @@
+import { request } from 'node:http';
+import type { Clock } from './clock.js';
+import type { LogTail } from './log-tail.js';
+
+export class NotReadyError extends Error {
+  override readonly name = 'NotReadyError';
+}
+
+/** One GET; true for a 2xx. Each poll has its own deadline, so a server that accepts and never answers cannot stall the check. */
+function probe(url: URL, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request(url, { method: 'GET', agent: false, timeout: timeoutMs }, (res) => {
+      res.resume();
+      resolve(res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300);
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
+    req.end();
+  });
+}
+
+/** Poll `url` until it answers 2xx; reject after `timeoutMs` or when `signal` aborts (the process exited). */
+export async function waitForHttp(url: URL, options: { timeoutMs: number; intervalMs: number; clock: Clock; signal: AbortSignal }): Promise<void> {
+  const deadline = options.clock.now() + options.timeoutMs;
+  let last = 'no answer yet';
+  for (;;) {
+    if (options.signal.aborted) throw options.signal.reason;
+    const left = deadline - options.clock.now();
+    if (left <= 0) throw new NotReadyError(`GET ${url.pathname} did not answer 2xx within ${options.timeoutMs} ms (${last})`);
+    if (await probe(url, Math.min(2000, left))) return;
+    last = 'the last poll failed or timed out';
+    await pause(Math.min(options.intervalMs, Math.max(0, deadline - options.clock.now())), options.clock, options.signal);
+  }
+}
+
+/** Resolve when a line of the process's output matches `pattern`; reject after `timeoutMs` or on abort. */
+export function waitForLogLine(tail: LogTail, pattern: RegExp, options: { timeoutMs: number; clock: Clock; signal: AbortSignal }): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const finish = (error?: unknown): void => {
+      timer.cancel();
+      tail.onLine(null);
+      options.signal.removeEventListener('abort', onAbort);
+      if (error === undefined) resolve();
+      else reject(error);
+    };
+    const onAbort = (): void => finish(options.signal.reason);
+    const timer = options.clock.setTimer(options.timeoutMs, () =>
+      finish(new NotReadyError(`no line of output matched /${pattern.source}/ within ${options.timeoutMs} ms`)));
+    options.signal.addEventListener('abort', onAbort, { once: true });
+    if (options.signal.aborted) return onAbort();
+    tail.onLine((line) => {
+      if (pattern.test(line)) finish();
+    });
+  });
+}
+
+function pause(ms: number, clock: Clock, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = clock.setTimer(ms, () => {
+      signal.removeEventListener('abort', done);
+      resolve();
+    });
+    const done = (): void => {
+      timer.cancel();
+      resolve();
+    };
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

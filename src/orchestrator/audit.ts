@@ -1,0 +1,103 @@
+import type { Clock, Timer } from './clock.js';
+import { decodeCursor, encodeCursor } from './jobs/index.js';
+import { audit, type AuditRecord, type Db, type GroupCommit, type NewAuditRecord } from './store/index.js';
+
+export interface AuditRetention {
+  /** Entries older than this are deleted. */
+  days: number;
+  /** At most this many entries are kept (the newest). */
+  maxRows: number;
+}
+
+export interface AuditLogDeps {
+  db: Db;
+  commits: GroupCommit;
+  clock: Clock;
+  retention: AuditRetention;
+  /** How often old entries are pruned. Default: every 10 minutes. */
+  pruneEveryMs?: number;
+}
+
+/** What happened: a grant minted or revoked, a request refused for its grant, an admin-only action. */
+export type AuditEvent = 'grant:minted' | 'grant:revoked' | 'request:refused' | 'admin:action';
+
+/** An entry as the API shows it. */
+export interface AuditView {
+  at: string;
+  event: string;
+  grantId: string | null;
+  actor: string | null;
+  route: string | null;
+  client: string | null;
+  status: number | null;
+  code: string | null;
+  detail: string | null;
+}
+
+const PRUNE_EVERY_MS = 10 * 60_000;
+const DAY_MS = 86_400_000;
+
+/**
+ * The audit log: grants minted and revoked, requests refused for their grant,
+ * admin actions. Entries are written through the group commit (never straight
+ * to SQLite from a route), so a burst of refusals costs a few commits, not one
+ * each. Growth is bounded: entries older than `retention.days` and all but
+ * the newest `retention.maxRows` are pruned at start, on a timer, and whenever
+ * a tenth of `maxRows` has been written since the last pruning (so a flood of
+ * refused requests cannot outgrow the bound between two timer ticks).
+ */
+export class AuditLog {
+  readonly #deps: AuditLogDeps;
+  #sinceLastPrune = 0;
+  #timer: Timer | null = null;
+  #closed = false;
+
+  constructor(deps: AuditLogDeps) {
+    this.#deps = deps;
+    this.prune();
+    this.#arm();
+  }
+
+  record(entry: { event: AuditEvent } & Partial<Omit<NewAuditRecord, 'at' | 'event'>>): void {
+    const { db, commits, clock } = this.#deps;
+    const full: NewAuditRecord = {
+      at: clock.now(), grantId: null, actor: null, route: null, client: null, status: null, code: null, detail: null, ...entry,
+    };
+    commits.write(() => audit.insertAudit(db, full));
+    if (++this.#sinceLastPrune >= Math.max(1, Math.floor(this.#deps.retention.maxRows / 10))) this.prune();
+  }
+
+  /** Newest first. */
+  list(query: { limit: number; cursor?: string }): { entries: AuditView[]; nextCursor: string | null } {
+    const records = audit.listAudit(this.#deps.db, { limit: query.limit, beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined });
+    const last = records.at(-1);
+    return { entries: records.map(view), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
+  }
+
+  /** Delete what the retention no longer keeps. */
+  prune(): void {
+    const { db, commits, clock, retention } = this.#deps;
+    this.#sinceLastPrune = 0;
+    commits.write(() => audit.pruneAudit(db, clock.now() - retention.days * DAY_MS, retention.maxRows));
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#timer?.cancel();
+  }
+
+  #arm(): void {
+    this.#timer = this.#deps.clock.setTimer(this.#deps.pruneEveryMs ?? PRUNE_EVERY_MS, () => {
+      if (this.#closed) return;
+      this.prune();
+      this.#arm();
+    });
+  }
+}
+
+function view(record: AuditRecord): AuditView {
+  return {
+    at: new Date(record.at).toISOString(), event: record.event, grantId: record.grantId, actor: record.actor,
+    route: record.route, client: record.client, status: record.status, code: record.code, detail: record.detail,
+  };
+}

@@ -1,0 +1,80 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { MeshError } from '../../protocol/index.js';
+import type { AuditLog } from '../audit.js';
+import { caveatsFromOptions, type GrantIssuer } from '../auth/index.js';
+import { grantOf, type RequestAuth } from './auth.js';
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
+const names = z.array(z.string().regex(NAME)).min(1).optional();
+
+const CreateGrantBody = z.strictObject({
+  kind: z.enum(['admin', 'client', 'agent']),
+  types: names, models: names, classes: names, albums: names, actions: names,
+  host: z.string().regex(NAME).optional(),
+  expires: z.string().max(40).optional(),
+  maxPriority: z.int().min(1).optional(),
+  rate: z.string().regex(/^\d+\/(s|m|h)$/).optional(),
+  note: z.string().max(200).optional(),
+});
+
+const Page = (max: number, fallback: number) => z.object({
+  limit: z.coerce.number().int().min(1).max(max).default(fallback),
+  cursor: z.string().max(200).optional(),
+});
+
+export interface GrantRouteDeps {
+  issuer: GrantIssuer;
+  audit: AuditLog;
+  auth: RequestAuth;
+}
+
+/** Minting, listing and revoking grants, and the audit log: admin only (actions no other kind has). */
+export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
+  const { issuer, audit, auth } = deps;
+  const routes = app.withTypeProvider<ZodTypeProvider>();
+
+  routes.post('/v1/grants', {
+    schema: { body: CreateGrantBody, tags: ['grants'], summary: 'Mint a grant (admin)' },
+    onRequest: auth.require('grants:create'),
+  }, async (request, reply) => {
+    const body = request.body;
+    if (body.kind === 'agent' && !body.host) throw new MeshError('VALIDATION_FAILED', { detail: 'an agent grant needs a host' });
+    let caveats: string[];
+    try {
+      caveats = caveatsFromOptions(body, auth.now());
+    } catch (error) {
+      throw new MeshError('VALIDATION_FAILED', { detail: (error as Error).message });
+    }
+    const minted = await issuer.mint(body.kind, caveats, body.note ?? `minted by ${grantOf(request).id}`, auth.origin(request));
+    void reply.code(201);
+    return { id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats };
+  });
+
+  routes.get('/v1/grants', {
+    schema: { querystring: Page(500, 100), tags: ['grants'], summary: 'Recorded grants, newest first: kind, caveats, note, created, revoked (admin)' },
+    onRequest: auth.require('grants:read'),
+  }, async (request) => {
+    audit.record({ event: 'admin:action', ...auth.origin(request), detail: 'listed grants' });
+    return issuer.list(request.query);
+  });
+
+  routes.delete('/v1/grants/:id', {
+    schema: {
+      params: z.object({ id: z.string().min(1).max(64) }), tags: ['grants'],
+      summary: 'Revoke a grant and every grant narrowed from it, at once and across restarts; idempotent (admin)',
+    },
+    onRequest: auth.require('grants:revoke'),
+  }, async (request) => issuer.revoke(request.params.id, auth.origin(request)));
+
+  routes.get('/v1/audit', {
+    schema: { querystring: Page(500, 100), tags: ['grants'], summary: 'The audit log, newest first: grants minted and revoked, refused requests, admin actions (admin)' },
+    onRequest: auth.require('audit:read'),
+  }, async (request) => {
+    const page = audit.list(request.query);
+    // Recorded after reading, so a page never starts with its own reading.
+    audit.record({ event: 'admin:action', ...auth.origin(request), detail: 'read the audit log' });
+    return page;
+  });
+}

@@ -1,0 +1,53 @@
+import { stmt, type Db } from './db.js';
+
+/** One line of the audit log; times are epoch milliseconds. */
+export interface AuditRecord {
+  seq: number;
+  at: number;
+  /** `grant:minted`, `grant:revoked`, `request:refused`, `admin:action`. */
+  event: string;
+  /** The grant the entry is about: the one minted, revoked, or presented with a refused request. */
+  grantId: string | null;
+  /** The grant that did it (minting, revoking, an admin action); null for the orchestrator itself. */
+  actor: string | null;
+  /** `METHOD /path`, never the query string (which may hold a grant). */
+  route: string | null;
+  client: string | null;
+  status: number | null;
+  code: string | null;
+  detail: string | null;
+}
+
+export type NewAuditRecord = Omit<AuditRecord, 'seq'>;
+
+interface AuditRow {
+  seq: number; at: number; event: string; grant_id: string | null; actor: string | null; route: string | null;
+  client: string | null; status: number | null; code: string | null; detail: string | null;
+}
+
+const fromRow = (row: AuditRow): AuditRecord => ({
+  seq: row.seq, at: row.at, event: row.event, grantId: row.grant_id, actor: row.actor, route: row.route,
+  client: row.client, status: row.status, code: row.code, detail: row.detail,
+});
+
+export function insertAudit(db: Db, entry: NewAuditRecord): void {
+  stmt(db, `INSERT INTO audit (at, event, grant_id, actor, route, client, status, code, detail)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    entry.at, entry.event, entry.grantId, entry.actor, entry.route, entry.client, entry.status, entry.code, entry.detail,
+  );
+}
+
+/** Newest first; `beforeSeq` is the page cursor. */
+export function listAudit(db: Db, query: { limit: number; beforeSeq?: number }): AuditRecord[] {
+  const rows = query.beforeSeq === undefined
+    ? stmt(db, 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?').all(query.limit)
+    : stmt(db, 'SELECT * FROM audit WHERE seq < ? ORDER BY seq DESC LIMIT ?').all(query.beforeSeq, query.limit);
+  return (rows as AuditRow[]).map(fromRow);
+}
+
+/** Delete entries older than `before` and all but the newest `keepRows`; returns how many went. */
+export function pruneAudit(db: Db, before: number, keepRows: number): number {
+  const old = stmt(db, 'DELETE FROM audit WHERE at < ?').run(before).changes;
+  const excess = stmt(db, 'DELETE FROM audit WHERE seq <= (SELECT seq FROM audit ORDER BY seq DESC LIMIT 1 OFFSET ?)').run(keepRows).changes;
+  return old + excess;
+}

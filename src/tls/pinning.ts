@@ -1,0 +1,238 @@
+import http from 'node:http';
+import https from 'node:https';
+import { Readable } from 'node:stream';
+import type { ReadableStream } from 'node:stream/web';
+import { inspectGrant } from '../orchestrator/auth/grants.js';
+import { certificateFingerprint, TLS_CA_CAVEAT, TLS_CA_PATH } from './fingerprint.js';
+
+/** A fingerprint the orchestrator's CA must have, and who said so (for error messages). */
+export interface Pin {
+  /** `sha256:<64 hex>`. */
+  fingerprint: string;
+  /** `the grant`, `--tls-ca-fingerprint`, … */
+  source: string;
+}
+
+/**
+ * The server is not the one the pin names, or cannot be pinned at all.
+ * Retrying will not help; nothing carrying a grant was sent.
+ */
+export class TlsPinError extends Error {
+  override readonly name = 'TlsPinError';
+}
+
+/** The `tls-ca` caveats of a grant, read without verifying it (clients cannot; they only need to know what to pin). */
+export function pinsOfGrant(token: string | null | undefined): Pin[] {
+  if (!token) return [];
+  let caveats: string[];
+  try {
+    caveats = inspectGrant(token).caveats;
+  } catch {
+    return []; // not a grant: the orchestrator will say so, over whatever connection the other pins allow
+  }
+  const prefix = `${TLS_CA_CAVEAT} `;
+  return caveats.filter((line) => line.startsWith(prefix)).map((line) => ({ fingerprint: line.slice(prefix.length).trim(), source: 'the grant' }));
+}
+
+const CA_FETCH_TIMEOUT_MS = 10_000;
+const CA_MAX_BYTES = 64 * 1024;
+const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
+
+/** What `ServerTrust.fetch` takes: the subset of fetch's options the mesh's clients use. */
+export interface TrustedRequestInit {
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string;
+  signal?: AbortSignal;
+}
+
+/**
+ * How a client trusts one orchestrator:
+ * - `http:` — plain; refused when a pin is given, so a grant that expects TLS never crosses the network in clear text;
+ * - `https:` without a pin — the system's CAs (a mesh behind a proxy with a public certificate);
+ * - `https:` with pins — the CA the server serves at `/v1/tls/ca.crt`, accepted only if its SHA-256
+ *   fingerprint equals every pin, then used as the *only* trusted root. It is fetched once, before
+ *   any request that carries a grant.
+ */
+export class ServerTrust {
+  readonly origin: string;
+  readonly pins: readonly Pin[];
+  readonly #base: URL;
+  #ca: Promise<string> | null = null;
+  #agent: http.Agent | null = null;
+
+  constructor(baseUrl: string, pins: readonly Pin[] = []) {
+    this.#base = new URL(baseUrl);
+    this.origin = this.#base.origin;
+    const unique = new Map(pins.map((pin) => [`${pin.fingerprint} ${pin.source}`, pin]));
+    this.pins = [...unique.values()];
+  }
+
+  get https(): boolean {
+    return this.#base.protocol === 'https:';
+  }
+
+  /** True when connections verify against a pinned private CA. */
+  get pinned(): boolean {
+    return this.https && this.pins.length > 0;
+  }
+
+  /**
+   * The `ca` option for node:https and ws: the pinned CA (fetched and checked on first use), or
+   * undefined when nothing is pinned. Throws TlsPinError when the server's CA is not the pinned one.
+   */
+  async ca(): Promise<string | undefined> {
+    if (!this.https) {
+      if (this.pins.length > 0) {
+        throw new TlsPinError(`${describePins(this.pins)} a TLS CA, but ${this.origin} is plain http: use its https:// URL, so the grant does not cross the network in clear text`);
+      }
+      return undefined;
+    }
+    if (this.pins.length === 0) return undefined;
+    this.#ca ??= fetchPinnedCa(this.#base, this.pins).catch((error: unknown) => {
+      this.#ca = null; // a network error may pass; try again on the next call
+      throw error;
+    });
+    return this.#ca;
+  }
+
+  /** A keep-alive agent for node:http(s) requests to this server: a fresh handshake per request would dominate small ones. */
+  async agent(): Promise<http.Agent> {
+    const ca = await this.ca();
+    this.#agent ??= this.https ? new https.Agent({ keepAlive: true, ca }) : new http.Agent({ keepAlive: true });
+    return this.#agent;
+  }
+
+  /**
+   * fetch() for this server. With nothing pinned it is the global fetch; with a pinned CA it is
+   * node:https (the global fetch cannot be given a CA), answered as a standard Response. A URL on
+   * another origin the mesh handed out (its publicUrl) is verified against the same pinned CA.
+   */
+  async fetch(url: string | URL, init: TrustedRequestInit = {}): Promise<Response> {
+    const target = new URL(url);
+    const ca = await this.ca();
+    if (ca === undefined) return fetch(target, init);
+    return nodeFetch(target, init, await this.agent());
+  }
+
+  /** Close idle kept-alive connections. */
+  close(): void {
+    this.#agent?.destroy();
+  }
+
+  /** A sentence for a TLS failure (certificate names, untrusted chain), or null if the error is not about TLS. */
+  explain(error: unknown): string | null {
+    return explainTlsError(error, this.#base, this.pinned);
+  }
+}
+
+function describePins(pins: readonly Pin[]): string {
+  const sources = [...new Set(pins.map((pin) => pin.source))];
+  return `${sources.join(' and ')} ${sources.length > 1 ? 'pin' : 'pins'}`;
+}
+
+/**
+ * Fetch the CA certificate without verifying the server (there is nothing to verify it with yet)
+ * and keep it only if it hashes to every pin. The request carries no grant, so an impostor learns
+ * nothing from it; and an impostor that answers with the real CA certificate gains nothing either,
+ * since every later handshake must present a certificate signed with that CA's private key.
+ */
+async function fetchPinnedCa(base: URL, pins: readonly Pin[]): Promise<string> {
+  const url = new URL(TLS_CA_PATH, base);
+  let response: { status: number; text: string };
+  try {
+    response = await getUnverified(url);
+  } catch (error) {
+    throw new Error(`cannot fetch the TLS CA from ${url}: ${(error as Error).message}`, { cause: error });
+  }
+  if (response.status >= 500) throw new Error(`cannot fetch the TLS CA from ${url}: HTTP ${response.status}`);
+  if (response.status !== 200) {
+    throw new TlsPinError(`${url} answered HTTP ${response.status}: ${base.origin} serves no TLS CA, so it is not a gpumesh orchestrator started with --tls (${describePins(pins)} ${pins[0]!.fingerprint})`);
+  }
+  let actual: string;
+  try {
+    actual = certificateFingerprint(response.text);
+  } catch {
+    throw new TlsPinError(`${url} did not answer with a certificate; refusing to connect (${describePins(pins)} ${pins[0]!.fingerprint})`);
+  }
+  const wrong = pins.filter((pin) => pin.fingerprint !== actual);
+  if (wrong.length > 0) {
+    const expected = wrong.map((pin) => `${pin.fingerprint} (from ${pin.source})`).join(' and ');
+    throw new TlsPinError(
+      `TLS CA mismatch at ${base.origin}: the server's CA is ${actual}, but the pinned CA is ${expected}. ` +
+      'Refusing to connect; no grant was sent. Either this is not your orchestrator, or its CA was replaced and you need a new grant.',
+    );
+  }
+  return response.text;
+}
+
+function getUnverified(url: URL): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const request = https.get(url, { rejectUnauthorized: false, agent: false, timeout: CA_FETCH_TIMEOUT_MS }, (response) => {
+      let text = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => {
+        text += chunk;
+        if (text.length > CA_MAX_BYTES) request.destroy(new Error(`the answer is larger than ${CA_MAX_BYTES} bytes`));
+      });
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));
+      response.on('error', reject);
+    });
+    request.on('timeout', () => request.destroy(new Error(`no answer within ${CA_FETCH_TIMEOUT_MS} ms`)));
+    request.on('error', reject);
+  });
+}
+
+/** One request over node:http(s), answered as a WHATWG Response whose body streams (model pulls, SSE). */
+function nodeFetch(url: URL, init: TrustedRequestInit, agent: http.Agent): Promise<Response> {
+  const transport = url.protocol === 'https:' ? https : http;
+  const method = init.method ?? 'GET';
+  return new Promise((resolve, reject) => {
+    const request = transport.request(url, { method, headers: init.headers, agent, signal: init.signal }, (response) => {
+      const status = response.statusCode ?? 0;
+      const headers = new Headers();
+      for (const [name, value] of Object.entries(response.headers)) {
+        for (const item of [value ?? []].flat()) headers.append(name, item);
+      }
+      const empty = NULL_BODY_STATUSES.has(status) || method === 'HEAD';
+      if (empty) response.resume();
+      const body = empty ? null : (Readable.toWeb(response) as ReadableStream<Uint8Array>);
+      resolve(new Response(body as globalThis.ReadableStream<Uint8Array> | null, { status, statusText: response.statusMessage, headers }));
+    });
+    request.on('error', reject);
+    request.end(init.body);
+  });
+}
+
+const UNTRUSTED_CHAIN = new Set([
+  'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'UNABLE_TO_GET_ISSUER_CERT', 'CERT_SIGNATURE_FAILURE',
+]);
+
+function tlsCode(error: unknown): { code: string; message: string } | null {
+  for (let current = error as { code?: unknown; message?: unknown; cause?: unknown } | undefined, depth = 0; current && depth < 4; current = current.cause as typeof current, depth++) {
+    if (typeof current.code === 'string' && (UNTRUSTED_CHAIN.has(current.code) || current.code.startsWith('ERR_TLS_') || current.code.startsWith('CERT_'))) {
+      return { code: current.code, message: String(current.message) };
+    }
+  }
+  return null;
+}
+
+function explainTlsError(error: unknown, base: URL, pinned: boolean): string | null {
+  const tls = tlsCode(error);
+  if (!tls) return null;
+  const host = base.hostname.replace(/^\[|\]$/g, '');
+  if (tls.code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+    return `the orchestrator's TLS certificate does not name "${host}" (${tls.message}); restart it with --tls-name ${host} (or add it to server.tls.names)`;
+  }
+  if (tls.code === 'CERT_HAS_EXPIRED' || tls.code === 'CERT_NOT_YET_VALID') {
+    return `the orchestrator's TLS certificate is not valid now (${tls.code}); restarting the orchestrator re-issues it, and check this machine's clock`;
+  }
+  if (UNTRUSTED_CHAIN.has(tls.code)) {
+    return pinned
+      ? `the orchestrator's TLS certificate is not signed by the pinned CA (${tls.code})`
+      : `the TLS certificate of ${base.origin} is not trusted by this machine (${tls.code}), and nothing names a CA to pin: ` +
+        'use a grant minted by that mesh (its grants carry a tls-ca caveat) or pass --tls-ca-fingerprint sha256:… (printed by `gpumesh serve --tls`)';
+  }
+  return `TLS failed (${tls.code}): ${tls.message}`;
+}

@@ -1,0 +1,51 @@
+import { ERRORS, isErrorCode } from '../../src/protocol/index.js';
+
+/**
+ * The documented 5xx answers, by path: `/readyz` is 503 NOT_READY while no agent is connected.
+ * Anything else at or above 500 is a bug.
+ */
+export const DOCUMENTED_5XX: Record<string, { status: number; code: string }> = { '/readyz': { status: 503, code: 'NOT_READY' } };
+
+const REGISTERED_STATUSES = new Set<number>(Object.values(ERRORS).map(({ status }) => status));
+
+/**
+ * What must hold of an HTTP answer: no 5xx (unless `allowed` says this one is
+ * documented), and every error in the envelope `{ error: { code, message } }`
+ * with a registered code of that status and its template filled in.
+ * `sent` is the request's text, so a placeholder the client itself sent is not
+ * mistaken for one the server forgot to fill.
+ */
+export function answerProblems(answer: { status: number; contentType: string | undefined; body: string; head: boolean }, sent: string, allowed?: { status: number; code: string }): string[] {
+  const { status } = answer;
+  if (status < 400) return [];
+  const problems: string[] = [];
+  if (!REGISTERED_STATUSES.has(status)) problems.push(`status ${status} has no code in the registry`);
+  if (answer.head) {
+    // A HEAD answer has no body to check.
+    if (status >= 500 && status !== allowed?.status) problems.push(`status ${status} is a server error`);
+    return problems;
+  }
+  if (!answer.contentType?.startsWith('application/json')) problems.push(`content-type ${answer.contentType ?? 'none'} is not JSON`);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(answer.body);
+  } catch {
+    return [...problems, `the body is not JSON: ${JSON.stringify(answer.body.slice(0, 120))}`];
+  }
+  const error = (parsed as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  if (!parsed || typeof parsed !== 'object' || Object.keys(parsed).join() !== 'error' || !error || typeof error !== 'object') {
+    return [...problems, `not the envelope: ${answer.body.slice(0, 160)}`];
+  }
+  if (Object.keys(error).sort().join() !== 'code,message') problems.push(`the error has keys ${Object.keys(error).join(', ')}`);
+  if (typeof error.code !== 'string' || !isErrorCode(error.code)) return [...problems, `code ${String(error.code)} is not in the registry`];
+  if (ERRORS[error.code].status !== status) problems.push(`code ${error.code} is registered as ${ERRORS[error.code].status}, answered ${status}`);
+  if (typeof error.message !== 'string' || error.message.length === 0) problems.push('the message is empty');
+  else {
+    for (const [, name] of ERRORS[error.code].message.matchAll(/\{(\w+)\}/g)) {
+      if (error.message.includes(`{${name}}`) && !sent.includes(`{${name}}`)) problems.push(`the message leaves {${name}} unfilled: ${error.message}`);
+    }
+  }
+  if (status >= 500 && !(allowed && allowed.status === status && allowed.code === error.code)) problems.push(`${status} ${error.code}: ${error.message}`);
+  return problems;
+}
+

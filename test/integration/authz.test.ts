@@ -1,0 +1,297 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { UploadCredentials, inspectGrant, narrowGrant } from '../../src/orchestrator/auth/index.js';
+import { LINK_PATH } from '../../src/protocol/index.js';
+import { meshForFile } from '../helpers/mesh.js';
+
+/**
+ * Who may do what, on every route, in one table: a real `gpumesh up` (the
+ * gallery link it prints, with a short --gallery-ttl), and a grant of each kind.
+ * Every route the server's OpenAPI document lists must have a row, so a new
+ * route cannot ship without an authorization decision; routes hidden from the
+ * document (the agent link, the page, the document itself) have rows too.
+ */
+const running = meshForFile({ args: ['--gallery-ttl', '2h'], env: { GPUMESH_LOG_LEVEL: 'trace' } });
+
+const KINDS = ['none', 'admin', 'client', 'gallery', 'album', 'agent', 'upload', 'expired', 'revoked'] as const;
+type Kind = (typeof KINDS)[number];
+
+interface Fixtures {
+  tokens: Record<Kind, string | null>;
+  /** A finished image job in the default album, and its artifact's digest. */
+  jobId: string;
+  digest: string;
+  /** A fresh grant's id, for the revocation route to take. */
+  throwaway(): Promise<string>;
+}
+
+interface Target {
+  path: string;
+  body?: string | Uint8Array<ArrayBuffer>;
+  contentType?: string;
+}
+
+interface Row {
+  /** `METHOD /path` as in the OpenAPI document. */
+  route: string;
+  /** Not in the OpenAPI document. */
+  hidden?: true;
+  websocket?: true;
+  /** One of the routes that take `?access_token=` (blob reads and event streams). */
+  queryGrant?: true;
+  request(fixtures: Fixtures): Target | Promise<Target>;
+  expect: Record<Kind, number>;
+}
+
+/**
+ * A route that needs a grant: no grant, an expired and a revoked one are always 401. An agent's upload
+ * credential is not a grant at all, so it is 401 everywhere but the upload route.
+ */
+const granted = (outcomes: Omit<Record<Kind, number>, 'none' | 'expired' | 'revoked'>): Record<Kind, number> => ({ none: 401, expired: 401, revoked: 401, ...outcomes });
+const everyone = (status: number): Record<Kind, number> => Object.fromEntries(KINDS.map((kind) => [kind, status])) as Record<Kind, number>;
+const adminOnly = (status: number): Record<Kind, number> => granted({ admin: status, client: 403, gallery: 403, album: 403, agent: 403, upload: 401 });
+const meshRead = granted({ admin: 200, client: 200, gallery: 403, album: 200, agent: 403, upload: 401 });
+
+const tinyImage = JSON.stringify({ type: 'image', input: { prompt: 'authz probe', width: 8, height: 8, steps: 1 } });
+const uploadBytes = new TextEncoder().encode('an output, uploaded by whoever may');
+const uploadDigest = `sha256:${createHash('sha256').update(uploadBytes).digest('hex')}`;
+
+/**
+ * The table. `album` is a full client grant narrowed offline to `albums other`;
+ * `gallery` is the grant in the link `gpumesh up` printed. A job the grant may
+ * not see is 404 (it does not learn the job exists); cancelling a finished job
+ * the grant may cancel is 409 (authorized, but too late).
+ */
+const TABLE: Row[] = [
+  { route: 'GET /healthz', request: () => ({ path: '/healthz' }), expect: everyone(200) },
+  { route: 'GET /readyz', request: () => ({ path: '/readyz' }), expect: everyone(200) },
+  { route: 'GET /v1/status', request: () => ({ path: '/v1/status' }), expect: meshRead },
+  { route: 'GET /metrics', request: () => ({ path: '/metrics' }), expect: meshRead },
+  { route: 'GET /v1/models', request: () => ({ path: '/v1/models' }), expect: meshRead },
+  { route: 'POST /v1/grants', request: () => ({ path: '/v1/grants', body: JSON.stringify({ kind: 'client', note: 'authz table' }) }), expect: adminOnly(201) },
+  { route: 'GET /v1/grants', request: () => ({ path: '/v1/grants?limit=5' }), expect: adminOnly(200) },
+  { route: 'DELETE /v1/grants/{id}', request: async (f) => ({ path: `/v1/grants/${await f.throwaway()}` }), expect: adminOnly(200) },
+  { route: 'GET /v1/audit', request: () => ({ path: '/v1/audit?limit=5' }), expect: adminOnly(200) },
+  // Drain a host that is not connected: authorized (404) for admins only, so the mesh's own agent stays.
+  { route: 'POST /v1/hosts/{id}/drain', request: () => ({ path: '/v1/hosts/nobody-here/drain', body: '{}' }), expect: adminOnly(404) },
+  {
+    route: 'POST /v1/jobs', request: () => ({ path: '/v1/jobs', body: tinyImage }),
+    // The album-narrowed grant's job goes to its own album (a job that names none goes to the grant's first album).
+    expect: granted({ admin: 202, client: 202, gallery: 202, album: 202, agent: 403, upload: 401 }),
+  },
+  {
+    route: 'POST /v1/jobs:batch', request: () => ({ path: '/v1/jobs:batch', body: JSON.stringify({ jobs: [JSON.parse(tinyImage)] }) }),
+    // Each job is admitted or refused on its own, so a grant that may submit at all gets 207.
+    expect: granted({ admin: 207, client: 207, gallery: 207, album: 207, agent: 403, upload: 401 }),
+  },
+  { route: 'GET /v1/jobs', request: () => ({ path: '/v1/jobs?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }) },
+  { route: 'DELETE /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 409, client: 409, gallery: 403, album: 404, agent: 403, upload: 401 }) },
+  {
+    route: 'GET /v1/jobs/{id}/events', queryGrant: true, request: (f) => ({ path: `/v1/jobs/${f.jobId}/events` }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }),
+  },
+  { route: 'GET /v1/events', queryGrant: true, request: () => ({ path: '/v1/events' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
+  // Blobs are shared by digest: a grant limited to albums reads only what was published in them; agents read any (model files).
+  { route: 'GET /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 200, upload: 401 }) },
+  { route: 'HEAD /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 200, upload: 401 }) },
+  { route: 'GET /v1/artifacts', request: () => ({ path: '/v1/artifacts?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
+  {
+    route: 'PUT /v1/jobs/{id}/outputs/{digest}',
+    request: (f) => ({ path: `/v1/jobs/${f.jobId}/outputs/${uploadDigest}`, body: uploadBytes, contentType: 'text/plain' }),
+    // Only an agent's upload credential for the job's batch opens this route (no grant does), and only while the job runs
+    // in that batch: this one has finished, so even the right credential is 403. (201 is covered in test/integration/link.test.ts.)
+    expect: granted({ admin: 401, client: 401, gallery: 401, album: 401, agent: 401, upload: 403 }),
+  },
+  { route: `GET ${LINK_PATH}`, websocket: true, request: () => ({ path: LINK_PATH }), expect: granted({ admin: 101, client: 403, gallery: 403, album: 403, agent: 101, upload: 401 }) },
+  { route: 'GET /', hidden: true, request: () => ({ path: '/' }), expect: everyone(200) },
+  { route: 'GET /web/gallery.js', hidden: true, request: () => ({ path: '/web/gallery.js' }), expect: everyone(200) },
+  { route: 'GET /openapi.json', hidden: true, request: () => ({ path: '/openapi.json' }), expect: everyone(200) },
+];
+
+let fixtures: Fixtures;
+
+async function api<T>(method: string, path: string, body?: unknown, grant = running().admin): Promise<T> {
+  const response = await fetch(`${running().url}${path}`, {
+    method, headers: { authorization: `Bearer ${grant}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = (await response.json()) as T;
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+/** The status a route answers: HTTP status, or 101 when a WebSocket upgrade succeeds. Streams are closed once their headers arrive. */
+async function statusOf(row: Row, target: Target, auth: { header?: string | null; query?: string | null }): Promise<number> {
+  const url = new URL(target.path, running().url);
+  if (auth.query) url.searchParams.set('access_token', auth.query);
+  const headers: Record<string, string> = {};
+  if (auth.header) headers.authorization = `Bearer ${auth.header}`;
+  if (row.websocket) {
+    url.protocol = 'ws:';
+    return new Promise((resolve) => {
+      const socket = new WebSocket(url, { headers });
+      socket.on('upgrade', () => {
+        resolve(101);
+        socket.terminate();
+      });
+      socket.on('unexpected-response', (request, response) => {
+        resolve(response.statusCode ?? 0);
+        request.destroy();
+      });
+      socket.on('error', () => {});
+    });
+  }
+  if (target.body !== undefined) headers['content-type'] = target.contentType ?? 'application/json';
+  const controller = new AbortController();
+  const method = row.route.split(' ')[0]!;
+  const response = await fetch(url, { method, headers, body: target.body, signal: controller.signal });
+  controller.abort();
+  return response.status;
+}
+
+beforeAll(async () => {
+  const mesh = running();
+  const admin = mesh.admin;
+  const mint = async (body: Record<string, unknown>): Promise<{ id: string; token: string }> => api('POST', '/v1/grants', body);
+  const client = await mint({ kind: 'client', note: 'full client' });
+  const agent = await mint({ kind: 'agent', host: 'authz-probe', classes: ['image'] });
+  const expired = await mint({ kind: 'client', expires: '2000-01-01T00:00:00.000Z' });
+  const revoked = await mint({ kind: 'client' });
+  await api('DELETE', `/v1/grants/${revoked.id}`);
+
+  const job = await api<{ id: string }>('POST', '/v1/jobs', { type: 'image', input: { prompt: 'the authz table\'s job', width: 16, height: 16, steps: 1 } });
+  expect((await mesh.client().follow(job.id)).type).toBe('succeeded');
+  const view = await api<{ artifacts: { digest: string }[]; batch: { id: string } }>('GET', `/v1/jobs/${job.id}`);
+
+  // The orchestrator gives its agents an upload credential per batch; sign one the same way, for this job's batch.
+  const rootKey = Buffer.from(readFileSync(join(mesh.data, 'secret.key'), 'utf8').trim(), 'base64');
+  const upload = { token: new UploadCredentials(rootKey).mint(view.batch.id, Date.now() + 3_600_000) };
+
+  fixtures = {
+    tokens: {
+      none: null, admin, client: client.token, gallery: new URL(mesh.galleryUrl).hash.slice('#grant='.length),
+      album: narrowGrant(client.token, ['albums other']), agent: agent.token, upload: upload.token, expired: expired.token, revoked: revoked.token,
+    },
+    jobId: job.id,
+    digest: view.artifacts[0]!.digest,
+    throwaway: async () => (await mint({ kind: 'client', note: 'to be revoked' })).id,
+  };
+});
+
+describe('authorization on every route', () => {
+  it('every route in the OpenAPI document has a row in the table, and every row that is not hidden is in the document', async () => {
+    const document = (await (await fetch(`${running().url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
+    const published = Object.entries(document.paths).flatMap(([path, methods]) => Object.keys(methods).map((method) => `${method.toUpperCase()} ${path}`));
+    const declared = new Set(TABLE.map((row) => row.route));
+    expect(published.filter((route) => !declared.has(route)), 'routes without an authorization decision').toEqual([]);
+    expect(TABLE.filter((row) => !row.hidden && !published.includes(row.route)).map((row) => row.route), 'rows for routes that are gone').toEqual([]);
+    expect(TABLE.filter((row) => row.hidden && published.includes(row.route)).map((row) => row.route), 'rows marked hidden that are published').toEqual([]);
+  });
+
+  it('each route answers each kind of grant as the table says (grant in the Authorization header)', async () => {
+    const mismatches: string[] = [];
+    for (const row of TABLE) {
+      for (const kind of KINDS) {
+        const status = await statusOf(row, await row.request(fixtures), { header: fixtures.tokens[kind] });
+        if (status !== row.expect[kind]) mismatches.push(`${row.route} with ${kind}: ${status}, expected ${row.expect[kind]}`);
+      }
+    }
+    expect(mismatches).toEqual([]);
+  });
+
+  it('a grant in the query string works only on blob reads and event streams; everywhere else it is 400 GRANT_IN_QUERY, header or not (finding 5)', async () => {
+    const mismatches: string[] = [];
+    for (const row of TABLE) {
+      const alone = await statusOf(row, await row.request(fixtures), { query: fixtures.tokens.admin });
+      const expected = row.queryGrant ? row.expect.admin : 400;
+      if (alone !== expected) mismatches.push(`${row.route} with ?access_token=<admin>: ${alone}, expected ${expected}`);
+      // With a header as well: refused everywhere (a grant sent twice is a client mistake too).
+      const both = await statusOf(row, await row.request(fixtures), { query: fixtures.tokens.admin, header: fixtures.tokens.admin });
+      if (both !== 400) mismatches.push(`${row.route} with ?access_token= and a header: ${both}, expected 400`);
+    }
+    expect(mismatches).toEqual([]);
+    // The answer says what to do instead; a query grant can no longer mint an admin grant.
+    const mint = await fetch(`${running().url}/v1/grants?access_token=${encodeURIComponent(running().admin)}`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'admin' }),
+    });
+    expect(mint.status).toBe(400);
+    expect(((await mint.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+      code: 'GRANT_IN_QUERY', message: expect.stringContaining('Authorization: Bearer'),
+    });
+    // The gallery's way of showing images still works: its grant in an <img> URL, for its own album's blobs.
+    const img = await fetch(`${running().url}/v1/blobs/${fixtures.digest}?access_token=${encodeURIComponent(fixtures.tokens.gallery!)}`);
+    expect(img.status).toBe(200);
+    expect(img.headers.get('content-type')).toBe('image/png');
+  });
+
+  it('no grant sent in a URL ends up in the orchestrator\'s log or the audit log', async () => {
+    const tokens = Object.values(fixtures.tokens).filter((token): token is string => token !== null);
+    for (const token of tokens) {
+      await fetch(`${running().url}/v1/jobs?access_token=${encodeURIComponent(token)}`);
+      await fetch(`${running().url}/v1/blobs/${fixtures.digest}?access_token=${encodeURIComponent(token)}`);
+      await fetch(`${running().url}/v1/nothing?access_token=${encodeURIComponent(token)}`);
+    }
+    const audit = JSON.stringify(await api('GET', '/v1/audit?limit=500'));
+    const log = readFileSync(join(running().data, 'logs', 'orchestrator.log'), 'utf8');
+    expect(audit).toContain('GRANT_IN_QUERY');
+    expect(log.length).toBeGreaterThan(0);
+    for (const token of tokens) {
+      // The signature is the part of a token that is secret; the JSON around it is the same for every grant.
+      const signature = UploadCredentials.looksLike(token) ? token.split('.').at(-1)! : JSON.parse(Buffer.from(token, 'base64url').toString()).s64 as string;
+      expect(log).not.toContain(signature);
+      expect(audit).not.toContain(signature);
+    }
+    expect(log).not.toMatch(/access_token=(?!\[redacted\])/);
+  });
+});
+
+describe('the gallery link (finding 4)', () => {
+  it('carries a short-lived grant that may only submit and read images in its album', () => {
+    const { caveats } = inspectGrant(fixtures.tokens.gallery!);
+    expect(caveats).toEqual([
+      'kind client', 'types image', 'albums default', 'actions jobs:submit,jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /),
+    ]);
+    const expires = Date.parse(caveats.at(-1)!.slice('time-before '.length));
+    // --gallery-ttl 2h on this mesh.
+    expect(expires).toBeGreaterThan(Date.now() + 110 * 60_000);
+    expect(expires).toBeLessThanOrEqual(Date.now() + 120 * 60_000);
+    expect(running().output()).toContain('images in album default, until');
+  });
+
+  it('cannot see, follow, fetch or cancel another album\'s job, nor find it in listings or the event stream', async () => {
+    const gallery = fixtures.tokens.gallery!;
+    const seen: string[] = [];
+    const controller = new AbortController();
+    const listening = fetch(`${running().url}/v1/events?access_token=${encodeURIComponent(gallery)}`, { signal: controller.signal })
+      .then(async (response) => {
+        for await (const chunk of response.body!) seen.push(Buffer.from(chunk as Uint8Array).toString());
+      })
+      .catch(() => {});
+    const job = await api<{ id: string }>('POST', '/v1/jobs', { type: 'image', album: 'private', input: { prompt: 'the admin\'s private picture', width: 16, height: 16, steps: 1 } });
+    expect((await running().client().follow(job.id)).type).toBe('succeeded');
+    const digest = (await api<{ artifacts: { digest: string }[] }>('GET', `/v1/jobs/${job.id}`)).artifacts[0]!.digest;
+
+    const as = (method: string, path: string) => fetch(`${running().url}${path}`, { method, headers: { authorization: `Bearer ${gallery}` } });
+    expect((await as('GET', `/v1/jobs/${job.id}`)).status).toBe(404);
+    expect((await as('GET', `/v1/jobs/${job.id}/events`)).status).toBe(404);
+    expect((await as('DELETE', `/v1/jobs/${job.id}`)).status).toBe(403);
+    expect((await as('GET', `/v1/blobs/${digest}`)).status).toBe(404);
+    expect(JSON.stringify(await (await as('GET', '/v1/jobs?limit=200')).json())).not.toContain(job.id);
+    expect(JSON.stringify(await (await as('GET', '/v1/artifacts?limit=200')).json())).not.toContain(job.id);
+    // A client grant narrowed to the default album may cancel, but not a job in another album: 404, as if it did not exist.
+    const defaultOnly = narrowGrant(fixtures.tokens.client!, ['albums default']);
+    const cancel = await fetch(`${running().url}/v1/jobs/${job.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${defaultOnly}` } });
+    expect(cancel.status).toBe(404);
+    // Its own album's jobs do reach it on the stream.
+    const own = await api<{ id: string }>('POST', '/v1/jobs', { type: 'image', input: { prompt: 'for the gallery', width: 16, height: 16, steps: 1 } });
+    await running().client().follow(own.id);
+    await expect.poll(() => seen.join(''), { timeout: 10_000 }).toContain(`"jobId":"${own.id}"`);
+    controller.abort();
+    await listening;
+    expect(seen.join('')).not.toContain(job.id);
+  });
+});
