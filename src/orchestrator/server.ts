@@ -7,6 +7,7 @@ import { agentRoutes } from './http/agents.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
+import { explainRoutes, type ExplainRouteDeps } from './http/explain.js';
 import { galleryRoutes } from './http/gallery.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
@@ -15,7 +16,7 @@ import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -53,6 +54,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   await app.register(fastifyWebsocket, { options: { maxPayload: 4 * 1024 * 1024 } });
   meshRoutes(app, parts);
   jobRoutes(app, parts);
+  explainRoutes(app, parts);
   eventRoutes(app, parts);
   blobRoutes(app, parts);
   agentRoutes(app, parts);

@@ -21,13 +21,13 @@ export const KIND_ACTIONS: Record<GrantKind, ReadonlySet<Action>> = {
 
 export type Caveat =
   | { condition: 'kind'; value: GrantKind }
-  | { condition: 'actions' | 'types' | 'models' | 'classes' | 'albums'; values: string[] }
+  | { condition: 'actions' | 'types' | 'models' | 'classes' | 'hosts' | 'albums'; values: string[] }
   | { condition: 'host'; value: string }
   | { condition: 'time-before'; at: number }
   | { condition: 'max-priority'; level: number }
   | { condition: 'rate'; perMinute: number };
 
-const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'albums']);
+const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'hosts', 'albums']);
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 
 /** Parse one caveat line; returns an error string for text that is not a caveat we know. */
@@ -85,6 +85,7 @@ export interface GrantRequest {
   model?: string;
   /** Classes the work would run on (agent join: all classes the agent claims). */
   classes?: readonly string[];
+  /** The host the request is about (agent join: the host joining). Jobs name none at submit: routing applies `hosts`. */
   host?: string;
   priority?: number;
   album?: string;
@@ -119,6 +120,9 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
     }
     case 'host':
       return request.host === undefined || request.host === caveat.value ? null : `host "${request.host}" is not "${caveat.value}"`;
+    case 'hosts':
+      // Where a job may run is decided at routing, which passes over every host not listed ("host not granted").
+      return inList(caveat.values, request.host, 'host');
     case 'time-before':
       return now < caveat.at ? null : `expired at ${new Date(caveat.at).toISOString()}`;
     case 'max-priority':

@@ -18,6 +18,8 @@ export interface VerifiedGrant {
   models: string[] | null;
   albums: string[] | null;
   classes: string[] | null;
+  /** Hosts its jobs may run on (the intersection of its `hosts` caveats); null = any. */
+  hosts: string[] | null;
   /** The tightest rate caveat in jobs per minute, or null. */
   ratePerMinute: number | null;
   /** The tightest priority ceiling, or null. */
@@ -65,7 +67,7 @@ function parseAll(lines: readonly string[]): Caveat[] {
   });
 }
 
-function intersect(caveats: readonly Caveat[], condition: 'types' | 'models' | 'albums' | 'classes'): string[] | null {
+function intersect(caveats: readonly Caveat[], condition: 'types' | 'models' | 'albums' | 'classes' | 'hosts'): string[] | null {
   let result: string[] | null = null;
   for (const caveat of caveats) {
     if (caveat.condition !== condition) continue;
@@ -88,7 +90,7 @@ function summarize(id: string, caveats: Caveat[], tokenKey: string): VerifiedGra
   return {
     id, kind: kindCaveat.value, caveats, tokenKey, ratePerMinute, maxPriority, expiresAt,
     types: intersect(caveats, 'types'), models: intersect(caveats, 'models'),
-    albums: intersect(caveats, 'albums'), classes: intersect(caveats, 'classes'),
+    albums: intersect(caveats, 'albums'), classes: intersect(caveats, 'classes'), hosts: intersect(caveats, 'hosts'),
   };
 }
 

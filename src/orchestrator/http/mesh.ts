@@ -12,7 +12,7 @@ const names = z.array(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/)).mi
 
 const CreateGrantBody = z.strictObject({
   kind: z.enum(['admin', 'client', 'agent']),
-  types: names, models: names, classes: names, albums: names, actions: names,
+  types: names, models: names, classes: names, hosts: names, albums: names, actions: names,
   host: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/).optional(),
   expires: z.string().max(40).optional(),
   maxPriority: z.int().min(1).optional(),
@@ -48,6 +48,14 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
     schema: { querystring: z.object({ access_token: z.string().optional() }), tags: ['mesh'], summary: 'Hosts, devices, resident models, queue depths' },
     preHandler: auth.require('mesh:read'),
   }, async () => status.view());
+
+  routes.get('/v1/hosts', {
+    schema: {
+      querystring: z.object({ access_token: z.string().optional() }), tags: ['mesh'],
+      summary: 'Every known host: connected or not, health, breakers, capacity, and each replica\'s measured throughput',
+    },
+    preHandler: auth.require('mesh:read'),
+  }, async () => ({ hosts: status.hosts() }));
 
   routes.get('/metrics', {
     schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },

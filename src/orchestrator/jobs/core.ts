@@ -3,9 +3,10 @@ import type { Clock } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { BlobStore, RegisteredModel } from '../registry/index.js';
-import type { HostRegistry, Router } from '../routing/index.js';
+import type { AttemptBudgets, HostRegistry, Router } from '../routing/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import type { Db, GroupCommit } from '../store/index.js';
+import { AttemptTimeouts } from './attempt-timeouts.js';
 import { Cancellation } from './cancellation.js';
 import { Dispatcher } from './dispatcher.js';
 import { Failover } from './failover.js';
@@ -32,6 +33,8 @@ export interface JobCoreDeps {
   retryBackoffMs: number;
   reconnectGraceMs: number;
   uploadLimitBytes: number;
+  /** How long each attempt may take on its host (per-attempt timeouts). */
+  attemptBudgets: AttemptBudgets;
 }
 
 /** The job roles, built in dependency order: what the orchestrator and the role tests both run. */
@@ -44,6 +47,7 @@ export interface JobCore {
   recovery: Recovery;
   outputs: JobOutputs;
   intake: ResultIntake;
+  timeouts: AttemptTimeouts;
   /** Stop every timer the roles hold (shutdown). */
   close(): void;
 }
@@ -61,10 +65,13 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
   const outputs = new JobOutputs({ db, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
   const intake = new ResultIntake({ clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }) });
+  const timeouts = new AttemptTimeouts({
+    clock, states, inFlight, failover, dispatcher, hosts: deps.hosts, budgets: deps.attemptBudgets, metrics, model, log: log.child({ part: 'timeouts' }),
+  });
   return {
-    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake,
+    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake, timeouts,
     close() {
-      for (const part of [dispatcher, failover, cancellation, recovery]) part.close();
+      for (const part of [dispatcher, failover, cancellation, recovery, timeouts]) part.close();
     },
   };
 }

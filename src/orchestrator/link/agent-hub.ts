@@ -9,6 +9,15 @@ import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
 import { HostSession, type HostRegistry } from '../routing/index.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
+type BatchReport = Extract<AgentMessage, { type: 'started' | 'progress' | 'done' | 'failed' }>;
+
+/** A part outside the job roles that watches the links (health probes, the host breakers). */
+export interface LinkObserver {
+  /** Take a report about a batch this part sent itself (a probe); true keeps it from the job roles. */
+  claims?(session: HostSession, message: BatchReport): boolean;
+  /** A host session ended (its link closed, its heartbeats stopped, or a newer connection replaced it). */
+  lost?(session: HostSession, reason: string): void;
+}
 
 export interface AgentHubDeps {
   clock: Clock;
@@ -26,6 +35,7 @@ export interface AgentHubDeps {
   helloTimeoutMs?: number;
   /** Throws if the grant may not join as this host with these classes. */
   authorizeJoin(grant: VerifiedGrant, hello: Hello): void;
+  observers?: readonly LinkObserver[];
 }
 
 /** Just enough of a WebSocket for the hub (ws's WebSocket, or a fake in tests). */
@@ -108,6 +118,7 @@ export class AgentHub {
       this.#sockets.get(previous)?.close(LINK_CLOSE.replaced, 'replaced by a newer connection');
       this.#sockets.delete(previous);
       failover.hostLost(previous, { session, held: hello.inFlight });
+      for (const observer of this.#deps.observers ?? []) observer.lost?.(previous, 'replaced by a newer connection');
     }
     recovery.claim(session, hello.inFlight);
     send({
@@ -121,7 +132,7 @@ export class AgentHub {
   }
 
   #handle(session: HostSession, message: AgentMessage): void {
-    const { intake, clock, hosts } = this.#deps;
+    const { clock, hosts } = this.#deps;
     session.lastSeenAt = clock.now();
     switch (message.type) {
       case 'hello':
@@ -131,13 +142,11 @@ export class AgentHub {
         session.devices = message.devices;
         return;
       case 'started':
-        return intake.started(session, message.batchId, message.jobIds);
       case 'progress':
-        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':
-        return intake.done(session, message);
       case 'failed':
-        return intake.failed(session, message);
+        if (this.#deps.observers?.some((observer) => observer.claims?.(session, message))) return;
+        return this.#report(session, message);
       case 'loaded':
         session.loaded({ model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() });
         hosts.changed();
@@ -150,11 +159,26 @@ export class AgentHub {
     }
   }
 
+  #report(session: HostSession, message: BatchReport): void {
+    const { intake } = this.#deps;
+    switch (message.type) {
+      case 'started':
+        return intake.started(session, message.batchId, message.jobIds);
+      case 'progress':
+        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
+      case 'done':
+        return intake.done(session, message);
+      case 'failed':
+        return intake.failed(session, message);
+    }
+  }
+
   #lost(session: HostSession, reason: string): void {
     this.#sockets.delete(session);
-    if (!this.#deps.hosts.delete(session)) return; // a newer connection already took over
+    if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return; // a newer connection already took over
     this.#deps.log.warn({ host: session.id, batches: session.batches.size, reason }, 'agent lost');
     this.#deps.failover.hostLost(session);
+    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, reason);
     this.#deps.events.publishMesh({ type: 'host:lost', host: session.id, reason, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 

@@ -7,8 +7,10 @@ export interface QueuedJob {
   enqueuedAt: number;
   /** Jobs share a batch only when these are equal (shape parameters and allowed classes). */
   compatKey: string;
-  /** Host classes this job may run on. */
+  /** Host classes this job may run on, in order of preference. */
   classes: readonly string[];
+  /** Hosts its grant allows; null or absent: any. */
+  hosts?: readonly string[] | null;
 }
 
 /**
@@ -36,6 +38,15 @@ export class ModelQueue {
 
   get size(): number {
     return this.#byId.size;
+  }
+
+  get(id: string): QueuedJob | undefined {
+    return this.#byId.get(id);
+  }
+
+  /** Every queued job, in no particular order (for explaining a job's place). */
+  jobs(): IterableIterator<QueuedJob> {
+    return this.#byId.values();
   }
 
   push(job: QueuedJob): void {

@@ -1,0 +1,53 @@
+import type { RegisteredModel } from '../registry/index.js';
+import type { ThroughputBook } from './throughput.js';
+
+export interface AttemptTimeoutPolicy {
+  /** An attempt may take this many times the model's measured run time on its host. */
+  factor: number;
+  /** …never less than this. */
+  floorMs: number;
+  /** Added while the model is not resident when the batch is sent. */
+  loadMs: number;
+}
+
+/** How long an attempt may take, and the words that explain the figure (they end up in AGENT_TIMEOUT). */
+export interface Budget {
+  ms: number;
+  basis: string;
+}
+
+/**
+ * How long a batch may take on a host before it is given up: `factor` times
+ * what the replica's measured throughput says the batch needs, never less
+ * than `floorMs`; before the replica is measured, the model's `maxTimeoutMs`
+ * (no job of it may legitimately run longer). From dispatch until the agent
+ * says it started, `loadMs` more when the model was not resident, since the
+ * agent may have to pull and load it first.
+ */
+export class AttemptBudgets {
+  readonly #throughput: ThroughputBook;
+  readonly #policy: AttemptTimeoutPolicy;
+
+  constructor(throughput: ThroughputBook, policy: AttemptTimeoutPolicy) {
+    this.#throughput = throughput;
+    this.#policy = policy;
+  }
+
+  /** From the agent starting a batch of `jobs` jobs to its last result. */
+  run(host: string, model: RegisteredModel, jobs: number): Budget {
+    const { factor, floorMs } = this.#policy;
+    const rate = this.#throughput.jobsPerSecond(host, model.manifest.name);
+    if (rate === null) return { ms: model.policy.maxTimeoutMs, basis: `the model's maxTimeoutMs: not measured on ${host} yet` };
+    const expectedMs = (jobs / rate) * 1000;
+    const scaled = factor * expectedMs;
+    return scaled >= floorMs
+      ? { ms: Math.ceil(scaled), basis: `${factor} × the ${Math.round(expectedMs)} ms measured for ${jobs} job${jobs === 1 ? '' : 's'}` }
+      : { ms: floorMs, basis: `the floor; ${jobs} job${jobs === 1 ? '' : 's'} measured at ${Math.round(expectedMs)} ms` };
+  }
+
+  /** From dispatch to the agent starting the batch, and on to its last result. */
+  start(host: string, model: RegisteredModel, jobs: number, resident: boolean): Budget {
+    const run = this.run(host, model, jobs);
+    return resident ? run : { ms: run.ms + this.#policy.loadMs, basis: `${run.basis}, plus ${this.#policy.loadMs} ms to load the model` };
+  }
+}
