@@ -3,13 +3,14 @@ import type { Device, ResidentModel } from './link.js';
 
 /**
  * Why a routing decision passed a host over. The first nine are the reasons a
- * host cannot take the job; the last three name usable hosts that lost to a
- * better one. The order is part of the stored route log (each reason is kept
- * as its index), so new reasons are only ever appended.
+ * host cannot take the job; the rest name usable hosts that lost to a better
+ * one (`failed this job`: an earlier attempt of this job failed there, and
+ * another usable host was free). The order is part of the stored route log
+ * (each reason is kept as its index), so new reasons are only ever appended.
  */
 export const ROUTE_SKIP_REASONS = [
   'disconnected', 'draining', 'breaker open', 'unhealthy', 'class not granted', 'host not granted',
-  'model too large', 'no free slot', 'engine missing', 'not resident', 'busier', 'not sampled',
+  'model too large', 'no free slot', 'engine missing', 'not resident', 'busier', 'not sampled', 'failed this job',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 

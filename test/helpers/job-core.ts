@@ -82,7 +82,7 @@ export class JobCoreHarness {
     this.prober = new Prober({
       clock: this.clock, hosts: this.hosts, breakers: this.breakers, health: this.health, budgets, log,
       model: (name) => this.models.get(name), models: () => this.models.values(), uploadCredential: (batchId) => `upload-${batchId}`,
-      intervalMs: options.probeIntervalMs ?? 0,
+      intervalMs: options.probeIntervalMs ?? 0, onProbed: (host, model, outcome) => this.metrics.probed(host, model, outcome),
     });
   }
 

@@ -43,7 +43,7 @@ export class Dispatcher {
   constructor(deps: DispatcherDeps) {
     this.#deps = deps;
     this.#pickHost = (model, job) => {
-      this.#decision = deps.router.route(model, { classes: job.classes, hosts: job.hosts ?? null });
+      this.#decision = deps.router.route(model, { classes: job.classes, hosts: job.hosts ?? null, avoid: job.avoid });
       return this.#decision.host;
     };
     deps.inFlight.onSlotFreed(() => this.requestPump());
@@ -54,17 +54,18 @@ export class Dispatcher {
     });
   }
 
-  /** Put a queued job in its model's queue. */
-  enqueue(job: JobRecord): void {
+  /** Put a queued job in its model's queue; a retry names the hosts that failed it, to go elsewhere when it can. */
+  enqueue(job: JobRecord, avoid: readonly string[] = []): void {
     const model = this.#deps.model(job.model);
     if (!model) {
       this.#deps.states.ended(job, 'failed', new MeshError('UNKNOWN_MODEL', { model: job.model, known: '(the model was removed since the job was queued)' }));
       return;
     }
-    // Jobs share a batch only if they may run on the same hosts: same shapes, same classes in the same order, same granted hosts.
+    // Jobs share a batch only if they would be routed alike: same shapes, same classes in the same order, same granted and avoided hosts.
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
-      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}|${job.hosts?.join(',') ?? '*'}`, classes: job.classes, hosts: job.hosts,
+      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}|${job.hosts?.join(',') ?? '*'}|${avoid.join(',')}`,
+      classes: job.classes, hosts: job.hosts, avoid,
     });
     this.requestPump();
   }

@@ -14,6 +14,8 @@ export const TWO_CHOICES_ABOVE = 4;
 export interface RouteRequest {
   classes: readonly string[];
   hosts: readonly string[] | null;
+  /** Hosts where an earlier attempt of the job failed: taken only when no other usable host of the class is free. */
+  avoid?: readonly string[];
 }
 
 export interface RouterDeps {
@@ -39,6 +41,7 @@ const WARMTH_RANK: Record<Warmth, number> = { resident: 0, cached: 1, cold: 2 };
  * then the lowest load relative to capacity, (jobs in flight + 1) ÷ the
  * replica's measured jobs per second, so a fast GPU takes proportionally more
  * work than a slow one; with many candidates, the better of two random ones.
+ * A retry passes over the hosts that failed it while another is free.
  * Every host passed over is named in the decision with its reason.
  */
 export class Router {
@@ -77,7 +80,12 @@ export class Router {
         else skipped.push({ host: host.id, class: klass, reason: 'no free slot' });
       }
       if (free.length === 0) return { host: null, class: klass, warmth: null, skipped, waitingFor: 'a free slot' };
-      return this.#choose(model, klass, free, skipped);
+      // A retry goes elsewhere when it can: the host that failed it may fail it again.
+      const fresh = request.avoid?.length ? free.filter((host) => !request.avoid!.includes(host.id)) : free;
+      if (fresh.length > 0 && fresh.length < free.length) {
+        for (const host of free) if (!fresh.includes(host)) skipped.push({ host: host.id, class: klass, reason: 'failed this job' });
+      }
+      return this.#choose(model, klass, fresh.length > 0 ? fresh : free, skipped);
     }
     return { host: null, class: null, warmth: null, skipped, waitingFor: 'a host of its classes' };
   }

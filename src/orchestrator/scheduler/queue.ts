@@ -11,6 +11,8 @@ export interface QueuedJob {
   classes: readonly string[];
   /** Hosts its grant allows; null or absent: any. */
   hosts?: readonly string[] | null;
+  /** Hosts where an earlier attempt failed (a retry goes elsewhere when it can). */
+  avoid?: readonly string[];
 }
 
 /**
