@@ -59,10 +59,13 @@ export class JobExplainer {
     const now = clock.now();
     const model = this.#deps.model(job.model);
     const decision: RouteDecision | null = model ? router.route(model, { classes: job.classes, hosts: job.hosts, avoid: failover.failedOn(job.id) }) : null;
-    const hosts = decision ? [
-      ...(decision.host ? [{ host: decision.host.id, class: decision.class, canTake: true, reason: null }] : []),
-      ...decision.skipped.map((skip) => ({ host: skip.host, class: skip.class, canTake: false, reason: skip.reason })),
-    ] : [];
+    // Hosts in the order of the job's classes (the order routing tries them), those of no class of it last.
+    const rank = (klass: string | null): number => (klass === null ? job.classes.length : job.classes.indexOf(klass));
+    const skipped = decision ? [...decision.skipped].sort((a, b) => rank(a.class) - rank(b.class)) : [];
+    const hosts = [
+      ...(decision?.host ? [{ host: decision.host.id, class: decision.class, canTake: true, reason: null }] : []),
+      ...skipped.map((skip) => ({ host: skip.host, class: skip.class, canTake: false, reason: skip.reason })),
+    ];
     const retryAt = failover.retryAt(job.id);
     const standing = scheduler.standing(job.model, job.id, now);
     const position = standing ? { ahead: standing.ahead, queued: standing.queued } : null;
@@ -71,7 +74,7 @@ export class JobExplainer {
 
     if (retryAt !== null) return result('retry backoff', `attempt ${job.attempts} failed (${job.errorCode ?? 'see attempts'}); back in the queue in ${Math.max(0, retryAt - now)} ms`);
     if (!model || !decision) return result('a host of its classes', `model ${job.model} is no longer in the registry`);
-    const blockers = decision.skipped.filter((skip) => !['busier', 'not sampled', 'not resident', 'failed this job'].includes(skip.reason));
+    const blockers = skipped.filter((skip) => !['busier', 'not sampled', 'not resident', 'failed this job'].includes(skip.reason));
     const why = blockers.map((skip) => `${skip.host}: ${skip.reason}`).join('; ');
     if (standing && (!standing.ready || (standing.early && decision.host !== null && decision.host.batches.size > 0))) {
       const by = standing.releaseAt === null ? '' : `; it leaves by ${iso(standing.releaseAt)} whatever the size`;
