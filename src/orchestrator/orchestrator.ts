@@ -124,7 +124,8 @@ export class Orchestrator {
       authorizeJoin: joinAuthorizer(authority, clock),
       observers: [
         { claims: (session, message) => prober.claims(session, message), lost: (session) => prober.hostLost(session) },
-        { lost: (session, reason) => breakers.linkLost(session.id, reason) },
+        // The host's own breaker counts links that drop; an agent that closes its link cleanly has shut down on purpose.
+        { lost: (session, reason, abnormal) => { if (abnormal) breakers.linkLost(session.id, reason); } },
       ],
     });
 

@@ -15,8 +15,11 @@ type BatchReport = Extract<AgentMessage, { type: 'started' | 'progress' | 'done'
 export interface LinkObserver {
   /** Take a report about a batch this part sent itself (a probe); true keeps it from the job roles. */
   claims?(session: HostSession, message: BatchReport): boolean;
-  /** A host session ended (its link closed, its heartbeats stopped, or a newer connection replaced it). */
-  lost?(session: HostSession, reason: string): void;
+  /**
+   * A host session ended (its link closed, its heartbeats stopped, or a newer connection replaced it).
+   * `abnormal` is false only when the agent closed the link cleanly (a close frame: it shut down on purpose).
+   */
+  lost?(session: HostSession, reason: string, abnormal: boolean): void;
 }
 
 export interface AgentHubDeps {
@@ -83,9 +86,10 @@ export class AgentHub {
       }
       this.#handle(session, message);
     });
-    socket.on('close', () => {
+    socket.on('close', (code: number) => {
       helloTimer.cancel();
-      if (session) this.#lost(session, 'link closed');
+      // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
+      if (session) this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
     });
     socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
@@ -118,7 +122,8 @@ export class AgentHub {
       this.#sockets.get(previous)?.close(LINK_CLOSE.replaced, 'replaced by a newer connection');
       this.#sockets.delete(previous);
       failover.hostLost(previous, { session, held: hello.inFlight });
-      for (const observer of this.#deps.observers ?? []) observer.lost?.(previous, 'replaced by a newer connection');
+      // The old link died without the orchestrator noticing: a link failure.
+      for (const observer of this.#deps.observers ?? []) observer.lost?.(previous, 'replaced by a newer connection', true);
     }
     recovery.claim(session, hello.inFlight);
     send({
@@ -173,12 +178,12 @@ export class AgentHub {
     }
   }
 
-  #lost(session: HostSession, reason: string): void {
+  #lost(session: HostSession, reason: string, abnormal: boolean): void {
     this.#sockets.delete(session);
     if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return; // a newer connection already took over
     this.#deps.log.warn({ host: session.id, batches: session.batches.size, reason }, 'agent lost');
     this.#deps.failover.hostLost(session);
-    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, reason);
+    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, reason, abnormal);
     this.#deps.events.publishMesh({ type: 'host:lost', host: session.id, reason, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
@@ -190,7 +195,7 @@ export class AgentHub {
         if (now - session.lastSeenAt <= this.#deps.staleAfterMs) continue;
         this.#deps.log.warn({ host: session.id, silentMs: now - session.lastSeenAt }, 'agent stopped reporting');
         // Its work fails over now; the close frame tells the agent why if it is still listening, and terminate frees the socket.
-        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`);
+        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`, true);
         socket.close(LINK_CLOSE.stale, 'heartbeats stopped');
         socket.terminate();
       }
