@@ -139,6 +139,29 @@ describe('health probes', () => {
     expect(await harness.metrics.text()).toMatch(/gpumesh_probes_total\{host="laptop",model="gen",outcome="ok"\} 1/);
   });
 
+  it('stops probing a replica idle for four intervals, so its model can unload (scale to zero)', async () => {
+    harness = new JobCoreHarness({ probeIntervalMs: 10_000 });
+    const laptop = harness.host('laptop', { resident: true });
+    await harness.settle();
+    for (let i = 0; i < 6; i++) {
+      harness.clock.advance(10_000);
+      await harness.settle();
+      for (const probe of runs(laptop, 'probe').slice(i)) finish(laptop, probe);
+      await harness.settle();
+    }
+    // Probes at 10, 20, 30 and 40 s after it became resident; none once it has been idle for 40 s.
+    expect(runs(laptop, 'probe')).toHaveLength(4);
+    // Real work makes it worth watching again.
+    const job = harness.submit();
+    await harness.settle();
+    finish(laptop, runs(laptop)[0]!);
+    await harness.settle();
+    expect(harness.status(job.id)).toBe('succeeded');
+    harness.clock.advance(10_000);
+    await harness.settle();
+    expect(runs(laptop, 'probe')).toHaveLength(5);
+  });
+
   it('a failed probe makes the replica unhealthy (the router passes it over) until a later probe succeeds', async () => {
     harness = new JobCoreHarness({ probeIntervalMs: 8_000 });
     const laptop = harness.host('laptop', { resident: true });

@@ -11,6 +11,8 @@ interface ReplicaHealth {
   detail: string | null;
   /** The last time a batch or a probe of this replica succeeded. */
   lastGoodAt: number | null;
+  /** The last time a real batch (not a probe) succeeded. */
+  lastWorkAt: number | null;
 }
 
 export interface HealthBookDeps {
@@ -47,6 +49,7 @@ export class HealthBook {
   succeeded(host: string, model: string): void {
     const entry = this.#entry(host, model);
     entry.lastGoodAt = this.#deps.clock.now();
+    entry.lastWorkAt = entry.lastGoodAt;
     if (entry.probeOk === false) {
       entry.probeOk = true;
       entry.detail = null;
@@ -65,11 +68,13 @@ export class HealthBook {
     return this.#deps.clock.now() - host.lastSeenAt > LATE_HEARTBEATS * this.#deps.heartbeatMs ? 'late' : 'healthy';
   }
 
-  replica(host: string, model: string): { state: 'healthy' | 'unhealthy' | 'unknown'; lastProbeAt: number | null; lastGoodAt: number | null; detail: string | null } {
+  replica(host: string, model: string): {
+    state: 'healthy' | 'unhealthy' | 'unknown'; lastProbeAt: number | null; lastGoodAt: number | null; lastWorkAt: number | null; detail: string | null;
+  } {
     const entry = this.#replicas.get(host)?.get(model);
-    if (!entry) return { state: 'unknown', lastProbeAt: null, lastGoodAt: null, detail: null };
+    if (!entry) return { state: 'unknown', lastProbeAt: null, lastGoodAt: null, lastWorkAt: null, detail: null };
     const state = entry.probeOk === false ? 'unhealthy' : entry.probeOk === null && entry.lastGoodAt === null ? 'unknown' : 'healthy';
-    return { state, lastProbeAt: entry.lastProbeAt, lastGoodAt: entry.lastGoodAt, detail: entry.detail };
+    return { state, lastProbeAt: entry.lastProbeAt, lastGoodAt: entry.lastGoodAt, lastWorkAt: entry.lastWorkAt, detail: entry.detail };
   }
 
   modelsOf(host: string): string[] {
@@ -80,7 +85,7 @@ export class HealthBook {
     let models = this.#replicas.get(host);
     if (!models) this.#replicas.set(host, (models = new Map()));
     let entry = models.get(model);
-    if (!entry) models.set(model, (entry = { probeOk: null, lastProbeAt: null, detail: null, lastGoodAt: null }));
+    if (!entry) models.set(model, (entry = { probeOk: null, lastProbeAt: null, detail: null, lastGoodAt: null, lastWorkAt: null }));
     return entry;
   }
 }

@@ -7,6 +7,6 @@ export { BreakerBoard, type BreakerChange, type BreakerBoardDeps } from './break
 export { ThroughputBook, THROUGHPUT_ALPHA } from './throughput.js';
 export { HealthBook, LATE_HEARTBEATS, type HealthBookDeps } from './health.js';
 export { AttemptBudgets, type AttemptTimeoutPolicy, type Budget } from './budgets.js';
-export { Prober, PROBE_SWEEP_MS, type ProberDeps, type ProbeOutcome, type BatchReport } from './prober.js';
+export { Prober, PROBE_SWEEP_MS, PROBE_IDLE_INTERVALS, type ProberDeps, type ProbeOutcome, type BatchReport } from './prober.js';
 export { RoutingFeedback, type RoutingFeedbackDeps } from './feedback.js';
 export { announceBreakers } from './announce.js';

@@ -16,6 +16,11 @@ export type ProbeOutcome = 'ok' | 'failed' | 'timeout' | 'lost' | 'inconclusive'
 
 /** How often the prober looks for replicas due a probe and breakers waiting for a trial. */
 export const PROBE_SWEEP_MS = 1000;
+/**
+ * Scheduled probes stop once a replica has had no real work for this many intervals: each probe counts as use on the
+ * agent, so probing an idle model for ever would keep it from unloading (scale to zero).
+ */
+export const PROBE_IDLE_INTERVALS = 4;
 /** An unhealthy replica is probed again after this share of the interval. */
 const UNHEALTHY_RETRY_SHARE = 0.25;
 /** Finished probes remembered, so a late report about one is acknowledged quietly rather than refused. */
@@ -53,7 +58,8 @@ interface Probe {
  * slot while it runs; its reports are claimed here before the job roles see
  * them. Each resident model that has had nothing succeed for `intervalMs`
  * is probed when its host has a free slot (real work that succeeds is
- * evidence enough, so a busy replica is not probed). A half-open breaker's
+ * evidence enough, so a busy replica is not probed) — until it has had no
+ * real work for `PROBE_IDLE_INTERVALS` intervals, so an idle model can unload. A half-open breaker's
  * trial is a probe too, sent as soon as the host has a slot, so no client job
  * is risked on a replica that just failed. A probe that fails or outlives its
  * budget marks the replica unhealthy and counts against its breaker; one that
@@ -111,7 +117,9 @@ export class Prober {
         if (host.draining || host.freeSlots === 0 || this.#probing(host.id, resident.model)) continue;
         if (breakers.blocking(host.id, resident.model)) continue; // open: it waits; half-open: its trial is sent above
         const replica = health.replica(host.id, resident.model);
-        const last = Math.max(replica.lastGoodAt ?? -Infinity, replica.lastProbeAt ?? -Infinity, this.#residentSince.get(key)!);
+        const since = this.#residentSince.get(key)!;
+        if (now - Math.max(replica.lastWorkAt ?? -Infinity, since) > PROBE_IDLE_INTERVALS * intervalMs) continue; // idle: let it unload
+        const last = Math.max(replica.lastGoodAt ?? -Infinity, replica.lastProbeAt ?? -Infinity, since);
         const due = replica.state === 'unhealthy' ? intervalMs * UNHEALTHY_RETRY_SHARE : intervalMs;
         const model = this.#deps.model(resident.model);
         if (model && now - last >= due) this.#send(host, model, false);
