@@ -29,7 +29,7 @@ async function startAgent(host: string, classes: string): Promise<void> {
 const hostsNow = async (): Promise<HostView[]> => (await admin.request<{ hosts: HostView[] }>('GET', '/v1/hosts')).hosts;
 
 beforeAll(async () => {
-  writeFileSync(join(data, 'mesh.yaml'), stringify({ routing: { image: ['image', 'cloud'], tensor: ['tensor'] } }));
+  writeFileSync(join(data, 'mesh.yaml'), stringify({ routing: { image: ['image', 'cloud'], tensor: ['tensor'] }, health: { probeIntervalMs: 1000 } }));
   serve = gpumesh(['serve', '--data', data, '--port', '0']);
   const urlFile = join(data, 'orchestrator.url');
   await waitFor(() => {
@@ -78,6 +78,22 @@ describe('routing with fallback across real agents', () => {
     const hosts = await hostsNow();
     expect(hosts.find((host) => host.id === 'laptop')).toMatchObject({ connected: false, health: 'disconnected', lostAt: expect.any(String) });
     expect(hosts.find((host) => host.id === 'cloudbox')!.replicas.find((replica) => replica.model === 'gen')).toMatchObject({ resident: true, samples: 1 });
+  });
+
+  it('a real agent answers health probes: one job of the probe input through its engine, no outputs delivered', async () => {
+    const probed = await waitFor(async () => {
+      const replica = (await hostsNow()).find((host) => host.id === 'cloudbox')!.replicas.find((entry) => entry.model === 'gen')!;
+      return replica.lastProbeAt ? replica : null;
+    }, { timeoutMs: 15_000, what: 'a probe of cloudbox/gen' });
+    expect(probed).toMatchObject({ health: 'healthy', healthDetail: null, breaker: { state: 'closed' } });
+    const metrics = new TextDecoder().decode(await admin.download('/metrics'));
+    expect(metrics).toMatch(/gpumesh_probes_total\{host="cloudbox",model="gen",outcome="ok"\} [1-9]/);
+    expect(metrics).not.toMatch(/gpumesh_probes_total\{host="cloudbox",model="gen",outcome="(failed|timeout)"\}/);
+    // Probes are not jobs: none is listed, and no artifact was published for one.
+    const { jobs } = await admin.request<{ jobs: { id: string }[] }>('GET', '/v1/jobs?limit=200');
+    expect(jobs.every((job) => job.id.startsWith('j_'))).toBe(true);
+    const { artifacts } = await admin.request<{ artifacts: { jobId: string }[] }>('GET', '/v1/artifacts?limit=200');
+    expect(artifacts.every((artifact) => artifact.jobId.startsWith('j_'))).toBe(true);
   });
 
   it('explain answers why a queued job still waits: its place, what it waits for, each host and why not', async () => {

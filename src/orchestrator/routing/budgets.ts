@@ -45,6 +45,18 @@ export class AttemptBudgets {
       : { ms: floorMs, basis: `the floor; ${jobs} job${jobs === 1 ? '' : 's'} measured at ${Math.round(expectedMs)} ms` };
   }
 
+  /**
+   * A health probe: one tiny job. Measured replicas get the budget of one job; one not measured yet gets `factor`
+   * floors rather than the model's whole maxTimeoutMs, so a stalled trial does not hold a slot for minutes.
+   */
+  probe(host: string, model: RegisteredModel, resident: boolean): Budget {
+    const { factor, floorMs, loadMs } = this.#policy;
+    const base = this.#throughput.jobsPerSecond(host, model.manifest.name) === null
+      ? { ms: factor * floorMs, basis: `${factor} × the floor: a probe of a replica not measured yet` }
+      : this.run(host, model, 1);
+    return resident ? base : { ms: base.ms + loadMs, basis: `${base.basis}, plus ${loadMs} ms to load the model` };
+  }
+
   /** From dispatch to the agent starting the batch, and on to its last result. */
   start(host: string, model: RegisteredModel, jobs: number, resident: boolean): Budget {
     const run = this.run(host, model, jobs);

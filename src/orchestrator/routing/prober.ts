@@ -179,7 +179,7 @@ export class Prober {
     const batchId = newId('p');
     const jobId = newId('probe');
     const name = model.manifest.name;
-    const budget = budgets.start(host.id, model, 1, host.isResident(name));
+    const budget = budgets.probe(host.id, model, host.isResident(name));
     const probe: Probe = {
       batchId, jobId, host, model: name, trial,
       timer: clock.setTimer(budget.ms, () => {
