@@ -20,7 +20,7 @@ afterAll(async () => {
 
 describe('gpumesh CLI', () => {
   it('every command has --help', async () => {
-    const commands = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
+    const commands = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['models'], ['models', 'build']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));
     results.forEach((result, index) => {
