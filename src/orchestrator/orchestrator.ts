@@ -112,7 +112,7 @@ export class Orchestrator {
       attemptBudgets: budgets,
     });
     const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
-    states.observeAttempts(new RoutingFeedback({ breakers, throughput, health }));
+    states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
     announceBreakers({ breakers, events, metrics, clock, log: log.child({ part: 'breakers' }) });
     const prober = new Prober({
       clock, hosts, breakers, health, budgets, model, models: () => registry.all(), uploadCredential,

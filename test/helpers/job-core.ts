@@ -77,7 +77,7 @@ export class JobCoreHarness {
       retryBackoffMs: options.retryBackoffMs ?? 100, reconnectGraceMs: options.reconnectGraceMs ?? 5_000, uploadLimitBytes: 1 << 20,
       attemptBudgets: budgets,
     });
-    this.core.states.observeAttempts(new RoutingFeedback({ breakers: this.breakers, throughput: this.throughput, health: this.health }));
+    this.core.states.observeAttempts(new RoutingFeedback({ breakers: this.breakers, throughput: this.throughput, health: this.health, model: (name) => this.models.get(name) }));
     announceBreakers({ breakers: this.breakers, events: this.events, metrics: this.metrics, log, clock: this.clock });
     this.prober = new Prober({
       clock: this.clock, hosts: this.hosts, breakers: this.breakers, health: this.health, budgets, log,

@@ -31,7 +31,7 @@ describe('per-attempt timeout', () => {
   it('is factor × the run time measured on that host (at least the floor); a stalled batch fails over with AGENT_TIMEOUT and the breaker counts it', async () => {
     harness = new JobCoreHarness({ attemptTimeout: { factor: 4, floorMs: 1000, loadMs: 5000 }, retryBackoffMs: 100 });
     const laptop = harness.host('laptop', { resident: true });
-    harness.throughput.sample('laptop', 'gen', 1, 500); // 2 jobs/s: one job needs 500 ms, so 2000 ms
+    harness.throughput.sample('laptop', 'gen', { jobs: 1, cost: 64, computeMs: 500 }); // 2 jobs/s: one job needs 500 ms, so 2000 ms
     const job = harness.submit();
     await harness.settle();
     const [run] = runs(laptop);
@@ -44,7 +44,7 @@ describe('per-attempt timeout', () => {
     expect(laptop.of('cancel')).toEqual([{ type: 'cancel', jobId: job.id }]);
     expect(harness.status(job.id)).toBe('queued');
     const [attempt] = jobView(harness.db, harness.core.states.get(job.id)!).attempts;
-    expect(attempt!.error).toEqual({ code: 'AGENT_TIMEOUT', message: 'Host laptop did not finish the batch within 2000 ms (4 × the 500 ms measured for 1 job)' });
+    expect(attempt!.error).toEqual({ code: 'AGENT_TIMEOUT', message: 'Host laptop did not finish the batch within 2000 ms (4 × the 500 ms expected for 1 job at the measured speed)' });
     expect(harness.breakers.view('laptop', 'gen').consecutiveFailures).toBe(1);
     expect(await harness.metrics.text()).toMatch(/gpumesh_attempt_timeouts_total\{host="laptop",model="gen"\} 1/);
     // The retry runs, finishes in time, and nothing fires later.
@@ -57,6 +57,26 @@ describe('per-attempt timeout', () => {
     harness.clock.advance(60_000);
     await harness.settle();
     expect(laptop.of('cancel')).toHaveLength(1);
+  });
+
+  it('scales with the work in the batch: a replica measured on small images gives a large one proportionally longer', async () => {
+    harness = new JobCoreHarness({ attemptTimeout: { factor: 2, floorMs: 1000 }, policy: { retries: 0 } });
+    const laptop = harness.host('laptop', { resident: true });
+    harness.throughput.sample('laptop', 'gen', { jobs: 4, cost: 4 * 8 * 8, computeMs: 40 }); // 8×8 one-step images at 10 ms each
+    const job = harness.core.states.create({
+      id: 'j_large', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], hosts: null,
+      input: { prompt: 'large', seed: 1, width: 64, height: 64, steps: 8 }, grantId: 'g', idempotencyKey: null, createdAt: harness.clock.now(), deadlineAt: null,
+    });
+    harness.core.dispatcher.enqueue(job);
+    await harness.settle();
+    harness.core.intake.started(laptop.session, runs(laptop)[0]!.batchId, [job.id]);
+    // 64×64×8 is 512 times the work of 8×8×1: 5120 ms expected, 10240 ms allowed.
+    harness.clock.advance(10_239);
+    await harness.settle();
+    expect(harness.status(job.id)).toBe('running');
+    harness.clock.advance(1);
+    await harness.settle();
+    expect(harness.core.states.get(job.id)!.errorMessage).toBe('Host laptop did not finish the batch within 10240 ms (2 × the 5120 ms expected for 1 job at the measured speed)');
   });
 
   it('before a replica is measured it is the model\'s maxTimeoutMs, plus loadMs until the agent starts a model that was not resident', async () => {
@@ -79,7 +99,7 @@ describe('per-attempt timeout', () => {
   it('is armed again from the moment the host says it started', async () => {
     harness = new JobCoreHarness({ attemptTimeout: { factor: 2, floorMs: 1000 } });
     const laptop = harness.host('laptop', { resident: true });
-    harness.throughput.sample('laptop', 'gen', 1, 1000); // 2000 ms per job
+    harness.throughput.sample('laptop', 'gen', { jobs: 1, cost: 64, computeMs: 1000 }); // 2000 ms per job
     const job = harness.submit();
     await harness.settle();
     harness.clock.advance(1500);
@@ -186,7 +206,7 @@ describe('health probes', () => {
   it('a probe that outlives its budget is a failure, and the host is told to stop it', async () => {
     harness = new JobCoreHarness({ probeIntervalMs: 5_000, attemptTimeout: { floorMs: 1000, factor: 2 } });
     const laptop = harness.host('laptop', { resident: true });
-    harness.throughput.sample('laptop', 'gen', 1, 100);
+    harness.throughput.sample('laptop', 'gen', { jobs: 1, cost: 64, computeMs: 100 });
     await harness.settle();
     harness.clock.advance(5_000);
     await harness.settle();
@@ -244,8 +264,8 @@ describe('breakers fed by real outcomes, with probes as half-open trials', () =>
     harness = new JobCoreHarness({ breakers: { failuresToOpen: 3, failureRatio: 0.3, window: 6, minCalls: 3, openForS: 60 }, retryBackoffMs: 10 });
     const flaky = harness.host('a-flaky', { resident: true });
     const steady = harness.host('b-steady', { resident: true });
-    harness.throughput.sample('a-flaky', 'gen', 1, 10); // the flaky host is fast, so it is first choice
-    harness.throughput.sample('b-steady', 'gen', 1, 50);
+    harness.throughput.sample('a-flaky', 'gen', { jobs: 1, cost: 64, computeMs: 10 }); // the flaky host is fast, so it is first choice
+    harness.throughput.sample('b-steady', 'gen', { jobs: 1, cost: 64, computeMs: 50 });
     let flakyBatches = 0;
     const answered = new Set<string>();
     const jobs = [];

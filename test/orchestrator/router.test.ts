@@ -10,7 +10,7 @@ import {
 const model = (memoryMB = 100): RegisteredModel => ({
   manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:gen', bytes: 1, memoryMB, jobTypes: ['image'], params: {} },
   policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0 },
-  pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}) },
+  pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
 });
 
 /** A router over its real parts (registry, breakers, health, throughput) on a fake clock. */
@@ -119,8 +119,8 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     const { router, host, throughput } = mesh();
     const fast = host('fast', { concurrency: 100 });
     const slow = host('slow', { concurrency: 100 });
-    throughput.sample('fast', 'gen', 8, 1000); // 8 jobs/s
-    throughput.sample('slow', 'gen', 2, 1000); // 2 jobs/s
+    throughput.sample('fast', 'gen', { jobs: 8, cost: 8, computeMs: 1000 }); // 8 jobs/s
+    throughput.sample('slow', 'gen', { jobs: 2, cost: 2, computeMs: 1000 }); // 2 jobs/s
     for (let i = 0; i < 50; i++) busy(router.route(model(), image).host!);
     // (in flight + 1) ÷ rate stays level: 40 on the fast one, 10 on the slow one.
     expect(fast.jobsInFlight).toBe(40);
@@ -133,7 +133,7 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     const { router, host, throughput } = mesh();
     const known = host('known', { concurrency: 10 });
     const fresh = host('fresh', { concurrency: 10 });
-    throughput.sample('known', 'gen', 4, 1000);
+    throughput.sample('known', 'gen', { jobs: 4, cost: 4, computeMs: 1000 });
     busy(known, 2);
     expect(throughput.assumed('gen')).toBe(4);
     expect(router.route(model(), image).host).toBe(fresh);

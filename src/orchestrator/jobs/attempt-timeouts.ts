@@ -28,6 +28,8 @@ interface Watched {
   model: RegisteredModel;
   /** Its jobs whose attempt has not ended. */
   jobIds: Set<string>;
+  /** The cost of one of its jobs (jobs that share a batch cost the same). */
+  jobCost: number;
   timer: Timer;
 }
 
@@ -53,14 +55,19 @@ export class AttemptTimeouts implements AttemptObserver {
     const model = this.#deps.model(jobs[0]!.model);
     if (!model) return;
     const resident = this.#deps.hosts.get(place.host)?.isResident(model.manifest.name) ?? false;
-    const watched: Watched = { host: place.host, model, jobIds: new Set(jobs.map((job) => job.id)), timer: { cancel() {} } };
+    const jobCost = model.pipeline.cost(jobs[0]!.input);
+    const watched: Watched = { host: place.host, model, jobIds: new Set(jobs.map((job) => job.id)), jobCost, timer: { cancel() {} } };
     this.#batches.set(place.batchId, watched);
-    this.#arm(place.batchId, watched, this.#deps.budgets.start(place.host, model, jobs.length, resident));
+    this.#arm(place.batchId, watched, this.#deps.budgets.start(place.host, model, this.#work(watched), resident));
   }
 
   started(batchId: string): void {
     const watched = this.#batches.get(batchId);
-    if (watched) this.#arm(batchId, watched, this.#deps.budgets.run(watched.host, watched.model, watched.jobIds.size));
+    if (watched) this.#arm(batchId, watched, this.#deps.budgets.run(watched.host, watched.model, this.#work(watched)));
+  }
+
+  #work(watched: Watched): { jobs: number; cost: number } {
+    return { jobs: watched.jobIds.size, cost: watched.jobIds.size * watched.jobCost };
   }
 
   ended(outcome: AttemptOutcome): void {

@@ -1,4 +1,5 @@
 import type { AttemptObserver, AttemptOutcome } from '../jobs/states.js';
+import type { RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard } from './breakers.js';
 import type { HealthBook } from './health.js';
 import type { ThroughputBook } from './throughput.js';
@@ -10,12 +11,14 @@ export interface RoutingFeedbackDeps {
   breakers: BreakerBoard;
   throughput: ThroughputBook;
   health: HealthBook;
+  model(name: string): RegisteredModel | undefined;
 }
 
 /**
  * What routing learns from attempts as they end. A batch counts once, by its
  * first result that counts: a success feeds the replica's throughput (batch
- * size ÷ compute time), closes the way for its breakers and marks it healthy;
+ * size, and its cost, ÷ compute time; jobs that share a batch cost the same,
+ * so one job's input prices the batch), counts for its breakers and marks it healthy;
  * a failure that is not the input's fault counts against the replica's
  * breaker. Lost attempts are not counted here: the host's link breaker counts
  * the link going down, once, however many batches it held. Cancelled and
@@ -33,7 +36,10 @@ export class RoutingFeedback implements AttemptObserver {
     const { host, batchId, job } = outcome;
     if (outcome.status === 'succeeded') {
       if (!this.#first(batchId)) return;
-      if (outcome.computeMs !== null) this.#deps.throughput.sample(host, job.model, outcome.batchSize, outcome.computeMs);
+      const model = this.#deps.model(job.model);
+      if (outcome.computeMs !== null && model) {
+        this.#deps.throughput.sample(host, job.model, { jobs: outcome.batchSize, cost: outcome.batchSize * model.pipeline.cost(job.input), computeMs: outcome.computeMs });
+      }
       this.#deps.health.succeeded(host, job.model);
       this.#deps.breakers.success(host, job.model);
       return;

@@ -3,7 +3,16 @@ export const THROUGHPUT_ALPHA = 0.3;
 
 interface Rate {
   jobsPerSecond: number;
+  /** Work per second in the pipeline's cost units (image: pixel-steps), which predicts run times across input sizes. */
+  costPerSecond: number;
   samples: number;
+}
+
+/** One completed batch: its jobs, their total cost (`Pipeline.cost`) and the engine's time for it. */
+export interface BatchSample {
+  jobs: number;
+  cost: number;
+  computeMs: number;
 }
 
 /**
@@ -16,19 +25,27 @@ interface Rate {
 export class ThroughputBook {
   readonly #rates = new Map<string, Map<string, Rate>>();
 
-  /** A batch of `jobs` jobs of `model` took `computeMs` on `host`. */
-  sample(host: string, model: string, jobs: number, computeMs: number): void {
-    // A stand-in or a cached answer can report 0 ms; one millisecond keeps the rate finite.
-    const rate = jobs / (Math.max(1, computeMs) / 1000);
+  /** A batch of `model` completed on `host`. */
+  sample(host: string, model: string, batch: BatchSample): void {
+    // A stand-in or a cached answer can report 0 ms; one millisecond keeps the rates finite.
+    const seconds = Math.max(1, batch.computeMs) / 1000;
+    const jobsPerSecond = batch.jobs / seconds;
+    const costPerSecond = batch.cost / seconds;
     let models = this.#rates.get(host);
     if (!models) this.#rates.set(host, (models = new Map()));
     const entry = models.get(model);
     if (!entry) {
-      models.set(model, { jobsPerSecond: rate, samples: 1 });
+      models.set(model, { jobsPerSecond, costPerSecond, samples: 1 });
       return;
     }
-    entry.jobsPerSecond += THROUGHPUT_ALPHA * (rate - entry.jobsPerSecond);
+    entry.jobsPerSecond += THROUGHPUT_ALPHA * (jobsPerSecond - entry.jobsPerSecond);
+    entry.costPerSecond += THROUGHPUT_ALPHA * (costPerSecond - entry.costPerSecond);
     entry.samples++;
+  }
+
+  /** Measured work per second in the pipeline's cost units, or null before the first batch. */
+  costPerSecond(host: string, model: string): number | null {
+    return this.#rates.get(host)?.get(model)?.costPerSecond ?? null;
   }
 
   /** The measured rate, or null before the first batch. */
