@@ -1,5 +1,7 @@
-import { readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HostView, JobView, MeshEvent } from '../../src/protocol/index.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
@@ -119,6 +121,12 @@ describe('a flapping host behind a circuit breaker', () => {
     expect(metrics).toMatch(/gpumesh_attempt_timeouts_total\{host="flappy",model="gen"\} 1/);
     expect(metrics).toMatch(/gpumesh_probes_total\{host="flappy",model="gen",outcome="ok"\} [2-9]/);
     expect(metrics).toMatch(/gpumesh_replica_throughput_jobs_per_second\{host="flappy",model="gen"\} \d/);
+    const file = join(mesh.data, 'metrics.txt');
+    writeFileSync(file, metrics);
+    const checked = await promisify(execFile)('sh', ['-c', `promtool check metrics < ${file}`]).catch((error: { stdout: string; stderr: string }) => {
+      throw new Error(`promtool check metrics failed: ${error.stdout}${error.stderr}`);
+    });
+    expect(checked.stdout + checked.stderr).not.toMatch(/error/i);
 
     const logs = mesh.output() + readFileSync(join(mesh.data, 'logs', 'orchestrator.log'), 'utf8');
     expect(logs).toContain('breaker of flappy/gen opened');
