@@ -28,7 +28,7 @@ function fail(host: FakeHost, run: Run, code = 'ENGINE_CRASHED', retryable = tru
 const runs = (host: FakeHost, kind: 'probe' | 'job' = 'job'): Run[] => host.of('run').filter((run) => Boolean(run.probe) === (kind === 'probe'));
 
 describe('per-attempt timeout', () => {
-  it('is factor × the run time measured on that host (at least the floor); a stalled batch fails over with AGENT_TIMEOUT and the breaker counts it', async () => {
+  it('is factor × what the measured speed says the batch needs (at least the floor); a stalled batch fails over with AGENT_TIMEOUT and the breaker counts it', async () => {
     harness = new JobCoreHarness({ attemptTimeout: { factor: 4, floorMs: 1000, loadMs: 5000 }, retryBackoffMs: 100 });
     const laptop = harness.host('laptop', { resident: true });
     harness.throughput.sample('laptop', 'gen', { jobs: 1, cost: 64, computeMs: 500 }); // 2 jobs/s: one job needs 500 ms, so 2000 ms
