@@ -60,6 +60,7 @@ export const ERRORS = {
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
+  AGENT_TIMEOUT: { status: 504, message: 'Host {host} did not finish the batch within {budgetMs} ms ({basis})' },
   CANCELLED: { status: 409, message: 'The job was cancelled' },
   DEADLINE_EXCEEDED: { status: 504, message: 'The job passed its deadline' },
   RETRIES_EXHAUSTED: { status: 502, message: 'The job failed {attempts} times: {detail}' },

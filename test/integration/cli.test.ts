@@ -21,7 +21,7 @@ afterAll(async () => {
 describe('gpumesh CLI', () => {
   // Nineteen CLI processes at once: give them room on a loaded machine.
   it('every command has --help', { timeout: 180_000 }, async () => {
-    const commands = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
+    const commands = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
       ['models'], ['models', 'build']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));

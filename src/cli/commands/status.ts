@@ -1,32 +1,54 @@
 import { Command } from 'commander';
-import type { Device, ResidentModel } from '../../protocol/index.js';
+import type { BreakerView, HostView } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../settings.js';
 import { printJson, table } from '../output.js';
 import { withClientOptions } from './shared.js';
 
 interface Status {
-  hosts: {
-    id: string; classes: string[]; engines: string[]; devices: Device[]; resident: ResidentModel[];
-    batchesInFlight: number; jobsInFlight: number; lastSeenAt: string;
-  }[];
   queues: Record<string, { depth: number; limit: number }>;
   jobs: Record<string, number>;
 }
 
+/** `open until 12:00:03 (2nd time)`, `half-open (1 trial ok)`, `closed`. */
+export function breakerText(breaker: BreakerView): string {
+  if (breaker.state === 'open') return `open until ${breaker.openUntil?.slice(11, 19) ?? '?'}${breaker.opens > 1 ? ` (${breaker.opens} times)` : ''}`;
+  if (breaker.state === 'half-open') return `half-open (${breaker.trialSuccesses} trial${breaker.trialSuccesses === 1 ? '' : 's'} ok)`;
+  return breaker.consecutiveFailures > 0 ? `closed (${breaker.consecutiveFailures} failed)` : 'closed';
+}
+
+function hostsTable(hosts: HostView[]): string {
+  return table(
+    ['HOST', 'CLASSES', 'DEVICE', 'MEMORY (used/budget/total MB)', 'RESIDENT', 'IN FLIGHT', 'SLOTS FREE', 'HEALTH', 'LINK BREAKER'],
+    hosts.flatMap((host) => (host.devices.length > 0 ? host.devices : [null]).map((device, index) => [
+      index === 0 ? host.id : '', index === 0 ? host.classes.join(',') : '', device ? `${device.id} ${device.name}` : '-',
+      device ? `${device.usedMB}/${device.budgetMB}/${device.memoryTotalMB}` : '-',
+      host.resident.filter((model) => model.device === device?.id).map((model) => `${model.model} (${model.memoryMB} MB)`).join(', ') || '-',
+      index === 0 ? `${host.jobsInFlight} jobs` : '',
+      index === 0 ? `${host.freeSlots}/${host.concurrency}` : '',
+      index === 0 ? `${host.health}${host.draining ? ', draining' : ''}` : '',
+      index === 0 ? breakerText(host.breaker) : '',
+    ])),
+  );
+}
+
+function replicasTable(hosts: HostView[]): string {
+  const rows = hosts.flatMap((host) => host.replicas.map((replica) => [
+    host.id, replica.model, replica.resident ? 'yes' : 'no',
+    replica.throughput === null ? '-' : `${replica.throughput >= 10 ? replica.throughput.toFixed(0) : replica.throughput.toFixed(2)} jobs/s (${replica.samples})`,
+    replica.health + (replica.healthDetail ? `: ${replica.healthDetail.slice(0, 60)}` : ''), breakerText(replica.breaker),
+  ]));
+  return rows.length === 0 ? 'replicas: none measured yet' : table(['HOST', 'MODEL', 'RESIDENT', 'THROUGHPUT (batches)', 'HEALTH', 'BREAKER'], rows);
+}
+
 async function status(options: ClientOptions & { json?: boolean }): Promise<void> {
   const client = clientFrom(options);
-  const current = await client.request<Status>('GET', '/v1/status');
-  if (options.json) return printJson(current);
+  const [current, { hosts }] = await Promise.all([
+    client.request<Status>('GET', '/v1/status'), client.request<{ hosts: HostView[] }>('GET', '/v1/hosts'),
+  ]);
+  if (options.json) return printJson({ ...current, hosts });
   const out: string[] = [`mesh at ${client.baseUrl}`, ''];
-  out.push(current.hosts.length === 0 ? 'hosts: none connected' : table(
-    ['HOST', 'CLASSES', 'DEVICE', 'MEMORY (used/budget/total MB)', 'RESIDENT', 'IN FLIGHT'],
-    current.hosts.flatMap((host) => host.devices.map((device, index) => [
-      index === 0 ? host.id : '', index === 0 ? host.classes.join(',') : '', `${device.id} ${device.name}`,
-      `${device.usedMB}/${device.budgetMB}/${device.memoryTotalMB}`,
-      host.resident.filter((model) => model.device === device.id).map((model) => `${model.model} (${model.memoryMB} MB)`).join(', ') || '-',
-      index === 0 ? `${host.jobsInFlight} jobs` : '',
-    ])),
-  ));
+  out.push(hosts.length === 0 ? 'hosts: none connected' : hostsTable(hosts));
+  if (hosts.length > 0) out.push('', replicasTable(hosts));
   out.push('', table(['MODEL', 'QUEUED', 'LIMIT'], Object.entries(current.queues).map(([model, queue]) => [model, String(queue.depth), String(queue.limit)])));
   out.push('', `jobs: ${Object.entries(current.jobs).map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`);
   process.stdout.write(`${out.join('\n')}\n`);
@@ -34,7 +56,7 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
 
 export function statusCommand(): Command {
   return withClientOptions(new Command('status'))
-    .description('Show hosts, their devices and memory, resident models and queue depths')
+    .description('Show hosts (health, breakers, free slots, devices and memory, resident models), each replica\'s measured throughput and breaker, and queue depths')
     .option('--json', 'print JSON')
     .action((options) => status(options));
 }

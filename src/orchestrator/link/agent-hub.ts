@@ -9,6 +9,18 @@ import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
 import { HostSession, type HostRegistry } from '../routing/index.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
+type BatchReport = Extract<AgentMessage, { type: 'started' | 'progress' | 'done' | 'failed' }>;
+
+/** A part outside the job roles that watches the links (health probes, the host breakers). */
+export interface LinkObserver {
+  /** Take a report about a batch this part sent itself (a probe); true keeps it from the job roles. */
+  claims?(session: HostSession, message: BatchReport): boolean;
+  /**
+   * A host session ended (its link closed, its heartbeats stopped, or a newer connection replaced it).
+   * `abnormal` is false only when the agent closed the link cleanly (a close frame: it shut down on purpose).
+   */
+  lost?(session: HostSession, reason: string, abnormal: boolean): void;
+}
 
 export interface AgentHubDeps {
   clock: Clock;
@@ -28,6 +40,7 @@ export interface AgentHubDeps {
   authorizeJoin(grant: VerifiedGrant, hello: Hello): void;
   /** Calls `onEnd` once when the grant is revoked or expires; returns a function that stops watching. */
   watchGrant(grant: VerifiedGrant, onEnd: (why: GrantEnd) => void): () => void;
+  observers?: readonly LinkObserver[];
 }
 
 /** Just enough of a WebSocket for the hub (ws's WebSocket, or a fake in tests). */
@@ -63,7 +76,7 @@ export class AgentHub {
       grantEnded = true;
       helloTimer.cancel();
       this.#deps.log.warn({ host: session?.id, grant: grant.id, why }, 'agent grant ended; closing its link');
-      if (session) this.#lost(session, `grant ${why}`);
+      if (session) this.#lost(session, `grant ${why}`, false);
       socket.close(LINK_CLOSE.rejected, `grant ${why}`);
     });
     socket.on('message', (data: Buffer, isBinary: boolean) => {
@@ -86,10 +99,11 @@ export class AgentHub {
       }
       this.#handle(session, message);
     });
-    socket.on('close', () => {
+    socket.on('close', (code: number) => {
       helloTimer.cancel();
       stopWatching();
-      if (session) this.#lost(session, 'link closed');
+      // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
+      if (session) this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
     });
     socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
@@ -122,6 +136,8 @@ export class AgentHub {
       this.#sockets.get(previous)?.close(LINK_CLOSE.replaced, 'replaced by a newer connection');
       this.#sockets.delete(previous);
       failover.hostLost(previous, { session, held: hello.inFlight });
+      // The old link died without the orchestrator noticing: a link failure.
+      for (const observer of this.#deps.observers ?? []) observer.lost?.(previous, 'replaced by a newer connection', true);
     }
     recovery.claim(session, hello.inFlight);
     send({
@@ -135,7 +151,7 @@ export class AgentHub {
   }
 
   #handle(session: HostSession, message: AgentMessage): void {
-    const { intake, clock, hosts } = this.#deps;
+    const { clock, hosts } = this.#deps;
     session.lastSeenAt = clock.now();
     switch (message.type) {
       case 'hello':
@@ -145,13 +161,11 @@ export class AgentHub {
         session.devices = message.devices;
         return;
       case 'started':
-        return intake.started(session, message.batchId, message.jobIds);
       case 'progress':
-        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':
-        return intake.done(session, message);
       case 'failed':
-        return intake.failed(session, message);
+        if (this.#deps.observers?.some((observer) => observer.claims?.(session, message))) return;
+        return this.#report(session, message);
       case 'loaded':
         session.loaded({ model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() });
         hosts.changed();
@@ -164,11 +178,26 @@ export class AgentHub {
     }
   }
 
-  #lost(session: HostSession, reason: string): void {
+  #report(session: HostSession, message: BatchReport): void {
+    const { intake } = this.#deps;
+    switch (message.type) {
+      case 'started':
+        return intake.started(session, message.batchId, message.jobIds);
+      case 'progress':
+        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
+      case 'done':
+        return intake.done(session, message);
+      case 'failed':
+        return intake.failed(session, message);
+    }
+  }
+
+  #lost(session: HostSession, reason: string, abnormal: boolean): void {
     this.#sockets.delete(session);
-    if (!this.#deps.hosts.delete(session)) return; // a newer connection already took over
+    if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return; // a newer connection already took over
     this.#deps.log.warn({ host: session.id, batches: session.batches.size, reason }, 'agent lost');
     this.#deps.failover.hostLost(session);
+    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, reason, abnormal);
     this.#deps.events.publishMesh({ type: 'host:lost', host: session.id, reason, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
@@ -180,7 +209,7 @@ export class AgentHub {
         if (now - session.lastSeenAt <= this.#deps.staleAfterMs) continue;
         this.#deps.log.warn({ host: session.id, silentMs: now - session.lastSeenAt }, 'agent stopped reporting');
         // Its work fails over now; the close frame tells the agent why if it is still listening, and terminate frees the socket.
-        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`);
+        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`, true);
         socket.close(LINK_CLOSE.stale, 'heartbeats stopped');
         socket.terminate();
       }

@@ -33,6 +33,10 @@ export class HostSession {
   /** Model digests in the agent's local file cache (loading one of these needs no pull). */
   readonly cached: Set<string>;
   readonly batches = new Map<string, InFlightBatch>();
+  /** Health probes running here (batch ids); each takes a slot like a batch. */
+  readonly probes = new Set<string>();
+  /** Finishing its work and taking no more (set by whoever drains hosts); the router passes it over. */
+  draining = false;
   readonly #send: (message: OrchestratorMessage) => void;
   #acks: string[] = [];
 
@@ -51,7 +55,7 @@ export class HostSession {
   }
 
   get freeSlots(): number {
-    return Math.max(0, this.info.concurrency - this.batches.size);
+    return Math.max(0, this.info.concurrency - this.batches.size - this.probes.size);
   }
 
   get jobsInFlight(): number {
