@@ -350,6 +350,11 @@ export class Agent {
       this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: output.retryable, error: { code: output.code, message: output.message } });
       return;
     }
+    if (message.probe) {
+      // A health probe: the orchestrator wants to know the model still runs, not its output.
+      this.#report({ type: 'done', jobId: job.id, batchId: message.batchId, artifacts: [], timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received } });
+      return;
+    }
     try {
       const artifacts: ArtifactReport[] = [];
       // Small outputs ride in the report itself (one hop instead of an upload and a report); the rest are uploaded.

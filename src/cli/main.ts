@@ -4,6 +4,7 @@ import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ApiError } from './client.js';
 import { agentCommand } from './commands/agent.js';
+import { explainCommand } from './commands/explain.js';
 import { grantCommand } from './commands/grant.js';
 import { jobsCommand } from './commands/jobs.js';
 import { modelsCommand } from './commands/models.js';
@@ -21,7 +22,7 @@ const program = new Command('gpumesh')
   .enablePositionalOptions()
   .exitOverride();
 
-for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), jobsCommand(), grantCommand(), modelsCommand()]) {
+for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), explainCommand(), jobsCommand(), grantCommand(), modelsCommand()]) {
   program.addCommand(command);
 }
 

@@ -42,6 +42,30 @@ const ModelPolicy = z.strictObject({
   }
 });
 
+/**
+ * One circuit breaker policy (docs/operations.md, "Breakers"). A breaker opens after `failuresToOpen` failures
+ * in a row, or when more than `failureRatio` of the last `window` outcomes failed (once it has seen `minCalls`);
+ * stays open `openForS`, doubling each time it reopens without having closed, up to `maxOpenForS`; then
+ * half-opens and lets one trial (a health probe) through at a time; closes after `successesToClose` trials succeed.
+ */
+const BreakerPolicy = z.strictObject({
+  /** Failures in a row that open it. Default 3. */
+  failuresToOpen: z.int().min(1).max(1000).default(3),
+  /** Share of failed outcomes in the window, above which it opens. Default 0.25. */
+  failureRatio: z.number().gt(0).lt(1).default(0.25),
+  /** Outcomes the ratio looks back over. Default 20. */
+  window: z.int().min(2).max(1000).default(20),
+  /** The ratio counts only once the window holds this many outcomes. Default 8. */
+  minCalls: z.int().min(1).max(1000).default(8),
+  /** How long it stays open the first time. Default 10 s. */
+  openForS: z.number().min(0.05).max(86_400).default(10),
+  /** The longest open period, however often it reopens. Default 300 s. */
+  maxOpenForS: z.number().min(0.05).max(86_400).default(300),
+  /** Trials that must succeed, one after another, to close it. Default 2. */
+  successesToClose: z.int().min(1).max(100).default(2),
+});
+export type BreakerPolicy = z.output<typeof BreakerPolicy>;
+
 export const MeshConfigInput = z.strictObject({
   server: z.strictObject({
     /** Default 127.0.0.1: only this machine. Use 0.0.0.0 to accept agents from other hosts. */
@@ -67,7 +91,10 @@ export const MeshConfigInput = z.strictObject({
   }).prefault({}),
   /** Where the SQLite store and blobs live. Default ./.gpumesh (or $GPUMESH_HOME). */
   data: z.string().optional(),
-  /** Job type → the host classes that may run it. Default: each type to the class of the same name. */
+  /**
+   * Job type → the host classes that may run it, in order of preference: the first class with a usable replica
+   * wins, later ones are fallbacks. Default: each type to the class of the same name.
+   */
   routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], tensor: ['tensor'] }),
   /** Job type → the model used when a job names none. */
   defaultModels: z.record(z.string(), z.string()).default({ image: 'gen', tensor: 'mlp' }),
@@ -121,6 +148,27 @@ export const MeshConfigInput = z.strictObject({
     retentionDays: z.int().min(1).max(3650).default(30),
     /** At most this many entries are kept (the newest). Default 100000. */
     maxRows: z.int().min(100).default(100_000),
+  }).prefault({}),
+  breakers: z.strictObject({
+    /** One breaker per host × model: failures of batches of that model on that host. */
+    replica: BreakerPolicy.prefault({}),
+    /** One per host: its link dropping (socket closed, heartbeats stopped). */
+    host: BreakerPolicy.prefault({}),
+  }).prefault({}),
+  health: z.strictObject({
+    /**
+     * Each resident model that has had no successful batch for this long gets a probe: one tiny job through
+     * the normal path. 0 turns scheduled probes off (breakers still use probes as their half-open trials). Default 30 s.
+     */
+    probeIntervalMs: z.int().min(0).default(30_000),
+    attemptTimeout: z.strictObject({
+      /** An attempt may take this many times the model's measured run time on its host. Default 5. */
+      factor: z.number().min(1).max(1000).default(5),
+      /** …but never less than this. Default 10 s. */
+      floorMs: z.int().min(50).default(10_000),
+      /** Added while the model was not resident when the batch was sent (pull and load). Default 120 s. */
+      loadMs: z.int().min(0).default(120_000),
+    }).prefault({}),
   }).prefault({}),
   autoscaler: z.strictObject({
     /**
@@ -216,6 +264,14 @@ export function resolveConfig(input: unknown, dataDefault: string): MeshConfig {
     throw new ConfigError(`invalid mesh config:\n  priorities.default: ${config.priorities.default} is beyond priorities.levels (${config.priorities.levels})`);
   }
   checkTlsSettings(config.server);
+  for (const [name, policy] of Object.entries(config.breakers)) {
+    if (policy.minCalls > policy.window) {
+      throw new ConfigError(`invalid mesh config:\n  breakers.${name}.minCalls: ${policy.minCalls} is more than breakers.${name}.window (${policy.window})`);
+    }
+    if (policy.maxOpenForS < policy.openForS) {
+      throw new ConfigError(`invalid mesh config:\n  breakers.${name}.maxOpenForS: ${policy.maxOpenForS} is less than breakers.${name}.openForS (${policy.openForS})`);
+    }
+  }
   for (const [type, model] of Object.entries(config.defaultModels)) {
     if (!config.routing[type]) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: job type "${type}" has no routing entry`);
     if (!model) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: empty model name`);

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { BreakerState } from '../protocol/index.js';
 import type { HostSession } from './routing/index.js';
 
 const SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -7,7 +8,16 @@ const MB = 1024 * 1024;
 export interface MetricsSources {
   queueDepths(): Record<string, number>;
   hosts: Iterable<HostSession>;
+  /** Every breaker's state (`model` null: the host's own). */
+  breakers?(): Iterable<{ host: string; model: string | null; state: BreakerState }>;
+  /** Measured jobs per second of each replica. */
+  throughput?(): Iterable<{ host: string; model: string; jobsPerSecond: number }>;
+  /** Whether each connected host is healthy (heartbeats on time). */
+  healthy?(host: HostSession): boolean;
 }
+
+/** Breaker states as gauge values: higher is worse. */
+const BREAKER_VALUE: Record<BreakerState, number> = { closed: 0, 'half-open': 1, open: 2 };
 
 /**
  * The orchestrator's Prometheus metrics (prom-client, its own registry).
@@ -27,6 +37,9 @@ export class MeshMetrics {
   readonly #refusedReports: Counter<'host' | 'message'>;
   readonly #blobIntegrityFailures: Counter<'check'>;
   readonly #blobVerifications: Counter;
+  readonly #attemptTimeouts: Counter<'host' | 'model'>;
+  readonly #probes: Counter<'host' | 'model' | 'outcome'>;
+  readonly #breakerTransitions: Counter<'host' | 'model' | 'to'>;
   readonly #replicaRefusals: Counter<'host' | 'model' | 'code'>;
   readonly #replicas: Gauge<'model'>;
   readonly #replicasDesired: Gauge<'model'>;
@@ -94,6 +107,39 @@ export class MeshMetrics {
         },
       });
     };
+    hostGauge('gpumesh_host_healthy', 'Whether the host\'s heartbeats arrive on time (1) or are overdue (0)', (host) => (sources.healthy?.(host) ?? true ? 1 : 0));
+    new Gauge({
+      name: 'gpumesh_breaker_state', help: 'Circuit breaker of a host × model: 0 closed, 1 half-open, 2 open', labelNames: ['host', 'model'], registers,
+      collect() {
+        this.reset();
+        for (const breaker of sources.breakers?.() ?? []) if (breaker.model !== null) this.set({ host: breaker.host, model: breaker.model }, BREAKER_VALUE[breaker.state]);
+      },
+    });
+    new Gauge({
+      name: 'gpumesh_host_breaker_state', help: 'A host\'s own circuit breaker (its link dropping): 0 closed, 1 half-open, 2 open', labelNames: ['host'], registers,
+      collect() {
+        this.reset();
+        for (const breaker of sources.breakers?.() ?? []) if (breaker.model === null) this.set({ host: breaker.host }, BREAKER_VALUE[breaker.state]);
+      },
+    });
+    new Gauge({
+      name: 'gpumesh_replica_throughput_jobs_per_second', help: 'Measured jobs per second of a model on a host (moving average over completed batches)',
+      labelNames: ['host', 'model'], registers,
+      collect() {
+        this.reset();
+        for (const entry of sources.throughput?.() ?? []) this.set({ host: entry.host, model: entry.model }, entry.jobsPerSecond);
+      },
+    });
+    this.#breakerTransitions = new Counter({
+      name: 'gpumesh_breaker_transitions_total', help: 'Circuit breaker state changes, by the state entered (model "" is the host\'s own breaker)',
+      labelNames: ['host', 'model', 'to'], registers,
+    });
+    this.#attemptTimeouts = new Counter({
+      name: 'gpumesh_attempt_timeouts_total', help: 'Batches given up for outliving their attempt timeout (AGENT_TIMEOUT)', labelNames: ['host', 'model'], registers,
+    });
+    this.#probes = new Counter({
+      name: 'gpumesh_probes_total', help: 'Health probes finished, by outcome (ok, failed, timeout, lost, inconclusive)', labelNames: ['host', 'model', 'outcome'], registers,
+    });
     deviceGauge('gpumesh_device_memory_used_bytes', 'Memory the host\'s resident models take on the device', (device) => device.usedMB * MB);
     deviceGauge('gpumesh_device_memory_budget_bytes', 'Memory the agent may use on the device', (device) => device.budgetMB * MB);
   }
@@ -124,6 +170,18 @@ export class MeshMetrics {
 
   blobVerified(): void {
     this.#blobVerifications.inc();
+  }
+
+  attemptTimedOut(host: string, model: string): void {
+    this.#attemptTimeouts.inc({ host, model });
+  }
+
+  probed(host: string, model: string, outcome: string): void {
+    this.#probes.inc({ host, model, outcome });
+  }
+
+  breakerChanged(host: string, model: string | null, to: BreakerState): void {
+    this.#breakerTransitions.inc({ host, model: model ?? '', to });
   }
 
   replicaLoadRefused(host: string, model: string, code: string): void {

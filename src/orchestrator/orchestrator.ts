@@ -10,12 +10,14 @@ import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
 import { RequestAuth } from './http/auth.js';
-import { createJobCore, JobService } from './jobs/index.js';
+import { createJobCore, JobExplainer, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
 import { BlobReader, BlobStore, ModelRegistry, type RegisteredModel } from './registry/index.js';
-import { HostRegistry, Router } from './routing/index.js';
+import {
+  announceBreakers, AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, Prober, Router, RoutingFeedback, ThroughputBook,
+} from './routing/index.js';
 import { Admission, MemoryEstimator, MemoryPlanner, Scheduler } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { MeshStatus } from './status.js';
@@ -103,34 +105,55 @@ export class Orchestrator {
     const events = new EventBus();
     const admission = new Admission(clock);
     const hosts = new HostRegistry();
+    // What routing knows of each host and replica: breakers, health, measured speed.
+    const breakers = new BreakerBoard({ clock, policies: config.breakers });
+    const throughput = new ThroughputBook();
+    const health = new HealthBook({ clock, heartbeatMs: config.agents.heartbeatMs });
+    const budgets = new AttemptBudgets(throughput, config.health.attemptTimeout);
     // Batches go only where the autoscaler placed a replica.
-    const router = new Router(hosts, { replicasOnly: true });
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
     // Memory learned from what batches measured: refuses jobs too large for any host, caps batches to fit a host.
     const memory = new MemoryPlanner<RegisteredModel>(new MemoryEstimator(), (model, classes) => router.candidates(model, classes));
     const scheduler = new Scheduler({
       model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial,
       batchCap: (model, job, host) => memory.batchCap(model, job.input ?? {}, host),
     });
-    const metrics = new MeshMetrics({ queueDepths: () => scheduler.depths(), hosts });
+    const metrics = new MeshMetrics({
+      queueDepths: () => scheduler.depths(), hosts, breakers: () => breakers.all(), throughput: () => throughput.all(),
+      healthy: (host) => health.hostState(host) === 'healthy',
+    });
     const model = (name: string) => registry.get(name);
     const autoscaler = new Autoscaler({
       clock, hosts, router, events, metrics, log: log.child({ part: 'autoscale' }), intervalMs: config.autoscaler.intervalMs,
       models: () => registry.all(), queued: (name) => scheduler.depth(name),
+      blocked: (host, name) => breakers.blocking(host, name),
       classesOf: (registered) => [...new Set(registered.manifest.jobTypes.flatMap((type) => config.routing[type] ?? []))],
     });
+    const uploadCredential = (batchId: string, validUntil: number): string => uploadCredentials.mint(batchId, validUntil);
 
     const core = createJobCore({
-      db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model,
-      uploadCredential: (batchId, validUntil) => uploadCredentials.mint(batchId, validUntil),
+      db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model, uploadCredential,
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
+      attemptBudgets: budgets,
     });
     const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
+    states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
+    announceBreakers({ breakers, events, metrics, clock, log: log.child({ part: 'breakers' }) });
+    const prober = new Prober({
+      clock, hosts, breakers, health, budgets, model, models: () => registry.all(), uploadCredential,
+      intervalMs: config.health.probeIntervalMs, log: log.child({ part: 'health' }), onProbed: (host, name, outcome) => metrics.probed(host, name, outcome),
+    });
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
       authorizeJoin: joinAuthorizer(authority, clock, audit),
       watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
+      observers: [
+        { claims: (session, message) => prober.claims(session, message), lost: (session) => prober.hostLost(session) },
+        // The host's own breaker counts links that drop; an agent that closes its link cleanly has shut down on purpose.
+        { lost: (session, reason, abnormal) => { if (abnormal) breakers.linkLost(session.id, reason); } },
+      ],
       onLoadRefused: (host, name, error) => autoscaler.refused(host, name, error),
     });
 
@@ -148,9 +171,12 @@ export class Orchestrator {
     });
 
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory });
-    const status = new MeshStatus({ hosts, registry, scheduler, counts: () => jobs.counts(), storeOpen: () => db.open, replicas: () => autoscaler.view() });
+    const status = new MeshStatus({ hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open,
+      placement: () => autoscaler.view(),
+    });
+    const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader,
+      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer,
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
@@ -159,7 +185,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

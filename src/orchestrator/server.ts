@@ -9,6 +9,7 @@ import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { drainRoutes } from './http/drain.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
+import { explainRoutes, type ExplainRouteDeps } from './http/explain.js';
 import { galleryRoutes } from './http/gallery.js';
 import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { jobRoutes } from './http/jobs.js';
@@ -20,7 +21,7 @@ import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -64,6 +65,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   meshRoutes(app, parts);
   grantRoutes(app, parts);
   jobRoutes(app, parts);
+  explainRoutes(app, parts);
   eventRoutes(app, parts);
   blobRoutes(app, parts);
   agentRoutes(app, parts);

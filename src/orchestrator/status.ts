@@ -1,20 +1,29 @@
+import type { HostView, ReplicaView } from '../protocol/index.js';
 import type { ModelReplicasView } from './autoscale/index.js';
 import type { ModelRegistry } from './registry/index.js';
-import type { HostRegistry } from './routing/index.js';
+import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from './routing/index.js';
 import type { Scheduler } from './scheduler/index.js';
 
 export interface MeshStatusDeps {
   hosts: HostRegistry;
   registry: ModelRegistry;
   scheduler: Scheduler;
+  breakers: BreakerBoard;
+  health: HealthBook;
+  throughput: ThroughputBook;
   /** Jobs in each state. */
   counts(): Record<string, number>;
   storeOpen(): boolean;
-  /** Each model's replicas (the autoscaler's view). */
-  replicas?(): ModelReplicasView[];
+  /** Each model's replicas: where the autoscaler placed them, and how many it wants. */
+  placement?(): ModelReplicasView[];
 }
 
-/** What `GET /v1/status` and `gpumesh status` show: hosts, queues, each model's replicas and job counts. */
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+
+/**
+ * What `GET /v1/status`, `GET /v1/hosts` and `gpumesh status` show: hosts (health, breakers, capacity, speed), queues,
+ * each model's replicas (where, desired) and job counts.
+ */
 export class MeshStatus {
   readonly #deps: MeshStatusDeps;
 
@@ -37,17 +46,51 @@ export class MeshStatus {
   view() {
     const { hosts, registry, scheduler } = this.#deps;
     return {
-      hosts: [...hosts].map((host) => ({
-        id: host.id, classes: host.info.classes, engines: host.info.engines, version: host.info.version,
-        concurrency: host.info.concurrency, devices: host.devices, resident: host.resident, draining: host.draining,
-        batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
-        connectedAt: new Date(host.connectedAt).toISOString(), lastSeenAt: new Date(host.lastSeenAt).toISOString(),
-      })),
+      hosts: [...hosts].map((host) => this.#connected(host)),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
         depth: scheduler.depth(model.manifest.name), limit: model.policy.maxQueueSize,
       }])),
-      replicas: Object.fromEntries((this.#deps.replicas?.() ?? []).map(({ model, ...view }) => [model, view])),
+      models: Object.fromEntries((this.#deps.placement?.() ?? []).map(({ model, ...view }) => [model, view])),
       jobs: this.#deps.counts(),
     };
+  }
+
+  /** Every host the orchestrator knows: connected ones, then those that left (newest departure first). */
+  hosts(): HostView[] {
+    return [...[...this.#deps.hosts].map((host) => this.#connected(host)), ...[...this.#deps.hosts.departed()].reverse().map((host) => this.#departed(host))];
+  }
+
+  #connected(host: HostSession): HostView {
+    const resident = new Set(host.resident.map((entry) => entry.model));
+    return {
+      id: host.id, connected: true, draining: host.draining, classes: host.info.classes, engines: host.info.engines, version: host.info.version,
+      concurrency: host.info.concurrency, freeSlots: host.freeSlots, batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
+      probesInFlight: host.probes.size, devices: host.devices, resident: host.resident,
+      health: this.#deps.health.hostState(host), breaker: this.#deps.breakers.view(host.id, null),
+      replicas: this.#replicas(host.id, resident),
+      connectedAt: iso(host.connectedAt), lastSeenAt: iso(host.lastSeenAt)!, lostAt: null,
+    };
+  }
+
+  #departed(host: DepartedHost): HostView {
+    return {
+      id: host.info.id, connected: false, draining: false, classes: host.info.classes, engines: host.info.engines, version: host.info.version,
+      concurrency: host.info.concurrency, freeSlots: 0, batchesInFlight: 0, jobsInFlight: 0, probesInFlight: 0, devices: host.info.devices, resident: [],
+      health: 'disconnected', breaker: this.#deps.breakers.view(host.info.id, null), replicas: this.#replicas(host.info.id, new Set()),
+      connectedAt: null, lastSeenAt: iso(host.lastSeenAt)!, lostAt: iso(host.lostAt),
+    };
+  }
+
+  /** Each model the host has run, holds, or has a breaker or health record for. */
+  #replicas(host: string, resident: ReadonlySet<string>): ReplicaView[] {
+    const { breakers, health, throughput } = this.#deps;
+    const models = new Set([...resident, ...throughput.modelsOf(host), ...breakers.modelsOf(host), ...health.modelsOf(host)]);
+    return [...models].sort().map((model) => {
+      const replica = health.replica(host, model);
+      return {
+        model, resident: resident.has(model), throughput: throughput.jobsPerSecond(host, model), samples: throughput.samples(host, model),
+        health: replica.state, lastProbeAt: iso(replica.lastProbeAt), healthDetail: replica.detail, breaker: breakers.view(host, model),
+      };
+    });
   }
 }

@@ -36,7 +36,14 @@ export type MeshEvent =
   | { type: 'replica:refused'; host: string; model: string; code: string; message: string; at: string }
   | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string }
   /** A stored blob failed its integrity check (and was moved to quarantine). */
-  | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string };
+  | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string }
+  /**
+   * A circuit breaker changed state. `model` names the replica's model; null is the host's own breaker (link-level
+   * failures). `reason` is the failure that opened it; `openForMs` how long it stays open before a trial.
+   */
+  | { type: 'breaker:opened'; host: string; model: string | null; reason: string; openForMs: number; at: string }
+  | { type: 'breaker:half-open'; host: string; model: string | null; at: string }
+  | { type: 'breaker:closed'; host: string; model: string | null; at: string };
 
 export type MeshEventType = MeshEvent['type'];
 

@@ -11,3 +11,5 @@ export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
+export { ROUTE_SKIP_REASONS } from './routing.js';
+export type { RouteSkipReason, RouteView, BreakerState, BreakerView, ReplicaView, HostView, WaitingFor, ExplainView } from './routing.js';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { RouteView } from './routing.js';
 
 export const JOB_STATUSES = ['queued', 'dispatched', 'running', 'succeeded', 'failed', 'cancelled', 'expired'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -97,6 +98,8 @@ export interface AttemptView {
   finishedAt: string | null;
   computeMs: number | null;
   error: ErrorBody | null;
+  /** The routing decision that sent this attempt to its host (null for attempts made before route logs). */
+  route: RouteView | null;
 }
 
 export interface JobView {

@@ -157,6 +157,12 @@ export const OrchestratorMessage = z.discriminatedUnion('type', [
     type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob),
     /** Lets the agent upload the outputs of this batch's jobs, and nothing else. */
     uploadCredential: z.string(),
+    /**
+     * A health probe: one job with the model pipeline's probe input, run through the normal path. The agent
+     * reports `done` without delivering outputs (nothing is uploaded or inlined); an agent that ignores the
+     * flag still answers correctly, since a probe's tiny output travels inline and the orchestrator drops it.
+     */
+    probe: z.boolean().optional(),
   }),
   z.object({ type: z.literal('cancel'), jobId: z.string() }),
   /** Results the orchestrator has recorded; the agent stops re-sending them. */

@@ -5,12 +5,15 @@ import { Readable } from 'node:stream';
 import { pino } from 'pino';
 import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { FakeClock } from '../../src/orchestrator/clock.js';
-import { policyFor, resolveConfig, type ResolvedModelPolicy } from '../../src/orchestrator/config.js';
+import { policyFor, resolveConfig, type BreakerPolicy, type ResolvedModelPolicy } from '../../src/orchestrator/config.js';
 import { EventBus, type ScopedEvent } from '../../src/orchestrator/events.js';
 import { createJobCore, type JobCore } from '../../src/orchestrator/jobs/index.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics.js';
 import { BlobStore, PIPELINES, type RegisteredModel } from '../../src/orchestrator/registry/index.js';
-import { HostRegistry, HostSession, Router } from '../../src/orchestrator/routing/index.js';
+import {
+  announceBreakers, AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, HostSession, Prober, Router, RoutingFeedback, ThroughputBook,
+  type AttemptTimeoutPolicy,
+} from '../../src/orchestrator/routing/index.js';
 import { Admission, Scheduler } from '../../src/orchestrator/scheduler/index.js';
 import { GroupCommit, openDb, type Db, type JobRecord } from '../../src/orchestrator/store/index.js';
 
@@ -37,47 +40,71 @@ export class JobCoreHarness {
   readonly scheduler: Scheduler;
   readonly core: JobCore;
   readonly models = new Map<string, RegisteredModel>();
+  readonly breakers: BreakerBoard;
+  readonly throughput = new ThroughputBook();
+  readonly health: HealthBook;
+  readonly router: Router;
+  readonly prober: Prober;
   #seq = 0;
 
-  constructor(options: { db?: Db; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number } = {}) {
+  constructor(options: {
+    db?: Db; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number;
+    breakers?: Partial<BreakerPolicy>; attemptTimeout?: Partial<AttemptTimeoutPolicy>; probeIntervalMs?: number; heartbeatMs?: number; random?: () => number;
+  } = {}) {
     this.db = options.db ?? openDb(':memory:');
     this.commits = new GroupCommit(this.db);
-    const config = resolveConfig({}, '/tmp/unused');
+    const config = resolveConfig({ breakers: { replica: options.breakers ?? {}, host: options.breakers ?? {} } }, '/tmp/unused');
     this.models.set('gen', {
       manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: `sha256:${'a'.repeat(64)}`, bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
       policy: { ...policyFor(config, 'gen'), ...options.policy },
       pipeline: PIPELINES['cppn-image'],
     });
     this.scheduler = new Scheduler({ model: (name) => this.models.get(name), agingMs: 30_000 });
-    this.metrics = new MeshMetrics({ queueDepths: () => this.scheduler.depths(), hosts: this.hosts });
+    this.breakers = new BreakerBoard({ clock: this.clock, policies: config.breakers });
+    this.health = new HealthBook({ clock: this.clock, heartbeatMs: options.heartbeatMs ?? 1_000_000 });
+    this.router = new Router({ hosts: this.hosts, breakers: this.breakers, health: this.health, throughput: this.throughput, random: options.random });
+    const budgets = new AttemptBudgets(this.throughput, { ...config.health.attemptTimeout, ...options.attemptTimeout });
+    this.metrics = new MeshMetrics({
+      queueDepths: () => this.scheduler.depths(), hosts: this.hosts, breakers: () => this.breakers.all(), throughput: () => this.throughput.all(),
+    });
     this.events.subscribeAll((scoped) => this.seen.push(scoped));
+    const log = pino({ level: 'silent' });
     this.core = createJobCore({
       db: this.db, commits: this.commits, clock: this.clock, events: this.events, metrics: this.metrics, scheduler: this.scheduler,
-      router: new Router(this.hosts), hosts: this.hosts, admission: new Admission(this.clock),
-      blobs: new BlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), log: pino({ level: 'silent' }),
+      router: this.router, hosts: this.hosts, admission: new Admission(this.clock),
+      blobs: new BlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), log,
       model: (name) => this.models.get(name), uploadCredential: (batchId) => `upload-${batchId}`,
       retryBackoffMs: options.retryBackoffMs ?? 100, reconnectGraceMs: options.reconnectGraceMs ?? 5_000, uploadLimitBytes: 1 << 20,
+      attemptBudgets: budgets,
+    });
+    this.core.states.observeAttempts(new RoutingFeedback({ breakers: this.breakers, throughput: this.throughput, health: this.health, model: (name) => this.models.get(name) }));
+    announceBreakers({ breakers: this.breakers, events: this.events, metrics: this.metrics, log, clock: this.clock });
+    this.prober = new Prober({
+      clock: this.clock, hosts: this.hosts, breakers: this.breakers, health: this.health, budgets, log,
+      model: (name) => this.models.get(name), models: () => this.models.values(), uploadCredential: (batchId) => `upload-${batchId}`,
+      intervalMs: options.probeIntervalMs ?? 0, onProbed: (host, model, outcome) => this.metrics.probed(host, model, outcome),
     });
   }
 
   /** A connected host with `concurrency` slots. */
-  host(id: string, options: { concurrency?: number; classes?: string[]; join?: boolean } = {}): FakeHost {
+  host(id: string, options: { concurrency?: number; classes?: string[]; join?: boolean; engines?: string[]; budgetMB?: number; resident?: boolean } = {}): FakeHost {
     const sent: OrchestratorMessage[] = [];
     const session = new HostSession(
       {
-        id, classes: options.classes ?? ['image'], engines: ['onnx'], concurrency: options.concurrency ?? 1, version: 'test',
-        devices: [{ id: 'cpu', kind: 'cpu', name: 'test', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }],
+        id, classes: options.classes ?? ['image'], engines: options.engines ?? ['onnx'], concurrency: options.concurrency ?? 1, version: 'test',
+        devices: [{ id: 'cpu', kind: 'cpu', name: 'test', memoryTotalMB: 8192, budgetMB: options.budgetMB ?? 4096, usedMB: 0 }],
       },
       [], `${id}-${++this.#seq}`, this.clock.now(), (message) => sent.push(message),
     );
+    if (options.resident) session.loaded({ model: 'gen', digest: this.models.get('gen')!.manifest.digest, device: 'cpu', memoryMB: 64, lastUsedAt: this.clock.now() });
     if (options.join !== false) this.hosts.set(session);
     return { session, sent, of: (type) => sent.filter((message) => message.type === type) as never };
   }
 
   /** Admit an image job the way the job service does. */
-  submit(fields: { deadlineAt?: number | null; prompt?: string } = {}): JobRecord {
+  submit(fields: { deadlineAt?: number | null; prompt?: string; classes?: string[]; hosts?: string[] | null } = {}): JobRecord {
     const job = this.core.states.create({
-      id: `j_${++this.#seq}`, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'],
+      id: `j_${++this.#seq}`, type: 'image', model: 'gen', priority: 2, album: 'default', classes: fields.classes ?? ['image'], hosts: fields.hosts ?? null,
       input: { prompt: fields.prompt ?? 'test', seed: 1, width: 8, height: 8, steps: 1 }, grantId: 'g', idempotencyKey: null,
       createdAt: this.clock.now(), deadlineAt: fields.deadlineAt ?? null,
     });
@@ -110,7 +137,14 @@ export class JobCoreHarness {
     return this.seen.flatMap((scoped) => (scoped.kind === 'job' && scoped.event.jobId === jobId ? [scoped.event.type] : []));
   }
 
+  /** Mesh events of one type seen so far. */
+  meshEvents(type: string): unknown[] {
+    return this.seen.flatMap((scoped) => (scoped.kind === 'mesh' && scoped.event.type === type ? [scoped.event] : []));
+  }
+
   close(): void {
+    this.prober.close();
+    this.breakers.close();
     this.core.close();
     this.commits.flush();
   }

@@ -69,6 +69,7 @@ const TABLE: Row[] = [
   { route: 'GET /healthz', request: () => ({ path: '/healthz' }), expect: everyone(200) },
   { route: 'GET /readyz', request: () => ({ path: '/readyz' }), expect: everyone(200) },
   { route: 'GET /v1/status', request: () => ({ path: '/v1/status' }), expect: meshRead },
+  { route: 'GET /v1/hosts', request: () => ({ path: '/v1/hosts' }), expect: meshRead },
   { route: 'GET /metrics', request: () => ({ path: '/metrics' }), expect: meshRead },
   { route: 'GET /v1/models', request: () => ({ path: '/v1/models' }), expect: meshRead },
   { route: 'POST /v1/grants', request: () => ({ path: '/v1/grants', body: JSON.stringify({ kind: 'client', note: 'authz table' }) }), expect: adminOnly(201) },
@@ -89,6 +90,8 @@ const TABLE: Row[] = [
   },
   { route: 'GET /v1/jobs', request: () => ({ path: '/v1/jobs?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
   { route: 'GET /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }) },
+  // Explaining a job shows what reading it shows, no more: the same visibility.
+  { route: 'GET /v1/jobs/{id}/explain', request: (f) => ({ path: `/v1/jobs/${f.jobId}/explain` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }) },
   { route: 'DELETE /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 409, client: 409, gallery: 403, album: 404, agent: 403, upload: 401 }) },
   {
     route: 'GET /v1/jobs/{id}/events', queryGrant: true, request: (f) => ({ path: `/v1/jobs/${f.jobId}/events` }),

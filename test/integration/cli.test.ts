@@ -19,9 +19,9 @@ afterAll(async () => {
 });
 
 describe('gpumesh CLI', () => {
-  // Twenty CLI processes at once: give them room on a loaded machine.
+  // Twenty-one CLI processes at once: give them room on a loaded machine.
   it('every command has --help', { timeout: 180_000 }, async () => {
-    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
+    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
       ['models'], ['models', 'build']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));

@@ -16,7 +16,7 @@ import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processe
 
 interface Status {
   hosts: { id: string; draining: boolean }[];
-  replicas: Record<string, { desired: number; replicas: { host: string; state: string; held: boolean }[] }>;
+  models: Record<string, { desired: number; replicas: { host: string; state: string; held: boolean }[] }>;
 }
 
 const started: { stop(): Promise<void> }[] = [];
@@ -76,7 +76,7 @@ class Mesh {
   }
 
   async replicas(model: string): Promise<{ host: string; state: string; held: boolean }[]> {
-    return (await this.status()).replicas[model]?.replicas ?? [];
+    return (await this.status()).models[model]?.replicas ?? [];
   }
 
   async submitMany(count: number, input: Record<string, unknown>): Promise<string[]> {
@@ -174,7 +174,7 @@ describe('replicas across hosts (real agent processes)', () => {
 
     // Traffic stopped: after the 2 s window every replica is unloaded (minReplicas 0) and each engine process ends.
     await waitFor(async () => (await mesh.replicas('gen')).length === 0, { timeoutMs: 20_000, what: 'gen to scale in to zero' });
-    expect((await mesh.status()).replicas.gen!.desired).toBe(0);
+    expect((await mesh.status()).models.gen!.desired).toBe(0);
     for (const [host, agent] of mesh.agents) {
       await waitFor(() => childrenOf(agent.child.pid!).length === 0, { timeoutMs: 10_000, what: `the engine process on ${host} to end` });
     }

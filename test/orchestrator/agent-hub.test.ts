@@ -50,8 +50,11 @@ afterEach(() => {
   harness?.close();
 });
 
-function setup(): void {
-  harness = new JobCoreHarness();
+const lost: { host: string; reason: string; abnormal: boolean }[] = [];
+
+function setup(options: ConstructorParameters<typeof JobCoreHarness>[0] = {}): void {
+  harness = new JobCoreHarness(options);
+  lost.length = 0;
   authority = new GrantAuthority(randomBytes(32), 'http://test');
   const lifetimes = new GrantLifetimes(authority, harness.clock);
   hub = new AgentHub({
@@ -60,6 +63,16 @@ function setup(): void {
     authorizeJoin: () => {},
     onLoadRefused: (host, model, error) => refusals.push({ host: host.id, model, code: error.code }),
     watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
+    // Wired as the orchestrator wires them: probes claim their reports; the host breakers count links that drop.
+    observers: [
+      { claims: (session, message) => harness.prober.claims(session, message), lost: (session) => harness.prober.hostLost(session) },
+      {
+        lost: (session, reason, abnormal) => {
+          lost.push({ host: session.id, reason, abnormal });
+          if (abnormal) harness.breakers.linkLost(session.id, reason);
+        },
+      },
+    ],
   });
   refusals = [];
 }
@@ -128,6 +141,48 @@ describe('AgentHub (fake clock, fake sockets)', () => {
     expect(harness.hosts.get('laptop')).toBeDefined();
     second.close(1000, 'bye');
     expect(harness.hosts.size).toBe(0);
+  });
+
+  it('links that drop (no close frame, heartbeats stopped, replaced) count against the host\'s breaker; a clean close does not', () => {
+    setup({ breakers: { failuresToOpen: 3 } });
+    const clean = attach();
+    clean.say(hello());
+    clean.close(1000, 'agent shutting down');
+    const dropped = attach();
+    dropped.say(hello());
+    dropped.close(1006, '');
+    const replaced = attach();
+    replaced.say(hello());
+    attach().say(hello());
+    expect(lost[0]).toEqual({ host: 'laptop', reason: 'link closed', abnormal: false });
+    expect(lost.filter((entry) => entry.abnormal)).toEqual([
+      { host: 'laptop', reason: 'link dropped', abnormal: true },
+      { host: 'laptop', reason: 'replaced by a newer connection', abnormal: true },
+    ]);
+    expect(harness.breakers.view('laptop', null)).toMatchObject({ state: 'closed', consecutiveFailures: 2 });
+    harness.clock.advance(4_000); // the newest connection says nothing: dropped as stale
+    expect(lost.at(-1)).toMatchObject({ reason: expect.stringMatching(/^no heartbeat for/), abnormal: true });
+    expect(harness.breakers.state('laptop', null)).toBe('open');
+    expect(harness.router.route(harness.models.get('gen')!, { classes: ['image'], hosts: null }).skipped).toEqual([{ host: 'laptop', class: 'image', reason: 'disconnected' }]);
+  });
+
+  it('a probe\'s reports go to the prober, never to the job roles', async () => {
+    setup({ breakers: { failuresToOpen: 1, openForS: 1, successesToClose: 1 } });
+    const socket = attach();
+    socket.say(hello());
+    socket.say({ type: 'loaded', model: 'gen', digest: 'sha256:x', device: 'cpu', memoryMB: 64 });
+    harness.breakers.failure('laptop', 'gen', 'ENGINE_CRASHED');
+    harness.clock.advance(1_000);
+    await harness.settle();
+    const probe = socket.sent.find((message) => message.type === 'run');
+    expect(probe?.type === 'run' && probe.probe).toBe(true);
+    if (probe?.type !== 'run') return;
+    socket.say({ type: 'started', batchId: probe.batchId, jobIds: [probe.jobs[0]!.id] });
+    socket.say({ type: 'done', jobId: probe.jobs[0]!.id, batchId: probe.batchId, artifacts: [], timings: { loadMs: 0, computeMs: 3, totalMs: 3 } });
+    await harness.settle();
+    expect(harness.breakers.state('laptop', 'gen')).toBe('closed');
+    expect(harness.seen.filter((scoped) => scoped.kind === 'mesh' && scoped.event.type === 'link:refused')).toEqual([]);
+    expect(socket.sent.filter((message) => message.type === 'ack').flatMap((ack) => (ack.type === 'ack' ? ack.jobIds : []))).toEqual([probe.jobs[0]!.id]);
   });
 
   it('refuses a first message that is not hello, and closes on a malformed one', () => {

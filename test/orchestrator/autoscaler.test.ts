@@ -7,7 +7,7 @@ import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestr
 import { EventBus } from '../../src/orchestrator/events.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics.js';
 import { PIPELINES, type RegisteredModel } from '../../src/orchestrator/registry/index.js';
-import { HostRegistry, HostSession, Router } from '../../src/orchestrator/routing/index.js';
+import { BreakerBoard, HealthBook, HostRegistry, HostSession, Router, ThroughputBook } from '../../src/orchestrator/routing/index.js';
 
 /**
  * The autoscaler on a fake clock, with hosts whose links are arrays. Unless a
@@ -20,6 +20,12 @@ class Mesh {
   readonly events = new EventBus();
   readonly meshEvents: MeshEvent[] = [];
   readonly metrics = new MeshMetrics({ queueDepths: () => ({}), hosts: this.hosts });
+  readonly breakers = new BreakerBoard({ clock: this.clock, policies: resolveConfig({}, '/tmp/unused').breakers });
+  /** The router the facade builds: batches only where a replica is ready. */
+  readonly router = new Router({
+    hosts: this.hosts, breakers: this.breakers, health: new HealthBook({ clock: this.clock, heartbeatMs: 1_000_000 }),
+    throughput: new ThroughputBook(), replicasOnly: true,
+  });
   readonly sent = new Map<string, OrchestratorMessage[]>();
   readonly queued = new Map<string, number>();
   readonly model: RegisteredModel;
@@ -39,7 +45,8 @@ class Mesh {
       if (scoped.kind === 'mesh') this.meshEvents.push(scoped.event);
     });
     this.autoscaler = new Autoscaler({
-      clock: this.clock, hosts: this.hosts, router: new Router(this.hosts), events: this.events, metrics: this.metrics,
+      clock: this.clock, hosts: this.hosts, router: this.router, events: this.events, metrics: this.metrics,
+      blocked: (host, model) => this.breakers.blocking(host, model),
       log: pino({ level: 'silent' }), intervalMs: 1000, models: () => [this.model], classesOf: () => ['image'],
       queued: (name) => this.queued.get(name) ?? 0,
     });
@@ -279,19 +286,19 @@ describe('Autoscaler (fake clock)', () => {
     mesh = new Mesh({ idleWindowMs: 0 });
     const a = mesh.host('a');
     mesh.silent.add('a');
-    const router = new Router(mesh.hosts, { replicasOnly: true });
+    const route = () => mesh.router.route(mesh.model, { classes: ['image'], hosts: null }).host;
     mesh.queued.set('gen', 1);
     await mesh.advance(1000);
     expect(a.hasReplica('gen')).toBe(true);
-    expect(router.pick(mesh.model, ['image'])).toBeNull();
+    expect(route()).toBeNull();
     mesh.loaded(a);
     await mesh.settle();
-    expect(router.pick(mesh.model, ['image'])).toBe(a);
+    expect(route()).toBe(a);
     mesh.queued.set('gen', 0);
     await mesh.advance(2000);
     expect(mesh.of('a', 'unload')).toHaveLength(1);
     expect(a.isResident('gen')).toBe(true);
-    expect(router.pick(mesh.model, ['image'])).toBeNull();
+    expect(route()).toBeNull();
     expect(mesh.autoscaler.view()[0]!.replicas).toEqual([{ host: 'a', state: 'unloading', held: false }]);
   });
 });

@@ -35,6 +35,16 @@ describe('mesh.yaml validation', () => {
     expect(() => resolveConfig({ audit: { maxRows: 10 } }, '/tmp/x')).toThrow(/audit\.maxRows/);
   });
 
+  it('breakers and health: documented defaults, and rows that contradict each other are refused by name', () => {
+    const config = resolveConfig({ breakers: { host: { failuresToOpen: 5 } } }, '/tmp/x');
+    expect(config.breakers.replica).toEqual({ failuresToOpen: 3, failureRatio: 0.25, window: 20, minCalls: 8, openForS: 10, maxOpenForS: 300, successesToClose: 2 });
+    expect(config.breakers.host.failuresToOpen).toBe(5);
+    expect(config.health).toEqual({ probeIntervalMs: 30_000, attemptTimeout: { factor: 5, floorMs: 10_000, loadMs: 120_000 } });
+    expect(() => resolveConfig({ breakers: { replica: { window: 5, minCalls: 6 } } }, '/tmp/x')).toThrow(/breakers\.replica\.minCalls: 6 is more than breakers\.replica\.window \(5\)/);
+    expect(() => resolveConfig({ breakers: { host: { openForS: 60, maxOpenForS: 30 } } }, '/tmp/x')).toThrow(/breakers\.host\.maxOpenForS/);
+    expect(() => resolveConfig({ breakers: { replica: { failureRatio: 1 } } }, '/tmp/x')).toThrow(/breakers\.replica\.failureRatio/);
+  });
+
   it('a models: entry for a model the registry does not have is an error that names it', () => {
     const registry = new ModelRegistry(resolveConfig({ models: { gen: { retries: 1 }, genn: { retries: 1 } } }, '/tmp/x'));
     registry.add({ name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['image'], params: {} });

@@ -55,6 +55,19 @@ describe('grants', () => {
     expect(meshErrorOf(() => authority.authorize(agent, { action: 'jobs:submit', jobType: 'image' }, NOW)).code).toBe('GRANT_DENIED');
   });
 
+  it('a hosts caveat narrows where jobs may run (applied by routing) and which host ids an agent may join as', () => {
+    const { token } = authority.mint('client', ['hosts laptop,desktop']);
+    const client = authority.verify(narrowGrant(token, ['hosts desktop,cloud']), NOW);
+    expect(client.hosts).toEqual(['desktop']);
+    // A submit names no host: the caveat holds, and the job keeps the allowed hosts for the router.
+    expect(() => authority.authorize(client, { action: 'jobs:submit', jobType: 'image' }, NOW)).not.toThrow();
+    const agent = authority.verify(authority.mint('agent', caveatsFromOptions({ hosts: ['laptop', 'laptop-2'] }, NOW)).token, NOW);
+    expect(() => authority.authorize(agent, { action: 'agent:join', host: 'laptop-2', classes: ['image'] }, NOW)).not.toThrow();
+    expect(meshErrorOf(() => authority.authorize(agent, { action: 'agent:join', host: 'desktop', classes: ['image'] }, NOW)).message)
+      .toContain('caveat "hosts laptop,laptop-2" failed (host "desktop" is not among laptop, laptop-2)');
+    expect(() => narrowGrant(token, ['hosts not a list!'])).toThrow(/malformed list/);
+  });
+
   it('upload credentials name one batch, expire, and cannot be forged or passed off as grants', () => {
     const credentials = new UploadCredentials(new Uint8Array(32).fill(7));
     const token = credentials.mint('b_1', NOW + 1000);

@@ -1,100 +1,191 @@
 import { describe, expect, it } from 'vitest';
+import { FakeClock } from '../../src/orchestrator/clock.js';
+import { resolveConfig } from '../../src/orchestrator/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
-import { HostRegistry, HostSession, Router } from '../../src/orchestrator/routing/index.js';
+import {
+  BreakerBoard, decodeRoute, encodeRoute, HealthBook, HostRegistry, HostSession, Router, ThroughputBook, TWO_CHOICES_ABOVE,
+  type RouteRequest,
+} from '../../src/orchestrator/routing/index.js';
 
 const model = (memoryMB = 100): RegisteredModel => ({
   manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:gen', bytes: 1, memoryMB, jobTypes: ['image'], params: {} },
   policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0,
     replicas: { min: 0, max: null, targetInFlight: 2, idleWindowMs: 1000 } },
-  pipeline: { normalize: (input) => input, compatKey: () => '' },
+  pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
 });
 
-function host(hosts: HostRegistry, id: string, options: { classes?: string[]; engines?: string[]; budgetMB?: number; concurrency?: number; cached?: string[] } = {}): HostSession {
-  const session = new HostSession({
-    id, classes: options.classes ?? ['image'], engines: options.engines ?? ['onnx'], concurrency: options.concurrency ?? 1, version: 't',
-    devices: [{ id: 'gpu0', kind: 'gpu', name: 'g', memoryTotalMB: 8000, budgetMB: options.budgetMB ?? 4000, usedMB: 0 }],
-  }, options.cached ?? [], id, 0, () => {});
-  hosts.set(session);
-  return session;
+/** A router over its real parts (registry, breakers, health, throughput) on a fake clock. */
+function mesh(options: { random?: () => number; heartbeatMs?: number } = {}) {
+  const clock = new FakeClock(0);
+  const hosts = new HostRegistry();
+  const breakers = new BreakerBoard({ clock, policies: resolveConfig({ breakers: { replica: { failuresToOpen: 2, openForS: 10 } } }, '/tmp').breakers });
+  const health = new HealthBook({ clock, heartbeatMs: options.heartbeatMs ?? 1_000_000 });
+  const throughput = new ThroughputBook();
+  const router = new Router({ hosts, breakers, health, throughput, random: options.random });
+  const host = (id: string, hostOptions: { classes?: string[]; engines?: string[]; budgetMB?: number; concurrency?: number; cached?: string[] } = {}): HostSession => {
+    const session = new HostSession({
+      id, classes: hostOptions.classes ?? ['image'], engines: hostOptions.engines ?? ['onnx'], concurrency: hostOptions.concurrency ?? 1, version: 't',
+      devices: [{ id: 'gpu0', kind: 'gpu', name: 'g', memoryTotalMB: 8000, budgetMB: hostOptions.budgetMB ?? 4000, usedMB: 0 }],
+    }, hostOptions.cached ?? [], id, clock.now(), () => {});
+    hosts.set(session);
+    return session;
+  };
+  return { clock, hosts, breakers, health, throughput, router, host };
 }
 
+const image: RouteRequest = { classes: ['image'], hosts: null };
+
 const busy = (session: HostSession, jobs = 1): void => {
-  session.batches.set(`b-${session.id}-${session.batches.size}`, { id: 'b', model: 'gen', jobIds: new Set(Array.from({ length: jobs }, (_, i) => `j${i}`)), dispatchedAt: 0 });
+  session.batches.set(`b-${session.id}-${session.batches.size}`, { id: 'b', model: 'gen', jobIds: new Set(Array.from({ length: jobs }, (_, i) => `${session.batches.size}-${i}`)), dispatchedAt: 0 });
 };
 
-describe('Router', () => {
-  it('leaves out hosts of other classes, without the engine, or too small for the model', () => {
-    const hosts = new HostRegistry();
-    host(hosts, 'video-box', { classes: ['video'] });
-    host(hosts, 'no-onnx', { engines: ['comfyui'] });
-    host(hosts, 'tiny', { budgetMB: 50 });
-    const good = host(hosts, 'laptop');
-    const router = new Router(hosts);
-    expect(router.candidates(model(), ['image']).map((session) => session.id)).toEqual(['laptop']);
-    expect(router.pick(model(), ['image'])).toBe(good);
-    expect(router.pick(model(), ['cloud'])).toBeNull();
+const reasons = (skipped: { host: string; reason: string }[]): Record<string, string> => Object.fromEntries(skipped.map((skip) => [skip.host, skip.reason]));
+
+describe('Router: which hosts can take a job, and why the others cannot', () => {
+  it('names a reason for every host it passes over', () => {
+    const { router, host, hosts, breakers, health, clock } = mesh({ heartbeatMs: 1000 });
+    host('desktop', { classes: ['video'] });
+    host('no-onnx', { engines: ['comfyui'] });
+    host('tiny', { budgetMB: 50 });
+    const draining = host('draining');
+    draining.draining = true;
+    const full = host('full');
+    busy(full);
+    host('flaky');
+    breakers.failure('flaky', 'gen', 'ENGINE_CRASHED');
+    breakers.failure('flaky', 'gen', 'ENGINE_CRASHED');
+    host('sick');
+    health.probed('sick', 'gen', false, 'ENGINE_FAILED: boom');
+    const gone = host('gone');
+    hosts.delete(gone, clock.now());
+    const good = host('laptop');
+
+    const decision = router.route(model(), image);
+    expect(decision.host).toBe(good);
+    expect(decision.class).toBe('image');
+    expect(reasons(decision.skipped)).toEqual({
+      desktop: 'class not granted', 'no-onnx': 'engine missing', tiny: 'model too large', draining: 'draining',
+      full: 'no free slot', flaky: 'breaker open', sick: 'unhealthy', gone: 'disconnected',
+    });
+    // Granted hosts narrow it further.
+    const narrowed = router.route(model(), { classes: ['image'], hosts: ['full', 'gone'] });
+    expect(narrowed.host).toBeNull();
+    expect(narrowed.waitingFor).toBe('a free slot');
+    expect(reasons(narrowed.skipped)).toMatchObject({ laptop: 'host not granted', full: 'no free slot', gone: 'disconnected' });
+    // A host whose heartbeats are overdue is unhealthy before it is dropped.
+    clock.advance(2500);
+    expect(reasons(router.route(model(), image).skipped).laptop).toBe('unhealthy');
   });
 
-  it('prefers a host where the model is resident, then one with its file cached, then the least loaded; skips full hosts', () => {
-    const hosts = new HostRegistry();
-    const cold = host(hosts, 'cold', { concurrency: 4 });
-    const cached = host(hosts, 'cached', { concurrency: 4, cached: ['sha256:gen'] });
-    const warm = host(hosts, 'warm', { concurrency: 4 });
+  it('tries the classes in order: a later class is a fallback, used only when the earlier has no usable replica', () => {
+    const { router, host, breakers, hosts, clock } = mesh();
+    const laptop = host('laptop', { classes: ['image'] });
+    const cloud = host('cloud', { classes: ['cloud'] });
+    const request: RouteRequest = { classes: ['image', 'cloud'], hosts: null };
+    expect(router.route(model(), request)).toMatchObject({ host: laptop, class: 'image' });
+    // Busy but usable: the job waits for it rather than spilling to the fallback.
+    busy(laptop);
+    expect(router.route(model(), request)).toMatchObject({ host: null, class: 'image', waitingFor: 'a free slot' });
+    laptop.batches.clear();
+    breakers.failure('laptop', 'gen', 'ENGINE_FAILED');
+    breakers.failure('laptop', 'gen', 'ENGINE_FAILED');
+    const fallback = router.route(model(), request);
+    expect(fallback).toMatchObject({ host: cloud, class: 'cloud' });
+    expect(reasons(fallback.skipped)).toEqual({ laptop: 'breaker open' });
+    // Gone altogether: still the fallback, and the decision says the laptop is disconnected.
+    hosts.delete(laptop, clock.now());
+    expect(reasons(router.route(model(), request).skipped)).toEqual({ laptop: 'disconnected' });
+    // A grant that allows only the first class gets no fallback.
+    expect(router.route(model(), { classes: ['image'], hosts: null })).toMatchObject({ host: null, waitingFor: 'a host of its classes' });
+  });
+
+  it('prefers the model resident, then its file cached, then the least loaded relative to measured throughput', () => {
+    const { router, host } = mesh();
+    const cold = host('cold', { concurrency: 4 });
+    const cached = host('cached', { concurrency: 4, cached: ['sha256:gen'] });
+    const warm = host('warm', { concurrency: 4 });
     warm.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
     busy(warm, 3);
-    const router = new Router(hosts);
-    expect(router.pick(model(), ['image'])).toBe(warm);
+    const first = router.route(model(), image);
+    expect(first).toMatchObject({ host: warm, warmth: 'resident' });
+    expect(reasons(first.skipped)).toEqual({ cold: 'not resident', cached: 'not resident' });
     busy(warm);
     busy(warm);
     busy(warm);
-    expect(warm.freeSlots).toBe(0);
-    expect(router.pick(model(), ['image'])).toBe(cached);
-    cached.loaded({ model: 'other', digest: 'sha256:other', device: 'gpu0', memoryMB: 1, lastUsedAt: 0 });
-    busy(cached, 2);
-    expect(router.pick(model(), ['image'])).toBe(cached);
+    expect(router.route(model(), image)).toMatchObject({ host: cached, warmth: 'cached' });
     expect(cold.jobsInFlight).toBe(0);
   });
 
-  it('sees hosts join and leave through the registry', () => {
-    const hosts = new HostRegistry();
-    const router = new Router(hosts);
-    let changes = 0;
-    hosts.onChange(() => changes++);
-    const laptop = host(hosts, 'laptop');
-    expect(router.pick(model(), ['image'])).toBe(laptop);
-    const replacement = new HostSession(laptop.info, [], 'second', 0, () => {});
-    hosts.set(replacement);
-    expect(hosts.delete(laptop)).toBe(false); // the old session is no longer the current one
-    expect(router.pick(model(), ['image'])).toBe(replacement);
-    expect(hosts.delete(replacement)).toBe(true);
-    expect(router.pick(model(), ['image'])).toBeNull();
-    expect(changes).toBe(3);
+  it('gives a fast replica proportionally more work than a slow one, not an even split', () => {
+    const { router, host, throughput } = mesh();
+    const fast = host('fast', { concurrency: 100 });
+    const slow = host('slow', { concurrency: 100 });
+    throughput.sample('fast', 'gen', { jobs: 8, cost: 8, computeMs: 1000 }); // 8 jobs/s
+    throughput.sample('slow', 'gen', { jobs: 2, cost: 2, computeMs: 1000 }); // 2 jobs/s
+    for (let i = 0; i < 50; i++) busy(router.route(model(), image).host!);
+    // (in flight + 1) ÷ rate stays level: 40 on the fast one, 10 on the slow one.
+    expect(fast.jobsInFlight).toBe(40);
+    expect(slow.jobsInFlight).toBe(10);
+    const decision = router.route(model(), image);
+    expect(reasons(decision.skipped)).toEqual({ [decision.host!.id === 'fast' ? 'slow' : 'fast']: 'busier' });
   });
 
-  it('skips a draining host (skip reason: draining), whatever it holds', () => {
-    const hosts = new HostRegistry();
-    const leaving = host(hosts, 'leaving', { concurrency: 4 });
-    leaving.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
-    const other = host(hosts, 'other');
-    const router = new Router(hosts);
-    expect(router.pick(model(), ['image'])).toBe(leaving);
-    leaving.draining = true;
-    // Still a host that could run the model (the memory planner judges jobs by it); it just takes no batch.
-    expect(router.candidates(model(), ['image'])).toEqual([leaving, other]);
-    expect(router.pick(model(), ['image'])).toBe(other);
+  it('an unmeasured replica is taken for a typical one (the median of the measured), so it gets work and is measured', () => {
+    const { router, host, throughput } = mesh();
+    const known = host('known', { concurrency: 10 });
+    const fresh = host('fresh', { concurrency: 10 });
+    throughput.sample('known', 'gen', { jobs: 4, cost: 4, computeMs: 1000 });
+    busy(known, 2);
+    expect(throughput.assumed('gen')).toBe(4);
+    expect(router.route(model(), image).host).toBe(fresh);
+  });
+
+  it(`with more than ${TWO_CHOICES_ABOVE} candidates, draws two at random and takes the less loaded`, () => {
+    const draws = [0.0, 0.0, 0.6, 0.5];
+    const { router, host } = mesh({ random: () => draws.shift() ?? 0 });
+    const hosts = ['h0', 'h1', 'h2', 'h3', 'h4', 'h5'].map((id) => host(id, { concurrency: 10 }));
+    busy(hosts[0]!, 3);
+    // First draw: index 0, second: 1 + floor(0 * 5) → h0 and h1; h1 is idle and wins.
+    const first = router.route(model(), image);
+    expect(first.host).toBe(hosts[1]);
+    expect(reasons(first.skipped)).toEqual({ h0: 'busier', h2: 'not sampled', h3: 'not sampled', h4: 'not sampled', h5: 'not sampled' });
+    // Second draw: floor(0.6 * 6) = 3, then (3 + 1 + floor(0.5 * 5)) % 6 = 0 → h3 and h0; h3 wins.
+    expect(router.route(model(), image).host).toBe(hosts[3]);
+  });
+
+  it('keeps its decision compact and reads it back', () => {
+    const { router, host } = mesh();
+    host('desktop', { classes: ['video'] });
+    const busyOne = host('busy');
+    busy(busyOne);
+    host('laptop');
+    const decision = router.route(model(), image);
+    const stored = encodeRoute(decision);
+    expect(stored.length).toBeLessThan(60);
+    expect(decodeRoute(stored)).toEqual({
+      host: 'laptop', class: 'image', warmth: 'cold',
+      skipped: [{ host: 'desktop', reason: 'class not granted' }, { host: 'busy', reason: 'no free slot' }],
+    });
+    expect(decodeRoute(null)).toBeNull();
+    expect(decodeRoute('not json')).toBeNull();
   });
 
   it('with replicasOnly, sends a model only where a replica of it is ready (skip reason: no replica)', () => {
-    const hosts = new HostRegistry();
-    const replica = host(hosts, 'replica');
-    host(hosts, 'empty', { cached: ['sha256:gen'] });
-    const router = new Router(hosts, { replicasOnly: true });
-    expect(router.pick(model(), ['image'])).toBeNull();
+    const { hosts, breakers, health, throughput, host } = mesh();
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
+    const replica = host('replica');
+    host('empty', { cached: ['sha256:gen'] });
+    const first = router.route(model(), image);
+    expect(first.host).toBeNull();
+    expect(reasons(first.skipped)).toEqual({ replica: 'no replica', empty: 'no replica' });
     replica.replicaChanges.set('gen', { change: 'load', at: 0 });
-    expect(router.pick(model(), ['image'])).toBeNull(); // still loading
+    expect(router.route(model(), image).host).toBeNull(); // still loading
     replica.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
-    expect(router.pick(model(), ['image'])).toBe(replica);
+    expect(router.route(model(), image).host).toBe(replica);
     replica.replicaChanges.set('gen', { change: 'unload', at: 0 });
-    expect(router.pick(model(), ['image'])).toBeNull();
+    expect(reasons(router.route(model(), image).skipped)).toMatchObject({ replica: 'no replica' });
+    // The route log stores the new reason like the others.
+    const decision = router.route(model(), image);
+    expect(decodeRoute(encodeRoute(decision))?.skipped).toContainEqual({ host: 'replica', reason: 'no replica' });
   });
 });

@@ -8,6 +8,7 @@ interface CaveatFlags {
   types?: string;
   models?: string;
   classes?: string;
+  hosts?: string;
   albums?: string;
   actions?: string;
   host?: string;
@@ -21,6 +22,7 @@ function grantOptions(flags: CaveatFlags): GrantOptions {
     types: flags.types ? parseList(flags.types) : undefined,
     models: flags.models ? parseList(flags.models) : undefined,
     classes: flags.classes ? parseList(flags.classes) : undefined,
+    hosts: flags.hosts ? parseList(flags.hosts) : undefined,
     albums: flags.albums ? parseList(flags.albums) : undefined,
     actions: flags.actions ? parseList(flags.actions) : undefined,
     host: flags.host, expires: flags.expires, maxPriority: flags.maxPriority, rate: flags.rate,
@@ -32,6 +34,7 @@ function withCaveatFlags(command: Command): Command {
     .option('--types <list>', 'job types it allows, e.g. image,video')
     .option('--models <list>', 'models it allows')
     .option('--classes <list>', 'host classes its jobs may run on (agent grants: classes the host may serve)')
+    .option('--hosts <list>', 'hosts its jobs may run on, e.g. laptop,desktop (agent grants: host ids it may join as)')
     .option('--albums <list>', 'gallery albums it may publish to and read')
     .option('--actions <list>', 'actions it allows, e.g. jobs:submit,jobs:read')
     .option('--expires <when>', 'a duration (90s, 10m, 1h, 7d) or an ISO time')

@@ -1,44 +1,67 @@
 import { Command } from 'commander';
-import type { Device, ResidentModel } from '../../protocol/index.js';
+import type { BreakerView, HostView } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../settings.js';
 import { printJson, table } from '../output.js';
 import { withClientOptions } from './shared.js';
 
 interface Status {
-  hosts: {
-    id: string; classes: string[]; engines: string[]; devices: Device[]; resident: ResidentModel[];
-    batchesInFlight: number; jobsInFlight: number; lastSeenAt: string; draining?: boolean;
-  }[];
   queues: Record<string, { depth: number; limit: number }>;
-  replicas?: Record<string, {
+  /** Each model's replicas (the autoscaler): where, in which state, how many wanted. */
+  models?: Record<string, {
     desired: number; min: number; max: number | null; demand: number;
     replicas: { host: string; state: string; held: boolean }[];
   }>;
   jobs: Record<string, number>;
 }
 
+/** `open until 12:00:03 (2nd time)`, `half-open (1 trial ok)`, `closed`. */
+export function breakerText(breaker: BreakerView): string {
+  if (breaker.state === 'open') return `open until ${breaker.openUntil?.slice(11, 19) ?? '?'}${breaker.opens > 1 ? ` (${breaker.opens} times)` : ''}`;
+  if (breaker.state === 'half-open') return `half-open (${breaker.trialSuccesses} trial${breaker.trialSuccesses === 1 ? '' : 's'} ok)`;
+  return breaker.consecutiveFailures > 0 ? `closed (${breaker.consecutiveFailures} failed)` : 'closed';
+}
+
+function hostsTable(hosts: HostView[]): string {
+  return table(
+    ['HOST', 'CLASSES', 'DEVICE', 'MEMORY (used/budget/total MB)', 'RESIDENT', 'IN FLIGHT', 'SLOTS FREE', 'HEALTH', 'LINK BREAKER'],
+    hosts.flatMap((host) => (host.devices.length > 0 ? host.devices : [null]).map((device, index) => [
+      index === 0 ? host.id : '', index === 0 ? host.classes.join(',') : '', device ? `${device.id} ${device.name}` : '-',
+      device ? `${device.usedMB}/${device.budgetMB}/${device.memoryTotalMB}` : '-',
+      host.resident.filter((model) => model.device === device?.id).map((model) => `${model.model} (${model.memoryMB} MB)`).join(', ') || '-',
+      index === 0 ? `${host.jobsInFlight} jobs` : '',
+      index === 0 ? `${host.freeSlots}/${host.concurrency}` : '',
+      index === 0 ? `${host.health}${host.draining ? ', draining' : ''}` : '',
+      index === 0 ? breakerText(host.breaker) : '',
+    ])),
+  );
+}
+
+function replicasTable(hosts: HostView[]): string {
+  const rows = hosts.flatMap((host) => host.replicas.map((replica) => [
+    host.id, replica.model, replica.resident ? 'yes' : 'no',
+    replica.throughput === null ? '-' : `${replica.throughput >= 10 ? replica.throughput.toFixed(0) : replica.throughput.toFixed(2)} jobs/s (${replica.samples})`,
+    replica.health + (replica.healthDetail ? `: ${replica.healthDetail.slice(0, 60)}` : ''), breakerText(replica.breaker),
+  ]));
+  return rows.length === 0 ? 'replicas: none measured yet' : table(['HOST', 'MODEL', 'RESIDENT', 'THROUGHPUT (batches)', 'HEALTH', 'BREAKER'], rows);
+}
+
 async function status(options: ClientOptions & { json?: boolean }): Promise<void> {
   const client = clientFrom(options);
-  const current = await client.request<Status>('GET', '/v1/status');
-  if (options.json) return printJson(current);
+  const [current, { hosts }] = await Promise.all([
+    client.request<Status>('GET', '/v1/status'), client.request<{ hosts: HostView[] }>('GET', '/v1/hosts'),
+  ]);
+  if (options.json) return printJson({ ...current, hosts });
   const out: string[] = [`mesh at ${client.baseUrl}`, ''];
-  out.push(current.hosts.length === 0 ? 'hosts: none connected' : table(
-    ['HOST', 'CLASSES', 'DEVICE', 'MEMORY (used/budget/total MB)', 'RESIDENT', 'IN FLIGHT'],
-    current.hosts.flatMap((host) => host.devices.map((device, index) => [
-      index === 0 ? `${host.id}${host.draining ? ' (draining)' : ''}` : '', index === 0 ? host.classes.join(',') : '', `${device.id} ${device.name}`,
-      `${device.usedMB}/${device.budgetMB}/${device.memoryTotalMB}`,
-      host.resident.filter((model) => model.device === device.id).map((model) => `${model.model} (${model.memoryMB} MB)`).join(', ') || '-',
-      index === 0 ? `${host.jobsInFlight} jobs` : '',
-    ])),
-  ));
+  out.push(hosts.length === 0 ? 'hosts: none connected' : hostsTable(hosts));
+  if (hosts.length > 0) out.push('', replicasTable(hosts));
   out.push('', table(['MODEL', 'QUEUED', 'LIMIT', 'REPLICAS', 'WHERE'], Object.entries(current.queues).map(([model, queue]) => {
-    const replicas = current.replicas?.[model];
-    if (!replicas) return [model, String(queue.depth), String(queue.limit), '-', '-'];
-    const ready = replicas.replicas.filter((replica) => replica.state === 'ready').length;
-    const where = replicas.replicas.map((replica) => `${replica.host} (${replica.state}${replica.held ? ', held' : ''})`).join(', ');
+    const placed = current.models?.[model];
+    if (!placed) return [model, String(queue.depth), String(queue.limit), '-', '-'];
+    const ready = placed.replicas.filter((replica) => replica.state === 'ready').length;
+    const where = placed.replicas.map((replica) => `${replica.host} (${replica.state}${replica.held ? ', held' : ''})`).join(', ');
     return [
       model, String(queue.depth), String(queue.limit),
-      `${ready}/${replicas.desired} (min ${replicas.min}, max ${replicas.max ?? 'any'})`, where || '-',
+      `${ready}/${placed.desired} (min ${placed.min}, max ${placed.max ?? 'any'})`, where || '-',
     ];
   })));
   out.push('', `jobs: ${Object.entries(current.jobs).map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`);
@@ -47,7 +70,7 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
 
 export function statusCommand(): Command {
   return withClientOptions(new Command('status'))
-    .description('Show hosts, their devices and memory, resident models, queue depths and each model\'s replicas (ready/desired, where)')
+    .description('Show hosts (health, breakers, free slots, devices and memory, resident models), each replica\'s measured throughput and breaker, queue depths, and each model\'s replicas (ready/desired, where)')
     .option('--json', 'print JSON')
     .action((options) => status(options));
 }

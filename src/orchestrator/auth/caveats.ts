@@ -32,7 +32,7 @@ export const MAX_RATE_COUNT = 100_000;
 
 export type Caveat =
   | { condition: 'kind'; value: GrantKind }
-  | { condition: 'actions' | 'types' | 'models' | 'classes' | 'albums'; values: string[] }
+  | { condition: 'actions' | 'types' | 'models' | 'classes' | 'hosts' | 'albums'; values: string[] }
   | { condition: 'host'; value: string }
   | { condition: 'time-before'; at: number }
   | { condition: 'max-priority'; level: number }
@@ -40,7 +40,7 @@ export type Caveat =
   | { condition: 'rate'; count: number; unit: RateUnit; windowMs: number }
   | { condition: 'tls-ca'; fingerprint: string };
 
-const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'albums']);
+const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'hosts', 'albums']);
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 
 /** Parse one caveat line; returns an error string for text that is not a caveat we know. */
@@ -103,6 +103,7 @@ export interface GrantRequest {
   model?: string;
   /** Classes the work would run on (agent join: all classes the agent claims). */
   classes?: readonly string[];
+  /** The host the request is about (agent join: the host joining). Jobs name none at submit: routing applies `hosts`. */
   host?: string;
   priority?: number;
   album?: string;
@@ -137,6 +138,9 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
     }
     case 'host':
       return request.host === undefined || request.host === caveat.value ? null : `host "${request.host}" is not "${caveat.value}"`;
+    case 'hosts':
+      // Where a job may run is decided at routing, which passes over every host not listed ("host not granted").
+      return inList(caveat.values, request.host, 'host');
     case 'time-before':
       return now < caveat.at ? null : `expired at ${new Date(caveat.at).toISOString()}`;
     case 'max-priority':

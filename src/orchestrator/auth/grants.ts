@@ -34,6 +34,8 @@ export interface VerifiedGrant {
   classes: string[] | null;
   /** Every rate caveat along the chain; a job must fit all of them. */
   rates: readonly GrantRate[];
+  /** Hosts its jobs may run on (the intersection of its `hosts` caveats); null = any. */
+  hosts: string[] | null;
   /** The tightest priority ceiling, or null. */
   maxPriority: number | null;
   expiresAt: number | null;
@@ -77,7 +79,7 @@ function parseAll(lines: readonly string[]): Caveat[] {
   });
 }
 
-function intersect(caveats: readonly Caveat[], condition: 'types' | 'models' | 'albums' | 'classes'): string[] | null {
+function intersect(caveats: readonly Caveat[], condition: 'types' | 'models' | 'albums' | 'classes' | 'hosts'): string[] | null {
   let result: string[] | null = null;
   for (const caveat of caveats) {
     if (caveat.condition !== condition) continue;
@@ -114,7 +116,7 @@ function summarize(id: string, lines: readonly string[], caveats: Caveat[]): Ver
   return {
     id, kind: kindCaveat.value, caveats, rates, maxPriority, expiresAt,
     types: intersect(caveats, 'types'), models: intersect(caveats, 'models'),
-    albums: intersect(caveats, 'albums'), classes: intersect(caveats, 'classes'),
+    albums: intersect(caveats, 'albums'), classes: intersect(caveats, 'classes'), hosts: intersect(caveats, 'hosts'),
   };
 }
 

@@ -6,6 +6,8 @@ export interface GrantOptions {
   types?: string[];
   models?: string[];
   classes?: string[];
+  /** Hosts its jobs may run on (agent grants: host ids it may join as). */
+  hosts?: string[];
   albums?: string[];
   actions?: string[];
   host?: string;
@@ -35,6 +37,7 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
   list('types', options.types);
   list('models', options.models);
   list('classes', options.classes);
+  list('hosts', options.hosts);
   list('albums', options.albums);
   list('actions', options.actions);
   if (options.host) lines.push(`host ${options.host}`);

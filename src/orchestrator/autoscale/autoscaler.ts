@@ -8,11 +8,13 @@ import type { HostRegistry, HostSession, Router } from '../routing/index.js';
 export interface AutoscalerDeps {
   clock: Clock;
   hosts: HostRegistry;
-  /** Which hosts could run a model at all (classes, engine, memory budget); draining ones are left out here. */
+  /** Which hosts could run a model at all (they serve one of its classes and run its engine). */
   router: Pick<Router, 'candidates'>;
   models(): RegisteredModel[];
-  /** The host classes a model's jobs route to (the config's routing of its job types). */
+  /** The host classes a model's jobs route to (the config's routing of its job types), most preferred first. */
   classesOf(model: RegisteredModel): string[];
+  /** A circuit breaker stops batches of the model there (host or host × model open): no replica is placed or counted there. */
+  blocked?(host: string, model: string): unknown;
   /** Jobs of the model waiting in its queue. */
   queued(model: string): number;
   /** Job events tell it about new demand at once; refusals become mesh events. */
@@ -73,10 +75,13 @@ const REFUSAL_BACKOFF_MAX_MS = 5 * 60_000;
  * below minReplicas, which are loaded as soon as eligible hosts join and held
  * (`load` with `hold`) so the agents keep them.
  *
- * Hosts are chosen resident first (a replica being unloaded there), then with
- * the model's file cached, then with the least work in flight, then best fit
- * (the smallest budget that takes the model, keeping large hosts for large
- * models). The orchestrator only rules out hosts whose whole budget is too
+ * Eligible hosts serve one of the model's classes, run its engine, have a
+ * budget it fits in, are not draining and no breaker blocks the model there.
+ * They are chosen by class (the routing order: a fallback class only after
+ * the preferred one), then resident first (a replica being unloaded there),
+ * then with the model's file cached, then with the least work in flight, then
+ * best fit (the smallest budget that takes the model, keeping large hosts for
+ * large models). The orchestrator only rules out hosts whose whole budget is too
  * small: which resident models an agent could evict is the agent's to know, so
  * an agent may refuse (`load-refused`). A refusal is logged, counted and
  * published as a `replica:refused` mesh event, and the autoscaler moves on to
@@ -190,7 +195,7 @@ export class Autoscaler {
     const state = this.#state(name);
     const hosts = [...this.#deps.hosts];
     this.#settle(name, hosts, state, now);
-    const serving = hosts.filter((host) => !host.draining && host.hasReplica(name));
+    const serving = hosts.filter((host) => this.#serves(host, name));
     let running = 0;
     for (const host of serving) for (const batch of host.batches.values()) if (batch.model === name) running += batch.jobIds.size;
     state.demand = this.#deps.queued(name) + running;
@@ -211,7 +216,7 @@ export class Autoscaler {
       state.desired = serving.length;
     }
     sent = this.#holdFloor(model, policy, state, now) || sent;
-    const ready = hosts.filter((host) => !host.draining && host.hasReadyReplica(name)).length;
+    const ready = hosts.filter((host) => this.#serves(host, name) && host.hasReadyReplica(name)).length;
     this.#deps.metrics.replicas(name, ready, state.desired);
     return sent;
   }
@@ -244,12 +249,21 @@ export class Autoscaler {
     for (const host of state.refusals.keys()) if (this.#deps.hosts.get(host.id) !== host) state.refusals.delete(host);
   }
 
+  /** A replica that counts: the host is not draining and no breaker blocks the model there. */
+  #serves(host: HostSession, model: string): boolean {
+    return !host.draining && host.hasReplica(model) && !this.#deps.blocked?.(host.id, model);
+  }
+
   #scaleOut(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
-    const { digest } = model.manifest;
-    const candidates = this.#deps.router.candidates(model, this.#deps.classesOf(model))
-      .filter((host) => !host.draining && !host.hasReplica(name) && (state.refusals.get(host)?.until ?? 0) <= now)
-      .sort((a, b) => Number(b.isResident(name)) - Number(a.isResident(name))
+    const { digest, memoryMB } = model.manifest;
+    const classes = this.#deps.classesOf(model);
+    const classRank = (host: HostSession): number => classes.findIndex((klass) => host.info.classes.includes(klass));
+    const candidates = this.#deps.router.candidates(model, classes)
+      .filter((host) => !host.draining && host.largestBudgetMB >= memoryMB && !host.hasReplica(name)
+        && !this.#deps.blocked?.(host.id, name) && (state.refusals.get(host)?.until ?? 0) <= now)
+      .sort((a, b) => classRank(a) - classRank(b)
+        || Number(b.isResident(name)) - Number(a.isResident(name))
         || Number(b.cached.has(digest)) - Number(a.cached.has(digest))
         || a.jobsInFlight - b.jobsInFlight
         || a.largestBudgetMB - b.largestBudgetMB
@@ -292,7 +306,7 @@ export class Autoscaler {
   /** The first minReplicas replicas are held, so their agents keep them; a replica that was not is asked to (an idempotent load). */
   #holdFloor(model: RegisteredModel, policy: ReplicaPolicy, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
-    const serving = [...this.#deps.hosts].filter((host) => !host.draining && host.hasReplica(name));
+    const serving = [...this.#deps.hosts].filter((host) => this.#serves(host, name));
     let missing = policy.min - serving.filter((host) => host.held.has(name)).length;
     let sent = false;
     for (const host of serving) {

@@ -11,7 +11,7 @@ const names = z.array(z.string().regex(NAME)).min(1).optional();
 
 const CreateGrantBody = z.strictObject({
   kind: z.enum(['admin', 'client', 'agent']),
-  types: names, models: names, classes: names, albums: names, actions: names,
+  types: names, models: names, classes: names, hosts: names, albums: names, actions: names,
   host: z.string().regex(NAME).optional(),
   expires: z.string().max(40).optional(),
   maxPriority: z.int().min(1).optional(),

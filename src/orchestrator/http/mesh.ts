@@ -34,6 +34,11 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
     onRequest: auth.require('mesh:read'),
   }, async () => status.view());
 
+  routes.get('/v1/hosts', {
+    schema: { tags: ['mesh'], summary: 'Every known host: connected or not, health, breakers, capacity, and each replica\'s measured throughput' },
+    onRequest: auth.require('mesh:read'),
+  }, async () => ({ hosts: status.hosts() }));
+
   routes.get('/metrics', {
     schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },
     onRequest: auth.require('mesh:read'),

@@ -4,9 +4,10 @@ import type { Clock } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { BlobStore, RegisteredModel } from '../registry/index.js';
-import type { HostRegistry, Router } from '../routing/index.js';
+import type { AttemptBudgets, HostRegistry, Router } from '../routing/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import type { Db, GroupCommit } from '../store/index.js';
+import { AttemptTimeouts } from './attempt-timeouts.js';
 import { Cancellation } from './cancellation.js';
 import { Dispatcher } from './dispatcher.js';
 import { Failover } from './failover.js';
@@ -35,6 +36,8 @@ export interface JobCoreDeps {
   uploadLimitBytes: number;
   /** Learn from the memory a batch measured (MemoryPlanner.observe). */
   observeMemory?(model: string, report: BatchMemoryReport): void;
+  /** How long each attempt may take on its host (per-attempt timeouts). */
+  attemptBudgets: AttemptBudgets;
 }
 
 /** The job roles, built in dependency order: what the orchestrator and the role tests both run. */
@@ -47,6 +50,7 @@ export interface JobCore {
   recovery: Recovery;
   outputs: JobOutputs;
   intake: ResultIntake;
+  timeouts: AttemptTimeouts;
   /** Stop every timer the roles hold (shutdown). */
   close(): void;
 }
@@ -66,10 +70,13 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const intake = new ResultIntake({
     clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,
   });
+  const timeouts = new AttemptTimeouts({
+    clock, states, inFlight, failover, dispatcher, hosts: deps.hosts, budgets: deps.attemptBudgets, metrics, model, log: log.child({ part: 'timeouts' }),
+  });
   return {
-    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake,
+    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake, timeouts,
     close() {
-      for (const part of [dispatcher, failover, cancellation, recovery]) part.close();
+      for (const part of [dispatcher, failover, cancellation, recovery, timeouts]) part.close();
     },
   };
 }

@@ -3,8 +3,8 @@ import { MeshError } from '../../protocol/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
-import type { HostRegistry, HostSession, Router } from '../routing/index.js';
-import type { Admission, Release, Scheduler } from '../scheduler/index.js';
+import { encodeRoute, type HostRegistry, type HostSession, type RouteDecision, type Router } from '../routing/index.js';
+import type { Admission, QueuedJob, Release, Scheduler } from '../scheduler/index.js';
 import type { JobRecord } from '../store/index.js';
 import { newId } from '../ids.js';
 import type { InFlight } from './in-flight.js';
@@ -33,14 +33,19 @@ export interface DispatcherDeps {
  */
 export class Dispatcher {
   readonly #deps: DispatcherDeps;
-  readonly #pickHost: (model: RegisteredModel, classes: readonly string[]) => HostSession | null;
+  readonly #pickHost: (model: RegisteredModel, job: QueuedJob) => HostSession | null;
+  /** The router's last decision: the scheduler releases a batch right after the pick that found its host. */
+  #decision: RouteDecision | null = null;
   #pumpQueued = false;
   #wake: { at: number; timer: Timer } | null = null;
   #closed = false;
 
   constructor(deps: DispatcherDeps) {
     this.#deps = deps;
-    this.#pickHost = (model, classes) => deps.router.pick(model, classes);
+    this.#pickHost = (model, job) => {
+      this.#decision = deps.router.route(model, { classes: job.classes, hosts: job.hosts ?? null, avoid: job.avoid });
+      return this.#decision.host;
+    };
     deps.inFlight.onSlotFreed(() => this.requestPump());
     deps.hosts.onChange(() => this.requestPump());
     deps.states.onTerminal((job) => {
@@ -49,16 +54,18 @@ export class Dispatcher {
     });
   }
 
-  /** Put a queued job in its model's queue. */
-  enqueue(job: JobRecord): void {
+  /** Put a queued job in its model's queue; a retry names the hosts that failed it, to go elsewhere when it can. */
+  enqueue(job: JobRecord, avoid: readonly string[] = []): void {
     const model = this.#deps.model(job.model);
     if (!model) {
       this.#deps.states.ended(job, 'failed', new MeshError('UNKNOWN_MODEL', { model: job.model, known: '(the model was removed since the job was queued)' }));
       return;
     }
+    // Jobs share a batch only if they would be routed alike: same shapes, same classes in the same order, same granted and avoided hosts.
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
-      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}`, classes: job.classes, input: job.input,
+      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}|${job.hosts?.join(',') ?? '*'}|${avoid.join(',')}`,
+      classes: job.classes, hosts: job.hosts, avoid, input: job.input,
     });
     this.requestPump();
   }
@@ -103,7 +110,9 @@ export class Dispatcher {
     const batchId = newId('b');
     const name = model.manifest.name;
     const records = queued.map((entry) => states.get(entry.id)).filter((job): job is JobRecord => job?.status === 'queued');
-    const jobs = states.dispatched(records, { batchId, host: host.id, replica: `${host.id}/${name}` });
+    const route = this.#decision?.host === host ? encodeRoute(this.#decision) : null;
+    this.#decision = null;
+    const jobs = states.dispatched(records, { batchId, host: host.id, replica: `${host.id}/${name}`, route });
     if (jobs.length === 0) return;
     this.#deps.inFlight.place(host, { id: batchId, model: name, jobIds: new Set(jobs.map((job) => job.id)), dispatchedAt: now });
     this.#deps.admission.recordDrain(name, jobs.length);

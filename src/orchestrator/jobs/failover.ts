@@ -33,31 +33,49 @@ export interface Held {
  */
 export class Failover {
   readonly #deps: FailoverDeps;
-  /** Jobs waiting out their backoff before going back in the queue. */
-  readonly #retrying = new Map<string, Timer>();
+  /** Jobs waiting out their backoff before going back in the queue, and when they go back. */
+  readonly #retrying = new Map<string, { timer: Timer; at: number }>();
+  /** Hosts where each job's attempts failed: its retries go elsewhere when they can. */
+  readonly #failedOn = new Map<string, string[]>();
 
   constructor(deps: FailoverDeps) {
     this.#deps = deps;
     deps.states.onTerminal((job) => {
-      this.#retrying.get(job.id)?.cancel();
+      this.#retrying.get(job.id)?.timer.cancel();
       this.#retrying.delete(job.id);
+      this.#failedOn.delete(job.id);
     });
+  }
+
+  /** Hosts where attempts of the job failed (its retries go elsewhere when they can). */
+  failedOn(jobId: string): readonly string[] {
+    return this.#failedOn.get(jobId) ?? [];
+  }
+
+  /** When a job waiting out its retry backoff goes back in its queue; null if it is not waiting. */
+  retryAt(jobId: string): number | null {
+    return this.#retrying.get(jobId)?.at ?? null;
   }
 
   /** The attempt of `job` in `batchId` failed (`failed`) or vanished with its host (`lost`). */
   attemptFailed(job: JobRecord, batchId: string, status: 'failed' | 'lost', error: ErrorBody, retryable: boolean): void {
     const { states, inFlight, clock, log } = this.#deps;
-    states.attemptEnded(job, batchId, status, error);
+    const host = job.batchId === batchId ? job.leaseHost : null;
+    states.attemptEnded(job, batchId, status, error, retryable);
     inFlight.release(job.id);
     if (job.status !== 'dispatched' && job.status !== 'running') return;
     const retries = this.#deps.model(job.model)?.policy.retries ?? 0;
     if (retryable && job.attempts <= retries && states.requeued(job)) {
+      if (host) this.#failedOn.set(job.id, [...new Set([...this.failedOn(job.id), host])]);
       const backoff = this.#deps.retryBackoffMs * 2 ** (job.attempts - 1);
       log.info({ jobId: job.id, attempt: job.attempts, backoff, error }, 'retrying job');
-      this.#retrying.set(job.id, clock.setTimer(backoff, () => {
-        this.#retrying.delete(job.id);
-        if (job.status === 'queued') this.#deps.dispatcher.enqueue(job);
-      }));
+      this.#retrying.set(job.id, {
+        at: clock.now() + backoff,
+        timer: clock.setTimer(backoff, () => {
+          this.#retrying.delete(job.id);
+          if (job.status === 'queued') this.#deps.dispatcher.enqueue(job, this.failedOn(job.id));
+        }),
+      });
       return;
     }
     const final = retryable && job.attempts > 1
@@ -84,7 +102,7 @@ export class Failover {
   }
 
   close(): void {
-    for (const timer of this.#retrying.values()) timer.cancel();
+    for (const { timer } of this.#retrying.values()) timer.cancel();
     this.#retrying.clear();
   }
 }

@@ -1,5 +1,6 @@
 export { createJobCore, type JobCore, type JobCoreDeps } from './core.js';
-export { JobStates, type JobStatesDeps } from './states.js';
+export { JobStates, type JobStatesDeps, type AttemptObserver, type AttemptOutcome, type AttemptPlace } from './states.js';
+export { AttemptTimeouts, type AttemptTimeoutsDeps } from './attempt-timeouts.js';
 export { InFlight, type Placement } from './in-flight.js';
 export { Dispatcher, type DispatcherDeps } from './dispatcher.js';
 export { Failover, type FailoverDeps, type Held } from './failover.js';
@@ -9,3 +10,4 @@ export { ResultIntake, type ResultIntakeDeps } from './results.js';
 export { JobOutputs, type JobOutputsDeps } from './outputs.js';
 export { JobService, canSee, encodeCursor, decodeCursor, defaultAlbumOf, requestHash, DEFAULT_ALBUM, type ListQuery, type Authorize } from './service.js';
 export { jobView, artifactView, blobUrl } from './views.js';
+export { JobExplainer, type JobExplainerDeps } from './explain.js';

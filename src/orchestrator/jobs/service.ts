@@ -191,7 +191,7 @@ export class JobService {
     // A key older than the window is free again: the old job gives it up so the unique index allows the new one.
     const stale = body.idempotencyKey ? jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, 0) : null;
     const job = states.create({
-      id: newId('j'), type: body.type, model: name, priority, album, classes, input,
+      id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
     }, stale?.id);

@@ -24,6 +24,29 @@ export interface AttemptPlace {
   batchSize: number;
   host: string;
   replica: string;
+  /** The routing decision that chose the host, encoded (routing/route-log.ts); kept with the attempt. */
+  route?: string | null;
+}
+
+/** How an attempt ended, for the parts that learn from it (breakers, throughput, attempt timeouts). */
+export interface AttemptOutcome {
+  job: JobRecord;
+  host: string;
+  batchId: string;
+  batchSize: number;
+  status: 'succeeded' | 'failed' | 'lost' | 'cancelled';
+  error: ErrorBody | null;
+  /** False when the failure is the input's fault: another replica would fail the same way. */
+  retryable: boolean;
+  /** The engine's time for the whole batch (succeeded only). */
+  computeMs: number | null;
+}
+
+/** Told about each attempt as it moves: sent in a batch, started by its host, ended. */
+export interface AttemptObserver {
+  dispatched?(jobs: readonly JobRecord[], place: AttemptPlace): void;
+  started?(batchId: string, jobs: readonly JobRecord[], host: string): void;
+  ended?(outcome: AttemptOutcome): void;
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -42,6 +65,7 @@ export class JobStates {
   readonly #deps: JobStatesDeps;
   readonly #active = new Map<string, JobRecord>();
   readonly #terminal = new Set<(job: JobRecord) => void>();
+  readonly #observers = new Set<AttemptObserver>();
 
   constructor(deps: JobStatesDeps) {
     this.#deps = deps;
@@ -55,6 +79,11 @@ export class JobStates {
   /** Run `listener` once for every job that reaches a terminal state. */
   onTerminal(listener: (job: JobRecord) => void): void {
     this.#terminal.add(listener);
+  }
+
+  /** Tell `observer` about every attempt from now on. */
+  observeAttempts(observer: AttemptObserver): void {
+    this.#observers.add(observer);
   }
 
   /** Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. */
@@ -82,18 +111,20 @@ export class JobStates {
   dispatched(jobs: readonly JobRecord[], place: Omit<AttemptPlace, 'batchSize'>): JobRecord[] {
     const { db, clock } = this.#deps;
     const now = clock.now();
-    const still = this.#deps.commits.write(() => jobStore.markDispatched(db, jobs.map((job) => job.id), place.batchId, place.host, now));
+    const route = place.route ?? null;
+    const still = this.#deps.commits.write(() => jobStore.markDispatched(db, jobs.map((job) => job.id), place.batchId, place.host, now, route));
     const moved = jobs.filter((job) => still.has(job.id));
     for (const job of moved) {
       Object.assign(job, {
         status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
-        dispatchedAt: now, startedAt: null, updatedAt: now,
+        dispatchedAt: now, startedAt: null, updatedAt: now, route,
       });
       this.#emit(job, {
         type: 'dispatched', jobId: job.id, host: place.host, replica: place.replica, batchId: place.batchId,
         batchSize: moved.length, attempt: job.attempts, at: iso(now),
       });
     }
+    if (moved.length > 0) for (const observer of this.#observers) observer.dispatched?.(moved, { ...place, batchSize: moved.length });
     return moved;
   }
 
@@ -109,6 +140,7 @@ export class JobStates {
       job.startedAt = now;
       this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
     }
+    for (const observer of this.#observers) observer.started?.(batchId, starting, host);
   }
 
   /** Progress is announced, never stored. */
@@ -117,11 +149,21 @@ export class JobStates {
     this.#emit(job, { type: 'progress', jobId: job.id, step, total, pct, at: iso(this.#deps.clock.now()) });
   }
 
-  /** The attempt in flight in `batchId` ended without a result (the job itself may be retried). */
-  attemptEnded(job: JobRecord, batchId: string, status: 'failed' | 'lost', error: ErrorBody): void {
+  /**
+   * The attempt in flight in `batchId` ended without a result (the job itself may be retried). `retryable`
+   * false says the input is at fault.
+   */
+  attemptEnded(job: JobRecord, batchId: string, status: 'failed' | 'lost', error: ErrorBody, retryable = true): void {
     if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) return;
     const now = this.#deps.clock.now();
     this.#deps.commits.write(() => this.#recordAttempt(job, status, now, { errorCode: error.code, errorMessage: error.message }));
+    this.#attemptOver(job, { status, error, retryable, computeMs: null });
+  }
+
+  #attemptOver(job: JobRecord, outcome: Pick<AttemptOutcome, 'status' | 'error' | 'retryable' | 'computeMs'>): void {
+    if (this.#observers.size === 0 || !job.batchId || !job.leaseHost) return;
+    const ended: AttemptOutcome = { job, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, ...outcome };
+    for (const observer of this.#observers) observer.ended?.(ended);
   }
 
   /** Write the attempt in flight, now that it has ended. */
@@ -129,7 +171,7 @@ export class JobStates {
     if (!job.batchId || !job.leaseHost) return;
     attempts.recordAttempt(this.#deps.db, {
       jobId: job.id, n: job.attempts, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, status,
-      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, ...outcome,
+      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, route: job.route, ...outcome,
     }, job.model);
   }
 
@@ -157,6 +199,7 @@ export class JobStates {
       return true;
     });
     if (!finished) return false;
+    if (job.batchId === outcome.batchId) this.#attemptOver(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs });
     this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
     this.#terminated(job, 'succeeded', now);
     this.#emit(job, {
@@ -181,6 +224,7 @@ export class JobStates {
       return true;
     });
     if (!changed) return false;
+    if (attemptBatchId && attemptBatchId === job.batchId) this.#attemptOver(job, { status: 'cancelled', error: body ?? null, retryable: false, computeMs: null });
     this.#deps.metrics.jobFinished(job.model, status, now - job.createdAt);
     this.#terminated(job, status, now);
     const at = iso(now);

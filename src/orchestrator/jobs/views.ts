@@ -1,4 +1,5 @@
 import type { ArtifactView, AttemptView, JobEvent, JobView } from '../../protocol/index.js';
+import { decodeRoute } from '../routing/index.js';
 import { artifacts, attempts, type ArtifactRecord, type Db, type JobRecord } from '../store/index.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -18,12 +19,12 @@ export function artifactView(record: ArtifactRecord): ArtifactView {
 
 /** The ended attempts from the store, and the one in flight (kept on the job until it ends). */
 function attemptsOf(db: Db, job: JobRecord): AttemptView[] {
-  const ended = attempts.listAttempts(db, job.id);
+  const ended = attempts.listAttempts(db, job.id, decodeRoute);
   if ((job.status === 'dispatched' || job.status === 'running') && job.batchId && job.leaseHost && !ended.some((attempt) => attempt.n === job.attempts)) {
     ended.push({
       n: job.attempts, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId, batchSize: job.batchSize ?? 1,
       status: 'running', dispatchedAt: new Date(job.dispatchedAt ?? job.updatedAt).toISOString(), startedAt: iso(job.startedAt),
-      finishedAt: null, computeMs: null, error: null,
+      finishedAt: null, computeMs: null, error: null, route: decodeRoute(job.route),
     });
   }
   return ended;

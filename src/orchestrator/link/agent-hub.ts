@@ -9,6 +9,18 @@ import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
 import { HostSession, type HostRegistry } from '../routing/index.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
+type BatchReport = Extract<AgentMessage, { type: 'started' | 'progress' | 'done' | 'failed' }>;
+
+/** A part outside the job roles that watches the links (health probes, the host breakers). */
+export interface LinkObserver {
+  /** Take a report about a batch this part sent itself (a probe); true keeps it from the job roles. */
+  claims?(session: HostSession, message: BatchReport): boolean;
+  /**
+   * A host session ended (its link closed, its heartbeats stopped, or a newer connection replaced it).
+   * `abnormal` is false only when the agent closed the link cleanly (a close frame: it shut down on purpose).
+   */
+  lost?(session: HostSession, reason: string, abnormal: boolean): void;
+}
 
 export interface AgentHubDeps {
   clock: Clock;
@@ -28,6 +40,7 @@ export interface AgentHubDeps {
   authorizeJoin(grant: VerifiedGrant, hello: Hello): void;
   /** Calls `onEnd` once when the grant is revoked or expires; returns a function that stops watching. */
   watchGrant(grant: VerifiedGrant, onEnd: (why: GrantEnd) => void): () => void;
+  observers?: readonly LinkObserver[];
   /** An agent would not load a model it was asked to (the autoscaler tries another host). */
   onLoadRefused?(host: HostSession, model: string, error: { code: string; message: string }): void;
 }
@@ -65,7 +78,7 @@ export class AgentHub {
       grantEnded = true;
       helloTimer.cancel();
       this.#deps.log.warn({ host: session?.id, grant: grant.id, why }, 'agent grant ended; closing its link');
-      if (session) this.#lost(session, `grant ${why}`);
+      if (session) this.#lost(session, `grant ${why}`, false);
       socket.close(LINK_CLOSE.rejected, `grant ${why}`);
     });
     socket.on('message', (data: Buffer, isBinary: boolean) => {
@@ -94,7 +107,8 @@ export class AgentHub {
       if (!session) return;
       // A draining agent closes normally once its results are acknowledged: it left on purpose.
       if (session.draining && code === 1000) this.#left(session);
-      else this.#lost(session, 'link closed');
+      // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
+      else this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
     });
     socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
@@ -130,6 +144,8 @@ export class AgentHub {
       this.#sockets.get(previous)?.close(LINK_CLOSE.replaced, 'replaced by a newer connection');
       this.#sockets.delete(previous);
       failover.hostLost(previous, { session, held: hello.inFlight });
+      // The old link died without the orchestrator noticing: a link failure.
+      for (const observer of this.#deps.observers ?? []) observer.lost?.(previous, 'replaced by a newer connection', true);
     }
     recovery.claim(session, hello.inFlight);
     send({
@@ -143,7 +159,7 @@ export class AgentHub {
   }
 
   #handle(session: HostSession, message: AgentMessage): void {
-    const { intake, clock, hosts } = this.#deps;
+    const { clock, hosts } = this.#deps;
     session.lastSeenAt = clock.now();
     switch (message.type) {
       case 'hello':
@@ -153,13 +169,11 @@ export class AgentHub {
         session.devices = message.devices;
         return;
       case 'started':
-        return intake.started(session, message.batchId, message.jobIds);
       case 'progress':
-        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':
-        return intake.done(session, message);
       case 'failed':
-        return intake.failed(session, message);
+        if (this.#deps.observers?.some((observer) => observer.claims?.(session, message))) return;
+        return this.#report(session, message);
       case 'loaded':
         session.loaded({ model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() });
         hosts.changed();
@@ -176,6 +190,20 @@ export class AgentHub {
         return;
       default:
         return unhandled(message);
+    }
+  }
+
+  #report(session: HostSession, message: BatchReport): void {
+    const { intake } = this.#deps;
+    switch (message.type) {
+      case 'started':
+        return intake.started(session, message.batchId, message.jobIds);
+      case 'progress':
+        return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
+      case 'done':
+        return intake.done(session, message);
+      case 'failed':
+        return intake.failed(session, message);
     }
   }
 
@@ -202,18 +230,20 @@ export class AgentHub {
 
   #left(session: HostSession): void {
     this.#sockets.delete(session);
-    if (!this.#deps.hosts.delete(session)) return;
+    if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return;
     this.#deps.log.info({ host: session.id }, 'agent drained and left');
     // Normally nothing: it left once everything it ran was acknowledged. Anything else fails over as for a lost host.
     if (session.batches.size > 0) this.#deps.failover.hostLost(session);
+    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, 'drained and left', false);
     this.#deps.events.publishMesh({ type: 'host:left', host: session.id, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
-  #lost(session: HostSession, reason: string): void {
+  #lost(session: HostSession, reason: string, abnormal: boolean): void {
     this.#sockets.delete(session);
-    if (!this.#deps.hosts.delete(session)) return; // a newer connection already took over
+    if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return; // a newer connection already took over
     this.#deps.log.warn({ host: session.id, batches: session.batches.size, reason }, 'agent lost');
     this.#deps.failover.hostLost(session);
+    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, reason, abnormal);
     this.#deps.events.publishMesh({ type: 'host:lost', host: session.id, reason, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
@@ -225,7 +255,7 @@ export class AgentHub {
         if (now - session.lastSeenAt <= this.#deps.staleAfterMs) continue;
         this.#deps.log.warn({ host: session.id, silentMs: now - session.lastSeenAt }, 'agent stopped reporting');
         // Its work fails over now; the close frame tells the agent why if it is still listening, and terminate frees the socket.
-        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`);
+        this.#lost(session, `no heartbeat for ${now - session.lastSeenAt} ms`, true);
         socket.close(LINK_CLOSE.stale, 'heartbeats stopped');
         socket.terminate();
       }

@@ -10,6 +10,13 @@ import { INPUT_SCHEMAS, MeshError, type ModelManifest } from '../../protocol/ind
 export interface Pipeline {
   normalize(input: Record<string, unknown>, manifest: ModelManifest): Record<string, unknown>;
   compatKey(input: Record<string, unknown>): string;
+  /** The smallest real input for a health probe: one job through the normal path that proves the replica still runs. */
+  probeInput(manifest: ModelManifest): Record<string, unknown>;
+  /**
+   * The relative work of one job (a normalized input), so run times measured on some inputs predict others:
+   * attempt timeouts divide a batch's cost by the replica's measured cost per second. Jobs that may share a batch cost the same.
+   */
+  cost(input: Record<string, unknown>): number;
 }
 
 function parseInput<T extends z.ZodType>(schema: T, input: unknown, model: string): z.output<T> {
@@ -36,6 +43,13 @@ const cppnImage: Pipeline = {
   },
   // Image size and step count fix the tensor shapes and the number of forward passes.
   compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}`,
+  // The smallest picture the input schema allows, one step; a model whose server wants other sizes names them in params.
+  // Each refinement step computes every pixel once.
+  cost: (input) => Number(input.width) * Number(input.height) * Number(input.steps),
+  probeInput: (manifest) => ({
+    prompt: 'gpumesh health probe', seed: 1,
+    width: Number(manifest.params.probeWidth ?? 8), height: Number(manifest.params.probeHeight ?? 8), steps: Number(manifest.params.probeSteps ?? 1),
+  }),
 };
 
 const tensor: Pipeline = {
@@ -49,6 +63,9 @@ const tensor: Pipeline = {
   },
   // Every sample has the model's fixed width, so any two can share a batch.
   compatKey: () => '',
+  probeInput: (manifest) => ({ x: new Array<number>(Number(manifest.params.inputDim)).fill(0) }),
+  // Every sample has the model's fixed width.
+  cost: () => 1,
 };
 
 export const PIPELINES: Record<ModelManifest['pipeline'], Pipeline> = {

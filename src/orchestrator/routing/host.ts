@@ -33,7 +33,9 @@ export class HostSession {
   /** Model digests in the agent's local file cache (loading one of these needs no pull). */
   readonly cached: Set<string>;
   readonly batches = new Map<string, InFlightBatch>();
-  /** The host is leaving: it finishes the work it holds and is given nothing new (the router skips it). */
+  /** Health probes running here (batch ids); each takes a slot like a batch. */
+  readonly probes = new Set<string>();
+  /** Finishing its work and taking no more (set by whoever drains hosts); the router passes it over. */
   draining = false;
   /**
    * Replica changes the autoscaler asked this host for and has not seen happen yet, by model name: a model being
@@ -61,7 +63,7 @@ export class HostSession {
   }
 
   get freeSlots(): number {
-    return Math.max(0, this.info.concurrency - this.batches.size);
+    return Math.max(0, this.info.concurrency - this.batches.size - this.probes.size);
   }
 
   get jobsInFlight(): number {

@@ -1,3 +1,12 @@
 export { HostSession, type HostInfo, type InFlightBatch } from './host.js';
-export { HostRegistry } from './hosts.js';
-export { Router, type RouterOptions } from './router.js';
+export { HostRegistry, type DepartedHost } from './hosts.js';
+export { Router, TWO_CHOICES_ABOVE, type RouteRequest, type RouterDeps } from './router.js';
+export { encodeRoute, decodeRoute, type RouteDecision, type Skip, type Warmth } from './route-log.js';
+export { Breaker, type BreakerTransition } from './breaker.js';
+export { BreakerBoard, type BreakerChange, type BreakerBoardDeps } from './breakers.js';
+export { ThroughputBook, THROUGHPUT_ALPHA, type BatchSample } from './throughput.js';
+export { HealthBook, LATE_HEARTBEATS, type HealthBookDeps } from './health.js';
+export { AttemptBudgets, type AttemptTimeoutPolicy, type Budget, type BatchWork } from './budgets.js';
+export { Prober, PROBE_SWEEP_MS, PROBE_IDLE_INTERVALS, type ProberDeps, type ProbeOutcome, type BatchReport } from './prober.js';
+export { RoutingFeedback, type RoutingFeedbackDeps } from './feedback.js';
+export { announceBreakers } from './announce.js';

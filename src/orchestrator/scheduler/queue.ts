@@ -7,10 +7,14 @@ export interface QueuedJob {
   enqueuedAt: number;
   /** Jobs share a batch only when these are equal (shape parameters and allowed classes). */
   compatKey: string;
-  /** Host classes this job may run on. */
+  /** Host classes this job may run on, in order of preference. */
   classes: readonly string[];
   /** The job's input (the memory planner sizes batches by it). */
   input?: Record<string, unknown>;
+  /** Hosts its grant allows; null or absent: any. */
+  hosts?: readonly string[] | null;
+  /** Hosts where an earlier attempt failed (a retry goes elsewhere when it can). */
+  avoid?: readonly string[];
 }
 
 /**
@@ -38,6 +42,15 @@ export class ModelQueue {
 
   get size(): number {
     return this.#byId.size;
+  }
+
+  get(id: string): QueuedJob | undefined {
+    return this.#byId.get(id);
+  }
+
+  /** Every queued job, in no particular order (for explaining a job's place). */
+  jobs(): IterableIterator<QueuedJob> {
+    return this.#byId.values();
   }
 
   push(job: QueuedJob): void {

@@ -24,8 +24,23 @@ export interface Release {
   host: HostSession;
 }
 
-/** A host with a free slot for this model and these classes, or null. */
-export type PickHost = (model: RegisteredModel, classes: readonly string[]) => HostSession | null;
+/** A host with a free slot for this model and this job (its classes and hosts), or null. */
+export type PickHost = (model: RegisteredModel, job: QueuedJob) => HostSession | null;
+
+/** Where a queued job stands in its model's queue, for explaining why it waits. */
+export interface Standing {
+  /** Jobs of its model that leave before it (better effective priority, or as good and older). */
+  ahead: number;
+  queued: number;
+  /** Its compatibility group: the jobs that may share its batch. */
+  group: { size: number; target: number };
+  /** Whether the group may leave now (full, a preferred size, waited long enough, or let out early on an idle replica). */
+  ready: boolean;
+  /** Ready only because nothing more is arriving: it leaves early, but only for a replica with nothing to do. */
+  early: boolean;
+  /** When it leaves regardless (its oldest job has waited maxQueueDelayMs); null when it is ready by size or delay. */
+  releaseAt: number | null;
+}
 
 /**
  * The queues and the decision of what leaves them next. Work is released
@@ -103,7 +118,7 @@ export class Scheduler {
     }
     ready.sort((a, b) => compareJobs(a.best, b.best, now, agingMs));
     for (const candidate of ready) {
-      const host = pickHost(candidate.model, candidate.best.classes);
+      const host = pickHost(candidate.model, candidate.best);
       // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
       if (!host || (candidate.early && host.batches.size > 0)) continue;
       const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
@@ -112,5 +127,26 @@ export class Scheduler {
       return { release: { model: candidate.model, jobs, host } };
     }
     return { wakeAt };
+  }
+
+  /** Where a queued job stands; null when it is not in a queue (waiting out a retry backoff, or not queued). */
+  standing(model: string, id: string, now: number): Standing | null {
+    const queue = this.#queues.get(model);
+    const job = queue?.get(id);
+    const registered = this.#deps.model(model);
+    if (!queue || !job || !registered) return null;
+    const { agingMs } = this.#deps;
+    let ahead = 0;
+    for (const other of queue.jobs()) if (other !== job && compareJobs(other, job, now, agingMs) < 0) ahead++;
+    const batching = registered.policy.batching;
+    const group = queue.groups(now, agingMs).find((entry) => entry.key === job.compatKey)!;
+    const target = Math.min(batching.maxBatchSize, ...batching.preferredBatchSizes.filter((size) => size >= group.size));
+    const decision = releaseDecision(group.size, group.oldestAt, now, batching);
+    const early = !decision.release && this.#deps.holdPartialBatches !== 'always'
+      && !worthWaiting(group.size, batching, this.#arrivals.get(model)?.expectedWithin(decision.wakeAt - now, now) ?? 0);
+    return {
+      ahead, queued: queue.size, group: { size: group.size, target },
+      ready: decision.release || early, early, releaseAt: decision.release ? null : decision.wakeAt,
+    };
   }
 }

@@ -10,8 +10,10 @@ export interface JobRecord {
   status: JobStatus;
   priority: number;
   album: string;
-  /** Host classes the job may run on: its type's routing, narrowed by its grant. */
+  /** Host classes the job may run on, in order of preference: its type's routing, narrowed by its grant. */
   classes: string[];
+  /** Hosts its grant allows it to run on; null: any. */
+  hosts: string[] | null;
   input: Record<string, unknown>;
   /** The input's prompt (a generated column of the store: the one place it is read from the input). */
   prompt: string | null;
@@ -28,45 +30,48 @@ export interface JobRecord {
   /** When the attempt in flight was dispatched, and when its host started it (null before). */
   dispatchedAt: number | null;
   startedAt: number | null;
+  /** The routing decision of the attempt in flight (or the last one), encoded (routing/route-log.ts). */
+  route: string | null;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;
 }
 
-export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & {
+export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & Partial<Pick<JobRecord, 'hosts'>> & {
   /** The canonical hash of the request that created the job, kept with its idempotency key (see JobService). */
   requestHash?: string | null;
 };
 
 interface JobRow {
-  seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; input: string;
+  seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; hosts: string | null; input: string;
   prompt: string | null; grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
   deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
-  dispatched_at: number | null; started_at: number | null; result: string | null; error_code: string | null; error_message: string | null;
+  dispatched_at: number | null; started_at: number | null; route: string | null; result: string | null; error_code: string | null; error_message: string | null;
 }
 
 function fromRow(row: JobRow): JobRecord {
   return {
     seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
-    album: row.album, classes: JSON.parse(row.classes) as string[], input: JSON.parse(row.input) as Record<string, unknown>, prompt: row.prompt, grantId: row.grant_id,
+    album: row.album, classes: JSON.parse(row.classes) as string[], hosts: row.hosts === null ? null : JSON.parse(row.hosts) as string[], input: JSON.parse(row.input) as Record<string, unknown>, prompt: row.prompt, grantId: row.grant_id,
     idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
     deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
-    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at,
+    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at, route: row.route,
     result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
   };
 }
 
 /** Insert a queued job; returns it with its sequence number and prompt. */
 export function insertJob(db: Db, job: NewJob): JobRecord {
-  const row = stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, input, grant_id, idempotency_key,
-      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq, prompt`).get(
-    job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), JSON.stringify(job.input), job.grantId, job.idempotencyKey,
-    job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
+  const hosts = job.hosts ?? null;
+  const row = stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
+      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq, prompt`).get(
+    job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
+    JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ) as { seq: number; prompt: string | null };
   const { requestHash: _hash, ...record } = job;
   return {
-    ...record, seq: row.seq, prompt: row.prompt, status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
-    batchId: null, batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, result: null, errorCode: null, errorMessage: null,
+    ...record, hosts, seq: row.seq, prompt: row.prompt, status: 'queued', updatedAt: job.createdAt, finishedAt: null, attempts: 0,
+    batchId: null, batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, result: null, errorCode: null, errorMessage: null,
   };
 }
 
@@ -127,11 +132,14 @@ export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[
   return (db.prepare(`SELECT * FROM jobs WHERE status IN (${placeholders(statuses)}) ORDER BY seq`).all(...statuses) as JobRow[]).map(fromRow);
 }
 
-/** A batch of queued jobs leaves for a host: one statement for the batch. Returns the ids that were still queued. */
-export function markDispatched(db: Db, ids: readonly string[], batchId: string, host: string, now: number): Set<string> {
+/**
+ * A batch of queued jobs leaves for a host: one statement for the batch, which also keeps the routing decision
+ * (one string the batch shares). Returns the ids that were still queued.
+ */
+export function markDispatched(db: Db, ids: readonly string[], batchId: string, host: string, now: number, route: string | null = null): Set<string> {
   const rows = stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
-    dispatched_at = ?, started_at = NULL, updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'queued' RETURNING id`)
-    .all(batchId, ids.length, host, now, now, JSON.stringify(ids)) as { id: string }[];
+    dispatched_at = ?, started_at = NULL, route = ?, updated_at = ? WHERE id IN (SELECT value FROM json_each(?)) AND status = 'queued' RETURNING id`)
+    .all(batchId, ids.length, host, now, route, now, JSON.stringify(ids)) as { id: string }[];
   return new Set(rows.map((row) => row.id));
 }
 

@@ -146,4 +146,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE jobs ADD COLUMN started_at INTEGER;
     `,
   },
+  {
+    version: 6,
+    name: 'the hosts a job may run on; the routing decision of each attempt',
+    sql: `
+      ALTER TABLE jobs ADD COLUMN hosts TEXT;
+      ALTER TABLE jobs ADD COLUMN route TEXT;
+      ALTER TABLE attempts ADD COLUMN route TEXT;
+    `,
+  },
 ];

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import * as ort from 'onnxruntime-node';
 import type { InferenceSession } from 'onnxruntime-node';
-import type { ModelManifest } from '../../../protocol/index.js';
+import { pixelsOf, type ModelManifest } from '../../../protocol/index.js';
 import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../process-memory.js';
 import { EngineError, type BatchMemory } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
@@ -19,6 +19,8 @@ interface Resident {
   provider: 'cpu' | 'cuda';
   /** What the model holds now (MB): its load, plus what its allocator arena kept from the batches so far. */
   residentMB: number;
+  /** The largest batch so far, in pixels (or samples for tensors): only a larger one can grow what the model holds. */
+  largestBatch: number;
 }
 
 const sessions = new Map<string, Resident>();
@@ -80,14 +82,21 @@ async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void>
   const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex);
   settle(); // the file's buffer is garbage now; it is not the model's memory
   const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
-  sessions.set(message.manifest.name, { session, manifest: message.manifest, provider, residentMB });
+  sessions.set(message.manifest.name, { session, manifest: message.manifest, provider, residentMB, largestBatch: 0 });
   send({ type: 'loaded', requestId: message.requestId, memoryMB: residentMB, provider });
 }
 
 async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   const loaded = sessions.get(message.model);
   if (!loaded) throw new EngineError('ENGINE_FAILED', `model ${message.model} is not loaded in this worker`);
-  settle();
+  // Only a batch larger than any before can grow what the model holds, so only then is memory measured with care
+  // (a full GC before and after, tens of milliseconds): repeating small batches would pay it every time for nothing.
+  const size = message.jobs.reduce((sum, job) => sum + Math.max(1, pixelsOf(job.input)), 0);
+  const largest = size > loaded.largestBatch;
+  if (largest) {
+    loaded.largestBatch = size;
+    settle();
+  }
   const gpuBefore = loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
   const closeWindow = peaks.open();
   const outputs = await PIPELINES[loaded.manifest.pipeline]({
@@ -101,8 +110,8 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
     isCancelled: (jobId) => cancelled.has(jobId),
   });
   for (const job of message.jobs) cancelled.delete(job.id);
-  settle();
-  const memory = await batchMemory(loaded, closeWindow(), gpuBefore);
+  if (largest) settle();
+  const memory = await batchMemory(loaded, closeWindow(), gpuBefore, largest);
   send({ type: 'result', requestId: message.requestId, outputs, memory });
 }
 
@@ -112,7 +121,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
  * it grew, so the figure after the batch is its peak; on the CPU the kernel's
  * high-water mark gives the peak (see PeakMeter).
  */
-async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: number): Promise<BatchMemory> {
+async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: number, largest: boolean): Promise<BatchMemory> {
   let grewMB: number;
   let keptMB: number;
   if (loaded.provider === 'cuda') {
@@ -124,7 +133,8 @@ async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: numb
     keptMB = Math.max(0, window.endMB - window.startMB);
   }
   const peakMB = Math.round(loaded.residentMB + grewMB);
-  loaded.residentMB += keptMB;
+  // What a smaller batch left behind is garbage the next GC returns, not arena the model keeps.
+  if (largest) loaded.residentMB += keptMB;
   return { peakMB, residentMB: Math.round(loaded.residentMB) };
 }
 

@@ -1,0 +1,92 @@
+import type { ExplainView, WaitingFor } from '../../protocol/index.js';
+import type { Clock } from '../clock.js';
+import type { RegisteredModel } from '../registry/index.js';
+import type { RouteDecision, Router } from '../routing/index.js';
+import type { Scheduler } from '../scheduler/index.js';
+import type { Db, JobRecord } from '../store/index.js';
+import type { Failover } from './failover.js';
+import { jobView } from './views.js';
+
+export interface JobExplainerDeps {
+  db: Db;
+  clock: Clock;
+  scheduler: Scheduler;
+  router: Router;
+  failover: Failover;
+  model(name: string): RegisteredModel | undefined;
+}
+
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+
+/**
+ * `gpumesh explain`: where a job went and why — each attempt with the routing
+ * decision that sent it (the host chosen and every host passed over, with its
+ * reason) — or, for a queued job, why it is still waiting: its place in its
+ * model's queue, what it waits for (a retry backoff, a batch to fill, a free
+ * slot, a host of its classes, its turn), and every host with what keeps it
+ * from taking the job now, asked of the router as if it were routing now.
+ */
+export class JobExplainer {
+  readonly #deps: JobExplainerDeps;
+
+  constructor(deps: JobExplainerDeps) {
+    this.#deps = deps;
+  }
+
+  explain(job: JobRecord): ExplainView {
+    const attempts = jobView(this.#deps.db, job).attempts.map((attempt) => ({
+      n: attempt.n, host: attempt.host, status: attempt.status, error: attempt.error, route: attempt.route,
+    }));
+    const base = { id: job.id, status: job.status, model: job.model, classes: job.classes, hosts: job.hosts, attempts };
+    if (job.status !== 'queued') return { ...base, summary: this.#summary(job, attempts.length), waiting: null };
+    const waiting = this.#waiting(job);
+    return { ...base, summary: `waiting for ${waiting.for}: ${waiting.detail}`, waiting };
+  }
+
+  #summary(job: JobRecord, attempts: number): string {
+    const tries = `${attempts} attempt${attempts === 1 ? '' : 's'}`;
+    switch (job.status) {
+      case 'dispatched': return `sent to ${job.leaseHost ?? '?'} (attempt ${job.attempts}); waiting for it to start`;
+      case 'running': return `running on ${job.leaseHost ?? '?'} (attempt ${job.attempts})`;
+      case 'succeeded': return `succeeded after ${tries}`;
+      case 'failed': return `failed after ${tries}: ${job.errorCode ?? '?'}: ${job.errorMessage ?? ''}`;
+      default: return `${job.status} after ${tries}`;
+    }
+  }
+
+  #waiting(job: JobRecord): NonNullable<ExplainView['waiting']> {
+    const { clock, scheduler, router, failover } = this.#deps;
+    const now = clock.now();
+    const model = this.#deps.model(job.model);
+    const decision: RouteDecision | null = model ? router.route(model, { classes: job.classes, hosts: job.hosts, avoid: failover.failedOn(job.id) }) : null;
+    // Hosts in the order of the job's classes (the order routing tries them), those of no class of it last.
+    const rank = (klass: string | null): number => (klass === null ? job.classes.length : job.classes.indexOf(klass));
+    const skipped = decision ? [...decision.skipped].sort((a, b) => rank(a.class) - rank(b.class)) : [];
+    const hosts = [
+      ...(decision?.host ? [{ host: decision.host.id, class: decision.class, canTake: true, reason: null }] : []),
+      ...skipped.map((skip) => ({ host: skip.host, class: skip.class, canTake: false, reason: skip.reason })),
+    ];
+    const retryAt = failover.retryAt(job.id);
+    const standing = scheduler.standing(job.model, job.id, now);
+    const position = standing ? { ahead: standing.ahead, queued: standing.queued } : null;
+    const batch = standing ? { size: standing.group.size, target: standing.group.target, releaseBy: iso(standing.releaseAt) } : null;
+    const result = (waitingFor: WaitingFor, detail: string) => ({ for: waitingFor, detail, position, batch, retryAt: iso(retryAt), hosts });
+
+    if (retryAt !== null) return result('retry backoff', `attempt ${job.attempts} failed (${job.errorCode ?? 'see attempts'}); back in the queue in ${Math.max(0, retryAt - now)} ms`);
+    if (!model || !decision) return result('a host of its classes', `model ${job.model} is no longer in the registry`);
+    const blockers = skipped.filter((skip) => !['busier', 'not sampled', 'not resident', 'failed this job'].includes(skip.reason));
+    const why = blockers.map((skip) => `${skip.host}: ${skip.reason}`).join('; ');
+    if (standing && (!standing.ready || (standing.early && decision.host !== null && decision.host.batches.size > 0))) {
+      const by = standing.releaseAt === null ? '' : `; it leaves by ${iso(standing.releaseAt)} whatever the size`;
+      return result('a batch to fill', `${standing.group.size} of ${standing.group.target} compatible jobs queued${by}`);
+    }
+    if (decision.waitingFor === 'a host of its classes') {
+      return result('a host of its classes', `no usable host serves ${job.classes.join(' or ')}${why ? ` (${why})` : ''}`);
+    }
+    if (decision.waitingFor === 'a free slot') {
+      return result('a free slot', `every usable host of class ${decision.class ?? '?'} is busy${why ? ` (${why})` : ''}`);
+    }
+    const ahead = standing?.ahead ?? 0;
+    return result('its turn', `${decision.host!.id} can take it now; ${ahead} job${ahead === 1 ? '' : 's'} of ${job.model} ahead of it`);
+  }
+}

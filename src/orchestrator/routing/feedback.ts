@@ -1,0 +1,57 @@
+import type { AttemptObserver, AttemptOutcome } from '../jobs/states.js';
+import type { RegisteredModel } from '../registry/index.js';
+import type { BreakerBoard } from './breakers.js';
+import type { HealthBook } from './health.js';
+import type { ThroughputBook } from './throughput.js';
+
+/** Batches remembered as counted (a batch's jobs report one by one; the batch counts once). */
+const COUNTED_LIMIT = 4096;
+
+export interface RoutingFeedbackDeps {
+  breakers: BreakerBoard;
+  throughput: ThroughputBook;
+  health: HealthBook;
+  model(name: string): RegisteredModel | undefined;
+}
+
+/**
+ * What routing learns from attempts as they end. A batch counts once, by its
+ * first result that counts: a success feeds the replica's throughput (batch
+ * size, and its cost, ÷ compute time; jobs that share a batch cost the same,
+ * so one job's input prices the batch), counts for its breakers and marks it healthy;
+ * a failure that is not the input's fault counts against the replica's
+ * breaker. Lost attempts are not counted here: the host's link breaker counts
+ * the link going down, once, however many batches it held. Cancelled and
+ * expired attempts say nothing about the replica.
+ */
+export class RoutingFeedback implements AttemptObserver {
+  readonly #deps: RoutingFeedbackDeps;
+  readonly #counted = new Set<string>();
+
+  constructor(deps: RoutingFeedbackDeps) {
+    this.#deps = deps;
+  }
+
+  ended(outcome: AttemptOutcome): void {
+    const { host, batchId, job } = outcome;
+    if (outcome.status === 'succeeded') {
+      if (!this.#first(batchId)) return;
+      const model = this.#deps.model(job.model);
+      if (outcome.computeMs !== null && model) {
+        this.#deps.throughput.sample(host, job.model, { jobs: outcome.batchSize, cost: outcome.batchSize * model.pipeline.cost(job.input), computeMs: outcome.computeMs });
+      }
+      this.#deps.health.succeeded(host, job.model);
+      this.#deps.breakers.success(host, job.model);
+      return;
+    }
+    if (outcome.status !== 'failed' || !outcome.retryable || !this.#first(batchId)) return;
+    this.#deps.breakers.failure(host, job.model, outcome.error ? `${outcome.error.code}: ${outcome.error.message}` : 'failed');
+  }
+
+  #first(batchId: string): boolean {
+    if (this.#counted.has(batchId)) return false;
+    this.#counted.add(batchId);
+    if (this.#counted.size > COUNTED_LIMIT) this.#counted.delete(this.#counted.values().next().value!);
+    return true;
+  }
+}

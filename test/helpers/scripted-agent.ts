@@ -1,0 +1,110 @@
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import WebSocket from 'ws';
+import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
+
+type Run = Extract<OrchestratorMessage, { type: 'run' }>;
+
+/** What the agent does with the nth real batch it is sent (probes always succeed unless `probes` says otherwise). */
+export type Behaviour = 'ok' | 'fail' | 'stall';
+
+export interface ScriptedAgentOptions {
+  url: string;
+  grant: string;
+  host: string;
+  classes: string[];
+  /** Decides each real batch's fate by its number (1, 2, …). */
+  batches: (n: number, run: Run) => Behaviour;
+  /** Decides each probe's fate; default: succeed. */
+  probes?: (n: number, run: Run) => Behaviour;
+  /** The compute time it reports per batch (drives its measured throughput). */
+  computeMs?: number;
+}
+
+/**
+ * A fixture agent over a real WebSocket that speaks the link protocol and
+ * misbehaves on purpose: it keeps `gen` resident, heartbeats, and answers
+ * each batch as its script says — succeed (a small inline output per job),
+ * fail (retryable ENGINE_FAILED), or stall (say it started, then nothing).
+ * Everything it was sent is kept in `runs` for the test to inspect.
+ */
+export class ScriptedAgent {
+  readonly socket: WebSocket;
+  readonly runs: { run: Run; behaviour: Behaviour }[] = [];
+  #heartbeat: NodeJS.Timeout | null = null;
+  #batches = 0;
+  #probes = 0;
+  readonly #options: ScriptedAgentOptions;
+  readonly welcomed: Promise<void>;
+
+  constructor(options: ScriptedAgentOptions) {
+    this.#options = options;
+    const url = new URL(LINK_PATH, options.url);
+    url.protocol = 'ws:';
+    this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${options.grant}` } });
+    let welcomed!: () => void;
+    this.welcomed = new Promise((resolve) => (welcomed = resolve));
+    this.socket.on('message', (data) => {
+      const message = JSON.parse(data.toString()) as OrchestratorMessage;
+      if (message.type === 'welcome') {
+        // Resident from the start, as a warm replica would be after its first batch.
+        this.#send({ type: 'loaded', model: 'gen', digest: 'sha256:scripted', device: 'gpu0', memoryMB: 64 });
+        this.#heartbeat = setInterval(() => this.#send({ type: 'heartbeat', resident: this.#resident(), devices: this.#devices() }), message.heartbeatMs);
+        welcomed();
+      }
+      if (message.type === 'run') this.#run(message);
+    });
+    this.socket.once('open', () => this.#send({
+      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: options.host, classes: options.classes, engines: ['onnx'], models: [], inFlight: [],
+      devices: this.#devices(), concurrency: 1, version: 'scripted',
+    }));
+  }
+
+  /** Real batches answered each way so far. */
+  count(behaviour: Behaviour): number {
+    return this.runs.filter((entry) => !entry.run.probe && entry.behaviour === behaviour).length;
+  }
+
+  get probes(): number {
+    return this.#probes;
+  }
+
+  async close(): Promise<void> {
+    if (this.#heartbeat) clearInterval(this.#heartbeat);
+    if (this.socket.readyState === WebSocket.CLOSED) return;
+    this.socket.close();
+    await once(this.socket, 'close');
+  }
+
+  #run(run: Run): void {
+    const behaviour = run.probe ? (this.#options.probes ?? (() => 'ok'))(++this.#probes, run) : this.#options.batches(++this.#batches, run);
+    this.runs.push({ run, behaviour });
+    const jobIds = run.jobs.map((job) => job.id);
+    this.#send({ type: 'started', batchId: run.batchId, jobIds });
+    if (behaviour === 'stall') return;
+    const computeMs = this.#options.computeMs ?? 5;
+    for (const job of run.jobs) {
+      if (behaviour === 'fail') {
+        this.#send({ type: 'failed', jobId: job.id, batchId: run.batchId, retryable: true, error: { code: 'ENGINE_FAILED', message: `scripted failure of batch ${this.#batches}` } });
+        continue;
+      }
+      const bytes = Buffer.from(`scripted output of ${job.id} by ${this.#options.host}`);
+      const artifacts = run.probe ? [] : [{
+        digest: `sha256:${createHash('sha256').update(bytes).digest('hex')}`, mediaType: 'image/png', bytes: bytes.length, inline: bytes.toString('base64'),
+      }];
+      this.#send({ type: 'done', jobId: job.id, batchId: run.batchId, artifacts, timings: { loadMs: 0, computeMs, totalMs: computeMs } });
+    }
+  }
+
+  #resident() {
+    return [{ model: 'gen', digest: 'sha256:scripted', device: 'gpu0', memoryMB: 64, lastUsedAt: Date.now() }];
+  }
+
+  #devices() {
+    return [{ id: 'gpu0', kind: 'gpu' as const, name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 64 }];
+  }
+
+  #send(message: unknown): void {
+    if (this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(message));
+  }
+}
