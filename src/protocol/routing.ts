@@ -11,7 +11,7 @@ import type { Device, ResidentModel } from './link.js';
 export const ROUTE_SKIP_REASONS = [
   'disconnected', 'draining', 'breaker open', 'unhealthy', 'class not granted', 'host not granted',
   'model too large', 'no free slot', 'engine missing', 'not resident', 'busier', 'not sampled', 'failed this job',
-  // The autoscaler has no ready replica of the model there (none, one still loading, or one being unloaded).
+  // Other hosts hold replicas of the model (the autoscaler's) and this one has no ready one (none, still loading, or being unloaded).
   'no replica',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];

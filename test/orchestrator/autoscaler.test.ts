@@ -32,6 +32,8 @@ class Mesh {
   readonly autoscaler: Autoscaler;
   /** Hosts that leave `load` unanswered (the test answers for them). */
   readonly silent = new Set<string>();
+  /** The classes gen's jobs route to, most preferred first. */
+  classes = ['image'];
 
   constructor(replicas: Partial<ReplicaPolicy>, options: { memoryMB?: number } = {}) {
     const config = resolveConfig({}, '/tmp/unused');
@@ -47,7 +49,7 @@ class Mesh {
     this.autoscaler = new Autoscaler({
       clock: this.clock, hosts: this.hosts, router: this.router, events: this.events, metrics: this.metrics,
       blocked: (host, model) => this.breakers.blocking(host, model),
-      log: pino({ level: 'silent' }), intervalMs: 1000, models: () => [this.model], classesOf: () => ['image'],
+      log: pino({ level: 'silent' }), intervalMs: 1000, models: () => [this.model], classesOf: () => this.classes,
       queued: (name) => this.queued.get(name) ?? 0,
     });
   }
@@ -80,10 +82,10 @@ class Mesh {
     this.hosts.changed();
   }
 
-  /** A batch of `jobs` gen jobs running on a host. */
-  running(session: HostSession, jobs: number): () => void {
+  /** A batch of `jobs` jobs of a model (gen unless said) running on a host. */
+  running(session: HostSession, jobs: number, model = 'gen'): () => void {
     const id = `b${session.batches.size}-${session.id}`;
-    session.batches.set(id, { id, model: 'gen', jobIds: new Set(Array.from({ length: jobs }, (_, i) => `${id}-j${i}`)), dispatchedAt: this.clock.now() });
+    session.batches.set(id, { id, model, jobIds: new Set(Array.from({ length: jobs }, (_, i) => `${id}-j${i}`)), dispatchedAt: this.clock.now() });
     return () => session.batches.delete(id);
   }
 
@@ -268,10 +270,10 @@ describe('Autoscaler (fake clock)', () => {
     expect(a.id).toBe('a');
   });
 
-  it('prefers a host that has the model file cached, then the least busy', async () => {
+  it('prefers a host that has the model file cached, then the least busy (with other work)', async () => {
     mesh = new Mesh({ targetInFlight: 1 });
     const busy = mesh.host('busy');
-    mesh.running(busy, 3);
+    mesh.running(busy, 3, 'other');
     mesh.host('idle');
     mesh.host('warm', { cached: ['sha256:gen'] });
     mesh.queued.set('gen', 1);
@@ -282,7 +284,7 @@ describe('Autoscaler (fake clock)', () => {
     expect(mesh.where()).toEqual(['idle', 'warm']);
   });
 
-  it('a load takes batches only once loaded; an unload takes none from the moment it is sent', async () => {
+  it('a load takes batches only once loaded; an unloading replica stops counting the moment the unload is sent', async () => {
     mesh = new Mesh({ idleWindowMs: 0 });
     const a = mesh.host('a');
     mesh.silent.add('a');
@@ -298,7 +300,34 @@ describe('Autoscaler (fake clock)', () => {
     await mesh.advance(2000);
     expect(mesh.of('a', 'unload')).toHaveLength(1);
     expect(a.isResident('gen')).toBe(true);
-    expect(route()).toBeNull();
+    expect(a.hasReadyReplica('gen')).toBe(false);
     expect(mesh.autoscaler.view()[0]!.replicas).toEqual([{ host: 'a', state: 'unloading', held: false }]);
+  });
+
+  it('places by class order, counts a load on demand as a replica, and works around a replica its breaker blocks', async () => {
+    mesh = new Mesh({ targetInFlight: 1 });
+    // gen routes to [image, cloud]: cloud hosts are the fallback.
+    mesh.classes = ['image', 'cloud'];
+    mesh.host('cloud-1', { classes: ['cloud'], cached: ['sha256:gen'] });
+    const image = mesh.host('image-1');
+    mesh.queued.set('gen', 1);
+    await mesh.advance(1000);
+    expect(mesh.where()).toEqual(['image-1']); // the preferred class first, even though the fallback has the file
+    // A batch the router sent on demand to a host counts as that host's replica: no second load for it.
+    const onDemand = mesh.host('image-2');
+    mesh.running(onDemand, 1);
+    mesh.queued.set('gen', 1);
+    await mesh.advance(1000);
+    expect(mesh.where()).toEqual(['image-1', 'image-2']);
+    expect(mesh.of('image-2', 'load')).toEqual([]);
+    // image-1's breaker opens: its replica takes no batches, so it does not count, and the fallback class is loaded.
+    mesh.breakers.failure('image-1', 'gen', 'ENGINE_CRASHED');
+    mesh.breakers.failure('image-1', 'gen', 'ENGINE_CRASHED');
+    mesh.breakers.failure('image-1', 'gen', 'ENGINE_CRASHED');
+    mesh.queued.set('gen', 2);
+    await mesh.advance(1000);
+    expect(mesh.of('cloud-1', 'load')).toHaveLength(1);
+    expect(mesh.of('image-1', 'unload')).toEqual([]);
+    expect(image.hasReplica('gen')).toBe(true);
   });
 });

@@ -170,22 +170,29 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     expect(decodeRoute('not json')).toBeNull();
   });
 
-  it('with replicasOnly, sends a model only where a replica of it is ready (skip reason: no replica)', () => {
+  it('with replicasOnly, a placed model goes only to its replicas (skip reason: no replica); with none usable, on demand', () => {
     const { hosts, breakers, health, throughput, host } = mesh();
     const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
     const replica = host('replica');
-    host('empty', { cached: ['sha256:gen'] });
-    const first = router.route(model(), image);
-    expect(first.host).toBeNull();
-    expect(reasons(first.skipped)).toEqual({ replica: 'no replica', empty: 'no replica' });
+    host('warm', { cached: ['sha256:gen'] });
+    // Nothing placed yet: any usable host loads it on demand (the one with its file cached).
+    expect(router.route(model(), image).host?.id).toBe('warm');
+    // The autoscaler asked `replica` to load it: the batch waits for that load rather than loading it elsewhere.
     replica.replicaChanges.set('gen', { change: 'load', at: 0 });
-    expect(router.route(model(), image).host).toBeNull(); // still loading
+    const loading = router.route(model(), image);
+    expect(loading).toMatchObject({ host: null, waitingFor: 'a free slot' });
+    expect(reasons(loading.skipped)).toEqual({ replica: 'no replica', warm: 'no replica' });
+    replica.replicaChanges.delete('gen');
     replica.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
-    expect(router.route(model(), image).host).toBe(replica);
-    replica.replicaChanges.set('gen', { change: 'unload', at: 0 });
-    expect(reasons(router.route(model(), image).skipped)).toMatchObject({ replica: 'no replica' });
-    // The route log stores the new reason like the others.
-    const decision = router.route(model(), image);
-    expect(decodeRoute(encodeRoute(decision))?.skipped).toContainEqual({ host: 'replica', reason: 'no replica' });
+    const ready = router.route(model(), image);
+    expect(ready.host).toBe(replica);
+    expect(reasons(ready.skipped)).toEqual({ warm: 'no replica' });
+    expect(decodeRoute(encodeRoute(ready))?.skipped).toEqual([{ host: 'warm', reason: 'no replica' }]);
+    // Its replica's breaker opens: no replica is usable, so another host takes the work on demand.
+    breakers.failure('replica', 'gen', 'ENGINE_CRASHED');
+    breakers.failure('replica', 'gen', 'ENGINE_CRASHED');
+    const shed = router.route(model(), image);
+    expect(shed.host?.id).toBe('warm');
+    expect(reasons(shed.skipped)).toEqual({ replica: 'breaker open' });
   });
 });

@@ -156,7 +156,7 @@ export class Autoscaler {
       const replicas: ModelReplicasView['replicas'] = [];
       for (const host of this.#deps.hosts) {
         const change = host.replicaChanges.get(name)?.change;
-        if (!change && !host.isResident(name)) continue;
+        if (change !== 'unload' && !host.hasReplica(name)) continue;
         const status: ReplicaState = change === 'unload' ? 'unloading' : host.draining ? 'draining' : host.isResident(name) ? 'ready' : 'loading';
         replicas.push({ host: host.id, state: status, held: host.held.has(name) });
       }

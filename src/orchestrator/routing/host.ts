@@ -81,10 +81,13 @@ export class HostSession {
     return this.isResident(model) && this.replicaChanges.get(model)?.change !== 'unload';
   }
 
-  /** A replica as the autoscaler counts them: ready, or being loaded. */
+  /** A replica as the autoscaler counts them: ready, being loaded, or running the model (a load on demand); not being unloaded. */
   hasReplica(model: string): boolean {
     const change = this.replicaChanges.get(model)?.change;
-    return change === 'load' || (change === undefined && this.isResident(model));
+    if (change !== undefined) return change === 'load';
+    if (this.isResident(model)) return true;
+    for (const batch of this.batches.values()) if (batch.model === model) return true;
+    return false;
   }
 
   /** The largest memory budget of any device: a model bigger than this can never load here. */

@@ -26,8 +26,9 @@ export interface RouterDeps {
   /** Uniform in [0, 1), for the two random choices. Default Math.random. */
   random?: () => number;
   /**
-   * Send a model's batches only to hosts where a replica of it is ready (resident, not being unloaded): the
-   * autoscaler decides where replicas live. Off: any usable host, which loads the model on demand (the job-role tests).
+   * Once the model has a replica on a usable host (the autoscaler placed it: resident, loading, or running it, and
+   * not being unloaded), send its batches only to such hosts, waiting for one still loading; with none usable (none
+   * placed yet, or all blocked, unhealthy or draining), any usable host loads it on demand. Off: always on demand.
    */
   replicasOnly?: boolean;
 }
@@ -41,8 +42,9 @@ const WARMTH_RANK: Record<Warmth, number> = { resident: 0, cached: 1, cold: 2 };
  * waited for, not spilled past. A replica is usable when its host is
  * connected, not draining, runs the model's engine, has a device the model
  * fits, both its breakers (host and host × model) are closed and it is
- * healthy, and (with `replicasOnly`) holds a ready replica of the model —
- * and the job's grant allows its class and host. Among usable
+ * healthy — and the job's grant allows its class and host; with
+ * `replicasOnly`, once a usable host holds a replica of the model, only
+ * those do (skip reason `no replica`). Among usable
  * replicas with a free slot: the model resident first, then its file cached,
  * then the lowest load relative to capacity, (jobs in flight + 1) ÷ the
  * replica's measured jobs per second, so a fast GPU takes proportionally more
@@ -82,13 +84,22 @@ export class Router {
         : request.hosts && !request.hosts.includes(departed.info.id) ? 'host not granted' : 'disconnected';
       skipped.push({ host: departed.info.id, class: klass, reason });
     }
-    for (const [index, hosts] of usable.entries()) {
-      if (hosts.length === 0) continue;
+    // Placement: once some usable host has a replica of the model (ready or loading, the autoscaler's), only those
+    // take its batches, and a loading one is waited for; with none, any usable host loads it on demand.
+    const name = model.manifest.name;
+    const placed = this.#deps.replicasOnly === true && usable.some((hosts) => hosts.some((host) => host.hasReplica(name)));
+    for (const [index, all] of usable.entries()) {
       const klass = classes[index]!;
+      const hosts: HostSession[] = [];
+      for (const host of all) {
+        if (!placed || host.hasReplica(name)) hosts.push(host);
+        else skipped.push({ host: host.id, class: klass, reason: 'no replica' });
+      }
+      if (hosts.length === 0) continue;
       const free: HostSession[] = [];
       for (const host of hosts) {
-        if (host.freeSlots > 0) free.push(host);
-        else skipped.push({ host: host.id, class: klass, reason: 'no free slot' });
+        if (host.freeSlots > 0 && (!placed || host.hasReadyReplica(name))) free.push(host);
+        else skipped.push({ host: host.id, class: klass, reason: host.freeSlots > 0 ? 'no replica' : 'no free slot' });
       }
       if (free.length === 0) return { host: null, class: klass, warmth: null, skipped, waitingFor: 'a free slot' };
       // A retry goes elsewhere when it can: the host that failed it may fail it again.
@@ -110,7 +121,6 @@ export class Router {
     if (host.largestBudgetMB < model.manifest.memoryMB) return 'model too large';
     if (this.#deps.breakers.blocking(host.id, model.manifest.name)) return 'breaker open';
     if (this.#deps.health.unhealthy(host, model.manifest.name)) return 'unhealthy';
-    if (this.#deps.replicasOnly && !host.hasReadyReplica(model.manifest.name)) return 'no replica';
     return null;
   }
 
