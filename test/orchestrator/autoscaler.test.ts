@@ -330,4 +330,20 @@ describe('Autoscaler (fake clock)', () => {
     expect(mesh.of('image-1', 'unload')).toEqual([]);
     expect(image.hasReplica('gen')).toBe(true);
   });
+
+  it('a replica gets the whole idle window from when it was first seen or last given a batch, however low the demand', async () => {
+    mesh = new Mesh({ idleWindowMs: 10_000 });
+    const back = mesh.host('back', { resident: true }); // joined holding the model, with no traffic at all
+    await mesh.advance(9000);
+    expect(mesh.where()).toEqual(['back']);
+    // A batch dispatched there (the event the dispatcher publishes) restarts its idle clock.
+    mesh.events.publish({ type: 'dispatched', jobId: 'j', host: 'back', replica: 'back/gen', batchId: 'b', batchSize: 1, attempt: 1, at: '' },
+      { type: 'image', model: 'gen', album: 'default' });
+    await mesh.advance(9000);
+    expect(mesh.where()).toEqual(['back']);
+    await mesh.advance(3000);
+    expect(mesh.where()).toEqual([]);
+    expect(mesh.of('back', 'unload')).toHaveLength(1);
+    expect(back.isResident('gen')).toBe(false);
+  });
 });

@@ -49,8 +49,11 @@ interface ModelState {
   demand: number;
   /** Hosts that would not load the model: not asked again until `until`; `count` refusals in a row. */
   refusals: Map<HostSession, { until: number; count: number }>;
-  /** Host id → when a batch of the model was last dispatched there (scale in the longest idle first). */
-  lastBusy: Map<string, number>;
+  /**
+   * Host id → since when its replica has been idle: when it was first seen holding the model (loaded, joined with
+   * it), moved on by every batch of the model dispatched there. Only a replica idle for the whole window is unloaded.
+   */
+  idleSince: Map<string, number>;
 }
 
 /** A load not answered by then is forgotten (the host counts as it reports); a pull of a large model can take minutes. */
@@ -70,8 +73,10 @@ const REFUSAL_BACKOFF_MAX_MS = 5 * 60_000;
  * ⌈(queued + running jobs) ÷ targetInFlight⌉ replicas. Below
  * max(minReplicas, need) it loads the model on more eligible hosts at once (up
  * to maxReplicas); above max(minReplicas, the highest need of the last
- * idleWindow) it unloads idle replicas. So it scales out immediately and in
- * only after the demand has stayed lower for the whole window — and never
+ * idleWindow) it unloads replicas that have been idle (no batch of the model
+ * dispatched there, and loaded) for the whole window. So it scales out
+ * immediately and in only after the demand has stayed lower, and the replica
+ * unused, for the whole window — and never
  * below minReplicas, which are loaded as soon as eligible hosts join and held
  * (`load` with `hold`) so the agents keep them.
  *
@@ -105,7 +110,7 @@ export class Autoscaler {
     this.#unsubscribe = deps.events.subscribeAll((scoped) => {
       if (scoped.kind !== 'job') return;
       if (scoped.event.type === 'queued') this.requestLook();
-      else if (scoped.event.type === 'dispatched') this.#state(scoped.scope.model).lastBusy.set(scoped.event.host, deps.clock.now());
+      else if (scoped.event.type === 'dispatched') this.#state(scoped.scope.model).idleSince.set(scoped.event.host, deps.clock.now());
     }).unsubscribe;
     this.#unwatchHosts = deps.hosts.onChange(() => this.requestLook());
     this.#timer = this.#arm();
@@ -184,7 +189,7 @@ export class Autoscaler {
 
   #state(model: string): ModelState {
     let state = this.#models.get(model);
-    if (!state) this.#models.set(model, (state = { seen: [], need: 0, desired: 0, demand: 0, refusals: new Map(), lastBusy: new Map() }));
+    if (!state) this.#models.set(model, (state = { seen: [], need: 0, desired: 0, demand: 0, refusals: new Map(), idleSince: new Map() }));
     return state;
   }
 
@@ -247,6 +252,15 @@ export class Autoscaler {
       if (change.change === 'unload' && (!resident || now - change.at > UNLOAD_ANSWER_MS)) host.replicaChanges.delete(model);
     }
     for (const host of state.refusals.keys()) if (this.#deps.hosts.get(host.id) !== host) state.refusals.delete(host);
+    // A replica's idle clock starts when it is first seen, and a batch of the model running there restarts it.
+    const holding = new Set<string>();
+    for (const host of hosts) {
+      if (!host.hasReplica(model)) continue;
+      holding.add(host.id);
+      const running = [...host.batches.values()].some((batch) => batch.model === model);
+      if (running || !state.idleSince.has(host.id)) state.idleSince.set(host.id, now);
+    }
+    for (const id of state.idleSince.keys()) if (!holding.has(id)) state.idleSince.delete(id);
   }
 
   /** A replica that counts: the host is not draining and no breaker blocks the model there. */
@@ -287,11 +301,14 @@ export class Autoscaler {
   #scaleIn(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
     const busy = (host: HostSession): boolean => [...host.batches.values()].some((batch) => batch.model === name);
-    // Only replicas doing nothing: loaded (not loading), no batch of the model in flight. Unheld ones first, then the longest idle.
+    const idleSince = (host: HostSession): number => state.idleSince.get(host.id) ?? now;
+    // Only replicas that did nothing for the whole idle window: loaded (not loading), no batch of the model in flight
+    // or dispatched there since. Unheld ones first, then the longest idle.
+    const windowMs = model.policy.replicas.idleWindowMs;
     const idle = serving
-      .filter((host) => host.replicaChanges.get(name) === undefined && !busy(host))
+      .filter((host) => host.replicaChanges.get(name) === undefined && !busy(host) && now - idleSince(host) > windowMs)
       .sort((a, b) => Number(a.held.has(name)) - Number(b.held.has(name))
-        || (state.lastBusy.get(a.id) ?? 0) - (state.lastBusy.get(b.id) ?? 0)
+        || idleSince(a) - idleSince(b)
         || a.id.localeCompare(b.id));
     const chosen = idle.slice(0, count);
     for (const host of chosen) {
