@@ -1,4 +1,4 @@
-import type { ModelRegistry } from './registry/index.js';
+import type { ModelRegistry, RegisteredModel } from './registry/index.js';
 import type { HostRegistry } from './routing/index.js';
 import type { Scheduler } from './scheduler/index.js';
 
@@ -9,6 +9,8 @@ export interface MeshStatusDeps {
   /** Jobs in each state. */
   counts(): Record<string, number>;
   storeOpen(): boolean;
+  /** Why no connected host can run a model (ModelCoverage), or null. */
+  blocked?(model: RegisteredModel): string | null;
 }
 
 /** What `GET /v1/status` and `gpumesh status` show: hosts, queues and job counts. */
@@ -42,6 +44,8 @@ export class MeshStatus {
       })),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
         depth: scheduler.depth(model.manifest.name), limit: model.policy.maxQueueSize,
+        /** Why no connected host can run the model (its engine missing, no budget large enough); null when one can. */
+        blocked: this.#deps.blocked?.(model) ?? null,
       }])),
       jobs: this.#deps.counts(),
     };

@@ -16,7 +16,7 @@ const NODE = process.execPath;
 
 function manifest(settings: Record<string, unknown>, name = 'paint'): ModelManifest {
   return {
-    name, version: '1', engine: 'exec', pipeline: 'cppn-image', digest: `sha256:${'2'.repeat(64)}`, bytes: 0, memoryMB: 16,
+    name, version: '1', engine: 'exec', digest: `sha256:${'2'.repeat(64)}`, bytes: 0, memoryMB: 16,
     jobTypes: ['image'], params: {}, settings,
   };
 }

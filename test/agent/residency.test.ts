@@ -19,9 +19,10 @@ afterAll(() => supervisor.stopAll());
 function manifest(name: 'gen' | 'mlp'): ModelManifest {
   const model = builtinModel(name)!;
   return {
-    name, version: model.version, engine: 'onnx', pipeline: name === 'gen' ? 'cppn-image' : 'tensor', digest: model.digest,
+    name, version: model.version, engine: 'onnx', digest: model.digest,
     bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes,
     params: name === 'gen' ? { defaultSteps: 6 } : { inputDim: MLP_INPUT_DIM, outputDim: 16 },
+    settings: { pipeline: name === 'gen' ? 'cppn-image' : 'tensor' },
   };
 }
 
@@ -296,9 +297,9 @@ describe('residency: models are verified before every load', () => {
       load: async (model, path, device) => {
         if (tamperNext) {
           tamperNext = false;
-          const bytes = readFileSync(path);
+          const bytes = readFileSync(path!);
           bytes[200]! ^= 0xff;
-          writeFileSync(path, bytes);
+          writeFileSync(path!, bytes);
         }
         return onnx.load(model, path, device);
       },

@@ -87,7 +87,7 @@ export class JobStates {
     for (const job of moved) {
       Object.assign(job, {
         status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
-        dispatchedAt: now, startedAt: null, updatedAt: now,
+        dispatchedAt: now, startedAt: null, loadMs: null, updatedAt: now,
       });
       this.#emit(job, {
         type: 'dispatched', jobId: job.id, host: place.host, replica: place.replica, batchId: place.batchId,
@@ -97,8 +97,17 @@ export class JobStates {
     return moved;
   }
 
-  /** The host began a batch: its jobs still dispatched are running (two statements for the whole batch). */
-  started(batchId: string, jobs: readonly JobRecord[], host: string): void {
+  /** The host is loading the model a batch waits for (the jobs stay dispatched): announced, never stored. */
+  loading(jobs: readonly JobRecord[], host: string): void {
+    const at = iso(this.#deps.clock.now());
+    for (const job of jobs) if (job.status === 'dispatched') this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, at });
+  }
+
+  /**
+   * The host began a batch: its jobs still dispatched are running (two statements for the whole batch).
+   * `loadMs` is how long it waited for the model (present only after a load), kept with the attempt.
+   */
+  started(batchId: string, jobs: readonly JobRecord[], host: string, loadMs?: number): void {
     const { db, clock } = this.#deps;
     const starting = jobs.filter((job) => job.status === 'dispatched');
     if (starting.length === 0) return;
@@ -107,6 +116,8 @@ export class JobStates {
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
+      job.loadMs = loadMs ?? 0;
+      if (loadMs !== undefined) this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, loadMs: Math.round(loadMs), at: iso(now) });
       this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
     }
   }
@@ -129,7 +140,7 @@ export class JobStates {
     if (!job.batchId || !job.leaseHost) return;
     attempts.recordAttempt(this.#deps.db, {
       jobId: job.id, n: job.attempts, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, status,
-      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, ...outcome,
+      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, loadMs: job.loadMs ?? null, ...outcome,
     }, job.model);
   }
 

@@ -144,8 +144,10 @@ export class AgentHub {
         session.resident = message.resident;
         session.devices = message.devices;
         return;
+      case 'loading':
+        return intake.loading(session, message.batchId, message.jobIds);
       case 'started':
-        return intake.started(session, message.batchId, message.jobIds);
+        return intake.started(session, message.batchId, message.jobIds, message.loadMs);
       case 'progress':
         return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':

@@ -28,6 +28,11 @@ export interface JobRecord {
   /** When the attempt in flight was dispatched, and when its host started it (null before). */
   dispatchedAt: number | null;
   startedAt: number | null;
+  /**
+   * How long the attempt in flight waited for its model to load, once its host started it (0: the model was
+   * resident). Kept in memory only, like the rest of the attempt in flight, and written with the attempt when it ends.
+   */
+  loadMs?: number | null;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;

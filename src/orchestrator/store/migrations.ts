@@ -146,4 +146,11 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE jobs ADD COLUMN started_at INTEGER;
     `,
   },
+  {
+    version: 6,
+    name: 'how long each attempt waited for its model to load',
+    sql: `
+      ALTER TABLE attempts ADD COLUMN load_ms REAL;
+    `,
+  },
 ];
