@@ -58,6 +58,11 @@ export class ServerLauncher {
     return this.#live.size;
   }
 
+  /** The servers running now: which model's, where, its pid and cgroup directories (for logs, status and tests). */
+  servers(): { name: string; url: string; pid: number; cgroupPaths: readonly string[] }[] {
+    return [...this.#live].map((server) => ({ name: server.name, url: server.url, pid: server.pid, cgroupPaths: server.cgroupPaths }));
+  }
+
   /** Stop every server (agent shutdown); residency's unloads normally do this one by one. */
   async stopAll(): Promise<void> {
     await Promise.all([...this.#live].map((server) => server.stop()));
