@@ -112,12 +112,13 @@ export class JobStates {
     const starting = jobs.filter((job) => job.status === 'dispatched');
     if (starting.length === 0) return;
     const now = clock.now();
+    const waited = loadMs === undefined ? undefined : Math.round(loadMs);
     this.#deps.commits.write(() => jobStore.markBatchRunning(db, batchId, now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
-      job.loadMs = loadMs ?? 0;
-      if (loadMs !== undefined) this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, loadMs: Math.round(loadMs), at: iso(now) });
+      job.loadMs = waited ?? 0;
+      if (waited !== undefined) this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, loadMs: waited, at: iso(now) });
       this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
     }
   }

@@ -53,7 +53,7 @@ export function snapshotEvents(db: Db, job: JobRecord): JobEvent[] {
       type: 'dispatched', jobId: job.id, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId,
       batchSize: job.batchSize ?? 1, attempt: job.attempts, at,
     });
-    if (job.status === 'running' && job.loadMs) events.push({ type: 'loading', jobId: job.id, model: job.model, host: job.leaseHost, loadMs: Math.round(job.loadMs), at });
+    if (job.status === 'running' && job.loadMs) events.push({ type: 'loading', jobId: job.id, model: job.model, host: job.leaseHost, loadMs: job.loadMs, at });
     if (job.status === 'running') events.push({ type: 'running', jobId: job.id, host: job.leaseHost, at });
   }
   const finishedAt = new Date(job.finishedAt ?? job.updatedAt).toISOString();
