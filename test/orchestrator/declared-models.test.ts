@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfigFile, resolveConfig } from '../../src/orchestrator/config.js';
 import { BlobStore, definitionDigest, ModelRegistry, modelDefinitions, PIPELINES, unknownEngines } from '../../src/orchestrator/registry/index.js';
 import { builtinModel } from '../../src/models/index.js';
-import { tempDir } from '../helpers/mesh.js';
+import { parse as parseYaml } from 'yaml';
+import { ROOT, tempDir } from '../helpers/mesh.js';
 
 const sdServer = { engine: 'sdcpp', jobTypes: ['image'], settings: { command: 'sd-server --model ${MODEL_PATH} --listen-port ${PORT}' } };
 
@@ -167,5 +168,17 @@ describe('the image pipeline', () => {
     };
     expect(PIPELINES.image.normalize({ prompt: 'a cat', seed: 1 }, manifest)).toEqual({ prompt: 'a cat', seed: 1, width: 512, height: 768, steps: 20 });
     expect(PIPELINES.image.normalize({ prompt: 'a cat', seed: 1 }, { ...manifest, params: {} })).toEqual({ prompt: 'a cat', seed: 1, width: 256, height: 256, steps: 6 });
+  });
+});
+
+describe('the declarations in docs/operations.md', () => {
+  const blocks = [...readFileSync(join(ROOT, 'docs/operations.md'), 'utf8').matchAll(/```yaml\n(models:[\s\S]*?)```/g)].map((match) => match[1]!);
+
+  it('are valid mesh.yaml, engine settings included', () => {
+    expect(blocks.length).toBeGreaterThanOrEqual(6);
+    for (const block of blocks) {
+      const config = resolveConfig(parseYaml(block), '/tmp/x');
+      expect(modelDefinitions(config.models).length, block).toBeGreaterThan(0);
+    }
   });
 });
