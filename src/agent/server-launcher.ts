@@ -7,6 +7,7 @@ import { splitLines } from './engines/http/lines.js';
 import type { EndpointProvider, EndpointRequest, ServerEndpoint, ServerExit } from './engines/shared/endpoint.js';
 import type { LaunchSettings } from './engines/shared/launch-settings.js';
 import { safeName } from './governance/cgroups/cgroupfs.js';
+import { MissingExecutable } from './governance/executable.js';
 import { describeExit, exitError } from './governance/exit-reason.js';
 import type { Governor } from './governance/governor.js';
 import { startServer, type ManagedServer } from './governance/managed-server.js';
@@ -76,9 +77,16 @@ export class ServerLauncher {
     }
     const dataDir = join(this.#options.dataDir, safeName(engine), safeName(manifest.name));
     mkdirSync(dataDir, { recursive: true });
-    const server = await startServer(this.#options.governor, {
-      name: `${engine}/${manifest.name}`, settings: this.#settings(engine, launch), modelPath: modelPath ?? '', dataDir, gpu: gpuIndex(device),
-    }, this.#options.log);
+    let server: ManagedServer;
+    try {
+      server = await startServer(this.#options.governor, {
+        name: `${engine}/${manifest.name}`, settings: this.#settings(engine, launch), modelPath: modelPath ?? '', dataDir, gpu: gpuIndex(device),
+      }, this.#options.log);
+    } catch (error) {
+      // Every host lists every registered engine, but not every host has every server installed: let another try.
+      if (error instanceof MissingExecutable) throw new EngineError('ENGINE_FAILED', `${error.message} on this host`, true, { cause: error });
+      throw error;
+    }
     this.#live.add(server);
     void server.exited.then(() => this.#live.delete(server));
     // A server that exits before it is ready (or is not ready in time, and is stopped) fails the load with why.

@@ -78,6 +78,14 @@ describe('servers the agent starts from a model\'s command template', () => {
     await expectNothingLeft(server!.pid, server!.cgroupPaths);
   });
 
+  it('a server program this host does not have fails the load retryably (another host may have it); a bad template does not', async () => {
+    await expect(engine.load(manifest({ command: 'no-such-sd-server --port ${PORT}' }), null, cpuDevice(2048)))
+      .rejects.toMatchObject({ code: 'ENGINE_FAILED', retryable: true, message: expect.stringMatching(/"no-such-sd-server": not found on PATH .* on this host$/) });
+    await expect(engine.load(manifest({ command: `${STANDIN} --steps \${STEPS}` }), null, cpuDevice(2048)))
+      .rejects.toMatchObject({ code: 'ENGINE_FAILED', retryable: false, message: expect.stringMatching(/unknown variable \$\{STEPS\}/) });
+    expect(launcher.servers()).toEqual([]);
+  });
+
   it('a model that names neither a url nor a command fails its load, not retryably, saying so', async () => {
     await expect(engine.load(manifest({}), null, cpuDevice(2048)))
       .rejects.toMatchObject({ code: 'ENGINE_FAILED', retryable: false, message: expect.stringMatching(/names neither settings\.url .* nor settings\.command/) });

@@ -57,13 +57,16 @@ export function agentCommand(): Command {
       const grant = flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT);
       if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
       const pin = explicitPin(flags);
-      const { Agent } = await import('../../agent/index.js');
+      const { Agent, ENGINE_NAMES } = await import('../../agent/index.js');
+      const engines = flags.engines === undefined ? undefined : parseList(flags.engines);
+      const unknown = engines?.filter((name) => !ENGINE_NAMES.includes(name)) ?? [];
+      if (unknown.length > 0) throw new CliError(`--engines: unknown engine ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
       const agent = await Agent.create({
         url: resolveUrl(flags), grant: grant.trim(), host: flags.host, classes: parseList(flags.classes),
         dataDir: flags.data ?? join(dataDir(), 'agent'), cpuBudgetMB: flags.cpuBudget,
         concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
         governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
-        engines: flags.engines === undefined ? undefined : parseList(flags.engines),
+        engines,
       });
       agent.start((reason) => {
         process.stderr.write(`gpumesh agent: ${reason}\n`);
