@@ -1,5 +1,5 @@
 import type { HostView, ReplicaView } from '../protocol/index.js';
-import type { ModelRegistry } from './registry/index.js';
+import type { ModelRegistry, RegisteredModel } from './registry/index.js';
 import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from './routing/index.js';
 import type { Scheduler } from './scheduler/index.js';
 
@@ -13,6 +13,8 @@ export interface MeshStatusDeps {
   /** Jobs in each state. */
   counts(): Record<string, number>;
   storeOpen(): boolean;
+  /** Why no connected host can run a model (ModelCoverage), or null. */
+  blocked?(model: RegisteredModel): string | null;
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -43,6 +45,8 @@ export class MeshStatus {
       hosts: [...hosts].map((host) => this.#connected(host)),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
         depth: scheduler.depth(model.manifest.name), limit: model.policy.maxQueueSize,
+        /** Why no connected host can run the model (its engine missing, no budget large enough); null when one can. */
+        blocked: this.#deps.blocked?.(model) ?? null,
       }])),
       jobs: this.#deps.counts(),
     };
