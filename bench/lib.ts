@@ -75,9 +75,10 @@ export async function loadBuiltin(name: 'gen' | 'mlp', budgetMB = 4096) {
   writeFileSync(path, model.bytes);
   const engine = new OnnxEngine(new Supervisor(pino({ level: 'warn' })));
   const loaded = await engine.load({
-    name, version: model.version, engine: 'onnx', pipeline: name === 'gen' ? 'cppn-image' : 'tensor', digest: model.digest,
+    name, version: model.version, engine: 'onnx', digest: model.digest,
     bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes,
     params: name === 'gen' ? { defaultSteps: GEN_DEFAULT_STEPS } : { inputDim: MLP_INPUT_DIM, outputDim: MLP_OUTPUT_DIM },
+    settings: { pipeline: name === 'gen' ? 'cppn-image' : 'tensor' },
   }, path, cpuDevice(budgetMB));
   return {
     loaded,

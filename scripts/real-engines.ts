@@ -47,7 +47,7 @@ if (!targets.length) {
 }
 
 const manifest = (target: Target): ModelManifest => ({
-  name: `real-${target.name}`, version: '1', engine: target.engine.name, pipeline: 'cppn-image', digest: `sha256:${'0'.repeat(64)}`,
+  name: `real-${target.name}`, version: '1', engine: target.engine.name, digest: `sha256:${'0'.repeat(64)}`,
   bytes: 0, memoryMB: 1, jobTypes: ['image'], params: { defaultSteps: steps }, settings: target.settings,
 });
 const jobs = (prefix: string, n: number): EngineJob[] => Array.from({ length: n }, (_, i) => ({

@@ -274,6 +274,8 @@ const onEvent = {
   queued: ({ jobId, jobType, model, prompt }) => jobType === 'image' && placeholder(jobId, { model, prompt: prompt ?? undefined }),
   dispatched: ({ jobId, host, attempt }) =>
     setState(placeholder(jobId, { host }), 'dispatched', attempt > 1 ? `Retrying (attempt ${attempt})` : 'Dispatched'),
+  // A model made resident for the job (a server started from zero): said while it lasts.
+  loading: ({ jobId, host, loadMs }) => loadMs === undefined && setState(placeholder(jobId, { host }), 'dispatched', 'Loading the model'),
   running: ({ jobId, host }) => setState(placeholder(jobId, { host }), 'running', 'Running'),
   progress: ({ jobId, step, total, pct }) => setState(placeholder(jobId), 'running', `Step ${step} of ${total}`, pct),
   succeeded: ({ jobId, artifacts }) => showResults(jobId, artifacts),

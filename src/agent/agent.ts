@@ -7,13 +7,15 @@ import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/ind
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
 import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/engine.js';
-import { OnnxEngine } from './engines/onnx/engine.js';
+import { workClock } from './engines/http/timing.js';
+import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
 import type { GovernanceConfigInput } from './governance/settings.js';
 import { AgentLink } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
 import { Residency } from './residency.js';
+import { ServerLauncher } from './server-launcher.js';
 import { Supervisor } from './supervisor.js';
 import { uploadOutput } from './uploads.js';
 
@@ -40,8 +42,10 @@ export interface AgentOptions {
   /** Unload a model idle this long; its engine process ends with the last one (scale to zero). Default 5 min. */
   idleUnloadMs?: number;
   nvidiaSmi?: string;
-  /** How engine processes are governed: cgroups (auto, v2, v1, off) and the ONNX worker's limits. */
+  /** How engine processes are governed: cgroups (auto, v2, v1, off), the ONNX worker's limits, ceilings per engine. */
   governance?: GovernanceConfigInput;
+  /** The engines this agent runs (and lists in its hello), by registered name. Default: every registered engine. */
+  engines?: string[];
   log?: Logger;
   /** The orchestrator sent `drain` (an admin drained this host); the agent is draining. Default: leave when drained. */
   onDrainRequested?: () => void;
@@ -78,6 +82,7 @@ export class Agent {
   readonly #devices: Device[];
   readonly #governor: Governor;
   readonly #supervisor: Supervisor;
+  readonly #servers: ServerLauncher;
   readonly #engines: Map<string, Engine>;
   readonly #cache: ModelCache;
   readonly #residency: Residency;
@@ -100,7 +105,13 @@ export class Agent {
     this.#devices = devices;
     this.#governor = governor;
     this.#supervisor = new Supervisor(log.child({ part: 'supervisor' }), governor, governor.config.onnx);
-    this.#engines = new Map<string, Engine>([['onnx', new OnnxEngine(this.#supervisor)]]);
+    // Engines are plug-ins (engines/registry.ts): built from the registry with the services they share.
+    this.#servers = new ServerLauncher({
+      governor, log: log.child({ part: 'servers' }), dataDir: join(options.dataDir, 'servers'), engineLimits: governor.config.engines,
+    });
+    this.#engines = buildEngines({
+      supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }),
+    }, options.engines);
     this.#trust = new ServerTrust(options.url, agentPins(options));
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
       this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }), {
@@ -165,9 +176,9 @@ export class Agent {
     return this.#link.connected;
   }
 
-  /** Live engine processes (0 when scaled to zero). */
+  /** Live engine processes: workers and servers (0 when scaled to zero). */
   get engineProcesses(): number {
-    return this.#supervisor.count;
+    return this.#supervisor.count + this.#servers.running;
   }
 
   /** Batches running and results not yet acknowledged: what a drain waits for. */
@@ -216,6 +227,7 @@ export class Agent {
     if (this.#idleSweep) clearInterval(this.#idleSweep);
     this.#link.close();
     for (const engine of this.#engines.values()) await engine.close();
+    await this.#servers.stopAll();
     await this.#supervisor.stopAll();
     await this.#governor.close();
     this.#trust.close();
@@ -303,7 +315,12 @@ export class Agent {
     this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
     let acquired: LoadedModel | null = null;
     try {
-      const { loaded, loadMs } = await this.#residency.acquire(message.model);
+      let loading = false;
+      const { loaded, loadMs } = await this.#residency.acquire(message.model, () => {
+        // The jobs' loading phase: a pull, a server started from zero, a session built.
+        loading = true;
+        this.#link.send({ type: 'loading', batchId: batch.id, jobIds: [...batch.jobIds] });
+      });
       acquired = loaded;
       this.#log.debug({ batchId: batch.id, loadMs }, 'model resident');
       batch.cancel = (jobIds) => {
@@ -311,7 +328,7 @@ export class Agent {
         loaded.cancel(jobIds);
       };
       if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
-      this.#link.send({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds] });
+      this.#link.send({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds], ...(loading ? { loadMs } : {}) });
       const computeStart = performance.now();
       const { outputs, memory } = await loaded.run(
         jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),

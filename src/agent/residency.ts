@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { BatchMemoryReport, Device, ModelManifest, ResidentModel } from '../protocol/index.js';
 import { EngineError, type BatchMemory, type Engine, type LoadedModel } from './engines/engine.js';
+import { systemClock, type Clock, type Timer } from './governance/clock.js';
 import type { ModelCache } from './model-cache.js';
 import { RestartBackoff, type RestartBackoffOptions } from './restart-backoff.js';
 
@@ -16,6 +17,8 @@ interface Entry {
   largestUnits: number;
   inUse: number;
   lastUsedAt: number;
+  /** Armed while the model is idle, for a model with an idle window of its own (`LoadedModel.idleUnloadMs`). */
+  idleTimer: Timer | null;
 }
 
 export interface ResidencyEvents {
@@ -33,6 +36,8 @@ export interface ResidencyDeps {
   /** Pacing of restarts after engine crashes. */
   restarts?: RestartBackoffOptions;
   now?: () => number;
+  /** Timers for models with an idle window of their own. Default: real time. */
+  timers?: Pick<Clock, 'setTimer'>;
 }
 
 /**
@@ -50,12 +55,19 @@ export interface ResidencyDeps {
  * A model whose engine process dies is dropped at once (and reported
  * unloaded); the next batch that needs it loads it afresh, after a pause that
  * grows if the engine keeps dying (RestartBackoff).
+ *
+ * A model without a file (`manifest.file` false: a server that loads its own
+ * weights, a URL the person runs) is loaded without a pull. A model with an
+ * idle window of its own (a server the agent started, `idleStopMs`) is
+ * unloaded that long after its last batch — its server stops with it — rather
+ * than at the agent's sweep.
  */
 export class Residency {
   readonly #deps: ResidencyDeps;
   readonly #log: Logger;
   readonly #now: () => number;
   readonly #restarts: RestartBackoff;
+  readonly #timers: Pick<Clock, 'setTimer'>;
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry>>();
   /** Memory each model version took to load here, remembered across unloads (better than the manifest's guess). */
@@ -66,18 +78,25 @@ export class Residency {
     this.#log = deps.log;
     this.#now = deps.now ?? Date.now;
     this.#restarts = new RestartBackoff(deps.restarts);
+    this.#timers = deps.timers ?? systemClock;
   }
 
-  /** Make a model resident and mark it in use; returns it and how long loading took (0 if it was resident). */
-  async acquire(manifest: ModelManifest): Promise<{ loaded: LoadedModel; loadMs: number }> {
+  /**
+   * Make a model resident and mark it in use; returns it and how long loading took (0 if it was resident).
+   * `onLoading` is called, before the wait, when the model is not resident (this batch waits for a load).
+   */
+  async acquire(manifest: ModelManifest, onLoading?: () => void): Promise<{ loaded: LoadedModel; loadMs: number }> {
     const started = performance.now();
     let entry = this.#entries.get(manifest.name);
-    if (entry && entry.loaded.manifest.digest !== manifest.digest) {
+    if (entry && !sameVersion(entry.loaded.manifest, manifest)) {
+      onLoading?.();
+      onLoading = undefined;
       await this.unload(manifest.name); // a new version of the model
       entry = undefined;
     }
     let loadMs = 0;
     if (!entry) {
+      onLoading?.();
       let loading = this.#loading.get(manifest.name);
       if (!loading) {
         loading = this.#load(manifest).finally(() => this.#loading.delete(manifest.name));
@@ -88,6 +107,7 @@ export class Residency {
     }
     entry.inUse++;
     entry.lastUsedAt = this.#now();
+    this.#disarmIdle(entry);
     return { loaded: entry.loaded, loadMs };
   }
 
@@ -97,6 +117,7 @@ export class Residency {
     if (!entry) return;
     entry.inUse = Math.max(0, entry.inUse - 1);
     entry.lastUsedAt = this.#now();
+    this.#armIdle(entry);
   }
 
   /**
@@ -138,20 +159,42 @@ export class Residency {
     const entry = this.#entries.get(name);
     if (!entry) return;
     this.#entries.delete(name);
+    this.#disarmIdle(entry);
     await entry.loaded.unload();
     this.#log.info({ model: name, device: entry.loaded.device.id }, 'model unloaded');
     this.#deps.events.unloaded({ model: name, digest: entry.loaded.manifest.digest, device: entry.loaded.device.id });
   }
 
-  /** Unload every model idle for at least `idleMs` (scale to zero). Returns the names unloaded. */
+  /** Unload every model idle for at least `idleMs`, or its own idle window (scale to zero). Returns the names unloaded. */
   async unloadIdle(idleMs: number, now = this.#now()): Promise<string[]> {
-    const idle = [...this.#entries.entries()].filter(([, entry]) => entry.inUse === 0 && now - entry.lastUsedAt >= idleMs).map(([name]) => name);
+    const idle = [...this.#entries.entries()]
+      .filter(([, entry]) => entry.inUse === 0 && now - entry.lastUsedAt >= (entry.loaded.idleUnloadMs ?? idleMs))
+      .map(([name]) => name);
     for (const name of idle) await this.unload(name);
     return idle;
   }
 
   async unloadAll(): Promise<void> {
     for (const name of [...this.#entries.keys()]) await this.unload(name);
+  }
+
+  /** A model with an idle window of its own is unloaded that long after it became idle, unless a batch comes first. */
+  #armIdle(entry: Entry): void {
+    const windowMs = entry.loaded.idleUnloadMs;
+    if (windowMs === undefined || windowMs === null || entry.inUse > 0) return;
+    this.#disarmIdle(entry);
+    const name = entry.loaded.manifest.name;
+    entry.idleTimer = this.#timers.setTimer(windowMs, () => {
+      entry.idleTimer = null;
+      if (this.#entries.get(name) !== entry || entry.inUse > 0) return;
+      this.#log.info({ model: name, idleMs: windowMs }, 'model idle for its idle window; unloading it');
+      this.unload(name).catch((error: unknown) => this.#log.warn({ err: error, model: name }, 'idle unload failed'));
+    });
+  }
+
+  #disarmIdle(entry: Entry): void {
+    entry.idleTimer?.cancel();
+    entry.idleTimer = null;
   }
 
   #charged(entry: Entry): number {
@@ -186,8 +229,9 @@ export class Residency {
       throw error;
     }
     const now = this.#now();
-    const entry: Entry = { loaded, loadedAt: now, heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now };
+    const entry: Entry = { loaded, loadedAt: now, heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null };
     this.#entries.set(manifest.name, entry);
+    this.#armIdle(entry); // loaded for no batch yet (or its batch gave up): idle from now
     this.#measuredMB.set(manifest.digest, loaded.memoryMB);
     void loaded.exited.then((reason) => this.#exited(entry, reason));
     this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB, declaredMB: manifest.memoryMB }, 'model loaded');
@@ -201,6 +245,7 @@ export class Residency {
    * deleted, pulled again (verified) and loaded once more.
    */
   async #loadVerified(engine: Engine, manifest: ModelManifest, device: Device): Promise<LoadedModel> {
+    if (manifest.file === false) return engine.load(manifest, null, device); // nothing to pull: the engine's server has its own weights
     const path = await this.#deps.cache.path(manifest.digest);
     try {
       return await engine.load(manifest, path, device);
@@ -217,6 +262,7 @@ export class Residency {
     const { manifest, device } = entry.loaded;
     if (this.#entries.get(manifest.name) !== entry) return; // already unloaded or replaced
     this.#entries.delete(manifest.name);
+    this.#disarmIdle(entry);
     const now = this.#now();
     const restartInMs = this.#restarts.crashed(manifest.name, now, now - entry.loadedAt);
     this.#log.warn({ model: manifest.name, device: device.id, reason, upMs: now - entry.loadedAt, restartInMs }, 'engine process died; model dropped');
@@ -252,4 +298,13 @@ export class Residency {
     }
     throw new EngineError('NO_ROOM', `no device has room for "${manifest.name}" (${need} MB) while the models there are busy or held`, true);
   }
+}
+
+/**
+ * Whether two manifests are the same version of a model: the same file (or definition) and the same settings.
+ * A model declared in mesh.yaml keeps its file's digest when only its settings change (a new command, a new
+ * limit), and the server must start again with them.
+ */
+function sameVersion(a: ModelManifest, b: ModelManifest): boolean {
+  return a.digest === b.digest && a.version === b.version && JSON.stringify(a.settings ?? {}) === JSON.stringify(b.settings ?? {});
 }

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { checkModelEntries } from './registry/declared-models.js';
 import { parseCertificateName } from './tls/names.js';
 
 /**
@@ -66,6 +67,34 @@ const BreakerPolicy = z.strictObject({
 });
 export type BreakerPolicy = z.output<typeof BreakerPolicy>;
 
+/**
+ * A `models:` entry. With `engine` it declares a model (a server engine's model, a command, an ONNX file): the
+ * other definition fields apply, and the engine's own schema checks `settings` at start. Without it, the entry
+ * only sets the policy of a model that exists (a built-in one).
+ */
+const ModelEntry = ModelPolicy.extend({
+  /** The engine that runs it (`sdcpp`, `openai-images`, `comfyui`, `oip`, `exec`, `onnx`): declares the model. */
+  engine: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,39}$/, 'an engine name (lower case letters, digits, - and _)').optional(),
+  /** The job types it serves (each needs a routing entry). Required in a declaration. */
+  jobTypes: z.array(z.string().min(1).max(40)).min(1).optional(),
+  /** A version label, shown in /v1/models. Default "1". */
+  version: z.string().min(1).max(100).optional(),
+  /** A first guess of the memory it takes once loaded (MB), to place it before it has run anywhere. Default 1024. */
+  memoryMB: z.int().min(1).max(10_000_000).optional(),
+  /**
+   * Its file, on the orchestrator's host: a path (relative to mesh.yaml's folder) or an http(s) URL. Imported into
+   * the blob store at start and pulled by agents by digest; the engine gets its local path (`${MODEL_PATH}`). Default:
+   * none (a server that loads its own weights, a URL the person runs).
+   */
+  file: z.string().min(1).optional(),
+  /** The file's expected SHA-256 (`sha256:<hex>` or the hex): the import is refused if it differs. Default: not checked. */
+  sha256: z.string().regex(/^(sha256:)?[0-9a-f]{64}$/, 'a SHA-256 digest: sha256:<64 hex>').optional(),
+  /** Parameters the job type's input handling and the engine read: `defaultWidth`, `defaultHeight`, `defaultSteps`, `inputDim`. Default none. */
+  params: z.record(z.string(), z.union([z.number(), z.string()])).optional(),
+  /** The engine's settings, checked by the engine's own schema (docs/operations.md lists each engine's). Default {}. */
+  settings: z.record(z.string(), z.unknown()).optional(),
+});
+
 export const MeshConfigInput = z.strictObject({
   server: z.strictObject({
     /** Default 127.0.0.1: only this machine. Use 0.0.0.0 to accept agents from other hosts. */
@@ -98,8 +127,8 @@ export const MeshConfigInput = z.strictObject({
   routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], tensor: ['tensor'] }),
   /** Job type → the model used when a job names none. */
   defaultModels: z.record(z.string(), z.string()).default({ image: 'gen', tensor: 'mlp' }),
-  /** Per-model policies, merged over each model's built-in defaults. */
-  models: z.record(z.string(), ModelPolicy).default({}),
+  /** Models declared here (with `engine`), and policies merged over each model's defaults. */
+  models: z.record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'a model name (letters, digits, ".", "-" and "_")'), ModelEntry).default({}),
   queues: z.strictObject({
     /** Jobs queued across all models before new ones get 429. Default 10000. */
     maxTotal: z.int().min(1).default(10_000),
@@ -197,10 +226,12 @@ export interface ResolvedModelPolicy {
   replicas: ReplicaPolicy;
 }
 
+export type ModelEntry = z.output<typeof ModelEntry>;
+
 export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models'> & {
   data: string;
-  /** Overrides from the file; `policyFor` merges them over model defaults. */
-  models: Record<string, z.output<typeof ModelPolicy>>;
+  /** Models declared (with `engine`; their `file` paths made absolute) and policy overrides; `policyFor` merges policies over model defaults. */
+  models: Record<string, ModelEntry>;
 };
 
 /** A model's defaults before the config's overrides; targetInFlight is derived from the batch size unless given. */
@@ -252,11 +283,16 @@ export function checkTlsSettings(server: { publicUrl?: string; tls: { enabled: b
   }
 }
 
-/** Validate a config object; the error names every bad field by its path. */
-export function resolveConfig(input: unknown, dataDefault: string): MeshConfig {
+/**
+ * Validate a config object; the error names every bad field by its path. Relative model `file` paths are
+ * resolved against `baseDir` (the folder of mesh.yaml; default the working directory).
+ */
+export function resolveConfig(input: unknown, dataDefault: string, baseDir = process.cwd()): MeshConfig {
   const parsed = MeshConfigInput.safeParse(input ?? {});
   if (!parsed.success) {
-    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`);
+    // A bad record key (a model name) carries why in its own issues.
+    const why = (issue: z.core.$ZodIssue): string => (issue.code === 'invalid_key' && issue.issues[0] ? `${issue.issues[0].message}` : issue.message);
+    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${why(issue)}`);
     throw new ConfigError(`invalid mesh config:\n  ${problems.join('\n  ')}`);
   }
   const config = parsed.data;
@@ -276,7 +312,10 @@ export function resolveConfig(input: unknown, dataDefault: string): MeshConfig {
     if (!config.routing[type]) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: job type "${type}" has no routing entry`);
     if (!model) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: empty model name`);
   }
-  return { ...config, data: resolve(config.data ?? dataDefault) };
+  const problems = checkModelEntries(config.models, config.routing);
+  if (problems.length > 0) throw new ConfigError(`invalid mesh config:\n  ${problems.join('\n  ')}`);
+  const models = Object.fromEntries(Object.entries(config.models).map(([name, entry]) => [name, withAbsoluteFile(entry, baseDir)]));
+  return { ...config, models, data: resolve(config.data ?? dataDefault) };
 }
 
 /** Read and validate a YAML config file. */
@@ -293,5 +332,11 @@ export function loadConfigFile(path: string, dataDefault: string): MeshConfig {
   } catch (error) {
     throw new ConfigError(`config ${path} is not valid YAML: ${(error as Error).message}`);
   }
-  return resolveConfig(document, dataDefault);
+  return resolveConfig(document, dataDefault, dirname(resolve(path)));
+}
+
+/** A model file given as a relative path is relative to mesh.yaml's folder; a URL stays as it is. */
+function withAbsoluteFile(entry: ModelEntry, baseDir: string): ModelEntry {
+  if (entry.file === undefined || /^https?:\/\//i.test(entry.file)) return entry;
+  return { ...entry, file: resolve(baseDir, entry.file) };
 }

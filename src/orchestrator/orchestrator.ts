@@ -14,7 +14,8 @@ import { createJobCore, JobExplainer, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
-import { BlobReader, BlobStore, ModelRegistry, type RegisteredModel } from './registry/index.js';
+import { BlobReader, BlobStore, ModelRegistry, unknownEngines, type RegisteredModel } from './registry/index.js';
+import { ModelCoverage } from './model-coverage.js';
 import {
   announceBreakers, AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, Prober, Router, RoutingFeedback, ThroughputBook,
 } from './routing/index.js';
@@ -89,7 +90,12 @@ export class Orchestrator {
     const commits = new GroupCommit(db);
     const blobStore = new BlobStore(join(config.data, 'blobs'));
     const registry = new ModelRegistry(config);
-    await registry.addBuiltins(blobStore, (digest, bytes, mediaType) => commits.write(() => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now())));
+    const recordBlob = (digest: string, bytes: number, mediaType: string): void => commits.write(() => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
+    await registry.addBuiltins(blobStore, recordBlob);
+    // Engine-registry hook: models declared in mesh.yaml (files imported); a model of an engine this orchestrator does not know is said once.
+    for (const model of unknownEngines(await registry.addDeclared(blobStore, recordBlob))) {
+      log.warn({ model: model.name, engine: model.engine }, `model "${model.name}" names the engine "${model.engine}", which this orchestrator does not know: only agents that list it in their hello will be sent its jobs`);
+    }
     registry.checkPolicies();
 
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
@@ -171,7 +177,10 @@ export class Orchestrator {
     });
 
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory });
-    const status = new MeshStatus({ hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open,
+    // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
+    const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
+    const status = new MeshStatus({
+      hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open, blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(),
     });
     const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model });

@@ -1,6 +1,6 @@
 import type { HostView, ReplicaView } from '../protocol/index.js';
 import type { ModelReplicasView } from './autoscale/index.js';
-import type { ModelRegistry } from './registry/index.js';
+import type { ModelRegistry, RegisteredModel } from './registry/index.js';
 import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from './routing/index.js';
 import type { Scheduler } from './scheduler/index.js';
 
@@ -14,6 +14,8 @@ export interface MeshStatusDeps {
   /** Jobs in each state. */
   counts(): Record<string, number>;
   storeOpen(): boolean;
+  /** Why no connected host can run a model (ModelCoverage), or null. */
+  blocked?(model: RegisteredModel): string | null;
   /** Each model's replicas: where the autoscaler placed them, and how many it wants. */
   placement?(): ModelReplicasView[];
 }
@@ -49,6 +51,8 @@ export class MeshStatus {
       hosts: [...hosts].map((host) => this.#connected(host)),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
         depth: scheduler.depth(model.manifest.name), limit: model.policy.maxQueueSize,
+        /** Why no connected host can run the model (its engine missing, no budget large enough); null when one can. */
+        blocked: this.#deps.blocked?.(model) ?? null,
       }])),
       models: Object.fromEntries((this.#deps.placement?.() ?? []).map(({ model, ...view }) => [model, view])),
       jobs: this.#deps.counts(),

@@ -7,6 +7,11 @@ import type { ArtifactView, ErrorBody } from './jobs.js';
 export type JobEvent =
   | { type: 'queued'; jobId: string; model: string; jobType: string; prompt: string | null; at: string }
   | { type: 'dispatched'; jobId: string; host: string; replica: string; batchId: string; batchSize: number; attempt: number; at: string }
+  /**
+   * The host is making the job's model resident (pulling its file, starting its server, building its session): sent
+   * when loading begins, and again with `loadMs` when the model is ready and the job starts (scale from zero).
+   */
+  | { type: 'loading'; jobId: string; model: string; host: string; loadMs?: number; at: string }
   | { type: 'running'; jobId: string; host: string; at: string }
   | { type: 'progress'; jobId: string; step: number; total: number; pct: number; at: string }
   | { type: 'succeeded'; jobId: string; artifacts: ArtifactView[]; result: unknown; at: string }

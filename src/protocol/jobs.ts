@@ -96,6 +96,8 @@ export interface AttemptView {
   dispatchedAt: string;
   startedAt: string | null;
   finishedAt: string | null;
+  /** How long the host took to make the model resident for this attempt (0: it was; null: not known yet, or never started). */
+  loadMs: number | null;
   computeMs: number | null;
   error: ErrorBody | null;
   /** The routing decision that sent this attempt to its host (null for attempts made before route logs). */

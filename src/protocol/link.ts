@@ -9,11 +9,14 @@ import { ModelManifest } from './models.js';
  * Bumped whenever a message or field is added, removed or changes meaning in a
  * way an older peer would reject or misread (docs/architecture.md, "The agent link").
  * 2: heartbeats no longer carry `inFlight`; `hello.inFlight` also lists finished, unacknowledged results;
- *    `run` carries one upload credential for the batch; `welcome` says how large an output may travel inline in `done`;
- *    the orchestrator places replicas with `load`, `unload` and `drain`, and the agent answers `load-refused` and
- *    announces `draining` (added to 2 while it was still unreleased, so no peer speaks 2 without them).
+ *    `run` carries one upload credential for the batch; `welcome` says how large an output may travel inline in `done`.
+ * 3: model manifests have no `pipeline` (the ONNX engine's is in its `settings`) and say whether there is a `file`
+ *    to pull; the agent announces `loading` while a batch waits for its model, and `started` says how long that took.
+ *    The orchestrator places replicas with `load`, `unload` and `drain`; the agent answers `load-refused` and announces
+ *    `draining`, and its hello may list what is `resident` and say it is `draining` (all added to 3 while it was
+ *    still unreleased, so no peer speaks 3 without them).
  */
-export const LINK_PROTOCOL_VERSION = 2;
+export const LINK_PROTOCOL_VERSION = 3;
 export const LINK_PATH = '/v1/agents/link';
 
 /** An agent's error; codes it may send are the registry's, and an unknown one is read as ENGINE_FAILED. */
@@ -112,7 +115,16 @@ export const AgentMessage = z.discriminatedUnion('type', [
     resident: z.array(ResidentModel),
     devices: z.array(Device),
   }),
-  z.object({ type: z.literal('started'), batchId: z.string(), jobIds: z.array(z.string()) }),
+  /**
+   * A batch waits while its model is made resident (a pull, a server started, a session built): the jobs' `loading`
+   * phase. Sent only when the model was not resident; `started` follows with `loadMs`, or `failed` if the load failed.
+   */
+  z.object({ type: z.literal('loading'), batchId: z.string(), jobIds: z.array(z.string()) }),
+  z.object({
+    type: z.literal('started'), batchId: z.string(), jobIds: z.array(z.string()),
+    /** How long the batch waited for its model to load (after a `loading`); absent or 0 when it was resident. */
+    loadMs: z.number().min(0).optional(),
+  }),
   z.object({ type: z.literal('progress'), batchId: z.string(), jobIds: z.array(z.string()), step: z.number(), total: z.number() }),
   z.object({
     type: z.literal('done'),

@@ -2,22 +2,33 @@ import { z } from 'zod';
 
 /**
  * What an engine needs to know to load and run a model. The orchestrator's
- * registry owns these manifests; agents receive them inside `run` and `load`.
+ * registry owns these manifests (the built-in ones and those declared in
+ * mesh.yaml); agents receive them inside `run` and `load`. Nothing here is
+ * specific to one engine: how a job's input is checked is the job type's
+ * concern (the orchestrator's pipelines), and what only one engine needs
+ * (the ONNX engine's pipeline, a server's command) is in `settings`.
  */
 export const ModelManifest = z.object({
   name: z.string(),
   version: z.string(),
-  /** Which engine runs it (`onnx`, …). */
+  /** Which engine runs it (`onnx`, `sdcpp`, …): a name an agent lists in its hello. */
   engine: z.string(),
-  /** How the engine turns job inputs into tensors and tensors into outputs. */
-  pipeline: z.enum(['cppn-image', 'tensor']),
-  /** The model file in the content-addressed store. */
+  /**
+   * The model's identity: the `sha256:` digest of its file in the content-addressed store or, for a model
+   * without a file (`file: false`), of its definition — so a changed definition is a new version.
+   */
   digest: z.string(),
+  /**
+   * Whether `digest` names a file the agent pulls (and verifies) before `load` (absent: it does). False for a
+   * server that loads its own weights or a URL the person runs: the agent pulls nothing and the engine gets no path.
+   */
+  file: z.boolean().optional(),
+  /** The file's size (0 without a file). */
   bytes: z.number(),
   /** Resident memory the model needs once loaded (planning figure; the agent measures the real one). */
   memoryMB: z.number(),
   jobTypes: z.array(z.string()),
-  /** Pipeline parameters, e.g. the tensor model's input and output widths. */
+  /** Parameters the orchestrator's pipeline and the engine read: input defaults (`defaultSteps`, `defaultWidth`, …), the tensor width (`inputDim`). */
   params: z.record(z.string(), z.union([z.number(), z.string()])).default({}),
   /** Engine-specific settings (a server's URL, a workflow file, a command), validated by that engine's own schema. */
   settings: z.record(z.string(), z.unknown()).optional(),

@@ -28,7 +28,7 @@ beforeEach(() => comfy.knobs(DEFAULT_KNOBS));
 
 function manifest(settings: Record<string, unknown> = {}, name = 'comfy-txt2img'): ModelManifest {
   return {
-    name, version: '1', engine: 'comfyui', pipeline: 'cppn-image', digest: `sha256:${'0'.repeat(64)}`, bytes: 0, memoryMB: 64,
+    name, version: '1', engine: 'comfyui', digest: `sha256:${'0'.repeat(64)}`, bytes: 0, memoryMB: 64,
     jobTypes: ['image'], params: {}, settings: { url: comfy.url, workflow: WORKFLOW, inputs: INPUTS, ...settings },
   };
 }
@@ -239,7 +239,7 @@ describe('comfyui engine: memory and the server endpoint', () => {
   it('without settings.url it asks the endpoint provider for a server, and releases it on unload', async () => {
     const calls: string[] = [];
     const engine = new ComfyUiEngine({
-      endpoint: async (model, device) => {
+      endpoints: async ({ manifest: model, device }) => {
         calls.push(`start ${model.name} on ${device.id}`);
         return { url: comfy.url, release: async () => { calls.push(`release ${model.name}`); } };
       },
@@ -250,6 +250,6 @@ describe('comfyui engine: memory and the server endpoint', () => {
     await loaded.unload();
     expect(calls).toEqual(['start provided on cpu', 'release provided']);
     const none = new ComfyUiEngine();
-    await expect(none.load(manifest({ url: undefined }), WORKFLOW, cpuDevice(512))).rejects.toThrow(/has no settings\.url and this agent starts no comfyui servers/);
+    await expect(none.load(manifest({ url: undefined }), WORKFLOW, cpuDevice(512))).rejects.toThrow(/names no settings\.url and this agent starts no comfyui servers/);
   });
 });

@@ -3,10 +3,15 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
 import type { BatchResult, EngineJob, JobOutput, Progress } from '../../src/agent/engines/engine.js';
-import { ExecEngine, LocalCommandRunner, splitCommand } from '../../src/agent/engines/exec/index.js';
+import { ExecEngine, GovernedCommandRunner, LocalCommandRunner, splitCommand } from '../../src/agent/engines/exec/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../helpers/mesh.js';
 import { adapterContract } from './adapter-contract.js';
+import { cgroupGovernor, needsCgroups } from './governance/helpers.js';
+
+// The agent's governor on this host (cgroups where allowed): the runner the engine registry gives the exec engine.
+const { governor, skip } = await cgroupGovernor('exec-engine-test');
+afterAll(() => governor.close());
 
 const FIXTURES = join(ROOT, 'test/fixtures/commands');
 const PAINT = join(FIXTURES, 'paint.mjs');
@@ -16,7 +21,7 @@ const NODE = process.execPath;
 
 function manifest(settings: Record<string, unknown>, name = 'paint'): ModelManifest {
   return {
-    name, version: '1', engine: 'exec', pipeline: 'cppn-image', digest: `sha256:${'2'.repeat(64)}`, bytes: 0, memoryMB: 16,
+    name, version: '1', engine: 'exec', digest: `sha256:${'2'.repeat(64)}`, bytes: 0, memoryMB: 16,
     jobTypes: ['image'], params: {}, settings,
   };
 }
@@ -39,8 +44,8 @@ const okOutput = (output: JobOutput): Extract<JobOutput, { ok: true }> => {
   return output;
 };
 
-adapterContract('exec (fixture commands)', {
-  engine: () => new ExecEngine(),
+adapterContract('exec (fixture commands, governed by the agent)', {
+  engine: () => new ExecEngine({ runner: new GovernedCommandRunner(governor) }),
   model: () => ({ manifest: manifest({ command: [NODE, '${MODEL_PATH}', '--job-id', '${JOB_ID}'] }), path: PAINT }),
   jobs: (n) => Array.from({ length: n }, (_, i) => paintJob(`job${i}`, { seed: i, width: 16 + 8 * i })),
   steps: (n) => 3 * n,
@@ -174,5 +179,35 @@ describe('exec engine: the command runner and the command line', () => {
     });
     expect(result.spawnError).toMatch(/ENOENT/);
     expect(result.exitCode).not.toBe(0);
+  });
+});
+
+describe('exec engine under the agent\'s governance', () => {
+  const engine = new ExecEngine({ runner: new GovernedCommandRunner(governor) });
+  afterAll(() => engine.close());
+  const HOG = join(ROOT, 'test/fixtures/engines/memory-hog.mjs');
+
+  it(needsCgroups('a command the kernel kills at the model\'s memory limit fails its jobs with ENGINE_OOM, naming the limit', skip), async () => {
+    if (skip) return;
+    const loaded = await engine.load(manifest({ command: [NODE, HOG], memoryLimitMB: 150 }, 'hog'), null, cpuDevice(2048));
+    const { outputs } = await loaded.run([paintJob('hog')], () => {});
+    expect(outputs[0]).toMatchObject({ ok: false, code: 'ENGINE_OOM', retryable: true, message: expect.stringMatching(/exceeded its cgroup memory limit of 150 MB/) });
+    await loaded.unload();
+  });
+
+  it('a program that cannot start is reported, not thrown; the agent\'s own variables never reach a command', async () => {
+    const result = await new GovernedCommandRunner(governor).run({
+      argv: ['/nonexistent/gpumesh-program'], env: process.env, stdin: null, timeoutMs: 5000, maxOutputBytes: 1024, killGraceMs: 100,
+    });
+    expect(result.spawnError).toMatch(/cannot start "\/nonexistent\/gpumesh-program"/);
+    process.env.GPUMESH_GRANT = 'the agent grant must not leak';
+    try {
+      const loaded = await engine.load(manifest({ command: [NODE, '-e', 'process.stdout.write(JSON.stringify({ error: { message: String(process.env.GPUMESH_GRANT) } }) + "\\n")'] }, 'env'), null, cpuDevice(2048));
+      const { outputs } = await loaded.run([paintJob('env')], () => {});
+      expect(outputs[0]).toMatchObject({ ok: false, message: expect.stringMatching(/failed the job: undefined$/) });
+      await loaded.unload();
+    } finally {
+      delete process.env.GPUMESH_GRANT;
+    }
   });
 });

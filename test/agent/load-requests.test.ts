@@ -16,7 +16,7 @@ function manifest(name: string, memoryMB: number): ModelManifest {
   const bytes = Buffer.from(`the weights of ${name}`);
   const digest = sha256Digest(bytes);
   files.set(digest, bytes);
-  return { name, version: '1', engine: 'fake', pipeline: 'tensor', digest, bytes: bytes.length, memoryMB, jobTypes: ['tensor'], params: {} };
+  return { name, version: '1', engine: 'fake', digest, bytes: bytes.length, memoryMB, jobTypes: ['tensor'], params: {} };
 }
 
 /**

@@ -23,7 +23,7 @@ beforeEach(() => oip.knobs(DEFAULT_KNOBS));
 
 function manifest(settings: Record<string, unknown> = {}, name = 'linear'): ModelManifest {
   return {
-    name, version: '1', engine: 'oip', pipeline: 'tensor', digest: `sha256:${'1'.repeat(64)}`, bytes: 0, memoryMB: 32,
+    name, version: '1', engine: 'oip', digest: `sha256:${'1'.repeat(64)}`, bytes: 0, memoryMB: 32,
     jobTypes: ['tensor'], params: { inputDim: IN, outputDim: OUT }, settings: { url: oip.url, ...settings },
   };
 }
@@ -183,7 +183,7 @@ describe('oip engine: errors and a server that misbehaves', () => {
   it('without settings.url it asks the endpoint provider for a server, and releases it on unload', async () => {
     const calls: string[] = [];
     const provided = new OipEngine({
-      endpoint: async (model) => {
+      endpoints: async ({ manifest: model }) => {
         calls.push(`start ${model.name}`);
         return { url: oip.url, release: async () => { calls.push(`release ${model.name}`); } };
       },

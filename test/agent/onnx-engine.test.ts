@@ -21,8 +21,9 @@ function fixture(name: 'gen' | 'mlp'): { manifest: ModelManifest; path: string }
   return {
     path,
     manifest: {
-      name, version: model.version, engine: 'onnx', pipeline: name === 'gen' ? 'cppn-image' : 'tensor', digest: model.digest,
+      name, version: model.version, engine: 'onnx', digest: model.digest,
       bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes, params,
+      settings: { pipeline: name === 'gen' ? 'cppn-image' : 'tensor' },
     },
   };
 }

@@ -9,7 +9,7 @@ import { engineContract } from './engine-contract.js';
 
 function manifest(settings: Record<string, unknown> = {}): ModelManifest {
   return {
-    name: 'images-standin', version: '1', engine: 'openai-images', pipeline: 'cppn-image', digest: `sha256:${'0'.repeat(64)}`, bytes: 0,
+    name: 'images-standin', version: '1', engine: 'openai-images', digest: `sha256:${'0'.repeat(64)}`, bytes: 0,
     memoryMB: 256, jobTypes: ['image'], params: {},
     settings: { busyBackoff: { initialMs: 50, maxMs: 200 }, ...settings },
   };

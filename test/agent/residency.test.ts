@@ -8,6 +8,7 @@ import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
 import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';
 import { Supervisor } from '../../src/agent/supervisor.js';
+import { FakeClock } from '../../src/orchestrator/clock.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir, waitFor } from '../helpers/mesh.js';
@@ -19,9 +20,10 @@ afterAll(() => supervisor.stopAll());
 function manifest(name: 'gen' | 'mlp'): ModelManifest {
   const model = builtinModel(name)!;
   return {
-    name, version: model.version, engine: 'onnx', pipeline: name === 'gen' ? 'cppn-image' : 'tensor', digest: model.digest,
+    name, version: model.version, engine: 'onnx', digest: model.digest,
     bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes,
     params: name === 'gen' ? { defaultSteps: 6 } : { inputDim: MLP_INPUT_DIM, outputDim: 16 },
+    settings: { pipeline: name === 'gen' ? 'cppn-image' : 'tensor' },
   };
 }
 
@@ -296,9 +298,9 @@ describe('residency: models are verified before every load', () => {
       load: async (model, path, device) => {
         if (tamperNext) {
           tamperNext = false;
-          const bytes = readFileSync(path);
+          const bytes = readFileSync(path!);
           bytes[200]! ^= 0xff;
-          writeFileSync(path, bytes);
+          writeFileSync(path!, bytes);
         }
         return onnx.load(model, path, device);
       },
@@ -316,6 +318,73 @@ describe('residency: models are verified before every load', () => {
     expect(sha256(readFileSync(cache.pathOf(gen.digest)))).toBe(gen.digest);
     expect(server.pulls).toEqual([gen.digest, gen.digest]);
     models.release(second.loaded);
+    await models.unloadAll();
+  });
+});
+
+describe('residency: server models (no file, an idle window of their own)', () => {
+  /** An engine that records what it was asked to load; its models unload after `idleUnloadMs`, as a started server's do. */
+  function serverEngine(idleUnloadMs: number | null) {
+    const calls: string[] = [];
+    const engine: Engine = {
+      name: 'sdcpp',
+      load: async (model, path, device) => {
+        calls.push(`load ${model.name} ${path}`);
+        return {
+          manifest: model, device, memoryMB: 10, exited: new Promise<string>(() => {}), idleUnloadMs,
+          run: async (jobs) => ({ outputs: jobs.map((job) => ({ jobId: job.id, ok: true as const, files: [] })) }),
+          cancel: () => {},
+          unload: async () => void calls.push(`unload ${model.name}`),
+        };
+      },
+      close: async () => {},
+    };
+    return { engine, calls };
+  }
+  const served: ModelManifest = {
+    name: 'sd', version: '1', engine: 'sdcpp', digest: `sha256:${'5'.repeat(64)}`, file: false, bytes: 0, memoryMB: 10, jobTypes: ['image'], params: {},
+    settings: { url: 'http://127.0.0.1:1' },
+  };
+
+  it('pulls nothing for a model without a file, says a batch waits for a load, and unloads it after its own idle window', async () => {
+    const clock = new FakeClock();
+    const server = blobServer();
+    const { engine, calls } = serverEngine(5000);
+    const events: string[] = [];
+    const models = new Residency({
+      engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), server.fetchBlob), log,
+      events: { loaded: (model) => events.push(`+${model.model}`), unloaded: (model) => events.push(`-${model.model}`) },
+      now: () => clock.now(), timers: clock,
+    });
+    let waited = 0;
+    const first = await models.acquire(served, () => waited++);
+    expect(calls).toEqual(['load sd null']);
+    expect(server.pulls).toEqual([]);
+    expect(waited).toBe(1);
+    models.release(first.loaded);
+    // Resident again before the window ends: no load, no wait; the window starts over at the release.
+    clock.advance(4000);
+    const second = await models.acquire(served, () => waited++);
+    expect(waited).toBe(1);
+    clock.advance(10_000); // in use: never unloaded under a batch
+    models.release(second.loaded);
+    clock.advance(4999);
+    expect(events).toEqual(['+sd']);
+    clock.advance(1);
+    await waitFor(() => events.length === 2, { what: 'the idle unload' });
+    expect(events).toEqual(['+sd', '-sd']);
+    expect(calls).toEqual(['load sd null', 'unload sd']);
+  });
+
+  it('a model whose settings changed is a new version: loaded afresh even with the same digest', async () => {
+    const { engine, calls } = serverEngine(null);
+    const models = new Residency({
+      engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), blobServer().fetchBlob), log,
+      events: { loaded: () => {}, unloaded: () => {} },
+    });
+    models.release((await models.acquire(served)).loaded);
+    models.release((await models.acquire({ ...served, settings: { url: 'http://127.0.0.1:2' } })).loaded);
+    expect(calls).toEqual(['load sd null', 'unload sd', 'load sd null']);
     await models.unloadAll();
   });
 });

@@ -11,7 +11,7 @@ import { engineContract } from './engine-contract.js';
 
 function manifest(settings: Record<string, unknown> = {}, memoryMB = 512): ModelManifest {
   return {
-    name: 'sd-standin', version: '1', engine: 'sdcpp', pipeline: 'cppn-image', digest: `sha256:${'0'.repeat(64)}`, bytes: 0,
+    name: 'sd-standin', version: '1', engine: 'sdcpp', digest: `sha256:${'0'.repeat(64)}`, bytes: 0,
     memoryMB, jobTypes: ['image'], params: { defaultSteps: 2 },
     // Fast polls keep the tests short; the defaults (100 ms to 1 s) suit real generations.
     settings: { poll: { initialMs: 20, maxMs: 100 }, busyBackoff: { initialMs: 50, maxMs: 200 }, ...settings },

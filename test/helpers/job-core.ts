@@ -55,9 +55,9 @@ export class JobCoreHarness {
     this.commits = new GroupCommit(this.db);
     const config = resolveConfig({ breakers: { replica: options.breakers ?? {}, host: options.breakers ?? {} } }, '/tmp/unused');
     this.models.set('gen', {
-      manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: `sha256:${'a'.repeat(64)}`, bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
+      manifest: { name: 'gen', version: '1', engine: 'onnx', digest: `sha256:${'a'.repeat(64)}`, bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
       policy: { ...policyFor(config, 'gen'), ...options.policy },
-      pipeline: PIPELINES['cppn-image'],
+      pipeline: PIPELINES.image,
     });
     this.scheduler = new Scheduler({ model: (name) => this.models.get(name), agingMs: 30_000 });
     this.breakers = new BreakerBoard({ clock: this.clock, policies: config.breakers });

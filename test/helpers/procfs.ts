@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 
 export interface ProcessInfo {
   pid: number;
@@ -38,4 +38,28 @@ export function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The cgroup directories a live process is in that the agent made (their path holds `/gpumesh/`), from
+ * /proc/<pid>/cgroup: one per v1 hierarchy (`/sys/fs/cgroup/<controllers><path>`), or the v2 one. Empty when the
+ * process is gone or runs without cgroups.
+ */
+export function agentCgroupDirs(pid: number): string[] {
+  let lines: string[];
+  try {
+    lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n');
+  } catch {
+    return [];
+  }
+  const dirs: string[] = [];
+  for (const line of lines) {
+    const [, controllers, path] = /^\d+:([^:]*):(.*)$/.exec(line) ?? [];
+    if (path === undefined || !path.includes('/gpumesh/')) continue;
+    const names = controllers ? [controllers, ...controllers.split(',')] : [''];
+    const candidates = controllers ? names.map((name) => `/sys/fs/cgroup/${name}${path}`) : [`/sys/fs/cgroup${path}`, `/sys/fs/cgroup/unified${path}`];
+    const found = candidates.find((dir) => existsSync(dir));
+    if (found) dirs.push(found);
+  }
+  return dirs;
 }

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
-import type { EndpointProvider } from '../../src/agent/engines/http/endpoint.js';
+import type { EndpointProvider } from '../../src/agent/engines/shared/endpoint.js';
 import { splitLines } from '../../src/agent/engines/http/lines.js';
 import { ROOT, waitFor } from './mesh.js';
 

@@ -39,9 +39,9 @@ class Mesh {
     const config = resolveConfig({}, '/tmp/unused');
     const policy = policyFor(config, 'gen');
     this.model = {
-      manifest: { name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:gen', bytes: 1, memoryMB: options.memoryMB ?? 100, jobTypes: ['image'], params: {} },
+      manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB: options.memoryMB ?? 100, jobTypes: ['image'], params: {} },
       policy: { ...policy, replicas: { ...policy.replicas, targetInFlight: 2, ...replicas } },
-      pipeline: PIPELINES['cppn-image'],
+      pipeline: PIPELINES.image,
     };
     this.events.subscribeAll((scoped) => {
       if (scoped.kind === 'mesh') this.meshEvents.push(scoped.event);

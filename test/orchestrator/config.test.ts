@@ -47,7 +47,7 @@ describe('mesh.yaml validation', () => {
 
   it('a models: entry for a model the registry does not have is an error that names it', () => {
     const registry = new ModelRegistry(resolveConfig({ models: { gen: { retries: 1 }, genn: { retries: 1 } } }, '/tmp/x'));
-    registry.add({ name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['image'], params: {} });
+    registry.add({ name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['image'], params: {} });
     expect(() => registry.checkPolicies()).toThrow(ConfigError);
     expect(() => registry.checkPolicies()).toThrow(/models\.genn: no model "genn" in the registry \(it has: gen\)/);
   });

@@ -4,7 +4,7 @@ import type { BatchMemoryReport, ModelManifest } from '../../src/protocol/index.
 import { MemoryEstimator, MemoryPlanner, type MemoryHost } from '../../src/orchestrator/scheduler/memory.js';
 
 const gen: ModelManifest = {
-  name: 'gen', version: '1', engine: 'onnx', pipeline: 'cppn-image', digest: 'sha256:x', bytes: 1, memoryMB: 128, jobTypes: ['image'], params: {},
+  name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 128, jobTypes: ['image'], params: {},
 };
 const square = (side: number) => ({ prompt: 'p', width: side, height: side, steps: 4 });
 

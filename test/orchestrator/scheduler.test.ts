@@ -51,7 +51,7 @@ describe('ModelQueue', () => {
 describe('Scheduler.next', () => {
   const config = resolveConfig({}, '/tmp/unused');
   const model = (batching: typeof policy): RegisteredModel => ({
-    manifest: { name: 'm', version: '1', engine: 'onnx', pipeline: 'tensor', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
+    manifest: { name: 'm', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
     policy: { ...policyFor(config, 'm'), batching },
     pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
   });
@@ -136,7 +136,7 @@ describe('work-conserving batching', () => {
 
   const config = resolveConfig({}, '/tmp/unused');
   const registered: RegisteredModel = {
-    manifest: { name: 'm', version: '1', engine: 'onnx', pipeline: 'tensor', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
+    manifest: { name: 'm', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
     policy: { ...policyFor(config, 'm'), batching },
     pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
   };

@@ -63,19 +63,27 @@ export interface LoadedModel {
   cancel(jobIds: readonly string[]): void;
   /** Give the memory back; the engine's process ends when its last model is unloaded. */
   unload(): Promise<void>;
+  /**
+   * Unload the model after it has been idle this long, instead of the agent's default (`--idle-unload`): a
+   * server the agent started for it says how soon it may be stopped (scale to zero). Absent: the default.
+   */
+  readonly idleUnloadMs?: number | null;
 }
 
 /**
- * An engine: loads models onto devices. One implementation per folder under engines/.
+ * An engine: loads models onto devices. One implementation per folder under
+ * engines/, registered by name in engines/registry.ts.
  *
  * `load` must verify what it loads: the bytes it hands to the runtime hash to
  * `manifest.digest`, else it fails with INTEGRITY_FAILED (the agent then
  * deletes its cached copy and pulls it again). An engine that can only load by
  * path (a server given a file name) relies on the model cache's check instead.
+ * `modelPath` is null for a model without a file (`manifest.file` false): a
+ * server that loads its own weights, or a URL the person runs.
  */
 export interface Engine {
   readonly name: string;
-  load(manifest: ModelManifest, modelPath: string, device: Device): Promise<LoadedModel>;
+  load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel>;
   /** Stop everything the engine runs (agent shutdown); `exited` does not fire for it. */
   close(): Promise<void>;
 }

@@ -3,6 +3,16 @@ import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import { EngineError } from '../engines/engine.js';
 
 /**
+ * The program a command names is not on this host (or not executable). Not retryable here, but another host may
+ * have it: whoever starts a model's server on demand says so (ServerLauncher).
+ */
+export class MissingExecutable extends EngineError {
+  constructor(message: string) {
+    super('ENGINE_FAILED', message, false);
+  }
+}
+
+/**
  * The file a command names, found the way execvp would find it, so that a
  * missing or non-executable program is a clear error before anything starts
  * (rather than an exit code 127 from the process that tried).
@@ -21,5 +31,5 @@ export function resolveExecutable(command: string, env: NodeJS.ProcessEnv, cwd =
     }
   }
   const where = command.includes('/') ? 'no executable file there' : `not found on PATH (${env.PATH ?? ''})`;
-  throw new EngineError('ENGINE_FAILED', `cannot start "${command}": ${where}`, false);
+  throw new MissingExecutable(`cannot start "${command}": ${where}`);
 }

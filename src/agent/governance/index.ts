@@ -14,6 +14,6 @@ export { buildArgv, expandString, TemplateError } from './command-template.js';
 export { LogTail } from './log-tail.js';
 export { systemClock, type Clock, type Timer } from './clock.js';
 export {
-  CommandSettings, GovernanceConfig, LogLimits, ProcessLimits, Readiness, RestartPolicy, ServerSettings,
+  CommandSettings, EngineLimits, GovernanceConfig, LogLimits, ProcessLimits, Readiness, RestartPolicy, ServerSettings,
   type CommandSettingsInput, type GovernanceConfigInput, type ProcessLimitsInput, type ServerSettingsInput,
 } from './settings.js';

@@ -11,6 +11,8 @@ import { NotReadyError, waitForHttp, waitForLogLine } from './readiness.js';
 import { ServerSettings, type ServerSettingsInput } from './settings.js';
 
 const HOST = '127.0.0.1';
+/** What one `output()` reader may have waiting before its oldest chunks are dropped. */
+const OUTPUT_QUEUE_BYTES = 1024 * 1024;
 
 export interface ServerLaunch {
   /** For logs, the cgroup's name and errors (`sd-server`, `comfyui`). */
@@ -50,6 +52,11 @@ export interface ManagedServer {
   logTail(lines?: number): string[];
   /** Bytes it has written to stdout and stderr so far (kept or dropped). */
   readonly outputBytes: number;
+  /**
+   * Its stdout and stderr from the first read on, as the chunks arrive, ending when it exits (an engine that reads
+   * progress from the log: sd.cpp's step bar). A reader that falls behind loses the oldest chunks beyond 1 MiB.
+   */
+  output(): AsyncIterable<Buffer>;
   /** Keep it from its idle stop while busy; call the returned function when done. */
   hold(): () => void;
   /** SIGTERM to its group, SIGKILL after its grace, cgroup removed; resolves when nothing of it is left. */
@@ -96,6 +103,8 @@ class Server implements ManagedServer {
   #holds = 0;
   #idleTimer: Timer | null = null;
   #isReady = false;
+  /** Readers of `output()`: each gets every chunk, and null once the process is gone. */
+  readonly #readers = new Set<(chunk: Buffer | null) => void>();
 
   constructor(name: string, port: number, argv: string[], governed: GovernedProcess, settings: ServerSettings, governor: Governor, log: Logger) {
     this.name = name;
@@ -110,13 +119,17 @@ class Server implements ManagedServer {
     this.#tail = new LogTail(settings.log);
     for (const [stream, readable] of [['out', governed.child.stdout], ['err', governed.child.stderr]] as const) {
       // Flowing mode, no buffering beyond the tail: a flood is read as fast as it comes and dropped.
-      (readable as Readable).on('data', (chunk: Buffer) => this.#tail.write(stream, chunk));
+      (readable as Readable).on('data', (chunk: Buffer) => {
+        this.#tail.write(stream, chunk);
+        for (const reader of this.#readers) reader(chunk);
+      });
     }
     this.exited = governed.ended.then((end) => {
       this.#tail.flush();
       this.#cancelIdle();
       const reason = classifyExit(end, { name, logTail: this.#tail.lines(), detail: this.#notReadyDetail });
       this.#exitReason = reason;
+      for (const reader of this.#readers) reader(null);
       this.#gone.abort(exitError(reason));
       if (end.cause === null) log.warn({ kind: reason.kind, code: end.code, signal: end.signal, logTail: reason.logTail.slice(-10) }, `server exited unexpectedly: ${reason.message}`);
       else log.info({ kind: reason.kind }, reason.message);
@@ -138,6 +151,38 @@ class Server implements ManagedServer {
 
   get outputBytes(): number {
     return this.#tail.bytesSeen;
+  }
+
+  async *output(): AsyncGenerator<Buffer> {
+    const queue: Buffer[] = [];
+    let queued = 0;
+    let ended = this.#exitReason !== null;
+    let wake: (() => void) | null = null;
+    const reader = (chunk: Buffer | null): void => {
+      if (chunk === null) ended = true;
+      else {
+        queue.push(chunk);
+        queued += chunk.length;
+        // Bounded, like the tail: a reader that stalls costs at most this much, however much the server writes.
+        while (queued > OUTPUT_QUEUE_BYTES && queue.length > 1) queued -= queue.shift()!.length;
+      }
+      wake?.();
+    };
+    this.#readers.add(reader);
+    try {
+      for (;;) {
+        while (queue.length > 0) {
+          const chunk = queue.shift()!;
+          queued -= chunk.length;
+          yield chunk;
+        }
+        if (ended) return;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = null;
+      }
+    } finally {
+      this.#readers.delete(reader);
+    }
   }
 
   hold(): () => void {

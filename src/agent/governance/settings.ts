@@ -113,7 +113,18 @@ export const CommandSettings = ProcessLimits.extend({
 export type CommandSettings = z.output<typeof CommandSettings>;
 export type CommandSettingsInput = z.input<typeof CommandSettings>;
 
-/** The agent's governance: which cgroup version to use, and the built-in engine's limits. */
+/**
+ * The host's ceilings for one engine's processes (its servers), set by whoever runs the agent
+ * (`--engine-limit sdcpp.memoryLimitMB=12000`). A model's own limits (its settings) apply up to them.
+ */
+export const EngineLimits = z.strictObject({
+  memoryLimitMB: z.number().int().positive().optional(),
+  pidsLimit: z.number().int().positive().optional(),
+  cpuWeight: z.number().int().min(1).max(10_000).optional(),
+});
+export type EngineLimits = z.output<typeof EngineLimits>;
+
+/** The agent's governance: which cgroup version to use, the built-in engine's limits, and ceilings per engine. */
 export const GovernanceConfig = z.object({
   /** `auto` prefers cgroup v2 (with the memory controller), then v1; `off` uses process groups only. Default auto. */
   cgroups: z.enum(['auto', 'v2', 'v1', 'off']).default('auto'),
@@ -124,6 +135,8 @@ export const GovernanceConfig = z.object({
   cgroupRoot: z.string().startsWith('/').nullable().default(null),
   /** Limits for the ONNX worker processes (one per device). */
   onnx: ProcessLimits.prefault({}),
+  /** Ceilings for the servers of each engine, by engine name (`sdcpp`, `comfyui`, …). Default: none. */
+  engines: z.record(z.string(), EngineLimits).default({}),
 });
 export type GovernanceConfig = z.output<typeof GovernanceConfig>;
 export type GovernanceConfigInput = z.input<typeof GovernanceConfig>;

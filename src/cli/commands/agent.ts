@@ -22,6 +22,20 @@ interface AgentFlags {
   cgroups: 'auto' | 'v2' | 'v1' | 'off';
   cgroupRoot?: string;
   tlsCaFingerprint?: string;
+  engines?: string;
+  engineLimit: Record<string, Record<string, number>>;
+}
+
+const ENGINE_LIMIT_KEYS = ['memoryLimitMB', 'pidsLimit', 'cpuWeight'];
+
+/** `--engine-limit sdcpp.memoryLimitMB=12000`, repeatable: the host's ceiling on one limit of one engine's servers. */
+function engineLimit(text: string, limits: Record<string, Record<string, number>>): Record<string, Record<string, number>> {
+  const match = /^([a-z0-9][a-z0-9_-]*)\.([A-Za-z]+)=(\d+)$/.exec(text);
+  if (!match || !ENGINE_LIMIT_KEYS.includes(match[2]!)) {
+    throw new CliError(`--engine-limit takes <engine>.<limit>=<number>, with limit one of ${ENGINE_LIMIT_KEYS.join(', ')} (e.g. sdcpp.memoryLimitMB=12000), not "${text}"`);
+  }
+  const [, engine, key, value] = match;
+  return { ...limits, [engine!]: { ...limits[engine!], [key!]: Number(value) } };
 }
 
 interface DrainFlags {
@@ -88,6 +102,9 @@ export function agentCommand(): Command {
       .choices(['auto', 'v2', 'v1', 'off']).default('auto'))
     .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
     .option('--tls-ca-fingerprint <sha256>', 'pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
+    .option('--engines <list>', 'the engines this host runs, comma-separated (default: every registered engine; the hello lists them)')
+    .option('--engine-limit <engine.limit=n>', 'a ceiling for one engine\'s servers, e.g. sdcpp.memoryLimitMB=12000 (memoryLimitMB, pidsLimit, cpuWeight); repeatable',
+      engineLimit, {})
     .action((flags: AgentFlags) => runAgent(flags));
   agent.command('drain')
     .summary('drain the agent on this machine, or with --host any host through the orchestrator')
@@ -110,7 +127,10 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
   const fromGrant = grantDefaults(grant);
   const pin = explicitPin(flags);
-  const { Agent, ControlServer } = await import('../../agent/index.js');
+  const { Agent, ControlServer, ENGINE_NAMES } = await import('../../agent/index.js');
+  const engines = flags.engines === undefined ? undefined : parseList(flags.engines);
+  const unknown = engines?.filter((name) => !ENGINE_NAMES.includes(name)) ?? [];
+  if (unknown.length > 0) throw new CliError(`--engines: unknown engine ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
   const log = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
   let leaving: Promise<void> | null = null;
   const reports = new Set<(line: DrainReport) => void>();
@@ -120,7 +140,8 @@ async function runAgent(flags: AgentFlags): Promise<void> {
     classes: flags.classes ? parseList(flags.classes) : fromGrant.classes ?? parseList(DEFAULT_CLASSES),
     dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
     concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
-    governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null },
+    governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
+    engines,
     onDrainRequested: () => void leave(),
   });
   const control = await ControlServer.listen(controlSocket(flags.data), { drain: (report) => {

@@ -65,6 +65,7 @@ async function submit(options: SubmitOptions): Promise<void> {
   const terminal = await client.follow(accepted.id, (event: JobEvent) => {
     if (!bar) return;
     if (event.type === 'dispatched') bar.update({ state: `on ${event.host} (batch of ${event.batchSize})` });
+    if (event.type === 'loading') bar.update({ state: event.loadMs === undefined ? `loading ${event.model} on ${event.host}` : `${event.model} loaded in ${(event.loadMs / 1000).toFixed(1)} s` });
     if (event.type === 'running') bar.update({ state: `running on ${event.host}` });
     if (event.type === 'progress') {
       bar.setTotal(event.total);

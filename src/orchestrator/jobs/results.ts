@@ -44,9 +44,15 @@ export class ResultIntake {
     this.#deps = deps;
   }
 
-  started(host: HostSession, batchId: string, jobIds: readonly string[]): void {
+  /** The host began loading the model this batch waits for. */
+  loading(host: HostSession, batchId: string, jobIds: readonly string[]): void {
+    const jobs = this.#held(host, batchId, jobIds, 'loading');
+    if (jobs.length > 0) this.#deps.states.loading(jobs, host.id);
+  }
+
+  started(host: HostSession, batchId: string, jobIds: readonly string[], loadMs?: number): void {
     const jobs = this.#held(host, batchId, jobIds, 'started');
-    if (jobs.length > 0) this.#deps.states.started(batchId, jobs, host.id);
+    if (jobs.length > 0) this.#deps.states.started(batchId, jobs, host.id, loadMs);
   }
 
   progress(host: HostSession, batchId: string, jobIds: readonly string[], step: number, total: number): void {
@@ -117,7 +123,7 @@ export class ResultIntake {
   }
 
   /** The jobs of `jobIds` this session holds in `batchId`; the rest are refused. */
-  #held(host: HostSession, batchId: string, jobIds: readonly string[], what: 'started' | 'progress'): JobRecord[] {
+  #held(host: HostSession, batchId: string, jobIds: readonly string[], what: 'loading' | 'started' | 'progress'): JobRecord[] {
     const jobs: JobRecord[] = [];
     for (const jobId of jobIds) {
       const job = this.#deps.inFlight.holds(host, batchId, jobId) ? this.#deps.states.get(jobId) : null;

@@ -117,7 +117,7 @@ export class JobStates {
     for (const job of moved) {
       Object.assign(job, {
         status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
-        dispatchedAt: now, startedAt: null, updatedAt: now, route,
+        dispatchedAt: now, startedAt: null, loadMs: null, updatedAt: now, route,
       });
       this.#emit(job, {
         type: 'dispatched', jobId: job.id, host: place.host, replica: place.replica, batchId: place.batchId,
@@ -128,16 +128,28 @@ export class JobStates {
     return moved;
   }
 
-  /** The host began a batch: its jobs still dispatched are running (two statements for the whole batch). */
-  started(batchId: string, jobs: readonly JobRecord[], host: string): void {
+  /** The host is loading the model a batch waits for (the jobs stay dispatched): announced, never stored. */
+  loading(jobs: readonly JobRecord[], host: string): void {
+    const at = iso(this.#deps.clock.now());
+    for (const job of jobs) if (job.status === 'dispatched') this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, at });
+  }
+
+  /**
+   * The host began a batch: its jobs still dispatched are running (two statements for the whole batch).
+   * `loadMs` is how long it waited for the model (present only after a load), kept with the attempt.
+   */
+  started(batchId: string, jobs: readonly JobRecord[], host: string, loadMs?: number): void {
     const { db, clock } = this.#deps;
     const starting = jobs.filter((job) => job.status === 'dispatched');
     if (starting.length === 0) return;
     const now = clock.now();
+    const waited = loadMs === undefined ? undefined : Math.round(loadMs);
     this.#deps.commits.write(() => jobStore.markBatchRunning(db, batchId, now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
+      job.loadMs = waited ?? 0;
+      if (waited !== undefined) this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, loadMs: waited, at: iso(now) });
       this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
     }
     for (const observer of this.#observers) observer.started?.(batchId, starting, host);
@@ -171,7 +183,7 @@ export class JobStates {
     if (!job.batchId || !job.leaseHost) return;
     attempts.recordAttempt(this.#deps.db, {
       jobId: job.id, n: job.attempts, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, status,
-      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, route: job.route, ...outcome,
+      dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, loadMs: job.loadMs ?? null, route: job.route, ...outcome,
     }, job.model);
   }
 

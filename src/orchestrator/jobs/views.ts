@@ -24,7 +24,7 @@ function attemptsOf(db: Db, job: JobRecord): AttemptView[] {
     ended.push({
       n: job.attempts, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId, batchSize: job.batchSize ?? 1,
       status: 'running', dispatchedAt: new Date(job.dispatchedAt ?? job.updatedAt).toISOString(), startedAt: iso(job.startedAt),
-      finishedAt: null, computeMs: null, error: null, route: decodeRoute(job.route),
+      finishedAt: null, loadMs: job.loadMs ?? null, computeMs: null, error: null, route: decodeRoute(job.route),
     });
   }
   return ended;
@@ -54,6 +54,7 @@ export function snapshotEvents(db: Db, job: JobRecord): JobEvent[] {
       type: 'dispatched', jobId: job.id, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId,
       batchSize: job.batchSize ?? 1, attempt: job.attempts, at,
     });
+    if (job.status === 'running' && job.loadMs) events.push({ type: 'loading', jobId: job.id, model: job.model, host: job.leaseHost, loadMs: job.loadMs, at });
     if (job.status === 'running') events.push({ type: 'running', jobId: job.id, host: job.leaseHost, at });
   }
   const finishedAt = new Date(job.finishedAt ?? job.updatedAt).toISOString();

@@ -6,10 +6,9 @@ import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
-import { HostSession, type HostRegistry } from '../routing/index.js';
+import { HostSession, type BatchReport, type HostRegistry } from '../routing/index.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
-type BatchReport = Extract<AgentMessage, { type: 'started' | 'progress' | 'done' | 'failed' }>;
 
 /** A part outside the job roles that watches the links (health probes, the host breakers). */
 export interface LinkObserver {
@@ -168,6 +167,7 @@ export class AgentHub {
         session.resident = message.resident;
         session.devices = message.devices;
         return;
+      case 'loading':
       case 'started':
       case 'progress':
       case 'done':
@@ -196,8 +196,10 @@ export class AgentHub {
   #report(session: HostSession, message: BatchReport): void {
     const { intake } = this.#deps;
     switch (message.type) {
+      case 'loading':
+        return intake.loading(session, message.batchId, message.jobIds);
       case 'started':
-        return intake.started(session, message.batchId, message.jobIds);
+        return intake.started(session, message.batchId, message.jobIds, message.loadMs);
       case 'progress':
         return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':

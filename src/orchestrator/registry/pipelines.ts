@@ -3,9 +3,11 @@ import type { z } from 'zod';
 import { INPUT_SCHEMAS, MeshError, type ModelManifest } from '../../protocol/index.js';
 
 /**
- * What the orchestrator must know about a pipeline: how to fill an input's
- * defaults (so the stored job is reproducible) and which inputs may share a
- * batch. Jobs share a batch only when their compatibility keys are equal.
+ * What the orchestrator must know about a job type's input, whatever engine
+ * runs the model: how to check it and fill its defaults (so the stored job is
+ * reproducible) and which inputs may share a batch. Jobs share a batch only
+ * when their compatibility keys are equal. Defaults come from the model's
+ * `params` where it has them (`defaultWidth`, `defaultHeight`, `defaultSteps`).
  */
 export interface Pipeline {
   normalize(input: Record<string, unknown>, manifest: ModelManifest): Record<string, unknown>;
@@ -28,16 +30,22 @@ function parseInput<T extends z.ZodType>(schema: T, input: unknown, model: strin
   return parsed.data;
 }
 
-const cppnImage: Pipeline = {
+/** A model's numeric parameter, or the fallback. */
+const param = (manifest: ModelManifest, key: string, fallback: number): number => {
+  const value = Number(manifest.params[key]);
+  return Number.isFinite(value) && value > 0 ? value : fallback;
+};
+
+const image: Pipeline = {
   normalize(input, manifest) {
     const image = parseInput(INPUT_SCHEMAS.image, input, manifest.name);
     return {
       prompt: image.prompt,
       // A job without a seed gets a fresh one, recorded so the image can be made again.
       seed: image.seed ?? randomInt(0, 0xffffffff),
-      width: image.width ?? 256,
-      height: image.height ?? 256,
-      steps: image.steps ?? Number(manifest.params.defaultSteps ?? 6),
+      width: image.width ?? param(manifest, 'defaultWidth', 256),
+      height: image.height ?? param(manifest, 'defaultHeight', 256),
+      steps: image.steps ?? param(manifest, 'defaultSteps', 6),
       ...(image.negativePrompt ? { negativePrompt: image.negativePrompt } : {}),
     };
   },
@@ -55,8 +63,9 @@ const cppnImage: Pipeline = {
 const tensor: Pipeline = {
   normalize(input, manifest) {
     const parsed = parseInput(INPUT_SCHEMAS.tensor, input, manifest.name);
+    // A model that declares its width (`params.inputDim`) refuses other widths here; one that does not leaves it to its server.
     const width = Number(manifest.params.inputDim);
-    if (parsed.x.length !== width) {
+    if (manifest.params.inputDim !== undefined && parsed.x.length !== width) {
       throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `x has ${parsed.x.length} values; the model takes ${width}` });
     }
     return { x: parsed.x };
@@ -68,7 +77,13 @@ const tensor: Pipeline = {
   cost: () => 1,
 };
 
-export const PIPELINES: Record<ModelManifest['pipeline'], Pipeline> = {
-  'cppn-image': cppnImage,
+/** Input handling by job type: a model serves the job types in its manifest, and each type's pipeline checks its jobs. */
+export const PIPELINES = {
+  image,
   tensor,
-};
+} as const satisfies Readonly<Record<string, Pipeline>>;
+
+/** The pipeline of a job type, if the orchestrator has one. */
+export function pipelineFor(jobType: string): Pipeline | undefined {
+  return Object.hasOwn(PIPELINES, jobType) ? PIPELINES[jobType as keyof typeof PIPELINES] : undefined;
+}

@@ -10,7 +10,7 @@ import type { HostSession } from './host.js';
 import type { HostRegistry } from './hosts.js';
 
 /** A report the link carries about a batch: a probe's are the prober's. */
-export type BatchReport = Extract<AgentMessage, { type: 'started' | 'progress' | 'done' | 'failed' }>;
+export type BatchReport = Extract<AgentMessage, { type: 'loading' | 'started' | 'progress' | 'done' | 'failed' }>;
 
 export type ProbeOutcome = 'ok' | 'failed' | 'timeout' | 'lost' | 'inconclusive';
 
@@ -135,7 +135,7 @@ export class Prober {
       if (message.type === 'done' || message.type === 'failed') host.ack(message.jobId);
       return true;
     }
-    if (message.type === 'started' || message.type === 'progress') return true;
+    if (message.type === 'loading' || message.type === 'started' || message.type === 'progress') return true;
     host.ack(message.jobId);
     if (probe.host !== host) return true; // another session of the host: the probe is settled when its own session goes
     if (message.type === 'done') {

@@ -12,6 +12,7 @@ export interface EndedAttempt {
   dispatchedAt: number;
   startedAt: number | null;
   finishedAt: number;
+  loadMs?: number | null;
   computeMs?: number;
   errorCode?: string;
   errorMessage?: string;
@@ -21,16 +22,16 @@ export interface EndedAttempt {
 
 export function recordAttempt(db: Db, attempt: EndedAttempt, model: string): void {
   stmt(db, `INSERT OR IGNORE INTO attempts (job_id, n, host, replica, batch_id, batch_size, status, dispatched_at, started_at, finished_at,
-    compute_ms, error_code, error_message, route) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    load_ms, compute_ms, error_code, error_message, route) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
     attempt.jobId, attempt.n, attempt.host, `${attempt.host}/${model}`, attempt.batchId, attempt.batchSize, attempt.status,
-    attempt.dispatchedAt, attempt.startedAt, attempt.finishedAt, attempt.computeMs ?? null, attempt.errorCode ?? null, attempt.errorMessage ?? null,
+    attempt.dispatchedAt, attempt.startedAt, attempt.finishedAt, attempt.loadMs ?? null, attempt.computeMs ?? null, attempt.errorCode ?? null, attempt.errorMessage ?? null,
     attempt.route ?? null,
   );
 }
 
 interface AttemptRow {
   n: number; host: string; replica: string; batch_id: string; batch_size: number; status: string; dispatched_at: number;
-  started_at: number | null; finished_at: number | null; compute_ms: number | null; error_code: string | null; error_message: string | null;
+  started_at: number | null; finished_at: number | null; load_ms: number | null; compute_ms: number | null; error_code: string | null; error_message: string | null;
   route: string | null;
 }
 
@@ -42,7 +43,7 @@ export function listAttempts(db: Db, jobId: string, decodeRoute: (text: string |
   return rows.map((row) => ({
     n: row.n, host: row.host, replica: row.replica, batchId: row.batch_id, batchSize: row.batch_size,
     status: row.status as AttemptView['status'], dispatchedAt: new Date(row.dispatched_at).toISOString(),
-    startedAt: iso(row.started_at), finishedAt: iso(row.finished_at), computeMs: row.compute_ms,
+    startedAt: iso(row.started_at), finishedAt: iso(row.finished_at), loadMs: row.load_ms, computeMs: row.compute_ms,
     error: row.error_code ? { code: row.error_code, message: row.error_message ?? '' } : null,
     route: decodeRoute(row.route),
   }));

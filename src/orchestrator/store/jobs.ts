@@ -32,6 +32,11 @@ export interface JobRecord {
   startedAt: number | null;
   /** The routing decision of the attempt in flight (or the last one), encoded (routing/route-log.ts). */
   route: string | null;
+  /**
+   * How long the attempt in flight waited for its model to load, once its host started it (0: the model was
+   * resident). Kept in memory only, like the rest of the attempt in flight, and written with the attempt when it ends.
+   */
+  loadMs?: number | null;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;

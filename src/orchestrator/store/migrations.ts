@@ -155,4 +155,11 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE attempts ADD COLUMN route TEXT;
     `,
   },
+  {
+    version: 7,
+    name: 'how long each attempt waited for its model to load',
+    sql: `
+      ALTER TABLE attempts ADD COLUMN load_ms REAL;
+    `,
+  },
 ];

@@ -18,8 +18,8 @@ const model = builtinModel('gen')!;
 const modelPath = join(dir, 'gen.onnx');
 writeFileSync(modelPath, model.bytes);
 const manifest: ModelManifest = {
-  name: 'gen', version: model.version, engine: 'onnx', pipeline: 'cppn-image', digest: model.digest,
-  bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes, params: { defaultSteps: 3 },
+  name: 'gen', version: model.version, engine: 'onnx', digest: model.digest,
+  bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes, params: { defaultSteps: 3 }, settings: { pipeline: 'cppn-image' },
 };
 
 /** The one live cgroup under the governor's parents that holds `pid`. */

@@ -1,7 +1,7 @@
 import { pino, type Logger } from 'pino';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
-import { resolveEndpoint, type EndpointProvider, type ServerEndpoint } from '../shared/endpoint.js';
+import { resolveEndpoint, watchServer, type EndpointProvider, type ServerEndpoint } from '../shared/endpoint.js';
 import { ServerStatusError } from '../shared/http.js';
 import { parseSettings } from '../shared/settings.js';
 import { ComfyBatch } from './batch.js';
@@ -9,8 +9,8 @@ import { ComfyClient, type SystemStats } from './client.js';
 import { ComfyUiSettings, resolveWorkflow } from './settings.js';
 
 export interface ComfyUiEngineOptions {
-  /** Starts (or finds) a ComfyUI server for a model whose settings carry no `url`. Default: none (a `url` is required). */
-  endpoint?: EndpointProvider;
+  /** Starts a ComfyUI server for a model whose settings carry no `url` (the agent's server launcher). Default: none (a `url` is required). */
+  endpoints?: EndpointProvider;
   log?: Logger;
 }
 
@@ -39,20 +39,20 @@ export class ComfyUiEngine implements Engine {
   readonly #loaded = new Set<LoadedModel>();
 
   constructor(options: ComfyUiEngineOptions = {}) {
-    this.#endpoint = options.endpoint;
+    this.#endpoint = options.endpoints;
     this.#log = options.log ?? pino({ level: 'silent' });
   }
 
-  async load(manifest: ModelManifest, modelPath: string, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(ComfyUiSettings, manifest, this.name);
     const workflow = await resolveWorkflow(settings, manifest, modelPath);
-    const endpoint = await resolveEndpoint(settings.url, this.#endpoint, manifest, device, this.name);
+    const endpoint = await resolveEndpoint(settings, this.#endpoint, { engine: this.name, manifest, device, modelPath });
     const client = new ComfyClient(endpoint.url, { timeoutMs: settings.requestTimeoutMs, retries: 2, maxRetryDelayMs: 2000 });
     let stats: SystemStats;
     try {
       stats = await client.systemStats();
     } catch (error) {
-      await endpoint.release?.();
+      await endpoint.release();
       throw new EngineError('NOT_READY', `${client.label} did not answer /system_stats: ${(error as Error).message}`, true, { cause: error });
     }
     const log = this.#log.child({ engine: this.name, model: manifest.name, server: endpoint.url });
@@ -60,7 +60,7 @@ export class ComfyUiEngine implements Engine {
     let unloaded = false;
     const loaded: LoadedModel = {
       manifest, device,
-      // A server or command this engine does not keep running cannot die under a loaded model.
+      // Per request failures only: the death of a server the agent started is reported by watchServer, which wraps this.
       exited: NEVER,
       memoryMB: Math.max(manifest.memoryMB, torchMemoryMB(stats), 1),
       run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
@@ -84,7 +84,7 @@ export class ComfyUiEngine implements Engine {
       },
     };
     this.#loaded.add(loaded);
-    return loaded;
+    return watchServer(loaded, endpoint);
   }
 
   async #release(client: ComfyClient, endpoint: ServerEndpoint, free: boolean, log: Logger): Promise<void> {
@@ -94,7 +94,7 @@ export class ComfyUiEngine implements Engine {
         if (!(error instanceof ServerStatusError && error.status === 404)) log.warn({ err: error }, 'ComfyUI /free failed');
       });
     }
-    await endpoint.release?.();
+    await endpoint.release();
   }
 
   async close(): Promise<void> {

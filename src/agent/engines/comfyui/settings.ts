@@ -3,6 +3,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError } from '../engine.js';
+import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
 
 /** The job inputs a workflow can take, in the names gpumesh's image jobs use. */
 export const NAMED_INPUTS = ['prompt', 'negativePrompt', 'seed', 'width', 'height', 'steps'] as const;
@@ -28,8 +29,13 @@ export type Workflow = Record<string, z.infer<typeof WorkflowNode>>;
  * reference: every field says its default.
  */
 export const ComfyUiSettings = z.strictObject({
-  /** A ComfyUI server the person already runs (`http://127.0.0.1:8188`). Without it the agent's endpoint provider starts one. */
+  /** A ComfyUI server the person already runs (`http://127.0.0.1:8188`). Without it the agent starts one from `command`. */
   url: z.url().optional(),
+  /**
+   * A ComfyUI the agent starts (`command: python main.py --listen 127.0.0.1 --port ${PORT} --cuda-device ${GPU}`, …);
+   * readiness by default: `GET /system_stats` answers 2xx.
+   */
+  ...launchSettings({ http: '/system_stats' }),
   /**
    * The API-format workflow ("Export (API)" in ComfyUI): a path to its JSON file (relative paths resolve
    * against the agent's working directory) or the workflow inline. Default: the model's file itself.
@@ -47,7 +53,7 @@ export const ComfyUiSettings = z.strictObject({
   pollIntervalMs: z.int().positive().default(500),
   /** Ask ComfyUI to unload its models and free memory (`POST /free`) when gpumesh unloads the model. Default true. */
   freeOnUnload: z.boolean().default(true),
-});
+}).superRefine(urlOrCommand);
 export type ComfyUiSettings = z.infer<typeof ComfyUiSettings>;
 
 /** The workflow and where each named input goes, checked against each other. */
@@ -61,10 +67,11 @@ const invalid = (manifest: ModelManifest, detail: string): EngineError =>
   new EngineError('ENGINE_FAILED', `model "${manifest.name}" (comfyui): ${detail}`, false);
 
 /** Read the workflow (inline, a file, or the model file) and check every mapped node and field exists. */
-export async function resolveWorkflow(settings: ComfyUiSettings, manifest: ModelManifest, modelPath: string): Promise<ResolvedWorkflow> {
+export async function resolveWorkflow(settings: ComfyUiSettings, manifest: ModelManifest, modelPath: string | null): Promise<ResolvedWorkflow> {
   let raw: unknown = settings.workflow;
+  if (raw === undefined && modelPath === null) throw invalid(manifest, 'settings.workflow is required: the model has no file to read the workflow from');
   if (raw === undefined || typeof raw === 'string') {
-    const path = raw === undefined ? modelPath : isAbsolute(raw) ? raw : resolve(raw);
+    const path = raw === undefined ? modelPath! : isAbsolute(raw) ? raw : resolve(raw);
     try {
       raw = JSON.parse(await readFile(path, 'utf8'));
     } catch (error) {

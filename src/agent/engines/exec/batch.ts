@@ -91,7 +91,8 @@ export class ExecBatch {
       await writeFile(inputPath, inputJson);
       const values: Record<Placeholder, string> = { INPUT: inputPath, OUTPUT_DIR: outputDir, JOB_ID: batch ? '' : members[0]!.job.id, MODEL_PATH: modelPath };
       const env: NodeJS.ProcessEnv = {
-        ...process.env,
+        // The agent's own GPUMESH_* variables (its grant among them) are not the command's business.
+        ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('GPUMESH_'))),
         ...Object.fromEntries(Object.entries(settings.env).map(([key, value]) => [key, fill(value, values)])),
         GPUMESH_INPUT: values.INPUT, GPUMESH_OUTPUT_DIR: values.OUTPUT_DIR, GPUMESH_MODEL_PATH: values.MODEL_PATH,
         ...(batch ? {} : { GPUMESH_JOB_ID: values.JOB_ID }),
@@ -105,6 +106,7 @@ export class ExecBatch {
           argv: this.#context.argv.map((arg) => fill(arg, values)), cwd: settings.cwd ?? scratch, env,
           stdin: settings.input === 'stdin' ? inputJson : null,
           timeoutMs: settings.timeoutMs, maxOutputBytes: settings.maxOutputBytes, killGraceMs: settings.killGraceMs,
+          limits: { memoryLimitMB: settings.memoryLimitMB, pidsLimit: settings.pidsLimit, cpuWeight: settings.cpuWeight },
         }, {
           signal: controller.signal,
           onStdoutLine: (line) => this.#onLine(line, members, progressIndex, reported),
@@ -159,6 +161,7 @@ export class ExecBatch {
     const stderr = lastLines(result.stderrTail);
     const said = stderr ? `; its last stderr lines:\n${stderr}` : '';
     if (result.spawnError) return ['ENGINE_FAILED', `${name} could not start: ${result.spawnError}`, false];
+    if (result.oom) return ['ENGINE_OOM', `${result.oom}${said}`, true];
     if (result.stopped === 'cancelled') return ['CANCELLED', 'cancelled', false];
     if (result.stopped === 'timeout') return ['ENGINE_FAILED', `${name} ran longer than ${this.#context.settings.timeoutMs} ms and was stopped${said}`, true];
     if (result.signal) return ['ENGINE_CRASHED', `${name} was killed by ${result.signal}${said}`, true];

@@ -46,7 +46,9 @@ export class ExecEngine implements Engine {
     this.#scratchRoot = options.scratchRoot ?? tmpdir();
   }
 
-  async load(manifest: ModelManifest, modelPath: string, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, file: string | null, device: Device): Promise<LoadedModel> {
+    // A model without a file (a script that holds its own weights) gets an empty ${MODEL_PATH}.
+    const modelPath = file ?? '';
     const settings = parseSettings(ExecSettings, manifest, this.name);
     const invalid = (detail: string): EngineError => new EngineError('ENGINE_FAILED', `model "${manifest.name}" (exec): ${detail}`, false);
     let argv: string[];

@@ -14,6 +14,8 @@ export interface CommandSpec {
   maxOutputBytes: number;
   /** Time between SIGTERM and SIGKILL. */
   killGraceMs: number;
+  /** The model's limits for the command's cgroup (a governed runner applies them; the local runner has no cgroups). */
+  limits?: { memoryLimitMB?: number; pidsLimit?: number; cpuWeight?: number };
 }
 
 export interface CommandHooks {
@@ -31,6 +33,8 @@ export interface CommandResult {
   stopped: 'timeout' | 'cancelled' | null;
   /** It could not be started (ENOENT, EACCES…). */
   spawnError: string | null;
+  /** The kernel killed it at its cgroup's memory limit: why, naming the limit (governed runners only; else null). */
+  oom?: string | null;
   stdoutTail: string;
   stderrTail: string;
 }
@@ -45,7 +49,7 @@ export interface CommandRunner {
 }
 
 /** The last `limit` bytes of a stream. */
-class Tail {
+export class Tail {
   #chunks: Buffer[] = [];
   #bytes = 0;
   constructor(readonly limit: number) {}
@@ -64,6 +68,38 @@ class Tail {
 
 /** The longest stdout line handed to `onStdoutLine`; more of a line is dropped, so a flood cannot grow memory. */
 const MAX_LINE_BYTES = 64 * 1024;
+
+/** Complete stdout lines out of chunks, each at most MAX_LINE_BYTES (the rest of a longer line is dropped). */
+export class StdoutLines {
+  #partial = Buffer.alloc(0);
+  #overlong = false;
+
+  constructor(private readonly onLine: ((line: string) => void) | undefined) {}
+
+  push(chunk: Buffer): void {
+    if (!this.onLine) return;
+    let rest = chunk;
+    for (let newline = rest.indexOf(10); newline >= 0; newline = rest.indexOf(10)) {
+      const line = Buffer.concat([this.#partial, rest.subarray(0, newline)]);
+      if (!this.#overlong) this.onLine(line.subarray(0, MAX_LINE_BYTES).toString('utf8').replace(/\r$/, ''));
+      this.#partial = Buffer.alloc(0);
+      this.#overlong = false;
+      rest = rest.subarray(newline + 1);
+    }
+    if (this.#overlong) return;
+    this.#partial = Buffer.concat([this.#partial, rest]);
+    if (this.#partial.length > MAX_LINE_BYTES) {
+      this.#overlong = true; // this line is dropped up to its end
+      this.#partial = Buffer.alloc(0);
+    }
+  }
+
+  /** The stream ended: a last line without a newline is a line too. */
+  end(): void {
+    if (this.#partial.length > 0 && !this.#overlong) this.onLine?.(this.#partial.toString('utf8'));
+    this.#partial = Buffer.alloc(0);
+  }
+}
 
 /**
  * Spawns without a shell, as the leader of a new process group (`detached`),
@@ -98,25 +134,10 @@ export class LocalCommandRunner implements CommandRunner {
       if (hooks.signal?.aborted) queueMicrotask(onAbort);
       else hooks.signal?.addEventListener('abort', onAbort, { once: true });
 
-      let partial = Buffer.alloc(0);
-      let overlong = false;
+      const lines = new StdoutLines(hooks.onStdoutLine);
       child.stdout!.on('data', (chunk: Buffer) => {
         stdoutTail.push(chunk);
-        if (!hooks.onStdoutLine) return;
-        let rest = chunk;
-        for (let newline = rest.indexOf(10); newline >= 0; newline = rest.indexOf(10)) {
-          const line = Buffer.concat([partial, rest.subarray(0, newline)]);
-          if (!overlong) hooks.onStdoutLine(line.subarray(0, MAX_LINE_BYTES).toString('utf8').replace(/\r$/, ''));
-          partial = Buffer.alloc(0);
-          overlong = false;
-          rest = rest.subarray(newline + 1);
-        }
-        if (overlong) return;
-        partial = Buffer.concat([partial, rest]);
-        if (partial.length > MAX_LINE_BYTES) {
-          overlong = true; // this line is dropped up to its end
-          partial = Buffer.alloc(0);
-        }
+        lines.push(chunk);
       });
       child.stderr!.on('data', (chunk: Buffer) => stderrTail.push(chunk));
       // A command that does not read its stdin closes the pipe; that is not an error of ours.
@@ -141,8 +162,8 @@ export class LocalCommandRunner implements CommandRunner {
         if (killTimer) clearTimeout(killTimer);
         if (closeGuard) clearTimeout(closeGuard);
         hooks.signal?.removeEventListener('abort', onAbort);
-        if (partial.length > 0 && !overlong) hooks.onStdoutLine?.(partial.toString('utf8'));
-        resolve({ exitCode, signal, stopped, spawnError, stdoutTail: stdoutTail.toString(), stderrTail: stderrTail.toString() });
+        lines.end();
+        resolve({ exitCode, signal, stopped, spawnError, oom: null, stdoutTail: stdoutTail.toString(), stderrTail: stderrTail.toString() });
       });
     });
   }

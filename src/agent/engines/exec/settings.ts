@@ -28,6 +28,14 @@ export const ExecSettings = z.strictObject({
   maxFiles: z.int().positive().default(32),
   /** Largest output file. Default 256 MiB. */
   maxFileBytes: z.int().positive().default(256 * 1024 * 1024),
+  /**
+   * The command's cgroup limits, where the agent governs with cgroups (held to the host's ceilings for `exec`,
+   * `--engine-limit exec.memoryLimitMB=…`): memory in MB (exceeding it fails the jobs with ENGINE_OOM), tasks,
+   * CPU weight. Default: none, 4096 tasks, weight 100.
+   */
+  memoryLimitMB: z.int().positive().optional(),
+  pidsLimit: z.int().positive().optional(),
+  cpuWeight: z.int().min(1).max(10_000).optional(),
 });
 export type ExecSettings = z.infer<typeof ExecSettings>;
 

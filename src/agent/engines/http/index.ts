@@ -1,6 +1,6 @@
-/** What HTTP engines share, and the seam a server launcher implements. */
-export { frontedUrl } from './endpoint.js';
-export type { EndpointProvider, ServerEndpoint } from './endpoint.js';
+/** What HTTP engines share. The endpoint seam (where the server is) is every server engine's: ../shared/endpoint.ts. */
+export { frontedUrl } from '../shared/endpoint.js';
+export type { EndpointProvider, ServerEndpoint } from '../shared/endpoint.js';
 export { splitLines } from './lines.js';
 export { request } from './client.js';
 export type { HttpReply, HttpRequest } from './client.js';

@@ -1,6 +1,4 @@
 import { z } from 'zod';
-import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError } from '../engine.js';
 
 const ms = (fallback: number) => z.int().min(1).default(fallback);
 
@@ -11,11 +9,11 @@ export const BackoffSettings = (initialMs: number, maxMs: number, factor: number
 }).prefault({});
 
 /**
- * Settings every HTTP engine understands (in the model manifest's `settings`). Keys an engine does
- * not know are left alone: a server launcher may keep its own (a command template) beside them.
+ * Settings every HTTP image engine understands (in the model manifest's `settings`), beside the
+ * launch settings of a server the agent starts (../shared/launch-settings.ts).
  */
 export const ServerSettings = {
-  /** A server the person already runs (`http://host:port`); without it the engine asks its endpoint provider to start one. */
+  /** A server the person already runs (`http://host:port`); without it the agent starts one from `command`. */
   url: z.url({ protocol: /^https?$/ }).optional(),
   /** Longest wait for one HTTP answer. A synchronous generation is one answer, so this is generous. Default 10 min. */
   requestTimeoutMs: ms(600_000),
@@ -27,10 +25,5 @@ export const ServerSettings = {
   busyBackoff: BackoffSettings(500, 5000, 2),
 };
 
-/** A manifest's settings through an engine's schema; a bad field fails the load with a message naming it (not retryable: every host would fail the same way). */
-export function parseSettings<T extends z.ZodType>(schema: T, manifest: ModelManifest, engine: string): z.output<T> {
-  const parsed = schema.safeParse(manifest.settings ?? {});
-  if (parsed.success) return parsed.data;
-  const detail = parsed.error.issues.map((issue) => `settings.${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; ');
-  throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" has settings the ${engine} engine cannot use: ${detail}`, false);
-}
+/** The one settings parser every engine uses. */
+export { parseSettings } from '../shared/settings.js';

@@ -1,16 +1,16 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
-import { resolveEndpoint, type EndpointProvider } from '../shared/endpoint.js';
+import { resolveEndpoint, watchServer, type EndpointProvider } from '../shared/endpoint.js';
 import { ServerStatusError } from '../shared/http.js';
 import { parseSettings } from '../shared/settings.js';
 import { OipBatch } from './batch.js';
 import { OipClient } from './client.js';
-import { discover, modelPath, planInference, type InferPlan } from './plan.js';
+import { discover, modelPath as serverModelPath, planInference, type InferPlan } from './plan.js';
 import { OipSettings } from './settings.js';
 
 export interface OipEngineOptions {
-  /** Starts (or finds) a server for a model whose settings carry no `url`. Default: none (a `url` is required). */
-  endpoint?: EndpointProvider;
+  /** Starts a server for a model whose settings carry no `url` (the agent's server launcher). Default: none (a `url` is required). */
+  endpoints?: EndpointProvider;
 }
 
 /**
@@ -24,21 +24,21 @@ export class OipEngine implements Engine {
   readonly #loaded = new Set<LoadedModel>();
 
   constructor(options: OipEngineOptions = {}) {
-    this.#endpoint = options.endpoint;
+    this.#endpoint = options.endpoints;
   }
 
-  async load(manifest: ModelManifest, _modelPath: string, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(OipSettings, manifest, this.name);
-    const endpoint = await resolveEndpoint(settings.url, this.#endpoint, manifest, device, this.name);
+    const endpoint = await resolveEndpoint(settings, this.#endpoint, { engine: this.name, manifest, device, modelPath });
     const client = new OipClient(endpoint.url, { timeoutMs: settings.requestTimeoutMs, retries: settings.retries, maxRetryDelayMs: 2000 });
-    const path = modelPath(settings, manifest);
+    const path = serverModelPath(settings, manifest);
     let plan: InferPlan;
     try {
       const found = await discover(client, path);
       if (!found.ready) throw new EngineError('NOT_READY', `${client.label}: model "${settings.model ?? manifest.name}" is not ready`, true);
       plan = planInference(manifest, settings, found.metadata, found.extensions, found.configMaxBatch);
     } catch (error) {
-      await endpoint.release?.();
+      await endpoint.release();
       if (error instanceof EngineError) throw error;
       if (error instanceof ServerStatusError && error.status === 404) {
         throw new EngineError('ENGINE_FAILED', `${client.label} has no model "${settings.model ?? manifest.name}": ${error.serverMessage}`, false, { cause: error });
@@ -49,7 +49,7 @@ export class OipEngine implements Engine {
     let unloaded = false;
     const loaded: LoadedModel = {
       manifest, device,
-      // A server or command this engine does not keep running cannot die under a loaded model.
+      // Per request failures only: the death of a server the agent started is reported by watchServer, which wraps this.
       exited: NEVER,
       // The server owns the model's memory and the protocol does not report it: the manifest's figure stands.
       memoryMB: Math.max(manifest.memoryMB, 1),
@@ -70,11 +70,11 @@ export class OipEngine implements Engine {
         if (unloaded) return;
         unloaded = true;
         this.#loaded.delete(loaded);
-        await endpoint.release?.();
+        await endpoint.release();
       },
     };
     this.#loaded.add(loaded);
-    return loaded;
+    return watchServer(loaded, endpoint);
   }
 
   async close(): Promise<void> {

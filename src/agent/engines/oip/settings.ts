@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
 
 /**
  * `settings` of a model served by an Open Inference Protocol v2 server
@@ -6,8 +7,10 @@ import { z } from 'zod';
  * field says its default.
  */
 export const OipSettings = z.strictObject({
-  /** The server's base URL (`http://127.0.0.1:8000`). Without it the agent's endpoint provider starts one. */
+  /** The server's base URL (`http://127.0.0.1:8000`). Without it the agent starts one from `command`. */
   url: z.url().optional(),
+  /** A server the agent starts (`command: tritonserver --http-port ${PORT} …`); readiness by default: `GET /v2/health/ready` answers 2xx. */
+  ...launchSettings({ http: '/v2/health/ready' }),
   /** The model's name on the server. Default: the gpumesh model's name. */
   model: z.string().min(1).optional(),
   /** A model version. Default: the server's choice. */
@@ -30,5 +33,5 @@ export const OipSettings = z.strictObject({
   requestTimeoutMs: z.int().positive().default(60_000),
   /** Attempts after the first when the server answers 429/503 or drops the connection. Default 2. */
   retries: z.int().min(0).max(10).default(2),
-});
+}).superRefine(urlOrCommand);
 export type OipSettings = z.infer<typeof OipSettings>;

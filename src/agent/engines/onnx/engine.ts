@@ -4,7 +4,9 @@ import { fileURLToPath } from 'node:url';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import type { Supervisor } from '../../supervisor.js';
 import { EngineError, type BatchResult, type Engine, type EngineJob, type LoadedModel, type Progress } from '../engine.js';
+import { parseSettings } from '../shared/settings.js';
 import type { FromWorker, ToWorker } from './messages.js';
+import { OnnxSettings } from './settings.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
 function workerEntry(): { path: string; execArgv: string[] } {
@@ -108,13 +110,15 @@ export class OnnxEngine implements Engine {
     this.#supervisor = supervisor;
   }
 
-  async load(manifest: ModelManifest, modelPath: string, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
+    const { pipeline } = parseSettings(OnnxSettings, manifest, this.name);
+    if (modelPath === null) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" (onnx) has no file: the ONNX engine loads a model file`, false);
     const worker = this.#workerFor(device);
     const provider = device.kind === 'gpu' ? 'cuda' : 'cpu';
     const deviceIndex = device.kind === 'gpu' ? Number(device.id.replace(/^gpu/, '')) || 0 : 0;
     let reply: Extract<Reply, { type: 'loaded' }>;
     try {
-      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, modelPath, provider, deviceIndex });
+      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, pipeline, modelPath, provider, deviceIndex });
     } catch (error) {
       // A worker started for this load alone is not left running idle.
       if (worker.models.size === 0 && worker.alive) await this.#stop(device.id, worker);

@@ -1,12 +1,13 @@
 import type { ErrorCode, ModelManifest } from '../../../protocol/index.js';
 import type { BatchMemory, EngineJob, JobOutput } from '../engine.js';
+import type { OnnxPipeline } from './settings.js';
 
 /**
  * The whole vocabulary between the agent and its ONNX worker process (Node IPC
  * with structured-clone serialization, so tensors and PNG bytes cross as typed arrays).
  */
 export type ToWorker =
-  | { type: 'load'; requestId: number; manifest: ModelManifest; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
+  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
   | { type: 'run'; requestId: number; model: string; jobs: EngineJob[] }
   | { type: 'cancel'; jobIds: string[] }
   | { type: 'unload'; requestId: number; model: string };

@@ -4,6 +4,7 @@ import sharp from 'sharp';
 import { coordsFor, GEN_LATENT_DIM, latentFor } from '../../../models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type JobOutput, type Progress } from '../engine.js';
+import type { OnnxPipeline } from './settings.js';
 
 export interface PipelineRun {
   session: InferenceSession;
@@ -79,7 +80,8 @@ async function tensor(run: PipelineRun): Promise<JobOutput[]> {
   }));
 }
 
-export const PIPELINES: Record<ModelManifest['pipeline'], (run: PipelineRun) => Promise<JobOutput[]>> = {
+/** The ONNX engine's pipelines, chosen by the model's `settings.pipeline`. */
+export const PIPELINES: Record<OnnxPipeline, (run: PipelineRun) => Promise<JobOutput[]>> = {
   'cppn-image': cppnImage,
   tensor,
 };

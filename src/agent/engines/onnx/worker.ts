@@ -12,10 +12,12 @@ import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../process-me
 import { EngineError, type BatchMemory } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { PIPELINES } from './pipelines.js';
+import type { OnnxPipeline } from './settings.js';
 
 interface Resident {
   session: InferenceSession;
   manifest: ModelManifest;
+  pipeline: OnnxPipeline;
   provider: 'cpu' | 'cuda';
   /** What the model holds now (MB): its load, plus what its allocator arena kept from the batches so far. */
   residentMB: number;
@@ -82,7 +84,7 @@ async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void>
   const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex);
   settle(); // the file's buffer is garbage now; it is not the model's memory
   const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
-  sessions.set(message.manifest.name, { session, manifest: message.manifest, provider, residentMB, largestBatch: 0 });
+  sessions.set(message.manifest.name, { session, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0 });
   send({ type: 'loaded', requestId: message.requestId, memoryMB: residentMB, provider });
 }
 
@@ -99,7 +101,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   }
   const gpuBefore = loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
   const closeWindow = peaks.open();
-  const outputs = await PIPELINES[loaded.manifest.pipeline]({
+  const outputs = await PIPELINES[loaded.pipeline]({
     session: loaded.session,
     manifest: loaded.manifest,
     jobs: message.jobs,

@@ -5,11 +5,11 @@ import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type L
 import { JobBatch, type JobContext } from '../http/batch.js';
 import { retryWhileBusy } from '../http/busy.js';
 import { request, type HttpReply } from '../http/client.js';
-import { frontedUrl, type EndpointProvider, type ServerEndpoint } from '../http/endpoint.js';
+import { resolveEndpoint, watchServer, type EndpointProvider, type ServerEndpoint } from '../shared/endpoint.js';
 import { badReply, errorForStatus, type RequestContext } from '../http/errors.js';
 import { imageRequest, manifestParam, type RequestDefaults } from '../http/image-input.js';
 import { checkedPng, pngFromBase64 } from '../http/png.js';
-import { parseSettings } from '../http/settings.js';
+import { parseSettings } from '../shared/settings.js';
 import { Backoff, sleep, workClock } from '../http/timing.js';
 import { OpenAiImagesSettings } from './settings.js';
 import { GenerationsReply, generationsBody } from './wire.js';
@@ -44,7 +44,7 @@ export class OpenAiImagesEngine implements Engine {
     this.#log = options.log ?? pino({ level: 'silent' });
   }
 
-  async load(manifest: ModelManifest, _modelPath: string, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(OpenAiImagesSettings, manifest, this.name);
     const headers: Record<string, string> = {};
     if (settings.apiKeyEnv) {
@@ -53,7 +53,7 @@ export class OpenAiImagesEngine implements Engine {
       if (!key) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" needs an API key in the environment variable ${settings.apiKeyEnv}, which is not set on this host`, true);
       headers.authorization = `Bearer ${key}`;
     }
-    const endpoint = await this.#endpointFor(manifest, device, settings.url);
+    const endpoint = await resolveEndpoint(settings, this.#options.endpoints, { engine: this.name, manifest, device, modelPath });
     try {
       await this.#untilAnswered(endpoint, settings, headers, manifest.name);
       this.#log.info({ model: manifest.name, url: endpoint.url }, 'image server ready');
@@ -61,7 +61,7 @@ export class OpenAiImagesEngine implements Engine {
         manifest, device, endpoint, settings, headers, clock: this.#clock, onUnloaded: () => this.#loaded.delete(model),
       });
       this.#loaded.add(model);
-      return model;
+      return watchServer(model, endpoint);
     } catch (error) {
       await endpoint.release();
       throw error;
@@ -70,14 +70,6 @@ export class OpenAiImagesEngine implements Engine {
 
   async close(): Promise<void> {
     await Promise.all([...this.#loaded].map((model) => model.unload()));
-  }
-
-  async #endpointFor(manifest: ModelManifest, device: Device, url: string | undefined): Promise<ServerEndpoint> {
-    if (url) return frontedUrl(url);
-    if (!this.#options.endpoints) {
-      throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" names no settings.url and this agent has no launcher for it`, false);
-    }
-    return this.#options.endpoints(manifest, device);
   }
 
   /**
@@ -121,7 +113,7 @@ class OpenAiImagesModel implements LoadedModel {
   readonly device: Device;
   /** The server's memory is not the agent's to measure; the manifest's planning figure stands. */
   readonly memoryMB: number;
-  /** A server this engine does not run cannot die under it; its failures are per request. */
+  /** Per request failures only: the death of a server the agent started is reported by `watchServer`, which wraps this model. */
   readonly exited: Promise<string> = NEVER;
   readonly #deps: ModelDeps;
   readonly #defaults: RequestDefaults;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ServerSettings } from '../http/settings.js';
+import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
 
 /**
  * A model served by an OpenAI-compatible image server (LiteLLM, LocalAI, sd-server's `/v1` API,
@@ -7,6 +8,8 @@ import { ServerSettings } from '../http/settings.js';
  */
 export const OpenAiImagesSettings = z.object({
   ...ServerSettings,
+  /** A server the agent starts (`command`, …); readiness by default: `GET /v1/models` answers 2xx. */
+  ...launchSettings({ http: '/v1/models' }),
   /** The model name the server knows (`model` in each request); left out when not set. */
   model: z.string().min(1).optional(),
   /** The name of an environment variable on the agent's host that holds the API key, sent as `Authorization: Bearer`. */
@@ -26,5 +29,5 @@ export const OpenAiImagesSettings = z.object({
   maxInFlight: z.int().min(1).max(64).default(1),
   /** Fields added to every request (`quality`, `style`, …); the job's prompt and size win. */
   extra: z.record(z.string(), z.unknown()).default({}),
-});
+}).superRefine(urlOrCommand);
 export type OpenAiImagesSettings = z.output<typeof OpenAiImagesSettings>;

@@ -4,7 +4,7 @@ import { retryWhileBusy } from '../http/busy.js';
 import { request, type HttpReply } from '../http/client.js';
 import { badReply, errorForStatus, type RequestContext } from '../http/errors.js';
 import { Backoff, sleep } from '../http/timing.js';
-import type { ServerEndpoint } from '../http/endpoint.js';
+import type { ServerEndpoint } from '../shared/endpoint.js';
 import type { SdcppSettings } from './settings.js';
 import { Capabilities, JobState, Metrics, Submitted, Txt2ImgReply } from './wire.js';
 import type { z } from 'zod';

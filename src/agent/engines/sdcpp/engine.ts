@@ -1,16 +1,16 @@
 import { pino, type Logger } from 'pino';
 import type { Clock } from '../../../orchestrator/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type Engine, type LoadedModel } from '../engine.js';
-import { frontedUrl, type EndpointProvider, type ServerEndpoint } from '../http/endpoint.js';
-import { parseSettings } from '../http/settings.js';
+import type { Engine, LoadedModel } from '../engine.js';
+import { resolveEndpoint, watchServer, type EndpointProvider } from '../shared/endpoint.js';
+import { parseSettings } from '../shared/settings.js';
 import { workClock } from '../http/timing.js';
 import { SdcppClient } from './client.js';
 import { SdcppModel } from './model.js';
 import { SdcppSettings } from './settings.js';
 
 export interface SdcppEngineOptions {
-  /** Starts an sd-server for a model whose settings name no `url` (the server launcher). Without it, such a model cannot load. */
+  /** Starts an sd-server for a model whose settings name no `url` (the agent's server launcher). Without it, such a model cannot load. */
   endpoints?: EndpointProvider;
   /** Default: real time ({@link workClock}). */
   clock?: Clock;
@@ -35,9 +35,9 @@ export class SdcppEngine implements Engine {
     this.#log = options.log ?? pino({ level: 'silent' });
   }
 
-  async load(manifest: ModelManifest, _modelPath: string, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(SdcppSettings, manifest, this.name);
-    const endpoint = await this.#endpointFor(manifest, device, settings.url);
+    const endpoint = await resolveEndpoint(settings, this.#options.endpoints, { engine: this.name, manifest, device, modelPath });
     try {
       const client = new SdcppClient({ endpoint, settings, clock: this.#clock, model: manifest.name });
       const api = await client.probe();
@@ -50,7 +50,7 @@ export class SdcppEngine implements Engine {
         onUnloaded: () => this.#loaded.delete(model),
       });
       this.#loaded.add(model);
-      return model;
+      return watchServer(model, endpoint);
     } catch (error) {
       await endpoint.release();
       throw error;
@@ -59,13 +59,5 @@ export class SdcppEngine implements Engine {
 
   async close(): Promise<void> {
     await Promise.all([...this.#loaded].map((model) => model.unload()));
-  }
-
-  async #endpointFor(manifest: ModelManifest, device: Device, url: string | undefined): Promise<ServerEndpoint> {
-    if (url) return frontedUrl(url);
-    if (!this.#options.endpoints) {
-      throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" names no settings.url and this agent has no launcher for sd-server`, false);
-    }
-    return this.#options.endpoints(manifest, device);
   }
 }

@@ -3,7 +3,7 @@ import type { Clock } from '../../../orchestrator/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { NEVER, EngineError, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
 import { JobBatch } from '../http/batch.js';
-import type { ServerEndpoint } from '../http/endpoint.js';
+import type { ServerEndpoint } from '../shared/endpoint.js';
 import type { SdcppApi, SdcppClient } from './client.js';
 import { runNativeJob, runSdapiJob, type JobDeps } from './jobs.js';
 import type { SdcppSettings } from './settings.js';
@@ -36,7 +36,7 @@ export class SdcppModel implements LoadedModel {
   readonly manifest: ModelManifest;
   readonly device: Device;
   readonly memoryMB: number;
-  /** A server this engine does not run cannot die under it; its failures are per request. */
+  /** Per request failures only: the death of a server the agent started is reported by `watchServer`, which wraps this model. */
   readonly exited: Promise<string> = NEVER;
   readonly #deps: SdcppModelDeps;
   readonly #jobDeps: JobDeps;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { BackoffSettings, ServerSettings } from '../http/settings.js';
+import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
 
 /**
  * A model served by stable-diffusion.cpp's `sd-server`: the manifest's `settings`, with defaults.
@@ -7,6 +8,12 @@ import { BackoffSettings, ServerSettings } from '../http/settings.js';
  */
 export const SdcppSettings = z.object({
   ...ServerSettings,
+  /**
+   * A server the agent starts (`command: sd-server --model ${MODEL_PATH} --listen-port ${PORT}`, …). sd-server
+   * listens once its model is loaded; readiness by default: `GET /sdcpp/v1/capabilities` answers 2xx (a server
+   * without the native API needs `readiness: { http: /sdapi/v1/options }` or a log line).
+   */
+  ...launchSettings({ http: '/sdcpp/v1/capabilities' }),
   /**
    * Which of the server's APIs to use. `auto` (default): the native async API
    * (`/sdcpp/v1/…`) when `GET /sdcpp/v1/capabilities` answers, else the A1111-style
@@ -25,5 +32,5 @@ export const SdcppSettings = z.object({
    * With the A1111 API they ride in the prompt as `<sd_cpp_extra_args>`.
    */
   extra: z.record(z.string(), z.unknown()).default({}),
-});
+}).superRefine(urlOrCommand);
 export type SdcppSettings = z.output<typeof SdcppSettings>;

@@ -1,0 +1,52 @@
+import type { Engine } from './engine.js';
+import type { EngineModule, EngineServices } from './module.js';
+import { comfyUiEngine } from './comfyui/index.js';
+import { execEngine } from './exec/index.js';
+import { oipEngine } from './oip/index.js';
+import { onnxEngine } from './onnx/index.js';
+import { openAiImagesEngine } from './openai-images/index.js';
+import { sdcppEngine } from './sdcpp/index.js';
+
+/**
+ * Every engine an agent can run, one line each. Adding an engine is its
+ * folder (the engine, its settings schema, an `EngineModule` in its
+ * index.ts), its line here, and its contract test — nothing else: the agent
+ * builds and announces what is listed, and the orchestrator checks declared
+ * models' settings against the schemas listed.
+ */
+export const ENGINES: readonly EngineModule[] = [
+  onnxEngine,
+  sdcppEngine,
+  openAiImagesEngine,
+  comfyUiEngine,
+  oipEngine,
+  execEngine,
+];
+
+/** The names of the registered engines, in registration order. */
+export const ENGINE_NAMES: readonly string[] = ENGINES.map((module) => module.name);
+
+/** The registered engine of this name, if any. */
+export function engineModule(name: string): EngineModule | undefined {
+  return ENGINES.find((module) => module.name === name);
+}
+
+/**
+ * Build the engines an agent runs: `enabled` names (default: every registered
+ * engine), each from its factory with the agent's shared services (its log a
+ * child with the engine's name). An unknown name is an error that lists the
+ * known ones, so a typo in `--engines` stops the agent at start.
+ */
+export function buildEngines(services: EngineServices, enabled: readonly string[] = ENGINE_NAMES): Map<string, Engine> {
+  const unknown = enabled.filter((name) => !engineModule(name));
+  if (unknown.length > 0) {
+    throw new Error(`unknown engine${unknown.length > 1 ? 's' : ''} ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
+  }
+  const engines = new Map<string, Engine>();
+  for (const name of new Set(enabled)) {
+    const engine = engineModule(name)!.create({ ...services, log: services.log.child({ engine: name }) });
+    if (engine.name !== name) throw new Error(`the engine registered as "${name}" calls itself "${engine.name}"`);
+    engines.set(name, engine);
+  }
+  return engines;
+}

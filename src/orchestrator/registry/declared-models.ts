@@ -1,0 +1,116 @@
+import { createHash } from 'node:crypto';
+import { engineModule } from '../../agent/engines/registry.js';
+import type { ModelEntry } from '../config.js';
+import { pipelineFor } from './pipelines.js';
+
+/**
+ * Models declared in mesh.yaml. The engines' settings schemas are the
+ * agent's own (agent/engines/registry.ts): the orchestrator checks a declared
+ * model's settings with the schema its engine will load it with, so a bad
+ * field is named when the mesh starts rather than at the first job.
+ */
+
+/** A model declared in mesh.yaml, checked, with its defaults. */
+export interface ModelDefinition {
+  name: string;
+  engine: string;
+  version: string;
+  jobTypes: string[];
+  memoryMB: number;
+  params: Record<string, number | string>;
+  /** As written: agents validate them again with their engine's schema (and its defaults) at load. */
+  settings: Record<string, unknown>;
+  /** An absolute path or an http(s) URL on the orchestrator's host; null: no file. */
+  file: string | null;
+  /** The file's expected digest (`sha256:<hex>`), or null. */
+  sha256: string | null;
+}
+
+/** The fields only a declaration (an entry with `engine`) may have. */
+const DEFINITION_FIELDS = ['jobTypes', 'version', 'memoryMB', 'file', 'sha256', 'params', 'settings'] as const;
+
+const DEFAULT_MEMORY_MB = 1024;
+
+/** `settings.a.b[0]` for a zod issue's path. */
+const settingsPath = (path: readonly PropertyKey[]): string =>
+  `settings${path.map((key) => (typeof key === 'number' ? `[${key}]` : `.${String(key)}`)).join('')}`;
+
+/**
+ * What is wrong with the `models:` entries, one line per problem, each naming
+ * its field (`models.sd15.settings.command: …`). The shapes are zod's; this
+ * checks what the shapes cannot: definition fields without an engine, job
+ * types without input handling or routing, the engine's own settings schema,
+ * a server engine's model that names neither a URL nor a command, an engine
+ * that loads a file declared without one. An engine this orchestrator does not
+ * know is not an error: agents that run it will serve the model (see
+ * `unknownEngines`).
+ */
+export function checkModelEntries(models: Readonly<Record<string, ModelEntry>>, routing: Readonly<Record<string, readonly string[]>>): string[] {
+  const problems: string[] = [];
+  for (const [name, entry] of Object.entries(models)) {
+    const at = `models.${name}`;
+    if (entry.engine === undefined) {
+      for (const field of DEFINITION_FIELDS) {
+        if (entry[field] !== undefined) {
+          problems.push(`${at}.${field}: only a model declared with an engine has ${field}; without ${at}.engine this entry sets the policy of an existing model`);
+        }
+      }
+      continue;
+    }
+    if (!entry.jobTypes) {
+      problems.push(`${at}.jobTypes: required: the job types the model serves (e.g. [image])`);
+    } else {
+      const pipelines = new Set(entry.jobTypes.map((type) => pipelineFor(type)));
+      for (const type of entry.jobTypes) {
+        if (!pipelineFor(type)) problems.push(`${at}.jobTypes: job type "${type}" has no input handling in this orchestrator (it has: image, tensor)`);
+        else if (!routing[type]) problems.push(`${at}.jobTypes: job type "${type}" has no routing entry`);
+      }
+      if (pipelines.size > 1 && !pipelines.has(undefined)) problems.push(`${at}.jobTypes: ${entry.jobTypes.join(' and ')} take different inputs; one model serves job types of one input kind`);
+    }
+    const module = engineModule(entry.engine);
+    if (!module) continue;
+    const settings = entry.settings ?? {};
+    const parsed = module.settings.safeParse(settings);
+    if (!parsed.success) {
+      for (const issue of parsed.error.issues) problems.push(`${at}.${settingsPath(issue.path)}: ${issue.message}`);
+    }
+    if (module.server && settings.url === undefined && settings.command === undefined) {
+      problems.push(`${at}.settings: a ${entry.engine} model names settings.url (a server you already run) or settings.command (a server the agent starts)`);
+    }
+    if (module.needsFile && entry.file === undefined) problems.push(`${at}.file: the ${entry.engine} engine loads a model file: give its path or URL`);
+    if (entry.sha256 !== undefined && entry.file === undefined) problems.push(`${at}.sha256: a digest without a file; add ${at}.file`);
+  }
+  return problems;
+}
+
+/** The declarations among the `models:` entries (those with `engine`), with their defaults. Call after `checkModelEntries`. */
+export function modelDefinitions(models: Readonly<Record<string, ModelEntry>>): ModelDefinition[] {
+  return Object.entries(models).flatMap(([name, entry]) => (entry.engine === undefined ? [] : [{
+    name, engine: entry.engine, version: entry.version ?? '1', jobTypes: [...(entry.jobTypes ?? [])],
+    memoryMB: entry.memoryMB ?? DEFAULT_MEMORY_MB, params: { ...entry.params }, settings: { ...entry.settings },
+    file: entry.file ?? null, sha256: entry.sha256 === undefined ? null : entry.sha256.startsWith('sha256:') ? entry.sha256 : `sha256:${entry.sha256}`,
+  }]));
+}
+
+/** Declared models whose engine this orchestrator does not know: only agents that list the engine in their hello get them. */
+export function unknownEngines(definitions: readonly ModelDefinition[]): ModelDefinition[] {
+  return definitions.filter((definition) => !engineModule(definition.engine));
+}
+
+/** JSON with object keys sorted, so the same definition always hashes the same. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value && typeof value === 'object') {
+    return `{${Object.keys(value).sort().map((key) => `${JSON.stringify(key)}:${canonical((value as Record<string, unknown>)[key])}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * The identity of a model without a file: the digest of what defines it (engine, version, job types, params,
+ * settings). A changed definition is a new version, which an agent holding the old one loads afresh.
+ */
+export function definitionDigest(definition: ModelDefinition): string {
+  const { name, engine, version, jobTypes, params, settings } = definition;
+  return `sha256:${createHash('sha256').update(canonical({ name, engine, version, jobTypes, params, settings })).digest('hex')}`;
+}
