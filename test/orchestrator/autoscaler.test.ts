@@ -284,23 +284,25 @@ describe('Autoscaler (fake clock)', () => {
     expect(mesh.where()).toEqual(['idle', 'warm']);
   });
 
-  it('a load takes batches only once loaded; an unloading replica stops counting the moment the unload is sent', async () => {
+  it('a replica being loaded takes batches at once; an unloading one stops counting the moment the unload is sent', async () => {
     mesh = new Mesh({ idleWindowMs: 0 });
     const a = mesh.host('a');
+    mesh.host('b');
     mesh.silent.add('a');
-    const route = () => mesh.router.route(mesh.model, { classes: ['image'], hosts: null }).host;
+    const route = () => mesh.router.route(mesh.model, { classes: ['image'], hosts: null });
     mesh.queued.set('gen', 1);
     await mesh.advance(1000);
     expect(a.hasReplica('gen')).toBe(true);
-    expect(route()).toBeNull();
+    expect(a.isResident('gen')).toBe(false);
+    // The batch goes to the host loading it (and waits there for the load), not on demand to the other one.
+    expect(route().host).toBe(a);
+    expect(route().skipped).toEqual([{ host: 'b', class: 'image', reason: 'no replica' }]);
     mesh.loaded(a);
-    await mesh.settle();
-    expect(route()).toBe(a);
     mesh.queued.set('gen', 0);
     await mesh.advance(2000);
     expect(mesh.of('a', 'unload')).toHaveLength(1);
     expect(a.isResident('gen')).toBe(true);
-    expect(a.hasReadyReplica('gen')).toBe(false);
+    expect(a.hasReplica('gen')).toBe(false);
     expect(mesh.autoscaler.view()[0]!.replicas).toEqual([{ host: 'a', state: 'unloading', held: false }]);
   });
 

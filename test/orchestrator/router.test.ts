@@ -177,15 +177,16 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     host('warm', { cached: ['sha256:gen'] });
     // Nothing placed yet: any usable host loads it on demand (the one with its file cached).
     expect(router.route(model(), image).host?.id).toBe('warm');
-    // The autoscaler asked `replica` to load it: the batch waits for that load rather than loading it elsewhere.
+    // The autoscaler asked `replica` to load it: batches go there and wait for that load, rather than loading it elsewhere.
     replica.replicaChanges.set('gen', { change: 'load', at: 0 });
     const loading = router.route(model(), image);
-    expect(loading).toMatchObject({ host: null, waitingFor: 'a free slot' });
-    expect(reasons(loading.skipped)).toEqual({ replica: 'no replica', warm: 'no replica' });
+    expect(loading.host).toBe(replica);
+    expect(reasons(loading.skipped)).toEqual({ warm: 'no replica' });
     replica.replicaChanges.delete('gen');
     replica.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
     const ready = router.route(model(), image);
     expect(ready.host).toBe(replica);
+    expect(ready.warmth).toBe('resident');
     expect(reasons(ready.skipped)).toEqual({ warm: 'no replica' });
     expect(decodeRoute(encodeRoute(ready))?.skipped).toEqual([{ host: 'warm', reason: 'no replica' }]);
     // Its replica's breaker opens: no replica is usable, so another host takes the work on demand.

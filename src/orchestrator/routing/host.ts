@@ -39,7 +39,7 @@ export class HostSession {
   draining = false;
   /**
    * Replica changes the autoscaler asked this host for and has not seen happen yet, by model name: a model being
-   * loaded counts as a replica (so no other host is asked for it) but takes batches only once `loaded` arrives;
+   * loaded is a replica already (no other host is asked for it, and batches may go there and wait for the load);
    * one being unloaded neither counts nor takes batches.
    */
   readonly replicaChanges = new Map<string, { change: 'load' | 'unload'; at: number }>();
@@ -76,7 +76,7 @@ export class HostSession {
     return this.resident.some((entry) => entry.model === model);
   }
 
-  /** A replica that may take batches now: the model is resident here and not being unloaded. */
+  /** A loaded replica: the model is resident here and not being unloaded. */
   hasReadyReplica(model: string): boolean {
     return this.isResident(model) && this.replicaChanges.get(model)?.change !== 'unload';
   }

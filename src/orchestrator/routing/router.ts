@@ -27,8 +27,8 @@ export interface RouterDeps {
   random?: () => number;
   /**
    * Once the model has a replica on a usable host (the autoscaler placed it: resident, loading, or running it, and
-   * not being unloaded), send its batches only to such hosts, waiting for one still loading; with none usable (none
-   * placed yet, or all blocked, unhealthy or draining), any usable host loads it on demand. Off: always on demand.
+   * not being unloaded), send its batches only to such hosts; with none usable (none placed yet, or all blocked,
+   * unhealthy or draining), any usable host loads it on demand. Off: always on demand.
    */
   replicasOnly?: boolean;
 }
@@ -84,8 +84,9 @@ export class Router {
         : request.hosts && !request.hosts.includes(departed.info.id) ? 'host not granted' : 'disconnected';
       skipped.push({ host: departed.info.id, class: klass, reason });
     }
-    // Placement: once some usable host has a replica of the model (ready or loading, the autoscaler's), only those
-    // take its batches, and a loading one is waited for; with none, any usable host loads it on demand.
+    // Placement: once some usable host has a replica of the model (the autoscaler's, loaded or loading), only those
+    // take its batches (one still loading takes them too: they wait there in their loading phase); with none, any
+    // usable host loads it on demand.
     const name = model.manifest.name;
     const placed = this.#deps.replicasOnly === true && usable.some((hosts) => hosts.some((host) => host.hasReplica(name)));
     for (const [index, all] of usable.entries()) {
@@ -98,8 +99,8 @@ export class Router {
       if (hosts.length === 0) continue;
       const free: HostSession[] = [];
       for (const host of hosts) {
-        if (host.freeSlots > 0 && (!placed || host.hasReadyReplica(name))) free.push(host);
-        else skipped.push({ host: host.id, class: klass, reason: host.freeSlots > 0 ? 'no replica' : 'no free slot' });
+        if (host.freeSlots > 0) free.push(host);
+        else skipped.push({ host: host.id, class: klass, reason: 'no free slot' });
       }
       if (free.length === 0) return { host: null, class: klass, warmth: null, skipped, waitingFor: 'a free slot' };
       // A retry goes elsewhere when it can: the host that failed it may fail it again.
