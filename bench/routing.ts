@@ -21,7 +21,8 @@ const DECISIONS = Number(values.decisions);
 const config = resolveConfig({}, '/tmp/unused');
 const model: RegisteredModel = {
   manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
-  policy: { batching: { maxBatchSize: 4, preferredBatchSizes: [4], maxQueueDelayMs: 0 }, maxQueueSize: 1000, maxTimeoutMs: 600_000, retries: 2 },
+  policy: { batching: { maxBatchSize: 4, preferredBatchSizes: [4], maxQueueDelayMs: 0 }, maxQueueSize: 1000, maxTimeoutMs: 600_000, retries: 2,
+    replicas: { min: 0, max: null, targetInFlight: 8, idleWindowMs: 300_000 } },
   pipeline: PIPELINES.image,
 };
 

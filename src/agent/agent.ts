@@ -12,6 +12,7 @@ import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
 import type { GovernanceConfigInput } from './governance/settings.js';
 import { AgentLink } from './link.js';
+import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
 import { Residency } from './residency.js';
 import { ServerLauncher } from './server-launcher.js';
@@ -46,6 +47,8 @@ export interface AgentOptions {
   /** The engines this agent runs (and lists in its hello), by registered name. Default: every registered engine. */
   engines?: string[];
   log?: Logger;
+  /** The orchestrator sent `drain` (an admin drained this host); the agent is draining. Default: leave when drained. */
+  onDrainRequested?: () => void;
 }
 
 /** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
@@ -61,6 +64,7 @@ function agentPins(options: AgentOptions): Pin[] {
 
 interface RunningBatch {
   id: string;
+  model: string;
   jobIds: Set<string>;
   cancelled: Set<string>;
   cancel(jobIds: string[]): void;
@@ -91,6 +95,9 @@ export class Agent {
   #rejected: ((reason: string) => void) | null = null;
   /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
   #inlineOutputBytes = 0;
+  readonly #loads: LoadRequests;
+  /** Set once the agent drains: resolved when nothing runs and every result is acknowledged. */
+  #drain: { done: Promise<void>; resolve: () => void } | null = null;
 
   private constructor(options: AgentOptions, devices: Device[], governor: Governor, log: Logger) {
     this.#options = { concurrency: 1, idleUnloadMs: 5 * 60_000, ...options };
@@ -116,6 +123,11 @@ export class Agent {
         loaded: (model) => this.#link.send({ type: 'loaded', model: model.model, digest: model.digest, device: model.device, memoryMB: model.memoryMB }),
         unloaded: (model) => this.#link.send({ type: 'unloaded', ...model }),
       },
+    });
+    this.#loads = new LoadRequests({
+      residency: this.#residency, send: (message) => this.#link.send(message), log: log.child({ part: 'loads' }),
+      busy: (model) => [...this.#running.values()].some((batch) => batch.model === model),
+      draining: () => this.#drain !== null,
     });
     this.#link = new AgentLink({
       url: options.url, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
@@ -169,6 +181,47 @@ export class Agent {
     return this.#supervisor.count + this.#servers.running;
   }
 
+  /** Batches running and results not yet acknowledged: what a drain waits for. */
+  get work(): { batches: number; unacknowledged: number } {
+    return { batches: this.#running.size, unacknowledged: this.#unacked.size };
+  }
+
+  /**
+   * Stop taking work: tell the orchestrator (it routes nothing new here), finish the batches in flight and
+   * resolve once every result is acknowledged. Batches the orchestrator sent before it heard still run.
+   */
+  drain(): Promise<void> {
+    if (!this.#drain) {
+      let resolve!: () => void;
+      const done = new Promise<void>((settle) => (resolve = settle));
+      this.#drain = { done, resolve };
+      this.#log.info(this.work, 'draining: finishing the work in flight, taking no more');
+      // If the link is down now, the next hello says so instead.
+      this.#link.send({ type: 'draining' });
+      this.#checkDrained();
+    }
+    return this.#drain.done;
+  }
+
+  /** Drain, then close the link normally (the orchestrator records that the host left). False if `timeoutMs` ran out first. */
+  async leave(options: { timeoutMs?: number } = {}): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([
+      this.drain().then(() => true),
+      new Promise<boolean>((resolve) => {
+        if (options.timeoutMs !== undefined) timer = setTimeout(() => resolve(false), options.timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!drained) this.#log.warn(this.work, 'the drain timed out; leaving with work unfinished (the orchestrator fails it over)');
+    await this.close();
+    return drained;
+  }
+
+  #checkDrained(): void {
+    if (this.#drain && this.#running.size === 0 && this.#unacked.size === 0) this.#drain.resolve();
+  }
+
   async close(): Promise<void> {
     this.#stopHeartbeat();
     if (this.#idleSweep) clearInterval(this.#idleSweep);
@@ -190,6 +243,7 @@ export class Agent {
         ...[...this.#unacked.values()].map((result) => ({ jobId: result.jobId, batchId: result.batchId })),
       ],
       concurrency: this.#options.concurrency, version: VERSION,
+      resident: this.#residency.resident(), draining: this.#drain !== null,
     };
   }
 
@@ -221,9 +275,22 @@ export class Agent {
         for (const batch of this.#running.values()) if (batch.jobIds.has(message.jobId)) batch.cancel([message.jobId]);
         // A result the orchestrator will not take (the job moved on or ended) is not worth re-sending.
         this.#unacked.delete(message.jobId);
+        this.#checkDrained();
         return;
       case 'ack':
         for (const jobId of message.jobIds) this.#unacked.delete(jobId);
+        this.#checkDrained();
+        return;
+      case 'load':
+        void this.#loads.load(message.model, message.hold);
+        return;
+      case 'unload':
+        void this.#loads.unload(message.model);
+        return;
+      case 'drain':
+        void this.drain();
+        if (this.#options.onDrainRequested) this.#options.onDrainRequested();
+        else void this.leave().then(() => this.#log.info('drained and left, as the orchestrator asked'));
         return;
       case 'welcome':
         return;
@@ -241,7 +308,7 @@ export class Agent {
     const received = performance.now();
     const jobs = message.jobs;
     const batch: RunningBatch = {
-      id: message.batchId, jobIds: new Set(jobs.map((job) => job.id)), cancelled: new Set(),
+      id: message.batchId, model: message.model.name, jobIds: new Set(jobs.map((job) => job.id)), cancelled: new Set(),
       cancel: (jobIds) => { for (const jobId of jobIds) batch.cancelled.add(jobId); },
     };
     this.#running.set(batch.id, batch);
@@ -288,6 +355,8 @@ export class Agent {
     } finally {
       if (acquired) this.#residency.release(acquired);
       this.#running.delete(batch.id);
+      this.#loads.batchEnded(batch.model);
+      this.#checkDrained();
     }
   }
 

@@ -1,4 +1,5 @@
 export { Agent, type AgentOptions } from './agent.js';
+export { ControlServer, requestDrain, type DrainReport } from './control.js';
 export { detectDevices, parseNvidiaSmi, cpuDevice, type DeviceOptions } from './devices.js';
 export type { Engine, LoadedModel, EngineJob, JobOutput, OutputFile, Progress } from './engines/engine.js';
 export { SdcppEngine, type SdcppEngineOptions } from './engines/sdcpp/index.js';

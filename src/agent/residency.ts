@@ -296,7 +296,7 @@ export class Residency {
       }
       return device;
     }
-    throw new EngineError('ENGINE_FAILED', `no device has room for "${manifest.name}" (${need} MB) while other models are busy`, true);
+    throw new EngineError('NO_ROOM', `no device has room for "${manifest.name}" (${need} MB) while the models there are busy or held`, true);
   }
 }
 

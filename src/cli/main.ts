@@ -18,6 +18,8 @@ const program = new Command('gpumesh')
   .description('A self-hosted GPU inference mesh: one orchestrator, an agent on every GPU host, capability-scoped jobs.')
   .version(VERSION)
   .showHelpAfterError()
+  // A subcommand's options are its own (`gpumesh agent drain --data …` is drain's --data, not agent's).
+  .enablePositionalOptions()
   .exitOverride();
 
 for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), explainCommand(), jobsCommand(), grantCommand(), modelsCommand()]) {

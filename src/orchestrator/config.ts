@@ -26,6 +26,21 @@ const ModelPolicy = z.strictObject({
   maxTimeoutMs: z.int().min(1).optional(),
   /** Attempts after the first when a replica fails. Default 2. */
   retries: z.int().min(0).max(10).optional(),
+  /** Replicas kept loaded even with no traffic (loaded as soon as eligible hosts join). Default 0 (scale to zero). */
+  minReplicas: z.int().min(0).max(1000).optional(),
+  /** The most hosts the model is loaded on at once. Default: no limit (every eligible host). */
+  maxReplicas: z.int().min(1).max(1000).optional(),
+  /**
+   * Queued plus running jobs one replica should carry; above replicas × targetInFlight the autoscaler loads the
+   * model on another host. Default: twice the model's maxBatchSize (one batch running, one forming).
+   */
+  targetInFlight: z.int().min(1).max(100_000).optional(),
+  /** How long the demand must stay lower before replicas beyond it (and beyond minReplicas) are unloaded. Default 300 s. */
+  idleWindowS: z.number().min(0).max(7 * 86_400).optional(),
+}).superRefine((policy, context) => {
+  if (policy.minReplicas !== undefined && policy.maxReplicas !== undefined && policy.minReplicas > policy.maxReplicas) {
+    context.addIssue({ code: 'custom', path: ['minReplicas'], message: `${policy.minReplicas} is above maxReplicas (${policy.maxReplicas})` });
+  }
 });
 
 /**
@@ -184,14 +199,31 @@ export const MeshConfigInput = z.strictObject({
       loadMs: z.int().min(0).default(120_000),
     }).prefault({}),
   }).prefault({}),
+  autoscaler: z.strictObject({
+    /**
+     * How often the autoscaler looks at every model's demand and replicas (it also looks at once when jobs are
+     * queued, hosts join or leave, and models load or unload). Default 1 s.
+     */
+    intervalMs: z.int().min(50).max(60_000).default(1000),
+  }).prefault({}),
 });
 export type MeshConfigInput = z.input<typeof MeshConfigInput>;
+
+/** Where a model's replicas may number, and when the autoscaler adds or removes one. */
+export interface ReplicaPolicy {
+  min: number;
+  /** null: no limit (every eligible host). */
+  max: number | null;
+  targetInFlight: number;
+  idleWindowMs: number;
+}
 
 export interface ResolvedModelPolicy {
   batching: { maxBatchSize: number; preferredBatchSizes: number[]; maxQueueDelayMs: number };
   maxQueueSize: number;
   maxTimeoutMs: number;
   retries: number;
+  replicas: ReplicaPolicy;
 }
 
 export type ModelEntry = z.output<typeof ModelEntry>;
@@ -202,22 +234,34 @@ export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models
   models: Record<string, ModelEntry>;
 };
 
-export const MODEL_POLICY_DEFAULTS: ResolvedModelPolicy = {
+/** A model's defaults before the config's overrides; targetInFlight is derived from the batch size unless given. */
+export type ModelPolicyDefaults = Partial<Omit<ResolvedModelPolicy, 'replicas'>> & { replicas?: Partial<ReplicaPolicy> };
+
+export const MODEL_POLICY_DEFAULTS: Omit<ResolvedModelPolicy, 'replicas'> & { replicas: Omit<ReplicaPolicy, 'targetInFlight'> } = {
   batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 },
   maxQueueSize: 1000,
   maxTimeoutMs: 10 * 60_000,
   retries: 2,
+  replicas: { min: 0, max: null, idleWindowMs: 300_000 },
 };
 
 /** Merge a model's own defaults and the config's overrides into one resolved policy. */
-export function policyFor(config: MeshConfig, model: string, modelDefaults: Partial<ResolvedModelPolicy> = {}): ResolvedModelPolicy {
+export function policyFor(config: MeshConfig, model: string, modelDefaults: ModelPolicyDefaults = {}): ResolvedModelPolicy {
   const base = { ...MODEL_POLICY_DEFAULTS, ...modelDefaults };
   const override = config.models[model] ?? {};
+  const batching = { ...base.batching, ...override.batching };
+  const replicas = { ...MODEL_POLICY_DEFAULTS.replicas, ...modelDefaults.replicas };
   return {
-    batching: { ...base.batching, ...override.batching },
+    batching,
     maxQueueSize: override.maxQueueSize ?? base.maxQueueSize,
     maxTimeoutMs: override.maxTimeoutMs ?? base.maxTimeoutMs,
     retries: override.retries ?? base.retries,
+    replicas: {
+      min: override.minReplicas ?? replicas.min,
+      max: override.maxReplicas ?? replicas.max,
+      targetInFlight: override.targetInFlight ?? replicas.targetInFlight ?? 2 * batching.maxBatchSize,
+      idleWindowMs: override.idleWindowS !== undefined ? Math.round(override.idleWindowS * 1000) : replicas.idleWindowMs,
+    },
   };
 }
 

@@ -40,6 +40,9 @@ export class MeshMetrics {
   readonly #attemptTimeouts: Counter<'host' | 'model'>;
   readonly #probes: Counter<'host' | 'model' | 'outcome'>;
   readonly #breakerTransitions: Counter<'host' | 'model' | 'to'>;
+  readonly #replicaRefusals: Counter<'host' | 'model' | 'code'>;
+  readonly #replicas: Gauge<'model'>;
+  readonly #replicasDesired: Gauge<'model'>;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -71,6 +74,12 @@ export class MeshMetrics {
     this.#blobVerifications = new Counter({
       name: 'gpumesh_blob_verifications_total', help: 'Whole stored blobs hashed to verify them before or while serving them (a verified blob is served unhashed until its file changes)', registers,
     });
+    this.#replicaRefusals = new Counter({
+      name: 'gpumesh_replica_load_refusals_total', help: 'Loads the autoscaler asked for that an agent refused (no room, too large, a failed pull), by the error code',
+      labelNames: ['host', 'model', 'code'], registers,
+    });
+    this.#replicas = new Gauge({ name: 'gpumesh_model_replicas', help: 'Hosts where the model is loaded and takes batches', labelNames: ['model'], registers });
+    this.#replicasDesired = new Gauge({ name: 'gpumesh_model_replicas_desired', help: 'Replicas the autoscaler wants for the model now', labelNames: ['model'], registers });
     new Gauge({
       name: 'gpumesh_queue_depth', help: 'Jobs waiting in the queue', labelNames: ['model'], registers,
       collect() {
@@ -173,6 +182,16 @@ export class MeshMetrics {
 
   breakerChanged(host: string, model: string | null, to: BreakerState): void {
     this.#breakerTransitions.inc({ host, model: model ?? '', to });
+  }
+
+  replicaLoadRefused(host: string, model: string, code: string): void {
+    this.#replicaRefusals.inc({ host, model, code });
+  }
+
+  /** Set by the autoscaler after each look. */
+  replicas(model: string, ready: number, desired: number): void {
+    this.#replicas.set({ model }, ready);
+    this.#replicasDesired.set({ model }, desired);
   }
 
   async text(): Promise<string> {

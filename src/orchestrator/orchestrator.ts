@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { AuditLog } from './audit.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
+import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from './clock.js';
 import type { MeshConfig } from './config.js';
 import { EventBus } from './events.js';
@@ -60,8 +61,8 @@ interface Parts {
 
 /**
  * The orchestrator process. `create` builds its parts in dependency order —
- * store, registry, grants, events, hosts, scheduler, the job roles (states,
- * dispatch, failover, cancellation, recovery, result intake), the agent hub,
+ * store, registry, grants, events, hosts, scheduler, the autoscaler, the job
+ * roles (states, dispatch, failover, cancellation, recovery, result intake), the agent hub,
  * the client services and the HTTP server — each taking what it uses in its
  * constructor; the methods here are one-line delegations.
  */
@@ -115,7 +116,8 @@ export class Orchestrator {
     const throughput = new ThroughputBook();
     const health = new HealthBook({ clock, heartbeatMs: config.agents.heartbeatMs });
     const budgets = new AttemptBudgets(throughput, config.health.attemptTimeout);
-    const router = new Router({ hosts, breakers, health, throughput });
+    // Batches go only where the autoscaler placed a replica.
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
     // Memory learned from what batches measured: refuses jobs too large for any host, caps batches to fit a host.
     const memory = new MemoryPlanner<RegisteredModel>(new MemoryEstimator(), (model, classes) => router.candidates(model, classes));
     const scheduler = new Scheduler({
@@ -127,6 +129,12 @@ export class Orchestrator {
       healthy: (host) => health.hostState(host) === 'healthy',
     });
     const model = (name: string) => registry.get(name);
+    const autoscaler = new Autoscaler({
+      clock, hosts, router, events, metrics, log: log.child({ part: 'autoscale' }), intervalMs: config.autoscaler.intervalMs,
+      models: () => registry.all(), queued: (name) => scheduler.depth(name),
+      blocked: (host, name) => breakers.blocking(host, name),
+      classesOf: (registered) => [...new Set(registered.manifest.jobTypes.flatMap((type) => config.routing[type] ?? []))],
+    });
     const uploadCredential = (batchId: string, validUntil: number): string => uploadCredentials.mint(batchId, validUntil);
 
     const core = createJobCore({
@@ -152,6 +160,7 @@ export class Orchestrator {
         // The host's own breaker counts links that drop; an agent that closes its link cleanly has shut down on purpose.
         { lost: (session, reason, abnormal) => { if (abnormal) breakers.linkLost(session.id, reason); } },
       ],
+      onLoadRefused: (host, name, error) => autoscaler.refused(host, name, error),
     });
 
     // A corrupt stored blob is quarantined by the reader and reported: the metric, the log, and a mesh event.
@@ -172,6 +181,7 @@ export class Orchestrator {
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     const status = new MeshStatus({
       hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open, blocked: (model) => coverage.blocked(model),
+      placement: () => autoscaler.view(),
     });
     const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model });
     const app = await buildServer({
@@ -184,7 +194,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [core, prober, breakers, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
 import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
+import { drainRoutes } from './http/drain.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { explainRoutes, type ExplainRouteDeps } from './http/explain.js';
@@ -68,6 +69,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   eventRoutes(app, parts);
   blobRoutes(app, parts);
   agentRoutes(app, parts);
+  drainRoutes(app, parts);
   await galleryRoutes(app, parts);
   if (tls) tlsRoutes(app, tls.caCert);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());

@@ -1,4 +1,5 @@
 import type { HostView, ReplicaView } from '../protocol/index.js';
+import type { ModelReplicasView } from './autoscale/index.js';
 import type { ModelRegistry, RegisteredModel } from './registry/index.js';
 import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from './routing/index.js';
 import type { Scheduler } from './scheduler/index.js';
@@ -15,11 +16,16 @@ export interface MeshStatusDeps {
   storeOpen(): boolean;
   /** Why no connected host can run a model (ModelCoverage), or null. */
   blocked?(model: RegisteredModel): string | null;
+  /** Each model's replicas: where the autoscaler placed them, and how many it wants. */
+  placement?(): ModelReplicasView[];
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
-/** What `GET /v1/status`, `GET /v1/hosts` and `gpumesh status` show: hosts (health, breakers, capacity, speed), queues and job counts. */
+/**
+ * What `GET /v1/status`, `GET /v1/hosts` and `gpumesh status` show: hosts (health, breakers, capacity, speed), queues,
+ * each model's replicas (where, desired) and job counts.
+ */
 export class MeshStatus {
   readonly #deps: MeshStatusDeps;
 
@@ -48,6 +54,7 @@ export class MeshStatus {
         /** Why no connected host can run the model (its engine missing, no budget large enough); null when one can. */
         blocked: this.#deps.blocked?.(model) ?? null,
       }])),
+      models: Object.fromEntries((this.#deps.placement?.() ?? []).map(({ model, ...view }) => [model, view])),
       jobs: this.#deps.counts(),
     };
   }

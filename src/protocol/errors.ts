@@ -58,6 +58,7 @@ export const ERRORS = {
   ENGINE_BUSY: { status: 503, message: 'The engine server {url} kept answering that its queue is full for {waitedMs} ms' },
   ENGINE_OOM: { status: 507, message: 'The engine process ran out of memory: {detail}' },
   MODEL_TOO_LARGE: { status: 507, message: 'Model "{model}" needs {needMB} MB, more than the largest budget ({budgetMB} MB)' },
+  NO_ROOM: { status: 507, message: 'No device has room for model "{model}" while the models there are busy or held: {detail}' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
   AGENT_TIMEOUT: { status: 504, message: 'Host {host} did not finish the batch within {budgetMs} ms ({basis})' },

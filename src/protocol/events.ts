@@ -33,6 +33,12 @@ export function isTerminalEvent(event: JobEvent): boolean {
 export type MeshEvent =
   | { type: 'host:joined'; host: string; classes: string[]; at: string }
   | { type: 'host:lost'; host: string; reason: string; at: string }
+  /** The host finishes its work in flight and takes no more (SIGTERM, `gpumesh agent drain`, or an admin's drain). */
+  | { type: 'host:draining'; host: string; jobsInFlight: number; at: string }
+  /** A draining host finished and closed its link on purpose. */
+  | { type: 'host:left'; host: string; at: string }
+  /** An agent would not load a replica the autoscaler asked for; the autoscaler tries another host. */
+  | { type: 'replica:refused'; host: string; model: string; code: string; message: string; at: string }
   | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string }
   /** A stored blob failed its integrity check (and was moved to quarantine). */
   | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string }

@@ -12,6 +12,9 @@ import { ModelManifest } from './models.js';
  *    `run` carries one upload credential for the batch; `welcome` says how large an output may travel inline in `done`.
  * 3: model manifests have no `pipeline` (the ONNX engine's is in its `settings`) and say whether there is a `file`
  *    to pull; the agent announces `loading` while a batch waits for its model, and `started` says how long that took.
+ *    The orchestrator places replicas with `load`, `unload` and `drain`; the agent answers `load-refused` and announces
+ *    `draining`, and its hello may list what is `resident` and say it is `draining` (all added to 3 while it was
+ *    still unreleased, so no peer speaks 3 without them).
  */
 export const LINK_PROTOCOL_VERSION = 3;
 export const LINK_PATH = '/v1/agents/link';
@@ -102,6 +105,10 @@ export const AgentMessage = z.discriminatedUnion('type', [
     /** Batches the agent runs at once. */
     concurrency: z.number().int().min(1),
     version: z.string(),
+    /** Models still loaded from before a reconnect, so the orchestrator counts them as replicas at once. */
+    resident: z.array(ResidentModel).optional(),
+    /** The agent is draining (it reconnected mid-drain): send it nothing new. */
+    draining: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),
@@ -138,6 +145,10 @@ export const AgentMessage = z.discriminatedUnion('type', [
   }),
   z.object({ type: z.literal('loaded'), model: z.string(), digest: z.string(), device: z.string(), memoryMB: z.number() }),
   z.object({ type: z.literal('unloaded'), model: z.string(), digest: z.string(), device: z.string() }),
+  /** The agent did not load a model `load` asked for: too large for every budget, no room, no engine, a failed pull. */
+  z.object({ type: z.literal('load-refused'), model: z.string(), error: ErrorBody }),
+  /** The agent is leaving (SIGTERM, `gpumesh agent drain`, or a `drain` it was sent): it finishes what it holds and takes nothing new. */
+  z.object({ type: z.literal('draining') }),
 ]);
 export type AgentMessage = z.infer<typeof AgentMessage>;
 
@@ -168,6 +179,16 @@ export const OrchestratorMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('cancel'), jobId: z.string() }),
   /** Results the orchestrator has recorded; the agent stops re-sending them. */
   z.object({ type: z.literal('ack'), jobIds: z.array(z.string()) }),
+  /**
+   * Make a model resident now (a replica the autoscaler placed here). `hold`: the mesh's minReplicas rely on it,
+   * so the agent keeps it until `unload` (its idle unload and eviction leave it alone); without it the model is
+   * an ordinary resident one. Answered with `loaded` or `load-refused`.
+   */
+  z.object({ type: z.literal('load'), model: ModelManifest, hold: z.boolean() }),
+  /** Unload a model once no batch uses it (the autoscaler scaled it in here). Answered with `unloaded`. */
+  z.object({ type: z.literal('unload'), model: z.string() }),
+  /** Finish the work in flight, take no more, and leave once every result is acknowledged (an admin drained this host). */
+  z.object({ type: z.literal('drain') }),
 ]);
 export type OrchestratorMessage = z.infer<typeof OrchestratorMessage>;
 

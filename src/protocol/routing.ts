@@ -2,7 +2,7 @@ import type { ErrorBody, JobStatus } from './jobs.js';
 import type { Device, ResidentModel } from './link.js';
 
 /**
- * Why a routing decision passed a host over. The first nine are the reasons a
+ * Why a routing decision passed a host over. The first nine, and `no replica`, are the reasons a
  * host cannot take the job; the rest name usable hosts that lost to a better
  * one (`failed this job`: an earlier attempt of this job failed there, and
  * another usable host was free). The order is part of the stored route log
@@ -11,6 +11,8 @@ import type { Device, ResidentModel } from './link.js';
 export const ROUTE_SKIP_REASONS = [
   'disconnected', 'draining', 'breaker open', 'unhealthy', 'class not granted', 'host not granted',
   'model too large', 'no free slot', 'engine missing', 'not resident', 'busier', 'not sampled', 'failed this job',
+  // Other hosts hold replicas of the model (the autoscaler's) and this one has no ready one (none, still loading, or being unloaded).
+  'no replica',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 

@@ -17,7 +17,10 @@ export async function freePort(): Promise<number> {
 
 export interface Proc {
   child: ChildProcess;
+  /** stdout and stderr together, as they came. */
   output(): string;
+  /** stdout alone (what a script would capture). */
+  stdout(): string;
   exited(): Promise<number | null>;
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
@@ -26,12 +29,17 @@ export interface Proc {
 export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
   const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  let stdout = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+    stdout += chunk.toString();
+  });
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exit = once(child, 'exit').then(([code]) => code as number | null);
   return {
     child,
     output: () => output,
+    stdout: () => stdout,
     exited: () => exit,
     async kill(signal = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
@@ -41,10 +49,10 @@ export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
 }
 
 /** Run a gpumesh command to completion. */
-export async function gpumeshRun(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string }> {
+export async function gpumeshRun(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string; stdout: string }> {
   const proc = gpumesh(args, env);
   const code = await proc.exited();
-  return { code, output: proc.output() };
+  return { code, output: proc.output(), stdout: proc.stdout() };
 }
 
 export async function waitHealthy(url: string): Promise<void> {

@@ -76,6 +76,8 @@ const TABLE: Row[] = [
   { route: 'GET /v1/grants', request: () => ({ path: '/v1/grants?limit=5' }), expect: adminOnly(200) },
   { route: 'DELETE /v1/grants/{id}', request: async (f) => ({ path: `/v1/grants/${await f.throwaway()}` }), expect: adminOnly(200) },
   { route: 'GET /v1/audit', request: () => ({ path: '/v1/audit?limit=5' }), expect: adminOnly(200) },
+  // Drain a host that is not connected: authorized (404) for admins only, so the mesh's own agent stays.
+  { route: 'POST /v1/hosts/{id}/drain', request: () => ({ path: '/v1/hosts/nobody-here/drain', body: '{}' }), expect: adminOnly(404) },
   {
     route: 'POST /v1/jobs', request: () => ({ path: '/v1/jobs', body: tinyImage }),
     // The album-narrowed grant's job goes to its own album (a job that names none goes to the grant's first album).

@@ -88,7 +88,15 @@ beforeAll(async () => {
   url.protocol = 'ws:';
   agent = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
   const inbox: OrchestratorMessage[] = [];
-  agent.on('message', (data) => inbox.push(JSON.parse(data.toString()) as OrchestratorMessage));
+  agent.on('message', (data) => {
+    const message = JSON.parse(data.toString()) as OrchestratorMessage;
+    // The autoscaler places a replica before it sends batches: answer as an agent that loaded it.
+    if (message.type === 'load') {
+      agent.send(JSON.stringify({ type: 'loaded', model: message.model.name, digest: message.model.digest, device: 'cpu', memoryMB: message.model.memoryMB }));
+      return;
+    }
+    inbox.push(message);
+  });
   agent.on('open', () => agent.send(JSON.stringify({
     type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: 'scripted', classes: ['image'], engines: ['onnx'], models: [], inFlight: [],
     devices: [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',

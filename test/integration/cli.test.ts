@@ -19,9 +19,9 @@ afterAll(async () => {
 });
 
 describe('gpumesh CLI', () => {
-  // Nineteen CLI processes at once: give them room on a loaded machine.
+  // Twenty-one CLI processes at once: give them room on a loaded machine.
   it('every command has --help', { timeout: 180_000 }, async () => {
-    const commands = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
+    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
       ['models'], ['models', 'build']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));
@@ -47,7 +47,9 @@ describe('gpumesh CLI', () => {
     expect(result.code, result.output).toBe(0);
     expect(result.output).toMatch(/HOST\s+CLASSES\s+DEVICE\s+MEMORY/);
     expect(result.output).toMatch(/cpu .*\d+\/\d+\/\d+/);
-    expect(result.output).toMatch(/MODEL\s+QUEUED\s+LIMIT/);
+    expect(result.output).toMatch(/MODEL\s+QUEUED\s+LIMIT\s+REPLICAS\s+WHERE/);
+    // The submit above loaded gen on the local agent.
+    expect(result.output).toMatch(/gen\s+\d+\s+\d+\s+1\/1 \(min 0, max any\)\s+\S+ \(ready\)/);
   });
 
   it('grant create, narrow offline and inspect; a narrowed grant is refused naming the caveat', async () => {
@@ -67,7 +69,13 @@ describe('gpumesh CLI', () => {
     expect(refused.code).toBe(1);
     expect(refused.output).toContain('caveat "types video" failed');
     const agent = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop', '--classes', 'image', '--json'], env);
-    expect(JSON.parse(agent.output).caveats).toEqual(['kind agent', 'classes image', 'host laptop']);
+    const minted = JSON.parse(agent.output) as { caveats: string[]; token: string; join: string };
+    expect(minted.caveats).toEqual(['kind agent', 'classes image', 'host laptop']);
+    expect(minted.join).toBe(`gpumesh agent --join ${mesh.url} --grant ${minted.token}`);
+    // Without --json, stdout is the grant alone (for scripts) and the join line goes to stderr.
+    const plain = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop', '--join-url', 'http://nas:7070'], env);
+    expect(plain.stdout.trim()).not.toContain('\n');
+    expect(plain.output).toContain(`gpumesh agent --join http://nas:7070 --grant ${plain.stdout.trim()}`);
   });
 
   // Several CLI processes one after another: give them room on a loaded machine.
@@ -125,7 +133,7 @@ describe('gpumesh CLI', () => {
 
   it('an agent whose grant names another host is refused and exits 2 with the reason', async () => {
     const minted = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop'], env);
-    const agent = gpumesh(['agent', '--url', mesh.url, '--host', 'desktop', '--data', join(mesh.data, 'wrong-agent')], { GPUMESH_GRANT: minted.output.trim() });
+    const agent = gpumesh(['agent', '--url', mesh.url, '--host', 'desktop', '--data', join(mesh.data, 'wrong-agent')], { GPUMESH_GRANT: minted.stdout.trim() });
     expect(await agent.exited()).toBe(2);
     expect(agent.output()).toContain('host "desktop" is not "laptop"');
     const noGrant = await gpumeshRun(['agent', '--url', mesh.url], { GPUMESH_GRANT: '' });

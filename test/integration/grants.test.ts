@@ -59,7 +59,7 @@ function listen(path: string, grant: string): { text: () => string; ended: Promi
   return { text: () => chunks.join(''), ended, stop: () => controller.abort() };
 }
 
-/** An agent that speaks the link protocol over a real WebSocket and does nothing else. */
+/** An agent that speaks the link protocol over a real WebSocket and does nothing else (it says it loaded what it is asked to). */
 class ScriptedAgent {
   readonly socket: WebSocket;
   readonly inbox: OrchestratorMessage[] = [];
@@ -69,7 +69,14 @@ class ScriptedAgent {
     const url = new URL(LINK_PATH, mesh.url);
     url.protocol = 'ws:';
     this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
-    this.socket.on('message', (data) => this.inbox.push(JSON.parse(data.toString()) as OrchestratorMessage));
+    this.socket.on('message', (data) => {
+      const message = JSON.parse(data.toString()) as OrchestratorMessage;
+      // The autoscaler places a replica before it sends batches: answer as an agent that loaded it.
+      if (message.type === 'load') {
+        this.socket.send(JSON.stringify({ type: 'loaded', model: message.model.name, digest: message.model.digest, device: 'cpu', memoryMB: message.model.memoryMB }));
+      }
+      this.inbox.push(message);
+    });
     this.closed = once(this.socket, 'close').then(([code]) => code as number, () => -1);
     this.socket.on('error', () => {});
     this.socket.once('open', () => this.socket.send(JSON.stringify({

@@ -32,7 +32,15 @@ class ScriptedAgent {
     const url = new URL(LINK_PATH, mesh.url);
     url.protocol = 'ws:';
     this.socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
-    this.socket.on('message', (data) => this.inbox.push(JSON.parse(data.toString()) as OrchestratorMessage));
+    this.socket.on('message', (data) => {
+      const message = JSON.parse(data.toString()) as OrchestratorMessage;
+      // The autoscaler places a replica here before it sends batches: answer as an agent that loaded it.
+      if (message.type === 'load') {
+        this.send({ type: 'loaded', model: message.model.name, digest: message.model.digest, device: 'cpu', memoryMB: message.model.memoryMB });
+        return;
+      }
+      this.inbox.push(message);
+    });
     this.socket.once('open', () => this.send({
       type: 'hello', protocol: LINK_PROTOCOL_VERSION, host, classes, engines: ['onnx'], models: [], inFlight: [],
       devices: [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',

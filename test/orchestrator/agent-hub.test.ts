@@ -43,6 +43,7 @@ const hello = (host = 'laptop') => ({
 
 let harness: JobCoreHarness;
 let hub: AgentHub;
+let refusals: { host: string; model: string; code: string }[] = [];
 let authority: GrantAuthority;
 afterEach(() => {
   hub?.close();
@@ -60,6 +61,7 @@ function setup(options: ConstructorParameters<typeof JobCoreHarness>[0] = {}): v
     clock: harness.clock, hosts: harness.hosts, intake: harness.core.intake, failover: harness.core.failover, recovery: harness.core.recovery,
     events: harness.events, log: pino({ level: 'silent' }), heartbeatMs: 1_000, staleAfterMs: 3_000, helloTimeoutMs: 2_000, inlineOutputBytes: 1024,
     authorizeJoin: () => {},
+    onLoadRefused: (host, model, error) => refusals.push({ host: host.id, model, code: error.code }),
     watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
     // Wired as the orchestrator wires them: probes claim their reports; the host breakers count links that drop.
     observers: [
@@ -72,6 +74,7 @@ function setup(options: ConstructorParameters<typeof JobCoreHarness>[0] = {}): v
       },
     ],
   });
+  refusals = [];
 }
 
 /** A real agent grant (signed, verified) for the hub to watch. */
@@ -191,6 +194,66 @@ describe('AgentHub (fake clock, fake sockets)', () => {
     garbled.say(hello());
     garbled.say({ type: 'progress', batchId: 1 });
     expect(garbled.closed?.code).toBe(1008);
+  });
+
+  it('counts what a reconnecting agent still holds at once, and passes load refusals on', () => {
+    setup();
+    const socket = attach();
+    const resident = [{ model: 'gen', digest: `sha256:${'a'.repeat(64)}`, device: 'cpu', memoryMB: 64, lastUsedAt: 1 }];
+    socket.say({ ...hello(), resident });
+    const session = harness.hosts.get('laptop')!;
+    expect(session.hasReadyReplica('gen')).toBe(true);
+    expect(session.draining).toBe(false);
+    socket.say({ type: 'load-refused', model: 'gen', error: { code: 'NO_ROOM', message: 'full' } });
+    expect(refusals).toEqual([{ host: 'laptop', model: 'gen', code: 'NO_ROOM' }]);
+  });
+
+  it('a draining agent gets no new work; when it closes normally it left, and nothing fails over', async () => {
+    setup();
+    const leaving = attach();
+    leaving.say(hello('leaving'));
+    const job = harness.submit();
+    await harness.settle();
+    const run = leaving.sent.find((message) => message.type === 'run');
+    expect(run).toBeDefined();
+    leaving.say({ type: 'draining' });
+    expect(harness.hosts.get('leaving')!.draining).toBe(true);
+    expect(harness.seen.some((scoped) => scoped.kind === 'mesh' && scoped.event.type === 'host:draining' && scoped.event.jobsInFlight === 1)).toBe(true);
+    const next = harness.submit();
+    await harness.settle();
+    expect(leaving.sent.filter((message) => message.type === 'run')).toHaveLength(1);
+    // It finishes what it holds; the result is acknowledged; then it closes with 1000.
+    if (run?.type !== 'run') throw new Error('no run');
+    leaving.say({ type: 'started', batchId: run.batchId, jobIds: [job.id] });
+    leaving.say({ type: 'done', jobId: job.id, batchId: run.batchId, artifacts: [], result: { ok: true }, timings: { loadMs: 0, computeMs: 1, totalMs: 1 } });
+    await harness.settle();
+    expect(harness.status(job.id)).toBe('succeeded');
+    leaving.close(1000, 'agent shutting down');
+    const mesh = harness.seen.flatMap((scoped) => (scoped.kind === 'mesh' ? [scoped.event.type] : []));
+    expect(mesh).toContain('host:left');
+    expect(mesh).not.toContain('host:lost');
+    expect(harness.status(next.id)).toBe('queued');
+    // A host that joins takes the queued job.
+    const other = attach();
+    other.say(hello('other'));
+    await harness.settle();
+    expect(other.sent.some((message) => message.type === 'run')).toBe(true);
+  });
+
+  it('drain(host) tells the agent and marks it at once; an unknown host is null', () => {
+    setup();
+    const socket = attach();
+    socket.say({ ...hello(), draining: false });
+    expect(hub.drain('nobody')).toBeNull();
+    const session = hub.drain('laptop');
+    expect(session?.draining).toBe(true);
+    expect(socket.sent.filter((message) => message.type === 'drain')).toHaveLength(1);
+    hub.drain('laptop');
+    expect(socket.sent.filter((message) => message.type === 'drain')).toHaveLength(1);
+    // A reconnect mid-drain says so in its hello.
+    const again = attach();
+    again.say({ ...hello(), draining: true });
+    expect(harness.hosts.get('laptop')!.draining).toBe(true);
   });
 
   it('revoking the grant of a connected agent closes its link as refused and fails its work over at once', async () => {

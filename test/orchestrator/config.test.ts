@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, resolveConfig } from '../../src/orchestrator/config.js';
+import { ConfigError, policyFor, resolveConfig } from '../../src/orchestrator/config.js';
 import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
 
 describe('mesh.yaml validation', () => {
@@ -50,5 +50,19 @@ describe('mesh.yaml validation', () => {
     registry.add({ name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['image'], params: {} });
     expect(() => registry.checkPolicies()).toThrow(ConfigError);
     expect(() => registry.checkPolicies()).toThrow(/models\.genn: no model "genn" in the registry \(it has: gen\)/);
+  });
+
+  it('replica policies: defaults, overrides, and errors that name the field', () => {
+    const defaults = policyFor(resolveConfig({}, '/tmp/x'), 'gen', { batching: { maxBatchSize: 4, preferredBatchSizes: [], maxQueueDelayMs: 0 } });
+    expect(defaults.replicas).toEqual({ min: 0, max: null, targetInFlight: 8, idleWindowMs: 300_000 });
+    const config = resolveConfig({ models: { gen: { minReplicas: 1, maxReplicas: 3, targetInFlight: 5, idleWindowS: 1.5 } }, autoscaler: { intervalMs: 250 } }, '/tmp/x');
+    expect(policyFor(config, 'gen').replicas).toEqual({ min: 1, max: 3, targetInFlight: 5, idleWindowMs: 1500 });
+    expect(config.autoscaler.intervalMs).toBe(250);
+    expect(resolveConfig({}, '/tmp/x').autoscaler.intervalMs).toBe(1000);
+    expect(() => resolveConfig({ models: { gen: { minReplicas: 3, maxReplicas: 2 } } }, '/tmp/x')).toThrow(/models\.gen\.minReplicas: 3 is above maxReplicas \(2\)/);
+    const bad = () => resolveConfig({ models: { gen: { minReplicas: -1, maxReplicas: 0, targetInFlight: 0, idleWindowS: -5 } } }, '/tmp/x');
+    for (const field of ['minReplicas', 'maxReplicas', 'targetInFlight', 'idleWindowS']) expect(bad).toThrow(new RegExp(`models\\.gen\\.${field}`));
+    expect(() => resolveConfig({ models: { gen: { minReplicas: 1.5 } } }, '/tmp/x')).toThrow(/models\.gen\.minReplicas/);
+    expect(() => resolveConfig({ autoscaler: { intervalMs: 10 } }, '/tmp/x')).toThrow(/autoscaler\.intervalMs/);
   });
 });

@@ -9,7 +9,8 @@ import {
 
 const model = (memoryMB = 100): RegisteredModel => ({
   manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB, jobTypes: ['image'], params: {} },
-  policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0 },
+  policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0,
+    replicas: { min: 0, max: null, targetInFlight: 2, idleWindowMs: 1000 } },
   pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
 });
 
@@ -167,5 +168,32 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     });
     expect(decodeRoute(null)).toBeNull();
     expect(decodeRoute('not json')).toBeNull();
+  });
+
+  it('with replicasOnly, a placed model goes only to its replicas (skip reason: no replica); with none usable, on demand', () => {
+    const { hosts, breakers, health, throughput, host } = mesh();
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
+    const replica = host('replica');
+    host('warm', { cached: ['sha256:gen'] });
+    // Nothing placed yet: any usable host loads it on demand (the one with its file cached).
+    expect(router.route(model(), image).host?.id).toBe('warm');
+    // The autoscaler asked `replica` to load it: batches go there and wait for that load, rather than loading it elsewhere.
+    replica.replicaChanges.set('gen', { change: 'load', at: 0 });
+    const loading = router.route(model(), image);
+    expect(loading.host).toBe(replica);
+    expect(reasons(loading.skipped)).toEqual({ warm: 'no replica' });
+    replica.replicaChanges.delete('gen');
+    replica.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
+    const ready = router.route(model(), image);
+    expect(ready.host).toBe(replica);
+    expect(ready.warmth).toBe('resident');
+    expect(reasons(ready.skipped)).toEqual({ warm: 'no replica' });
+    expect(decodeRoute(encodeRoute(ready))?.skipped).toEqual([{ host: 'warm', reason: 'no replica' }]);
+    // Its replica's breaker opens: no replica is usable, so another host takes the work on demand.
+    breakers.failure('replica', 'gen', 'ENGINE_CRASHED');
+    breakers.failure('replica', 'gen', 'ENGINE_CRASHED');
+    const shed = router.route(model(), image);
+    expect(shed.host?.id).toBe('warm');
+    expect(reasons(shed.skipped)).toEqual({ replica: 'breaker open' });
   });
 });

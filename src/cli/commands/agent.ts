@@ -1,20 +1,24 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
-import { dataDir, explicitPin, resolveGrant, resolveUrl } from '../settings.js';
+import { pino } from 'pino';
+import type { DrainReport } from '../../agent/control.js';
+import { inspectGrant } from '../../orchestrator/auth/index.js';
+import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrl } from '../settings.js';
 import { CliError, parseInteger, parseList } from '../output.js';
-import { onShutdown } from './serve.js';
 
 interface AgentFlags {
+  join?: string;
   url?: string;
   grant?: string;
   grantFile?: string;
-  host: string;
-  classes: string;
+  host?: string;
+  classes?: string;
   data?: string;
   cpuBudget?: number;
   concurrency: number;
   idleUnload: number;
+  drainTimeout: number;
   cgroups: 'auto' | 'v2' | 'v1' | 'off';
   cgroupRoot?: string;
   tlsCaFingerprint?: string;
@@ -34,18 +38,66 @@ function engineLimit(text: string, limits: Record<string, Record<string, number>
   return { ...limits, [engine!]: { ...limits[engine!], [key!]: Number(value) } };
 }
 
+interface DrainFlags {
+  data?: string;
+  host?: string;
+  url?: string;
+  grant?: string;
+  grantFile?: string;
+  tlsCaFingerprint?: string;
+}
+
+const DEFAULT_CLASSES = 'image,tensor';
+
+/** The folder the agent keeps its model cache and control socket in. */
+const agentData = (data: string | undefined): string => data ?? join(dataDir(), 'agent');
+const controlSocket = (data: string | undefined): string => join(agentData(data), 'agent.sock');
+
+/**
+ * What the join grant itself says about this host: its `host` caveat and the classes every `classes` caveat
+ * allows, so `gpumesh agent --join <url> --grant <grant>` needs nothing else. Null where it says nothing
+ * (or is not a grant: the orchestrator will say why).
+ */
+export function grantDefaults(grant: string): { host: string | null; classes: string[] | null } {
+  let caveats: string[];
+  try {
+    caveats = inspectGrant(grant).caveats;
+  } catch {
+    return { host: null, classes: null };
+  }
+  let host: string | null = null;
+  let classes: string[] | null = null;
+  for (const caveat of caveats) {
+    const [condition, argument = ''] = caveat.split(' ', 2);
+    if (condition === 'host') host = argument;
+    if (condition === 'classes') {
+      const allowed = parseList(argument);
+      classes = classes ? classes.filter((name) => allowed.includes(name)) : allowed;
+    }
+  }
+  return { host, classes };
+}
+
 export function agentCommand(): Command {
-  return new Command('agent')
-    .description('Run the agent of this host: dial the orchestrator and run its jobs on local devices')
+  const agent = new Command('agent')
+    .description([
+      'Run the agent of this host: dial the orchestrator and run its jobs on local devices.',
+      'Join with the line `gpumesh grant create --agent` prints: gpumesh agent --join <url> --grant <grant>.',
+      'SIGTERM (or Ctrl-C, or `gpumesh agent drain`) drains it: it finishes the work in flight, takes no more and exits 0; a second signal exits at once.',
+    ].join('\n'))
+    // Options after `drain` are the subcommand's own (it has --data and --host too).
+    .enablePositionalOptions()
+    .option('--join <url>', 'the orchestrator to join (the same as --url)')
     .option('--url <url>', 'orchestrator URL, https:// for a TLS mesh (env GPUMESH_URL; default http://127.0.0.1:7070)')
     .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT); a TLS mesh\'s grant names the CA the agent pins')
     .option('--grant-file <path>', 'read the grant from a file')
-    .option('--host <id>', 'this host\'s id (must match the grant)', hostname())
-    .option('--classes <list>', 'routing classes this host serves', 'image,tensor')
-    .option('--data <dir>', 'model cache folder (default <GPUMESH_HOME or ./.gpumesh>/agent)')
+    .option('--host <id>', 'this host\'s id (default: the grant\'s host, else this machine\'s hostname)')
+    .option('--classes <list>', `routing classes this host serves (default: the grant's classes, else ${DEFAULT_CLASSES})`)
+    .option('--data <dir>', 'model cache and control socket folder (default <GPUMESH_HOME or ./.gpumesh>/agent)')
     .option('--cpu-budget <MB>', 'memory for models on the CPU (default: half the RAM, at most 8192)', parseInteger('--cpu-budget'))
     .option('--concurrency <n>', 'batches run at once', parseInteger('--concurrency'), 1)
-    .option('--idle-unload <seconds>', 'unload a model idle this long; engine processes end with the last one', parseInteger('--idle-unload'), 300)
+    .option('--idle-unload <seconds>', 'unload a model idle this long unless the orchestrator holds it for its minReplicas; engine processes end with the last one', parseInteger('--idle-unload'), 300)
+    .option('--drain-timeout <seconds>', 'when draining, how long to wait for the work in flight before leaving anyway (exit 1)', parseInteger('--drain-timeout'), 300)
     .addOption(new Option('--cgroups <mode>', 'limit engine processes with cgroups: auto (v2, else v1), v2, v1 or off (process groups only)')
       .choices(['auto', 'v2', 'v1', 'off']).default('auto'))
     .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
@@ -53,27 +105,107 @@ export function agentCommand(): Command {
     .option('--engines <list>', 'the engines this host runs, comma-separated (default: every registered engine; the hello lists them)')
     .option('--engine-limit <engine.limit=n>', 'a ceiling for one engine\'s servers, e.g. sdcpp.memoryLimitMB=12000 (memoryLimitMB, pidsLimit, cpuWeight); repeatable',
       engineLimit, {})
-    .action(async (flags: AgentFlags) => {
-      const grant = flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT);
-      if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
-      const pin = explicitPin(flags);
-      const { Agent, ENGINE_NAMES } = await import('../../agent/index.js');
-      const engines = flags.engines === undefined ? undefined : parseList(flags.engines);
-      const unknown = engines?.filter((name) => !ENGINE_NAMES.includes(name)) ?? [];
-      if (unknown.length > 0) throw new CliError(`--engines: unknown engine ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
-      const agent = await Agent.create({
-        url: resolveUrl(flags), grant: grant.trim(), host: flags.host, classes: parseList(flags.classes),
-        dataDir: flags.data ?? join(dataDir(), 'agent'), cpuBudgetMB: flags.cpuBudget,
-        concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
-        governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
-        engines,
-      });
-      agent.start((reason) => {
-        process.stderr.write(`gpumesh agent: ${reason}\n`);
-        void agent.close().then(() => process.exit(2));
-      });
-      onShutdown(() => agent.close());
-      // Started by `gpumesh up`: end with it.
-      if (process.send) process.on('disconnect', () => void agent.close().then(() => process.exit(0)));
+    .action((flags: AgentFlags) => runAgent(flags));
+  agent.command('drain')
+    .summary('drain the agent on this machine, or with --host any host through the orchestrator')
+    .description([
+      'Drain the agent running on this machine (through its control socket in --data): it finishes its work in flight, takes no more, leaves the mesh and exits; this command prints its progress until it has left.',
+      'With --host, ask the orchestrator to drain that host instead (an admin grant; POST /v1/hosts/:id/drain).',
+    ].join('\n'))
+    .option('--data <dir>', 'the agent\'s data folder, as given to `gpumesh agent --data` (default <GPUMESH_HOME or ./.gpumesh>/agent)')
+    .option('--host <id>', 'drain this host through the orchestrator instead of the local agent')
+    .option('--url <url>', 'with --host: orchestrator URL (env GPUMESH_URL)')
+    .option('--grant <grant>', 'with --host: an admin grant (env GPUMESH_GRANT; default: <GPUMESH_HOME>/admin.grant)')
+    .option('--grant-file <path>', 'with --host: read the grant from a file')
+    .option('--tls-ca-fingerprint <sha256>', 'with --host: pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
+    .action((flags: DrainFlags) => drain(flags));
+  return agent;
+}
+
+async function runAgent(flags: AgentFlags): Promise<void> {
+  const grant = (flags.grant ?? (flags.grantFile ? resolveGrant({ grantFile: flags.grantFile }) : process.env.GPUMESH_GRANT))?.trim();
+  if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
+  const fromGrant = grantDefaults(grant);
+  const pin = explicitPin(flags);
+  const { Agent, ControlServer, ENGINE_NAMES } = await import('../../agent/index.js');
+  const engines = flags.engines === undefined ? undefined : parseList(flags.engines);
+  const unknown = engines?.filter((name) => !ENGINE_NAMES.includes(name)) ?? [];
+  if (unknown.length > 0) throw new CliError(`--engines: unknown engine ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
+  const log = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
+  let leaving: Promise<void> | null = null;
+  const reports = new Set<(line: DrainReport) => void>();
+  const agent = await Agent.create({
+    log,
+    url: flags.join ?? resolveUrl(flags), grant, host: flags.host ?? fromGrant.host ?? hostname(),
+    classes: flags.classes ? parseList(flags.classes) : fromGrant.classes ?? parseList(DEFAULT_CLASSES),
+    dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
+    concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
+    governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
+    engines,
+    onDrainRequested: () => void leave(),
+  });
+  const control = await ControlServer.listen(controlSocket(flags.data), { drain: (report) => {
+    reports.add(report);
+    report({ state: 'draining', ...agent.work });
+    void leave();
+  } }, log).catch((error: unknown) => {
+    // Without it only `gpumesh agent drain` is lost (SIGTERM still drains); a socket path too long is the usual cause.
+    log.warn({ err: error }, 'no control socket; drain this agent with SIGTERM');
+    return null;
+  });
+
+  /** Drain, leave and exit: 0 when everything in flight finished and was acknowledged, 1 when the drain timed out. */
+  function leave(): Promise<void> {
+    leaving ??= (async () => {
+      let last = '';
+      const progress = setInterval(() => {
+        const now = JSON.stringify(agent.work);
+        if (now === last) return;
+        last = now;
+        for (const report of reports) report({ state: 'draining', ...agent.work });
+      }, 200);
+      const drained = await agent.leave({ timeoutMs: flags.drainTimeout * 1000 });
+      clearInterval(progress);
+      for (const report of reports) report({ state: 'left', drained });
+      await control?.close();
+      process.exit(drained ? 0 : 1);
+    })();
+    return leaving;
+  }
+
+  agent.start((reason) => {
+    process.stderr.write(`gpumesh agent: ${reason}\n`);
+    void agent.close().then(() => process.exit(2));
+  });
+  let signals = 0;
+  const onSignal = (): void => {
+    if (++signals > 1) process.exit(1);
+    void leave();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  // Started by `gpumesh up`: it stops this agent by closing the IPC channel, and so does its death; end at once.
+  if (process.send) process.on('disconnect', () => void agent.close().then(() => process.exit(0)));
+}
+
+async function drain(flags: DrainFlags): Promise<void> {
+  if (flags.host) {
+    const answer = await clientFrom({ url: flags.url, grant: flags.grant, grantFile: flags.grantFile, tlsCaFingerprint: flags.tlsCaFingerprint }).request<{ host: string; jobsInFlight: number }>('POST', `/v1/hosts/${encodeURIComponent(flags.host)}/drain`);
+    process.stdout.write(`host ${answer.host} is draining (${answer.jobsInFlight} jobs in flight); its agent leaves once they are done\n`);
+    return;
+  }
+  const { requestDrain } = await import('../../agent/index.js');
+  const path = controlSocket(flags.data);
+  let left;
+  try {
+    left = await requestDrain(path, (report) => {
+      if (report.state === 'draining') process.stdout.write(`draining: ${report.batches} batches running, ${report.unacknowledged} results not yet acknowledged\n`);
     });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ECONNREFUSED') throw new CliError(`no agent is running with data folder ${agentData(flags.data)} (no control socket at ${path})`);
+    throw new CliError(`drain failed: ${(error as Error).message}`);
+  }
+  if (!left.drained) throw new CliError('the agent left before its work in flight was done (its drain timed out)');
+  process.stdout.write('the agent finished its work in flight and left the mesh\n');
 }

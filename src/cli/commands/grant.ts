@@ -45,22 +45,32 @@ function withCaveatFlags(command: Command): Command {
 export function grantCommand(): Command {
   const grant = new Command('grant').description('Mint, narrow and inspect grants (capability tokens)');
   withCaveatFlags(withClientOptions(grant.command('create')))
-    .description('Mint a new grant (needs an admin grant). Client grants by default; --agent for an agent join grant. '
-      + 'A TLS mesh adds the fingerprint of its CA (caveat tls-ca sha256:…), which agents and the CLI pin')
+    .description([
+      'Mint a new grant (needs an admin grant). Client grants by default; --agent for an agent join grant.',
+      'A TLS mesh adds the fingerprint of its CA (caveat tls-ca sha256:…), which agents and the CLI pin.',
+      'Prints the grant alone on stdout; for --agent it also prints, on stderr, the command that joins the host:',
+      '  gpumesh agent --join <url> --grant <grant>',
+    ].join('\n'))
     .option('--agent', 'an agent join grant (needs --host)')
+    .option('--join-url <url>', 'with --agent: the orchestrator URL the join line names (default: the URL this command reached it at)')
     .option('--admin', 'an admin grant')
     .option('--host <id>', 'the host an agent grant is for')
     .option('--note <text>', 'a note kept with the grant')
     .option('--json', 'print JSON')
-    .action(async (flags: CaveatFlags & ClientOptions & { agent?: boolean; admin?: boolean; note?: string; json?: boolean }) => {
+    .action(async (flags: CaveatFlags & ClientOptions & { agent?: boolean; admin?: boolean; note?: string; json?: boolean; joinUrl?: string }) => {
       if (flags.agent && flags.admin) throw new CliError('choose one of --agent and --admin');
       if (flags.agent && !flags.host) throw new CliError('an agent grant needs --host <id>');
       const kind = flags.agent ? 'agent' : flags.admin ? 'admin' : 'client';
-      const minted = await clientFrom(flags).request<{ id: string; token: string; caveats: string[] }>('POST', '/v1/grants', {
+      const client = clientFrom(flags);
+      const minted = await client.request<{ id: string; token: string; caveats: string[] }>('POST', '/v1/grants', {
         kind, ...grantOptions(flags), note: flags.note,
       });
-      if (flags.json) printJson(minted);
-      else process.stdout.write(`${minted.token}\n`);
+      // The agent reads its host and classes from the grant, so the URL and the grant are all it needs.
+      const join = flags.agent ? `gpumesh agent --join ${flags.joinUrl ?? client.baseUrl} --grant ${minted.token}` : null;
+      if (flags.json) return printJson(join ? { ...minted, join } : minted);
+      // stdout stays the grant alone, for scripts; the join line is for the person at the terminal.
+      process.stdout.write(`${minted.token}\n`);
+      if (join) process.stderr.write(`# join host ${flags.host} with:\n${join}\n`);
     });
   withCaveatFlags(grant.command('narrow <grant>'))
     .description('Add caveats to a grant, offline; the result can never do more than the original')

@@ -6,6 +6,11 @@ import { withClientOptions } from './shared.js';
 
 interface Status {
   queues: Record<string, { depth: number; limit: number }>;
+  /** Each model's replicas (the autoscaler): where, in which state, how many wanted. */
+  models?: Record<string, {
+    desired: number; min: number; max: number | null; demand: number;
+    replicas: { host: string; state: string; held: boolean }[];
+  }>;
   jobs: Record<string, number>;
 }
 
@@ -49,14 +54,23 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
   const out: string[] = [`mesh at ${client.baseUrl}`, ''];
   out.push(hosts.length === 0 ? 'hosts: none connected' : hostsTable(hosts));
   if (hosts.length > 0) out.push('', replicasTable(hosts));
-  out.push('', table(['MODEL', 'QUEUED', 'LIMIT'], Object.entries(current.queues).map(([model, queue]) => [model, String(queue.depth), String(queue.limit)])));
+  out.push('', table(['MODEL', 'QUEUED', 'LIMIT', 'REPLICAS', 'WHERE'], Object.entries(current.queues).map(([model, queue]) => {
+    const placed = current.models?.[model];
+    if (!placed) return [model, String(queue.depth), String(queue.limit), '-', '-'];
+    const ready = placed.replicas.filter((replica) => replica.state === 'ready').length;
+    const where = placed.replicas.map((replica) => `${replica.host} (${replica.state}${replica.held ? ', held' : ''})`).join(', ');
+    return [
+      model, String(queue.depth), String(queue.limit),
+      `${ready}/${placed.desired} (min ${placed.min}, max ${placed.max ?? 'any'})`, where || '-',
+    ];
+  })));
   out.push('', `jobs: ${Object.entries(current.jobs).map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`);
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
 export function statusCommand(): Command {
   return withClientOptions(new Command('status'))
-    .description('Show hosts (health, breakers, free slots, devices and memory, resident models), each replica\'s measured throughput and breaker, and queue depths')
+    .description('Show hosts (health, breakers, free slots, devices and memory, resident models), each replica\'s measured throughput and breaker, queue depths, and each model\'s replicas (ready/desired, where)')
     .option('--json', 'print JSON')
     .action((options) => status(options));
 }

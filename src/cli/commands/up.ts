@@ -55,7 +55,10 @@ class LocalAgent {
     const child = this.#child;
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, 'exit');
-    child.kill('SIGTERM');
+    // Closing the IPC channel stops it at once; SIGTERM would drain it, waiting for its work in flight,
+    // which is not worth it while the orchestrator goes down with it.
+    if (child.connected) child.disconnect();
+    else child.kill('SIGTERM');
     await exited;
   }
 }

@@ -10,7 +10,7 @@ export type GrantKind = (typeof GRANT_KINDS)[number];
 
 export const ACTIONS = [
   'jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'mesh:read',
-  'grants:create', 'grants:read', 'grants:revoke', 'audit:read', 'agent:join',
+  'grants:create', 'grants:read', 'grants:revoke', 'audit:read', 'agent:join', 'hosts:drain',
 ] as const;
 export type Action = (typeof ACTIONS)[number];
 

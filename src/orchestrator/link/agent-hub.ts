@@ -40,6 +40,8 @@ export interface AgentHubDeps {
   /** Calls `onEnd` once when the grant is revoked or expires; returns a function that stops watching. */
   watchGrant(grant: VerifiedGrant, onEnd: (why: GrantEnd) => void): () => void;
   observers?: readonly LinkObserver[];
+  /** An agent would not load a model it was asked to (the autoscaler tries another host). */
+  onLoadRefused?(host: HostSession, model: string, error: { code: string; message: string }): void;
 }
 
 /** Just enough of a WebSocket for the hub (ws's WebSocket, or a fake in tests). */
@@ -101,8 +103,11 @@ export class AgentHub {
     socket.on('close', (code: number) => {
       helloTimer.cancel();
       stopWatching();
+      if (!session) return;
+      // A draining agent closes normally once its results are acknowledged: it left on purpose.
+      if (session.draining && code === 1000) this.#left(session);
       // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
-      if (session) this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
+      else this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
     });
     socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
@@ -128,6 +133,9 @@ export class AgentHub {
       { id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
     );
+    // What it still holds after a reconnect counts at once, not only from its first heartbeat.
+    session.resident = hello.resident ?? [];
+    session.draining = hello.draining ?? false;
     const previous = hosts.get(hello.host);
     this.#sockets.set(session, socket);
     if (previous) {
@@ -172,6 +180,13 @@ export class AgentHub {
         return;
       case 'unloaded':
         session.unloaded(message.model);
+        hosts.changed();
+        return;
+      case 'load-refused':
+        this.#deps.onLoadRefused?.(session, message.model, message.error);
+        return;
+      case 'draining':
+        this.#markDraining(session, 'the agent is leaving');
         return;
       default:
         return unhandled(message);
@@ -192,6 +207,37 @@ export class AgentHub {
       case 'failed':
         return intake.failed(session, message);
     }
+  }
+
+  /**
+   * Drain a connected host (an admin asked): it gets nothing new from now on, finishes what it holds, and
+   * leaves once its results are acknowledged. Returns the session, or null when no such host is connected.
+   */
+  drain(hostId: string): HostSession | null {
+    const session = this.#deps.hosts.get(hostId);
+    if (!session) return null;
+    if (!session.draining) session.send({ type: 'drain' });
+    this.#markDraining(session, 'an admin drained it');
+    return session;
+  }
+
+  #markDraining(session: HostSession, why: string): void {
+    if (session.draining) return;
+    session.draining = true;
+    this.#deps.log.info({ host: session.id, why, jobsInFlight: session.jobsInFlight }, 'host draining: no new work goes there');
+    this.#deps.events.publishMesh({ type: 'host:draining', host: session.id, jobsInFlight: session.jobsInFlight, at: new Date(this.#deps.clock.now()).toISOString() });
+    // Its replicas stop counting; the autoscaler may place them elsewhere.
+    this.#deps.hosts.changed();
+  }
+
+  #left(session: HostSession): void {
+    this.#sockets.delete(session);
+    if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return;
+    this.#deps.log.info({ host: session.id }, 'agent drained and left');
+    // Normally nothing: it left once everything it ran was acknowledged. Anything else fails over as for a lost host.
+    if (session.batches.size > 0) this.#deps.failover.hostLost(session);
+    for (const observer of this.#deps.observers ?? []) observer.lost?.(session, 'drained and left', false);
+    this.#deps.events.publishMesh({ type: 'host:left', host: session.id, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
   #lost(session: HostSession, reason: string, abnormal: boolean): void {

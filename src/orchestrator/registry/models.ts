@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { MeshError, type ModelManifest } from '../../protocol/index.js';
 import { builtinModels } from '../../models/index.js';
-import { ConfigError, policyFor, type MeshConfig, type ResolvedModelPolicy } from '../config.js';
+import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config.js';
 import type { BlobStore } from './blob-store.js';
 import { definitionDigest, modelDefinitions, type ModelDefinition } from './declared-models.js';
 import { ModelFiles } from './model-files.js';
@@ -16,7 +16,7 @@ export interface RegisteredModel {
 }
 
 /** Batching defaults of the built-in models, tuned on a 2-core CPU (see bench/RESULTS.md). */
-const BUILTIN_POLICIES: Record<string, Partial<ResolvedModelPolicy>> = {
+const BUILTIN_POLICIES: Record<string, ModelPolicyDefaults> = {
   gen: { batching: { maxBatchSize: 4, preferredBatchSizes: [4], maxQueueDelayMs: 0 } },
   mlp: { batching: { maxBatchSize: 32, preferredBatchSizes: [8, 16, 32], maxQueueDelayMs: 2 } },
 };

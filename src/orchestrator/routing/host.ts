@@ -37,6 +37,14 @@ export class HostSession {
   readonly probes = new Set<string>();
   /** Finishing its work and taking no more (set by whoever drains hosts); the router passes it over. */
   draining = false;
+  /**
+   * Replica changes the autoscaler asked this host for and has not seen happen yet, by model name: a model being
+   * loaded is a replica already (no other host is asked for it, and batches may go there and wait for the load);
+   * one being unloaded neither counts nor takes batches.
+   */
+  readonly replicaChanges = new Map<string, { change: 'load' | 'unload'; at: number }>();
+  /** Models this host was asked to hold for their minReplicas (`load` with `hold`). */
+  readonly held = new Set<string>();
   readonly #send: (message: OrchestratorMessage) => void;
   #acks: string[] = [];
 
@@ -66,6 +74,20 @@ export class HostSession {
 
   isResident(model: string): boolean {
     return this.resident.some((entry) => entry.model === model);
+  }
+
+  /** A loaded replica: the model is resident here and not being unloaded. */
+  hasReadyReplica(model: string): boolean {
+    return this.isResident(model) && this.replicaChanges.get(model)?.change !== 'unload';
+  }
+
+  /** A replica as the autoscaler counts them: ready, being loaded, or running the model (a load on demand); not being unloaded. */
+  hasReplica(model: string): boolean {
+    const change = this.replicaChanges.get(model)?.change;
+    if (change !== undefined) return change === 'load';
+    if (this.isResident(model)) return true;
+    for (const batch of this.batches.values()) if (batch.model === model) return true;
+    return false;
   }
 
   /** The largest memory budget of any device: a model bigger than this can never load here. */

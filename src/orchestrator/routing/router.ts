@@ -25,6 +25,12 @@ export interface RouterDeps {
   throughput: ThroughputBook;
   /** Uniform in [0, 1), for the two random choices. Default Math.random. */
   random?: () => number;
+  /**
+   * Once the model has a replica on a usable host (the autoscaler placed it: resident, loading, or running it, and
+   * not being unloaded), send its batches only to such hosts; with none usable (none placed yet, or all blocked,
+   * unhealthy or draining), any usable host loads it on demand. Off: always on demand.
+   */
+  replicasOnly?: boolean;
 }
 
 const WARMTH_RANK: Record<Warmth, number> = { resident: 0, cached: 1, cold: 2 };
@@ -36,7 +42,9 @@ const WARMTH_RANK: Record<Warmth, number> = { resident: 0, cached: 1, cold: 2 };
  * waited for, not spilled past. A replica is usable when its host is
  * connected, not draining, runs the model's engine, has a device the model
  * fits, both its breakers (host and host × model) are closed and it is
- * healthy — and the job's grant allows its class and host. Among usable
+ * healthy — and the job's grant allows its class and host; with
+ * `replicasOnly`, once a usable host holds a replica of the model, only
+ * those do (skip reason `no replica`). Among usable
  * replicas with a free slot: the model resident first, then its file cached,
  * then the lowest load relative to capacity, (jobs in flight + 1) ÷ the
  * replica's measured jobs per second, so a fast GPU takes proportionally more
@@ -76,9 +84,19 @@ export class Router {
         : request.hosts && !request.hosts.includes(departed.info.id) ? 'host not granted' : 'disconnected';
       skipped.push({ host: departed.info.id, class: klass, reason });
     }
-    for (const [index, hosts] of usable.entries()) {
-      if (hosts.length === 0) continue;
+    // Placement: once some usable host has a replica of the model (the autoscaler's, loaded or loading), only those
+    // take its batches (one still loading takes them too: they wait there in their loading phase); with none, any
+    // usable host loads it on demand.
+    const name = model.manifest.name;
+    const placed = this.#deps.replicasOnly === true && usable.some((hosts) => hosts.some((host) => host.hasReplica(name)));
+    for (const [index, all] of usable.entries()) {
       const klass = classes[index]!;
+      const hosts: HostSession[] = [];
+      for (const host of all) {
+        if (!placed || host.hasReplica(name)) hosts.push(host);
+        else skipped.push({ host: host.id, class: klass, reason: 'no replica' });
+      }
+      if (hosts.length === 0) continue;
       const free: HostSession[] = [];
       for (const host of hosts) {
         if (host.freeSlots > 0) free.push(host);

@@ -1,0 +1,339 @@
+import type { Logger } from 'pino';
+import type { Clock, Timer } from '../clock.js';
+import type { ReplicaPolicy } from '../config.js';
+import type { EventBus } from '../events.js';
+import type { RegisteredModel } from '../registry/index.js';
+import type { HostRegistry, HostSession, Router } from '../routing/index.js';
+
+export interface AutoscalerDeps {
+  clock: Clock;
+  hosts: HostRegistry;
+  /** Which hosts could run a model at all (they serve one of its classes and run its engine). */
+  router: Pick<Router, 'candidates'>;
+  models(): RegisteredModel[];
+  /** The host classes a model's jobs route to (the config's routing of its job types), most preferred first. */
+  classesOf(model: RegisteredModel): string[];
+  /** A circuit breaker stops batches of the model there (host or host × model open): no replica is placed or counted there. */
+  blocked?(host: string, model: string): unknown;
+  /** Jobs of the model waiting in its queue. */
+  queued(model: string): number;
+  /** Job events tell it about new demand at once; refusals become mesh events. */
+  events: EventBus;
+  metrics: { replicaLoadRefused(host: string, model: string, code: string): void; replicas(model: string, ready: number, desired: number): void };
+  log: Logger;
+  /** How often every model is looked at, besides the looks that changes trigger. */
+  intervalMs: number;
+}
+
+export type ReplicaState = 'loading' | 'ready' | 'unloading' | 'draining';
+
+/** One model's replicas as `GET /v1/status` shows them. */
+export interface ModelReplicasView {
+  model: string;
+  desired: number;
+  min: number;
+  max: number | null;
+  targetInFlight: number;
+  idleWindowS: number;
+  /** Jobs queued and running on serving replicas: what the replicas are sized for. */
+  demand: number;
+  replicas: { host: string; state: ReplicaState; held: boolean }[];
+}
+
+interface ModelState {
+  /** seen[k]: the last time the need was at least k replicas (k ≥ 1); never increasing in k. */
+  seen: number[];
+  /** The need at the previous look; it held until this one. */
+  need: number;
+  desired: number;
+  demand: number;
+  /** Hosts that would not load the model: not asked again until `until`; `count` refusals in a row. */
+  refusals: Map<HostSession, { until: number; count: number }>;
+  /**
+   * Host id → since when its replica has been idle: when it was first seen holding the model (loaded, joined with
+   * it), moved on by every batch of the model dispatched there. Only a replica idle for the whole window is unloaded.
+   */
+  idleSince: Map<string, number>;
+}
+
+/** A load not answered by then is forgotten (the host counts as it reports); a pull of a large model can take minutes. */
+const LOAD_ANSWER_MS = 10 * 60_000;
+/** An unload not seen done by then is forgotten: the model counts as a replica again. */
+const UNLOAD_ANSWER_MS = 2 * 60_000;
+/** A host that refused a model is not asked again for 10 s, doubling with each refusal in a row up to 5 min. */
+const REFUSAL_BACKOFF_MS = 10_000;
+const REFUSAL_BACKOFF_MAX_MS = 5 * 60_000;
+
+/**
+ * Decides where each model's replicas live. A replica is a model resident on
+ * one host (the agent keeps at most one per host); the router sends a model's
+ * batches only to hosts with a ready replica.
+ *
+ * The rule, per model, at each look: the need is
+ * ⌈(queued + running jobs) ÷ targetInFlight⌉ replicas. Below
+ * max(minReplicas, need) it loads the model on more eligible hosts at once (up
+ * to maxReplicas); above max(minReplicas, the highest need of the last
+ * idleWindow) it unloads replicas that have been idle (no batch of the model
+ * dispatched there, and loaded) for the whole window. So it scales out
+ * immediately and in only after the demand has stayed lower, and the replica
+ * unused, for the whole window — and never
+ * below minReplicas, which are loaded as soon as eligible hosts join and held
+ * (`load` with `hold`) so the agents keep them.
+ *
+ * Eligible hosts serve one of the model's classes, run its engine, have a
+ * budget it fits in, are not draining and no breaker blocks the model there.
+ * They are chosen by class (the routing order: a fallback class only after
+ * the preferred one), then resident first (a replica being unloaded there),
+ * then with the model's file cached, then with the least work in flight, then
+ * best fit (the smallest budget that takes the model, keeping large hosts for
+ * large models). The orchestrator only rules out hosts whose whole budget is too
+ * small: which resident models an agent could evict is the agent's to know, so
+ * an agent may refuse (`load-refused`). A refusal is logged, counted and
+ * published as a `replica:refused` mesh event, and the autoscaler moves on to
+ * another host, asking that one again only after a growing pause.
+ *
+ * It sends nothing but `load` and `unload`, and keeps no timer but its own:
+ * it looks every `intervalMs`, and at once (coalesced) when jobs are queued,
+ * hosts join, leave or load a model, and when a load is refused.
+ */
+export class Autoscaler {
+  readonly #deps: AutoscalerDeps;
+  readonly #models = new Map<string, ModelState>();
+  readonly #unsubscribe: () => void;
+  readonly #unwatchHosts: () => void;
+  #timer: Timer;
+  #lookQueued = false;
+  #closed = false;
+
+  constructor(deps: AutoscalerDeps) {
+    this.#deps = deps;
+    this.#unsubscribe = deps.events.subscribeAll((scoped) => {
+      if (scoped.kind !== 'job') return;
+      if (scoped.event.type === 'queued') this.requestLook();
+      else if (scoped.event.type === 'dispatched') this.#state(scoped.scope.model).idleSince.set(scoped.event.host, deps.clock.now());
+    }).unsubscribe;
+    this.#unwatchHosts = deps.hosts.onChange(() => this.requestLook());
+    this.#timer = this.#arm();
+  }
+
+  /** Look again after the current turn's work (many triggers in one turn make one look). */
+  requestLook(): void {
+    if (this.#lookQueued || this.#closed) return;
+    this.#lookQueued = true;
+    queueMicrotask(() => {
+      this.#lookQueued = false;
+      this.look();
+    });
+  }
+
+  /** Compare every model's replicas with its demand and policy, and load or unload where they differ. */
+  look(): void {
+    if (this.#closed) return;
+    const now = this.#deps.clock.now();
+    let sent = false;
+    for (const model of this.#deps.models()) sent = this.#lookAt(model, now) || sent;
+    // Unload marks change where batches may go; the dispatcher listens to this.
+    if (sent) this.#deps.hosts.changed();
+  }
+
+  /** An agent would not load a model it was asked to: try elsewhere, and ask this host again only after a pause. */
+  refused(host: HostSession, model: string, error: { code: string; message: string }): void {
+    const { clock, log, metrics, events } = this.#deps;
+    const now = clock.now();
+    if (host.replicaChanges.get(model)?.change === 'load') host.replicaChanges.delete(model);
+    host.held.delete(model);
+    const state = this.#state(model);
+    const count = (state.refusals.get(host)?.count ?? 0) + 1;
+    const pauseMs = Math.min(REFUSAL_BACKOFF_MAX_MS, REFUSAL_BACKOFF_MS * 2 ** (count - 1));
+    state.refusals.set(host, { until: now + pauseMs, count });
+    log.warn({ host: host.id, model, code: error.code, reason: error.message, askAgainInMs: pauseMs }, 'a host refused to load a replica; trying another');
+    metrics.replicaLoadRefused(host.id, model, error.code);
+    events.publishMesh({ type: 'replica:refused', host: host.id, model, code: error.code, message: error.message, at: new Date(now).toISOString() });
+    this.requestLook();
+  }
+
+  /** Every model's replicas: where they are, in which state, and how many are wanted. */
+  view(): ModelReplicasView[] {
+    return this.#deps.models().map((model) => {
+      const name = model.manifest.name;
+      const policy = model.policy.replicas;
+      const state = this.#models.get(name);
+      const replicas: ModelReplicasView['replicas'] = [];
+      for (const host of this.#deps.hosts) {
+        const change = host.replicaChanges.get(name)?.change;
+        if (change !== 'unload' && !host.hasReplica(name)) continue;
+        const status: ReplicaState = change === 'unload' ? 'unloading' : host.draining ? 'draining' : host.isResident(name) ? 'ready' : 'loading';
+        replicas.push({ host: host.id, state: status, held: host.held.has(name) });
+      }
+      return {
+        model: name, desired: state?.desired ?? policy.min, min: policy.min, max: policy.max, targetInFlight: policy.targetInFlight,
+        idleWindowS: policy.idleWindowMs / 1000, demand: state?.demand ?? 0, replicas,
+      };
+    });
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#timer.cancel();
+    this.#unsubscribe();
+    this.#unwatchHosts();
+  }
+
+  #arm(): Timer {
+    return this.#deps.clock.setTimer(this.#deps.intervalMs, () => {
+      if (this.#closed) return;
+      this.look();
+      this.#timer = this.#arm();
+    });
+  }
+
+  #state(model: string): ModelState {
+    let state = this.#models.get(model);
+    if (!state) this.#models.set(model, (state = { seen: [], need: 0, desired: 0, demand: 0, refusals: new Map(), idleSince: new Map() }));
+    return state;
+  }
+
+  /** Returns whether it sent anything. */
+  #lookAt(model: RegisteredModel, now: number): boolean {
+    const name = model.manifest.name;
+    const policy = model.policy.replicas;
+    const state = this.#state(name);
+    const hosts = [...this.#deps.hosts];
+    this.#settle(name, hosts, state, now);
+    const serving = hosts.filter((host) => this.#serves(host, name));
+    let running = 0;
+    for (const host of serving) for (const batch of host.batches.values()) if (batch.model === name) running += batch.jobIds.size;
+    state.demand = this.#deps.queued(name) + running;
+    // More replicas than hosts can never be placed; the cap keeps the need's history short.
+    const cap = Math.min(policy.max ?? Infinity, Math.max(policy.min, hosts.length));
+    const need = Math.min(cap, Math.ceil(state.demand / policy.targetInFlight));
+    const recent = this.#recentNeed(state, need, now, policy.idleWindowMs);
+    const scaleOutTo = Math.min(cap, Math.max(policy.min, need));
+    const scaleInTo = Math.min(cap, Math.max(policy.min, recent));
+    let sent = false;
+    if (serving.length < scaleOutTo) {
+      sent = this.#scaleOut(model, serving, scaleOutTo - serving.length, state, now);
+      state.desired = scaleOutTo;
+    } else if (serving.length > scaleInTo) {
+      sent = this.#scaleIn(model, serving, serving.length - scaleInTo, state, now);
+      state.desired = scaleInTo;
+    } else {
+      state.desired = serving.length;
+    }
+    sent = this.#holdFloor(model, policy, state, now) || sent;
+    const ready = hosts.filter((host) => this.#serves(host, name) && host.hasReadyReplica(name)).length;
+    this.#deps.metrics.replicas(name, ready, state.desired);
+    return sent;
+  }
+
+  /**
+   * The highest need seen within the idle window. A need holds from one look
+   * to the next, so the previous look's need is recorded as seen until now.
+   */
+  #recentNeed(state: ModelState, need: number, now: number, windowMs: number): number {
+    for (let k = 1; k <= Math.max(state.need, need); k++) state.seen[k] = now;
+    state.need = need;
+    let recent = 0;
+    for (let k = 1; k < state.seen.length; k++) {
+      if (now - state.seen[k]! > windowMs) break;
+      recent = k;
+    }
+    return recent;
+  }
+
+  /** Forget changes that happened (or were never answered) and refusals of hosts that left. */
+  #settle(model: string, hosts: HostSession[], state: ModelState, now: number): void {
+    for (const host of hosts) {
+      const resident = host.isResident(model);
+      if (resident) state.refusals.delete(host); // it loaded: its next refusal starts the pauses over
+      const change = host.replicaChanges.get(model);
+      if (!change) continue;
+      if (change.change === 'load' && (resident || now - change.at > LOAD_ANSWER_MS)) host.replicaChanges.delete(model);
+      if (change.change === 'unload' && (!resident || now - change.at > UNLOAD_ANSWER_MS)) host.replicaChanges.delete(model);
+    }
+    for (const host of state.refusals.keys()) if (this.#deps.hosts.get(host.id) !== host) state.refusals.delete(host);
+    // A replica's idle clock starts when it is first seen, and a batch of the model running there restarts it.
+    const holding = new Set<string>();
+    for (const host of hosts) {
+      if (!host.hasReplica(model)) continue;
+      holding.add(host.id);
+      const running = [...host.batches.values()].some((batch) => batch.model === model);
+      if (running || !state.idleSince.has(host.id)) state.idleSince.set(host.id, now);
+    }
+    for (const id of state.idleSince.keys()) if (!holding.has(id)) state.idleSince.delete(id);
+  }
+
+  /** A replica that counts: the host is not draining and no breaker blocks the model there. */
+  #serves(host: HostSession, model: string): boolean {
+    return !host.draining && host.hasReplica(model) && !this.#deps.blocked?.(host.id, model);
+  }
+
+  #scaleOut(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
+    const name = model.manifest.name;
+    const { digest, memoryMB } = model.manifest;
+    const classes = this.#deps.classesOf(model);
+    const classRank = (host: HostSession): number => classes.findIndex((klass) => host.info.classes.includes(klass));
+    const candidates = this.#deps.router.candidates(model, classes)
+      .filter((host) => !host.draining && host.largestBudgetMB >= memoryMB && !host.hasReplica(name)
+        && !this.#deps.blocked?.(host.id, name) && (state.refusals.get(host)?.until ?? 0) <= now)
+      .sort((a, b) => classRank(a) - classRank(b)
+        || Number(b.isResident(name)) - Number(a.isResident(name))
+        || Number(b.cached.has(digest)) - Number(a.cached.has(digest))
+        || a.jobsInFlight - b.jobsInFlight
+        || a.largestBudgetMB - b.largestBudgetMB
+        || a.id.localeCompare(b.id));
+    const chosen = candidates.slice(0, count);
+    if (chosen.length < count) this.#deps.log.debug({ model: name, wanted: count, eligible: chosen.length }, 'not enough eligible hosts for more replicas');
+    let held = serving.filter((host) => host.held.has(name)).length;
+    for (const host of chosen) {
+      const hold = held < model.policy.replicas.min;
+      if (hold) {
+        held++;
+        host.held.add(name);
+      }
+      host.replicaChanges.set(name, { change: 'load', at: now });
+      host.send({ type: 'load', model: model.manifest, hold });
+      this.#deps.log.info({ model: name, host: host.id, hold, demand: state.demand, replicas: serving.length }, 'loading a replica');
+    }
+    return chosen.length > 0;
+  }
+
+  #scaleIn(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
+    const name = model.manifest.name;
+    const busy = (host: HostSession): boolean => [...host.batches.values()].some((batch) => batch.model === name);
+    const idleSince = (host: HostSession): number => state.idleSince.get(host.id) ?? now;
+    // Only replicas that did nothing for the whole idle window: loaded (not loading), no batch of the model in flight
+    // or dispatched there since. Unheld ones first, then the longest idle.
+    const windowMs = model.policy.replicas.idleWindowMs;
+    const idle = serving
+      .filter((host) => host.replicaChanges.get(name) === undefined && !busy(host) && now - idleSince(host) > windowMs)
+      .sort((a, b) => Number(a.held.has(name)) - Number(b.held.has(name))
+        || idleSince(a) - idleSince(b)
+        || a.id.localeCompare(b.id));
+    const chosen = idle.slice(0, count);
+    for (const host of chosen) {
+      host.held.delete(name);
+      host.replicaChanges.set(name, { change: 'unload', at: now });
+      host.send({ type: 'unload', model: name });
+      this.#deps.log.info({ model: name, host: host.id, demand: state.demand, replicas: serving.length }, 'unloading a replica');
+    }
+    return chosen.length > 0;
+  }
+
+  /** The first minReplicas replicas are held, so their agents keep them; a replica that was not is asked to (an idempotent load). */
+  #holdFloor(model: RegisteredModel, policy: ReplicaPolicy, state: ModelState, now: number): boolean {
+    const name = model.manifest.name;
+    const serving = [...this.#deps.hosts].filter((host) => this.#serves(host, name));
+    let missing = policy.min - serving.filter((host) => host.held.has(name)).length;
+    let sent = false;
+    for (const host of serving) {
+      if (missing <= 0) break;
+      if (host.held.has(name) || (state.refusals.get(host)?.until ?? 0) > now) continue;
+      host.held.add(name);
+      host.send({ type: 'load', model: model.manifest, hold: true });
+      missing--;
+      sent = true;
+    }
+    return sent;
+  }
+}

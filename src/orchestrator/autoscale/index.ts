@@ -1,0 +1,1 @@
+export { Autoscaler, type AutoscalerDeps, type ModelReplicasView, type ReplicaState } from './autoscaler.js';
