@@ -8,7 +8,10 @@ import * as ort from 'onnxruntime-node';
 import { builtinModel, MLP_INPUT_DIM } from '../src/models/index.js';
 
 const [port, queue] = process.argv.slice(2);
-const session = await ort.InferenceSession.create(builtinModel('mlp')!.bytes, { graphOptimizationLevel: 'all' });
+// The session options gpumesh's ONNX engine uses by default (its threads sleep between runs), so both sides run the model alike.
+const session = await ort.InferenceSession.create(builtinModel('mlp')!.bytes, {
+  graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } },
+});
 const worker = new Worker(queue!, async (job) => {
   const x = Float32Array.from(job.data.x as number[]);
   const out = await session.run({ x: new ort.Tensor('float32', x, [1, MLP_INPUT_DIM]) });

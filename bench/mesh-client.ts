@@ -29,7 +29,7 @@ export class BenchClient {
   /** Open the event stream; call before submitting. */
   async listen(): Promise<void> {
     this.#stream = await new Promise<http.IncomingMessage>((resolve, reject) => {
-      http.get({ host: this.#url.hostname, port: this.#url.port, path: '/v1/events', agent: false, headers: this.#headers }, resolve).on('error', reject);
+      http.get({ host: this.#url.hostname, port: this.#url.port, path: '/v1/events?types=succeeded,failed,cancelled,expired', agent: false, headers: this.#headers }, resolve).on('error', reject);
     });
     const parser = createParser({
       onEvent: (message) => {

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite drives as real processes:
-# chromium (the gallery's browser test) and prometheus (for promtool, which checks /metrics).
+# chromium (the gallery's browser test), prometheus (for promtool, which checks /metrics), iproute2
+# (`ip`, which scripts/netns-mesh.sh builds its network namespaces with) and ffmpeg (the agent encodes video
+# jobs with it; its ffprobe checks the clips in the tests).
 # Skips whatever is already installed; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+{ command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1; } || need+=(ffmpeg)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "test dependencies present"

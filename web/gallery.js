@@ -2,10 +2,12 @@
 // Plain DOM, no framework. Every piece of data reaches the page through textContent
 // or attributes, never as markup.
 
+import { $, h } from './dom.js';
+import { createApi, grantIn, takeGrant as takeGrantFrom } from './session.js';
+
 const GRANT_KEY = 'gpumesh.grant';
 const PAGE_SIZE = 48;
 
-const $ = (id) => document.getElementById(id);
 const ui = {
   connection: $('connection'),
   forget: $('forget'),
@@ -29,20 +31,7 @@ let retryMs = 5_000; // after the event stream is refused
 
 // ---- The grant ------------------------------------------------------------
 
-/** A grant from `#grant=…` in a link or pasted text, else the text itself. */
-function grantIn(text) {
-  const match = /(?:^|[#&])grant=([^&\s]+)/.exec(text);
-  return match ? decodeURIComponent(match[1]) : text.trim();
-}
-
-/** The grant from the URL fragment (kept for reloads, then hidden from the address bar) or from this tab's session. */
-function takeGrant() {
-  if (location.hash.includes('grant=')) {
-    sessionStorage.setItem(GRANT_KEY, grantIn(location.hash));
-    history.replaceState(null, '', location.pathname + location.search);
-  }
-  return sessionStorage.getItem(GRANT_KEY);
-}
+const takeGrant = () => takeGrantFrom(GRANT_KEY);
 
 function askForGrant(message = '') {
   events?.close();
@@ -59,31 +48,8 @@ function askForGrant(message = '') {
 
 // ---- The API --------------------------------------------------------------
 
-class ApiError extends Error {
-  constructor(status, code, message) {
-    super(message);
-    this.status = status;
-    this.code = code;
-  }
-}
-
-/** A JSON request with the grant; a failure throws the server's `{ error: { code, message } }` as an ApiError. */
-async function api(path, { method = 'GET', json } = {}) {
-  const headers = { authorization: `Bearer ${grant}` };
-  if (json !== undefined) headers['content-type'] = 'application/json';
-  let response;
-  try {
-    response = await fetch(path, { method, headers, body: json === undefined ? undefined : JSON.stringify(json) });
-  } catch {
-    throw new ApiError(0, 'UNREACHABLE', 'Cannot reach the orchestrator. Is it running?');
-  }
-  const body = await response.json().catch(() => null);
-  if (response.ok) return body;
-  const error = new ApiError(response.status, body?.error?.code ?? `HTTP_${response.status}`, body?.error?.message ?? `${response.status} ${response.statusText}`);
-  // 401: the grant itself is no good (invalid, expired, revoked); only a new one helps.
-  if (response.status === 401) askForGrant(error.message);
-  throw error;
-}
+/** A JSON request with the grant; a 401 asks for a new one. */
+const api = createApi(() => grant, { onUnauthorized: (message) => askForGrant(message) });
 
 // ---- Formatting -----------------------------------------------------------
 
@@ -114,16 +80,6 @@ function timeAgo(iso) {
 
 // ---- Cards ----------------------------------------------------------------
 
-/** An element with attributes (null and false are left out) and children (strings become text). */
-function h(tag, attributes = {}, ...children) {
-  const element = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (value != null && value !== false) element.setAttribute(name, value === true ? '' : String(value));
-  }
-  element.append(...children.filter((child) => child != null && child !== false));
-  return element;
-}
-
 /** The image box; its aspect ratio is known before the image loads, so nothing jumps. */
 function frame(width, height, ...children) {
   const box = h('div', { class: 'frame' }, ...children);
@@ -147,9 +103,43 @@ function resultCard(artifact) {
       h('p', { class: 'meta' }, timing(artifact))));
 }
 
+/**
+ * A clip: its poster until it plays, then the MP4 in a <video>, which fetches it by range requests (the blob
+ * route answers 206), so it starts before the whole file has arrived.
+ */
+function videoCard(artifact, poster) {
+  const { jobId, digest, prompt, model, host, width, height, createdAt } = artifact;
+  const token = `?access_token=${encodeURIComponent(grant)}`;
+  const video = h('video', {
+    src: `${artifact.url}${token}`, poster: poster ? `${poster.url}${token}` : null,
+    width, height, controls: true, loop: true, playsinline: true, preload: 'metadata',
+    'aria-label': prompt ? `A clip of ${prompt}` : `A clip by ${model}`,
+  });
+  // Muted, so a browser lets it play without a gesture of its own.
+  video.muted = true;
+  video.addEventListener('error', () => video.parentElement.classList.add('broken'), { once: true });
+  return h('article', { class: 'card video', 'data-job-id': jobId, 'data-digest': digest },
+    frame(width, height, video),
+    h('div', { class: 'caption' },
+      h('p', { class: 'prompt', title: prompt }, prompt ?? 'No prompt'),
+      h('p', { class: 'meta' }, h('span', {}, `${model} · ${host}`), timeAgo(createdAt)),
+      h('p', { class: 'meta' }, timing(artifact))));
+}
+
+/** A clip's poster is shown by its video's card, not as a card of its own. */
+const isPoster = (artifact) => artifact.type === 'video' && artifact.mediaType.startsWith('image/');
+
+/** Cards for results: one per image, one per clip (with its poster, when it is among them). */
+function cardsFor(artifacts) {
+  return artifacts.filter((artifact) => !isPoster(artifact)).map((artifact) => {
+    if (!artifact.mediaType.startsWith('video/')) return resultCard(artifact);
+    return videoCard(artifact, artifacts.find((other) => other.jobId === artifact.jobId && isPoster(other)));
+  });
+}
+
 /** A job in progress: what is known of it, its state and a progress bar. */
-function pendingCard({ jobId, prompt, width, height, state = 'queued', label = 'Queued' }) {
-  return h('article', { class: 'card pending', 'data-job-id': jobId, 'data-state': state, 'aria-busy': 'true' },
+function pendingCard({ jobId, prompt, width, height, jobType, state = 'queued', label = 'Queued' }) {
+  return h('article', { class: 'card pending', 'data-job-id': jobId, 'data-state': state, 'data-type': jobType, 'aria-busy': 'true' },
     frame(width, height,
       h('p', { class: 'state' }, label),
       h('progress', { max: 100, 'aria-label': 'Progress' })),
@@ -159,7 +149,7 @@ function pendingCard({ jobId, prompt, width, height, state = 'queued', label = '
 }
 
 /** Fill in what a placeholder did not know yet. */
-function fillIn(card, { prompt, model, host }) {
+function fillIn(card, { prompt, model, host, jobType }) {
   const promptText = card.querySelector('.prompt');
   if (prompt && promptText.textContent === '…') {
     promptText.textContent = prompt;
@@ -167,6 +157,7 @@ function fillIn(card, { prompt, model, host }) {
   }
   if (model) card.dataset.model = model;
   if (host) card.dataset.host = host;
+  if (jobType) card.dataset.type = jobType;
   card.querySelector('.where').textContent = [card.dataset.model, card.dataset.host].filter(Boolean).join(' · ');
 }
 
@@ -187,7 +178,7 @@ const shown = (artifact) => cardsOf(artifact.jobId).some((card) => card.dataset.
 
 /** A job's results: they take its placeholder's place, or go first. */
 function showResults(jobId, artifacts) {
-  const cards = artifacts.filter((artifact) => !shown(artifact)).map(resultCard);
+  const cards = cardsFor(artifacts.filter((artifact) => !shown(artifact)));
   const placeholder = pendingOf(jobId);
   if (placeholder) placeholder.replaceWith(...cards);
   else ui.grid.prepend(...cards);
@@ -221,15 +212,17 @@ function finish(jobId, state, label, message) {
 }
 
 const STATUS_LABELS = { queued: 'Queued', dispatched: 'Dispatched', running: 'Running' };
+/** The job types whose results the gallery shows. */
+const SHOWN_TYPES = new Set(['image', 'video']);
 
 /** Bring the page in line with a job as the API describes it. */
 function applyJob(job) {
-  if (job.type !== 'image') return pendingOf(job.id)?.remove();
+  if (!SHOWN_TYPES.has(job.type)) return pendingOf(job.id)?.remove();
   if (job.status === 'succeeded') return showResults(job.id, job.artifacts);
   if (job.status === 'failed') return finish(job.id, 'failed', 'Failed', job.error?.message);
   if (job.status === 'cancelled' || job.status === 'expired') return onEvent[job.status]({ jobId: job.id });
   const { prompt, width, height } = job.input;
-  const known = { prompt, width, height, model: job.model, host: job.attempts.at(-1)?.host };
+  const known = { prompt, width, height, jobType: job.type, model: job.model, host: job.attempts.at(-1)?.host };
   placeholder(job.id, { ...known, state: job.status, label: STATUS_LABELS[job.status] });
 }
 
@@ -237,7 +230,10 @@ function applyJob(job) {
 async function catchUp() {
   if (loaded) {
     const { artifacts } = await api(`/v1/artifacts?limit=${PAGE_SIZE}`);
-    for (const artifact of artifacts.reverse()) showResults(artifact.jobId, [artifact]);
+    // A clip's poster travels with its video (the page is newest first, and a job's files are published together).
+    for (const artifact of artifacts.reverse()) {
+      if (!isPoster(artifact)) showResults(artifact.jobId, [artifact, ...artifacts.filter((other) => other.jobId === artifact.jobId && isPoster(other))]);
+    }
   } else {
     await loadMore();
   }
@@ -249,7 +245,7 @@ async function loadMore() {
   ui.more.disabled = true;
   try {
     const page = await api(`/v1/artifacts?limit=${PAGE_SIZE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-    ui.grid.append(...page.artifacts.filter((artifact) => !shown(artifact)).map(resultCard));
+    ui.grid.append(...cardsFor(page.artifacts.filter((artifact) => !shown(artifact))));
     cursor = page.nextCursor;
     loaded = true;
     ui.loadError.textContent = '';
@@ -271,13 +267,17 @@ async function loadInProgress() {
 // ---- Live events ----------------------------------------------------------
 
 const onEvent = {
-  queued: ({ jobId, jobType, model, prompt }) => jobType === 'image' && placeholder(jobId, { model, prompt: prompt ?? undefined }),
+  queued: ({ jobId, jobType, model, prompt }) => SHOWN_TYPES.has(jobType) && placeholder(jobId, { jobType, model, prompt: prompt ?? undefined }),
   dispatched: ({ jobId, host, attempt }) =>
     setState(placeholder(jobId, { host }), 'dispatched', attempt > 1 ? `Retrying (attempt ${attempt})` : 'Dispatched'),
   // A model made resident for the job (a server started from zero): said while it lasts.
   loading: ({ jobId, host, loadMs }) => loadMs === undefined && setState(placeholder(jobId, { host }), 'dispatched', 'Loading the model'),
   running: ({ jobId, host }) => setState(placeholder(jobId, { host }), 'running', 'Running'),
-  progress: ({ jobId, step, total, pct }) => setState(placeholder(jobId), 'running', `Step ${step} of ${total}`, pct),
+  progress: ({ jobId, step, total, pct }) => {
+    const card = placeholder(jobId);
+    // A clip's progress counts frames.
+    setState(card, 'running', `${card?.dataset.type === 'video' ? 'Frame' : 'Step'} ${step} of ${total}`, pct);
+  },
   succeeded: ({ jobId, artifacts }) => showResults(jobId, artifacts),
   failed: ({ jobId, error }) => finish(jobId, 'failed', 'Failed', error.message),
   cancelled: ({ jobId }) => finish(jobId, 'cancelled', 'Cancelled'),

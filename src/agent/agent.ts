@@ -1,10 +1,11 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type Device, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type Device, type LoadPhases, type OrchestratorMessage,
 } from '../protocol/index.js';
 import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
+import { BatchReports } from './batch-reports.js';
 import { detectDevices } from './devices.js';
 import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/engine.js';
 import { workClock } from './engines/http/timing.js';
@@ -17,7 +18,9 @@ import { ModelCache } from './model-cache.js';
 import { Residency } from './residency.js';
 import { ServerLauncher } from './server-launcher.js';
 import { Supervisor } from './supervisor.js';
-import { uploadOutput } from './uploads.js';
+import { uploadFileOutput, uploadOutput } from './uploads.js';
+import { VideoEncoder } from './video/encoder.js';
+import { findFfmpeg } from './video/ffmpeg.js';
 
 type Run = Extract<OrchestratorMessage, { type: 'run' }>;
 type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
@@ -47,6 +50,11 @@ export interface AgentOptions {
   /** The engines this agent runs (and lists in its hello), by registered name. Default: every registered engine. */
   engines?: string[];
   log?: Logger;
+  /**
+   * How long a batch's `started` and `progress` reports are held back, so a batch that ends sooner sends only its
+   * results (see BatchReports). Default 10 ms; 0 sends each at once.
+   */
+  reportDelayMs?: number;
   /** The orchestrator sent `drain` (an admin drained this host); the agent is draining. Default: leave when drained. */
   onDrainRequested?: () => void;
 }
@@ -84,6 +92,8 @@ export class Agent {
   readonly #supervisor: Supervisor;
   readonly #servers: ServerLauncher;
   readonly #engines: Map<string, Engine>;
+  /** The classes this host announces: the configured ones, less `video` on a host without ffmpeg. */
+  readonly #classes: string[];
   readonly #cache: ModelCache;
   readonly #residency: Residency;
   readonly #link: AgentLink;
@@ -109,8 +119,21 @@ export class Agent {
     this.#servers = new ServerLauncher({
       governor, log: log.child({ part: 'servers' }), dataDir: join(options.dataDir, 'servers'), engineLimits: governor.config.engines,
     });
+    // Clips are encoded by ffmpeg, a governed process like every engine's; a host without it does not serve video.
+    const ffmpeg = findFfmpeg();
+    const video = new VideoEncoder({
+      governor, ffmpeg, scratchDir: join(options.dataDir, 'video'), limits: governor.config.engines.ffmpeg, log: log.child({ part: 'video' }),
+    });
+    if ('path' in ffmpeg) log.info({ ffmpeg: ffmpeg.path }, 'video: clips are encoded with ffmpeg');
+    void video.sweep().then((removed) => {
+      if (removed > 0) log.info({ removed }, 'video: removed clips a previous agent left unfinished');
+    }, (error: unknown) => log.warn({ err: error }, 'video: could not sweep the scratch folder'));
+    this.#classes = options.classes.filter((name) => name !== 'video' || video.unavailable === null);
+    if (video.unavailable !== null && options.classes.includes('video')) {
+      log.warn({ classes: this.#classes }, `not serving the video class: ${video.unavailable} (install ffmpeg for video jobs)`);
+    }
     this.#engines = buildEngines({
-      supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }),
+      supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }), video,
     }, options.engines);
     this.#trust = new ServerTrust(options.url, agentPins(options));
     this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
@@ -235,7 +258,7 @@ export class Agent {
 
   #hello(): Extract<AgentMessage, { type: 'hello' }> {
     return {
-      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: this.#options.host, classes: this.#options.classes,
+      type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: this.#options.host, classes: this.#classes,
       devices: this.#deviceReport(), engines: [...this.#engines.keys()], models: this.#cache.cached,
       // What this host still holds: batches running, and results the orchestrator has not acknowledged (they arrive again after welcome).
       inFlight: [
@@ -314,9 +337,10 @@ export class Agent {
     this.#running.set(batch.id, batch);
     this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
     let acquired: LoadedModel | null = null;
+    const reports = new BatchReports((report) => this.#link.send(report), this.#options.reportDelayMs);
     try {
       let loading = false;
-      const { loaded, loadMs } = await this.#residency.acquire(message.model, () => {
+      const { loaded, loadMs, phases } = await this.#residency.acquire(message.model, () => {
         // The jobs' loading phase: a pull, a server started from zero, a session built.
         loading = true;
         this.#link.send({ type: 'loading', batchId: batch.id, jobIds: [...batch.jobIds] });
@@ -328,21 +352,22 @@ export class Agent {
         loaded.cancel(jobIds);
       };
       if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
-      this.#link.send({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds], ...(loading ? { loadMs } : {}) });
+      reports.report({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds], ...(loading ? { loadMs, ...(phases ? { phases } : {}) } : {}) });
       const computeStart = performance.now();
       const { outputs, memory } = await loaded.run(
         jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
-        (progress) => this.#link.send({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
+        (progress) => reports.report({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
       );
       const computeMs = performance.now() - computeStart;
+      reports.end();
       // Jobs of one batch share their shape, so the first job's pixels are every job's.
       const pixels = pixelsOf(jobs[0]?.input ?? {});
       const measured: BatchMemoryReport = { ...this.#residency.recordBatch(loaded, pixels * jobs.length, memory), pixels, batchSize: jobs.length };
-      this.#log.info({ batchId: batch.id, model: message.model.name, jobs: jobs.length, pixels, computeMs: Math.round(computeMs), memory }, 'batch computed');
+      this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length, pixels, computeMs: Math.round(computeMs), memory }, 'batch computed');
       if (memory && memory.peakMB > loaded.device.budgetMB) {
         this.#log.warn({ batchId: batch.id, peakMB: memory.peakMB, budgetMB: loaded.device.budgetMB }, 'the batch took more than the device budget');
       }
-      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received }, memory ? measured : undefined)));
+      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received, phases: loading ? phases : undefined }, memory ? measured : undefined)));
     } catch (error) {
       const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);
       this.#log.warn({ batchId: batch.id, code: engineError.code, err: error }, 'batch failed');
@@ -353,6 +378,7 @@ export class Agent {
         });
       }
     } finally {
+      reports.end();
       if (acquired) this.#residency.release(acquired);
       this.#running.delete(batch.id);
       this.#loads.batchEnded(batch.model);
@@ -361,12 +387,23 @@ export class Agent {
   }
 
   async #deliver(
-    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number }, memory: BatchMemoryReport | undefined,
+    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
   ): Promise<void> {
     if (!output.ok) {
       this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: output.retryable, error: { code: output.code, message: output.message } });
       return;
     }
+    try {
+      await this.#deliverOutputs(message, job, output, timing, memory);
+    } finally {
+      // Files on disk are the engine's scratch: delivered (or failed) now, so gone.
+      await Promise.all((output.onDisk ?? []).map((file) => file.discard().catch((error: unknown) => this.#log.warn({ err: error, path: file.path }, 'could not remove an output file'))));
+    }
+  }
+
+  async #deliverOutputs(
+    message: Run, job: Run['jobs'][number], output: Extract<JobOutput, { ok: true }>, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
+  ): Promise<void> {
     if (message.probe) {
       // A health probe: the orchestrator wants to know the model still runs, not its output.
       this.#report({ type: 'done', jobId: job.id, batchId: message.batchId, artifacts: [], timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received } });
@@ -385,9 +422,14 @@ export class Agent {
         }
         artifacts.push({ ...(await uploadOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file)), ...described });
       }
+      // Files the engine left on disk (a clip and its poster) are streamed to the upload route, never read whole.
+      for (const file of output.onDisk ?? []) {
+        const uploaded = await uploadFileOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file);
+        artifacts.push({ ...uploaded, mediaType: file.mediaType, width: file.width, height: file.height });
+      }
       this.#report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,
-        timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received },
+        timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received, ...(timing.phases ? { phases: timing.phases } : {}) },
         ...(memory ? { memory } : {}),
       });
     } catch (error) {

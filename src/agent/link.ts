@@ -1,10 +1,13 @@
 import { ExponentialBackoff, type IBackoff } from 'cockatiel';
+import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import WebSocket from 'ws';
 import {
   LINK_CLOSE, LINK_PATH, OrchestratorMessage, type AgentMessage,
 } from '../protocol/index.js';
+import { corkForTick } from '../net/cork.js';
 import { TlsPinError, type ServerTrust } from '../tls/index.js';
+import { LinkWatchdog, type WatchdogTimers } from './link-watchdog.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 type Welcome = Extract<OrchestratorMessage, { type: 'welcome' }>;
@@ -26,18 +29,25 @@ export interface AgentLinkOptions {
    */
   onRejected(reason: string, by: 'orchestrator' | 'agent'): void;
   onDisconnected?(): void;
+  /** The watchdog's time (a fake in tests). Default: real timers. */
+  timers?: WatchdogTimers;
 }
+
+/** An orchestrator that does not say how long a silent link lasts (older than the field): this many heartbeats. */
+const SILENT_HEARTBEATS = 3;
 
 /**
  * The agent's end of the link: dials out (so it works behind NAT), says
  * hello, and redials with exponential backoff and jitter whenever the
- * connection drops, until it is closed or refused.
+ * connection drops — or goes silent (LinkWatchdog) — until it is closed or refused.
  */
 export class AgentLink {
   readonly #options: AgentLinkOptions;
   readonly #backoffFactory = new ExponentialBackoff({ initialDelay: 200, maxDelay: 5000 });
   #backoff: IBackoff<unknown> | null = null;
   #socket: WebSocket | null = null;
+  /** The connection under the WebSocket, corked for a tick at each send. */
+  #transport: Writable | null = null;
   #timer: NodeJS.Timeout | null = null;
   #closed = false;
   #connected = false;
@@ -58,6 +68,8 @@ export class AgentLink {
   send(message: AgentMessage): boolean {
     const socket = this.#socket;
     if (!this.#connected || !socket || socket.readyState !== WebSocket.OPEN) return false;
+    // The results of a batch, reported in one tick, leave in one write.
+    if (this.#transport) corkForTick(this.#transport);
     socket.send(JSON.stringify(message));
     return true;
   }
@@ -97,7 +109,13 @@ export class AgentLink {
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     const socket = new WebSocket(url, { headers: { authorization: `Bearer ${this.#options.grant}` }, handshakeTimeout: 10_000, ca });
     this.#socket = socket;
+    this.#transport = null;
+    socket.on('upgrade', (response) => {
+      this.#transport = response.socket;
+    });
     let refused: string | null = null;
+    let watchdog: LinkWatchdog | null = null;
+    socket.on('pong', () => watchdog?.heard());
     socket.on('open', () => {
       socket.send(JSON.stringify(this.#options.hello()));
     });
@@ -119,6 +137,7 @@ export class AgentLink {
       });
     });
     socket.on('message', (data) => {
+      watchdog?.heard();
       let message: OrchestratorMessage;
       try {
         message = OrchestratorMessage.parse(JSON.parse(data.toString()));
@@ -130,12 +149,19 @@ export class AgentLink {
         this.#connected = true;
         this.#backoff = null;
         log.info({ session: message.session, url: this.#options.url }, 'linked to the orchestrator');
+        const silentAfterMs = message.staleAfterMs ?? SILENT_HEARTBEATS * message.heartbeatMs;
+        watchdog?.stop();
+        watchdog = new LinkWatchdog(socket, {
+          intervalMs: message.heartbeatMs, silentAfterMs,
+          onSilent: (silentMs) => log.warn({ silentMs: Math.round(silentMs), silentAfterMs }, 'the orchestrator stopped answering; dropping the link'),
+        }, this.#options.timers);
         this.#options.onWelcome(message);
         return;
       }
       this.#options.onMessage(message);
     });
     socket.on('close', (code, reason) => {
+      watchdog?.stop();
       const wasConnected = this.#connected;
       this.#connected = false;
       this.#socket = null;

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import type { BatchMemoryReport, Device, ModelManifest, ResidentModel } from '../protocol/index.js';
+import type { BatchMemoryReport, Device, LoadPhases, ModelManifest, ResidentModel } from '../protocol/index.js';
 import { EngineError, type BatchMemory, type Engine, type LoadedModel } from './engines/engine.js';
 import { systemClock, type Clock, type Timer } from './governance/clock.js';
 import type { ModelCache } from './model-cache.js';
@@ -9,6 +9,8 @@ import { RestartBackoff, type RestartBackoffOptions } from './restart-backoff.js
 interface Entry {
   loaded: LoadedModel;
   loadedAt: number;
+  /** Where the load's time went (every batch that waited for this load reports the same). */
+  phases: LoadPhases;
   /** What the model holds now, as last measured (after load, then after each batch). */
   heldMB: number;
   /** The most it held during any batch since it loaded. */
@@ -70,6 +72,11 @@ export class Residency {
   readonly #timers: Pick<Clock, 'setTimer'>;
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry>>();
+  /**
+   * Memory set aside on each device (by id) for loads in progress: two models that cannot both fit, asked for at
+   * once, must not both be placed on a device that holds neither yet.
+   */
+  readonly #reservedMB = new Map<string, number>();
   /** Memory each model version took to load here, remembered across unloads (better than the manifest's guess). */
   readonly #measuredMB = new Map<string, number>();
 
@@ -82,10 +89,11 @@ export class Residency {
   }
 
   /**
-   * Make a model resident and mark it in use; returns it and how long loading took (0 if it was resident).
-   * `onLoading` is called, before the wait, when the model is not resident (this batch waits for a load).
+   * Make a model resident and mark it in use; returns it and how long loading took (0 if it was resident), with
+   * where that time went when it waited for a load (`phases`). `onLoading` is called, before the wait, when the
+   * model is not resident (this batch waits for a load).
    */
-  async acquire(manifest: ModelManifest, onLoading?: () => void): Promise<{ loaded: LoadedModel; loadMs: number }> {
+  async acquire(manifest: ModelManifest, onLoading?: () => void): Promise<{ loaded: LoadedModel; loadMs: number; phases?: LoadPhases }> {
     const started = performance.now();
     let entry = this.#entries.get(manifest.name);
     if (entry && !sameVersion(entry.loaded.manifest, manifest)) {
@@ -95,6 +103,7 @@ export class Residency {
       entry = undefined;
     }
     let loadMs = 0;
+    let phases: LoadPhases | undefined;
     if (!entry) {
       onLoading?.();
       let loading = this.#loading.get(manifest.name);
@@ -104,11 +113,12 @@ export class Residency {
       }
       entry = await loading;
       loadMs = performance.now() - started;
+      phases = entry.phases;
     }
     entry.inUse++;
     entry.lastUsedAt = this.#now();
     this.#disarmIdle(entry);
-    return { loaded: entry.loaded, loadMs };
+    return { loaded: entry.loaded, loadMs, ...(phases ? { phases } : {}) };
   }
 
   /** The batch that acquired `loaded` is over (whether or not the model is still resident). */
@@ -219,17 +229,21 @@ export class Residency {
       this.#log.warn({ model: manifest.name, waitMs: wait }, 'its engine keeps crashing; waiting before starting it again');
       await sleep(wait);
     }
-    const device = await this.#placeFor(manifest);
+    const placing = performance.now();
+    const { device, release } = await this.#placeFor(manifest);
+    const timing = { evictMs: performance.now() - placing, pullMs: 0, engineMs: 0 };
     let loaded: LoadedModel;
     try {
-      loaded = await this.#loadVerified(engine, manifest, device);
+      loaded = await this.#loadVerified(engine, manifest, device, timing);
     } catch (error) {
       // An engine that dies while loading counts as a crash too, so a model that kills it on every load is paced.
       if (error instanceof EngineError && error.code === 'ENGINE_CRASHED') this.#restarts.crashed(manifest.name, this.#now(), 0);
       throw error;
+    } finally {
+      release(); // loaded, the model is charged as an entry; failed, it takes nothing
     }
     const now = this.#now();
-    const entry: Entry = { loaded, loadedAt: now, heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null };
+    const entry: Entry = { loaded, loadedAt: now, phases: loadPhases(timing, loaded), heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null };
     this.#entries.set(manifest.name, entry);
     this.#armIdle(entry); // loaded for no batch yet (or its batch gave up): idle from now
     this.#measuredMB.set(manifest.digest, loaded.memoryMB);
@@ -244,16 +258,25 @@ export class Residency {
    * digest (the file changed after the cache checked it), the cached copy is
    * deleted, pulled again (verified) and loaded once more.
    */
-  async #loadVerified(engine: Engine, manifest: ModelManifest, device: Device): Promise<LoadedModel> {
-    if (manifest.file === false) return engine.load(manifest, null, device); // nothing to pull: the engine's server has its own weights
-    const path = await this.#deps.cache.path(manifest.digest);
+  async #loadVerified(engine: Engine, manifest: ModelManifest, device: Device, timing: LoadTiming): Promise<LoadedModel> {
+    const timed = async <T>(phase: 'pullMs' | 'engineMs', step: () => Promise<T>): Promise<T> => {
+      const start = performance.now();
+      try {
+        return await step();
+      } finally {
+        timing[phase] += performance.now() - start;
+      }
+    };
+    if (manifest.file === false) return timed('engineMs', () => engine.load(manifest, null, device)); // nothing to pull: the engine's server has its own weights
+    const path = await timed('pullMs', () => this.#deps.cache.path(manifest.digest));
     try {
-      return await engine.load(manifest, path, device);
+      return await timed('engineMs', () => engine.load(manifest, path, device));
     } catch (error) {
       if (!(error instanceof EngineError && error.code === 'INTEGRITY_FAILED')) throw error;
       this.#log.warn({ model: manifest.name, err: error }, 'the model file failed verification at load; pulling it again');
       await this.#deps.cache.invalidate(manifest.digest, error.message);
-      return engine.load(manifest, await this.#deps.cache.path(manifest.digest), device);
+      const again = await timed('pullMs', () => this.#deps.cache.path(manifest.digest));
+      return timed('engineMs', () => engine.load(manifest, again, device));
     }
   }
 
@@ -271,33 +294,69 @@ export class Residency {
     entry.loaded.unload().catch((error: unknown) => this.#log.debug({ err: error }, 'unload after a crash failed'));
   }
 
-  /** The device to load on, after evicting idle models there if needed. */
-  async #placeFor(manifest: ModelManifest): Promise<Device> {
+  /**
+   * The device to load on, after evicting idle models there if needed, with the model's memory set aside there
+   * until `release` (called when the load ends).
+   */
+  async #placeFor(manifest: ModelManifest): Promise<{ device: Device; release: () => void }> {
     const need = this.#needMB(manifest);
     const devices = this.#deps.devices();
     const largest = Math.max(0, ...devices.map((device) => device.budgetMB));
     if (need > largest) {
       throw new EngineError('MODEL_TOO_LARGE', `model "${manifest.name}" needs ${need} MB, more than the largest budget (${largest} MB)`, true);
     }
-    const free = (device: Device): number => device.budgetMB - this.usedMB(device.id);
+    const free = (device: Device): number => device.budgetMB - this.usedMB(device.id) - (this.#reservedMB.get(device.id) ?? 0);
+    // Set aside at once (before any await), so a load asked for meanwhile sees the room as taken.
+    const reserve = (device: Device): { device: Device; release: () => void } => {
+      this.#reservedMB.set(device.id, (this.#reservedMB.get(device.id) ?? 0) + need);
+      let released = false;
+      return {
+        device,
+        release: () => {
+          if (released) return;
+          released = true;
+          this.#reservedMB.set(device.id, Math.max(0, (this.#reservedMB.get(device.id) ?? 0) - need));
+        },
+      };
+    };
     const byRoom = [...devices].sort((a, b) => free(b) - free(a));
     const roomy = byRoom.find((device) => free(device) >= need);
-    if (roomy) return roomy;
+    if (roomy) return reserve(roomy);
     for (const device of byRoom) {
       const evictable = [...this.#entries.values()]
         .filter((entry) => entry.loaded.device.id === device.id && entry.inUse === 0)
         .sort((a, b) => a.lastUsedAt - b.lastUsedAt);
       const reclaimable = evictable.reduce((sum, entry) => sum + this.#charged(entry), 0);
       if (free(device) + reclaimable < need) continue;
+      const placed = reserve(device);
       for (const entry of evictable) {
-        if (free(device) >= need) break;
+        if (free(device) + need >= need) break; // room for it beside what is set aside (its own share included)
         this.#log.info({ evict: entry.loaded.manifest.name, for: manifest.name, device: device.id }, 'evicting least recently used model');
         await this.unload(entry.loaded.manifest.name);
       }
-      return device;
+      return placed;
     }
-    throw new EngineError('NO_ROOM', `no device has room for "${manifest.name}" (${need} MB) while the models there are busy or held`, true);
+    throw new EngineError('NO_ROOM', `no device has room for "${manifest.name}" (${need} MB) while the models there are busy or held, or loading`, true);
   }
+}
+
+interface LoadTiming {
+  evictMs: number;
+  pullMs: number;
+  /** The engine's whole `load`: its process's startup (when it started one) and the model's own load. */
+  engineMs: number;
+}
+
+/** A load's phases: the engine's time split into its process's startup (if it started one) and the model's init. */
+function loadPhases(timing: LoadTiming, loaded: LoadedModel): LoadPhases {
+  const startup = loaded.startup;
+  const initMs = Math.max(0, timing.engineMs - (startup ? startup.spawnMs + startup.readyMs : 0));
+  const round = (ms: number): number => Math.round(ms * 10) / 10;
+  return {
+    pullMs: round(timing.pullMs), evictMs: round(timing.evictMs),
+    ...(startup ? { spawnMs: round(startup.spawnMs), readyMs: round(startup.readyMs) } : {}),
+    initMs: round(initMs),
+  };
 }
 
 /**

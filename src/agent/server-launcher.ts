@@ -78,6 +78,7 @@ export class ServerLauncher {
     const dataDir = join(this.#options.dataDir, safeName(engine), safeName(manifest.name));
     mkdirSync(dataDir, { recursive: true });
     let server: ManagedServer;
+    const asked = performance.now();
     try {
       server = await startServer(this.#options.governor, {
         name: `${engine}/${manifest.name}`, settings: this.#settings(engine, launch), modelPath: modelPath ?? '', dataDir, gpu: gpuIndex(device),
@@ -87,10 +88,12 @@ export class ServerLauncher {
       if (error instanceof MissingExecutable) throw new EngineError('ENGINE_FAILED', `${error.message} on this host`, true, { cause: error });
       throw error;
     }
+    const spawned = performance.now();
     this.#live.add(server);
     void server.exited.then(() => this.#live.delete(server));
     // A server that exits before it is ready (or is not ready in time, and is stopped) fails the load with why.
     await server.ready;
+    const startup = { spawnMs: spawned - asked, readyMs: performance.now() - spawned };
     const exited = server.exited.then((reason): Promise<ServerExit> | ServerExit =>
       // Stopped by the agent (unload, shutdown): not a death to report; this never settles then.
       (reason.kind === 'stopped' ? new Promise<never>(() => {}) : { reason: describeExit(reason), error: exitError(reason) }));
@@ -101,6 +104,7 @@ export class ServerLauncher {
       logLines: splitLines(server.output()),
       exited,
       idleUnloadMs: launch.idleStopMs,
+      startup,
       release: async () => {
         await server.stop();
       },

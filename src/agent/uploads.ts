@@ -1,17 +1,23 @@
+import { createReadStream } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
+import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256Digest } from '../protocol/index.js';
 import type { ServerTrust } from '../tls/index.js';
-import { EngineError, type OutputFile } from './engines/engine.js';
+import { EngineError, type OutputFile, type OutputOnDisk } from './engines/engine.js';
 
 const ATTEMPTS = 6;
 
-function put(url: URL, agent: http.Agent, headers: Record<string, string>, body: Uint8Array): Promise<{ status: number; text: string }> {
+/** A body to send: bytes in memory, or a file streamed from disk (opened afresh for every attempt). */
+type Body = { bytes: Uint8Array } | { path: string; size: number };
+
+function put(url: URL, agent: http.Agent, headers: Record<string, string>, body: Body): Promise<{ status: number; text: string }> {
   const transport = url.protocol === 'https:' ? https : http;
+  const length = 'bytes' in body ? body.bytes.length : body.size;
   return new Promise((resolve, reject) => {
     const request = transport.request(url, {
-      method: 'PUT', agent, headers: { ...headers, 'content-length': String(body.length) },
+      method: 'PUT', agent, headers: { ...headers, 'content-length': String(length) },
     }, (response) => {
       let text = '';
       response.setEncoding('utf8');
@@ -20,7 +26,9 @@ function put(url: URL, agent: http.Agent, headers: Record<string, string>, body:
       response.on('error', reject);
     });
     request.on('error', reject);
-    request.end(body);
+    if ('bytes' in body) request.end(body.bytes);
+    // The file goes in chunks, at the pace the connection takes them: a clip is never held in memory whole.
+    else pipeline(createReadStream(body.path), request).catch(reject);
   });
 }
 
@@ -33,14 +41,23 @@ function put(url: URL, agent: http.Agent, headers: Record<string, string>, body:
  * a TLS mesh): a fresh handshake per output would dominate small jobs.
  */
 export async function uploadOutput(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
-  const digest = sha256Digest(file.bytes);
+  return send(baseUrl, trust, jobId, credential, sha256Digest(file.bytes), file.mediaType, { bytes: file.bytes });
+}
+
+/** Upload an output the engine left on disk (a video), streamed from the file; the engine hashed it (streaming too) once it was finished. */
+export async function uploadFileOutput(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, file: OutputOnDisk): Promise<{ digest: string; bytes: number }> {
+  return send(baseUrl, trust, jobId, credential, file.digest, file.mediaType, { path: file.path, size: file.size });
+}
+
+async function send(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, digest: string, mediaType: string, body: Body): Promise<{ digest: string; bytes: number }> {
+  const bytes = 'bytes' in body ? body.bytes.length : body.size;
   const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
   let lastError = '';
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
     try {
-      const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': file.mediaType }, file.bytes);
-      if (response.status >= 200 && response.status < 300) return { digest, bytes: file.bytes.length };
+      const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': mediaType }, body);
+      if (response.status >= 200 && response.status < 300) return { digest, bytes };
       lastError = `HTTP ${response.status}: ${response.text.slice(0, 300)}`;
       if (response.status < 500) break;
     } catch (error) {

@@ -1,3 +1,6 @@
+import { createWriteStream } from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { createParser } from 'eventsource-parser';
 import type { GrantEndedEvent, JobEvent, JobView } from '../protocol/index.js';
 import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../tls/index.js';
@@ -119,5 +122,12 @@ export class MeshClient {
     const response = await this.#fetch(path, { headers: this.#headers() });
     if (!response.ok) throw new ApiError(response.status, `HTTP_${response.status}`, await response.text());
     return new Uint8Array(await response.arrayBuffer());
+  }
+
+  /** Save a blob to a file as it arrives (a clip is not held in memory whole). */
+  async downloadTo(path: string, file: string): Promise<void> {
+    const response = await this.#fetch(path, { headers: this.#headers() });
+    if (!response.ok || !response.body) throw new ApiError(response.status, `HTTP_${response.status}`, await response.text());
+    await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file));
   }
 }

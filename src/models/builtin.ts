@@ -25,7 +25,8 @@ export interface BuiltinModel {
   name: string;
   version: string;
   engine: 'onnx';
-  kind: 'generator' | 'tensor';
+  /** generator: images; video: clips from the same network (frames walking its latent space); tensor: plain rows. */
+  kind: 'generator' | 'video' | 'tensor';
   jobTypes: string[];
   /** The ONNX file. Shared per process: do not modify. */
   bytes: Uint8Array;
@@ -58,9 +59,9 @@ const MLP_MEMORY_MB = 4;
 
 let cache: BuiltinModel[] | undefined;
 
-/** The built-in models (`gen`, `mlp`). Built once per process; returns fresh descriptor objects sharing the bytes. */
+/** The built-in models (`gen`, `gen-video`, `mlp`). Built once per process; returns fresh descriptor objects sharing the bytes. */
 export function builtinModels(): BuiltinModel[] {
-  cache ??= [makeGen(), makeMlp()];
+  cache ??= [makeGen(), makeGenVideo(), makeMlp()];
   return cache.map((m) => ({
     ...m,
     jobTypes: [...m.jobTypes],
@@ -99,6 +100,26 @@ function makeGen(): BuiltinModel {
       { name: 'canvas_out', dtype: 'float32', shape: ['batch', 'pixels', GEN_CHANNELS], description: 'canvas + band s' },
       { name: 'rgb', dtype: 'uint8', shape: ['batch', 'pixels', GEN_CHANNELS], description: 'row-major RGB image of canvas_out' },
     ],
+  };
+}
+
+/**
+ * `gen-video`: the same network and file as `gen` (the same digest: agents pull and cache it once), served for video
+ * jobs. A model of its own because a model has one job type's pipeline, one queue and one batching policy, and a clip
+ * (dozens of images and an encoder run) is a different workload from one image: it batches alone and its
+ * throughput is learned apart. Frame f of n renders the latent walked f/n of the way round a loop from
+ * latentFor(prompt, seed) (walkLatent), so frame 0 is gen's image of the same prompt and seed.
+ */
+function makeGenVideo(): BuiltinModel {
+  const gen = makeGen();
+  return {
+    ...gen,
+    name: 'gen-video',
+    kind: 'video',
+    jobTypes: ['video'],
+    description: 'Text-to-video with the gen network: frame f of n is gen\'s image of walkLatent(prompt, seed, f, n), encoded by ffmpeg (H.264 MP4, yuv420p) with a PNG poster.',
+    // One session holds a chunk of frames at a time (the ONNX engine's frame chunk), like a batch of four images.
+    memoryMB: 2 * GEN_MEMORY_MB,
   };
 }
 

@@ -319,6 +319,26 @@ export function latentFor(prompt: string, seed: number): Float32Array {
   return out;
 }
 
+/**
+ * The latent of frame `frame` of a `frames`-frame clip: a walk round a closed loop through latent space,
+ * a·cos θ + b·sin θ with θ = 2π·frame/frames, where a = latentFor(prompt, seed) and b is a second latent drawn
+ * from the same prompt and seed under another name. Frame 0 is the image `latentFor` gives, the clip loops
+ * without a jump (the frame after the last would be frame 0), and since a and b are independent standard
+ * normals every point of the loop is one too, so each frame looks like one of gen's images.
+ */
+export function walkLatent(prompt: string, seed: number, frame: number, frames: number): Float32Array {
+  if (!Number.isSafeInteger(frames) || frames < 1 || !Number.isSafeInteger(frame) || frame < 0 || frame >= frames) {
+    throw new RangeError(`frame ${frame} of ${frames} is not a frame of the clip`);
+  }
+  const start = latentFor(prompt, seed);
+  const direction = latentFor(`gpumesh/gen/walk/v1\0${prompt}`, seed);
+  const theta = (2 * Math.PI * frame) / frames;
+  const [cos, sin] = [Math.cos(theta), Math.sin(theta)];
+  const out = new Float32Array(GEN_LATENT_DIM);
+  for (let i = 0; i < GEN_LATENT_DIM; i++) out[i] = start[i]! * cos + direction[i]! * sin;
+  return out;
+}
+
 /** Latents of a batch, concatenated: [items.length, GEN_LATENT_DIM] row-major. */
 export function latentsFor(items: ReadonlyArray<{ readonly prompt: string; readonly seed: number }>): Float32Array {
   const out = new Float32Array(items.length * GEN_LATENT_DIM);

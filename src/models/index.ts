@@ -6,6 +6,7 @@ export {
   buildGenerator,
   coordsFor,
   latentFor,
+  walkLatent,
   latentsFor,
 } from './generator.js';
 export { MLP_HIDDEN_DIM, MLP_INPUT_DIM, MLP_OUTPUT_DIM, buildTensorMlp } from './tensor-mlp.js';

@@ -95,6 +95,9 @@ const ModelEntry = ModelPolicy.extend({
   settings: z.record(z.string(), z.unknown()).optional(),
 });
 
+/** The built-in models each job type uses when a job names none and mesh.yaml sets no `defaultModels`. */
+const BUILTIN_DEFAULT_MODELS: Record<string, string> = { image: 'gen', video: 'gen-video', tensor: 'mlp' };
+
 export const MeshConfigInput = z.strictObject({
   server: z.strictObject({
     /** Default 127.0.0.1: only this machine. Use 0.0.0.0 to accept agents from other hosts. */
@@ -124,9 +127,9 @@ export const MeshConfigInput = z.strictObject({
    * Job type → the host classes that may run it, in order of preference: the first class with a usable replica
    * wins, later ones are fallbacks. Default: each type to the class of the same name.
    */
-  routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], tensor: ['tensor'] }),
-  /** Job type → the model used when a job names none. */
-  defaultModels: z.record(z.string(), z.string()).default({ image: 'gen', tensor: 'mlp' }),
+  routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], video: ['video'], tensor: ['tensor'] }),
+  /** Job type → the model used when a job names none. Default: gen for image, gen-video for video, mlp for tensor (for the types `routing` names). */
+  defaultModels: z.record(z.string(), z.string()).default(BUILTIN_DEFAULT_MODELS),
   /** Models declared here (with `engine`), and policies merged over each model's defaults. */
   models: z.record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'a model name (letters, digits, ".", "-" and "_")'), ModelEntry).default({}),
   queues: z.strictObject({
@@ -161,6 +164,16 @@ export const MeshConfigInput = z.strictObject({
      * `always` holds it for the whole delay (the older rule). Default while-arriving.
      */
     holdPartial: z.enum(['while-arriving', 'always']).default('while-arriving'),
+  }).prefault({}),
+  scheduling: z.strictObject({
+    /**
+     * A batch that would make a host swap models (no room for both): `batch-before-swap` first sends the batches
+     * ready for the model the host holds, for at most `maxSwapHoldMs`; `lru` sends it at once and the agent evicts
+     * its least recently used idle model. Default batch-before-swap.
+     */
+    swapPolicy: z.enum(['batch-before-swap', 'lru']).default('batch-before-swap'),
+    /** The longest a host keeps its model for ready batches while another model waits to be swapped in. Default 5 s. */
+    maxSwapHoldMs: z.int().min(0).max(600_000).default(5000),
   }).prefault({}),
   retry: z.strictObject({
     /** Backoff before the first retry; doubles per attempt. Default 250 ms. */
@@ -296,6 +309,11 @@ export function resolveConfig(input: unknown, dataDefault: string, baseDir = pro
     throw new ConfigError(`invalid mesh config:\n  ${problems.join('\n  ')}`);
   }
   const config = parsed.data;
+  if ((input as { defaultModels?: unknown } | null)?.defaultModels === undefined) {
+    // The built-in defaults cover only the job types this mesh routes: `routing: {image: [image, cloud]}` alone is a
+    // whole config, not an error about a tensor default nobody wrote.
+    config.defaultModels = Object.fromEntries(Object.entries(config.defaultModels).filter(([type]) => config.routing[type]));
+  }
   if (config.priorities.default > config.priorities.levels) {
     throw new ConfigError(`invalid mesh config:\n  priorities.default: ${config.priorities.default} is beyond priorities.levels (${config.priorities.levels})`);
   }

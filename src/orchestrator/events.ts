@@ -29,7 +29,7 @@ export class EventBus {
   readonly #all = new Set<Listener>();
   readonly #byJob = new Map<string, Set<JobListener>>();
   readonly #epoch = Date.now().toString(36);
-  readonly #recent: ScopedEvent[] = [];
+  readonly #recent = new Ring<ScopedEvent>(REPLAY_EVENTS);
   #seq = 0;
 
   publish(event: JobEvent, scope: EventScope): void {
@@ -53,11 +53,11 @@ export class EventBus {
     if (after !== undefined) {
       const [epoch, seqText] = after.split('.');
       const seq = Number(seqText);
-      const oldest = this.#recent[0];
+      const oldest = this.#recent.oldest();
       const oldestSeq = oldest ? seqOf(oldest.id) : this.#seq + 1;
       if (epoch === this.#epoch && Number.isInteger(seq) && seq >= oldestSeq - 1) {
         replayed = true;
-        for (const scoped of this.#recent) if (seqOf(scoped.id) > seq) listener(scoped);
+        this.#recent.forEach((scoped) => { if (seqOf(scoped.id) > seq) listener(scoped); });
       }
     }
     this.#all.add(listener);
@@ -80,9 +80,34 @@ export class EventBus {
 
   #remember(scoped: ScopedEvent): void {
     this.#recent.push(scoped);
-    if (this.#recent.length > REPLAY_EVENTS) this.#recent.splice(0, this.#recent.length - REPLAY_EVENTS);
     for (const listener of this.#all) listener(scoped);
   }
 }
 
 const seqOf = (id: string): number => Number(id.slice(id.indexOf('.') + 1));
+
+/** The newest `capacity` items, oldest first: a fixed array written round, so keeping one more costs no copying. */
+class Ring<T> {
+  readonly #items: (T | undefined)[];
+  #next = 0;
+  #size = 0;
+
+  constructor(capacity: number) {
+    this.#items = new Array<T | undefined>(capacity);
+  }
+
+  push(item: T): void {
+    this.#items[this.#next] = item;
+    this.#next = (this.#next + 1) % this.#items.length;
+    this.#size = Math.min(this.#size + 1, this.#items.length);
+  }
+
+  oldest(): T | undefined {
+    return this.#size === 0 ? undefined : this.#items[(this.#next - this.#size + this.#items.length) % this.#items.length];
+  }
+
+  forEach(visit: (item: T) => void): void {
+    const start = this.#next - this.#size + this.#items.length;
+    for (let k = 0; k < this.#size; k++) visit(this.#items[(start + k) % this.#items.length]!);
+  }
+}

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
@@ -19,10 +19,11 @@ import { ModelCoverage } from './model-coverage.js';
 import {
   announceBreakers, AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, Prober, Router, RoutingFeedback, ThroughputBook,
 } from './routing/index.js';
-import { Admission, MemoryEstimator, MemoryPlanner, Scheduler } from './scheduler/index.js';
+import { Admission, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from './scheduler/index.js';
 import { buildServer } from './server.js';
+import { secretFile } from './secret-file.js';
 import { MeshStatus } from './status.js';
-import { blobs, grants, GroupCommit, openDb, type Db } from './store/index.js';
+import { blobs, Checkpointer, grants, GroupCommit, openDb, type Db } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls/index.js';
 import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
@@ -35,20 +36,14 @@ export interface OrchestratorOptions {
   webRoot?: string;
 }
 
-/** Read a secret file, or create it with fresh random bytes, readable only by its owner. */
-function secretFile(path: string, make: () => string): string {
-  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
-  const value = make();
-  writeFileSync(path, `${value}\n`, { mode: 0o600, flag: 'wx' });
-  return value;
-}
-
 /** The parts the facade itself needs after start; everything else lives inside them. */
 interface Parts {
   config: MeshConfig;
   log: Logger;
   db: Db;
   commits: GroupCommit;
+  /** WAL checkpoints off the event loop (null for a store that cannot share its file). */
+  checkpointer: Checkpointer | null;
   authority: GrantAuthority;
   issuer: GrantIssuer;
   status: MeshStatus;
@@ -66,6 +61,12 @@ interface Parts {
  * the client services and the HTTP server — each taking what it uses in its
  * constructor; the methods here are one-line delegations.
  */
+/**
+ * Acknowledgements of results wait up to this long for the next message to their host (the next batch, under load) and
+ * go with it in one write; an agent keeps each result until acknowledged, so waiting costs only its memory.
+ */
+const ACK_DELAY_MS = 5;
+
 export class Orchestrator {
   readonly config: MeshConfig;
   readonly log: Logger;
@@ -86,7 +87,9 @@ export class Orchestrator {
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
 
-    const db = openDb(join(config.data, 'store.sqlite'));
+    const storePath = join(config.data, 'store.sqlite');
+    const db = openDb(storePath);
+    const checkpointer = Checkpointer.start(db, storePath);
     const commits = new GroupCommit(db);
     const blobStore = new BlobStore(join(config.data, 'blobs'));
     const registry = new ModelRegistry(config);
@@ -120,9 +123,14 @@ export class Orchestrator {
     const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
     // Memory learned from what batches measured: refuses jobs too large for any host, caps batches to fit a host.
     const memory = new MemoryPlanner<RegisteredModel>(new MemoryEstimator(), (model, classes) => router.candidates(model, classes));
+    // Two models that cannot share a device: drain the one a host holds before swapping (bounded), or swap at once.
+    const swaps = new SwapPolicy({ policy: config.scheduling.swapPolicy, maxSwapHoldMs: config.scheduling.maxSwapHoldMs,
+      memoryMB: (name) => registry.get(name)?.manifest.memoryMB, log: log.child({ part: 'swaps' }),
+    });
     const scheduler = new Scheduler({
       model: (name) => registry.get(name), agingMs: config.priorities.agingMs, holdPartialBatches: config.batching.holdPartial,
       batchCap: (model, job, host) => memory.batchCap(model, job.input ?? {}, host),
+      swaps,
     });
     const metrics = new MeshMetrics({
       queueDepths: () => scheduler.depths(), hosts, breakers: () => breakers.all(), throughput: () => throughput.all(),
@@ -133,6 +141,8 @@ export class Orchestrator {
       clock, hosts, router, events, metrics, log: log.child({ part: 'autoscale' }), intervalMs: config.autoscaler.intervalMs,
       models: () => registry.all(), queued: (name) => scheduler.depth(name),
       blocked: (host, name) => breakers.blocking(host, name),
+      // A replica that would evict a model with work there is the scheduler's swap to time, not the autoscaler's.
+      displacesWork: (host, registered) => swaps.displacesWork(registered, host, (name) => scheduler.depth(name) > 0),
       classesOf: (registered) => [...new Set(registered.manifest.jobTypes.flatMap((type) => config.routing[type] ?? []))],
     });
     const uploadCredential = (batchId: string, validUntil: number): string => uploadCredentials.mint(batchId, validUntil);
@@ -152,7 +162,7 @@ export class Orchestrator {
     });
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
-      heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes,
+      heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes, ackDelayMs: ACK_DELAY_MS,
       authorizeJoin: joinAuthorizer(authority, clock, audit),
       watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
       observers: [
@@ -194,7 +204,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, db, checkpointer, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 
@@ -208,8 +218,11 @@ export class Orchestrator {
     const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
     const scheme = this.config.server.tls.enabled ? 'https' : 'http';
     this.#url = this.config.server.publicUrl ?? `${scheme}://${reachable.includes(':') ? `[${reachable}]` : reachable}:${actualPort}`;
-    // Tells the CLI on this machine where the mesh listens, whatever port it got.
-    writeFileSync(join(this.config.data, 'orchestrator.url'), `${this.#url}\n`);
+    // Tells the CLI on this machine where the mesh listens, whatever port it got; renamed into place, so a reader
+    // never sees it empty.
+    const urlFile = join(this.config.data, 'orchestrator.url');
+    writeFileSync(`${urlFile}.${process.pid}.tmp`, `${this.#url}\n`);
+    renameSync(`${urlFile}.${process.pid}.tmp`, urlFile);
     return this.#url;
   }
 
@@ -241,11 +254,12 @@ export class Orchestrator {
   }
 
   async close(): Promise<void> {
-    const { hub, stoppables, app, commits, db } = this.#parts;
+    const { hub, stoppables, app, commits, checkpointer, db } = this.#parts;
     hub.close();
     for (const part of stoppables) part.close();
     await app.close();
     commits.flush();
+    await checkpointer?.close();
     db.close();
     rmSync(join(this.config.data, 'orchestrator.url'), { force: true });
   }

@@ -1,4 +1,5 @@
 import type { ArtifactView, ErrorBody } from './jobs.js';
+import type { LoadPhases } from './link.js';
 
 /**
  * Job events as they travel over SSE: the SSE `event:` field is the `type`
@@ -9,9 +10,10 @@ export type JobEvent =
   | { type: 'dispatched'; jobId: string; host: string; replica: string; batchId: string; batchSize: number; attempt: number; at: string }
   /**
    * The host is making the job's model resident (pulling its file, starting its server, building its session): sent
-   * when loading begins, and again with `loadMs` when the model is ready and the job starts (scale from zero).
+   * when loading begins, and again with `loadMs` when the model is ready and the job starts (scale from zero), then
+   * with `phases`, where the agent measured that time went (pull, evict, spawn, ready, init: see LoadPhases).
    */
-  | { type: 'loading'; jobId: string; model: string; host: string; loadMs?: number; at: string }
+  | { type: 'loading'; jobId: string; model: string; host: string; loadMs?: number; phases?: LoadPhases; at: string }
   | { type: 'running'; jobId: string; host: string; at: string }
   | { type: 'progress'; jobId: string; step: number; total: number; pct: number; at: string }
   | { type: 'succeeded'; jobId: string; artifacts: ArtifactView[]; result: unknown; at: string }
@@ -39,6 +41,10 @@ export type MeshEvent =
   | { type: 'host:left'; host: string; at: string }
   /** An agent would not load a replica the autoscaler asked for; the autoscaler tries another host. */
   | { type: 'replica:refused'; host: string; model: string; code: string; message: string; at: string }
+  /** A host made a model resident (it said `loaded`): the dashboard's memory bars and resident models change. */
+  | { type: 'replica:loaded'; host: string; model: string; device: string; memoryMB: number; at: string }
+  /** A host let a resident model go (idle, asked to, or to make room). */
+  | { type: 'replica:unloaded'; host: string; model: string; device: string; at: string }
   | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string }
   /** A stored blob failed its integrity check (and was moved to quarantine). */
   | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string }
@@ -51,6 +57,18 @@ export type MeshEvent =
   | { type: 'breaker:closed'; host: string; model: string | null; at: string };
 
 export type MeshEventType = MeshEvent['type'];
+
+/**
+ * Every event name a stream may carry, for checking the names a client asks for (`GET /v1/events?types=`). A record
+ * over both unions: an event type added to either without its name here does not compile.
+ */
+const EVENT_NAMES: Record<JobEventType | MeshEventType, true> = {
+  queued: true, dispatched: true, loading: true, running: true, progress: true, succeeded: true, failed: true, cancelled: true, expired: true,
+  'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
+  'link:refused': true,
+  'blob:corrupt': true, 'breaker:opened': true, 'breaker:half-open': true, 'breaker:closed': true,
+};
+export const EVENT_TYPES: readonly (JobEventType | MeshEventType)[] = Object.keys(EVENT_NAMES) as (JobEventType | MeshEventType)[];
 
 /**
  * The last event of a stream whose grant ended while it was open (revoked, or

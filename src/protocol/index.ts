@@ -1,14 +1,14 @@
 export { ERRORS, MeshError, formatError, isErrorCode } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export {
-  JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody,
+  JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody,
 } from './jobs.js';
 export type { JobStatus, JobType, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
-export { TERMINAL_EVENTS, isTerminalEvent } from './events.js';
+export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';
 export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
 export { ModelManifest } from './models.js';
 export {
-  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
+  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, Device, ResidentModel, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
 export { ROUTE_SKIP_REASONS } from './routing.js';

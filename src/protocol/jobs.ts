@@ -11,6 +11,8 @@ export const LIMITS = {
   promptChars: 2000,
   imageSide: { min: 8, max: 1024 },
   steps: { min: 1, max: 32 },
+  /** A video job: frames, frames per second, and pixels per frame (a smaller cap than an image: every frame is one). */
+  video: { frames: { min: 2, max: 600 }, fps: { min: 1, max: 60 }, side: { min: 16, max: 1024 }, pixelsPerFrame: 512 * 512, pixelsPerClip: 50_000_000 },
   tensorValues: 65536,
   idempotencyKeyChars: 200,
   /** Jobs in one bulk submit (`POST /v1/jobs:batch`). */
@@ -30,6 +32,23 @@ export const ImageInput = z.strictObject({
 });
 export type ImageInput = z.infer<typeof ImageInput>;
 
+/**
+ * A clip: `frames` images walking the generator's latent space from the prompt, played at `fps`. Sides are even
+ * (H.264 in yuv420p halves the colour planes) and a frame holds at most `LIMITS.video.pixelsPerFrame` pixels.
+ */
+const videoSide = z.int().min(LIMITS.video.side.min).max(LIMITS.video.side.max).refine((side) => side % 2 === 0, 'must be even (H.264 in yuv420p)');
+export const VideoInput = z.strictObject({
+  prompt: z.string().trim().min(1, 'prompt must not be empty').max(LIMITS.promptChars),
+  seed: z.int().min(0).max(0xffffffff).optional(),
+  frames: z.int().min(LIMITS.video.frames.min).max(LIMITS.video.frames.max).optional(),
+  fps: z.int().min(LIMITS.video.fps.min).max(LIMITS.video.fps.max).optional(),
+  width: videoSide.optional(),
+  height: videoSide.optional(),
+  /** Refinement steps per frame. */
+  steps: z.int().min(LIMITS.steps.min).max(LIMITS.steps.max).optional(),
+});
+export type VideoInput = z.infer<typeof VideoInput>;
+
 export const TensorInput = z.strictObject({
   /** One sample: a flat list of numbers whose length the model fixes. */
   x: z.array(z.number().finite()).min(1).max(LIMITS.tensorValues),
@@ -39,6 +58,7 @@ export type TensorInput = z.infer<typeof TensorInput>;
 /** Each job type's input schema; a job type is served only if it appears here and in the config. */
 export const INPUT_SCHEMAS = {
   image: ImageInput,
+  video: VideoInput,
   tensor: TensorInput,
 } as const;
 export type JobType = keyof typeof INPUT_SCHEMAS;

@@ -52,6 +52,23 @@ export const ArtifactReport = z.object({
 });
 export type ArtifactReport = z.infer<typeof ArtifactReport>;
 
+/**
+ * Where a load's time went, measured on the agent (ms): the model file pulled into its cache, idle models evicted to
+ * make room, the engine's process started (`spawnMs`: the fork or exec until it runs) and ready (`readyMs`: a worker
+ * booted and reported ready, a server's readiness check passed — a server loads its model before it is ready), and the
+ * model loaded inside the engine (`initMs`: a session built). Spawn and ready are absent when the load reused a running
+ * process. The load's whole wait (`loadMs`) less these is the agent's own share. Optional wherever it travels (on
+ * `started` and in `done`'s timings): an older peer ignores it, so the link protocol version is unchanged.
+ */
+export const LoadPhases = z.object({
+  pullMs: z.number().min(0),
+  evictMs: z.number().min(0),
+  spawnMs: z.number().min(0).optional(),
+  readyMs: z.number().min(0).optional(),
+  initMs: z.number().min(0),
+});
+export type LoadPhases = z.infer<typeof LoadPhases>;
+
 export const Timings = z.object({
   /** Time spent making the model resident for this batch (0 when it already was). */
   loadMs: z.number(),
@@ -59,6 +76,8 @@ export const Timings = z.object({
   computeMs: z.number(),
   /** From the agent receiving `run` to this report. */
   totalMs: z.number(),
+  /** Where `loadMs` went, when the batch waited for a load (see LoadPhases). */
+  phases: LoadPhases.optional(),
 });
 export type Timings = z.infer<typeof Timings>;
 
@@ -124,6 +143,8 @@ export const AgentMessage = z.discriminatedUnion('type', [
     type: z.literal('started'), batchId: z.string(), jobIds: z.array(z.string()),
     /** How long the batch waited for its model to load (after a `loading`); absent or 0 when it was resident. */
     loadMs: z.number().min(0).optional(),
+    /** Where `loadMs` went (after a `loading`; see LoadPhases). */
+    phases: LoadPhases.optional(),
   }),
   z.object({ type: z.literal('progress'), batchId: z.string(), jobIds: z.array(z.string()), step: z.number(), total: z.number() }),
   z.object({
@@ -164,6 +185,12 @@ export const OrchestratorMessage = z.discriminatedUnion('type', [
     type: z.literal('welcome'), session: z.string(), heartbeatMs: z.number(), protocol: z.number(),
     /** Outputs up to this many bytes (per report, all files together) travel inline in `done`; larger ones are uploaded. */
     inlineOutputBytes: z.number().int().min(0),
+    /**
+     * How long the orchestrator lets a link stay silent before it drops it (agents.staleAfterMs). The agent holds
+     * the orchestrator to the same: a link that answers neither messages nor pings for this long is dropped and
+     * redialled. Optional (an older orchestrator does not send it): the agent then takes 3 heartbeats.
+     */
+    staleAfterMs: z.number().int().positive().optional(),
   }),
   z.object({
     type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob),

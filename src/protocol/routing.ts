@@ -85,7 +85,7 @@ export interface HostView {
 }
 
 /** What a queued job waits for. */
-export type WaitingFor = 'retry backoff' | 'a batch to fill' | 'a free slot' | 'a host of its classes' | 'its turn';
+export type WaitingFor = 'retry backoff' | 'a batch to fill' | 'a free slot' | 'a host of its classes' | 'a model swap' | 'its turn';
 
 /** `GET /v1/jobs/:id/explain`: where a job went and why, or why it is still waiting. */
 export interface ExplainView {

@@ -77,6 +77,16 @@ describe('exec engine: batching, inputs and outputs', () => {
     await loaded.unload();
   });
 
+  it('reads every output file before the run\'s scratch directory is removed', async () => {
+    // Found by the netns scenario: the scratch directory was removed while outputs were still being read (a
+    // `return` of a pending promise inside try/finally), so files read late failed with ENOENT, not retryable.
+    const writeMany = "const fs = require('node:fs'); for (let i = 0; i < 30; i++) fs.writeFileSync(process.argv[1] + '/part' + i + '.txt', 'part ' + i);";
+    const loaded = await engine.load(manifest({ command: [NODE, '-e', writeMany, '${OUTPUT_DIR}'] }, 'parts'), PAINT, cpuDevice(512));
+    const outputs = (await loaded.run([paintJob('parts')], () => {})).outputs;
+    expect(okOutput(outputs[0]!).files).toHaveLength(30);
+    await loaded.unload();
+  });
+
   it('takes a command as one string, split like a shell would but run without one; inputs in the ${INPUT} file', async () => {
     const loaded = await engine.load(manifest({ command: `'${NODE}' "${PAINT}" --input \${INPUT} --job-id \${JOB_ID}`, input: 'file' }), PAINT, cpuDevice(512));
     const [output] = (await loaded.run([paintJob('from-file', { seed: 9 })], () => {})).outputs;

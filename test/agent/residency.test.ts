@@ -211,6 +211,56 @@ describe('residency', () => {
   });
 });
 
+describe('residency: loads asked for at once', () => {
+  it('two models that cannot both fit, asked for together: one loads, the other is refused (NO_ROOM), not both placed', async () => {
+    const { residency: models } = residency(4096);
+    // Learn what each takes here, then shrink the budget so either fits but not both.
+    const gen = await models.acquire(manifest('gen'));
+    const mlp = await models.acquire(manifest('mlp'));
+    const genMB = gen.loaded.memoryMB;
+    const mlpMB = mlp.loaded.memoryMB;
+    models.release(gen.loaded);
+    models.release(mlp.loaded);
+    await models.unloadAll();
+    const shrunk = residency(Math.max(genMB, mlpMB) + Math.floor(Math.min(genMB, mlpMB) / 2));
+    // The fresh residency has no measurements yet: the manifests' figures place them; make those the measured ones.
+    const declared = (name: 'gen' | 'mlp'): ModelManifest => ({ ...manifest(name), memoryMB: name === 'gen' ? genMB : mlpMB });
+    const results = await Promise.allSettled([shrunk.residency.acquire(declared('gen')), shrunk.residency.acquire(declared('mlp'))]);
+    expect(results.map((result) => result.status).sort()).toEqual(['fulfilled', 'rejected']);
+    const refused = results.find((result) => result.status === 'rejected') as PromiseRejectedResult;
+    expect(refused.reason).toMatchObject({ code: 'NO_ROOM' });
+    expect(shrunk.residency.resident()).toHaveLength(1);
+    for (const result of results) if (result.status === 'fulfilled') shrunk.residency.release(result.value.loaded);
+    await shrunk.residency.unloadAll();
+  });
+});
+
+describe('residency: where a load\'s time went', () => {
+  it('a load from zero reports pull, evict, spawn, ready and init; a resident model none; a running worker no spawn', async () => {
+    const { residency: models } = residency(4096);
+    const cold = await models.acquire(manifest('gen'));
+    const phases = cold.phases!;
+    expect(phases.spawnMs).toBeGreaterThanOrEqual(0);
+    expect(phases.readyMs).toBeGreaterThan(0); // a Node process with onnxruntime does not boot in no time
+    expect(phases.initMs).toBeGreaterThan(0);
+    expect(phases.pullMs).toBeGreaterThan(0); // pulled from the blob server into an empty cache
+    // The phases are parts of the wait, never more than it.
+    expect(phases.pullMs + phases.evictMs + phases.spawnMs! + phases.readyMs! + phases.initMs).toBeLessThanOrEqual(cold.loadMs + 0.5);
+    models.release(cold.loaded);
+    const warm = await models.acquire(manifest('gen'));
+    expect(warm.loadMs).toBe(0);
+    expect(warm.phases).toBeUndefined();
+    // A second model on the same device shares the running worker: no process started, so no spawn or ready phase.
+    const second = await models.acquire(manifest('mlp'));
+    expect(second.phases).toMatchObject({ initMs: expect.any(Number) });
+    expect(second.phases!.spawnMs).toBeUndefined();
+    expect(second.phases!.readyMs).toBeUndefined();
+    models.release(warm.loaded);
+    models.release(second.loaded);
+    await models.unloadAll();
+  });
+});
+
 describe('residency: engine crashes', () => {
   it('a dead engine is dropped at once (reported unloaded) and the next acquire starts a fresh one that works', async () => {
     const { residency: models, events } = residency(4096);

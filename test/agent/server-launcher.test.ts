@@ -45,6 +45,9 @@ describe('servers the agent starts from a model\'s command template', () => {
     expect(cmdline(server!.pid)).toContain(`--model ${weights}`);
     expect(cmdline(server!.pid)).toContain(`--port ${new URL(server!.url).port}`);
     if (!skip) expect(server!.cgroupPaths.length).toBeGreaterThan(0);
+    // The load says how long the server took to spawn and to pass its readiness check (a cold start's phases).
+    expect(loaded.startup).toMatchObject({ spawnMs: expect.any(Number), readyMs: expect.any(Number) });
+    expect(loaded.startup!.readyMs).toBeGreaterThan(0);
     const { outputs } = await loaded.run([job('a'), job('b')], () => {});
     expect(outputs.map((output) => output.ok)).toEqual([true, true]);
     await loaded.unload();

@@ -1,7 +1,7 @@
-import { existsSync } from 'node:fs';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/cli/client.js';
+import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
 import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
 
 /**
@@ -9,7 +9,6 @@ import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
  * `gpumesh up`, its local agent and the built-in generator. Needs a Chromium
  * binary (Debian: `apt-get install chromium`); CHROMIUM_PATH overrides where.
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SCREENSHOT = '/tmp/gallery.png';
 
 const cardOf = (jobId: string): string => `.card[data-job-id="${jobId}"][data-digest]`;
@@ -24,7 +23,7 @@ function resultShown(prompt: string): boolean {
 
 describe('the gallery page in a browser', () => {
   it('has a Chromium to drive (npm run setup-tests installs Debian\'s)', () => {
-    expect(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}`).toBe(true);
+    expect(hasChromium(), `no Chromium at ${CHROMIUM}`).toBe(true);
   });
 
   let mesh: RunningMesh | undefined;
@@ -37,10 +36,7 @@ describe('the gallery page in a browser', () => {
   beforeAll(async () => {
     [mesh, browser] = await Promise.all([
       startMesh(),
-      chromium.launch({
-        executablePath: CHROMIUM,
-        args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-quic', '--disable-sync'],
-      }),
+      launchChromium(),
     ]);
     // At least one result exists before the page opens.
     const client = mesh.client();

@@ -153,10 +153,10 @@ describe('one job, end to end', () => {
 
   it('the global event stream carries other jobs\' events, filtered by the grant', async () => {
     const tensorOnly = (await call('POST', '/v1/grants', { body: { kind: 'client', types: ['tensor'] } })).json.token as string;
-    const listen = (grant: string) => {
+    const listen = (grant: string, query = '') => {
       const controller = new AbortController();
       const seen: string[] = [];
-      const done = fetch(`${running().url}/v1/events?access_token=${encodeURIComponent(grant)}`, { signal: controller.signal })
+      const done = fetch(`${running().url}/v1/events?access_token=${encodeURIComponent(grant)}${query}`, { signal: controller.signal })
         .then(async (response) => {
           expect(response.headers.get('content-type')).toContain('text/event-stream');
           const decoder = new TextDecoder();
@@ -167,12 +167,21 @@ describe('one job, end to end', () => {
     };
     const admin = listen(running().admin);
     const narrow = listen(tensorOnly);
-    await waitFor(() => admin.text().includes('retry:') && narrow.text().includes('retry:'), { what: 'both streams to open' });
+    const results = listen(running().admin, '&types=succeeded,failed');
+    await waitFor(() => [admin, narrow, results].every((stream) => stream.text().includes('retry:')), { what: 'the streams to open' });
     const { job } = await runToEnd(image({ prompt: 'broadcast' }));
     await waitFor(() => admin.text().includes(`"type":"succeeded","jobId":"${job.id}"`), { what: 'the succeeded event on /v1/events' });
+    await waitFor(() => results.text().includes(`"type":"succeeded","jobId":"${job.id}"`), { what: 'the succeeded event on the filtered stream' });
     expect(narrow.text()).not.toContain(job.id);
-    await admin.stop();
-    await narrow.stop();
+    // Asked for results only, the stream carried nothing else about the job.
+    expect(results.text().match(/^event: .*$/gm)?.filter((line) => line !== 'event: succeeded')).toEqual([]);
+    await Promise.all([admin, narrow, results].map((stream) => stream.stop()));
+  });
+
+  it('a stream asked for an event type that does not exist is 400 naming it', async () => {
+    const answer = await call('GET', '/v1/events?types=succeeded,finished');
+    expect(answer.status).toBe(400);
+    expect(answer.json.error.message).toContain('"finished"');
   });
 });
 

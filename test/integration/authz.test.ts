@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { UploadCredentials, inspectGrant, narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { LINK_PATH } from '../../src/protocol/index.js';
-import { meshForFile } from '../helpers/mesh.js';
+import { meshForFile, waitFor } from '../helpers/mesh.js';
 
 /**
  * Who may do what, on every route, in one table: a real `gpumesh up` (the
@@ -16,7 +16,7 @@ import { meshForFile } from '../helpers/mesh.js';
  */
 const running = meshForFile({ args: ['--gallery-ttl', '2h'], env: { GPUMESH_LOG_LEVEL: 'trace' } });
 
-const KINDS = ['none', 'admin', 'client', 'gallery', 'album', 'agent', 'upload', 'expired', 'revoked'] as const;
+const KINDS = ['none', 'admin', 'client', 'gallery', 'mesh', 'album', 'agent', 'upload', 'expired', 'revoked'] as const;
 type Kind = (typeof KINDS)[number];
 
 interface Fixtures {
@@ -52,8 +52,8 @@ interface Row {
  */
 const granted = (outcomes: Omit<Record<Kind, number>, 'none' | 'expired' | 'revoked'>): Record<Kind, number> => ({ none: 401, expired: 401, revoked: 401, ...outcomes });
 const everyone = (status: number): Record<Kind, number> => Object.fromEntries(KINDS.map((kind) => [kind, status])) as Record<Kind, number>;
-const adminOnly = (status: number): Record<Kind, number> => granted({ admin: status, client: 403, gallery: 403, album: 403, agent: 403, upload: 401 });
-const meshRead = granted({ admin: 200, client: 200, gallery: 403, album: 200, agent: 403, upload: 401 });
+const adminOnly = (status: number): Record<Kind, number> => granted({ admin: status, client: 403, gallery: 403, mesh: 403, album: 403, agent: 403, upload: 401 });
+const meshRead = granted({ admin: 200, client: 200, gallery: 403, mesh: 200, album: 200, agent: 403, upload: 401 });
 
 const tinyImage = JSON.stringify({ type: 'image', input: { prompt: 'authz probe', width: 8, height: 8, steps: 1 } });
 const uploadBytes = new TextEncoder().encode('an output, uploaded by whoever may');
@@ -81,37 +81,40 @@ const TABLE: Row[] = [
   {
     route: 'POST /v1/jobs', request: () => ({ path: '/v1/jobs', body: tinyImage }),
     // The album-narrowed grant's job goes to its own album (a job that names none goes to the grant's first album).
-    expect: granted({ admin: 202, client: 202, gallery: 202, album: 202, agent: 403, upload: 401 }),
+    expect: granted({ admin: 202, client: 202, gallery: 202, mesh: 403, album: 202, agent: 403, upload: 401 }),
   },
   {
     route: 'POST /v1/jobs:batch', request: () => ({ path: '/v1/jobs:batch', body: JSON.stringify({ jobs: [JSON.parse(tinyImage)] }) }),
     // Each job is admitted or refused on its own, so a grant that may submit at all gets 207.
-    expect: granted({ admin: 207, client: 207, gallery: 207, album: 207, agent: 403, upload: 401 }),
+    expect: granted({ admin: 207, client: 207, gallery: 207, mesh: 403, album: 207, agent: 403, upload: 401 }),
   },
-  { route: 'GET /v1/jobs', request: () => ({ path: '/v1/jobs?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
-  { route: 'GET /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/jobs', request: () => ({ path: '/v1/jobs?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }) },
   // Explaining a job shows what reading it shows, no more: the same visibility.
-  { route: 'GET /v1/jobs/{id}/explain', request: (f) => ({ path: `/v1/jobs/${f.jobId}/explain` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }) },
-  { route: 'DELETE /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 409, client: 409, gallery: 403, album: 404, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/jobs/{id}/explain', request: (f) => ({ path: `/v1/jobs/${f.jobId}/explain` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }) },
+  { route: 'DELETE /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 409, client: 409, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   {
     route: 'GET /v1/jobs/{id}/events', queryGrant: true, request: (f) => ({ path: `/v1/jobs/${f.jobId}/events` }),
-    expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 403, upload: 401 }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }),
   },
-  { route: 'GET /v1/events', queryGrant: true, request: () => ({ path: '/v1/events' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/events', queryGrant: true, request: () => ({ path: '/v1/events' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 403, upload: 401 }) },
   // Blobs are shared by digest: a grant limited to albums reads only what was published in them; agents read any (model files).
-  { route: 'GET /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 200, upload: 401 }) },
-  { route: 'HEAD /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 404, agent: 200, upload: 401 }) },
-  { route: 'GET /v1/artifacts', request: () => ({ path: '/v1/artifacts?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, album: 200, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 200, upload: 401 }) },
+  { route: 'HEAD /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 200, upload: 401 }) },
+  { route: 'GET /v1/artifacts', request: () => ({ path: '/v1/artifacts?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 200, agent: 403, upload: 401 }) },
   {
     route: 'PUT /v1/jobs/{id}/outputs/{digest}',
     request: (f) => ({ path: `/v1/jobs/${f.jobId}/outputs/${uploadDigest}`, body: uploadBytes, contentType: 'text/plain' }),
     // Only an agent's upload credential for the job's batch opens this route (no grant does), and only while the job runs
     // in that batch: this one has finished, so even the right credential is 403. (201 is covered in test/integration/link.test.ts.)
-    expect: granted({ admin: 401, client: 401, gallery: 401, album: 401, agent: 401, upload: 403 }),
+    expect: granted({ admin: 401, client: 401, gallery: 401, mesh: 401, album: 401, agent: 401, upload: 403 }),
   },
-  { route: `GET ${LINK_PATH}`, websocket: true, request: () => ({ path: LINK_PATH }), expect: granted({ admin: 101, client: 403, gallery: 403, album: 403, agent: 101, upload: 401 }) },
+  { route: `GET ${LINK_PATH}`, websocket: true, request: () => ({ path: LINK_PATH }), expect: granted({ admin: 101, client: 403, gallery: 403, mesh: 403, album: 403, agent: 101, upload: 401 }) },
   { route: 'GET /', hidden: true, request: () => ({ path: '/' }), expect: everyone(200) },
   { route: 'GET /web/gallery.js', hidden: true, request: () => ({ path: '/web/gallery.js' }), expect: everyone(200) },
+  // The mesh view's page and script: nothing without a grant, like the gallery; what it fetches needs the mesh link's grant.
+  { route: 'GET /mesh', hidden: true, request: () => ({ path: '/mesh' }), expect: everyone(200) },
+  { route: 'GET /web/mesh.js', hidden: true, request: () => ({ path: '/web/mesh.js' }), expect: everyone(200) },
   { route: 'GET /openapi.json', hidden: true, request: () => ({ path: '/openapi.json' }), expect: everyone(200) },
 ];
 
@@ -159,6 +162,8 @@ async function statusOf(row: Row, target: Target, auth: { header?: string | null
 beforeAll(async () => {
   const mesh = running();
   const admin = mesh.admin;
+  // The mesh view's link, the line after the gallery's.
+  const meshUrl = await waitFor(() => /^\s+mesh\s+(\S+)$/m.exec(mesh.output())?.[1], { what: 'gpumesh up to print the mesh link' });
   const mint = async (body: Record<string, unknown>): Promise<{ id: string; token: string }> => api('POST', '/v1/grants', body);
   const client = await mint({ kind: 'client', note: 'full client' });
   const agent = await mint({ kind: 'agent', host: 'authz-probe', classes: ['image'] });
@@ -176,7 +181,7 @@ beforeAll(async () => {
 
   fixtures = {
     tokens: {
-      none: null, admin, client: client.token, gallery: new URL(mesh.galleryUrl).hash.slice('#grant='.length),
+      none: null, admin, client: client.token, gallery: new URL(mesh.galleryUrl).hash.slice('#grant='.length), mesh: new URL(meshUrl).hash.slice('#grant='.length),
       album: narrowGrant(client.token, ['albums other']), agent: agent.token, upload: upload.token, expired: expired.token, revoked: revoked.token,
     },
     jobId: job.id,
@@ -252,11 +257,22 @@ describe('authorization on every route', () => {
   });
 });
 
+describe('the mesh link', () => {
+  it('carries a grant that may read mesh status and follow jobs, nothing more, as briefly as the gallery link', () => {
+    const { caveats } = inspectGrant(fixtures.tokens.mesh!);
+    expect(caveats).toEqual(['kind client', 'actions jobs:read,mesh:read', expect.stringMatching(/^time-before /)]);
+    const expires = Date.parse(caveats.at(-1)!.slice('time-before '.length));
+    expect(expires).toBeGreaterThan(Date.now() + 110 * 60_000); // --gallery-ttl 2h covers both links
+    expect(expires).toBeLessThanOrEqual(Date.now() + 120 * 60_000);
+    expect(running().output()).toMatch(/^ {2}mesh {5}http:\/\/127\.0\.0\.1:\d+\/mesh#grant=\S+$/m);
+  });
+});
+
 describe('the gallery link (finding 4)', () => {
   it('carries a short-lived grant that may only submit and read images in its album', () => {
     const { caveats } = inspectGrant(fixtures.tokens.gallery!);
     expect(caveats).toEqual([
-      'kind client', 'types image', 'albums default', 'actions jobs:submit,jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /),
+      'kind client', 'types image,video', 'albums default', 'actions jobs:submit,jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /),
     ]);
     const expires = Date.parse(caveats.at(-1)!.slice('time-before '.length));
     // --gallery-ttl 2h on this mesh.

@@ -112,10 +112,25 @@ describe('gpumesh CLI', () => {
     const fresh = link.output.trim();
     expect(fresh.startsWith(`${mesh.url}/#grant=`)).toBe(true);
     const caveats = (JSON.parse((await gpumeshRun(['grant', 'inspect', fresh.slice(fresh.indexOf('=') + 1)])).output) as { caveats: string[] }).caveats;
-    expect(caveats).toEqual(['kind client', 'types image', 'albums family', 'actions jobs:submit,jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /)]);
+    expect(caveats).toEqual(['kind client', 'types image,video', 'albums family', 'actions jobs:submit,jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /)]);
     const badTtl = await gpumeshRun(['up', '--gallery-ttl', 'forever', '--data', join(out, 'never-started')]);
     expect(badTtl.code).toBe(1);
     expect(badTtl.output).toContain('--gallery-ttl must be a duration');
+  });
+
+  it('`grant mesh` prints a link to the mesh view whose grant may only read the mesh and follow jobs', async () => {
+    const link = await gpumeshRun(['grant', 'mesh', '--expires', '2h'], env);
+    expect(link.code, link.output).toBe(0);
+    const fresh = link.output.trim();
+    expect(fresh.startsWith(`${mesh.url}/mesh#grant=`)).toBe(true);
+    const caveats = (JSON.parse((await gpumeshRun(['grant', 'inspect', fresh.slice(fresh.indexOf('=') + 1)])).output) as { caveats: string[] }).caveats;
+    expect(caveats).toEqual(['kind client', 'actions jobs:read,mesh:read', expect.stringMatching(/^time-before /)]);
+    const page = await fetch(new URL(fresh).origin + '/mesh');
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('<script type="module" src="/web/mesh.js"></script>');
+    const bad = await gpumeshRun(['grant', 'mesh', '--expires', 'forever'], env);
+    expect(bad.code).toBe(1);
+    expect(bad.output).toContain('--expires must be a duration');
   });
 
   it('clear errors for bad flags, a missing grant and an unreachable mesh', async () => {

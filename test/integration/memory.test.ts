@@ -12,6 +12,8 @@ import { meshForFile } from '../helpers/mesh.js';
 const BUDGET_MB = 400;
 const running = meshForFile({
   args: ['--cpu-budget', String(BUDGET_MB)],
+  // The agent logs each batch's measured memory at debug level (off the hot path at info).
+  env: { GPUMESH_LOG_LEVEL: 'debug' },
   // Batches of up to 16 if nothing else held them back.
   config: { models: { gen: { batching: { maxBatchSize: 16, preferredBatchSizes: [16], maxQueueDelayMs: 200 } } } },
 });

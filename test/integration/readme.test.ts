@@ -56,6 +56,9 @@ describe('the README', () => {
     expect(code, output).toBe(0);
 
     const saved = /file\s+(\S+\.png)/.exec(output)?.[1];
+    const clip = /file\s+(\S+\.mp4)/.exec(output)?.[1];
+    expect(clip && existsSync(clip)).toBe(true);
+    expect(output).toMatch(/step 24\/24/);
     expect(output).toMatch(/url\s+http:\/\/127\.0\.0\.1:\d+\/v1\/blobs\/sha256:[0-9a-f]{64}/);
     expect(saved && existsSync(saved)).toBe(true);
     expect(output).toMatch(/HOST\s+CLASSES\s+DEVICE/);
@@ -64,6 +67,7 @@ describe('the README', () => {
     expect(output).toContain('GRANT_DENIED');
     expect(output).toContain('types video');
     if (saved) rmSync(saved);
+    if (clip) for (const file of [clip, clip.replace(/\.mp4$/, '.poster.png')]) rmSync(file, { force: true });
     removeDir(data);
   });
 });

@@ -152,6 +152,9 @@ describe('a model declared in mesh.yaml on a server the agent starts (sd.cpp sta
     expect(began).toMatchObject({ model: 'sd', host: expect.any(String) });
     expect(began).not.toHaveProperty('loadMs');
     expect(loaded!.loadMs).toBeGreaterThan(0);
+    // Where the load went, as the agent measured it: the server's spawn and readiness among the phases.
+    expect(loaded!.phases).toMatchObject({ pullMs: expect.any(Number), evictMs: expect.any(Number), spawnMs: expect.any(Number), readyMs: expect.any(Number), initMs: expect.any(Number) });
+    expect(loaded!.phases!.readyMs).toBeGreaterThan(0);
     const view = await mesh.client().job(first.id);
     expect(view.attempts[0]!.loadMs).toBe(loaded!.loadMs);
     expect(view.input).toMatchObject({ steps: 3 }); // the model's own default (params.defaultSteps)

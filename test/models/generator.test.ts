@@ -13,6 +13,7 @@ import {
   latentFor,
   latentsFor,
   sha256Digest,
+  walkLatent,
 } from '../../src/models/index.js';
 
 const { onnx } = onnxProto;
@@ -192,6 +193,33 @@ describe('latentFor / coordsFor', () => {
     // last pixel: bottom-right
     expect(Array.from(c.subarray(21))).toEqual([0.75, 0.25, Math.fround(Math.hypot(0.75, 0.25))]);
     expect(() => coordsFor(0, 4)).toThrow(RangeError);
+  });
+});
+
+describe('walkLatent (the frames of a clip)', () => {
+  it('starts at the image\'s latent, moves a little each frame, loops, and stays standard normal', () => {
+    const frames = 48;
+    const walk = Array.from({ length: frames }, (_, f) => walkLatent('waves on a shore', 5, f, frames));
+    // Frame 0 is the image gen makes of the same prompt and seed.
+    expect(walk[0]).toEqual(latentFor('waves on a shore', 5));
+    expect(walkLatent('waves on a shore', 5, 17, frames)).toEqual(walk[17]);
+    const distance = (a: Float32Array, b: Float32Array) => Math.hypot(...Array.from(a, (v, i) => v - b[i]!));
+    const steps = walk.map((latent, f) => distance(latent, walk[(f + 1) % frames]!));
+    // Each step, the last back to the first included, is short and about the same: a smooth loop with no jump.
+    expect(Math.max(...steps)).toBeLessThan(1);
+    expect(Math.max(...steps) / Math.min(...steps)).toBeLessThan(1.5);
+    // Halfway round, the latent is far from the start: the clip moves.
+    expect(distance(walk[0]!, walk[frames / 2]!)).toBeGreaterThan(3);
+    const all = new Float32Array(walk.flatMap((latent) => Array.from(latent)));
+    expect(stdDev(all)).toBeGreaterThan(0.6);
+    expect(stdDev(all)).toBeLessThan(1.4);
+    expect(walkLatent('waves on a shore', 6, 3, frames)).not.toEqual(walk[3]);
+  });
+
+  it('refuses a frame outside the clip', () => {
+    expect(() => walkLatent('x', 1, 4, 4)).toThrow(RangeError);
+    expect(() => walkLatent('x', 1, -1, 4)).toThrow(RangeError);
+    expect(() => walkLatent('x', 1, 0, 0)).toThrow(RangeError);
   });
 });
 

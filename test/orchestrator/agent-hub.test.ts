@@ -130,6 +130,20 @@ describe('AgentHub (fake clock, fake sockets)', () => {
     expect(run?.type === 'run' && run.jobs[0]!.id).toBe(job.id);
   });
 
+  it('drops a silent host the moment its silence passes staleAfterMs, not at the next heartbeat tick; the welcome says how long that is', () => {
+    setup();
+    harness.clock.advance(400); // out of step with the hub's heartbeat ticks
+    const quiet = attach();
+    quiet.say(hello('quiet'));
+    expect(quiet.sent[0]).toMatchObject({ type: 'welcome', heartbeatMs: 1_000, staleAfterMs: 3_000 });
+    harness.clock.advance(3_000);
+    expect(quiet.closed).toBeNull();
+    // One tick past 3 s of silence; a sweep only on the heartbeat ticks would have waited 600 ms more.
+    harness.clock.advance(1);
+    expect(quiet.closed?.code).toBe(LINK_CLOSE.stale);
+    expect(lost).toEqual([{ host: 'quiet', reason: 'no heartbeat for 3001 ms', abnormal: true }]);
+  });
+
   it('a new connection of the same host replaces the old one, which is closed as replaced', () => {
     setup();
     const first = attach();
@@ -206,6 +220,22 @@ describe('AgentHub (fake clock, fake sockets)', () => {
     expect(session.draining).toBe(false);
     socket.say({ type: 'load-refused', model: 'gen', error: { code: 'NO_ROOM', message: 'full' } });
     expect(refusals).toEqual([{ host: 'laptop', model: 'gen', code: 'NO_ROOM' }]);
+  });
+
+  it('a model loaded or unloaded is a replica:loaded / replica:unloaded mesh event (the mesh view\'s memory bars follow them)', () => {
+    setup();
+    const socket = attach();
+    socket.say(hello());
+    socket.say({ type: 'loaded', model: 'gen', digest: `sha256:${'b'.repeat(64)}`, device: 'cpu', memoryMB: 96 });
+    expect(harness.hosts.get('laptop')!.isResident('gen')).toBe(true);
+    socket.say({ type: 'unloaded', model: 'gen', digest: `sha256:${'b'.repeat(64)}`, device: 'cpu' });
+    expect(harness.hosts.get('laptop')!.isResident('gen')).toBe(false);
+    const replicaEvents = harness.seen.flatMap((scoped) => (scoped.kind === 'mesh' && scoped.event.type.startsWith('replica:') ? [scoped.event] : []));
+    const at = new Date(harness.clock.now()).toISOString();
+    expect(replicaEvents).toEqual([
+      { type: 'replica:loaded', host: 'laptop', model: 'gen', device: 'cpu', memoryMB: 96, at },
+      { type: 'replica:unloaded', host: 'laptop', model: 'gen', device: 'cpu', at },
+    ]);
   });
 
   it('a draining agent gets no new work; when it closes normally it left, and nothing fails over', async () => {

@@ -14,13 +14,21 @@ describe('mesh.yaml validation', () => {
 
   it('refuses a default priority beyond the levels, and a default model for an unrouted type', () => {
     expect(() => resolveConfig({ priorities: { levels: 2, default: 3 } }, '/tmp/x')).toThrow(/priorities\.default: 3 is beyond priorities\.levels \(2\)/);
-    expect(() => resolveConfig({ defaultModels: { video: 'gen' } }, '/tmp/x')).toThrow(/defaultModels\.video: job type "video" has no routing entry/);
+    expect(() => resolveConfig({ defaultModels: { audio: 'gen' } }, '/tmp/x')).toThrow(/defaultModels\.audio: job type "audio" has no routing entry/);
+  });
+
+  it('routing one job type alone is a whole config: the built-in default models cover only the routed types', () => {
+    // Found by the failover benchmark: `routing: {image: [image]}` refused to start over a tensor default nobody wrote.
+    expect(resolveConfig({ routing: { image: ['image', 'cloud'] } }, '/tmp/x').defaultModels).toEqual({ image: 'gen' });
+    expect(resolveConfig({}, '/tmp/x').defaultModels).toEqual({ image: 'gen', video: 'gen-video', tensor: 'mlp' });
+    expect(() => resolveConfig({ routing: { image: ['image'] }, defaultModels: { tensor: 'mlp' } }, '/tmp/x')).toThrow(/defaultModels\.tensor: job type "tensor" has no routing entry/);
   });
 
   it('fills every default', () => {
     const config = resolveConfig({}, '/tmp/x');
     expect(config.server).toMatchObject({ host: '127.0.0.1', port: 7070 });
-    expect(config.routing).toEqual({ image: ['image'], tensor: ['tensor'] });
+    // Routing sends video to class video by default (a local `gpumesh up` agent serves every class routing names).
+    expect(config.routing).toEqual({ image: ['image'], video: ['video'], tensor: ['tensor'] });
     expect(config.data).toBe('/tmp/x');
   });
 

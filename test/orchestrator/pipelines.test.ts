@@ -28,4 +28,46 @@ describe('the image pipeline', () => {
     expect(PIPELINES.tensor.normalize(PIPELINES.tensor.probeInput(tensorManifest), tensorManifest)).toEqual({ x: [0, 0, 0, 0] });
     expect(PIPELINES.tensor.cost({ x: [1, 2, 3, 4] })).toBe(1);
   });
+
+  it('a tensor model that declares no inputDim (a server that knows its own width) is probed with one zero', () => {
+    // `new Array(NaN)` threw a RangeError in the prober's timer, which ended the orchestrator process.
+    const undeclared: ModelManifest = { ...manifest, engine: 'oip', jobTypes: ['tensor'], params: {} };
+    expect(PIPELINES.tensor.normalize(PIPELINES.tensor.probeInput(undeclared), undeclared)).toEqual({ x: [0] });
+  });
+});
+
+describe('the video pipeline', () => {
+  const clips: ModelManifest = { ...manifest, name: 'gen-video', engine: 'onnx', jobTypes: ['video'], params: { defaultSteps: 6 } };
+
+  it('fills every default, so the stored job makes the same clip again', () => {
+    expect(PIPELINES.video.normalize({ prompt: 'waves', seed: 3 }, clips)).toEqual({ prompt: 'waves', seed: 3, frames: 48, fps: 24, width: 256, height: 256, steps: 6 });
+    expect(PIPELINES.video.normalize({ prompt: 'waves' }, clips).seed).toEqual(expect.any(Number));
+  });
+
+  it('names the field that is wrong', () => {
+    const refused = (input: Record<string, unknown>) => {
+      try {
+        PIPELINES.video.normalize(input, clips);
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return 'accepted';
+    };
+    expect(refused({ prompt: 'x', frames: 1 })).toMatch(/frames: Too small/);
+    expect(refused({ prompt: 'x', fps: 0.5 })).toMatch(/fps: /);
+    expect(refused({ prompt: 'x', width: 99 })).toMatch(/width: must be even/);
+    expect(refused({ prompt: 'x', width: 1024, height: 512 })).toMatch(/width × height: 1024×512 is 524288 pixels a frame; the limit is 262144/);
+    expect(refused({ prompt: 'x', width: 512, height: 512, frames: 200 })).toMatch(/frames: 200 frames of 512×512 are 52428800 pixels; the limit for a clip is 50000000/);
+    expect(refused({ prompt: 'x', style: 'noir' })).toMatch(/Unrecognized key: "style"/);
+  });
+
+  it('a clip costs its frames\' pixel-steps, shares a batch only with clips of its shape, and its probe is a valid clip', () => {
+    const a = PIPELINES.video.normalize({ prompt: 'a', frames: 10, width: 64, height: 32, steps: 2 }, clips);
+    const b = PIPELINES.video.normalize({ prompt: 'b', frames: 10, width: 64, height: 32, steps: 2, fps: 5 }, clips);
+    expect(PIPELINES.video.cost(a)).toBe(64 * 32 * 2 * 10);
+    expect(PIPELINES.video.compatKey(a)).toBe(PIPELINES.video.compatKey(b));
+    expect(PIPELINES.video.compatKey(a)).not.toBe(PIPELINES.video.compatKey({ ...a, frames: 11 }));
+    const probe = PIPELINES.video.probeInput(clips);
+    expect(PIPELINES.video.normalize(probe, clips)).toEqual(probe);
+  });
 });

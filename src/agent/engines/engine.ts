@@ -16,9 +16,25 @@ export interface OutputFile {
   height?: number;
 }
 
+/**
+ * An output too large to hold in memory (a video): a file the engine wrote on the agent's disk and hashed,
+ * streaming, once it was finished. The agent streams it to the orchestrator's upload route and then calls `discard`.
+ */
+export interface OutputOnDisk {
+  path: string;
+  size: number;
+  /** 'sha256:<hex>' of the file. */
+  digest: string;
+  mediaType: string;
+  width?: number;
+  height?: number;
+  /** Remove the file (and what the engine made with it) once it is delivered, or will not be. */
+  discard(): Promise<void>;
+}
+
 /** What an engine produced for one job: files, a small JSON result, or an error that is this job's own. */
 export type JobOutput =
-  | { jobId: string; ok: true; files: OutputFile[]; result?: unknown }
+  | { jobId: string; ok: true; files: OutputFile[]; onDisk?: OutputOnDisk[]; result?: unknown }
   | { jobId: string; ok: false; code: ErrorCode; message: string; retryable: boolean };
 
 export interface Progress {
@@ -41,6 +57,16 @@ export interface BatchMemory {
 export interface BatchResult {
   outputs: JobOutput[];
   memory?: BatchMemory;
+}
+
+/**
+ * How long the engine's own process took to come up for a load, when the load started one (ms): `spawnMs` from
+ * asking for the process until it runs, `readyMs` from then until it is ready for work (a worker reported ready,
+ * a server's readiness check passed).
+ */
+export interface EngineStartup {
+  spawnMs: number;
+  readyMs: number;
 }
 
 /** A model made resident on a device by an engine. */
@@ -68,6 +94,8 @@ export interface LoadedModel {
    * server the agent started for it says how soon it may be stopped (scale to zero). Absent: the default.
    */
   readonly idleUnloadMs?: number | null;
+  /** The process this load started, and how long it took (absent: the load reused a running process, or started none). */
+  readonly startup?: EngineStartup;
 }
 
 /**

@@ -3,6 +3,7 @@ import type { z } from 'zod';
 import type { Clock } from '../../orchestrator/clock.js';
 import type { Governor } from '../governance/governor.js';
 import type { Supervisor } from '../supervisor.js';
+import type { ClipEncoder } from '../video/encoder.js';
 import type { Engine } from './engine.js';
 import type { EndpointProvider } from './shared/endpoint.js';
 
@@ -21,6 +22,8 @@ export interface EngineServices {
   clock: Clock;
   /** The engine's own logger (a child of the agent's, with `engine` set). */
   log: Logger;
+  /** Encodes clips with ffmpeg (governed) for engines that make video frames; absent: none (video jobs fail clearly). */
+  video?: ClipEncoder;
 }
 
 /**

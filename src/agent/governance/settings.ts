@@ -38,7 +38,7 @@ export const Readiness = z.union([
     http: z.string().regex(/^\//, 'must be a path starting with /'),
     /** Give up (and stop the server) after this long. Default 120 s: large models load slowly. */
     timeoutMs: z.number().int().positive().default(120_000),
-    /** Pause between polls. Default 200 ms. */
+    /** The longest pause between polls: they start 5 ms apart and double up to this. Default 200 ms. */
     intervalMs: z.number().int().positive().default(200),
   }).strict(),
   z.object({

@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { caveatsFromOptions, DURATION, galleryGrantOptions, inspectGrant, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
+import { caveatsFromOptions, DURATION, galleryGrantOptions, inspectGrant, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
 import { clientFrom, type ClientOptions } from '../settings.js';
 import { CliError, parseInteger, parseList, printJson, table } from '../output.js';
 import { withClientOptions } from './shared.js';
@@ -117,6 +117,15 @@ export function grantCommand(): Command {
         kind: 'client', ...galleryGrantOptions(parseList(flags.albums), flags.expires), note: 'gallery page',
       });
       process.stdout.write(`${client.baseUrl}/#grant=${minted.token}\n`);
+    });
+  withClientOptions(grant.command('mesh'))
+    .description('Mint a mesh-view grant and print the link to the mesh dashboard (/mesh): it may only read mesh status and follow jobs, and expires soon (needs an admin grant)')
+    .option('--expires <duration>', 'how long the link works: 90m, 12h, 7d', '12h')
+    .action(async (flags: ClientOptions & { expires: string }) => {
+      if (!DURATION.test(flags.expires)) throw new CliError(`--expires must be a duration such as 90m, 12h or 7d, not "${flags.expires}"`);
+      const client = clientFrom(flags);
+      const minted = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'client', ...meshViewGrantOptions(flags.expires), note: 'mesh view' });
+      process.stdout.write(`${client.baseUrl}/mesh#grant=${minted.token}\n`);
     });
   return grant;
 }

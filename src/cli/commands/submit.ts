@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
 import cliProgress from 'cli-progress';
@@ -8,12 +8,14 @@ import { CliError, parseInteger, parseSize, printJson } from '../output.js';
 import { withClientOptions } from './shared.js';
 
 interface SubmitOptions extends ClientOptions {
-  type: string;
+  type?: string;
   model?: string;
   prompt?: string;
   seed?: number;
   size?: string;
   steps?: number;
+  frames?: number;
+  fps?: number;
   input?: string;
   priority?: number;
   timeout?: number;
@@ -32,6 +34,8 @@ function buildInput(options: SubmitOptions): Record<string, unknown> {
   if (options.prompt !== undefined) input.prompt = options.prompt;
   if (options.seed !== undefined) input.seed = options.seed;
   if (options.steps !== undefined) input.steps = options.steps;
+  if (options.frames !== undefined) input.frames = options.frames;
+  if (options.fps !== undefined) input.fps = options.fps;
   if (options.size) Object.assign(input, parseSize(options.size));
   return input;
 }
@@ -46,10 +50,33 @@ function parseJson(text: string): Record<string, unknown> {
   }
 }
 
+/** The job type: --type, or `video` when the flags describe a clip (--frames, --fps). */
+function jobType(options: SubmitOptions): string {
+  if (options.type) return options.type;
+  if (options.frames !== undefined || options.fps !== undefined) return 'video';
+  throw new CliError('--type is required (image, video, tensor, …), unless --frames or --fps make it a video');
+}
+
+/**
+ * File names for a job's outputs: `<job>.<ext>` for each kind of file, so a clip is `<job>.mp4` beside its
+ * `<job>.poster.png`; a second file of the same kind gets its index.
+ */
+function outputNames(jobId: string, mediaTypes: readonly string[]): string[] {
+  const seen = new Map<string, number>();
+  const hasVideo = mediaTypes.includes('video/mp4');
+  return mediaTypes.map((mediaType) => {
+    const extension = EXTENSIONS[mediaType] ?? 'bin';
+    const count = seen.get(extension) ?? 0;
+    seen.set(extension, count + 1);
+    const kind = hasVideo && mediaType === 'image/png' ? '.poster' : '';
+    return `${jobId}${kind}${count > 0 ? `-${count}` : ''}.${extension}`;
+  });
+}
+
 async function submit(options: SubmitOptions): Promise<void> {
   const client = clientFrom(options);
   const accepted = await client.submit({
-    type: options.type, model: options.model, input: buildInput(options), priority: options.priority,
+    type: jobType(options), model: options.model, input: buildInput(options), priority: options.priority,
     timeoutMs: options.timeout, idempotencyKey: options.idempotencyKey, album: options.album,
   });
   if (!options.wait) {
@@ -81,10 +108,10 @@ async function submit(options: SubmitOptions): Promise<void> {
   if (options.save) {
     const dir = resolve(options.out);
     mkdirSync(dir, { recursive: true });
+    const names = outputNames(accepted.id, terminal.artifacts.map((artifact) => artifact.mediaType));
     for (const [index, artifact] of terminal.artifacts.entries()) {
-      const name = `${accepted.id}${terminal.artifacts.length > 1 ? `-${index}` : ''}.${EXTENSIONS[artifact.mediaType] ?? 'bin'}`;
-      const path = join(dir, name);
-      writeFileSync(path, await client.download(artifact.url));
+      const path = join(dir, names[index]!);
+      await client.downloadTo(artifact.url, path);
       saved.push(path);
     }
   }
@@ -104,12 +131,14 @@ async function submit(options: SubmitOptions): Promise<void> {
 export function submitCommand(): Command {
   return withClientOptions(new Command('submit'))
     .description('Submit a job; with --wait, follow its progress and fetch its outputs')
-    .requiredOption('-t, --type <type>', 'job type: image, tensor, …')
+    .option('-t, --type <type>', 'job type: image, video, tensor, … (default: video with --frames or --fps)')
     .option('-m, --model <name>', 'model (default: the config\'s default for the type)')
     .option('-p, --prompt <text>', 'prompt (image jobs)')
     .option('--seed <n>', 'seed; the same prompt and seed give the same image', parseInteger('--seed'))
     .option('--size <WxH>', 'image size, e.g. 256x256')
-    .option('--steps <n>', 'refinement steps', parseInteger('--steps'))
+    .option('--steps <n>', 'refinement steps (per frame for a video)', parseInteger('--steps'))
+    .option('--frames <n>', 'video: frames in the clip (default 48)', parseInteger('--frames'))
+    .option('--fps <n>', 'video: frames per second (default 24)', parseInteger('--fps'))
     .option('--input <json>', 'the whole input as a JSON object (merged under the flags above)')
     .option('--priority <n>', '1 is the highest', parseInteger('--priority'))
     .option('--timeout <ms>', 'deadline in milliseconds from now', parseInteger('--timeout'))

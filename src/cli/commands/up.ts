@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
-import { caveatsFromOptions, DURATION, galleryGrantOptions } from '../../orchestrator/auth/options.js';
+import { caveatsFromOptions, DURATION, galleryGrantOptions, meshViewGrantOptions } from '../../orchestrator/auth/options.js';
 import { VERSION } from '../../version.js';
 import { CliError, parseInteger } from '../output.js';
 import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
@@ -78,7 +78,7 @@ export function upCommand(): Command {
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
     .option('--idle-unload <seconds>', 'the local agent unloads a model idle this long (default 300)', parseInteger('--idle-unload'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
-    .option('--gallery-ttl <duration>', 'how long the gallery link works, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
+    .option('--gallery-ttl <duration>', 'how long the gallery and mesh links work, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
     .action(async (options: UpOptions) => {
       if (options.galleryTtl !== undefined && !DURATION.test(options.galleryTtl)) {
         throw new CliError(`--gallery-ttl must be a duration such as 90m, 12h or 7d, not "${options.galleryTtl}"`);
@@ -96,6 +96,8 @@ export function upCommand(): Command {
       const galleryCaveats = caveatsFromOptions(galleryGrantOptions(config.gallery.albums, galleryTtl), Date.now());
       const gallery = orchestrator.mint('client', galleryCaveats, 'gallery page');
       const galleryUntil = galleryCaveats.find((line) => line.startsWith('time-before '))!.slice('time-before '.length);
+      // The mesh view's link: it may read mesh status and follow jobs, nothing else (no submitting, no pictures), as briefly.
+      const meshView = orchestrator.mint('client', caveatsFromOptions(meshViewGrantOptions(galleryTtl), Date.now()), 'mesh view');
 
       const host = hostname();
       const agent = options.agent ? new LocalAgent(() => {
@@ -125,6 +127,8 @@ export function upCommand(): Command {
         `gpumesh ${VERSION} is up`,
         `  gallery  ${url}/#grant=${gallery}`,
         `           images in album ${config.gallery.albums.join(', ')}, until ${galleryUntil} (\`gpumesh grant gallery\` mints a new link)`,
+        `  mesh     ${url}/mesh#grant=${meshView}`,
+        `           hosts, devices, breakers, queues (read only), until ${galleryUntil} (\`gpumesh grant mesh\` mints a new link)`,
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
         `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,
@@ -135,6 +139,7 @@ export function upCommand(): Command {
         `  logs     ${options.verbose ? 'this terminal' : logs}`,
         '',
         'Try:  npx gpumesh submit --type image --prompt "a lighthouse at dusk" --wait',
+        '      npx gpumesh submit --frames 48 --fps 24 --prompt "waves on a shore" --wait   (a clip: needs ffmpeg)',
         'Stop: Ctrl-C',
       ];
       process.stdout.write(`${lines.join('\n')}\n`);

@@ -1,7 +1,9 @@
 export { GrantAuthority, narrowGrant, inspectGrant, firstFailure, type VerifiedGrant, type GrantRate } from './grants.js';
 export { ACTIONS, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat } from './caveats.js';
 export type { Action, Caveat, GrantKind, GrantRequest } from './caveats.js';
-export { caveatsFromOptions, galleryGrantOptions, parseExpiry, GALLERY_ACTIONS, DURATION, type GrantOptions } from './options.js';
+export {
+  caveatsFromOptions, galleryGrantOptions, meshViewGrantOptions, parseExpiry, GALLERY_ACTIONS, MESH_VIEW_ACTIONS, DURATION, type GrantOptions,
+} from './options.js';
 export { GrantIssuer, type GrantIssuerDeps, type GrantView, type RequestOrigin } from './issuer.js';
 export { GrantLifetimes, type GrantEnd } from './lifetimes.js';
 export { UploadCredentials } from './upload-credentials.js';

@@ -48,7 +48,7 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
 }
 
 /**
- * What a gallery page needs and nothing more: submit images and read them
+ * What a gallery page needs and nothing more: submit images and clips and read them
  * back, in its albums, for a short time. Its grant travels in a link (and so
  * in browser history), so it cannot cancel, read mesh status or metrics, or
  * see other albums — their jobs, events or blobs.
@@ -56,7 +56,18 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
 export const GALLERY_ACTIONS = ['jobs:submit', 'jobs:read', 'artifacts:read', 'blobs:read'];
 
 export function galleryGrantOptions(albums: readonly string[], expires: string): GrantOptions {
-  return { actions: [...GALLERY_ACTIONS], types: ['image'], albums: [...albums], expires };
+  return { actions: [...GALLERY_ACTIONS], types: ['image', 'video'], albums: [...albums], expires };
+}
+
+/**
+ * What the mesh view (the dashboard at `/mesh`) needs and nothing more: read mesh status (`/v1/status`,
+ * `/v1/hosts`, mesh events) and follow jobs (`/v1/events` needs `jobs:read`). It cannot submit, cancel, or read
+ * artifacts or blobs — no pictures, only the mesh's state — and, like the gallery link, it expires.
+ */
+export const MESH_VIEW_ACTIONS = ['jobs:read', 'mesh:read'];
+
+export function meshViewGrantOptions(expires: string): GrantOptions {
+  return { actions: [...MESH_VIEW_ACTIONS], expires };
 }
 
 /** A duration such as `90s`, `10m`, `12h`, `7d` (not an instant). */

@@ -15,6 +15,11 @@ export interface AutoscalerDeps {
   classesOf(model: RegisteredModel): string[];
   /** A circuit breaker stops batches of the model there (host or host × model open): no replica is placed or counted there. */
   blocked?(host: string, model: string): unknown;
+  /**
+   * Loading the model on this host would evict a model there that still has work: no replica is placed there (the
+   * scheduler's swap policy times that swap, scheduler/swap-policy.ts). Absent: any eligible host.
+   */
+  displacesWork?(host: HostSession, model: RegisteredModel): boolean;
   /** Jobs of the model waiting in its queue. */
   queued(model: string): number;
   /** Job events tell it about new demand at once; refusals become mesh events. */
@@ -275,7 +280,8 @@ export class Autoscaler {
     const classRank = (host: HostSession): number => classes.findIndex((klass) => host.info.classes.includes(klass));
     const candidates = this.#deps.router.candidates(model, classes)
       .filter((host) => !host.draining && host.largestBudgetMB >= memoryMB && !host.hasReplica(name)
-        && !this.#deps.blocked?.(host.id, name) && (state.refusals.get(host)?.until ?? 0) <= now)
+        && !this.#deps.blocked?.(host.id, name) && (state.refusals.get(host)?.until ?? 0) <= now
+        && !this.#deps.displacesWork?.(host, model))
       .sort((a, b) => classRank(a) - classRank(b)
         || Number(b.isResident(name)) - Number(a.isResident(name))
         || Number(b.cached.has(digest)) - Number(a.cached.has(digest))

@@ -20,7 +20,7 @@ export function agentRoutes(app: FastifyInstance, deps: { hub: AgentHub; auth: R
       throw new MeshError('UPGRADE_REQUIRED', {}, { headers: { upgrade: 'websocket' } });
     },
     wsHandler: (socket, request) => {
-      deps.hub.attach(socket, grantOf(request));
+      deps.hub.attach(socket, grantOf(request), request.raw.socket);
     },
   });
 }

@@ -1,13 +1,27 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { isTerminalEvent, MeshError, type GrantEndedEvent, type JobEvent } from '../../protocol/index.js';
+import { EVENT_TYPES, isTerminalEvent, MeshError, type GrantEndedEvent, type JobEvent } from '../../protocol/index.js';
 import type { Action, GrantEnd, VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
 import type { EventBus, ScopedEvent } from '../events.js';
 import { canSee, type JobService } from '../jobs/index.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { openSse, type SseStream } from './sse.js';
+
+/**
+ * `?types=succeeded,failed`: the event types a stream carries (default: all). A client that waits only for results
+ * asks for the terminal ones and is sent a fifth of the events. `resync` and `grant:ended` always come.
+ */
+const EventTypeList = z.string().max(1000).transform((text, context) => {
+  const names = text.split(',').map((name) => name.trim()).filter((name) => name !== '');
+  const unknown = names.filter((name) => !(EVENT_TYPES as readonly string[]).includes(name));
+  if (unknown.length > 0) {
+    context.addIssue({ code: 'custom', message: `unknown event type ${unknown.map((name) => `"${name}"`).join(', ')}; known: ${EVENT_TYPES.join(', ')}` });
+    return z.NEVER;
+  }
+  return new Set<string>(names);
+});
 
 const may = (grant: VerifiedGrant, action: Action, now: number): boolean => firstFailure(grant, { action }, now) === null;
 
@@ -55,7 +69,10 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
   });
 
   routes.get('/v1/events', {
-    schema: { tags: ['events'], summary: 'Every job event the grant may see, and mesh events for grants that may read mesh status (SSE); honours Last-Event-ID' },
+    schema: {
+      querystring: z.object({ types: EventTypeList.optional() }),
+      tags: ['events'], summary: 'Every job event the grant may see, and mesh events for grants that may read mesh status (SSE); honours Last-Event-ID',
+    },
     config: QUERY_GRANT_ALLOWED,
     onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
@@ -66,7 +83,9 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
       stopWatching();
     });
     const stopWatching = auth.watch(request, (why) => endForGrant(stream, why, grant, auth.now()));
-    const visible = (scoped: ScopedEvent): boolean => (scoped.kind === 'job' ? canSee(grant, scoped.scope, auth.now()) : may(grant, 'mesh:read', auth.now()));
+    const wanted = request.query.types ?? null;
+    const visible = (scoped: ScopedEvent): boolean => (wanted === null || wanted.has(scoped.event.type))
+      && (scoped.kind === 'job' ? canSee(grant, scoped.scope, auth.now()) : may(grant, 'mesh:read', auth.now()));
     const subscription = events.subscribeAll((scoped) => {
       if (visible(scoped)) stream.send(scoped.event.type, scoped.event, scoped.id);
     }, typeof lastEventId === 'string' ? lastEventId : undefined);

@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { corkForTick } from '../../net/cork.js';
 
 const KEEPALIVE_MS = 15_000;
 
@@ -39,11 +40,7 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
   return {
     send(event, data, id) {
       if (closed || raw.writableEnded) return;
-      // Events published in one tick leave in one write instead of one syscall each.
-      if (!raw.writableCorked) {
-        raw.cork();
-        process.nextTick(() => raw.uncork());
-      }
+      corkForTick(raw);
       raw.write(`${id ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     },
     close() {

@@ -86,6 +86,11 @@ export class JobExplainer {
     if (decision.waitingFor === 'a free slot') {
       return result('a free slot', `every usable host of class ${decision.class ?? '?'} is busy${why ? ` (${why})` : ''}`);
     }
+    const swap = decision.host ? scheduler.swapHold(job.model, job.id, decision.host, now) : null;
+    if (swap) {
+      return result('a model swap', `${swap.host} holds ${swap.keeping.join(', ')} (no room for ${job.model} beside it) and sends the batches ready for it first; `
+        + `${job.model} is swapped in when they are done, by ${iso(swap.until)} at the latest`);
+    }
     const ahead = standing?.ahead ?? 0;
     return result('its turn', `${decision.host!.id} can take it now; ${ahead} job${ahead === 1 ? '' : 's'} of ${job.model} ahead of it`);
   }

@@ -50,11 +50,11 @@ export class JobOutputs {
     return { digest, bytes: stored.bytes, mediaType };
   }
 
-  /** Keep an output that came inline in a report; DIGEST_MISMATCH if its bytes are not what it claims. */
-  async keepInline(artifact: ArtifactReport & { inline: string }): Promise<void> {
+  /** Keep an output that came inline in a report (small: stored at once, in this tick); DIGEST_MISMATCH if its bytes are not what it claims. */
+  keepInline(artifact: ArtifactReport & { inline: string }): void {
     const bytes = Buffer.from(artifact.inline, 'base64');
     if (bytes.length !== artifact.bytes) throw new MeshError('DIGEST_MISMATCH', { expected: `${artifact.bytes} bytes`, actual: `${bytes.length} bytes` });
-    await this.#deps.blobs.putBytes(bytes, artifact.digest);
+    this.#deps.blobs.putSmallSync(bytes, artifact.digest);
     this.#deps.commits.write(() => blobs.recordBlob(this.#deps.db, { digest: artifact.digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
   }
 

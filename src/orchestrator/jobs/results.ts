@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { isErrorCode, isTerminal, type AgentMessage, type BatchMemoryReport, type ErrorBody } from '../../protocol/index.js';
+import { isErrorCode, isTerminal, MeshError, type AgentMessage, type BatchMemoryReport, type ErrorBody, type LoadPhases } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
@@ -50,9 +50,9 @@ export class ResultIntake {
     if (jobs.length > 0) this.#deps.states.loading(jobs, host.id);
   }
 
-  started(host: HostSession, batchId: string, jobIds: readonly string[], loadMs?: number): void {
+  started(host: HostSession, batchId: string, jobIds: readonly string[], loadMs?: number, phases?: LoadPhases): void {
     const jobs = this.#held(host, batchId, jobIds, 'started');
-    if (jobs.length > 0) this.#deps.states.started(batchId, jobs, host.id, loadMs);
+    if (jobs.length > 0) this.#deps.states.started(batchId, jobs, host.id, loadMs, undefined, phases);
   }
 
   progress(host: HostSession, batchId: string, jobIds: readonly string[], step: number, total: number): void {
@@ -62,21 +62,30 @@ export class ResultIntake {
   done(host: HostSession, message: Done): void {
     const job = this.#settled(host, message, 'done');
     if (!job) return;
+    if (job.status === 'dispatched') this.#startedByResult(host, message);
     if (message.memory) this.#deps.observeMemory?.(job.model, message.memory);
-    const inline = message.artifacts.filter((artifact): artifact is typeof artifact & { inline: string } => artifact.inline !== undefined);
-    if (inline.length === 0) {
-      this.#publish(host, job, message);
+    try {
+      // Outputs that came inline are hashed and stored before the job is published with them.
+      for (const artifact of message.artifacts) if (artifact.inline !== undefined) this.#deps.outputs.keepInline({ ...artifact, inline: artifact.inline });
+    } catch (error) {
+      // Bytes that are not what they claim fail the attempt as corrupt; anything else (a full disk) is the orchestrator's.
+      const code = error instanceof MeshError ? 'INTEGRITY_FAILED' : 'INTERNAL';
+      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code, message: `an inline output was not kept: ${(error as Error).message}` }, true);
+      this.#ack(host, job.id);
       return;
     }
-    // Outputs that came inline are hashed and stored before the job is published with them.
-    Promise.all(inline.map((artifact) => this.#deps.outputs.keepInline(artifact))).then(() => {
-      // While they were written the job may have moved on (cancelled, or its host reconnected): the report counts only if it still holds.
-      if (this.#deps.inFlight.holds(host, message.batchId, job.id)) this.#publish(host, job, message);
-    }, (error: unknown) => {
-      if (!this.#deps.inFlight.holds(host, message.batchId, job.id)) return;
-      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code: 'INTEGRITY_FAILED', message: `an inline output was refused: ${(error as Error).message}` }, true);
-      this.#ack(host, job.id);
-    });
+    this.#publish(host, job, message);
+  }
+
+  /**
+   * A batch that ended within the agent's report delay was never reported started (agent/batch-reports.ts): its first
+   * result starts it, dated back by its compute time, so the record and the event stream read as for any batch.
+   */
+  #startedByResult(host: HostSession, message: Done): void {
+    const batch = this.#deps.inFlight.of(message.jobId)?.batch;
+    const jobs = [...(batch?.jobIds ?? [])].map((jobId) => this.#deps.states.get(jobId)).filter((job): job is JobRecord => job !== null);
+    const { loadMs, computeMs, phases } = message.timings;
+    this.#deps.states.started(message.batchId, jobs, host.id, loadMs > 0 ? loadMs : undefined, { startedAt: this.#deps.clock.now() - computeMs }, phases);
   }
 
   #publish(host: HostSession, job: JobRecord, message: Done): void {

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent } from '../../protocol/index.js';
+import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent, type LoadPhases } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
 import type { EventBus, EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
@@ -136,20 +136,22 @@ export class JobStates {
 
   /**
    * The host began a batch: its jobs still dispatched are running (two statements for the whole batch).
-   * `loadMs` is how long it waited for the model (present only after a load), kept with the attempt.
+   * `loadMs` is how long it waited for the model (present only after a load), kept with the attempt. A batch reported
+   * started by its first result (`byResult`: when it started, dated back) is not stored as running: its jobs finish in
+   * this same tick, and their attempts record the start.
    */
-  started(batchId: string, jobs: readonly JobRecord[], host: string, loadMs?: number): void {
+  started(batchId: string, jobs: readonly JobRecord[], host: string, loadMs?: number, byResult?: { startedAt: number }, phases?: LoadPhases): void {
     const { db, clock } = this.#deps;
     const starting = jobs.filter((job) => job.status === 'dispatched');
     if (starting.length === 0) return;
-    const now = clock.now();
+    const now = Math.round(byResult?.startedAt ?? clock.now());
     const waited = loadMs === undefined ? undefined : Math.round(loadMs);
-    this.#deps.commits.write(() => jobStore.markBatchRunning(db, batchId, now));
+    if (!byResult) this.#deps.commits.write(() => jobStore.markBatchRunning(db, batchId, now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
       job.loadMs = waited ?? 0;
-      if (waited !== undefined) this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, loadMs: waited, at: iso(now) });
+      if (waited !== undefined) this.#emit(job, { type: 'loading', jobId: job.id, model: job.model, host, loadMs: waited, ...(phases ? { phases } : {}), at: iso(now) });
       this.#emit(job, { type: 'running', jobId: job.id, host, at: iso(now) });
     }
     for (const observer of this.#observers) observer.started?.(batchId, starting, host);

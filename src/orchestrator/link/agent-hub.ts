@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
+import { corkForTick } from '../../net/cork.js';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
@@ -33,6 +35,8 @@ export interface AgentHubDeps {
   staleAfterMs: number;
   /** Largest output (per report) an agent may send inline in `done`. */
   inlineOutputBytes: number;
+  /** How long acknowledgements may wait to ride along with the next message to their host (ms). Default 0: end of tick. */
+  ackDelayMs?: number;
   /** How long a socket may stay open without saying hello. Default 10 s. */
   helloTimeoutMs?: number;
   /** Throws if the grant may not join as this host with these classes. */
@@ -48,6 +52,8 @@ export interface AgentHubDeps {
 export type LinkSocket = Pick<WebSocket, 'on' | 'send' | 'close' | 'terminate' | 'readyState' | 'OPEN'>;
 
 const HELLO_TIMEOUT_MS = 10_000;
+/** The sweep never runs more often than this, however many links come due together. */
+const SWEEP_MIN_MS = 20;
 
 /**
  * The orchestrator's end of the agent links: admits agents by their hello and
@@ -66,8 +72,11 @@ export class AgentHub {
     this.#sweep = this.#armSweep();
   }
 
-  /** Take a freshly upgraded socket; it becomes a host once its hello is accepted. */
-  attach(socket: LinkSocket, grant: VerifiedGrant): void {
+  /**
+   * Take a freshly upgraded socket; it becomes a host once its hello is accepted. `transport` is the connection
+   * under it: messages sent to the host in one tick leave in one write.
+   */
+  attach(socket: LinkSocket, grant: VerifiedGrant, transport?: Writable): void {
     let session: HostSession | null = null;
     let grantEnded = false;
     const helloTimer = this.#deps.clock.setTimer(this.#deps.helloTimeoutMs ?? HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.noHello, 'no hello'));
@@ -95,7 +104,7 @@ export class AgentHub {
       if (!session) {
         helloTimer.cancel();
         if (message.type !== 'hello') return socket.close(LINK_CLOSE.rejected, 'the first message must be hello');
-        session = this.#admit(socket, grant, message);
+        session = this.#admit(socket, grant, message, transport);
         return;
       }
       this.#handle(session, message);
@@ -112,7 +121,7 @@ export class AgentHub {
     socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
 
-  #admit(socket: LinkSocket, grant: VerifiedGrant, hello: Hello): HostSession | null {
+  #admit(socket: LinkSocket, grant: VerifiedGrant, hello: Hello, transport: Writable | undefined): HostSession | null {
     try {
       if (hello.protocol !== LINK_PROTOCOL_VERSION) {
         throw new MeshError('AGENT_REJECTED', { host: hello.host, detail: `link protocol ${hello.protocol}; this orchestrator speaks ${LINK_PROTOCOL_VERSION}` });
@@ -127,11 +136,14 @@ export class AgentHub {
     const { clock, hosts, failover, recovery, log } = this.#deps;
     const send = (message: OrchestratorMessage): void => {
       // Write errors surface as a close event, which fails the host over; nothing to do here.
-      if (socket.readyState === socket.OPEN) socket.send(JSON.stringify(message));
+      if (socket.readyState !== socket.OPEN) return;
+      if (transport) corkForTick(transport);
+      socket.send(JSON.stringify(message));
     };
     const session = new HostSession(
       { id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
+      this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,
     );
     // What it still holds after a reconnect counts at once, not only from its first heartbeat.
     session.resident = hello.resident ?? [];
@@ -149,7 +161,7 @@ export class AgentHub {
     recovery.claim(session, hello.inFlight);
     send({
       type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION,
-      inlineOutputBytes: this.#deps.inlineOutputBytes,
+      inlineOutputBytes: this.#deps.inlineOutputBytes, staleAfterMs: this.#deps.staleAfterMs,
     });
     log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length }, 'agent joined');
     this.#deps.events.publishMesh({ type: 'host:joined', host: hello.host, classes: hello.classes, at: new Date(clock.now()).toISOString() });
@@ -177,10 +189,14 @@ export class AgentHub {
       case 'loaded':
         session.loaded({ model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() });
         hosts.changed();
+        this.#deps.events.publishMesh({
+          type: 'replica:loaded', host: session.id, model: message.model, device: message.device, memoryMB: message.memoryMB, at: new Date(clock.now()).toISOString(),
+        });
         return;
       case 'unloaded':
         session.unloaded(message.model);
         hosts.changed();
+        this.#deps.events.publishMesh({ type: 'replica:unloaded', host: session.id, model: message.model, device: message.device, at: new Date(clock.now()).toISOString() });
         return;
       case 'load-refused':
         this.#deps.onLoadRefused?.(session, message.model, message.error);
@@ -199,7 +215,7 @@ export class AgentHub {
       case 'loading':
         return intake.loading(session, message.batchId, message.jobIds);
       case 'started':
-        return intake.started(session, message.batchId, message.jobIds, message.loadMs);
+        return intake.started(session, message.batchId, message.jobIds, message.loadMs, message.phases);
       case 'progress':
         return intake.progress(session, message.batchId, message.jobIds, message.step, message.total);
       case 'done':
@@ -249,8 +265,17 @@ export class AgentHub {
     this.#deps.events.publishMesh({ type: 'host:lost', host: session.id, reason, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
+  /**
+   * The next look at the links: when the quietest one would pass `staleAfterMs`, and at least once per heartbeat
+   * interval. A host is dropped the moment its silence becomes conclusive rather than up to an interval later —
+   * the time its jobs in flight wait before they are retried elsewhere (bench/failover.ts).
+   */
   #armSweep(): Timer {
-    return this.#deps.clock.setTimer(this.#deps.heartbeatMs, () => {
+    const { clock, heartbeatMs, staleAfterMs } = this.#deps;
+    const now = clock.now();
+    let next = heartbeatMs;
+    for (const session of this.#sockets.keys()) next = Math.min(next, session.lastSeenAt + staleAfterMs + 1 - now);
+    return clock.setTimer(Math.max(SWEEP_MIN_MS, next), () => {
       if (this.#closed) return;
       const now = this.#deps.clock.now();
       for (const [session, socket] of [...this.#sockets]) {

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { access, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -50,6 +50,21 @@ export class BlobStore {
       await this.#commit(temp, digest);
     }
     return { digest, bytes: bytes.length };
+  }
+
+  /**
+   * Store small bytes already in memory (an output that came inline in a report, 256 KiB at most by default) without
+   * leaving the event loop: a write that small costs less than the thread-pool round trips of the async calls.
+   */
+  putSmallSync(bytes: Uint8Array, expected: string): void {
+    const digest = sha256Digest(bytes);
+    if (expected !== digest) throw new MeshError('DIGEST_MISMATCH', { expected, actual: digest });
+    const target = this.pathOf(digest);
+    if (existsSync(target)) return;
+    const temp = this.#tempPath();
+    writeFileSync(temp, bytes);
+    mkdirSync(join(target, '..'), { recursive: true });
+    renameSync(temp, target);
   }
 
   /**

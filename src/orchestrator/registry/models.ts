@@ -15,9 +15,14 @@ export interface RegisteredModel {
   pipeline: Pipeline;
 }
 
+/** How the ONNX engine feeds each kind of built-in model (its `settings.pipeline`). */
+const ONNX_PIPELINE_OF = { generator: 'cppn-image', video: 'cppn-video', tensor: 'tensor' } as const;
+
 /** Batching defaults of the built-in models, tuned on a 2-core CPU (see bench/RESULTS.md). */
 const BUILTIN_POLICIES: Record<string, ModelPolicyDefaults> = {
   gen: { batching: { maxBatchSize: 4, preferredBatchSizes: [4], maxQueueDelayMs: 0 } },
+  // A clip is dozens of images already (the engine runs frames in chunks); clips run one at a time.
+  'gen-video': { batching: { maxBatchSize: 1, preferredBatchSizes: [1], maxQueueDelayMs: 0 } },
   mlp: { batching: { maxBatchSize: 32, preferredBatchSizes: [8, 16, 32], maxQueueDelayMs: 2 } },
 };
 
@@ -47,7 +52,7 @@ export class ModelRegistry {
         name: builtin.name, version: builtin.version, engine: builtin.engine, digest: stored.digest, file: true, bytes: stored.bytes,
         memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
         // How the ONNX engine feeds it is the engine's setting; the job type's input handling is the orchestrator's.
-        settings: { pipeline: builtin.kind === 'generator' ? 'cppn-image' : 'tensor' },
+        settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind] },
       });
     }
   }

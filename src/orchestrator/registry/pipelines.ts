@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { z } from 'zod';
-import { INPUT_SCHEMAS, MeshError, type ModelManifest } from '../../protocol/index.js';
+import { INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest } from '../../protocol/index.js';
 
 /**
  * What the orchestrator must know about a job type's input, whatever engine
@@ -60,6 +60,39 @@ const image: Pipeline = {
   }),
 };
 
+/**
+ * A clip from an image model: each frame is one image (the same size and steps), so a frame's cost is an image's
+ * and a clip's is `frames` of them. Limits beyond the schema's: pixels per frame and per clip, named in the error.
+ */
+const video: Pipeline = {
+  normalize(input, manifest) {
+    const clip = parseInput(INPUT_SCHEMAS.video, input, manifest.name);
+    const width = clip.width ?? param(manifest, 'defaultWidth', 256);
+    const height = clip.height ?? param(manifest, 'defaultHeight', 256);
+    const frames = clip.frames ?? param(manifest, 'defaultFrames', 48);
+    const { pixelsPerFrame, pixelsPerClip } = LIMITS.video;
+    if (width * height > pixelsPerFrame) {
+      throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `width × height: ${width}×${height} is ${width * height} pixels a frame; the limit is ${pixelsPerFrame}` });
+    }
+    if (width * height * frames > pixelsPerClip) {
+      throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `frames: ${frames} frames of ${width}×${height} are ${width * height * frames} pixels; the limit for a clip is ${pixelsPerClip}` });
+    }
+    return {
+      prompt: clip.prompt,
+      seed: clip.seed ?? randomInt(0, 0xffffffff),
+      frames,
+      fps: clip.fps ?? param(manifest, 'defaultFps', 24),
+      width, height,
+      steps: clip.steps ?? param(manifest, 'defaultSteps', 6),
+    };
+  },
+  // A batch of clips runs one clip after another; clips of one shape share a batch as images do.
+  compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}x${String(input.frames)}`,
+  cost: (input) => Number(input.width) * Number(input.height) * Number(input.steps) * Number(input.frames),
+  // The shortest, smallest clip the schema allows: it still runs the encoder, which is what a video replica needs.
+  probeInput: () => ({ prompt: 'gpumesh health probe', seed: 1, frames: LIMITS.video.frames.min, fps: 1, width: LIMITS.video.side.min, height: LIMITS.video.side.min, steps: 1 }),
+};
+
 const tensor: Pipeline = {
   normalize(input, manifest) {
     const parsed = parseInput(INPUT_SCHEMAS.tensor, input, manifest.name);
@@ -72,7 +105,8 @@ const tensor: Pipeline = {
   },
   // Every sample has the model's fixed width, so any two can share a batch.
   compatKey: () => '',
-  probeInput: (manifest) => ({ x: new Array<number>(Number(manifest.params.inputDim)).fill(0) }),
+  // Without a declared width, one value: a server that wants another width refuses it as INVALID_INPUT (no verdict).
+  probeInput: (manifest) => ({ x: new Array<number>(Math.floor(param(manifest, 'inputDim', 1))).fill(0) }),
   // Every sample has the model's fixed width.
   cost: () => 1,
 };
@@ -80,6 +114,7 @@ const tensor: Pipeline = {
 /** Input handling by job type: a model serves the job types in its manifest, and each type's pipeline checks its jobs. */
 export const PIPELINES = {
   image,
+  video,
   tensor,
 } as const satisfies Readonly<Record<string, Pipeline>>;
 

@@ -1,4 +1,5 @@
 import type { Device, OrchestratorMessage, ResidentModel } from '../../protocol/index.js';
+import type { Clock, Timer } from '../clock.js';
 
 /** A batch a host is running: which jobs, on which model, since when. */
 export interface InFlightBatch {
@@ -46,9 +47,15 @@ export class HostSession {
   /** Models this host was asked to hold for their minReplicas (`load` with `hold`). */
   readonly held = new Set<string>();
   readonly #send: (message: OrchestratorMessage) => void;
+  readonly #ackLater: AckDelay | null;
   #acks: string[] = [];
+  #ackTimer: Timer | null = null;
 
-  constructor(info: HostInfo, cached: readonly string[], session: string, now: number, send: (message: OrchestratorMessage) => void) {
+  /**
+   * `ackDelay`: acknowledgements wait up to this long and ride along with the next message to the host — the next
+   * batch, usually — instead of waking the agent once for each (null: they leave at the end of the tick).
+   */
+  constructor(info: HostInfo, cached: readonly string[], session: string, now: number, send: (message: OrchestratorMessage) => void, ackDelay: AckDelay | null = null) {
     this.info = info;
     this.cached = new Set(cached);
     this.session = session;
@@ -56,6 +63,7 @@ export class HostSession {
     this.lastSeenAt = now;
     this.devices = info.devices;
     this.#send = send;
+    this.#ackLater = ackDelay;
   }
 
   get id(): string {
@@ -106,18 +114,30 @@ export class HostSession {
   }
 
   send(message: OrchestratorMessage): void {
+    this.#flushAcks();
     this.#send(message);
   }
 
-  /** Acknowledge a result; acknowledgements made in one tick travel as one message. */
+  /** Acknowledge a result; acknowledgements travel together (see the constructor's `ackDelay`). */
   ack(jobId: string): void {
     if (this.#acks.length === 0) {
-      queueMicrotask(() => {
-        const jobIds = this.#acks;
-        this.#acks = [];
-        this.#send({ type: 'ack', jobIds });
-      });
+      if (this.#ackLater) this.#ackTimer = this.#ackLater.clock.setTimer(this.#ackLater.ms, () => this.#flushAcks());
+      else queueMicrotask(() => this.#flushAcks());
     }
     this.#acks.push(jobId);
   }
+
+  #flushAcks(): void {
+    this.#ackTimer?.cancel();
+    this.#ackTimer = null;
+    if (this.#acks.length === 0) return;
+    const jobIds = this.#acks;
+    this.#acks = [];
+    this.#send({ type: 'ack', jobIds });
+  }
+}
+
+export interface AckDelay {
+  clock: Pick<Clock, 'setTimer'>;
+  ms: number;
 }

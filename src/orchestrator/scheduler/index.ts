@@ -5,3 +5,4 @@ export { ArrivalRate } from './arrivals.js';
 export { Admission } from './admission.js';
 export { GrantRateLimiter } from './rates.js';
 export { MemoryEstimator, MemoryPlanner, type MemoryHost, type MemoryModel } from './memory.js';
+export { SwapPolicy, displacedBy, type SwapPolicyName, type SwapPolicyOptions, type SwapHold, type ReadyModels } from './swap-policy.js';

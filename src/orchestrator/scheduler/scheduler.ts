@@ -2,7 +2,8 @@ import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession } from '../routing/index.js';
 import { ArrivalRate } from './arrivals.js';
 import { releaseDecision, worthWaiting } from './batcher.js';
-import { compareJobs, ModelQueue, type QueuedJob } from './queue.js';
+import { compareJobs, effectivePriority, ModelQueue, type QueuedJob } from './queue.js';
+import type { ReadyModels, SwapHold, SwapPolicy } from './swap-policy.js';
 
 export interface SchedulerDeps {
   model(name: string): RegisteredModel | undefined;
@@ -15,7 +16,11 @@ export interface SchedulerDeps {
   holdPartialBatches?: 'while-arriving' | 'always';
   /** The most jobs like `job` whose batch fits `host`'s memory (MemoryPlanner.batchCap); no cap when absent. */
   batchCap?(model: RegisteredModel, job: QueuedJob, host: HostSession): number;
+  /** Whether a batch that would swap a host's model out waits for the batches ready for that model (swap-policy.ts); none: it never waits. */
+  swaps?: SwapPolicy;
 }
+
+type Candidate = { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob; early: boolean };
 
 /** A batch taken out of its queue, with the host that will run it. */
 export interface Release {
@@ -95,7 +100,43 @@ export class Scheduler {
    */
   next(now: number, pickHost: PickHost): { release: Release } | { wakeAt: number } {
     const { agingMs } = this.#deps;
-    type Candidate = { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob; early: boolean };
+    const { ready, wakeAt: readyAt } = this.#ready(now);
+    let wakeAt = readyAt;
+    const levels = this.#deps.swaps ? readyLevels(ready, now, agingMs) : null;
+    for (const candidate of ready) {
+      const host = pickHost(candidate.model, candidate.best);
+      // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
+      if (!host || (candidate.early && host.batches.size > 0)) continue;
+      // A batch that would swap the host's model out while that model has batches ready waits for them (bounded).
+      const held = levels && this.#deps.swaps!.hold(candidate.model, effectivePriority(candidate.best, now, agingMs), host, now, levels);
+      if (held) {
+        wakeAt = Math.min(wakeAt, held.until);
+        continue;
+      }
+      const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
+      const jobs = candidate.queue.take(candidate.key, size, now, agingMs);
+      this.#total -= jobs.length;
+      this.#deps.swaps?.released(candidate.model.manifest.name, host, now);
+      return { release: { model: candidate.model, jobs, host } };
+    }
+    return { wakeAt };
+  }
+
+  /**
+   * Whether a queued job's batch would wait for a model swap on `host` (the host it would be routed to now), and
+   * until when at most: for explaining a job; starts no hold.
+   */
+  swapHold(model: string, id: string, host: HostSession, now: number): SwapHold | null {
+    const registered = this.#deps.model(model);
+    const job = this.#queues.get(model)?.get(id);
+    if (!this.#deps.swaps || !registered || !job) return null;
+    const { ready } = this.#ready(now);
+    return this.#deps.swaps.hold(registered, effectivePriority(job, now, this.#deps.agingMs), host, now, readyLevels(ready, now, this.#deps.agingMs), false);
+  }
+
+  /** The groups that may leave now, best first, and when the next waiting one becomes ready by itself. */
+  #ready(now: number): { ready: Candidate[]; wakeAt: number } {
+    const { agingMs } = this.#deps;
     const ready: Candidate[] = [];
     let wakeAt = Infinity;
     for (const [name, queue] of this.#queues) {
@@ -117,16 +158,7 @@ export class Scheduler {
       }
     }
     ready.sort((a, b) => compareJobs(a.best, b.best, now, agingMs));
-    for (const candidate of ready) {
-      const host = pickHost(candidate.model, candidate.best);
-      // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
-      if (!host || (candidate.early && host.batches.size > 0)) continue;
-      const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
-      const jobs = candidate.queue.take(candidate.key, size, now, agingMs);
-      this.#total -= jobs.length;
-      return { release: { model: candidate.model, jobs, host } };
-    }
-    return { wakeAt };
+    return { ready, wakeAt };
   }
 
   /** Where a queued job stands; null when it is not in a queue (waiting out a retry backoff, or not queued). */
@@ -149,4 +181,15 @@ export class Scheduler {
       ready: decision.release || early, early, releaseAt: decision.release ? null : decision.wakeAt,
     };
   }
+}
+
+/** Each model with a batch ready, and the best effective priority level among them. */
+function readyLevels(ready: readonly Candidate[], now: number, agingMs: number): ReadyModels {
+  const levels = new Map<string, number>();
+  for (const candidate of ready) {
+    const name = candidate.model.manifest.name;
+    const level = effectivePriority(candidate.best, now, agingMs);
+    levels.set(name, Math.min(level, levels.get(name) ?? Infinity));
+  }
+  return levels;
 }

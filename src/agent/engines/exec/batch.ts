@@ -117,7 +117,8 @@ export class ExecBatch {
       }
       const failure = this.#processFailure(result);
       if (failure) return members.map((member) => this.#failure(member, ...failure));
-      return Promise.all(members.map(async (member, position): Promise<JobOutput> => {
+      // Awaited here, not returned pending: the `finally` below removes the files being read.
+      return await Promise.all(members.map(async (member, position): Promise<JobOutput> => {
         const own = reported.get(member.job.id);
         if (own) return own;
         try {

@@ -3,10 +3,12 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import type { Supervisor } from '../../supervisor.js';
+import type { ClipEncoder } from '../../video/encoder.js';
 import { EngineError, type BatchResult, type Engine, type EngineJob, type LoadedModel, type Progress } from '../engine.js';
 import { parseSettings } from '../shared/settings.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { OnnxSettings } from './settings.js';
+import { encodeClips, type FrameSink } from './video.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
 function workerEntry(): { path: string; execArgv: string[] } {
@@ -39,14 +41,21 @@ class Worker {
   readonly models = new Set<string>();
   /** Settles with the reason when the process ends without the engine having asked it to. */
   readonly crashed: Promise<string>;
-  readonly #pending = new Map<number, { resolve(reply: Reply): void; reject(error: Error): void; onProgress?(progress: Progress): void }>();
+  readonly #pending = new Map<number, { resolve(reply: Reply): void; reject(error: Error): void; onProgress?(progress: Progress): void; onFrame?: FrameSink }>();
+  /** When the process was asked for, ran, and reported ready (performance.now(); null until then): its startup's phases. */
+  readonly forkedAt: number;
+  spawnedAt: number | null = null;
+  readyAt: number | null = null;
   #nextId = 1;
   #exit: string | null = null;
   #stopping = false;
 
   /** `oom` says whether the kernel killed it for its cgroup's memory limit (an ENGINE_OOM error), at its exit. */
-  constructor(child: ChildProcess, oom: () => EngineError | null = () => null) {
+  constructor(child: ChildProcess, forkedAt: number, oom: () => EngineError | null = () => null) {
     this.child = child;
+    this.forkedAt = forkedAt;
+    // 'spawn' fires once the OS has started the process; the worker says 'ready' once Node and onnxruntime are up.
+    child.once('spawn', () => (this.spawnedAt = performance.now()));
     let crashed!: (reason: string) => void;
     this.crashed = new Promise((resolve) => (crashed = resolve));
     child.on('message', (message: FromWorker) => this.#receive(message));
@@ -69,24 +78,33 @@ class Worker {
     await supervisor.stop(this.child);
   }
 
-  request<T extends Reply>(message: WithoutId<Request>, onProgress?: (progress: Progress) => void): Promise<T> {
+  request<T extends Reply>(message: WithoutId<Request>, onProgress?: (progress: Progress) => void, onFrame?: FrameSink): Promise<T> {
     if (this.#exit) return Promise.reject(new EngineError('ENGINE_CRASHED', `the onnx worker ended: ${this.#exit}`));
     const requestId = this.#nextId++;
     return new Promise<T>((resolve, reject) => {
-      this.#pending.set(requestId, { resolve: resolve as (reply: Reply) => void, reject, onProgress });
+      this.#pending.set(requestId, { resolve: resolve as (reply: Reply) => void, reject, onProgress, onFrame });
       this.child.send({ ...message, requestId } as ToWorker);
     });
   }
 
-  notify(message: Extract<ToWorker, { type: 'cancel' }>): void {
+  notify(message: Extract<ToWorker, { type: 'cancel' | 'frames-taken' }>): void {
     if (this.alive) this.child.send(message);
   }
 
   #receive(message: FromWorker): void {
-    if (message.type === 'ready') return;
+    if (message.type === 'ready') {
+      this.readyAt = performance.now();
+      return;
+    }
     const pending = this.#pending.get(message.requestId);
     if (!pending) return;
     if (message.type === 'progress') return pending.onProgress?.({ step: message.step, total: message.total });
+    if (message.type === 'frame') {
+      const taken = (): void => this.notify({ type: 'frames-taken', requestId: message.requestId, count: 1 });
+      // A run that takes no frames still lets the worker go on (it would otherwise wait for room for ever).
+      if (!pending.onFrame) return taken();
+      return void pending.onFrame(message.jobId, message.index, message.rgb).finally(taken);
+    }
     this.#pending.delete(message.requestId);
     if (message.type === 'error') pending.reject(new EngineError(message.code, message.message, message.retryable));
     else pending.resolve(message);
@@ -105,20 +123,24 @@ export class OnnxEngine implements Engine {
   readonly name = 'onnx';
   readonly #supervisor: Supervisor;
   readonly #workers = new Map<string, Worker>();
+  readonly #video: ClipEncoder | null;
 
-  constructor(supervisor: Supervisor) {
+  /** `video` encodes the clips of `cppn-video` models; without it they fail with a clear error. */
+  constructor(supervisor: Supervisor, video: ClipEncoder | null = null) {
     this.#supervisor = supervisor;
+    this.#video = video;
   }
 
   async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
-    const { pipeline } = parseSettings(OnnxSettings, manifest, this.name);
+    const { pipeline, spinning } = parseSettings(OnnxSettings, manifest, this.name);
     if (modelPath === null) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" (onnx) has no file: the ONNX engine loads a model file`, false);
+    const fresh = !this.#workers.get(device.id)?.alive;
     const worker = this.#workerFor(device);
     const provider = device.kind === 'gpu' ? 'cuda' : 'cpu';
     const deviceIndex = device.kind === 'gpu' ? Number(device.id.replace(/^gpu/, '')) || 0 : 0;
     let reply: Extract<Reply, { type: 'loaded' }>;
     try {
-      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, pipeline, modelPath, provider, deviceIndex });
+      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, pipeline, spinning, modelPath, provider, deviceIndex });
     } catch (error) {
       // A worker started for this load alone is not left running idle.
       if (worker.models.size === 0 && worker.alive) await this.#stop(device.id, worker);
@@ -126,18 +148,40 @@ export class OnnxEngine implements Engine {
     }
     worker.models.add(manifest.name);
     let unloaded = false;
+    // A worker started for this load: its boot is the load's spawn and ready phases (the rest is the session build).
+    const startup = fresh && worker.spawnedAt !== null && worker.readyAt !== null
+      ? { spawnMs: worker.spawnedAt - worker.forkedAt, readyMs: worker.readyAt - worker.spawnedAt } : undefined;
+    /** Clip batches running now: a cancel reaches their encoders as well as the worker. */
+    const clipCancels = new Set<(jobIds: readonly string[]) => void>();
     return {
-      manifest, device, memoryMB: reply.memoryMB,
+      manifest, device, memoryMB: reply.memoryMB, ...(startup ? { startup } : {}),
       exited: new Promise<string>((resolve) => {
         void worker.crashed.then((reason) => {
           if (!unloaded) resolve(reason);
         });
       }),
       run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
+        if (pipeline === 'cppn-video') {
+          // The worker renders the frames; ffmpeg, a governed process of the agent's own, encodes them as they come.
+          let listener: ((jobIds: readonly string[]) => void) | null = null;
+          try {
+            return await encodeClips({
+              jobs, encoder: this.#video, onProgress,
+              cancel: (jobIds) => worker.notify({ type: 'cancel', jobIds: [...jobIds] }),
+              onCancel: (registered) => clipCancels.add((listener = registered)),
+              render: (onFrame) => worker.request<Extract<Reply, { type: 'result' }>>({ type: 'run', model: manifest.name, jobs: [...jobs] }, onProgress, onFrame),
+            });
+          } finally {
+            if (listener) clipCancels.delete(listener);
+          }
+        }
         const result = await worker.request<Extract<Reply, { type: 'result' }>>({ type: 'run', model: manifest.name, jobs: [...jobs] }, onProgress);
         return { outputs: result.outputs, memory: result.memory };
       },
-      cancel: (jobIds) => worker.notify({ type: 'cancel', jobIds: [...jobIds] }),
+      cancel: (jobIds) => {
+        worker.notify({ type: 'cancel', jobIds: [...jobIds] });
+        for (const cancel of clipCancels) cancel(jobIds);
+      },
       unload: async () => {
         if (unloaded) return;
         unloaded = true;
@@ -152,8 +196,9 @@ export class OnnxEngine implements Engine {
     const existing = this.#workers.get(device.id);
     if (existing?.alive) return existing;
     const entry = workerEntry();
+    const forkedAt = performance.now();
     const child = this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv, env: workerEnv() });
-    const worker = new Worker(child, () => this.#supervisor.oomError(child));
+    const worker = new Worker(child, forkedAt, () => this.#supervisor.oomError(child));
     worker.child.once('exit', () => this.#forget(device.id, worker));
     this.#workers.set(device.id, worker);
     return worker;

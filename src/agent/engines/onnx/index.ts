@@ -8,5 +8,5 @@ export { OnnxSettings, ONNX_PIPELINES, type OnnxPipeline } from './settings.js';
 /** The built-in ONNX Runtime engine: one worker process per device (engines/registry.ts). */
 export const onnxEngine: EngineModule<typeof OnnxSettings> = {
   name: 'onnx', settings: OnnxSettings, server: false, needsFile: true,
-  create: ({ supervisor }) => new OnnxEngine(supervisor),
+  create: ({ supervisor, video }) => new OnnxEngine(supervisor, video ?? null),
 };

@@ -7,15 +7,19 @@ import type { OnnxPipeline } from './settings.js';
  * with structured-clone serialization, so tensors and PNG bytes cross as typed arrays).
  */
 export type ToWorker =
-  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
+  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
   | { type: 'run'; requestId: number; model: string; jobs: EngineJob[] }
   | { type: 'cancel'; jobIds: string[] }
+  /** The agent took `count` more frames of a run off the worker's hands (a clip's frames flow under a window of credits). */
+  | { type: 'frames-taken'; requestId: number; count: number }
   | { type: 'unload'; requestId: number; model: string };
 
 export type FromWorker =
   | { type: 'ready'; pid: number }
   | { type: 'loaded'; requestId: number; memoryMB: number; provider: string }
   | { type: 'progress'; requestId: number; step: number; total: number }
+  /** One frame of a clip (`cppn-video`), row-major RGB, in order; the agent pipes it to the clip's encoder. */
+  | { type: 'frame'; requestId: number; jobId: string; index: number; rgb: Uint8Array }
   | { type: 'result'; requestId: number; outputs: JobOutput[]; memory: BatchMemory }
   | { type: 'unloaded'; requestId: number }
   | { type: 'error'; requestId: number; code: ErrorCode; message: string; retryable: boolean };

@@ -1,7 +1,7 @@
 import type { InferenceSession } from 'onnxruntime-node';
 import * as ort from 'onnxruntime-node';
 import sharp from 'sharp';
-import { coordsFor, GEN_LATENT_DIM, latentFor } from '../../../models/index.js';
+import { coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type JobOutput, type Progress } from '../engine.js';
 import type { OnnxPipeline } from './settings.js';
@@ -12,15 +12,14 @@ export interface PipelineRun {
   jobs: readonly EngineJob[];
   onProgress(progress: Progress): void;
   isCancelled(jobId: string): boolean;
+  /** Hand one frame of a clip to the agent; resolves when the worker may render more (the agent's window has room). */
+  emitFrame(jobId: string, index: number, rgb: Uint8Array): Promise<void>;
 }
 
 const sameShape = (jobs: readonly EngineJob[], keys: readonly string[]): boolean =>
   jobs.every((job) => keys.every((key) => job.input[key] === jobs[0]!.input[key]));
 
-/**
- * The CPPN generator: one session.run per refinement step for the whole batch;
- * the canvas of step s feeds step s+1, so every step is real work and real progress.
- */
+/** The CPPN generator: the refinement loop (render) over the whole batch, one PNG per job. */
 async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
   const { session, jobs } = run;
   if (!sameShape(jobs, ['width', 'height', 'steps'])) {
@@ -30,31 +29,105 @@ async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
   const width = Number(first.width);
   const height = Number(first.height);
   const steps = Number(first.steps);
-  const batch = jobs.length;
   const pixels = width * height;
-  const latent = new Float32Array(batch * GEN_LATENT_DIM);
+  const latent = new Float32Array(jobs.length * GEN_LATENT_DIM);
   jobs.forEach((job, index) => latent.set(latentFor(String(job.input.prompt), Number(job.input.seed)), index * GEN_LATENT_DIM));
+  const rgb = await render(session, latent, coordsFor(width, height), steps, {
+    stop: () => jobs.every((job) => run.isCancelled(job.id)),
+    step: (step) => run.onProgress({ step, total: steps }),
+  });
+  return Promise.all(jobs.map(async (job, index): Promise<JobOutput> => {
+    if (run.isCancelled(job.id) || !rgb) return cancelled(job.id);
+    const slice = Buffer.from(rgb.buffer, rgb.byteOffset + index * pixels * 3, pixels * 3);
+    const png = await sharp(slice, { raw: { width, height, channels: 3 } }).png().toBuffer();
+    return { jobId: job.id, ok: true, files: [{ bytes: png, mediaType: 'image/png', width, height }] };
+  }));
+}
+
+const cancelled = (jobId: string): JobOutput => ({ jobId, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false });
+
+/**
+ * The refinement loop for one batch of latents ([batch, GEN_LATENT_DIM]): one session.run per step, the canvas of
+ * step s fed to step s+1, so every step is real work and real progress. The RGB of the last step, or null if
+ * `stop` said so before it.
+ */
+async function render(
+  session: InferenceSession, latent: Float32Array, coords: Float32Array, steps: number, on: { stop(): boolean; step(step: number): void },
+): Promise<Uint8Array | null> {
+  const batch = latent.length / GEN_LATENT_DIM;
+  const pixels = coords.length / 3;
   const feeds: Record<string, ort.Tensor> = {
     latent: new ort.Tensor('float32', latent, [batch, GEN_LATENT_DIM]),
-    coords: new ort.Tensor('float32', coordsFor(width, height), [pixels, 3]),
+    coords: new ort.Tensor('float32', coords, [pixels, 3]),
     canvas: new ort.Tensor('float32', new Float32Array(batch * pixels * 3), [batch, pixels, 3]),
   };
   let rgb: Uint8Array | null = null;
   for (let step = 0; step < steps; step++) {
-    if (jobs.every((job) => run.isCancelled(job.id))) break;
+    if (on.stop()) return null;
     feeds.octave = new ort.Tensor('float32', new Float32Array([step]), [1]);
     const last = step === steps - 1;
     const outputs = await session.run(feeds, last ? ['canvas_out', 'rgb'] : ['canvas_out']);
     feeds.canvas = outputs.canvas_out!;
     if (last) rgb = outputs.rgb!.data as Uint8Array;
-    run.onProgress({ step: step + 1, total: steps });
+    on.step(step + 1);
   }
-  return Promise.all(jobs.map(async (job, index): Promise<JobOutput> => {
-    if (run.isCancelled(job.id) || !rgb) return { jobId: job.id, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false };
-    const slice = Buffer.from(rgb.buffer, rgb.byteOffset + index * pixels * 3, pixels * 3);
-    const png = await sharp(slice, { raw: { width, height, channels: 3 } }).png().toBuffer();
-    return { jobId: job.id, ok: true, files: [{ bytes: png, mediaType: 'image/png', width, height }] };
-  }));
+  return rgb;
+}
+
+/**
+ * Pixels rendered in one session.run of a clip: frames go through the network a chunk at a time (a batch of
+ * frames, as images of one batch would), so memory stays that of a four-image batch of 256×256 however long the clip.
+ */
+export const FRAME_CHUNK_PIXELS = 4 * 256 * 256;
+
+/**
+ * A clip per job (`video` jobs of `gen-video`), one job after another: frame f of n renders walkLatent(prompt,
+ * seed, f, n) — frame 0 is the image `cppn-image` makes of the same prompt and seed — in chunks of frames, each
+ * frame sent to the agent as soon as its chunk is done. Progress counts frames over the batch. The files come
+ * from the agent's encoder; the worker's output carries how long generation took.
+ */
+async function cppnVideo(run: PipelineRun): Promise<JobOutput[]> {
+  const { session, jobs } = run;
+  const total = jobs.reduce((sum, job) => sum + Number(job.input.frames), 0);
+  let done = 0;
+  const outputs: JobOutput[] = [];
+  for (const job of jobs) {
+    const started = performance.now();
+    const { prompt, seed, frames, width, height, steps } = {
+      prompt: String(job.input.prompt), seed: Number(job.input.seed), frames: Number(job.input.frames),
+      width: Number(job.input.width), height: Number(job.input.height), steps: Number(job.input.steps),
+    };
+    const pixels = width * height;
+    const coords = coordsFor(width, height);
+    const chunk = Math.max(1, Math.min(frames, Math.floor(FRAME_CHUNK_PIXELS / pixels)));
+    let waitedMs = 0;
+    let stopped = false;
+    for (let start = 0; start < frames && !stopped; start += chunk) {
+      const count = Math.min(chunk, frames - start);
+      const latent = new Float32Array(count * GEN_LATENT_DIM);
+      for (let i = 0; i < count; i++) latent.set(walkLatent(prompt, seed, start + i, frames), i * GEN_LATENT_DIM);
+      const rgb = await render(session, latent, coords, steps, { stop: () => run.isCancelled(job.id), step: () => {} });
+      if (!rgb) {
+        stopped = true;
+        break;
+      }
+      for (let i = 0; i < count; i++) {
+        // A copy per frame: the chunk's buffer belongs to onnxruntime, and a frame crosses to the agent on its own.
+        const frame = new Uint8Array(rgb.subarray(i * pixels * 3, (i + 1) * pixels * 3));
+        const waitStart = performance.now();
+        await run.emitFrame(job.id, start + i, frame);
+        waitedMs += performance.now() - waitStart;
+        run.onProgress({ step: ++done, total });
+      }
+    }
+    if (stopped || run.isCancelled(job.id)) {
+      outputs.push(cancelled(job.id));
+      continue;
+    }
+    // Time spent waiting for the encoder to take frames is the encoder's, not generation's.
+    outputs.push({ jobId: job.id, ok: true, files: [], result: { generateMs: Math.round(performance.now() - started - waitedMs) } });
+  }
+  return outputs;
 }
 
 /** A plain tensor model: stack each job's `x` along the batch axis, one run, split `y` back. */
@@ -83,5 +156,6 @@ async function tensor(run: PipelineRun): Promise<JobOutput[]> {
 /** The ONNX engine's pipelines, chosen by the model's `settings.pipeline`. */
 export const PIPELINES: Record<OnnxPipeline, (run: PipelineRun) => Promise<JobOutput[]>> = {
   'cppn-image': cppnImage,
+  'cppn-video': cppnVideo,
   tensor,
 };

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /** The ways the ONNX worker turns a batch of job inputs into tensors and the outputs back into results (pipelines.ts). */
-export const ONNX_PIPELINES = ['cppn-image', 'tensor'] as const;
+export const ONNX_PIPELINES = ['cppn-image', 'cppn-video', 'tensor'] as const;
 export type OnnxPipeline = (typeof ONNX_PIPELINES)[number];
 
 /**
@@ -11,9 +11,17 @@ export type OnnxPipeline = (typeof ONNX_PIPELINES)[number];
 export const OnnxSettings = z.strictObject({
   /**
    * How the worker feeds the model: `cppn-image`, the built-in generator's refinement loop (one session.run per
-   * step, the canvas fed back), or `tensor`, a plain model with one input `x` of `params.inputDim` values per job and
+   * step, the canvas fed back); `cppn-video`, the same loop over a clip's frames (the latent walked per frame, frames
+   * rendered a chunk at a time and piped to ffmpeg on the agent, `video` jobs); or `tensor`, a plain model with one input `x` of `params.inputDim` values per job and
    * one output `y` (a batch is stacked along axis 0). Required.
    */
   pipeline: z.enum(ONNX_PIPELINES),
+  /**
+   * Let onnxruntime's worker threads spin between and within runs instead of sleeping. Spinning makes back-to-back
+   * large batches about a quarter faster, but burns the cores while the model waits: on a host where the agent and
+   * the orchestrator share few cores it takes the CPU they need to deliver results (a 2-core machine spent 4 ms of
+   * CPU spinning per 0.05 ms tensor job). Default false; set true on a host with cores to spare.
+   */
+  spinning: z.boolean().default(false),
 });
 export type OnnxSettings = z.infer<typeof OnnxSettings>;

@@ -26,6 +26,13 @@ interface Resident {
 }
 
 const sessions = new Map<string, Resident>();
+/**
+ * Frames a run may have handed to the agent that the agent has not yet taken (piped to its encoder): the worker
+ * renders ahead of the encoder by at most this many, so a slow encoder slows generation instead of frames piling
+ * up in the agent's memory.
+ */
+const FRAME_WINDOW = 8;
+const frameCredits = new Map<number, { credits: number; waiting: Array<() => void> }>();
 const cancelled = new Set<string>();
 const peaks = new PeakMeter('self');
 
@@ -63,8 +70,12 @@ async function verifiedBytes(path: string, digest: string): Promise<Uint8Array> 
   return bytes;
 }
 
-async function createSession(bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
-  const options: InferenceSession.SessionOptions = { graphOptimizationLevel: 'all' };
+async function createSession(bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number, spinning: boolean): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
+  const spin = spinning ? '1' : '0';
+  // The thread pools sleep when idle unless the model's settings say otherwise (OnnxSettings.spinning says why).
+  const options: InferenceSession.SessionOptions = {
+    graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: spin }, inter_op: { allow_spinning: spin } } },
+  };
   if (provider === 'cuda') {
     try {
       const session = await ort.InferenceSession.create(bytes, { ...options, executionProviders: [{ name: 'cuda', deviceId: deviceIndex }, 'cpu'] });
@@ -81,7 +92,7 @@ async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void>
   settle();
   const beforeRss = rssMB('self') ?? 0;
   const beforeGpu = message.provider === 'cuda' ? (await gpuMemoryMB(process.pid)) ?? 0 : 0;
-  const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex);
+  const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, message.spinning);
   settle(); // the file's buffer is garbage now; it is not the model's memory
   const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
   sessions.set(message.manifest.name, { session, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0 });
@@ -110,7 +121,14 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
       send({ type: 'progress', requestId: message.requestId, ...progress });
     },
     isCancelled: (jobId) => cancelled.has(jobId),
-  });
+    emitFrame: async (jobId, index, rgb) => {
+      let window = frameCredits.get(message.requestId);
+      if (!window) frameCredits.set(message.requestId, (window = { credits: FRAME_WINDOW, waiting: [] }));
+      while (window.credits <= 0 && !cancelled.has(jobId)) await new Promise<void>((resolve) => window.waiting.push(resolve));
+      window.credits--;
+      send({ type: 'frame', requestId: message.requestId, jobId, index, rgb });
+    },
+  }).finally(() => frameCredits.delete(message.requestId));
   for (const job of message.jobs) cancelled.delete(job.id);
   if (largest) settle();
   const memory = await batchMemory(loaded, closeWindow(), gpuBefore, largest);
@@ -150,6 +168,16 @@ async function unload(message: Extract<ToWorker, { type: 'unload' }>): Promise<v
 process.on('message', (message: ToWorker) => {
   if (message.type === 'cancel') {
     for (const jobId of message.jobIds) cancelled.add(jobId);
+    // A clip waiting for the encoder's room stops waiting: its loop sees the cancel and ends.
+    for (const window of frameCredits.values()) window.waiting.splice(0).forEach((wake) => wake());
+    return;
+  }
+  if (message.type === 'frames-taken') {
+    const window = frameCredits.get(message.requestId);
+    if (window) {
+      window.credits += message.count;
+      window.waiting.splice(0).forEach((wake) => wake());
+    }
     return;
   }
   const handler = message.type === 'load' ? load(message) : message.type === 'run' ? run(message) : unload(message);

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type BatchResult, type LoadedModel } from '../engine.js';
+import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../engine.js';
 import type { LaunchSettings } from './launch-settings.js';
 
 /**
@@ -40,6 +40,8 @@ export interface ServerEndpoint {
   readonly idleUnloadMs?: number | null;
   /** The model is unloaded: a provider stops its server here (scale to zero); a fronted URL does nothing. */
   release(): Promise<void>;
+  /** How long the server the provider started took to spawn and pass its readiness check; absent when fronting a URL. */
+  readonly startup?: EngineStartup;
 }
 
 /** What a provider needs to start the server of one model on one device. */
@@ -111,6 +113,7 @@ export function watchServer(loaded: LoadedModel, endpoint: ServerEndpoint): Load
     device: loaded.device,
     memoryMB: loaded.memoryMB,
     idleUnloadMs: endpoint.idleUnloadMs ?? loaded.idleUnloadMs,
+    ...(endpoint.startup ?? loaded.startup ? { startup: endpoint.startup ?? loaded.startup } : {}),
     exited: ended.then((exit) => exit.reason),
     run: async (jobs, onProgress): Promise<BatchResult> => {
       const running = loaded.run(jobs, onProgress);

@@ -1,0 +1,30 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+
+/**
+ * A secret kept in a file of its own (mode 0600): read if it is there, else made and written. The file appears
+ * whole or not at all — written under a temporary name and hard-linked into place, which fails if another process
+ * got there first (then its secret wins) — so nobody reads a half-written secret, and a crash mid-write leaves no
+ * empty file that the next start would take for the secret.
+ */
+export function secretFile(path: string, make: () => string): string {
+  if (existsSync(path)) return readSecret(path);
+  const value = make();
+  const temporary = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  writeFileSync(temporary, `${value}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    linkSync(temporary, path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    return readSecret(path);
+  } finally {
+    rmSync(temporary, { force: true });
+  }
+  return value;
+}
+
+function readSecret(path: string): string {
+  const value = readFileSync(path, 'utf8').trim();
+  if (!value) throw new Error(`${path} is empty; delete it to have a new one made (every grant signed with the old one stops working)`);
+  return value;
+}

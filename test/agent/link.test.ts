@@ -1,0 +1,138 @@
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import WebSocket, { WebSocketServer } from 'ws';
+import { AgentLink } from '../../src/agent/link.js';
+import { LinkWatchdog, type WatchdogTimers } from '../../src/agent/link-watchdog.js';
+import { LINK_PROTOCOL_VERSION, type AgentMessage } from '../../src/protocol/index.js';
+import { ServerTrust } from '../../src/tls/index.js';
+import { waitFor } from '../helpers/mesh.js';
+
+/** Timers the test moves by hand. */
+class FakeTimers implements WatchdogTimers {
+  time = 0;
+  readonly #ticks: { ms: number; next: number; tick: () => void; stopped: boolean }[] = [];
+
+  now(): number {
+    return this.time;
+  }
+
+  every(ms: number, tick: () => void): () => void {
+    const entry = { ms, next: this.time + ms, tick, stopped: false };
+    this.#ticks.push(entry);
+    return () => (entry.stopped = true);
+  }
+
+  advance(ms: number): void {
+    const end = this.time + ms;
+    for (;;) {
+      const due = this.#ticks.filter((entry) => !entry.stopped && entry.next <= end).sort((a, b) => a.next - b.next)[0];
+      if (!due) break;
+      this.time = due.next;
+      due.next += due.ms;
+      due.tick();
+    }
+    this.time = end;
+  }
+}
+
+describe('the agent link watchdog (fake clock)', () => {
+  it('pings every interval while it hears something; terminates the socket after silentAfterMs of silence', () => {
+    const timers = new FakeTimers();
+    const socket = { pings: 0, terminated: 0, ping() { this.pings++; }, terminate() { this.terminated++; } };
+    const silences: number[] = [];
+    const watchdog = new LinkWatchdog(socket, { intervalMs: 100, silentAfterMs: 300, onSilent: (ms) => silences.push(ms) }, timers);
+    for (let i = 0; i < 10; i++) {
+      timers.advance(100);
+      watchdog.heard(); // a pong or a message each interval: alive
+    }
+    expect(socket).toMatchObject({ pings: 10, terminated: 0 });
+    timers.advance(300); // silent for 300 ms: not yet more than silentAfterMs
+    expect(socket.terminated).toBe(0);
+    timers.advance(100);
+    expect(socket).toMatchObject({ pings: 13, terminated: 1 });
+    expect(silences).toEqual([400]);
+    timers.advance(1000); // stopped: nothing more
+    expect(socket).toMatchObject({ pings: 13, terminated: 1 });
+  });
+
+  it('stop() ends it', () => {
+    const timers = new FakeTimers();
+    const socket = { pings: 0, terminated: 0, ping() { this.pings++; }, terminate() { this.terminated++; } };
+    new LinkWatchdog(socket, { intervalMs: 100, silentAfterMs: 300, onSilent: () => {} }, timers).stop();
+    timers.advance(1000);
+    expect(socket).toMatchObject({ pings: 0, terminated: 0 });
+  });
+});
+
+/**
+ * A stand-in orchestrator on a real socket that welcomes each connection and then says nothing; with autoPong off
+ * it does not answer pings either — what the agent sees when the network between them silently drops packets.
+ */
+async function silentOrchestrator(options: { answerPings: boolean }): Promise<{ url: string; connections: WebSocket[]; close(): Promise<void> }> {
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0, autoPong: options.answerPings });
+  await once(server, 'listening');
+  const connections: WebSocket[] = [];
+  server.on('connection', (socket) => {
+    connections.push(socket);
+    socket.once('message', () => socket.send(JSON.stringify({
+      type: 'welcome', session: `s${connections.length}`, heartbeatMs: 100, protocol: LINK_PROTOCOL_VERSION, inlineOutputBytes: 0, staleAfterMs: 400,
+    })));
+  });
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    connections,
+    async close() {
+      for (const socket of server.clients) socket.terminate();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+const hello = (): Extract<AgentMessage, { type: 'hello' }> => ({
+  type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: 'h', classes: ['image'], devices: [], engines: [], models: [], inFlight: [], concurrency: 1, version: 'test',
+});
+
+describe('the agent link over a real socket', () => {
+  const cleanup: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const step of cleanup.splice(0)) await step();
+  });
+
+  async function link(url: string): Promise<{ link: AgentLink; disconnects: number[] }> {
+    const disconnects: number[] = [];
+    const agentLink = new AgentLink({
+      url, grant: 'g', trust: new ServerTrust(url), log: pino({ level: 'silent' }), hello,
+      onWelcome: () => {}, onMessage: () => {}, onRejected: () => {}, onDisconnected: () => disconnects.push(Date.now()),
+    });
+    agentLink.start();
+    cleanup.push(() => agentLink.close());
+    await waitFor(() => agentLink.connected, { what: 'the link to be welcomed' });
+    return { link: agentLink, disconnects };
+  }
+
+  it('drops a link on which the orchestrator went silent (no messages, no pongs) and redials by itself', async () => {
+    // Before the watchdog the agent believed such a link alive until TCP gave up (many minutes): found by the
+    // netns scenario, where a cut laptop rejoined only when the orchestrator's close frame finally got through.
+    const orchestrator = await silentOrchestrator({ answerPings: false });
+    cleanup.push(() => orchestrator.close());
+    const started = Date.now();
+    const { disconnects } = await link(orchestrator.url);
+    await waitFor(() => orchestrator.connections.length >= 2, { timeoutMs: 10_000, what: 'the agent to redial' });
+    expect(disconnects.length).toBeGreaterThanOrEqual(1);
+    // staleAfterMs 400 from its welcome, checked every heartbeat (100 ms): generous bounds for a loaded machine.
+    expect(disconnects[0]! - started).toBeGreaterThanOrEqual(400);
+    expect(disconnects[0]! - started).toBeLessThan(5000);
+  });
+
+  it('keeps a quiet link whose orchestrator answers pings', async () => {
+    const orchestrator = await silentOrchestrator({ answerPings: true });
+    cleanup.push(() => orchestrator.close());
+    const { link: agentLink, disconnects } = await link(orchestrator.url);
+    await new Promise((resolve) => setTimeout(resolve, 1500)); // well past staleAfterMs, with pongs only
+    expect(agentLink.connected).toBe(true);
+    expect(disconnects).toEqual([]);
+    expect(orchestrator.connections).toHaveLength(1);
+  });
+});

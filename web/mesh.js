@@ -1,0 +1,429 @@
+// The gpumesh mesh view: hosts, devices and their memory, resident models, breakers, health, queues and jobs in
+// flight, live. Plain DOM, no framework; data reaches the page through textContent and attributes, never as markup.
+//
+// What it shows comes from GET /v1/hosts, /v1/status and /v1/jobs (jobs in flight). Events on /v1/events say that
+// something changed; the page then reloads those three, debounced (one reload at a time, at most one every
+// REFRESH_GAP_MS however many events arrive), plus a slow reload for what only heartbeats carry (memory in use
+// during a batch, a host falling late).
+
+import { $, h } from './dom.js';
+import { createReloader } from './reloader.js';
+import { createApi, grantIn, takeGrant as takeGrantFrom } from './session.js';
+
+const GRANT_KEY = 'gpumesh.mesh-grant';
+const REFRESH_DELAY_MS = 150; // lets a burst of events settle into one reload
+const REFRESH_GAP_MS = 500; // the least time between two reloads
+const SLOW_REFRESH_MS = 15_000;
+/** A model loaded or unloaded: memory in use reaches the orchestrator with the host's next heartbeat (every 2 s by default). */
+const AFTER_HEARTBEAT_MS = 2_500;
+const ACTIVITY_ITEMS = 50;
+const JOBS_SHOWN_PER_HOST = 8;
+
+/** Every event the view listens to: all but `progress`, which changes nothing it shows and is the most frequent. */
+const JOB_EVENTS = ['queued', 'dispatched', 'loading', 'running', 'succeeded', 'failed', 'cancelled', 'expired'];
+const MESH_EVENTS = [
+  'host:joined', 'host:lost', 'host:draining', 'host:left', 'replica:loaded', 'replica:unloaded', 'replica:refused',
+  'link:refused', 'blob:corrupt', 'breaker:opened', 'breaker:half-open', 'breaker:closed',
+];
+
+const ui = {
+  connection: $('connection'),
+  updated: $('updated'),
+  forget: $('forget'),
+  grantPanel: $('grant-panel'),
+  grantForm: $('grant-form'),
+  grantError: $('grant-error'),
+  app: $('app'),
+  loadError: $('load-error'),
+  summary: $('summary'),
+  hosts: $('hosts'),
+  noHosts: $('no-hosts'),
+  queues: $('queues').tBodies[0],
+  activity: $('activity'),
+  noActivity: $('no-activity'),
+};
+
+let grant = null;
+let events = null;
+let retryMs = 5_000;
+/** Why each host was lost, from its `host:lost` event (the host list says when, not why). */
+const lostReasons = new Map();
+
+// ---- The grant ------------------------------------------------------------
+
+const takeGrant = () => takeGrantFrom(GRANT_KEY);
+
+function askForGrant(message = '') {
+  events?.close();
+  events = null;
+  grant = null;
+  refresher.stop();
+  sessionStorage.removeItem(GRANT_KEY);
+  ui.app.hidden = true;
+  ui.forget.hidden = true;
+  ui.grantPanel.hidden = false;
+  ui.grantError.textContent = message;
+  ui.updated.textContent = '';
+  showConnection('idle');
+  ui.grantForm.elements.grant.focus();
+}
+
+// ---- The API --------------------------------------------------------------
+
+/** A JSON request with the grant; the reload that made it says what a 401 or 403 means here. */
+const api = createApi(() => grant);
+
+// ---- Formatting -----------------------------------------------------------
+
+const number = new Intl.NumberFormat();
+const mb = (value) => `${number.format(Math.round(value))} MB`;
+const plural = (n, one, many = `${one}s`) => `${number.format(n)} ${n === 1 ? one : many}`;
+
+/** "4 s", "3 min", "2 h": how long ago, or how long until, an instant. */
+function span(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 90) return `${s} s`;
+  if (s < 90 * 60) return `${Math.round(s / 60)} min`;
+  return `${Math.round(s / 3600)} h`;
+}
+
+/** A <time> that keeps saying how long ago (or until) it is; the ticker below updates it. */
+function clock(iso, { until = false, prefix = '', suffix = '' } = {}) {
+  const element = h('time', { datetime: iso, title: new Date(iso).toLocaleString(), 'data-relative': until ? 'until' : 'ago', 'data-prefix': prefix, 'data-suffix': suffix });
+  tickOne(element);
+  return element;
+}
+
+function tickOne(element) {
+  const at = Date.parse(element.dateTime);
+  const text = element.dataset.relative === 'until' ? (at > Date.now() ? `in ${span(at - Date.now())}` : 'now') : `${span(Date.now() - at)} ago`;
+  element.textContent = `${element.dataset.prefix}${text}${element.dataset.suffix}`;
+}
+
+// ---- Pieces ---------------------------------------------------------------
+
+const BREAKER_LABELS = { closed: 'closed', open: 'open', 'half-open': 'half-open' };
+
+/** A breaker's state as a badge: open ones say until when, and the failure that opened them. */
+function breakerBadge(breaker, what) {
+  const badge = h('span', { class: 'breaker', 'data-state': breaker.state, title: breaker.lastFailure ? `last failure: ${breaker.lastFailure}` : null },
+    h('span', { class: 'visually-hidden' }, `${what} breaker `), BREAKER_LABELS[breaker.state] ?? breaker.state);
+  if (breaker.state === 'open' && breaker.openUntil) badge.append(' · trial ', clock(breaker.openUntil, { until: true }));
+  if (breaker.state === 'half-open') badge.append(` · ${breaker.trialSuccesses} trial${breaker.trialSuccesses === 1 ? '' : 's'} ok`);
+  return badge;
+}
+
+/** What state a host is in, most serious first: lost, draining, late (heartbeats overdue), healthy. */
+function hostState(host) {
+  if (!host.connected) return 'lost';
+  if (host.draining) return 'draining';
+  if (host.health === 'late') return 'late';
+  return 'healthy';
+}
+
+const HOST_STATE_LABELS = { lost: 'Lost', draining: 'Draining', late: 'Late', healthy: 'Healthy' };
+
+/** One device: its memory in use against the budget the agent keeps, and the models resident on it. */
+function deviceRow(device, resident) {
+  const share = device.budgetMB > 0 ? device.usedMB / device.budgetMB : 0;
+  const level = share >= 0.9 ? 'full' : share >= 0.7 ? 'high' : 'ok';
+  const bar = h('div', {
+    class: 'bar', role: 'meter', 'data-level': level,
+    'aria-label': `${device.id} memory in use`, 'aria-valuemin': 0, 'aria-valuemax': Math.round(device.budgetMB), 'aria-valuenow': Math.round(device.usedMB),
+    'aria-valuetext': `${mb(device.usedMB)} of ${mb(device.budgetMB)}`,
+  }, h('span', { class: 'fill' }));
+  bar.firstChild.style.width = `${Math.min(100, share * 100).toFixed(1)}%`;
+  const models = resident.filter((entry) => entry.device === device.id);
+  return h('div', { class: 'device', 'data-device': device.id },
+    h('div', { class: 'device-head' },
+      h('span', { class: 'device-name' }, h('strong', {}, device.id), ` ${device.kind.toUpperCase()} · ${device.name}`),
+      h('span', { class: 'memory', title: `${mb(device.memoryTotalMB)} on the device` }, `${mb(device.usedMB)} / ${mb(device.budgetMB)}`)),
+    bar,
+    models.length > 0 && h('ul', { class: 'resident', 'aria-label': `Resident on ${device.id}` },
+      models.map((entry) => h('li', { 'data-model': entry.model }, entry.model, h('small', {}, ` ${mb(entry.memoryMB)}`)))));
+}
+
+function replicaRow(replica) {
+  return h('tr', { class: 'replica', 'data-model': replica.model, 'data-resident': replica.resident ? 'yes' : 'no' },
+    h('th', { scope: 'row' }, replica.model),
+    h('td', {}, replica.resident ? h('span', { class: 'dot on', title: 'resident' }, 'yes') : h('span', { class: 'dot', title: 'not resident' }, 'no')),
+    h('td', { class: 'health', 'data-health': replica.health, title: replica.healthDetail }, replica.health),
+    h('td', { class: 'num' }, replica.throughput == null ? '–' : replica.throughput.toFixed(replica.throughput < 10 ? 1 : 0)),
+    h('td', {}, breakerBadge(replica.breaker, replica.model)));
+}
+
+/**
+ * Jobs in flight (dispatched or running), by id: what the last reload listed, kept current between reloads by the
+ * job events themselves, so a job that runs for less than a reload takes still shows on its host.
+ */
+const flight = new Map();
+/** Models of jobs seen queued, for the chips of jobs dispatched before the next reload. */
+const modelOf = new Map();
+/**
+ * Jobs whose events came while a reload was under way, and what they said: its list of jobs in flight may predate
+ * them, so they win over it (a job dispatched, or ended, after the list was read).
+ */
+let sinceReload = null;
+
+/** The chips of the jobs in flight on `hostId`, by id and model. */
+function jobChips(hostId) {
+  const jobs = [...flight.values()].filter((job) => job.host === hostId);
+  const shown = jobs.slice(0, JOBS_SHOWN_PER_HOST);
+  return h('ul', { class: 'jobs', 'aria-label': 'Jobs in flight', hidden: jobs.length === 0 },
+    shown.map((job) => h('li', { 'data-job-id': job.id, 'data-status': job.status, title: `${job.id} (${job.status})` }, `${job.id.slice(0, 10)} · ${job.model ?? '…'}`)),
+    jobs.length > shown.length && h('li', { class: 'more' }, `+${jobs.length - shown.length} more`));
+}
+
+function redrawChips(hostId) {
+  ui.hosts.querySelector(`.host[data-host="${CSS.escape(hostId)}"] .jobs`)?.replaceWith(jobChips(hostId));
+}
+
+/** A job event, applied to the jobs in flight at once (a reload follows, debounced). */
+function trackJob(event) {
+  if (event.type === 'queued') modelOf.set(event.jobId, event.model);
+  const known = flight.get(event.jobId);
+  if (event.type === 'dispatched') {
+    flight.set(event.jobId, { id: event.jobId, host: event.host, status: 'dispatched', model: known?.model ?? modelOf.get(event.jobId) });
+  } else if (event.type === 'running') {
+    flight.set(event.jobId, { id: event.jobId, host: event.host, status: 'running', model: known?.model ?? modelOf.get(event.jobId) });
+  } else if (['succeeded', 'failed', 'cancelled', 'expired'].includes(event.type)) {
+    flight.delete(event.jobId);
+    modelOf.delete(event.jobId);
+  } else {
+    return;
+  }
+  const now = flight.get(event.jobId);
+  sinceReload?.set(event.jobId, now ?? null);
+  // A retry may move it to another host: both cards change.
+  if (known && known.host !== now?.host) redrawChips(known.host);
+  if (now) redrawChips(now.host);
+}
+
+function hostCard(host) {
+  const state = hostState(host);
+  const busy = host.concurrency - host.freeSlots;
+  const facts = host.connected
+    ? [plural(host.jobsInFlight, 'job'), ' in flight · ', `${busy}/${host.concurrency} slots busy`, host.probesInFlight ? ` · ${plural(host.probesInFlight, 'probe')}` : '']
+    : [lostReasons.get(host.id) ?? 'disconnected', ' · ', host.lostAt ? clock(host.lostAt, { prefix: 'lost ' }) : 'lost'];
+  return h('article', { class: 'host', 'data-host': host.id, 'data-state': state, 'aria-label': `Host ${host.id}` },
+    h('header', { class: 'host-head' },
+      h('h3', {}, host.id),
+      h('span', { class: 'state', 'data-state': state }, HOST_STATE_LABELS[state]),
+      h('span', { class: 'link-breaker' }, 'link ', breakerBadge(host.breaker, 'link'))),
+    h('p', { class: 'host-meta' },
+      h('span', { class: 'classes' }, host.classes.map((name) => h('span', { class: 'chip' }, name))),
+      h('span', { class: 'engines' }, `${host.engines.join(', ')} · v${host.version}`)),
+    h('p', { class: 'load', 'data-jobs-in-flight': host.jobsInFlight }, facts),
+    h('div', { class: 'devices' }, host.devices.map((device) => deviceRow(device, host.resident))),
+    host.replicas.length > 0 && h('table', { class: 'replicas' },
+      h('thead', {}, h('tr', {}, ['Model', 'Resident', 'Health', 'Jobs/s', 'Breaker'].map((name) => h('th', { scope: 'col' }, name)))),
+      h('tbody', {}, host.replicas.map(replicaRow))),
+    jobChips(host.id));
+}
+
+function tile(label, value, attributes = {}) {
+  return h('div', { class: 'tile', ...attributes }, h('span', { class: 'value' }, value), h('span', { class: 'label' }, label));
+}
+
+function renderSummary(hosts, status) {
+  const connected = hosts.filter((host) => host.connected);
+  const breakers = hosts.flatMap((host) => [host.breaker, ...host.replicas.map((replica) => replica.breaker)]);
+  const tripped = breakers.filter((breaker) => breaker.state !== 'closed').length;
+  const queued = Object.values(status.queues).reduce((sum, queue) => sum + queue.depth, 0);
+  const inFlight = connected.reduce((sum, host) => sum + host.jobsInFlight, 0);
+  const jobs = status.jobs ?? {};
+  ui.summary.replaceChildren(
+    tile('hosts connected', `${connected.length} / ${hosts.length}`, { 'data-tile': 'hosts' }),
+    tile('jobs in flight', number.format(inFlight), { 'data-tile': 'in-flight' }),
+    tile('jobs queued', number.format(queued), { 'data-tile': 'queued' }),
+    tile('breakers not closed', number.format(tripped), { 'data-tile': 'breakers', 'data-alert': tripped > 0 ? 'yes' : 'no' }),
+    tile('succeeded', number.format(jobs.succeeded ?? 0), { 'data-tile': 'succeeded' }),
+    tile('failed', number.format(jobs.failed ?? 0), { 'data-tile': 'failed', 'data-alert': jobs.failed ? 'yes' : 'no' }));
+}
+
+/** `changed`: what events said of jobs while the reload ran (null: the job ended), which the listing may predate. */
+function renderHosts(hosts, jobs, changed) {
+  flight.clear();
+  for (const job of jobs) {
+    const host = job.attempts.at(-1)?.host;
+    if (host) flight.set(job.id, { id: job.id, host, status: job.status, model: job.model });
+  }
+  for (const [id, entry] of changed) {
+    if (entry) flight.set(id, entry);
+    else flight.delete(id);
+  }
+  if (modelOf.size > 10_000) modelOf.clear(); // jobs whose end this page never saw
+  // Cards are replaced in place, so the page does not jump as the numbers change.
+  ui.hosts.replaceChildren(...hosts.map(hostCard));
+  ui.noHosts.hidden = hosts.length > 0;
+}
+
+function renderQueues(status) {
+  const rows = Object.entries(status.queues).sort(([a], [b]) => a.localeCompare(b)).map(([model, queue]) => {
+    const replicas = status.models?.[model];
+    const ready = replicas?.replicas.filter((replica) => replica.state === 'ready') ?? [];
+    const share = queue.limit > 0 ? Math.min(1, queue.depth / queue.limit) : 0;
+    const bar = h('div', { class: 'bar small', role: 'meter', 'aria-label': `${model} queue`, 'aria-valuemin': 0, 'aria-valuemax': queue.limit, 'aria-valuenow': queue.depth },
+      h('span', { class: 'fill' }));
+    bar.firstChild.style.width = `${(share * 100).toFixed(1)}%`;
+    return h('tr', { class: 'queue', 'data-model': model, 'data-depth': queue.depth },
+      h('th', { scope: 'row' }, model),
+      h('td', {}, h('span', { class: 'depth' }, `${number.format(queue.depth)} / ${number.format(queue.limit)}`), bar),
+      h('td', { class: 'replica-hosts', title: replicas ? `wants ${replicas.desired} (min ${replicas.min}, max ${replicas.max ?? '∞'})` : null },
+        replicas ? `${ready.length} ready / ${replicas.desired} wanted` : '–',
+        ready.length > 0 ? h('small', {}, ` (${ready.map((replica) => replica.host).join(', ')})`) : ''),
+      h('td', { class: 'blocked' }, queue.blocked ?? ''));
+  });
+  ui.queues.replaceChildren(...rows);
+}
+
+// ---- Reloading ------------------------------------------------------------
+
+async function reload() {
+  const changed = new Map();
+  sinceReload = changed;
+  let answers;
+  try {
+    answers = await Promise.all([api('/v1/hosts'), api('/v1/status'), api('/v1/jobs?status=dispatched,running&limit=200')]);
+  } finally {
+    if (sinceReload === changed) sinceReload = null;
+  }
+  const [{ hosts }, status, { jobs }] = answers;
+  renderSummary(hosts, status);
+  renderHosts(hosts, jobs, changed);
+  renderQueues(status);
+  ui.loadError.textContent = '';
+  ui.updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
+  ui.updated.dataset.at = new Date().toISOString();
+}
+
+/** One reload at a time, two at least REFRESH_GAP_MS apart, however many events ask for one (reloader.js). */
+const refresher = createReloader({
+  reload, onError: (error) => failed(error), delayMs: REFRESH_DELAY_MS, gapMs: REFRESH_GAP_MS, everyMs: SLOW_REFRESH_MS,
+});
+
+function failed(error) {
+  // 401: the grant itself is no good (invalid, expired, revoked); 403: it cannot read the mesh (a gallery grant).
+  if (error.status === 401) return askForGrant(error.message);
+  if (error.status === 403) return askForGrant(`This grant cannot read the mesh (${error.message}). Use the mesh link from \`gpumesh up\` or \`gpumesh grant mesh\`.`);
+  ui.loadError.textContent = `Could not load the mesh: ${error.message}`;
+}
+
+// ---- Live events ----------------------------------------------------------
+
+const where = (event) => (event.model ? `${event.host}/${event.model}` : `${event.host} (link)`);
+
+/** Mesh events in words, for the activity list. */
+const DESCRIBE = {
+  'host:joined': (e) => `${e.host} joined (${e.classes.join(', ') || 'no classes'})`,
+  'host:lost': (e) => `${e.host} lost: ${e.reason}`,
+  'host:draining': (e) => `${e.host} draining, ${plural(e.jobsInFlight, 'job')} in flight`,
+  'host:left': (e) => `${e.host} drained and left`,
+  'replica:loaded': (e) => `${e.host} loaded ${e.model} on ${e.device} (${mb(e.memoryMB)})`,
+  'replica:unloaded': (e) => `${e.host} unloaded ${e.model} from ${e.device}`,
+  'replica:refused': (e) => `${e.host} would not load ${e.model}: ${e.message}`,
+  'link:refused': (e) => `${e.host}: report refused (${e.what})`,
+  'blob:corrupt': (e) => `blob ${e.digest.slice(0, 19)}… failed its ${e.check} check`,
+  'breaker:opened': (e) => `breaker of ${where(e)} opened for ${span(e.openForMs)}: ${e.reason}`,
+  'breaker:half-open': (e) => `breaker of ${where(e)} half-open: letting a trial through`,
+  'breaker:closed': (e) => `breaker of ${where(e)} closed`,
+};
+
+const SERIOUS = new Set(['host:lost', 'breaker:opened', 'replica:refused', 'link:refused', 'blob:corrupt']);
+
+function logActivity(event) {
+  const item = h('li', { 'data-type': event.type, 'data-host': event.host ?? null, 'data-serious': SERIOUS.has(event.type) ? 'yes' : null },
+    h('time', { datetime: event.at, title: new Date(event.at).toLocaleString() }, new Date(event.at).toLocaleTimeString()),
+    h('span', {}, DESCRIBE[event.type](event)));
+  ui.activity.prepend(item);
+  while (ui.activity.children.length > ACTIVITY_ITEMS) ui.activity.lastElementChild.remove();
+  ui.noActivity.hidden = true;
+}
+
+const CONNECTION_LABELS = { idle: '', connecting: 'Connecting…', live: 'Live', reconnecting: 'Reconnecting…', offline: 'Offline' };
+
+function showConnection(state) {
+  ui.connection.dataset.state = state;
+  ui.connection.textContent = CONNECTION_LABELS[state];
+}
+
+/**
+ * Follow the mesh. EventSource reconnects by itself (the server replays what was missed, or sends `resync`);
+ * either way the page reloads, since a reload is cheap and the view holds nothing but the latest state.
+ */
+function connect() {
+  const types = [...JOB_EVENTS, ...MESH_EVENTS].join(',');
+  const source = new EventSource(`/v1/events?types=${types}&access_token=${encodeURIComponent(grant)}`);
+  events = source;
+  showConnection('connecting');
+  source.addEventListener('open', () => {
+    showConnection('live');
+    retryMs = 5_000;
+    refresher.request();
+  });
+  source.addEventListener('resync', () => refresher.request());
+  source.addEventListener('grant:ended', (message) => askForGrant(JSON.parse(message.data).error?.message ?? 'The grant ended.'));
+  source.addEventListener('error', () => {
+    if (source.readyState !== EventSource.CLOSED) return showConnection('reconnecting');
+    // Refused outright (a server going down, a grant refused): EventSource gives up, so try again later;
+    // a reload first tells a grant that is no good (which asks for another) from a server that is away.
+    showConnection('offline');
+    setTimeout(() => {
+      if (events === source) reload().then(() => events === source && connect(), (error) => { failed(error); if (events === source) connect(); });
+    }, retryMs);
+    retryMs = Math.min(retryMs * 2, 60_000);
+  });
+  for (const type of JOB_EVENTS) {
+    source.addEventListener(type, (message) => {
+      trackJob(JSON.parse(message.data));
+      refresher.request();
+    });
+  }
+  for (const type of MESH_EVENTS) {
+    source.addEventListener(type, (message) => {
+      const event = JSON.parse(message.data);
+      if (event.type === 'host:lost') lostReasons.set(event.host, event.reason);
+      if (event.type === 'host:joined') lostReasons.delete(event.host);
+      logActivity(event);
+      // What the mesh looks like changed: show it promptly.
+      refresher.request(0);
+      if (event.type === 'replica:loaded' || event.type === 'replica:unloaded') setTimeout(() => refresher.request(0), AFTER_HEARTBEAT_MS);
+    });
+  }
+}
+
+// ---- Start ----------------------------------------------------------------
+
+function start(value) {
+  events?.close();
+  grant = value;
+  ui.grantPanel.hidden = true;
+  ui.app.hidden = false;
+  ui.forget.hidden = false;
+  ui.activity.replaceChildren();
+  ui.noActivity.hidden = false;
+  refresher.start();
+  refresher.request(0);
+  connect();
+}
+
+ui.forget.addEventListener('click', () => askForGrant());
+ui.grantForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const value = grantIn(ui.grantForm.elements.grant.value);
+  ui.grantForm.reset();
+  sessionStorage.setItem(GRANT_KEY, value);
+  start(value);
+});
+window.addEventListener('hashchange', () => {
+  const value = takeGrant();
+  if (value && value !== grant) start(value);
+});
+// Countdowns and "ago"s move on their own between reloads.
+setInterval(() => {
+  for (const time of document.querySelectorAll('time[data-relative]')) tickOne(time);
+}, 1_000);
+
+const initial = takeGrant();
+if (initial) start(initial);
+else askForGrant();

@@ -1,0 +1,49 @@
+// The page's grant and its requests to the orchestrator, shared by the gallery and the mesh view.
+// The grant arrives in the URL fragment (never sent to a server, never in its logs), is kept in this tab's
+// sessionStorage for reloads, and is then hidden from the address bar.
+
+/** A grant from `#grant=…` in a link or pasted text, else the text itself. */
+export function grantIn(text) {
+  const match = /(?:^|[#&])grant=([^&\s]+)/.exec(text);
+  return match ? decodeURIComponent(match[1]) : text.trim();
+}
+
+/** The grant from the URL fragment (kept under `key` for reloads, then hidden from the address bar) or from this tab's session. */
+export function takeGrant(key) {
+  if (location.hash.includes('grant=')) {
+    sessionStorage.setItem(key, grantIn(location.hash));
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  return sessionStorage.getItem(key);
+}
+
+/** The orchestrator's `{ error: { code, message } }`, with the HTTP status (0: the orchestrator could not be reached). */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/**
+ * A JSON request with the grant `grant()` returns; a failure throws an ApiError. `onUnauthorized` runs on a 401
+ * (the grant itself is no good: invalid, expired, revoked; only a new one helps) before the error is thrown.
+ */
+export function createApi(grant, { onUnauthorized } = {}) {
+  return async function api(path, { method = 'GET', json } = {}) {
+    const headers = { authorization: `Bearer ${grant()}` };
+    if (json !== undefined) headers['content-type'] = 'application/json';
+    let response;
+    try {
+      response = await fetch(path, { method, headers, body: json === undefined ? undefined : JSON.stringify(json) });
+    } catch {
+      throw new ApiError(0, 'UNREACHABLE', 'Cannot reach the orchestrator. Is it running?');
+    }
+    const body = await response.json().catch(() => null);
+    if (response.ok) return body;
+    const error = new ApiError(response.status, body?.error?.code ?? `HTTP_${response.status}`, body?.error?.message ?? `${response.status} ${response.statusText}`);
+    if (response.status === 401) onUnauthorized?.(error.message);
+    throw error;
+  };
+}
