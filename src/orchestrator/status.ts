@@ -69,7 +69,7 @@ export class MeshStatus {
     return {
       id: host.id, connected: true, draining: host.draining, classes: host.info.classes, engines: host.info.engines, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: host.freeSlots, batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
-      probesInFlight: host.probes.size, devices: host.devices, resident: host.resident,
+      probesInFlight: host.probes.size, devices: [...host.devices], resident: [...host.resident],
       health: this.#deps.health.hostState(host), breaker: this.#deps.breakers.view(host.id, null),
       replicas: this.#replicas(host.id, resident),
       connectedAt: iso(host.connectedAt), lastSeenAt: iso(host.lastSeenAt)!, lostAt: null,

@@ -24,8 +24,10 @@ export interface RouteView {
   class: string | null;
   /** Whether the chosen replica had the model resident, its file cached, or neither. */
   warmth: 'resident' | 'cached' | 'cold' | null;
-  /** Every host passed over, and why. */
+  /** Hosts passed over, and why: the first 16 by name. */
   skipped: { host: string; reason: RouteSkipReason }[];
+  /** The other hosts passed over, counted by reason (`not sampled` for those a large mesh's router did not look at). */
+  unlisted: Partial<Record<RouteSkipReason, number>>;
 }
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
@@ -108,7 +110,9 @@ export interface ExplainView {
     /** Its compatibility group: jobs in it, the size that releases it at once, and when it leaves regardless. */
     batch: { size: number; target: number; releaseBy: string | null } | null;
     retryAt: string | null;
-    /** Every host, whether it could take the job now, and if not why. */
+    /** Hosts by name (the first 16 passed over), whether each could take the job now, and if not why. */
     hosts: { host: string; class: string | null; canTake: boolean; reason: RouteSkipReason | null }[];
+    /** The other hosts, counted by why they cannot take it (or were not looked at). */
+    unlisted: Partial<Record<RouteSkipReason, number>>;
   } | null;
 }

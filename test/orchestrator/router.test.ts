@@ -3,7 +3,7 @@ import { FakeClock } from '../../src/orchestrator/clock.js';
 import { resolveConfig } from '../../src/orchestrator/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import {
-  BreakerBoard, decodeRoute, encodeRoute, HealthBook, HostRegistry, HostSession, Router, ThroughputBook, TWO_CHOICES_ABOVE,
+  BreakerBoard, decodeRoute, encodeRoute, HealthBook, HostRegistry, HostSession, NAMED_SKIPS, Router, SCAN_ALL_UP_TO, ThroughputBook, TWO_CHOICES_ABOVE,
   type RouteRequest,
 } from '../../src/orchestrator/routing/index.js';
 
@@ -164,7 +164,11 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     expect(stored.length).toBeLessThan(60);
     expect(decodeRoute(stored)).toEqual({
       host: 'laptop', class: 'image', warmth: 'cold',
-      skipped: [{ host: 'desktop', reason: 'class not granted' }, { host: 'busy', reason: 'no free slot' }],
+      skipped: [{ host: 'desktop', reason: 'class not granted' }, { host: 'busy', reason: 'no free slot' }], unlisted: {},
+    });
+    // A log stored before hosts were counted (four elements) still reads.
+    expect(decodeRoute('["laptop","image",2,["busy",7]]')).toEqual({
+      host: 'laptop', class: 'image', warmth: 'cold', skipped: [{ host: 'busy', reason: 'no free slot' }], unlisted: {},
     });
     expect(decodeRoute(null)).toBeNull();
     expect(decodeRoute('not json')).toBeNull();
@@ -195,5 +199,89 @@ describe('Router: which hosts can take a job, and why the others cannot', () => 
     const shed = router.route(model(), image);
     expect(shed.host?.id).toBe('warm');
     expect(reasons(shed.skipped)).toEqual({ replica: 'breaker open' });
+  });
+
+  it('with replicasOnly, a replica in a fallback class does not keep the job from a usable host of its preferred class', () => {
+    const { hosts, breakers, health, throughput, host } = mesh();
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
+    const cloud = host('cloud', { classes: ['cloud'] });
+    cloud.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
+    const request: RouteRequest = { classes: ['image', 'cloud'], hosts: null };
+    // No image host: the fallback class's replica takes it.
+    expect(router.route(model(), request).host).toBe(cloud);
+    // An image host (re)joins without the model: it loads it on demand, rather than the job staying on the fallback.
+    const laptop = host('laptop');
+    expect(router.route(model(), request)).toMatchObject({ host: laptop, class: 'image', warmth: 'cold' });
+  });
+});
+
+describe('Router on a large mesh: indexes instead of a scan, a bounded log', () => {
+  const resident = (session: HostSession): void => session.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
+  const total = (unlisted: Record<string, number | undefined>): number => Object.values(unlisted).reduce<number>((sum, count) => sum + (count ?? 0), 0);
+
+  it('prefers a free host with the model resident, names at most NAMED_SKIPS hosts and counts the rest', () => {
+    const { router, host } = mesh();
+    const all = Array.from({ length: 300 }, (_, i) => host(`h${i}`, { classes: [i % 3 === 0 ? 'video' : 'image'] }));
+    for (const session of all.filter((_, i) => i % 10 === 1)) resident(session);
+    for (const session of all.filter((_, i) => i % 20 === 1)) busy(session);
+    for (let n = 0; n < 50; n++) {
+      const decision = router.route(model(), image);
+      expect(decision.warmth).toBe('resident');
+      expect(decision.host!.freeSlots).toBe(1);
+      expect(decision.host!.info.classes).toEqual(['image']);
+      expect(decision.skipped.length).toBeLessThanOrEqual(NAMED_SKIPS);
+      // Every host is accounted for: chosen, named or counted.
+      expect(1 + decision.skipped.length + total(decision.unlisted)).toBe(300);
+      expect(decision.unlisted['class not granted']).toBe(100);
+    }
+  });
+
+  it('with no resident host free, draws a free one of the class; a class with none usable spills to the next', () => {
+    const { router, host, breakers } = mesh();
+    const images = Array.from({ length: SCAN_ALL_UP_TO + 10 }, (_, i) => host(`i${i}`));
+    const clouds = Array.from({ length: 20 }, (_, i) => host(`c${i}`, { classes: ['cloud'] }));
+    const request: RouteRequest = { classes: ['image', 'cloud'], hosts: null };
+    for (const session of images.slice(0, 60)) busy(session);
+    const drawn = router.route(model(), request);
+    expect(images.slice(60)).toContain(drawn.host);
+    // Every image host busy: the job waits for one rather than spilling to cloud.
+    for (const session of images.slice(60)) busy(session);
+    expect(router.route(model(), request)).toMatchObject({ host: null, class: 'image', waitingFor: 'a free slot' });
+    // Every image host's breaker open: no usable image host at all, so cloud takes it.
+    for (const session of images) for (let i = 0; i < 2; i++) breakers.failure(session.id, 'gen', 'ENGINE_CRASHED');
+    const spilled = router.route(model(), request);
+    expect(clouds).toContain(spilled.host);
+    expect(spilled.class).toBe('cloud');
+    expect(spilled.skipped.filter((skip) => skip.reason === 'breaker open')).toHaveLength(NAMED_SKIPS);
+    expect(spilled.unlisted['breaker open']).toBe(images.length - NAMED_SKIPS);
+  });
+
+  it('keeps its indexes with hosts joining, leaving, loading and finishing work', () => {
+    const { router, host, hosts, clock } = mesh();
+    const all = Array.from({ length: SCAN_ALL_UP_TO + 1 }, (_, i) => host(`h${i}`));
+    for (const session of all) busy(session);
+    expect(router.route(model(), image).host).toBeNull();
+    // One finishes its batch: the free-slot index has it.
+    all[7]!.batches.clear();
+    expect(router.route(model(), image).host).toBe(all[7]);
+    // It leaves: nothing is free again; its replacement joins free and with the model resident.
+    hosts.delete(all[7]!, clock.now());
+    expect(router.route(model(), image).host).toBeNull();
+    const back = host('h7');
+    resident(back);
+    expect(router.route(model(), image)).toMatchObject({ host: back, warmth: 'resident' });
+    // The agent reports the model gone: no longer resident (its file stays cached).
+    back.resident = [];
+    expect(router.route(model(), image)).toMatchObject({ host: back, warmth: 'cached' });
+  });
+
+  it('with replicasOnly, waits for a busy resident replica rather than loading the model elsewhere', () => {
+    const { hosts, breakers, health, throughput, host } = mesh();
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
+    const all = Array.from({ length: SCAN_ALL_UP_TO + 6 }, (_, i) => host(`h${i}`));
+    resident(all[3]!);
+    expect(router.route(model(), image).host).toBe(all[3]);
+    busy(all[3]!);
+    expect(router.route(model(), image)).toMatchObject({ host: null, waitingFor: 'a free slot' });
   });
 });

@@ -8,8 +8,13 @@ import { withClientOptions } from './shared.js';
 export function routeText(route: RouteView | null): string {
   if (!route) return 'no route recorded';
   const chosen = route.host ? `${route.host} (${route.class ?? '?'}${route.warmth ? `, ${route.warmth}` : ''})` : 'no host';
-  const passed = route.skipped.map((skip) => `${skip.host} (${skip.reason})`).join(', ');
+  const passed = [...route.skipped.map((skip) => `${skip.host} (${skip.reason})`), ...unlistedText(route.unlisted ?? {})].join(', ');
   return passed ? `${chosen}; passed over: ${passed}` : chosen;
+}
+
+/** `40 more (no free slot)` for each reason of the hosts a decision counted instead of naming. */
+function unlistedText(unlisted: RouteView['unlisted']): string[] {
+  return Object.entries(unlisted).map(([reason, count]) => `${count} more (${reason})`);
 }
 
 function explainText(view: ExplainView): string {
@@ -32,6 +37,8 @@ function explainText(view: ExplainView): string {
     } else {
       out.push('hosts: none known');
     }
+    const more = unlistedText(waiting.unlisted ?? {});
+    if (more.length > 0) out.push(`and ${more.join(', ')}`);
   }
   return out.join('\n');
 }

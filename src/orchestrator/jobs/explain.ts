@@ -70,7 +70,8 @@ export class JobExplainer {
     const standing = scheduler.standing(job.model, job.id, now);
     const position = standing ? { ahead: standing.ahead, queued: standing.queued } : null;
     const batch = standing ? { size: standing.group.size, target: standing.group.target, releaseBy: iso(standing.releaseAt) } : null;
-    const result = (waitingFor: WaitingFor, detail: string) => ({ for: waitingFor, detail, position, batch, retryAt: iso(retryAt), hosts });
+    const unlisted = decision?.unlisted ?? {};
+    const result = (waitingFor: WaitingFor, detail: string) => ({ for: waitingFor, detail, position, batch, retryAt: iso(retryAt), hosts, unlisted });
 
     if (retryAt !== null) return result('retry backoff', `attempt ${job.attempts} failed (${job.errorCode ?? 'see attempts'}); back in the queue in ${Math.max(0, retryAt - now)} ms`);
     if (!model || !decision) return result('a host of its classes', `model ${job.model} is no longer in the registry`);

@@ -29,13 +29,11 @@ export class HostSession {
   readonly session: string;
   readonly connectedAt: number;
   lastSeenAt: number;
-  resident: ResidentModel[] = [];
-  devices: Device[];
   /** Model digests in the agent's local file cache (loading one of these needs no pull). */
   readonly cached: Set<string>;
-  readonly batches = new Map<string, InFlightBatch>();
+  readonly batches: Map<string, InFlightBatch> = new WatchedMap(() => this.#slotsChanged());
   /** Health probes running here (batch ids); each takes a slot like a batch. */
-  readonly probes = new Set<string>();
+  readonly probes: Set<string> = new WatchedSet(() => this.#slotsChanged());
   /** Finishing its work and taking no more (set by whoever drains hosts); the router passes it over. */
   draining = false;
   /**
@@ -46,6 +44,11 @@ export class HostSession {
   readonly replicaChanges = new Map<string, { change: 'load' | 'unload'; at: number }>();
   /** Models this host was asked to hold for their minReplicas (`load` with `hold`). */
   readonly held = new Set<string>();
+  #resident: ResidentModel[] = [];
+  #devices: Device[] = [];
+  #largestBudgetMB = 0;
+  #onResidency: ((host: HostSession, before: readonly ResidentModel[]) => void) | null = null;
+  #onSlots: ((host: HostSession) => void) | null = null;
   readonly #send: (message: OrchestratorMessage) => void;
   readonly #ackLater: AckDelay | null;
   #acks: string[] = [];
@@ -70,6 +73,40 @@ export class HostSession {
     return this.info.id;
   }
 
+  /** The models loaded here, as the agent last reported them. */
+  get resident(): readonly ResidentModel[] {
+    return this.#resident;
+  }
+
+  set resident(models: readonly ResidentModel[]) {
+    const before = this.#resident;
+    this.#resident = [...models];
+    this.#onResidency?.(this, before);
+  }
+
+  get devices(): readonly Device[] {
+    return this.#devices;
+  }
+
+  set devices(devices: readonly Device[]) {
+    this.#devices = [...devices];
+    // Read by the router for every host it considers: computed once per report, not per decision.
+    this.#largestBudgetMB = Math.max(0, ...devices.map((device) => device.budgetMB));
+  }
+
+  /**
+   * Tell the host registry whenever the resident models change and whenever a slot is taken or freed: it keeps its
+   * indexes (hosts by resident model, hosts with a free slot) with them. Null stops it.
+   */
+  watch(listeners: { residency(host: HostSession, before: readonly ResidentModel[]): void; slots(host: HostSession): void } | null): void {
+    this.#onResidency = listeners?.residency ?? null;
+    this.#onSlots = listeners?.slots ?? null;
+  }
+
+  #slotsChanged(): void {
+    this.#onSlots?.(this);
+  }
+
   get freeSlots(): number {
     return Math.max(0, this.info.concurrency - this.batches.size - this.probes.size);
   }
@@ -81,7 +118,8 @@ export class HostSession {
   }
 
   isResident(model: string): boolean {
-    return this.resident.some((entry) => entry.model === model);
+    for (const entry of this.#resident) if (entry.model === model) return true;
+    return false;
   }
 
   /** A loaded replica: the model is resident here and not being unloaded. */
@@ -100,17 +138,17 @@ export class HostSession {
 
   /** The largest memory budget of any device: a model bigger than this can never load here. */
   get largestBudgetMB(): number {
-    return Math.max(0, ...this.devices.map((device) => device.budgetMB));
+    return this.#largestBudgetMB;
   }
 
   /** The agent loaded a model: it is resident, and its file is in the agent's cache. */
   loaded(model: ResidentModel): void {
-    this.resident = [...this.resident.filter((entry) => entry.model !== model.model), model];
+    this.resident = [...this.#resident.filter((entry) => entry.model !== model.model), model];
     this.cached.add(model.digest);
   }
 
   unloaded(model: string): void {
-    this.resident = this.resident.filter((entry) => entry.model !== model);
+    if (this.isResident(model)) this.resident = this.#resident.filter((entry) => entry.model !== model);
   }
 
   send(message: OrchestratorMessage): void {
@@ -140,4 +178,65 @@ export class HostSession {
 export interface AckDelay {
   clock: Pick<Clock, 'setTimer'>;
   ms: number;
+}
+
+/**
+ * A Map that says when it changed, so the batches a host runs can be set and deleted where they are today (the
+ * in-flight table, failover) while the host registry's index of hosts with a free slot stays right.
+ */
+class WatchedMap<K, V> extends Map<K, V> {
+  readonly #changed: () => void;
+
+  constructor(changed: () => void) {
+    super();
+    this.#changed = changed;
+  }
+
+  override set(key: K, value: V): this {
+    const had = this.has(key);
+    super.set(key, value);
+    if (!had) this.#changed();
+    return this;
+  }
+
+  override delete(key: K): boolean {
+    const deleted = super.delete(key);
+    if (deleted) this.#changed();
+    return deleted;
+  }
+
+  override clear(): void {
+    const had = this.size > 0;
+    super.clear();
+    if (had) this.#changed();
+  }
+}
+
+/** A Set that says when it changed (see WatchedMap). */
+class WatchedSet<T> extends Set<T> {
+  readonly #changed: () => void;
+
+  constructor(changed: () => void) {
+    super();
+    this.#changed = changed;
+  }
+
+  override add(value: T): this {
+    const had = this.has(value);
+    super.add(value);
+    if (!had) this.#changed();
+    return this;
+  }
+
+  override delete(value: T): boolean {
+    const deleted = super.delete(value);
+    if (deleted) this.#changed();
+    return deleted;
+  }
+
+  override clear(): void {
+    const had = this.size > 0;
+    super.clear();
+    if (had) this.#changed();
+  }
 }

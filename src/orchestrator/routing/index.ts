@@ -1,7 +1,7 @@
 export { HostSession, type HostInfo, type InFlightBatch } from './host.js';
 export { HostRegistry, type DepartedHost } from './hosts.js';
-export { Router, TWO_CHOICES_ABOVE, type RouteRequest, type RouterDeps } from './router.js';
-export { encodeRoute, decodeRoute, type RouteDecision, type Skip, type Warmth } from './route-log.js';
+export { Router, SCAN_ALL_UP_TO, TWO_CHOICES_ABOVE, type RouteRequest, type RouterDeps } from './router.js';
+export { encodeRoute, decodeRoute, NAMED_SKIPS, type RouteDecision, type Skip, type Warmth } from './route-log.js';
 export { Breaker, type BreakerTransition } from './breaker.js';
 export { BreakerBoard, type BreakerChange, type BreakerBoardDeps } from './breakers.js';
 export { ThroughputBook, THROUGHPUT_ALPHA, type BatchSample } from './throughput.js';

@@ -4,11 +4,21 @@ import type { BreakerBoard } from './breakers.js';
 import type { HealthBook } from './health.js';
 import type { HostSession } from './host.js';
 import type { HostRegistry } from './hosts.js';
-import type { RouteDecision, Skip, Warmth } from './route-log.js';
+import type { IndexedSet } from './indexed-set.js';
+import { SkipLog, type RouteDecision, type Warmth } from './route-log.js';
 import type { ThroughputBook } from './throughput.js';
 
 /** With more usable replicas than this in the best tier, two are drawn at random and the less loaded wins. */
 export const TWO_CHOICES_ABOVE = 4;
+
+/**
+ * A mesh of up to this many hosts is routed by looking at every host; a larger one through the host registry's
+ * indexes (see `#routeLarge`), so that a decision costs the same with a thousand hosts as with fifty.
+ */
+export const SCAN_ALL_UP_TO = 64;
+
+/** Random draws from a large pool of free hosts before the router falls back to a scan. */
+const DRAWS = 12;
 
 /** Where a job may run: its classes in order of preference, and the hosts its grant allows (null: any). */
 export interface RouteRequest {
@@ -43,8 +53,8 @@ const WARMTH_RANK: Record<Warmth, number> = { resident: 0, cached: 1, cold: 2 };
  * connected, not draining, runs the model's engine, has a device the model
  * fits, both its breakers (host and host × model) are closed and it is
  * healthy — and the job's grant allows its class and host; with
- * `replicasOnly`, once a usable host holds a replica of the model, only
- * those do (skip reason `no replica`). Among usable
+ * `replicasOnly`, once a usable host of a class holds a replica of the
+ * model, only those of that class do (skip reason `no replica`). Among usable
  * replicas with a free slot: the model resident first, then its file cached,
  * then the lowest load relative to capacity, (jobs in flight + 1) ÷ the
  * replica's measured jobs per second, so a fast GPU takes proportionally more
@@ -67,50 +77,142 @@ export class Router {
   }
 
   route(model: RegisteredModel, request: RouteRequest): RouteDecision {
+    const log = new SkipLog();
+    this.#logDeparted(request, log);
+    return this.#deps.hosts.size > SCAN_ALL_UP_TO ? this.#routeLarge(model, request, log) : this.#routeSmall(model, request, log);
+  }
+
+  /** Every host looked at and given its reason. */
+  #routeSmall(model: RegisteredModel, request: RouteRequest, log: SkipLog): RouteDecision {
     const { classes } = request;
-    const skipped: Skip[] = [];
     const usable: HostSession[][] = classes.map(() => []);
     for (const host of this.#deps.hosts) {
-      const index = classes.findIndex((name) => host.info.classes.includes(name));
+      const index = this.#classIndex(host, classes);
       const klass = index < 0 ? null : classes[index]!;
       const reason = this.#unusable(host, model, request, klass);
-      if (reason) skipped.push({ host: host.id, class: klass, reason });
+      if (reason) log.add(host.id, klass, reason);
       else usable[index]!.push(host);
     }
-    for (const departed of this.#deps.hosts.departed()) {
-      const index = classes.findIndex((name) => departed.info.classes.includes(name));
-      const klass = index < 0 ? null : classes[index]!;
-      const reason: RouteSkipReason = klass === null ? 'class not granted'
-        : request.hosts && !request.hosts.includes(departed.info.id) ? 'host not granted' : 'disconnected';
-      skipped.push({ host: departed.info.id, class: klass, reason });
-    }
-    // Placement: once some usable host has a replica of the model (the autoscaler's, loaded or loading), only those
-    // take its batches (one still loading takes them too: they wait there in their loading phase); with none, any
-    // usable host loads it on demand.
+    // Placement, class by class: once some usable host of the class has a replica of the model (the autoscaler's,
+    // loaded or loading), only those take its batches (one still loading takes them too: they wait there in their
+    // loading phase); with none, any usable host of the class loads it on demand. A replica in a fallback class does
+    // not keep the job from its preferred class: a host of that class that comes back takes the work back.
     const name = model.manifest.name;
-    const placed = this.#deps.replicasOnly === true && usable.some((hosts) => hosts.some((host) => host.hasReplica(name)));
     for (const [index, all] of usable.entries()) {
       const klass = classes[index]!;
+      const placed = this.#deps.replicasOnly === true && all.some((host) => host.hasReplica(name));
       const hosts: HostSession[] = [];
       for (const host of all) {
         if (!placed || host.hasReplica(name)) hosts.push(host);
-        else skipped.push({ host: host.id, class: klass, reason: 'no replica' });
+        else log.add(host.id, klass, 'no replica');
       }
       if (hosts.length === 0) continue;
       const free: HostSession[] = [];
       for (const host of hosts) {
         if (host.freeSlots > 0) free.push(host);
-        else skipped.push({ host: host.id, class: klass, reason: 'no free slot' });
+        else log.add(host.id, klass, 'no free slot');
       }
-      if (free.length === 0) return { host: null, class: klass, warmth: null, skipped, waitingFor: 'a free slot' };
-      // A retry goes elsewhere when it can: the host that failed it may fail it again.
-      const fresh = request.avoid?.length ? free.filter((host) => !request.avoid!.includes(host.id)) : free;
-      if (fresh.length > 0 && fresh.length < free.length) {
-        for (const host of free) if (!fresh.includes(host)) skipped.push({ host: host.id, class: klass, reason: 'failed this job' });
-      }
-      return this.#choose(model, klass, fresh.length > 0 ? fresh : free, skipped);
+      if (free.length === 0) return waiting('a free slot', klass, log);
+      return this.#choose(model, klass, this.#avoiding(free, request, klass, log), log);
     }
-    return { host: null, class: null, warmth: null, skipped, waitingFor: 'a host of its classes' };
+    return waiting('a host of its classes', null, log);
+  }
+
+  /**
+   * A large mesh, class by class in the job's order, looking only at hosts of that class: first those where the
+   * model is resident and a slot is free, then (unless the model's replicas must take it) a few drawn at random
+   * from the class's free hosts. Only when neither finds a usable host does it scan, and then only until it knows
+   * whether the class has a usable host at all (the job waits for it) or none (the next class is tried). Hosts of
+   * no class of the job, and those never looked at, are counted in the log, not named. A replica still loading is
+   * seen once it is resident.
+   */
+  #routeLarge(model: RegisteredModel, request: RouteRequest, log: SkipLog): RouteDecision {
+    const { hosts } = this.#deps;
+    const { classes } = request;
+    const name = model.manifest.name;
+    log.count('class not granted', hosts.size - hosts.countServing(classes));
+    for (const [index, klass] of classes.entries()) {
+      const pool = hosts.inClass(klass);
+      const looked = new Set<HostSession>();
+      const found: HostSession[] = [];
+      // 1. Resident replicas with a free slot: all of them when few, else a random sample.
+      const resident = hosts.residentOn(name);
+      let replicaSeen = false;
+      this.#draw(resident, resident.size <= SCAN_ALL_UP_TO ? resident.size : DRAWS, resident.size > SCAN_ALL_UP_TO, (host) => {
+        if (looked.has(host) || this.#classIndex(host, classes) !== index) return;
+        looked.add(host);
+        const reason = this.#unusable(host, model, request, klass) ?? (host.hasReplica(name) ? null : 'no replica');
+        if (reason) return log.add(host.id, klass, reason);
+        replicaSeen = true;
+        if (host.freeSlots > 0) found.push(host);
+        else log.add(host.id, klass, 'no free slot');
+      });
+      const onDemand = !(this.#deps.replicasOnly === true && replicaSeen);
+      // 2. Any free host of the class, drawn at random, when no resident one is free (and the model may load on demand).
+      const free = hosts.freeInClass(klass);
+      if (found.length === 0 && onDemand) {
+        this.#draw(free, Math.min(DRAWS, free.size), free.size > DRAWS, (host) => {
+          if (looked.has(host) || this.#classIndex(host, classes) !== index) return;
+          looked.add(host);
+          const reason = this.#unusable(host, model, request, klass);
+          if (reason) log.add(host.id, klass, reason);
+          else found.push(host);
+        });
+      }
+      if (found.length > 0) {
+        log.count('not sampled', pool.size - looked.size);
+        return this.#choose(model, klass, this.#avoiding(found, request, klass, log), log);
+      }
+      // 3. Nothing free was usable: is anything in the class usable at all? Stop at the first that is.
+      if (replicaSeen) return waiting('a free slot', klass, log, pool.size - looked.size);
+      for (const host of pool) {
+        if (looked.has(host) || this.#classIndex(host, classes) !== index) continue;
+        looked.add(host);
+        const reason = this.#unusable(host, model, request, klass);
+        if (reason) {
+          log.add(host.id, klass, reason);
+          continue;
+        }
+        if (host.freeSlots > 0 && (onDemand || host.hasReplica(name))) {
+          // A free usable host the draws missed (most free hosts were unusable): take it.
+          log.count('not sampled', pool.size - looked.size);
+          return this.#choose(model, klass, [host], log);
+        }
+        return waiting('a free slot', klass, log, pool.size - looked.size);
+      }
+    }
+    return waiting('a host of its classes', null, log);
+  }
+
+  /** Call `visit` for `count` members of `pool`: random ones (repeats possible) or, with `random` false, all of them in order. */
+  #draw(pool: IndexedSet<HostSession>, count: number, random: boolean, visit: (host: HostSession) => void): void {
+    for (let i = 0; i < count; i++) visit(pool.at(random ? Math.floor(this.#random() * pool.size) : i)!);
+  }
+
+  /** The index in the job's classes of the first one `host` serves; -1 for none. */
+  #classIndex(host: HostSession, classes: readonly string[]): number {
+    for (let i = 0; i < classes.length; i++) if (host.info.classes.includes(classes[i]!)) return i;
+    return -1;
+  }
+
+  /** Hosts that were connected and are not now. */
+  #logDeparted(request: RouteRequest, log: SkipLog): void {
+    for (const departed of this.#deps.hosts.departed()) {
+      const index = request.classes.findIndex((name) => departed.info.classes.includes(name));
+      const klass = index < 0 ? null : request.classes[index]!;
+      const reason: RouteSkipReason = klass === null ? 'class not granted'
+        : request.hosts && !request.hosts.includes(departed.info.id) ? 'host not granted' : 'disconnected';
+      log.add(departed.info.id, klass, reason);
+    }
+  }
+
+  /** A retry goes elsewhere when it can: the host that failed it may fail it again. */
+  #avoiding(free: HostSession[], request: RouteRequest, klass: string, log: SkipLog): HostSession[] {
+    if (!request.avoid?.length) return free;
+    const fresh = free.filter((host) => !request.avoid!.includes(host.id));
+    if (fresh.length === 0) return free;
+    for (const host of free) if (!fresh.includes(host)) log.add(host.id, klass, 'failed this job');
+    return fresh;
   }
 
   /** Why `host` cannot take `model` for this request, or null when it can (slots aside). */
@@ -125,7 +227,7 @@ export class Router {
     return null;
   }
 
-  #choose(model: RegisteredModel, klass: string, free: HostSession[], skipped: Skip[]): RouteDecision {
+  #choose(model: RegisteredModel, klass: string, free: HostSession[], log: SkipLog): RouteDecision {
     const name = model.manifest.name;
     const warmth = (host: HostSession): Warmth => (host.isResident(name) ? 'resident' : host.cached.has(model.manifest.digest) ? 'cached' : 'cold');
     // Residency dominates: loading a model costs far more than waiting behind one batch; a pull costs more still.
@@ -133,14 +235,14 @@ export class Router {
     const tier: HostSession[] = [];
     for (const host of free) {
       if (WARMTH_RANK[warmth(host)] === best) tier.push(host);
-      else skipped.push({ host: host.id, class: klass, reason: 'not resident' });
+      else log.add(host.id, klass, 'not resident');
     }
     let contenders = tier;
     if (tier.length > TWO_CHOICES_ABOVE) {
       const first = Math.floor(this.#random() * tier.length);
       const second = (first + 1 + Math.floor(this.#random() * (tier.length - 1))) % tier.length;
       contenders = [tier[first]!, tier[second]!];
-      for (const host of tier) if (!contenders.includes(host)) skipped.push({ host: host.id, class: klass, reason: 'not sampled' });
+      for (const host of tier) if (!contenders.includes(host)) log.add(host.id, klass, 'not sampled');
     }
     let chosen = contenders[0]!;
     let chosenLoad = this.#load(chosen, name);
@@ -152,8 +254,8 @@ export class Router {
         chosenLoad = load;
       }
     }
-    for (const host of contenders) if (host !== chosen) skipped.push({ host: host.id, class: klass, reason: 'busier' });
-    return { host: chosen, class: klass, warmth: warmth(chosen), skipped, waitingFor: null };
+    for (const host of contenders) if (host !== chosen) log.add(host.id, klass, 'busier');
+    return { host: chosen, class: klass, warmth: warmth(chosen), skipped: log.named, unlisted: log.unlisted, waitingFor: null };
   }
 
   /** Seconds the replica needs to finish what it holds plus one more job. */
@@ -164,4 +266,10 @@ export class Router {
   #rate(host: HostSession, model: string): number {
     return this.#deps.throughput.jobsPerSecond(host.id, model) ?? this.#deps.throughput.assumed(model);
   }
+}
+
+/** No host now: the job waits for `waitingFor`; `unseen` hosts of the class were not looked at. */
+function waiting(waitingFor: 'a free slot' | 'a host of its classes', klass: string | null, log: SkipLog, unseen = 0): RouteDecision {
+  log.count('not sampled', unseen);
+  return { host: null, class: klass, warmth: null, skipped: log.named, unlisted: log.unlisted, waitingFor };
 }
