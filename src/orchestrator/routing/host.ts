@@ -31,9 +31,9 @@ export class HostSession {
   lastSeenAt: number;
   /** Model digests in the agent's local file cache (loading one of these needs no pull). */
   readonly cached: Set<string>;
-  readonly batches: Map<string, InFlightBatch> = new WatchedMap(() => this.#slotsChanged());
+  readonly batches: Map<string, InFlightBatch> = new WatchedMap(() => this.#changed());
   /** Health probes running here (batch ids); each takes a slot like a batch. */
-  readonly probes: Set<string> = new WatchedSet(() => this.#slotsChanged());
+  readonly probes: Set<string> = new WatchedSet(() => this.#changed());
   /** Finishing its work and taking no more (set by whoever drains hosts); the router passes it over. */
   draining = false;
   /**
@@ -41,14 +41,13 @@ export class HostSession {
    * loaded is a replica already (no other host is asked for it, and batches may go there and wait for the load);
    * one being unloaded neither counts nor takes batches.
    */
-  readonly replicaChanges = new Map<string, { change: 'load' | 'unload'; at: number }>();
+  readonly replicaChanges: Map<string, { change: 'load' | 'unload'; at: number }> = new WatchedMap(() => this.#changed());
   /** Models this host was asked to hold for their minReplicas (`load` with `hold`). */
   readonly held = new Set<string>();
   #resident: ResidentModel[] = [];
   #devices: Device[] = [];
   #largestBudgetMB = 0;
-  #onResidency: ((host: HostSession, before: readonly ResidentModel[]) => void) | null = null;
-  #onSlots: ((host: HostSession) => void) | null = null;
+  #onChange: ((host: HostSession) => void) | null = null;
   readonly #send: (message: OrchestratorMessage) => void;
   readonly #ackLater: AckDelay | null;
   #acks: string[] = [];
@@ -79,9 +78,8 @@ export class HostSession {
   }
 
   set resident(models: readonly ResidentModel[]) {
-    const before = this.#resident;
     this.#resident = [...models];
-    this.#onResidency?.(this, before);
+    this.#changed();
   }
 
   get devices(): readonly Device[] {
@@ -95,16 +93,27 @@ export class HostSession {
   }
 
   /**
-   * Tell the host registry whenever the resident models change and whenever a slot is taken or freed: it keeps its
-   * indexes (hosts by resident model, hosts with a free slot) with them. Null stops it.
+   * Tell `listener` whenever what routing indexes changes — the resident models, a slot taken or freed, a replica
+   * change asked for — so the host registry keeps its indexes with it. Null stops it.
    */
-  watch(listeners: { residency(host: HostSession, before: readonly ResidentModel[]): void; slots(host: HostSession): void } | null): void {
-    this.#onResidency = listeners?.residency ?? null;
-    this.#onSlots = listeners?.slots ?? null;
+  watch(listener: ((host: HostSession) => void) | null): void {
+    this.#onChange = listener;
   }
 
-  #slotsChanged(): void {
-    this.#onSlots?.(this);
+  #changed(): void {
+    this.#onChange?.(this);
+  }
+
+  /** The models this host holds a replica of (see hasReplica). */
+  replicaModels(): Set<string> {
+    const models = new Set<string>();
+    for (const entry of this.#resident) models.add(entry.model);
+    for (const batch of this.batches.values()) models.add(batch.model);
+    for (const [model, change] of this.replicaChanges) {
+      if (change.change === 'load') models.add(model);
+      else models.delete(model);
+    }
+    return models;
   }
 
   get freeSlots(): number {

@@ -1,4 +1,3 @@
-import type { ResidentModel } from '../../protocol/index.js';
 import type { HostInfo, HostSession } from './host.js';
 import { IndexedSet } from './indexed-set.js';
 
@@ -27,6 +26,11 @@ export class HostRegistry {
   readonly #byClass = new Map<string, IndexedSet<HostSession>>();
   readonly #byResident = new Map<string, IndexedSet<HostSession>>();
   readonly #freeByClass = new Map<string, IndexedSet<HostSession>>();
+  /** Hosts holding a replica of a model, by `class\nmodel`; and those of them with a free slot. */
+  readonly #replicas = new Map<string, IndexedSet<HostSession>>();
+  readonly #freeReplicas = new Map<string, IndexedSet<HostSession>>();
+  /** What each host was last indexed under, to take it out of exactly those entries. */
+  readonly #indexed = new Map<HostSession, { resident: string[]; replicas: string[]; free: boolean }>();
   /** How many hosts have each distinct list of classes (a handful of lists, however many hosts). */
   readonly #classLists = new Map<string, { classes: readonly string[]; count: number }>();
   readonly #departed = new Map<string, DepartedHost>();
@@ -54,6 +58,16 @@ export class HostRegistry {
     return this.#freeByClass.get(klass) ?? EMPTY;
   }
 
+  /** Connected hosts of `klass` holding a replica of `model` (resident, being loaded, or running it; not being unloaded). */
+  replicasIn(klass: string, model: string): IndexedSet<HostSession> {
+    return this.#replicas.get(`${klass}\n${model}`) ?? EMPTY;
+  }
+
+  /** Those of replicasIn with a free slot. */
+  freeReplicasIn(klass: string, model: string): IndexedSet<HostSession> {
+    return this.#freeReplicas.get(`${klass}\n${model}`) ?? EMPTY;
+  }
+
   /** Connected hosts where `model` is resident. */
   residentOn(model: string): IndexedSet<HostSession> {
     return this.#byResident.get(model) ?? EMPTY;
@@ -78,9 +92,8 @@ export class HostRegistry {
     const list = this.#classLists.get(key);
     if (list) list.count++;
     else this.#classLists.set(key, { classes: session.info.classes, count: 1 });
-    for (const entry of session.resident) this.#indexIn(this.#byResident, entry.model, session);
-    this.#reindexSlots(session);
-    session.watch({ residency: (host, before) => this.#reindexResidency(host, before), slots: (host) => this.#reindexSlots(host) });
+    this.#reindex(session);
+    session.watch((host) => this.#reindex(host));
     this.changed();
   }
 
@@ -107,26 +120,39 @@ export class HostRegistry {
 
   #unindex(session: HostSession): void {
     session.watch(null);
-    for (const klass of session.info.classes) {
-      this.#byClass.get(klass)?.delete(session);
-      this.#freeByClass.get(klass)?.delete(session);
-    }
+    this.#unindexState(session);
+    for (const klass of session.info.classes) this.#byClass.get(klass)?.delete(session);
     const key = session.info.classes.join('\n');
     const list = this.#classLists.get(key)!;
     if (--list.count === 0) this.#classLists.delete(key);
-    for (const entry of session.resident) this.#byResident.get(entry.model)?.delete(session);
   }
 
-  #reindexResidency(host: HostSession, before: readonly ResidentModel[]): void {
-    for (const entry of before) if (!host.isResident(entry.model)) this.#byResident.get(entry.model)?.delete(host);
-    for (const entry of host.resident) this.#indexIn(this.#byResident, entry.model, host);
-  }
-
-  #reindexSlots(host: HostSession): void {
-    const free = host.freeSlots > 0;
+  /** Put `host` under what it is now: its resident models, whether a slot is free, its replicas by class. */
+  #reindex(host: HostSession): void {
+    this.#unindexState(host);
+    const state = { resident: host.resident.map((entry) => entry.model), replicas: [...host.replicaModels()], free: host.freeSlots > 0 };
+    for (const model of state.resident) this.#indexIn(this.#byResident, model, host);
     for (const klass of host.info.classes) {
-      if (free) this.#indexIn(this.#freeByClass, klass, host);
-      else this.#freeByClass.get(klass)?.delete(host);
+      if (state.free) this.#indexIn(this.#freeByClass, klass, host);
+      for (const model of state.replicas) {
+        this.#indexIn(this.#replicas, `${klass}\n${model}`, host);
+        if (state.free) this.#indexIn(this.#freeReplicas, `${klass}\n${model}`, host);
+      }
+    }
+    this.#indexed.set(host, state);
+  }
+
+  #unindexState(host: HostSession): void {
+    const state = this.#indexed.get(host);
+    if (!state) return;
+    this.#indexed.delete(host);
+    for (const model of state.resident) this.#byResident.get(model)?.delete(host);
+    for (const klass of host.info.classes) {
+      this.#freeByClass.get(klass)?.delete(host);
+      for (const model of state.replicas) {
+        this.#replicas.get(`${klass}\n${model}`)?.delete(host);
+        this.#freeReplicas.get(`${klass}\n${model}`)?.delete(host);
+      }
     }
   }
 

@@ -41,6 +41,8 @@ export interface RouterDeps {
    * unhealthy or draining), any usable host loads it on demand. Off: always on demand.
    */
   replicasOnly?: boolean;
+  /** A mesh of up to this many hosts is routed by looking at every host; default SCAN_ALL_UP_TO. */
+  scanAllUpTo?: number;
 }
 
 const WARMTH_RANK: Record<Warmth, number> = { resident: 0, cached: 1, cold: 2 };
@@ -79,7 +81,7 @@ export class Router {
   route(model: RegisteredModel, request: RouteRequest): RouteDecision {
     const log = new SkipLog();
     this.#logDeparted(request, log);
-    return this.#deps.hosts.size > SCAN_ALL_UP_TO ? this.#routeLarge(model, request, log) : this.#routeSmall(model, request, log);
+    return this.#deps.hosts.size > (this.#deps.scanAllUpTo ?? SCAN_ALL_UP_TO) ? this.#routeLarge(model, request, log) : this.#routeSmall(model, request, log);
   }
 
   /** Every host looked at and given its reason. */
@@ -119,12 +121,16 @@ export class Router {
   }
 
   /**
-   * A large mesh, class by class in the job's order, looking only at hosts of that class: first those where the
-   * model is resident and a slot is free, then (unless the model's replicas must take it) a few drawn at random
-   * from the class's free hosts. Only when neither finds a usable host does it scan, and then only until it knows
-   * whether the class has a usable host at all (the job waits for it) or none (the next class is tried). Hosts of
-   * no class of the job, and those never looked at, are counted in the log, not named. A replica still loading is
-   * seen once it is resident.
+   * A large mesh, class by class in the job's order, from the registry's indexes of that class:
+   * 1. its free replicas of the model (all of them when few, else a random sample, then the rest in order only
+   *    if none drawn was usable);
+   * 2. with none, under `replicasOnly`: a usable busy replica (the first found) means the job waits for it;
+   * 3. otherwise its free hosts, the same way, to load the model on demand;
+   * 4. with none usable, the job waits for the class if a host of it is usable at all, else the next class is tried.
+   * This is the small mesh's rule with two differences: among many free candidates only a sample is compared
+   * (the best of a dozen rather than of all), and hosts of no class of the job, and those not looked at, are
+   * counted in the log rather than named. The scans run only where nothing drawn was usable, and stop at the
+   * first usable host.
    */
   #routeLarge(model: RegisteredModel, request: RouteRequest, log: SkipLog): RouteDecision {
     const { hosts } = this.#deps;
@@ -134,59 +140,58 @@ export class Router {
     for (const [index, klass] of classes.entries()) {
       const pool = hosts.inClass(klass);
       const looked = new Set<HostSession>();
-      const found: HostSession[] = [];
-      // 1. Resident replicas with a free slot: all of them when few, else a random sample.
-      const resident = hosts.residentOn(name);
-      let replicaSeen = false;
-      this.#draw(resident, resident.size <= SCAN_ALL_UP_TO ? resident.size : DRAWS, resident.size > SCAN_ALL_UP_TO, (host) => {
-        if (looked.has(host) || this.#classIndex(host, classes) !== index) return;
-        looked.add(host);
-        const reason = this.#unusable(host, model, request, klass) ?? (host.hasReplica(name) ? null : 'no replica');
-        if (reason) return log.add(host.id, klass, reason);
-        replicaSeen = true;
-        if (host.freeSlots > 0) found.push(host);
-        else log.add(host.id, klass, 'no free slot');
-      });
-      const onDemand = !(this.#deps.replicasOnly === true && replicaSeen);
-      // 2. Any free host of the class, drawn at random, when no resident one is free (and the model may load on demand).
-      const free = hosts.freeInClass(klass);
-      if (found.length === 0 && onDemand) {
-        this.#draw(free, Math.min(DRAWS, free.size), free.size > DRAWS, (host) => {
-          if (looked.has(host) || this.#classIndex(host, classes) !== index) return;
-          looked.add(host);
-          const reason = this.#unusable(host, model, request, klass);
-          if (reason) log.add(host.id, klass, reason);
-          else found.push(host);
-        });
-      }
-      if (found.length > 0) {
-        log.count('not sampled', pool.size - looked.size);
-        return this.#choose(model, klass, this.#avoiding(found, request, klass, log), log);
-      }
-      // 3. Nothing free was usable: is anything in the class usable at all? Stop at the first that is.
-      if (replicaSeen) return waiting('a free slot', klass, log, pool.size - looked.size);
-      for (const host of pool) {
-        if (looked.has(host) || this.#classIndex(host, classes) !== index) continue;
+      /** Looks at `host` once; whether it is usable (slots aside), its skip logged if not. */
+      const usable = (host: HostSession): boolean => {
+        if (looked.has(host) || this.#classIndex(host, classes) !== index) return false;
         looked.add(host);
         const reason = this.#unusable(host, model, request, klass);
-        if (reason) {
-          log.add(host.id, klass, reason);
-          continue;
+        if (reason) log.add(host.id, klass, reason);
+        return reason === null;
+      };
+      const decided = (found: HostSession[]): RouteDecision => {
+        log.count('not sampled', pool.size - looked.size);
+        return this.#choose(model, klass, this.#avoiding(found, request, klass, log), log);
+      };
+      const replicas = this.#sample(hosts.freeReplicasIn(klass, name), usable);
+      if (replicas.length > 0) return decided(replicas);
+      if (this.#deps.replicasOnly === true) {
+        for (const host of hosts.replicasIn(klass, name)) {
+          if (!looked.has(host) && usable(host)) {
+            log.add(host.id, klass, 'no free slot');
+            return waiting('a free slot', klass, log, pool.size - looked.size);
+          }
         }
-        if (host.freeSlots > 0 && (onDemand || host.hasReplica(name))) {
-          // A free usable host the draws missed (most free hosts were unusable): take it.
-          log.count('not sampled', pool.size - looked.size);
-          return this.#choose(model, klass, [host], log);
-        }
+      }
+      const onDemand = this.#sample(hosts.freeInClass(klass), usable);
+      if (onDemand.length > 0) return decided(onDemand);
+      for (const host of pool) {
+        if (looked.has(host) || !usable(host)) continue;
+        log.add(host.id, klass, 'no free slot');
         return waiting('a free slot', klass, log, pool.size - looked.size);
       }
     }
     return waiting('a host of its classes', null, log);
   }
 
-  /** Call `visit` for `count` members of `pool`: random ones (repeats possible) or, with `random` false, all of them in order. */
-  #draw(pool: IndexedSet<HostSession>, count: number, random: boolean, visit: (host: HostSession) => void): void {
-    for (let i = 0; i < count; i++) visit(pool.at(random ? Math.floor(this.#random() * pool.size) : i)!);
+  /**
+   * Usable members of a pool of free hosts: all of them when it is small; else those among DRAWS random draws,
+   * and, when none of those was, the first usable one in order.
+   */
+  #sample(pool: IndexedSet<HostSession>, usable: (host: HostSession) => boolean): HostSession[] {
+    const found: HostSession[] = [];
+    if (pool.size <= SCAN_ALL_UP_TO) {
+      for (const host of pool) if (usable(host)) found.push(host);
+      return found;
+    }
+    for (let i = 0; i < DRAWS; i++) {
+      const host = pool.at(Math.floor(this.#random() * pool.size))!;
+      if (usable(host)) found.push(host);
+    }
+    if (found.length > 0) return found;
+    for (const host of pool) {
+      if (usable(host)) return [host];
+    }
+    return found;
   }
 
   /** The index in the job's classes of the first one `host` serves; -1 for none. */
