@@ -45,5 +45,10 @@ export interface EngineModule<Settings extends z.ZodType = z.ZodType> {
   readonly server: boolean;
   /** The engine loads a model file (the ONNX engine): the orchestrator refuses a declared model without `file`. */
   readonly needsFile: boolean;
+  /**
+   * The engine makes clips itself (the ONNX engine's `cppn-video`). Absent: a model of it that serves `video` is
+   * given its frames one image at a time by the agent (video/frames-from-images.ts), so any image engine makes clips.
+   */
+  readonly nativeVideo?: boolean;
   create(services: EngineServices): Engine;
 }

@@ -1,3 +1,4 @@
+import { withFramesFromImages } from '../video/frames-from-images.js';
 import type { Engine } from './engine.js';
 import type { EngineModule, EngineServices } from './module.js';
 import { comfyUiEngine } from './comfyui/index.js';
@@ -34,7 +35,8 @@ export function engineModule(name: string): EngineModule | undefined {
 /**
  * Build the engines an agent runs: `enabled` names (default: every registered
  * engine), each from its factory with the agent's shared services (its log a
- * child with the engine's name). An unknown name is an error that lists the
+ * child with the engine's name; an engine without video of its own gets
+ * clips made of its images). An unknown name is an error that lists the
  * known ones, so a typo in `--engines` stops the agent at start.
  */
 export function buildEngines(services: EngineServices, enabled: readonly string[] = ENGINE_NAMES): Map<string, Engine> {
@@ -44,9 +46,10 @@ export function buildEngines(services: EngineServices, enabled: readonly string[
   }
   const engines = new Map<string, Engine>();
   for (const name of new Set(enabled)) {
-    const engine = engineModule(name)!.create({ ...services, log: services.log.child({ engine: name }) });
+    const module = engineModule(name)!;
+    const engine = module.create({ ...services, log: services.log.child({ engine: name }) });
     if (engine.name !== name) throw new Error(`the engine registered as "${name}" calls itself "${engine.name}"`);
-    engines.set(name, engine);
+    engines.set(name, module.nativeVideo ? engine : withFramesFromImages(engine, services.video));
   }
   return engines;
 }

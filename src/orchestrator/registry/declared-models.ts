@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { engineModule } from '../../agent/engines/registry.js';
 import type { ModelEntry } from '../config.js';
-import { pipelineFor } from './pipelines.js';
+import { PIPELINES, pipelineFor } from './pipelines.js';
 
 /**
  * Models declared in mesh.yaml. The engines' settings schemas are the
@@ -62,7 +62,7 @@ export function checkModelEntries(models: Readonly<Record<string, ModelEntry>>, 
     } else {
       const pipelines = new Set(entry.jobTypes.map((type) => pipelineFor(type)));
       for (const type of entry.jobTypes) {
-        if (!pipelineFor(type)) problems.push(`${at}.jobTypes: job type "${type}" has no input handling in this orchestrator (it has: image, tensor)`);
+        if (!pipelineFor(type)) problems.push(`${at}.jobTypes: job type "${type}" has no input handling in this orchestrator (it has: ${Object.keys(PIPELINES).join(', ')})`);
         else if (!routing[type]) problems.push(`${at}.jobTypes: job type "${type}" has no routing entry`);
       }
       if (pipelines.size > 1 && !pipelines.has(undefined)) problems.push(`${at}.jobTypes: ${entry.jobTypes.join(' and ')} take different inputs; one model serves job types of one input kind`);

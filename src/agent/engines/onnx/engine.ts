@@ -8,7 +8,7 @@ import { EngineError, type BatchResult, type Engine, type EngineJob, type Loaded
 import { parseSettings } from '../shared/settings.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { OnnxSettings } from './settings.js';
-import { encodeClips, type FrameSink } from './video.js';
+import { encodeClips, type FrameSink } from '../../video/clips.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
 function workerEntry(): { path: string; execArgv: string[] } {

@@ -7,6 +7,6 @@ export { OnnxSettings, ONNX_PIPELINES, type OnnxPipeline } from './settings.js';
 
 /** The built-in ONNX Runtime engine: one worker process per device (engines/registry.ts). */
 export const onnxEngine: EngineModule<typeof OnnxSettings> = {
-  name: 'onnx', settings: OnnxSettings, server: false, needsFile: true,
+  name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true,
   create: ({ supervisor, video }) => new OnnxEngine(supervisor, video ?? null),
 };
