@@ -67,6 +67,9 @@ interface Outcome {
   /** Model changes between consecutive batches, in the order they started. */
   modelChanges: number;
   latencyMs: { p50: number; p90: number; max: number };
+  /** Swaps held back (batch-before-swap), and how long each held to its bound was held (the orchestrator's log). */
+  holds: number;
+  heldToBoundMs: number[];
 }
 
 async function runOne(policy: Policy, mode: 'burst' | 'stream'): Promise<Outcome> {
@@ -120,10 +123,16 @@ async function runOne(policy: Policy, mode: 'burst' | 'stream'): Promise<Outcome
     // The agent's own count of loads.
     const log = readFileSync(join(mesh.data, 'logs', 'agent.log'), 'utf8').split('\n');
     const loads = log.filter((line) => line.includes('"msg":"model loaded"') && /"model":"[ab]"/.test(line)).length;
+    // The orchestrator's log: holds started (a swap held back), and those that ran to maxSwapHoldMs (a hold that ends
+    // because the held model has no ready batch left ends silently; one that reaches its bound logs how long it held).
+    const orchestratorLog = readFileSync(join(mesh.data, 'logs', 'orchestrator.log'), 'utf8').split('\n');
+    const holds = orchestratorLog.filter((line) => line.includes('holding a model swap')).length;
+    const heldToBound = orchestratorLog.filter((line) => line.includes('swapping models after a hold')).map((line) => (JSON.parse(line) as { heldMs: number }).heldMs);
     return {
       policy, mode, jobs: JOBS, succeeded, failed: JOBS - succeeded, wallMs, jobsPerSecond: JOBS / (wallMs / 1000),
       loads, swaps: Math.max(0, loads - 1), batchesWithLoad: order.filter((batch) => batch.loaded).length, batches: order.length, modelChanges,
       latencyMs: { p50: percentile(latencies, 50), p90: percentile(latencies, 90), max: Math.max(...latencies) },
+      holds, heldToBoundMs: heldToBound,
     };
   } finally {
     client.close();
@@ -148,12 +157,12 @@ for (const mode of MODES) {
   const held = outcomes.find((outcome) => outcome.mode === mode && outcome.policy === 'batch-before-swap')!;
   for (const outcome of [lru, held]) {
     rows.push([mode, outcome.policy, String(outcome.jobs), String(outcome.failed), outcome.wallMs, outcome.jobsPerSecond, String(outcome.swaps), String(outcome.batches), String(outcome.batchesWithLoad),
-      outcome.latencyMs.p50, outcome.latencyMs.p90, outcome.latencyMs.max]);
+      outcome.latencyMs.p50, outcome.latencyMs.p90, outcome.latencyMs.max, String(outcome.holds), String(outcome.heldToBoundMs.length)]);
   }
   ratios[mode] = { jobsPerSecond: held.jobsPerSecond / lru.jobsPerSecond, swaps: held.swaps / Math.max(1, lru.swaps) };
 }
 printTable(`${JOBS} jobs alternating between two 600 MB models on a 1000 MB device (stand-in servers, ${START_DELAY_MS} ms start delay, ${SLOW_MS} ms an image, batches of ≤ ${BATCH}; stream: one job every ${GAP_MS} ms)`,
-  ['load', 'policy', 'jobs', 'failed', 'wall ms', 'jobs/s', 'swaps', 'batches', 'batches that loaded', 'latency p50', 'p90', 'max'], rows);
+  ['load', 'policy', 'jobs', 'failed', 'wall ms', 'jobs/s', 'swaps', 'batches', 'batches that loaded', 'latency p50', 'p90', 'max', 'holds', 'held to bound'], rows);
 for (const [mode, ratio] of Object.entries(ratios)) {
   process.stdout.write(`${mode}: batch-before-swap / lru = ${ratio.jobsPerSecond.toFixed(2)}× the jobs/s with ${ratio.swaps.toFixed(2)}× the swaps\n`);
 }
