@@ -60,15 +60,20 @@ export function writeResults(name: string, results: unknown): string {
   return path;
 }
 
-/** A built-in model loaded in a real ONNX engine worker process, for engine-level measurements. */
-export async function loadBuiltin(name: 'gen' | 'mlp', budgetMB = 4096) {
+/**
+ * A built-in model loaded in a real ONNX engine worker process, for engine-level measurements. `from: 'dist'` uses
+ * the compiled engine (run `npm run build` first), whose worker is the compiled `worker.js` the agent forks; from
+ * `src` the worker boots through tsx, which takes longer to start.
+ */
+export async function loadBuiltin(name: 'gen' | 'mlp', budgetMB = 4096, from: 'src' | 'dist' = 'src') {
   const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const { pino } = await import('pino');
-  const { OnnxEngine } = await import('../src/agent/engines/onnx/engine.js');
-  const { cpuDevice } = await import('../src/agent/devices.js');
-  const { Supervisor } = await import('../src/agent/supervisor.js');
-  const { builtinModel, MLP_INPUT_DIM, MLP_OUTPUT_DIM, GEN_DEFAULT_STEPS } = await import('../src/models/index.js');
+  const base = new URL(from === 'dist' ? '../dist/' : '../src/', import.meta.url).href;
+  const { OnnxEngine } = await import(`${base}agent/engines/onnx/engine.js`) as typeof import('../src/agent/engines/onnx/engine.js');
+  const { cpuDevice } = await import(`${base}agent/devices.js`) as typeof import('../src/agent/devices.js');
+  const { Supervisor } = await import(`${base}agent/supervisor.js`) as typeof import('../src/agent/supervisor.js');
+  const { builtinModel, MLP_INPUT_DIM, MLP_OUTPUT_DIM, GEN_DEFAULT_STEPS } = await import(`${base}models/index.js`) as typeof import('../src/models/index.js');
   const model = builtinModel(name)!;
   const dir = mkdtempSync(join(tmpdir(), 'gpumesh-bench-'));
   const path = join(dir, `${name}.onnx`);

@@ -26,14 +26,22 @@ export class BenchClient {
     this.#agent = new http.Agent({ keepAlive: true, maxSockets });
   }
 
-  /** Open the event stream; call before submitting. */
-  async listen(): Promise<void> {
+  /**
+   * Open the event stream; call before submitting. `also`: more event types to receive (e.g. `loading`), each
+   * handed to `onEvent` with the moment it arrived, as the terminal ones are too.
+   */
+  async listen(also: readonly string[] = [], onEvent?: (type: string, data: Record<string, unknown>, at: number) => void): Promise<void> {
+    const terminal = ['succeeded', 'failed', 'cancelled', 'expired'];
+    const types = [...new Set([...terminal, ...also])].join(',');
     this.#stream = await new Promise<http.IncomingMessage>((resolve, reject) => {
-      http.get({ host: this.#url.hostname, port: this.#url.port, path: '/v1/events?types=succeeded,failed,cancelled,expired', agent: false, headers: this.#headers }, resolve).on('error', reject);
+      http.get({ host: this.#url.hostname, port: this.#url.port, path: `/v1/events?types=${types}`, agent: false, headers: this.#headers }, resolve).on('error', reject);
     });
     const parser = createParser({
       onEvent: (message) => {
-        if (!['succeeded', 'failed', 'cancelled', 'expired'].includes(message.event ?? '')) return;
+        if (onEvent && message.event && (terminal.includes(message.event) || also.includes(message.event))) {
+          onEvent(message.event, JSON.parse(message.data) as Record<string, unknown>, performance.now());
+        }
+        if (!terminal.includes(message.event ?? '')) return;
         const { jobId } = JSON.parse(message.data) as { jobId: string };
         this.#ended.set(jobId, { type: message.event!, at: performance.now() });
         this.#waiting.get(jobId)?.();
