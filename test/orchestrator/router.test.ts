@@ -284,4 +284,48 @@ describe('Router on a large mesh: indexes instead of a scan, a bounded log', () 
     busy(all[3]!);
     expect(router.route(model(), image)).toMatchObject({ host: null, waitingFor: 'a free slot' });
   });
+
+  it('decides as a full scan would: the same class, the same wait or placement, on random meshes', () => {
+    let state = 7;
+    const random = (): number => ((state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0) / 2 ** 32);
+    const outcomes = new Set<string>();
+    for (let trial = 0; trial < 60; trial++) {
+      const replicasOnly = trial % 2 === 0;
+      const { hosts, breakers, health, throughput, clock } = mesh({ random });
+      const indexed = new Router({ hosts, breakers, health, throughput, random, replicasOnly });
+      const scanning = new Router({ hosts, breakers, health, throughput, random, replicasOnly, scanAllUpTo: Infinity });
+      const size = SCAN_ALL_UP_TO + 1 + Math.floor(random() * 150);
+      const busyShare = random();
+      // Now and then every image host's breaker is open: image jobs must spill to cloud, exactly when a scan would.
+      const imageDown = trial % 5 === 1;
+      for (let i = 0; i < size; i++) {
+        const session = new HostSession({
+          id: `h${i}`, classes: [random() < 0.6 ? 'image' : random() < 0.5 ? 'cloud' : 'video'], engines: random() < 0.95 ? ['onnx'] : ['comfyui'],
+          concurrency: 1 + Math.floor(random() * 2), version: 't',
+          devices: [{ id: 'gpu0', kind: 'gpu', name: 'g', memoryTotalMB: 8000, budgetMB: random() < 0.05 ? 50 : 4000, usedMB: 0 }],
+        }, [], `s${i}`, clock.now(), () => {});
+        hosts.set(session);
+        if (random() < 0.2) session.loaded({ model: 'gen', digest: 'sha256:gen', device: 'gpu0', memoryMB: 100, lastUsedAt: 0 });
+        if (random() < busyShare) busy(session);
+        if (random() < busyShare) busy(session);
+        if (random() < 0.05) session.draining = true;
+        if (random() < 0.1 || (imageDown && session.info.classes[0] === 'image')) for (let f = 0; f < 2; f++) breakers.failure(session.id, 'gen', 'ENGINE_CRASHED');
+      }
+      for (const request of [image, { classes: ['image', 'cloud'], hosts: null }] satisfies RouteRequest[]) {
+        const expected = scanning.route(model(), request);
+        const actual = indexed.route(model(), request);
+        const context = `trial ${trial}: ${size} hosts, replicasOnly ${replicasOnly}, classes ${request.classes.join(',')}`;
+        expect({ placed: actual.host !== null, class: actual.class, waitingFor: actual.waitingFor }, context)
+          .toEqual({ placed: expected.host !== null, class: expected.class, waitingFor: expected.waitingFor });
+        outcomes.add(actual.host ? `placed on ${actual.class}` : `waiting for ${actual.waitingFor}`);
+        if (actual.host) {
+          expect(actual.host.freeSlots, context).toBeGreaterThan(0);
+          expect(actual.host.info.classes, context).toContain(actual.class);
+          expect(actual.host.draining || breakers.blocking(actual.host.id, 'gen') !== null, context).toBe(false);
+        }
+      }
+    }
+    // The meshes drawn cover placement in the preferred class, spilling to the fallback, and both kinds of waiting.
+    expect([...outcomes].sort()).toEqual(['placed on cloud', 'placed on image', 'waiting for a free slot', 'waiting for a host of its classes']);
+  });
 });
