@@ -275,6 +275,18 @@ describe('Router on a large mesh: indexes instead of a scan, a bounded log', () 
     expect(router.route(model(), image)).toMatchObject({ host: back, warmth: 'cached' });
   });
 
+  it('with replicasOnly, sends batches to a replica the autoscaler asked to load, not yet resident', () => {
+    const { hosts, breakers, health, throughput, host, clock } = mesh();
+    const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });
+    const all = Array.from({ length: SCAN_ALL_UP_TO + 6 }, (_, i) => host(`h${i}`));
+    all[9]!.replicaChanges.set('gen', { change: 'load', at: clock.now() });
+    for (let n = 0; n < 10; n++) expect(router.route(model(), image).host).toBe(all[9]);
+    // Asked to unload it instead: no longer a replica, so any free host loads it on demand.
+    all[9]!.replicaChanges.set('gen', { change: 'unload', at: clock.now() });
+    expect(hosts.replicasIn('image', 'gen').size).toBe(0);
+    expect(router.route(model(), image).host).not.toBeNull();
+  });
+
   it('with replicasOnly, waits for a busy resident replica rather than loading the model elsewhere', () => {
     const { hosts, breakers, health, throughput, host } = mesh();
     const router = new Router({ hosts, breakers, health, throughput, replicasOnly: true });

@@ -202,9 +202,9 @@ class WatchedMap<K, V> extends Map<K, V> {
   }
 
   override set(key: K, value: V): this {
-    const had = this.has(key);
     super.set(key, value);
-    if (!had) this.#changed();
+    // Also when the key was there: a replica change from `load` to `unload` changes what the host is indexed under.
+    this.#changed();
     return this;
   }
 
