@@ -207,7 +207,7 @@ class Server implements ManagedServer {
     const clock = this.#governor.clock;
     try {
       if ('http' in readiness) {
-        await waitForHttp(new URL(readiness.http, this.url), { ...readiness, clock, signal: this.#gone.signal });
+        await waitForHttp(new URL(readiness.http, this.url), { ...readiness, clock, signal: this.#gone.signal, tail: this.#tail });
       } else {
         await waitForLogLine(this.#tail, new RegExp(readiness.logLine), { timeoutMs: readiness.timeoutMs, clock, signal: this.#gone.signal });
       }

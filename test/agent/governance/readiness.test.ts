@@ -2,6 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/agent/governance/clock.js';
+import { LogTail } from '../../../src/agent/governance/log-tail.js';
 import { pollPauses, waitForHttp } from '../../../src/agent/governance/readiness.js';
 
 /**
@@ -39,5 +40,27 @@ describe('readiness polling', () => {
     await waitForHttp(new URL(`http://127.0.0.1:${port}/health`), { timeoutMs: 60_000, intervalMs: 200, clock, signal: new AbortController().signal });
     expect(requests).toBe(5);
     expect(paused).toEqual([5, 10, 20, 40]);
+  });
+
+  it('polls again as soon as the server prints a line, instead of sleeping out the pause', async () => {
+    let answered = 0;
+    let ready = false;
+    const late = createServer((_req, res) => {
+      answered++;
+      res.writeHead(ready ? 200 : 503).end();
+    });
+    await new Promise<void>((resolve) => late.listen(0, '127.0.0.1', resolve));
+    const { port } = late.address() as AddressInfo;
+    const tail = new LogTail({ lines: 100, bytes: 65_536 });
+    // Pauses that never end by themselves: only the server's output can move the check on.
+    const clock: Clock = { now: () => 0, setTimer: () => ({ cancel: () => {} }) };
+    const waiting = waitForHttp(new URL(`http://127.0.0.1:${port}/health`), { timeoutMs: 60_000, intervalMs: 200, clock, signal: new AbortController().signal, tail });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(answered).toBe(1);
+    ready = true;
+    tail.write('stdout', Buffer.from('server listening on port 1234\n'));
+    await waiting;
+    expect(answered).toBe(2);
+    await new Promise<void>((resolve) => late.close(() => resolve()));
   });
 });
