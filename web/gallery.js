@@ -3,7 +3,7 @@
 // or attributes, never as markup.
 
 import { $, h } from './dom.js';
-import { createApi, grantIn, takeGrant as takeGrantFrom } from './session.js';
+import { createApi, wireGrant } from './session.js';
 
 const GRANT_KEY = 'gpumesh.grant';
 const PAGE_SIZE = 48;
@@ -30,8 +30,6 @@ let cursor = null; // the next page's
 let retryMs = 5_000; // after the event stream is refused
 
 // ---- The grant ------------------------------------------------------------
-
-const takeGrant = () => takeGrantFrom(GRANT_KEY);
 
 function askForGrant(message = '') {
   events?.close();
@@ -384,23 +382,8 @@ function start(value) {
 
 ui.form.addEventListener('submit', submit);
 ui.more.addEventListener('click', loadMore);
-ui.forget.addEventListener('click', () => askForGrant());
-ui.grantForm.addEventListener('submit', (event) => {
-  event.preventDefault();
-  const value = grantIn(ui.grantForm.elements.grant.value);
-  ui.grantForm.reset();
-  sessionStorage.setItem(GRANT_KEY, value);
-  start(value);
-});
-// A new gallery link pasted into this tab's address bar.
-window.addEventListener('hashchange', () => {
-  const value = takeGrant();
-  if (value && value !== grant) start(value);
-});
 setInterval(() => {
   for (const time of ui.grid.querySelectorAll('time')) time.textContent = ago(time.dateTime);
 }, 30_000);
 
-const initial = takeGrant();
-if (initial) start(initial);
-else askForGrant();
+wireGrant({ key: GRANT_KEY, forget: ui.forget, form: ui.grantForm, start, ask: askForGrant, current: () => grant });

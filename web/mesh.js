@@ -8,7 +8,7 @@
 
 import { $, h } from './dom.js';
 import { createReloader } from './reloader.js';
-import { createApi, grantIn, takeGrant as takeGrantFrom } from './session.js';
+import { createApi, wireGrant } from './session.js';
 
 const GRANT_KEY = 'gpumesh.mesh-grant';
 const REFRESH_DELAY_MS = 150; // lets a burst of events settle into one reload
@@ -50,8 +50,6 @@ let retryMs = 5_000;
 const lostReasons = new Map();
 
 // ---- The grant ------------------------------------------------------------
-
-const takeGrant = () => takeGrantFrom(GRANT_KEY);
 
 function askForGrant(message = '') {
   events?.close();
@@ -407,23 +405,9 @@ function start(value) {
   connect();
 }
 
-ui.forget.addEventListener('click', () => askForGrant());
-ui.grantForm.addEventListener('submit', (event) => {
-  event.preventDefault();
-  const value = grantIn(ui.grantForm.elements.grant.value);
-  ui.grantForm.reset();
-  sessionStorage.setItem(GRANT_KEY, value);
-  start(value);
-});
-window.addEventListener('hashchange', () => {
-  const value = takeGrant();
-  if (value && value !== grant) start(value);
-});
 // Countdowns and "ago"s move on their own between reloads.
 setInterval(() => {
   for (const time of document.querySelectorAll('time[data-relative]')) tickOne(time);
 }, 1_000);
 
-const initial = takeGrant();
-if (initial) start(initial);
-else askForGrant();
+wireGrant({ key: GRANT_KEY, forget: ui.forget, form: ui.grantForm, start, ask: askForGrant, current: () => grant });

@@ -17,6 +17,29 @@ export function takeGrant(key) {
   return sessionStorage.getItem(key);
 }
 
+/**
+ * The grant controls both pages have, and their start: "forget" asks for a new grant; a grant or link pasted into
+ * the form, or a new link pasted into the address bar, starts the page with it (kept in this tab's session under
+ * `key`); the page starts with the grant it was opened with, or asks for one.
+ */
+export function wireGrant({ key, forget, form, start, ask, current }) {
+  forget.addEventListener('click', () => ask());
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const value = grantIn(form.elements.grant.value);
+    form.reset();
+    sessionStorage.setItem(key, value);
+    start(value);
+  });
+  window.addEventListener('hashchange', () => {
+    const value = takeGrant(key);
+    if (value && value !== current()) start(value);
+  });
+  const initial = takeGrant(key);
+  if (initial) start(initial);
+  else ask();
+}
+
 /** The orchestrator's `{ error: { code, message } }`, with the HTTP status (0: the orchestrator could not be reached). */
 export class ApiError extends Error {
   constructor(status, code, message) {
