@@ -52,9 +52,9 @@ export class BenchClient {
     this.#stream.on('data', (chunk: string) => parser.feed(chunk));
   }
 
-  request(method: string, path: string, body?: string): Promise<Reply> {
+  request(method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<Reply> {
     return new Promise((resolve, reject) => {
-      const outgoing = http.request({ host: this.#url.hostname, port: this.#url.port, method, path, agent: this.#agent, headers: this.#headers }, (response) => {
+      const outgoing = http.request({ host: this.#url.hostname, port: this.#url.port, method, path, agent: this.#agent, headers: { ...this.#headers, ...headers } }, (response) => {
         let text = '';
         response.setEncoding('utf8');
         response.on('data', (chunk: string) => (text += chunk));
@@ -82,6 +82,16 @@ export class BenchClient {
   async completion(id: string): Promise<{ type: string; at: number }> {
     if (!this.#ended.has(id)) await new Promise<void>((resolve) => this.#waiting.set(id, resolve));
     return this.#ended.get(id)!;
+  }
+
+  /** Submit with `Prefer: wait` and take the finished job from the answer (no event stream); returns the milliseconds it took. */
+  async runWaiting(job: unknown): Promise<number> {
+    const start = performance.now();
+    const reply = await this.request('POST', '/v1/jobs', JSON.stringify(job), { prefer: 'wait=30' });
+    if (reply.status !== 200) throw new Error(`submit with Prefer: wait did not finish in time: ${reply.status} ${reply.text}`);
+    const { status } = JSON.parse(reply.text) as { status: string };
+    if (status !== 'succeeded') throw new Error(`job ${status}: ${reply.text}`);
+    return performance.now() - start;
   }
 
   /** Submit and wait for the end; returns the milliseconds it took. */

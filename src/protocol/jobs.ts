@@ -8,6 +8,8 @@ export const isTerminal = (status: JobStatus): boolean => TERMINAL_STATUSES.has(
 
 /** Limits on what one request may carry; bodies beyond them are refused with 400/413. */
 export const LIMITS = {
+  /** `Prefer: wait=N` on a submit: the longest a request may wait for its job to end (s). */
+  preferWaitSeconds: 60,
   promptChars: 2000,
   imageSide: { min: 8, max: 1024 },
   steps: { min: 1, max: 32 },

@@ -272,3 +272,38 @@ describe('jobs API', () => {
     expect(Object.keys(openapi.json.paths)).toEqual(expect.arrayContaining(['/v1/jobs', '/v1/jobs/{id}', '/v1/blobs/{digest}']));
   });
 });
+
+describe('Prefer: wait — the finished job in the submit\'s answer', () => {
+  it('answers 200 with the finished job (as GET /v1/jobs/:id) when it ends within the wait', async () => {
+    const submitted = await call('POST', '/v1/jobs', { body: image({ prompt: 'at once', seed: 4 }), headers: { prefer: 'wait=30' } });
+    expect(submitted.status).toBe(200);
+    expect(submitted.headers.get('preference-applied')).toBe('wait=30');
+    expect(submitted.headers.get('location')).toBe(`/v1/jobs/${submitted.json.id}`);
+    expect(submitted.json).toMatchObject({ status: 'succeeded', type: 'image', artifacts: [{ mediaType: 'image/png' }] });
+    const tensor = await call('POST', '/v1/jobs', { body: { type: 'tensor', input: { x: Array.from({ length: 64 }, () => 0.5) } }, headers: { prefer: 'respond-async, wait=10' } });
+    expect(tensor.status).toBe(200);
+    expect(tensor.json.result).toMatchObject({ y: expect.any(Array) });
+  });
+
+  it('answers 202 as without it when the job is still running at the end of the wait', async () => {
+    const started = Date.now();
+    const submitted = await call('POST', '/v1/jobs', { body: image({ prompt: 'slow', seed: 5, width: 1024, height: 1024, steps: 32 }), headers: { prefer: 'wait=1' } });
+    expect(submitted.status).toBe(202);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect(submitted.headers.get('preference-applied')).toBe('wait=1');
+    expect(submitted.json).toMatchObject({ id: expect.any(String), created: true, links: { events: `/v1/jobs/${submitted.json.id}/events` } });
+    expect((await call('DELETE', `/v1/jobs/${submitted.json.id}`)).status).toBe(200);
+  });
+
+  it('a wait that is not whole seconds from 1 to 60 is a 400 naming it, and nothing is submitted', async () => {
+    const before = (await call('GET', '/v1/jobs?limit=1')).json.jobs[0]?.id;
+    expect(before).toEqual(expect.any(String));
+    for (const value of ['0', '61', 'soon', '1.5']) {
+      const refused = await call('POST', '/v1/jobs', { body: image({ prompt: 'never' }), headers: { prefer: `wait=${value}` } });
+      expect(refused.status, value).toBe(400);
+      expect(refused.json.error).toMatchObject({ code: 'BAD_REQUEST' });
+      expect(refused.json.error.message).toContain(`Prefer: wait=${value}`);
+    }
+    expect((await call('GET', '/v1/jobs?limit=1')).json.jobs[0]?.id).toBe(before);
+  });
+});

@@ -1,24 +1,40 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
+import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
+import type { EventBus } from '../events.js';
 import type { JobService } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
+import { jobEnd, preferredWait } from './prefer-wait.js';
 
 const JobParams = z.object({ id: z.string().min(1).max(100) });
 
 /** POST/GET /v1/jobs, GET/DELETE /v1/jobs/:id. */
-export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: RequestAuth }): void {
-  const { jobs, auth } = deps;
+export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: RequestAuth; events: EventBus }): void {
+  const { jobs, auth, events } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.post('/v1/jobs', {
     schema: { body: SubmitJobBody, tags: ['jobs'], summary: 'Submit a job' },
     onRequest: auth.require('jobs:submit'),
   }, async (request, reply) => {
-    const { job, created } = await jobs.submit(grantOf(request), request.body, auth.authorizer(request));
+    const wait = preferredWait(request.headers.prefer);
+    const grant = grantOf(request);
+    const { job, created } = await jobs.submit(grant, request.body, auth.authorizer(request));
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
-    void reply.code(created ? 202 : 200).header('location', links.self);
+    void reply.header('location', links.self);
+    // `Prefer: wait=N`: answer with the finished job (200, as GET /v1/jobs/:id) if it ends within N seconds — one
+    // request for a quick job instead of a 202 and an event stream. A grant that may not read jobs gets the 202.
+    if (wait !== null && jobs.canRead(grant, job.id)) {
+      const gone = new AbortController();
+      reply.raw.once('close', () => gone.abort());
+      const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(jobs.record(grant, job.id).status), gone.signal);
+      void reply.header('preference-applied', `wait=${wait}`);
+      if (ended) return reply.code(200).send(jobs.get(grant, job.id));
+      const now = jobs.record(grant, job.id);
+      return reply.code(202).send({ id: job.id, status: now.status, links, created });
+    }
+    void reply.code(created ? 202 : 200);
     return { id: job.id, status: job.status, links, created };
   });
 

@@ -205,6 +205,12 @@ export class JobService {
     return jobView(this.#deps.db, this.record(grant, id));
   }
 
+  /** Whether the grant may read the job (GET /v1/jobs/:id would show it). */
+  canRead(grant: VerifiedGrant, id: string): boolean {
+    const job = this.#deps.states.get(id);
+    return job !== null && canSee(grant, job, this.#deps.clock.now());
+  }
+
   record(grant: VerifiedGrant, id: string): JobRecord {
     const job = this.#deps.states.get(id);
     if (!job || !canSee(grant, job, this.#deps.clock.now())) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
