@@ -106,7 +106,8 @@ describe('bad input gets a clear 4xx', () => {
 
 describe('one job, end to end', () => {
   it('streams queued, dispatched, per-step progress and succeeded, and publishes a verified PNG', async () => {
-    const { job, events } = await runToEnd(image({ prompt: 'a lighthouse at dusk', seed: 7, steps: 4 }));
+    // 256×256 so the job outlives the agent's report delay (agent/batch-reports.ts): a job that ends sooner sends no progress.
+    const { job, events } = await runToEnd(image({ prompt: 'a lighthouse at dusk', seed: 7, steps: 4, width: 256, height: 256 }));
     const types = events.map((event) => event.type);
     expect(types[0]).toBe('queued');
     expect(types).toContain('dispatched');
@@ -117,9 +118,9 @@ describe('one job, end to end', () => {
     expect(job.attempts).toHaveLength(1);
     expect(job.attempts[0]).toMatchObject({ n: 1, status: 'succeeded', batchSize: 1 });
     expect(job.attempts[0]!.host).toBeTruthy();
-    expect(job.input).toEqual({ prompt: 'a lighthouse at dusk', seed: 7, width: 64, height: 64, steps: 4 });
+    expect(job.input).toEqual({ prompt: 'a lighthouse at dusk', seed: 7, width: 256, height: 256, steps: 4 });
     const [artifact] = job.artifacts;
-    expect(artifact).toMatchObject({ mediaType: 'image/png', width: 64, height: 64, model: 'gen', prompt: 'a lighthouse at dusk' });
+    expect(artifact).toMatchObject({ mediaType: 'image/png', width: 256, height: 256, model: 'gen', prompt: 'a lighthouse at dusk' });
 
     const blob = await fetch(`${running().url}${artifact!.url}`, { headers: { authorization: `Bearer ${running().admin}` } });
     expect(blob.status).toBe(200);
