@@ -1,8 +1,8 @@
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/cli/client.js';
 import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
-import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { dataKeptOnFailure, startMesh, type RunningMesh } from '../helpers/mesh.js';
 
 /**
  * The gallery page (web/) in a real headless Chromium against a real mesh:
@@ -31,7 +31,7 @@ describe('the gallery page in a browser', () => {
   let page: Page;
   let seedJob: string;
   const pageErrors: string[] = [];
-  let keepData = true;
+  const data = dataKeptOnFailure();
 
   beforeAll(async () => {
     [mesh, browser] = await Promise.all([
@@ -44,19 +44,13 @@ describe('the gallery page in a browser', () => {
     expect((await client.follow(seedJob)).type).toBe('succeeded');
     page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
     page.on('pageerror', (error) => pageErrors.push(error.message));
-    keepData = false;
-  });
-
-  beforeEach(({ onTestFailed }) => {
-    onTestFailed(() => {
-      keepData = true;
-    });
+    data.ready();
   });
 
   afterAll(async () => {
     await browser?.close();
     await mesh?.stop();
-    if (mesh && !keepData) removeDir(mesh.data);
+    data.cleanUp(mesh);
   });
 
   it('takes the grant from the link, hides it, and shows the newest results', async () => {

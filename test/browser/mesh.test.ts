@@ -1,10 +1,10 @@
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inspectGrant } from '../../src/orchestrator/auth/index.js';
 import type { HostView } from '../../src/protocol/index.js';
 import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
-import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { dataKeptOnFailure, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumesh, type Proc } from '../helpers/processes.js';
 import { ScriptedAgent } from '../helpers/scripted-agent.js';
 
@@ -32,7 +32,7 @@ describe('the mesh view in a browser', () => {
   let meshUrl: string;
   let localHost: string;
   const pageErrors: string[] = [];
-  let keepData = true;
+  const data = dataKeptOnFailure();
 
   const hostsNow = async (): Promise<HostView[]> => (await mesh!.client().request<{ hosts: HostView[] }>('GET', '/v1/hosts')).hosts;
   const agentGrant = async (host: string): Promise<string> =>
@@ -58,13 +58,7 @@ describe('the mesh view in a browser', () => {
     await waitFor(async () => (await hostsNow()).some((host) => host.id === 'second' && host.connected), { timeoutMs: 30_000, what: 'the second agent to join' });
     page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.on('pageerror', (error) => pageErrors.push(error.message));
-    keepData = false;
-  });
-
-  beforeEach(({ onTestFailed }) => {
-    onTestFailed(() => {
-      keepData = true;
-    });
+    data.ready();
   });
 
   afterAll(async () => {
@@ -72,7 +66,7 @@ describe('the mesh view in a browser', () => {
     await second?.kill('SIGKILL');
     await browser?.close();
     await mesh?.stop();
-    if (mesh && !keepData) removeDir(mesh.data);
+    data.cleanUp(mesh);
   });
 
   it('opens from the `mesh` link `up` prints, whose grant reads the mesh and jobs and nothing else', async () => {

@@ -1,7 +1,7 @@
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
-import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { dataKeptOnFailure, startMesh, type RunningMesh } from '../helpers/mesh.js';
 
 /**
  * A clip in the gallery (web/) in a real headless Chromium against a real mesh: `gpumesh up`, its local agent,
@@ -12,7 +12,7 @@ describe('a video in the gallery, in a browser', () => {
   let mesh: RunningMesh | undefined;
   let browser: Browser | undefined;
   let page: Page;
-  let keepData = true;
+  const data = dataKeptOnFailure();
 
   beforeAll(async () => {
     expect(hasChromium(), `no Chromium at ${CHROMIUM} (npm run setup-tests)`).toBe(true);
@@ -21,18 +21,13 @@ describe('a video in the gallery, in a browser', () => {
       launchChromium(['--autoplay-policy=no-user-gesture-required']),
     ]);
     page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
-    keepData = false;
+    data.ready();
   }, 90_000);
-
-  // A failed test leaves the mesh's data (logs, store) to inspect.
-  beforeEach(({ onTestFailed }) => onTestFailed(() => {
-    keepData = true;
-  }));
 
   afterAll(async () => {
     await browser?.close();
     await mesh?.stop();
-    if (mesh && !keepData) removeDir(mesh.data);
+    data.cleanUp(mesh);
   });
 
   it('shows the clip\'s poster and plays it in a <video>, fetched by range requests (206)', async () => {

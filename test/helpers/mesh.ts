@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { MeshClient } from '../../src/cli/client.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
@@ -75,6 +75,25 @@ export async function startMesh(options: { data?: string; config?: Record<string
 /** Remove a test's data folder (only when the test passed, so a failure leaves its data to inspect). */
 export function removeDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * A mesh's data (logs, store) kept to inspect when a test of the file failed or its setup never finished, and
+ * removed otherwise. Call in the describe block; `ready()` at the end of its setup, `cleanUp(mesh)` once it stopped.
+ */
+export function dataKeptOnFailure(): { ready(): void; cleanUp(mesh: RunningMesh | undefined): void } {
+  let keep = true;
+  beforeEach(({ onTestFailed }) => onTestFailed(() => {
+    keep = true;
+  }));
+  return {
+    ready: () => {
+      keep = false;
+    },
+    cleanUp: (mesh) => {
+      if (mesh && !keep) removeDir(mesh.data);
+    },
+  };
 }
 
 /**

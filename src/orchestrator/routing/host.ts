@@ -32,8 +32,8 @@ export class HostSession {
   /** Model digests in the agent's local file cache (loading one of these needs no pull). */
   readonly cached: Set<string>;
   readonly batches: Map<string, InFlightBatch> = new WatchedMap(() => this.#changed());
-  /** Health probes running here (batch ids); each takes a slot like a batch. */
-  readonly probes: Set<string> = new WatchedSet(() => this.#changed());
+  /** Health probes running here: batch id → when it was sent; each takes a slot like a batch. */
+  readonly probes: Map<string, number> = new WatchedMap(() => this.#changed());
   /** Finishing its work and taking no more (set by whoever drains hosts); the router passes it over. */
   draining = false;
   /**
@@ -190,8 +190,8 @@ export interface AckDelay {
 }
 
 /**
- * A Map that says when it changed, so the batches a host runs can be set and deleted where they are today (the
- * in-flight table, failover) while the host registry's index of hosts with a free slot stays right.
+ * A Map that says when it changed, so a host's batches, probes and replica changes can be set and deleted where they
+ * are today (the in-flight table, failover, the prober, the autoscaler) while the host registry's indexes stay right.
  */
 class WatchedMap<K, V> extends Map<K, V> {
   readonly #changed: () => void;
@@ -210,35 +210,6 @@ class WatchedMap<K, V> extends Map<K, V> {
 
   override delete(key: K): boolean {
     const deleted = super.delete(key);
-    if (deleted) this.#changed();
-    return deleted;
-  }
-
-  override clear(): void {
-    const had = this.size > 0;
-    super.clear();
-    if (had) this.#changed();
-  }
-}
-
-/** A Set that says when it changed (see WatchedMap). */
-class WatchedSet<T> extends Set<T> {
-  readonly #changed: () => void;
-
-  constructor(changed: () => void) {
-    super();
-    this.#changed = changed;
-  }
-
-  override add(value: T): this {
-    const had = this.has(value);
-    super.add(value);
-    if (!had) this.#changed();
-    return this;
-  }
-
-  override delete(value: T): boolean {
-    const deleted = super.delete(value);
     if (deleted) this.#changed();
     return deleted;
   }

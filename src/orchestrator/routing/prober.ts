@@ -188,7 +188,7 @@ export class Prober {
       }),
     };
     this.#probes.set(batchId, probe);
-    host.probes.add(batchId);
+    host.probes.set(batchId, now);
     host.send({
       type: 'run', batchId, model: model.manifest, probe: true, uploadCredential: this.#deps.uploadCredential(batchId, now + budget.ms),
       jobs: [{ id: jobId, input: model.pipeline.probeInput(model.manifest), deadlineAt: now + budget.ms }],
