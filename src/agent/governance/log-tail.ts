@@ -1,7 +1,16 @@
 import type { LogLimits } from './settings.js';
 
 const NEWLINE = 0x0a;
-const CUT = Buffer.from('… ');
+
+/** Whether a byte continues a UTF-8 character (10xxxxxx): a cut there would split the character in two. */
+const continues = (byte: number | undefined): boolean => byte !== undefined && (byte & 0xc0) === 0x80;
+
+/** The largest index at most `at` where `bytes` can be cut without splitting a character. */
+function charBoundary(bytes: Buffer, at: number): number {
+  let cut = Math.min(at, bytes.length);
+  while (cut > 0 && continues(bytes[cut])) cut--;
+  return cut;
+}
 
 /**
  * The last lines a process wrote to stdout and stderr, for error messages.
@@ -63,7 +72,10 @@ export class LogTail {
     const bytes = end <= this.#ring.length
       ? this.#ring.subarray(this.#start, end)
       : Buffer.concat([this.#ring.subarray(this.#start), this.#ring.subarray(0, end - this.#ring.length)]);
-    const text = (this.#before === NEWLINE ? '' : '… ') + bytes.toString('utf8');
+    // A ring that starts inside a line starts inside a character too, maybe: from the next whole one.
+    let from = 0;
+    if (this.#before !== NEWLINE) while (continues(bytes[from])) from++;
+    const text = (this.#before === NEWLINE ? '' : '… ') + bytes.subarray(from).toString('utf8');
     const lines = text.split('\n');
     lines.pop(); // after the last newline: nothing
     return lines.slice(-Math.min(count, this.#maxLines)).map((line) => this.#shorten(line.endsWith('\r') ? line.slice(0, -1) : line));
@@ -75,18 +87,22 @@ export class LogTail {
   }
 
   #shorten(line: string): string {
-    return Buffer.byteLength(line) <= this.#maxLineBytes ? line : `${Buffer.from(line).subarray(0, this.#maxLineBytes).toString('utf8')} …`;
+    if (Buffer.byteLength(line) <= this.#maxLineBytes) return line;
+    const bytes = Buffer.from(line);
+    return `${bytes.subarray(0, charBoundary(bytes, this.#maxLineBytes)).toString('utf8')} …`;
   }
 
   /** Bytes of the stream's unfinished line, up to maxLineBytes (more is dropped and marked). */
   #append(stream: string, piece: Buffer): void {
     let partial = this.#partial.get(stream);
     if (!partial) this.#partial.set(stream, (partial = { parts: [], bytes: 0, truncated: false }));
+    // Once cut, the line takes nothing more: a later piece that fits the room left would follow the cut.
+    if (partial.truncated) return;
     const room = this.#maxLineBytes - partial.bytes;
     if (piece.length > room) partial.truncated = true;
     if (room <= 0) return;
     // A copy: the stream reuses its buffers, and a slice would keep a whole chunk alive.
-    const kept = Buffer.from(piece.subarray(0, room));
+    const kept = Buffer.from(piece.subarray(0, piece.length > room ? charBoundary(piece, room) : room));
     partial.parts.push(kept);
     partial.bytes += kept.length;
   }

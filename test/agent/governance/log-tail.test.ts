@@ -25,6 +25,22 @@ describe('the bounded log tail', () => {
     expect(kept.join('').length).toBeLessThanOrEqual(64);
   });
 
+  it('cuts lines between characters, never inside one', () => {
+    // Found by the byte-limit property: a ring of 13 bytes starting inside "é", then shortened inside it again.
+    const tail = new LogTail({ lines: 1000, bytes: 13 }, 100_000);
+    tail.write('err', Buffer.from('x'.repeat(30)));
+    tail.write('err', Buffer.from('adéf\r\n\r\n\n\n'));
+    const [first, ...rest] = tail.lines();
+    expect(first).not.toContain('\uFFFD');
+    expect(first).toBe('… adéf');
+    expect(rest).toEqual(['', '', '']);
+    const partial = new LogTail({ lines: 10, bytes: 64 }, 5);
+    partial.write('out', Buffer.from('abcdé'));
+    partial.write('out', Buffer.from('z\n'));
+    const [cut] = partial.lines();
+    expect(cut).toMatch(/^abcd +…$/);
+  });
+
   it('gives each complete line to a listener while one is set', () => {
     const tail = new LogTail({ lines: 2, bytes: 1024 });
     const seen: string[] = [];
