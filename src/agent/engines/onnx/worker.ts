@@ -23,6 +23,8 @@ interface Resident {
   residentMB: number;
   /** The largest batch so far, in pixels (or samples for tensors): only a larger one can grow what the model holds. */
   largestBatch: number;
+  /** The peak that largest batch measured (MB): what a batch no larger is reported to take, unmeasured. */
+  largestPeakMB: number;
 }
 
 const sessions = new Map<string, Resident>();
@@ -95,29 +97,31 @@ async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void>
   const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, message.spinning);
   settle(); // the file's buffer is garbage now; it is not the model's memory
   const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
-  sessions.set(message.manifest.name, { session, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0 });
+  sessions.set(message.manifest.name, { session, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0, largestPeakMB: residentMB });
   send({ type: 'loaded', requestId: message.requestId, memoryMB: residentMB, provider });
 }
 
 async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   const loaded = sessions.get(message.model);
   if (!loaded) throw new EngineError('ENGINE_FAILED', `model ${message.model} is not loaded in this worker`);
-  // Only a batch larger than any before can grow what the model holds, so only then is memory measured with care
-  // (a full GC before and after, tens of milliseconds): repeating small batches would pay it every time for nothing.
+  // Only a batch larger than any before can grow what the model holds, so only then is memory measured (a full GC
+  // before and after, the kernel's peak mark, nvidia-smi twice on a GPU: milliseconds). A batch no larger runs in
+  // the memory the largest one left, and is reported at that one's peak: measuring it would cost every small job
+  // several /proc reads (or two nvidia-smi runs) on its way back, for a figure nobody uses (Residency.recordBatch).
   const size = message.jobs.reduce((sum, job) => sum + Math.max(1, pixelsOf(job.input)), 0);
   const largest = size > loaded.largestBatch;
   if (largest) {
     loaded.largestBatch = size;
     settle();
   }
-  const gpuBefore = loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
-  const closeWindow = peaks.open();
+  const gpuBefore = largest && loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
+  const closeWindow = largest ? peaks.open() : null;
   const outputs = await PIPELINES[loaded.pipeline]({
     session: loaded.session,
     manifest: loaded.manifest,
     jobs: message.jobs,
     onProgress: (progress) => {
-      peaks.sample();
+      if (closeWindow) peaks.sample();
       send({ type: 'progress', requestId: message.requestId, ...progress });
     },
     isCancelled: (jobId) => cancelled.has(jobId),
@@ -130,18 +134,21 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
     },
   }).finally(() => frameCredits.delete(message.requestId));
   for (const job of message.jobs) cancelled.delete(job.id);
-  if (largest) settle();
-  const memory = await batchMemory(loaded, closeWindow(), gpuBefore, largest);
+  let memory: BatchMemory = { peakMB: loaded.largestPeakMB, residentMB: Math.round(loaded.residentMB) };
+  if (closeWindow) {
+    settle();
+    memory = await measuredMemory(loaded, closeWindow(), gpuBefore);
+  }
   send({ type: 'result', requestId: message.requestId, outputs, memory });
 }
 
 /**
- * What the batch took, attributed to its model: the model's memory before the
- * batch plus what the process grew by. On a GPU the CUDA allocator keeps what
- * it grew, so the figure after the batch is its peak; on the CPU the kernel's
- * high-water mark gives the peak (see PeakMeter).
+ * What the largest batch so far took, attributed to its model: the model's
+ * memory before the batch plus what the process grew by. On a GPU the CUDA
+ * allocator keeps what it grew, so the figure after the batch is its peak; on
+ * the CPU the kernel's high-water mark gives the peak (see PeakMeter).
  */
-async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: number, largest: boolean): Promise<BatchMemory> {
+async function measuredMemory(loaded: Resident, window: PeakWindow, gpuBefore: number): Promise<BatchMemory> {
   let grewMB: number;
   let keptMB: number;
   if (loaded.provider === 'cuda') {
@@ -153,8 +160,8 @@ async function batchMemory(loaded: Resident, window: PeakWindow, gpuBefore: numb
     keptMB = Math.max(0, window.endMB - window.startMB);
   }
   const peakMB = Math.round(loaded.residentMB + grewMB);
-  // What a smaller batch left behind is garbage the next GC returns, not arena the model keeps.
-  if (largest) loaded.residentMB += keptMB;
+  loaded.residentMB += keptMB;
+  loaded.largestPeakMB = peakMB;
   return { peakMB, residentMB: Math.round(loaded.residentMB) };
 }
 
