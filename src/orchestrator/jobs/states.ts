@@ -146,7 +146,7 @@ export class JobStates {
     if (starting.length === 0) return;
     const now = Math.round(byResult?.startedAt ?? clock.now());
     const waited = loadMs === undefined ? undefined : Math.round(loadMs);
-    if (!byResult) this.#deps.commits.write(() => jobStore.markBatchRunning(db, batchId, now));
+    if (!byResult) this.#deps.commits.write(() => jobStore.markRunning(db, starting.map((job) => job.id), now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;

@@ -162,4 +162,14 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE attempts ADD COLUMN load_ms REAL;
     `,
   },
+  {
+    version: 8,
+    // Nothing looks attempts up by batch, and the jobs of a batch are found by their ids, which the orchestrator holds:
+    // each index was one more page written by every job's commits.
+    name: 'no indexes by batch',
+    sql: `
+      DROP INDEX attempts_by_batch;
+      DROP INDEX jobs_by_batch;
+    `,
+  },
 ];
