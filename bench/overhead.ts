@@ -7,7 +7,7 @@
  * Through the mesh two ways, side by side: a 202 and the job's end read from
  * `/v1/events`, and one request with `Prefer: wait` answered with the finished job.
  *
- *   npm run bench:overhead -- [--runs 1000] [--warmup 100] [--config mesh.yaml-as-json]
+ *   npm run bench:overhead -- [--runs 1000] [--warmup 5000] [--config mesh.yaml-as-json]
  */
 import { parseArgs } from 'node:util';
 import { MLP_INPUT_DIM } from '../src/models/index.js';
@@ -15,7 +15,7 @@ import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { loadBuiltin, printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient } from './mesh-client.js';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '100' }, config: { type: 'string' } } });
+const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, config: { type: 'string' } } });
 const RUNS = Number(values.runs);
 const WARMUP = Number(values.warmup);
 const CASES = {

@@ -12,7 +12,7 @@ import { workClock } from './engines/http/timing.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
 import type { GovernanceConfigInput } from './governance/settings.js';
-import { AgentLink } from './link.js';
+import { AgentLink, type AgentLinkOptions } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
 import { Residency } from './residency.js';
@@ -26,8 +26,10 @@ type Run = Extract<OrchestratorMessage, { type: 'run' }>;
 type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
 
 export interface AgentOptions {
-  /** The orchestrator's base URL. */
+  /** The orchestrator's base URL (model pulls and large outputs go there over HTTP). */
   url: string;
+  /** Link to an orchestrator in this process instead of dialling `url` (`gpumesh up`): see AgentLinkOptions.connect. */
+  connect?: AgentLinkOptions['connect'];
   /** An agent grant (`gpumesh grant create --agent --host <id>`). On a TLS mesh it names the CA to pin (`tls-ca`). */
   grant: string;
   /** A CA fingerprint to pin besides the grant's, for a grant that names none (`--tls-ca-fingerprint`). */
@@ -153,7 +155,7 @@ export class Agent {
       draining: () => this.#drain !== null,
     });
     this.#link = new AgentLink({
-      url: options.url, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
+      url: options.url, connect: options.connect, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
       onWelcome: (welcome) => {
         this.#inlineOutputBytes = welcome.inlineOutputBytes;

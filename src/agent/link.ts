@@ -12,9 +12,27 @@ import { LinkWatchdog, type WatchdogTimers } from './link-watchdog.js';
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 type Welcome = Extract<OrchestratorMessage, { type: 'welcome' }>;
 
+/** What the link uses of a WebSocket: ws's own, or one end of an in-process link (net/memory-link.ts). */
+export interface AgentSocket {
+  readonly readyState: number;
+  readonly OPEN: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  terminate(): void;
+  ping(): void;
+  on(event: 'pong', listener: () => void): unknown;
+  on(event: 'message', listener: (data: { toString(): string }) => void): unknown;
+  on(event: 'close', listener: (code: number, reason: { toString(): string }) => void): unknown;
+}
+
 export interface AgentLinkOptions {
   /** The orchestrator's base URL (http or https). */
   url: string;
+  /**
+   * Dial in-process instead: the link's other end is an orchestrator in this process (`gpumesh up`), which
+   * has checked the grant already. Throws if it refuses. Default: a WebSocket to `url`.
+   */
+  connect?: () => AgentSocket;
   grant: string;
   /** How to trust the orchestrator's certificate (an https URL with a pinned CA gives wss: verified against that CA alone). */
   trust: ServerTrust;
@@ -45,12 +63,14 @@ export class AgentLink {
   readonly #options: AgentLinkOptions;
   readonly #backoffFactory = new ExponentialBackoff({ initialDelay: 200, maxDelay: 5000 });
   #backoff: IBackoff<unknown> | null = null;
-  #socket: WebSocket | null = null;
+  #socket: AgentSocket | null = null;
   /** The connection under the WebSocket, corked for a tick at each send. */
   #transport: Writable | null = null;
   #timer: NodeJS.Timeout | null = null;
   #closed = false;
   #connected = false;
+  /** Why the orchestrator refused the last dial (its HTTP answer), if it did. */
+  #refused: string | null = null;
 
   constructor(options: AgentLinkOptions) {
     this.#options = options;
@@ -67,7 +87,7 @@ export class AgentLink {
   /** Send if connected; returns false when the message could not be sent. */
   send(message: AgentMessage): boolean {
     const socket = this.#socket;
-    if (!this.#connected || !socket || socket.readyState !== WebSocket.OPEN) return false;
+    if (!this.#connected || !socket || socket.readyState !== socket.OPEN) return false;
     // The results of a batch, reported in one tick, leave in one write.
     if (this.#transport) corkForTick(this.#transport);
     socket.send(JSON.stringify(message));
@@ -82,6 +102,21 @@ export class AgentLink {
 
   #dial(): void {
     if (this.#closed) return;
+    const { connect } = this.#options;
+    if (connect) {
+      let socket: AgentSocket;
+      try {
+        socket = connect();
+      } catch (error) {
+        this.#closed = true;
+        this.#options.onRejected((error as Error).message, 'orchestrator');
+        return;
+      }
+      this.#wire(socket);
+      // In-process there is no handshake to wait for: the socket is open.
+      socket.send(JSON.stringify(this.#options.hello()));
+      return;
+    }
     // The CA is pinned before the first byte of the grant goes out; a CA that is not the pinned one ends the agent.
     this.#options.trust.ca().then((ca) => this.#open(ca), (error: unknown) => {
       if (this.#closed) return;
@@ -108,14 +143,9 @@ export class AgentLink {
     const url = new URL(LINK_PATH, this.#options.url);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     const socket = new WebSocket(url, { headers: { authorization: `Bearer ${this.#options.grant}` }, handshakeTimeout: 10_000, ca });
-    this.#socket = socket;
-    this.#transport = null;
     socket.on('upgrade', (response) => {
       this.#transport = response.socket;
     });
-    let refused: string | null = null;
-    let watchdog: LinkWatchdog | null = null;
-    socket.on('pong', () => watchdog?.heard());
     socket.on('open', () => {
       socket.send(JSON.stringify(this.#options.hello()));
     });
@@ -127,8 +157,8 @@ export class AgentLink {
           try { return (JSON.parse(body) as { error?: { message?: string } }).error?.message ?? body; } catch { return body; }
         })();
         if (response.statusCode === 401 || response.statusCode === 403) {
-          refused = `HTTP ${response.statusCode}: ${message}`;
-          this.#options.onRejected(refused, 'orchestrator');
+          this.#refused = `HTTP ${response.statusCode}: ${message}`;
+          this.#options.onRejected(this.#refused, 'orchestrator');
           this.#closed = true;
         } else {
           log.warn({ status: response.statusCode, message }, 'orchestrator refused the link; will retry');
@@ -136,6 +166,24 @@ export class AgentLink {
         socket.terminate();
       });
     });
+    socket.on('error', (error) => {
+      // A close event always follows; the redial happens there. A TLS failure (a name the certificate
+      // lacks, a chain the pinned CA did not sign) will not mend itself, so it is said loudly.
+      const tls = this.#options.trust.explain(error);
+      if (tls) log.error({ err: error }, tls);
+      else if (!this.#refused) log.debug({ err: error }, 'link error');
+    });
+    this.#wire(socket);
+  }
+
+  /** What a connection does, however it was made: the welcome, the watchdog, messages, and the redial when it closes. */
+  #wire(socket: AgentSocket): void {
+    const { log } = this.#options;
+    this.#socket = socket;
+    this.#transport = null;
+    this.#refused = null;
+    let watchdog: LinkWatchdog | null = null;
+    socket.on('pong', () => watchdog?.heard());
     socket.on('message', (data) => {
       watchdog?.heard();
       let message: OrchestratorMessage;
@@ -171,13 +219,6 @@ export class AgentLink {
       }
       if (wasConnected) this.#options.onDisconnected?.();
       this.#redial({ code, reason: reason.toString() });
-    });
-    socket.on('error', (error) => {
-      // A close event always follows; the redial happens there. A TLS failure (a name the certificate
-      // lacks, a chain the pinned CA did not sign) will not mend itself, so it is said loudly.
-      const tls = this.#options.trust.explain(error);
-      if (tls) log.error({ err: error }, tls);
-      else if (!refused) log.debug({ err: error }, 'link error');
     });
   }
 }

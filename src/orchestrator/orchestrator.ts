@@ -12,6 +12,7 @@ import { EventBus } from './events.js';
 import { RequestAuth } from './http/auth.js';
 import { createJobCore, JobExplainer, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics.js';
+import { MemorySocket } from '../net/memory-link.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
 import { BlobReader, BlobStore, ModelRegistry, unknownEngines, type RegisteredModel } from './registry/index.js';
@@ -247,6 +248,21 @@ export class Orchestrator {
       const why = error instanceof MeshError && error.code === 'GRANT_REVOKED' ? 'it was revoked' : 'was secret.key replaced?';
       throw new Error(`${path} holds a grant this mesh does not accept (${why}); delete the file to mint a new one`);
     }
+  }
+
+  /**
+   * Link an agent in this process (`gpumesh up`'s local agent) to the hub in memory instead of over a socket. Its
+   * grant is checked as the link route checks a dialling agent's; its hello is checked as any other. Returns the
+   * agent's end of the link (AgentOptions.connect).
+   */
+  connectLocalAgent(token: string): MemorySocket {
+    const { authority, hub } = this.#parts;
+    const now = Date.now();
+    const grant = authority.verify(token, now);
+    authority.authorize(grant, { action: 'agent:join' }, now);
+    const [hubEnd, agentEnd] = MemorySocket.pair();
+    hub.attach(hubEnd, grant);
+    return agentEnd;
   }
 
   get agentsConnected(): number {

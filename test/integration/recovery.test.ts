@@ -2,7 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 
-const running = meshForFile();
+// The local agent as a process of its own (`--agent-process`): over the WebSocket link, restarted by `up` when it dies.
+const running = meshForFile({ args: ['--agent-process'] });
 
 /** Read an SSE response until `done` says stop; returns the raw text. */
 async function readEvents(response: Response, done: (text: string) => boolean): Promise<string> {

@@ -59,12 +59,8 @@ afterAll(async () => {
   removeDir(data);
 });
 
-function agentPid(): number {
-  const [agent] = childrenOf(mesh.process.pid!, ' agent ');
-  if (!agent) throw new Error('no agent process under gpumesh up');
-  return agent.pid;
-}
-const sdServers = (): number[] => childrenOf(agentPid(), 'sdcpp-standin').map((process) => process.pid);
+/** The sd.cpp stand-ins running now: children of `gpumesh up`, whose local agent runs in its own process. */
+const sdServers = (): number[] => childrenOf(mesh.process.pid!, 'sdcpp-standin').map((process) => process.pid);
 
 /**
  * `GET /v1/events`, open for the whole file: every job event as the orchestrator published it, so a job's
@@ -217,7 +213,7 @@ describe('a model declared in mesh.yaml on a server the agent starts (sd.cpp sta
 
 describe('a model declared in mesh.yaml on a server the person runs (a fronted ComfyUI stand-in)', () => {
   it('runs its jobs there: no process started, the workflow filled with the job\'s inputs', async () => {
-    const before = childrenOf(agentPid()).length;
+    const before = childrenOf(mesh.process.pid!).length;
     const { id, events: seen } = await run('comfy', { prompt: 'a fronted cat', width: 48, height: 40, steps: 2 });
     expect(seen.at(-1)!.type).toBe('succeeded');
     // The model still loads (the agent checks the server and the workflow), in no time to speak of.
@@ -227,7 +223,7 @@ describe('a model declared in mesh.yaml on a server the person runs (a fronted C
     expect([png.width, png.height]).toEqual([48, 40]);
     const state = await comfy.state<{ submitted: string[] }>();
     expect(state.submitted.length).toBeGreaterThan(0);
-    expect(childrenOf(agentPid()).length).toBe(before);
+    expect(childrenOf(mesh.process.pid!).length).toBe(before);
   }, 60_000);
 });
 

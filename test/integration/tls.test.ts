@@ -217,8 +217,8 @@ describe('gpumesh serve --tls', () => {
 });
 
 describe('gpumesh up --tls', () => {
-  it('runs its local agent over wss, prints an https gallery URL and the CA fingerprint', async () => {
-    const mesh = await startMesh({ args: ['--tls'] });
+  it('runs its local agent (in its own process: over wss), prints an https gallery URL and the CA fingerprint', async () => {
+    const mesh = await startMesh({ args: ['--tls', '--agent-process'] });
     try {
       expect(mesh.galleryUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+\/#grant=/);
       const meshFingerprint = certificateFingerprint(readFileSync(join(mesh.data, 'tls', 'ca.crt'), 'utf8'));

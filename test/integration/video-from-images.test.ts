@@ -83,8 +83,8 @@ describe('video from an image engine (sd.cpp stand-in)', () => {
       }
     });
     expect(terminal.type).toBe('cancelled');
-    const [agent] = childrenOf(mesh.process.pid!, ' agent ');
-    await waitFor(() => childrenOf(agent!.pid, 'ffmpeg').length === 0, { timeoutMs: 10_000, what: 'the clip\'s ffmpeg to end' });
+    // The local agent runs in `gpumesh up`'s process: its ffmpeg would be a child of that.
+    await waitFor(() => childrenOf(mesh.process.pid!, 'ffmpeg').length === 0, { timeoutMs: 10_000, what: 'the clip\'s ffmpeg to end' });
     expect((await client.job(accepted.id)).artifacts).toEqual([]);
   }, 120_000);
 

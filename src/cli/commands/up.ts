@@ -10,6 +10,8 @@ import { pino, type Logger } from 'pino';
 import { caveatsFromOptions, DURATION, galleryGrantOptions, meshViewGrantOptions } from '../../orchestrator/auth/options.js';
 import { VERSION } from '../../version.js';
 import { CliError, parseInteger } from '../output.js';
+import type { AgentOptions } from '../../agent/index.js';
+import type { Orchestrator } from '../../orchestrator/index.js';
 import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
 
 const BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
@@ -19,7 +21,7 @@ const BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
  * an OOM kill, a stray signal) it is started again after a growing pause,
  * unless the orchestrator refused it (exit code 2), which a restart would not mend.
  */
-class LocalAgent {
+class LocalAgent implements LocalAgentHandle {
   #child: ChildProcess;
   #stopping = false;
   #restarts = 0;
@@ -63,8 +65,32 @@ class LocalAgent {
   }
 }
 
+/** What `up` needs of its local agent, wherever it runs. */
+interface LocalAgentHandle {
+  /** The orchestrator refused it; waiting for it to connect is pointless. */
+  readonly refused: boolean;
+  stop(): Promise<void>;
+}
+
+/**
+ * The local agent in this process, linked to the orchestrator in memory (Orchestrator.connectLocalAgent): no
+ * second Node.js process and no loopback socket between the two, which on a small machine were the largest
+ * cost of a job's trip through the mesh. Its engines still run in processes of their own, as on any host.
+ */
+async function inProcessAgent(orchestrator: Orchestrator, options: AgentOptions): Promise<LocalAgentHandle> {
+  const { Agent } = await import('../../agent/index.js');
+  const handle = { refused: false, stop: async () => agent.close() };
+  const agent = await Agent.create({ ...options, connect: () => orchestrator.connectLocalAgent(options.grant) });
+  agent.start((reason) => {
+    handle.refused = true;
+    options.log?.error({ reason }, 'the local agent was refused by the orchestrator');
+  });
+  return handle;
+}
+
 interface UpOptions extends ServeOptions {
   agent: boolean;
+  agentProcess?: boolean;
   cpuBudget?: number;
   idleUnload?: number;
   verbose?: boolean;
@@ -75,6 +101,7 @@ export function upCommand(): Command {
   return withServerOptions(new Command('up'))
     .description('Bring up a whole mesh on this machine: the orchestrator, a local agent and the built-in models')
     .option('--no-agent', 'start only the orchestrator')
+    .option('--agent-process', 'run the local agent as a process of its own, over the WebSocket link (restarted if it dies), instead of inside this one')
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
     .option('--idle-unload <seconds>', 'the local agent unloads a model idle this long (default 300)', parseInteger('--idle-unload'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
@@ -100,9 +127,17 @@ export function upCommand(): Command {
       const meshView = orchestrator.mint('client', caveatsFromOptions(meshViewGrantOptions(galleryTtl), Date.now()), 'mesh view');
 
       const host = hostname();
-      const agent = options.agent ? new LocalAgent(() => {
-        const classes = [...new Set(Object.values(config.routing).flat())];
-        const grant = orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
+      const classes = [...new Set(Object.values(config.routing).flat())];
+      const agentGrant = (): string => orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
+      let agent: LocalAgentHandle | null = null;
+      if (options.agent && !options.agentProcess) {
+        const agentLog = options.verbose ? logger.child({ part: 'agent' }) : pino({ level }, pino.destination(join(logs, 'agent.log')));
+        agent = await inProcessAgent(orchestrator, {
+          log: agentLog, url, grant: agentGrant(), host, classes, dataDir: join(config.data, 'agent'),
+          cpuBudgetMB: options.cpuBudget, ...(options.idleUnload !== undefined ? { idleUnloadMs: options.idleUnload * 1000 } : {}),
+        });
+      } else if (options.agent) agent = new LocalAgent(() => {
+        const grant = agentGrant();
         const args = [BIN, 'agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
         if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
@@ -114,7 +149,7 @@ export function upCommand(): Command {
           // The IPC channel is a lifeline: if `up` dies, even by SIGKILL, the agent sees it close and exits.
           stdio: ['ignore', output, output, 'ipc'],
         });
-      }, logger) : null;
+      }, logger);
       if (agent) {
         const deadline = Date.now() + 60_000;
         while (orchestrator.agentsConnected === 0) {
@@ -131,7 +166,7 @@ export function upCommand(): Command {
         `           hosts, devices, breakers, queues (read only), until ${galleryUntil} (\`gpumesh grant mesh\` mints a new link)`,
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
-        `  agent    ${options.agent ? `${host}, connected` : 'none (--no-agent)'}`,
+        `  agent    ${options.agent ? `${host}, connected${options.agentProcess ? ' (its own process)' : ''}` : 'none (--no-agent)'}`,
         ...(orchestrator.tlsCaFingerprint ? [
           `  tls      private CA ${orchestrator.tlsCaFingerprint}`,
           `           (${join(config.data, 'tls', 'ca.crt')}; grants pin it. A browser warns about the gallery until you trust that file, or compare this fingerprint)`,

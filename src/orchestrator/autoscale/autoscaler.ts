@@ -107,36 +107,48 @@ export class Autoscaler {
   readonly #unsubscribe: () => void;
   readonly #unwatchHosts: () => void;
   #timer: Timer;
-  #lookQueued = false;
+  /** The models the coming look is for: 'all', or those whose demand changed (a job queued changes its model's only). */
+  #pending: Set<string> | 'all' | null = null;
   #closed = false;
 
   constructor(deps: AutoscalerDeps) {
     this.#deps = deps;
     this.#unsubscribe = deps.events.subscribeAll((scoped) => {
       if (scoped.kind !== 'job') return;
-      if (scoped.event.type === 'queued') this.requestLook();
+      if (scoped.event.type === 'queued') this.requestLook(scoped.scope.model);
       else if (scoped.event.type === 'dispatched') this.#state(scoped.scope.model).idleSince.set(scoped.event.host, deps.clock.now());
     }).unsubscribe;
     this.#unwatchHosts = deps.hosts.onChange(() => this.requestLook());
     this.#timer = this.#arm();
   }
 
-  /** Look again after the current turn's work (many triggers in one turn make one look). */
-  requestLook(): void {
-    if (this.#lookQueued || this.#closed) return;
-    this.#lookQueued = true;
+  /**
+   * Look again after the current turn's work (many triggers in one turn make one look): at `model` alone, or at
+   * every model (hosts changed, a load was refused).
+   */
+  requestLook(model?: string): void {
+    if (this.#closed || this.#pending === 'all') return;
+    const first = this.#pending === null;
+    if (model === undefined) this.#pending = 'all';
+    else {
+      const models = this.#pending ?? new Set<string>();
+      models.add(model);
+      this.#pending = models;
+    }
+    if (!first) return;
     queueMicrotask(() => {
-      this.#lookQueued = false;
-      this.look();
+      const pending = this.#pending;
+      this.#pending = null;
+      this.look(pending === 'all' || pending === null ? undefined : pending);
     });
   }
 
-  /** Compare every model's replicas with its demand and policy, and load or unload where they differ. */
-  look(): void {
+  /** Compare the models' replicas (every model's, or only those named) with their demand and policy, and load or unload where they differ. */
+  look(only?: ReadonlySet<string>): void {
     if (this.#closed) return;
     const now = this.#deps.clock.now();
     let sent = false;
-    for (const model of this.#deps.models()) sent = this.#lookAt(model, now) || sent;
+    for (const model of this.#deps.models()) if (!only || only.has(model.manifest.name)) sent = this.#lookAt(model, now) || sent;
     // Unload marks change where batches may go; the dispatcher listens to this.
     if (sent) this.#deps.hosts.changed();
   }

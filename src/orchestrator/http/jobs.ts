@@ -28,11 +28,12 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
     if (wait !== null && jobs.canRead(grant, job.id)) {
       const gone = new AbortController();
       reply.raw.once('close', () => gone.abort());
-      const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(jobs.record(grant, job.id).status), gone.signal);
+      // The job's own record, which its end updates in place: read back from the store, it would cost a query and a parse.
+      const record = jobs.record(grant, job.id);
+      const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(record.status), gone.signal);
       void reply.header('preference-applied', `wait=${wait}`);
-      if (ended) return reply.code(200).send(jobs.get(grant, job.id));
-      const now = jobs.record(grant, job.id);
-      return reply.code(202).send({ id: job.id, status: now.status, links, created });
+      if (ended) return reply.code(200).send(jobs.viewOf(record));
+      return reply.code(202).send({ id: job.id, status: record.status, links, created });
     }
     void reply.code(created ? 202 : 200);
     return { id: job.id, status: job.status, links, created };

@@ -205,6 +205,11 @@ export class JobService {
     return jobView(this.#deps.db, this.record(grant, id));
   }
 
+  /** The view of a job record in hand (one `record` gave), without reading the job from the store again. */
+  viewOf(job: JobRecord): JobView {
+    return jobView(this.#deps.db, job);
+  }
+
   /** Whether the grant may read the job (GET /v1/jobs/:id would show it). */
   canRead(grant: VerifiedGrant, id: string): boolean {
     const job = this.#deps.states.get(id);

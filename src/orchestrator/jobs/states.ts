@@ -215,6 +215,7 @@ export class JobStates {
     if (!finished) return false;
     if (job.batchId === outcome.batchId) this.#attemptOver(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs });
     this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
+    job.result = outcome.result ?? null;
     this.#terminated(job, 'succeeded', now);
     this.#emit(job, {
       type: 'succeeded', jobId: job.id, result: outcome.result ?? null, at: iso(now),
@@ -240,6 +241,8 @@ export class JobStates {
     if (!changed) return false;
     if (attemptBatchId && attemptBatchId === job.batchId) this.#attemptOver(job, { status: 'cancelled', error: body ?? null, retryable: false, computeMs: null });
     this.#deps.metrics.jobFinished(job.model, status, now - job.createdAt);
+    job.errorCode = body?.code ?? null;
+    job.errorMessage = body?.message ?? null;
     this.#terminated(job, status, now);
     const at = iso(now);
     if (status === 'failed') this.#emit(job, { type: 'failed', jobId: job.id, error: body ?? new MeshError('INTERNAL', { detail: 'failed without an error' }).toJSON(), at });

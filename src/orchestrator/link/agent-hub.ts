@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
-import type { WebSocket } from 'ws';
 import { corkForTick } from '../../net/cork.js';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
@@ -48,8 +47,17 @@ export interface AgentHubDeps {
   onLoadRefused?(host: HostSession, model: string, error: { code: string; message: string }): void;
 }
 
-/** Just enough of a WebSocket for the hub (ws's WebSocket, or a fake in tests). */
-export type LinkSocket = Pick<WebSocket, 'on' | 'send' | 'close' | 'terminate' | 'readyState' | 'OPEN'>;
+/** Just enough of a WebSocket for the hub: ws's WebSocket, one end of an in-process link (net/memory-link.ts), or a fake in tests. */
+export interface LinkSocket {
+  readonly readyState: number;
+  readonly OPEN: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  terminate(): void;
+  on(event: 'message', listener: (data: { toString(): string }, isBinary: boolean) => void): unknown;
+  on(event: 'close', listener: (code: number) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+}
 
 const HELLO_TIMEOUT_MS = 10_000;
 /** The sweep never runs more often than this, however many links come due together. */
@@ -89,7 +97,7 @@ export class AgentHub {
       if (session) this.#lost(session, `grant ${why}`, false);
       socket.close(LINK_CLOSE.rejected, `grant ${why}`);
     });
-    socket.on('message', (data: Buffer, isBinary: boolean) => {
+    socket.on('message', (data, isBinary) => {
       if (grantEnded) return;
       if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
@@ -109,7 +117,7 @@ export class AgentHub {
       }
       this.#handle(session, message);
     });
-    socket.on('close', (code: number) => {
+    socket.on('close', (code) => {
       helloTimer.cancel();
       stopWatching();
       if (!session) return;
@@ -118,7 +126,7 @@ export class AgentHub {
       // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
       else this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
     });
-    socket.on('error', (error: Error) => this.#deps.log.warn({ err: error }, 'agent link error'));
+    socket.on('error', (error) => this.#deps.log.warn({ err: error }, 'agent link error'));
   }
 
   #admit(socket: LinkSocket, grant: VerifiedGrant, hello: Hello, transport: Writable | undefined): HostSession | null {
