@@ -44,11 +44,16 @@ export class MemorySocket extends EventEmitter {
     });
   }
 
-  /** Both ends close with this code and reason, as a WebSocket's close handshake gives both the same. */
+  /**
+   * Both ends close with this code and reason, as a WebSocket's close handshake gives both the same. This end sends
+   * nothing more at once; the other end closes after the messages already on their way to it, as a close frame
+   * follows the frames sent before it.
+   */
   close(code = 1005, reason = ''): void {
+    if (this.readyState === CLOSED) return;
     this.#end(code, reason);
     const peer = this.#peer;
-    if (peer) peer.#end(code, reason);
+    if (peer) queueMicrotask(() => peer.#end(code, reason));
   }
 
   /** An end without a close frame: 1006 on both sides, as for a dropped connection. */

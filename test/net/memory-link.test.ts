@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { MemorySocket } from '../../src/net/memory-link.js';
+
+const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+describe('an in-process link (MemorySocket)', () => {
+  it('hands each message to the other end, in order, after the sender returns', async () => {
+    const [a, b] = MemorySocket.pair();
+    const got: string[] = [];
+    b.on('message', (data: string, isBinary: boolean) => got.push(`${data}${isBinary ? ' (binary)' : ''}`));
+    a.send('one');
+    a.send('two');
+    expect(got).toEqual([]); // never inside the sender's call
+    await settle();
+    expect(got).toEqual(['one', 'two']);
+  });
+
+  it('closes both ends with the same code and reason, and carries nothing after', async () => {
+    const [agent, hub] = MemorySocket.pair();
+    const closes: string[] = [];
+    agent.on('close', (code: number, reason: Buffer) => closes.push(`agent ${code} ${reason.toString()}`));
+    hub.on('close', (code: number, reason: Buffer) => closes.push(`hub ${code} ${reason.toString()}`));
+    const heard: string[] = [];
+    agent.on('message', (data: string) => heard.push(data));
+    hub.send('sent before the close');
+    hub.close(4403, 'refused');
+    hub.send('sent after it');
+    hub.close(1000, 'twice');
+    await settle();
+    expect(closes.sort()).toEqual(['agent 4403 refused', 'hub 4403 refused']);
+    expect(heard).toEqual(['sent before the close']); // as a close frame follows the frames sent before it
+    expect([agent.readyState, hub.readyState]).toEqual([3, 3]);
+  });
+
+  it('terminate is a close without a close frame (1006), and a ping is answered at once', async () => {
+    const [a, b] = MemorySocket.pair();
+    let pongs = 0;
+    a.on('pong', () => pongs++);
+    a.ping();
+    await settle();
+    expect(pongs).toBe(1);
+    const codes: number[] = [];
+    b.on('close', (code: number) => codes.push(code));
+    a.terminate();
+    await settle();
+    expect(codes).toEqual([1006]);
+    a.ping();
+    await settle();
+    expect(pongs).toBe(1);
+  });
+});
