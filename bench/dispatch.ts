@@ -7,7 +7,9 @@
  *    sent in chunks as fast as the system takes them.
  * Reports jobs/s and submit→completion latency.
  *
- *   npm run bench:dispatch -- [--jobs 3000] [--inflight 64] [--warmup 500] [--chunk 500]
+ *   npm run bench:dispatch -- [--jobs 10000] [--inflight 64] [--warmup 5000] [--chunk 500]
+ * The warm-up is long because V8 is still compiling the orchestrator's hot path after a few hundred jobs: a short one
+ * measures the JIT's warm-up, not the steady state of a running mesh (bench/RESULTS.md).
  * Needs redis-server (Debian: apt-get install redis-server); the benchmark starts and stops its own.
  */
 import { fork, spawn } from 'node:child_process';
@@ -21,7 +23,7 @@ import { printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({
-  options: { jobs: { type: 'string', default: '3000' }, inflight: { type: 'string', default: '64' }, warmup: { type: 'string', default: '500' }, chunk: { type: 'string', default: '500' } },
+  options: { jobs: { type: 'string', default: '10000' }, inflight: { type: 'string', default: '64' }, warmup: { type: 'string', default: '5000' }, chunk: { type: 'string', default: '500' } },
 });
 const CHUNK = Number(values.chunk);
 const JOBS = Number(values.jobs);
