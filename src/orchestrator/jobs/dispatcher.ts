@@ -115,14 +115,15 @@ export class Dispatcher {
     const jobs = states.dispatched(records, { batchId, host: host.id, replica: `${host.id}/${name}`, route });
     if (jobs.length === 0) return;
     this.#deps.inFlight.place(host, { id: batchId, model: name, jobIds: new Set(jobs.map((job) => job.id)), dispatchedAt: now });
-    this.#deps.admission.recordDrain(name, jobs.length);
-    this.#deps.metrics.batchDispatched(name, jobs.length, jobs.map((job) => now - job.createdAt));
     // Valid for as long as the batch's jobs may run, and an hour more for slow uploads.
     const validUntil = Math.max(...jobs.map((job) => job.deadlineAt ?? now + model.policy.maxTimeoutMs)) + 3_600_000;
     host.send({
       type: 'run', batchId, model: model.manifest, uploadCredential: this.#deps.uploadCredential(batchId, validUntil),
       jobs: jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
     });
+    // Bookkeeping after the send: the batch is on its way sooner.
+    this.#deps.admission.recordDrain(name, jobs.length);
+    this.#deps.metrics.batchDispatched(name, jobs.length, jobs.map((job) => now - job.createdAt));
     this.#deps.log.debug({ batchId, host: host.id, model: name, size: jobs.length }, 'batch dispatched');
   }
 

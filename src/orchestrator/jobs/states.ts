@@ -175,9 +175,17 @@ export class JobStates {
   }
 
   #attemptOver(job: JobRecord, outcome: Pick<AttemptOutcome, 'status' | 'error' | 'retryable' | 'computeMs'>): void {
-    if (this.#observers.size === 0 || !job.batchId || !job.leaseHost) return;
-    const ended: AttemptOutcome = { job, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, ...outcome };
-    for (const observer of this.#observers) observer.ended?.(ended);
+    this.#announce(this.#endedAttempt(job, outcome));
+  }
+
+  /** The attempt in flight as it ended, for the observers; null when none watches or the job holds no attempt. */
+  #endedAttempt(job: JobRecord, outcome: Pick<AttemptOutcome, 'status' | 'error' | 'retryable' | 'computeMs'>): AttemptOutcome | null {
+    if (this.#observers.size === 0 || !job.batchId || !job.leaseHost) return null;
+    return { job, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, ...outcome };
+  }
+
+  #announce(ended: AttemptOutcome | null): void {
+    if (ended) for (const observer of this.#observers) observer.ended?.(ended);
   }
 
   /** Write the attempt in flight, now that it has ended. */
@@ -213,14 +221,18 @@ export class JobStates {
       return true;
     });
     if (!finished) return false;
-    if (job.batchId === outcome.batchId) this.#attemptOver(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs });
-    this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
+    // Taken before the job lets go of its host (#terminated), told to the observers after the event.
+    const attempt = job.batchId === outcome.batchId ? this.#endedAttempt(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs }) : null;
     job.result = outcome.result ?? null;
     this.#terminated(job, 'succeeded', now);
+    // The client hears first: what routing and the metrics learn from the attempt follows in this same tick, before
+    // anything else is dispatched (the next pump is a microtask away).
     this.#emit(job, {
       type: 'succeeded', jobId: job.id, result: outcome.result ?? null, at: iso(now),
       artifacts: published.map((artifact) => artifactView({ ...artifact, seq: 0, prompt: job.prompt })),
     });
+    this.#announce(attempt);
+    this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
     return true;
   }
 
