@@ -8,8 +8,9 @@ import * as ort from 'onnxruntime-node';
 import { builtinModel, MLP_INPUT_DIM } from '../src/models/index.js';
 
 const [port, queue] = process.argv.slice(2);
-// The session options gpumesh's ONNX engine uses by default (its threads sleep between runs), so both sides run the model alike.
+// The session options gpumesh's ONNX engine gives the built-in mlp (its threads, no spinning), so both run the model alike.
 const session = await ort.InferenceSession.create(builtinModel('mlp')!.bytes, {
+  intraOpNumThreads: builtinModel('mlp')!.threads,
   graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: '0' }, inter_op: { allow_spinning: '0' } } },
 });
 const worker = new Worker(queue!, async (job) => {

@@ -83,7 +83,8 @@ export async function loadBuiltin(name: 'gen' | 'mlp', budgetMB = 4096, from: 's
     name, version: model.version, engine: 'onnx', digest: model.digest,
     bytes: model.bytes.length, memoryMB: model.memoryMB, jobTypes: model.jobTypes,
     params: name === 'gen' ? { defaultSteps: GEN_DEFAULT_STEPS } : { inputDim: MLP_INPUT_DIM, outputDim: MLP_OUTPUT_DIM },
-    settings: { pipeline: name === 'gen' ? 'cppn-image' : 'tensor' },
+    // The settings the registry gives the built-in (models.ts), so the direct call runs the model as the mesh does.
+    settings: { pipeline: name === 'gen' ? 'cppn-image' : 'tensor', ...(model.threads !== undefined ? { threads: model.threads } : {}) },
   }, path, cpuDevice(budgetMB));
   return {
     loaded,

@@ -43,6 +43,8 @@ export interface BuiltinModel {
   outputs: TensorSpec[];
   /** gen only: refinement steps of a full render (octave 0 .. defaultSteps-1). */
   defaultSteps?: number;
+  /** Threads for its ONNX session (OnnxSettings.threads); absent: onnxruntime's choice, one per core. */
+  threads?: number;
 }
 
 /*
@@ -134,6 +136,8 @@ function makeMlp(): BuiltinModel {
     bytes,
     digest: sha256Digest(bytes),
     memoryMB: MLP_MEMORY_MB,
+    // Too small to split: one thread runs a one-sample job in half the time, and batches as fast (OnnxSettings.threads).
+    threads: 1,
     description: 'Tensor MLP 64→256→256→16 (ReLU), for measuring dynamic batching.',
     inputs: [{ name: 'x', dtype: 'float32', shape: ['batch', MLP_INPUT_DIM], description: 'input rows' }],
     outputs: [{ name: 'y', dtype: 'float32', shape: ['batch', MLP_OUTPUT_DIM], description: 'output rows' }],

@@ -68,6 +68,20 @@ describe('onnx engine: fused batches', () => {
     await loaded.unload();
   });
 
+  it('a session capped at one thread (settings.threads) computes what the default one does; a bad cap is refused by name', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('mlp');
+    const jobs = Array.from({ length: 4 }, (_, i) => ({ id: `th${i}`, input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k)) } }));
+    const results = [];
+    for (const settings of [manifest.settings, { ...manifest.settings, threads: 1 }]) {
+      const loaded = await engine.load({ ...manifest, name: `mlp-${settings.threads ?? 'default'}`, settings }, path, cpuDevice(512));
+      results.push((await loaded.run(jobs, () => {})).outputs.map((output) => (output as { result: { y: number[] } }).result.y));
+      await loaded.unload();
+    }
+    results[1]!.flat().forEach((value, k) => expect(value).toBeCloseTo(results[0]!.flat()[k]!, 5));
+    await expect(engine.load({ ...manifest, name: 'mlp-zero', settings: { ...manifest.settings, threads: 0 } }, path, cpuDevice(512))).rejects.toThrow(/threads/);
+  });
+
   it('a batch of generator jobs gives each job the image it would get alone', async () => {
     const engine = new OnnxEngine(supervisor);
     const { manifest, path } = fixture('gen');

@@ -52,7 +52,7 @@ export class ModelRegistry {
         name: builtin.name, version: builtin.version, engine: builtin.engine, digest: stored.digest, file: true, bytes: stored.bytes,
         memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
         // How the ONNX engine feeds it is the engine's setting; the job type's input handling is the orchestrator's.
-        settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind] },
+        settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind], ...(builtin.threads !== undefined ? { threads: builtin.threads } : {}) },
       });
     }
   }

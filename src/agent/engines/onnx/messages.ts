@@ -7,7 +7,7 @@ import type { OnnxPipeline } from './settings.js';
  * with structured-clone serialization, so tensors and PNG bytes cross as typed arrays).
  */
 export type ToWorker =
-  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
+  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; threads?: number; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
   | { type: 'run'; requestId: number; model: string; jobs: EngineJob[] }
   | { type: 'cancel'; jobIds: string[] }
   /** The agent took `count` more frames of a run off the worker's hands (a clip's frames flow under a window of credits). */

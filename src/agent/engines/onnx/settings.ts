@@ -23,5 +23,13 @@ export const OnnxSettings = z.strictObject({
    * CPU spinning per 0.05 ms tensor job). Default false; set true on a host with cores to spare.
    */
   spinning: z.boolean().default(false),
+  /**
+   * Threads one session.run may use (onnxruntime's intra-op threads). Default: onnxruntime's choice, one per core.
+   * A small model runs faster on one: splitting its few small matrix products across threads costs more in
+   * hand-offs than it saves, and each hand-off waits for a core the orchestrator may hold. The built-in `mlp`
+   * (64→256→256→16) runs a one-sample job in about half the time on one thread on a 2-core machine, with the same
+   * throughput in batches (bench/RESULTS.md); an image model like `gen` wants every core.
+   */
+  threads: z.number().int().min(1).max(256).optional(),
 });
 export type OnnxSettings = z.infer<typeof OnnxSettings>;

@@ -72,10 +72,14 @@ async function verifiedBytes(path: string, digest: string): Promise<Uint8Array> 
   return bytes;
 }
 
-async function createSession(bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number, spinning: boolean): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
-  const spin = spinning ? '1' : '0';
-  // The thread pools sleep when idle unless the model's settings say otherwise (OnnxSettings.spinning says why).
+async function createSession(
+  bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number },
+): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
+  const spin = threading.spinning ? '1' : '0';
+  // The thread pools sleep when idle unless the model's settings say otherwise (OnnxSettings.spinning says why), and
+  // have as many threads as the settings give (OnnxSettings.threads), else one per core.
   const options: InferenceSession.SessionOptions = {
+    ...(threading.threads !== undefined ? { intraOpNumThreads: threading.threads } : {}),
     graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: spin }, inter_op: { allow_spinning: spin } } },
   };
   if (provider === 'cuda') {
@@ -94,7 +98,7 @@ async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void>
   settle();
   const beforeRss = rssMB('self') ?? 0;
   const beforeGpu = message.provider === 'cuda' ? (await gpuMemoryMB(process.pid)) ?? 0 : 0;
-  const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, message.spinning);
+  const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, { spinning: message.spinning, threads: message.threads });
   settle(); // the file's buffer is garbage now; it is not the model's memory
   const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
   sessions.set(message.manifest.name, { session, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0, largestPeakMB: residentMB });
