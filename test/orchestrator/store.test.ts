@@ -93,4 +93,20 @@ describe('group commit', () => {
     expect(acked).toEqual(['after', 'idle']); // nothing pending: at once
     db.close();
   });
+
+  it('a one-statement write needs no savepoint: a statement that fails undoes itself and nothing before it', async () => {
+    const db = openDb(`/tmp/gpumesh-group-one-${process.pid}-${Date.now()}/store.sqlite`);
+    const commits = new GroupCommit(db);
+    const insert = (id: string) => jobs.insertJob(db, {
+      id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
+      grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+    });
+    commits.writeOne(() => insert('j_one'));
+    // The id is unique: the second insert fails as a statement, inside the open transaction.
+    expect(() => commits.writeOne(() => insert('j_one'))).toThrow(/UNIQUE/);
+    commits.writeOne(() => insert('j_two'));
+    await commits.durable();
+    expect(['j_one', 'j_two'].map((id) => jobs.getJob(db, id)?.id ?? null)).toEqual(['j_one', 'j_two']);
+    db.close();
+  });
 });

@@ -55,7 +55,7 @@ export class JobOutputs {
     const bytes = Buffer.from(artifact.inline, 'base64');
     if (bytes.length !== artifact.bytes) throw new MeshError('DIGEST_MISMATCH', { expected: `${artifact.bytes} bytes`, actual: `${bytes.length} bytes` });
     this.#deps.blobs.putSmallSync(bytes, artifact.digest);
-    this.#deps.commits.write(() => blobs.recordBlob(this.#deps.db, { digest: artifact.digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
+    this.#deps.commits.writeOne(() => blobs.recordBlob(this.#deps.db, { digest: artifact.digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
   }
 
   wasUploaded(jobId: string, digest: string): boolean {

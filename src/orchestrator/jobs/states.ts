@@ -88,10 +88,12 @@ export class JobStates {
 
   /** Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. */
   create(job: NewJob, staleKeyOf?: string): JobRecord {
-    const record = this.#deps.commits.write(() => {
-      if (staleKeyOf) jobStore.releaseIdempotencyKey(this.#deps.db, staleKeyOf);
-      return jobStore.insertJob(this.#deps.db, job);
-    });
+    const record = staleKeyOf
+      ? this.#deps.commits.write(() => {
+        jobStore.releaseIdempotencyKey(this.#deps.db, staleKeyOf);
+        return jobStore.insertJob(this.#deps.db, job);
+      })
+      : this.#deps.commits.writeOne(() => jobStore.insertJob(this.#deps.db, job));
     this.#active.set(record.id, record);
     this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, at: iso(record.createdAt) });
     return record;
@@ -200,7 +202,7 @@ export class JobStates {
   /** A job whose attempt failed goes back to waiting; returns false if it had already finished. */
   requeued(job: JobRecord): boolean {
     const now = this.#deps.clock.now();
-    const changed = this.#deps.commits.write(() => jobStore.requeueJob(this.#deps.db, job.id, now));
+    const changed = this.#deps.commits.writeOne(() => jobStore.requeueJob(this.#deps.db, job.id, now));
     if (changed) Object.assign(job, { status: 'queued', leaseHost: null, updatedAt: now });
     return changed;
   }

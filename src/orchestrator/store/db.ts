@@ -96,6 +96,16 @@ export class GroupCommit {
     }
   }
 
+  /**
+   * `write` for a function that runs exactly one statement. SQLite undoes a failed statement by itself and leaves
+   * the transaction open, so the savepoint `write` takes would only cost two more statements (a job's insert is the
+   * busiest write there is).
+   */
+  writeOne<T>(fn: () => T): T {
+    this.#begin();
+    return fn();
+  }
+
   /** Resolves when the writes made so far are committed. */
   durable(): Promise<void> {
     if (!this.#open) return Promise.resolve();
