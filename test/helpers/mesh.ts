@@ -40,7 +40,7 @@ export async function waitFor<T>(check: () => T | Promise<T>, { timeoutMs = 20_0
 
 /**
  * `gpumesh up` as a real process on a free port and a fresh data folder:
- * orchestrator, a local agent process and its ONNX worker.
+ * orchestrator with its local agent (in-process unless args say `--agent-process`) and its ONNX worker.
  */
 export async function startMesh(options: { data?: string; config?: Record<string, unknown>; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RunningMesh> {
   const data = options.data ?? tempDir();
