@@ -72,9 +72,9 @@ describe('onnx engine: fused batches', () => {
     const engine = new OnnxEngine(supervisor);
     const { manifest, path } = fixture('mlp');
     const jobs = Array.from({ length: 4 }, (_, i) => ({ id: `th${i}`, input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k)) } }));
-    const results = [];
-    for (const settings of [manifest.settings, { ...manifest.settings, threads: 1 }]) {
-      const loaded = await engine.load({ ...manifest, name: `mlp-${settings.threads ?? 'default'}`, settings }, path, cpuDevice(512));
+    const results: number[][][] = [];
+    for (const [name, settings] of [['mlp-default', manifest.settings], ['mlp-one-thread', { ...manifest.settings, threads: 1 }]] as const) {
+      const loaded = await engine.load({ ...manifest, name, settings }, path, cpuDevice(512));
       results.push((await loaded.run(jobs, () => {})).outputs.map((output) => (output as { result: { y: number[] } }).result.y));
       await loaded.unload();
     }
