@@ -106,8 +106,10 @@ class Worker {
       return void pending.onFrame(message.jobId, message.index, message.rgb).finally(taken);
     }
     this.#pending.delete(message.requestId);
-    if (message.type === 'error') pending.reject(new EngineError(message.code, message.message, message.retryable));
-    else pending.resolve(message);
+    if (message.type === 'error') return pending.reject(new EngineError(message.code, message.message, message.retryable));
+    // The run's last step came with its result (worker.ts): reported first, as if it had come alone.
+    if (message.type === 'result' && message.progress) pending.onProgress?.(message.progress);
+    pending.resolve(message);
   }
 }
 

@@ -20,6 +20,7 @@ export type FromWorker =
   | { type: 'progress'; requestId: number; step: number; total: number }
   /** One frame of a clip (`cppn-video`), row-major RGB, in order; the agent pipes it to the clip's encoder. */
   | { type: 'frame'; requestId: number; jobId: string; index: number; rgb: Uint8Array }
-  | { type: 'result'; requestId: number; outputs: JobOutput[]; memory: BatchMemory }
+  /** `progress`: the run's last step, which rides with its result instead of a message of its own. */
+  | { type: 'result'; requestId: number; outputs: JobOutput[]; memory: BatchMemory; progress?: { step: number; total: number } }
   | { type: 'unloaded'; requestId: number }
   | { type: 'error'; requestId: number; code: ErrorCode; message: string; retryable: boolean };

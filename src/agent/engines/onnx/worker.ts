@@ -120,13 +120,17 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   }
   const gpuBefore = largest && loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
   const closeWindow = largest ? peaks.open() : null;
+  // The last step's progress waits for the result and travels with it: a message of its own would wake the agent
+  // once more for nothing its caller sees sooner (the result follows at once, or after the PNG encoding).
+  let lastStep: { step: number; total: number } | undefined;
   const outputs = await PIPELINES[loaded.pipeline]({
     session: loaded.session,
     manifest: loaded.manifest,
     jobs: message.jobs,
     onProgress: (progress) => {
       if (closeWindow) peaks.sample();
-      send({ type: 'progress', requestId: message.requestId, ...progress });
+      if (progress.step >= progress.total) lastStep = progress;
+      else send({ type: 'progress', requestId: message.requestId, ...progress });
     },
     isCancelled: (jobId) => cancelled.has(jobId),
     emitFrame: async (jobId, index, rgb) => {
@@ -143,7 +147,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
     settle();
     memory = await measuredMemory(loaded, closeWindow(), gpuBefore);
   }
-  send({ type: 'result', requestId: message.requestId, outputs, memory });
+  send({ type: 'result', requestId: message.requestId, outputs, memory, ...(lastStep ? { progress: lastStep } : {}) });
 }
 
 /**
