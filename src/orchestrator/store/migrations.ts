@@ -172,4 +172,12 @@ export const MIGRATIONS: readonly Migration[] = [
       DROP INDEX jobs_by_batch;
     `,
   },
+  {
+    version: 9,
+    // UNIQUE (job_id, digest) is an index that starts with job_id already: a job's artifacts are found through it.
+    name: 'no second index of artifacts by job',
+    sql: `
+      DROP INDEX artifacts_by_job;
+    `,
+  },
 ];
