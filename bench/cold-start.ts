@@ -8,7 +8,7 @@
  *            test/fixtures/standins/openai-images-standin.ts with a declared start delay (it "loads" that long
  *            before it listens), readiness by polling GET /v1/models, stopped after its idle window (idleStopMs)
  *
- * One real mesh (`gpumesh up`: orchestrator and agent processes, loopback sockets). Each round: wait until the model
+ * One real mesh (`gpumesh up`: the orchestrator and its local agent in one process; the engines are its children). Each round: wait until the model
  * is unloaded and its engine process is gone, submit one job (cold), then one more at once (warm). A cold job's
  * `loading` event carries the agent's split of its load (spawn: exec/fork until the process runs; ready: until the
  * worker reported ready or the server's readiness check passed; init: the model's load inside the engine); its
@@ -153,12 +153,6 @@ const client = new BenchClient(mesh.url, mesh.admin, 4);
 const seen = new Map<string, Record<string, number>>();
 const phasesOf = new Map<string, Run['phases']>();
 
-function agentPid(): number {
-  const [agent] = childrenOf(mesh.process.pid!, ' agent ');
-  if (!agent) throw new Error('no agent process under gpumesh up');
-  return agent.pid;
-}
-
 async function resident(model: string): Promise<boolean> {
   const reply = await client.request('GET', '/v1/hosts');
   const body = JSON.parse(reply.text) as { hosts?: Array<{ resident: Array<{ model: string }> }> } | Array<{ resident: Array<{ model: string }> }>;
@@ -183,7 +177,7 @@ async function meshRuns(name: Case): Promise<{ cold: Run[]; warm: Run[] }> {
   const { model, process: match } = CASES[name];
   for (let i = 0; i < RUNS; i++) {
     // Scaled to zero: nothing resident, the engine's process gone; then a quiet moment.
-    await waitFor(async () => !(await resident(model)) && childrenOf(agentPid(), match).length === 0, { timeoutMs: 30_000, intervalMs: 50, what: `${model} to scale to zero` });
+    await waitFor(async () => !(await resident(model)) && childrenOf(mesh.process.pid!, match).length === 0, { timeoutMs: 30_000, intervalMs: 50, what: `${model} to scale to zero` });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const first = await runOnce(name, `cold ${i}`);
     if (!first.phases || first.loadMs <= 0) throw new Error(`cold run ${i} of ${model} did not load (loadMs ${first.loadMs})`);
