@@ -86,15 +86,21 @@ function frame(width, height, ...children) {
 }
 
 function resultCard(artifact) {
-  const { jobId, digest, prompt, model, host, width, height, createdAt } = artifact;
+  const { prompt, model, width, height } = artifact;
   const img = h('img', {
     src: `${artifact.url}?access_token=${encodeURIComponent(grant)}`,
     alt: prompt ?? `An image by ${model}`,
     width, height, loading: 'lazy', decoding: 'async',
   });
   img.addEventListener('error', () => img.parentElement.classList.add('broken'), { once: true });
-  return h('article', { class: 'card', 'data-job-id': jobId, 'data-digest': digest },
-    frame(width, height, img),
+  return card(artifact, 'card', img);
+}
+
+/** The card around an artifact's media: its frame, then the prompt, who made it and when, and how long it took. */
+function card(artifact, className, media) {
+  const { jobId, digest, prompt, model, host, width, height, createdAt } = artifact;
+  return h('article', { class: className, 'data-job-id': jobId, 'data-digest': digest },
+    frame(width, height, media),
     h('div', { class: 'caption' },
       h('p', { class: 'prompt', title: prompt }, prompt ?? 'No prompt'),
       h('p', { class: 'meta' }, h('span', {}, `${model} · ${host}`), timeAgo(createdAt)),
@@ -106,7 +112,7 @@ function resultCard(artifact) {
  * route answers 206), so it starts before the whole file has arrived.
  */
 function videoCard(artifact, poster) {
-  const { jobId, digest, prompt, model, host, width, height, createdAt } = artifact;
+  const { prompt, model, width, height } = artifact;
   const token = `?access_token=${encodeURIComponent(grant)}`;
   const video = h('video', {
     src: `${artifact.url}${token}`, poster: poster ? `${poster.url}${token}` : null,
@@ -116,12 +122,7 @@ function videoCard(artifact, poster) {
   // Muted, so a browser lets it play without a gesture of its own.
   video.muted = true;
   video.addEventListener('error', () => video.parentElement.classList.add('broken'), { once: true });
-  return h('article', { class: 'card video', 'data-job-id': jobId, 'data-digest': digest },
-    frame(width, height, video),
-    h('div', { class: 'caption' },
-      h('p', { class: 'prompt', title: prompt }, prompt ?? 'No prompt'),
-      h('p', { class: 'meta' }, h('span', {}, `${model} · ${host}`), timeAgo(createdAt)),
-      h('p', { class: 'meta' }, timing(artifact))));
+  return card(artifact, 'card video', video);
 }
 
 /** A clip's poster is shown by its video's card, not as a card of its own. */
