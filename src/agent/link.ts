@@ -6,6 +6,7 @@ import {
   LINK_CLOSE, LINK_PATH, OrchestratorMessage, type AgentMessage,
 } from '../protocol/index.js';
 import { corkForTick } from '../net/cork.js';
+import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../net/memory-link.js';
 import { TlsPinError, type ServerTrust } from '../tls/index.js';
 import { LinkWatchdog, type WatchdogTimers } from './link-watchdog.js';
 
@@ -17,11 +18,13 @@ export interface AgentSocket {
   readonly readyState: number;
   readonly OPEN: number;
   send(data: string): void;
+  /** In-process ends send messages as values (net/memory-link.ts). */
+  sendMessage?(message: object): void;
   close(code?: number, reason?: string): void;
   terminate(): void;
   ping(): void;
   on(event: 'pong', listener: () => void): unknown;
-  on(event: 'message', listener: (data: { toString(): string }) => void): unknown;
+  on(event: 'message', listener: (data: { toString(): string } | ClonedMessage) => void): unknown;
   on(event: 'close', listener: (code: number, reason: { toString(): string }) => void): unknown;
 }
 
@@ -90,7 +93,7 @@ export class AgentLink {
     if (!this.#connected || !socket || socket.readyState !== socket.OPEN) return false;
     // The results of a batch, reported in one tick, leave in one write.
     if (this.#transport) corkForTick(this.#transport);
-    socket.send(JSON.stringify(message));
+    sendLinkMessage(socket, message);
     return true;
   }
 
@@ -114,7 +117,7 @@ export class AgentLink {
       }
       this.#wire(socket);
       // In-process there is no handshake to wait for: the socket is open.
-      socket.send(JSON.stringify(this.#options.hello()));
+      sendLinkMessage(socket, this.#options.hello());
       return;
     }
     // The CA is pinned before the first byte of the grant goes out; a CA that is not the pinned one ends the agent.
@@ -147,7 +150,7 @@ export class AgentLink {
       this.#transport = response.socket;
     });
     socket.on('open', () => {
-      socket.send(JSON.stringify(this.#options.hello()));
+      sendLinkMessage(socket, this.#options.hello());
     });
     socket.on('unexpected-response', (_request, response) => {
       let body = '';
@@ -188,7 +191,7 @@ export class AgentLink {
       watchdog?.heard();
       let message: OrchestratorMessage;
       try {
-        message = OrchestratorMessage.parse(JSON.parse(data.toString()));
+        message = OrchestratorMessage.parse(readLinkMessage(data));
       } catch (error) {
         log.warn({ err: error }, 'malformed message from the orchestrator');
         return;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MemorySocket } from '../../src/net/memory-link.js';
+import { ClonedMessage, MemorySocket, readLinkMessage, sendLinkMessage } from '../../src/net/memory-link.js';
 
 const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -47,5 +47,27 @@ describe('an in-process link (MemorySocket)', () => {
     a.ping();
     await settle();
     expect(pongs).toBe(1);
+  });
+
+  it('sends a message as a copy taken when it is sent, which the receiver reads as it would the JSON text', async () => {
+    const [a, b] = MemorySocket.pair();
+    const got: unknown[] = [];
+    b.on('message', (data: ClonedMessage) => got.push(data));
+    const message = { type: 'run', jobs: [{ id: 'j1', input: { x: [0.1, -2.5e-7, 3] } }] };
+    sendLinkMessage(a, message);
+    message.jobs[0]!.input.x[0] = 99; // changed after the send: the receiver must not see it
+    await settle();
+    expect(got[0]).toBeInstanceOf(ClonedMessage);
+    const value = readLinkMessage(got[0] as ClonedMessage) as typeof message;
+    expect(value).toEqual({ type: 'run', jobs: [{ id: 'j1', input: { x: [0.1, -2.5e-7, 3] } }] });
+    expect(value.jobs[0]!.input).not.toBe(message.jobs[0]!.input); // nothing shared with the sender
+  });
+
+  it('a socket without sendMessage (a WebSocket) gets JSON text, and text is parsed on receipt', () => {
+    const sent: string[] = [];
+    sendLinkMessage({ send: (data: string) => sent.push(data) }, { type: 'ack', jobIds: ['j1'] });
+    expect(sent).toEqual(['{"type":"ack","jobIds":["j1"]}']);
+    expect(readLinkMessage(Buffer.from(sent[0]!))).toEqual({ type: 'ack', jobIds: ['j1'] });
+    expect(() => readLinkMessage('not json')).toThrow(SyntaxError);
   });
 });

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { corkForTick } from '../../net/cork.js';
+import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
@@ -52,9 +53,11 @@ export interface LinkSocket {
   readonly readyState: number;
   readonly OPEN: number;
   send(data: string): void;
+  /** In-process ends send messages as values (net/memory-link.ts). */
+  sendMessage?(message: object): void;
   close(code?: number, reason?: string): void;
   terminate(): void;
-  on(event: 'message', listener: (data: { toString(): string }, isBinary: boolean) => void): unknown;
+  on(event: 'message', listener: (data: { toString(): string } | ClonedMessage, isBinary: boolean) => void): unknown;
   on(event: 'close', listener: (code: number) => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
 }
@@ -102,7 +105,7 @@ export class AgentHub {
       if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
-        const parsed = AgentMessage.safeParse(JSON.parse(data.toString()));
+        const parsed = AgentMessage.safeParse(readLinkMessage(data));
         if (!parsed.success) throw new Error(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '));
         message = parsed.data;
       } catch (error) {
@@ -146,7 +149,7 @@ export class AgentHub {
       // Write errors surface as a close event, which fails the host over; nothing to do here.
       if (socket.readyState !== socket.OPEN) return;
       if (transport) corkForTick(transport);
-      socket.send(JSON.stringify(message));
+      sendLinkMessage(socket, message);
     };
     const session = new HostSession(
       { id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version },

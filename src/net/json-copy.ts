@@ -1,0 +1,47 @@
+/**
+ * A deep copy of a value exactly as JSON would carry it — what
+ * `JSON.parse(JSON.stringify(value))` returns — without writing and reading
+ * the text. For the in-process link, where a batch's tensors are thousands of
+ * numbers: formatting and parsing them was a sixth of the orchestrator's work
+ * under load, and even `structuredClone` costs four times this walk.
+ *
+ * JSON's rules, kept: `toJSON` is called (a Date becomes its ISO string); an
+ * object property that is undefined, a function or a symbol is left out, and
+ * in an array becomes null; NaN and ±Infinity become null, -0 becomes 0; only
+ * own enumerable string keys are copied; a BigInt throws a TypeError. A cycle
+ * recurses until the stack overflows, where JSON throws at once; link
+ * messages have none.
+ */
+export function jsonCopy(value: unknown): unknown {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return value;
+    // Adding 0 turns -0 into 0, as its text "0" reads back.
+    case 'number':
+      return Number.isFinite(value) ? (value as number) + 0 : null;
+    case 'bigint':
+      throw new TypeError('Do not know how to serialize a BigInt');
+    case 'object':
+      return value === null ? null : copyObject(value);
+    default:
+      return undefined;
+  }
+}
+
+function copyObject(value: object): unknown {
+  const withToJSON = value as { toJSON?: unknown };
+  if (typeof withToJSON.toJSON === 'function') return jsonCopy((withToJSON.toJSON as () => unknown).call(value));
+  if (Array.isArray(value)) {
+    const out: unknown[] = new Array(value.length);
+    for (let i = 0; i < value.length; i++) out[i] = jsonCopy(value[i]) ?? null;
+    return out;
+  }
+  const out: Record<string, unknown> = {};
+  const source = value as Record<string, unknown>;
+  for (const key of Object.keys(source)) {
+    const copied = jsonCopy(source[key]);
+    if (copied !== undefined) out[key] = copied;
+  }
+  return out;
+}

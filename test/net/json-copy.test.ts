@@ -1,0 +1,32 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { jsonCopy } from '../../src/net/json-copy.js';
+
+const viaText = (value: unknown): unknown => JSON.parse(JSON.stringify(value) ?? 'null');
+
+describe('jsonCopy', () => {
+  it('returns what a JSON round trip returns, for any JSON-shaped value', () => {
+    fc.assert(fc.property(fc.jsonValue(), (value) => {
+      expect(jsonCopy(value)).toStrictEqual(viaText(value));
+    }), { numRuns: 500 });
+  });
+
+  it('follows JSON for what JSON changes or leaves out', () => {
+    const when = new Date('2026-12-04T05:00:00.000Z');
+    const value = {
+      gone: undefined, fn: () => 1, [Symbol('s')]: 1, nan: NaN, inf: -Infinity, negativeZero: -0, when,
+      list: [undefined, () => 1, NaN, -0, 1.5e-300], nested: { a: [{ b: 'c' }] }, typed: new Uint8Array([7, 8]),
+    };
+    expect(jsonCopy(value)).toStrictEqual(viaText(value));
+    expect(Object.is((jsonCopy({ z: -0 }) as { z: number }).z, 0)).toBe(true);
+    expect(() => jsonCopy({ big: 1n })).toThrow(TypeError);
+  });
+
+  it('shares no object with its source', () => {
+    const source = { input: { x: [1, 2, 3] }, jobs: [{ id: 'j1' }] };
+    const copy = jsonCopy(source) as typeof source;
+    expect(copy.input).not.toBe(source.input);
+    expect(copy.input.x).not.toBe(source.input.x);
+    expect(copy.jobs[0]).not.toBe(source.jobs[0]);
+  });
+});
