@@ -41,7 +41,10 @@ function copyObject(value: object): unknown {
   const source = value as Record<string, unknown>;
   for (const key of Object.keys(source)) {
     const copied = jsonCopy(source[key]);
-    if (copied !== undefined) out[key] = copied;
+    if (copied === undefined) continue;
+    // An assignment to "__proto__" would set the copy's prototype; JSON.parse makes it an own property like any other.
+    if (key === '__proto__') Object.defineProperty(out, key, { value: copied, enumerable: true, writable: true, configurable: true });
+    else out[key] = copied;
   }
   return out;
 }

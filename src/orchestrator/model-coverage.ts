@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { EventBus } from './events.js';
 import type { ModelRegistry, RegisteredModel } from './registry/index.js';
+import { PerTurn } from './per-turn.js';
 import type { HostRegistry } from './routing/index.js';
 
 export interface ModelCoverageDeps {
@@ -28,12 +29,14 @@ export class ModelCoverage {
   readonly #deps: ModelCoverageDeps;
   /** The reason last logged per model, so a reason is logged once, and its end once. */
   readonly #reported = new Map<string, string>();
+  /** Checked once per turn of the event loop: hosts change with every batch sent and ended, and jobs arrive many a turn. */
+  readonly #checks = new PerTurn((models) => (models === 'all' ? this.#recheck() : models.forEach((name) => this.#check(name))));
 
   constructor(deps: ModelCoverageDeps) {
     this.#deps = deps;
-    deps.hosts.onChange(() => this.#recheck());
+    deps.hosts.onChange(() => this.#checks.request());
     deps.events.subscribeAll((scoped) => {
-      if (scoped.kind === 'job' && scoped.event.type === 'queued') this.#check(scoped.event.model);
+      if (scoped.kind === 'job' && scoped.event.type === 'queued') this.#checks.request(scoped.event.model);
     });
   }
 

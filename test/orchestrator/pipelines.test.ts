@@ -1,6 +1,7 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { PIPELINES } from '../../src/orchestrator/registry/pipelines.js';
-import type { ModelManifest } from '../../src/protocol/index.js';
+import { LIMITS, TensorInput, type ModelManifest } from '../../src/protocol/index.js';
 
 const manifest: ModelManifest = {
   name: 'sd', version: '1', engine: 'sdcpp', digest: `sha256:${'0'.repeat(64)}`, bytes: 0, memoryMB: 1,
@@ -33,6 +34,30 @@ describe('the image pipeline', () => {
     // `new Array(NaN)` threw a RangeError in the prober's timer, which ended the orchestrator process.
     const undeclared: ModelManifest = { ...manifest, engine: 'oip', jobTypes: ['tensor'], params: {} };
     expect(PIPELINES.tensor.normalize(PIPELINES.tensor.probeInput(undeclared), undeclared)).toEqual({ x: [0] });
+  });
+
+  it('accepts exactly what the tensor schema accepts (its one-pass check), and words a refusal as the schema does', () => {
+    const undeclared: ModelManifest = { ...manifest, engine: 'oip', jobTypes: ['tensor'], params: {} };
+    const value = fc.oneof(fc.double(), fc.integer(), fc.constantFrom(NaN, Infinity, -Infinity, -0, null, '1', true, undefined), fc.array(fc.double(), { maxLength: 2 }));
+    const input = fc.oneof(
+      fc.record({ x: fc.array(fc.double({ noNaN: true, noDefaultInfinity: true }), { maxLength: 8 }) }),
+      fc.record({ x: fc.array(value, { maxLength: 8 }) }),
+      fc.record({ x: fc.array(fc.double({ noNaN: true, noDefaultInfinity: true }), { minLength: 1, maxLength: 4 }), y: value }),
+      fc.record({ x: fc.oneof(value, fc.object()) }),
+      fc.constant({ x: new Array<number>(LIMITS.tensorValues + 1).fill(1) }),
+      fc.constant({ x: new Array<number>(LIMITS.tensorValues).fill(1) }),
+    );
+    fc.assert(fc.property(input, (candidate: Record<string, unknown>) => {
+      const schema = TensorInput.safeParse(candidate);
+      let outcome: unknown;
+      try {
+        outcome = PIPELINES.tensor.normalize(candidate, undeclared);
+      } catch (error) {
+        outcome = error;
+      }
+      if (schema.success) expect(outcome).toEqual({ x: schema.data.x });
+      else expect((outcome as Error).message).toContain(schema.error.issues[0]!.message);
+    }), { numRuns: 400 });
   });
 });
 

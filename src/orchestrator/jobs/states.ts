@@ -49,7 +49,9 @@ export interface AttemptObserver {
   ended?(outcome: AttemptOutcome): void;
 }
 
-const iso = (ms: number): string => new Date(ms).toISOString();
+/** An event's time. The last one is kept: the events of one turn mostly share their millisecond, and a busy mesh emits thousands a second. */
+let lastIso = { ms: NaN, text: '' };
+const iso = (ms: number): string => (ms === lastIso.ms ? lastIso.text : (lastIso = { ms, text: new Date(ms).toISOString() }).text);
 const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.model, album: job.album });
 
 /**
