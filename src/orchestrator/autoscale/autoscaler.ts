@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Clock, Timer } from '../clock.js';
 import type { ReplicaPolicy } from '../config.js';
 import type { EventBus } from '../events.js';
+import { PerTurn } from '../per-turn.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostRegistry, HostSession, Router } from '../routing/index.js';
 
@@ -109,13 +110,15 @@ export class Autoscaler {
   #timer: Timer;
   /** The models the coming look is for: 'all', or those whose demand changed (a job queued changes its model's only). */
   #pending: Set<string> | 'all' | null = null;
+  /** Looks that can wait for the end of the turn: one covers every job queued in it (see #queued). */
+  readonly #afterTurn = new PerTurn((models) => this.look(models === 'all' ? undefined : models));
   #closed = false;
 
   constructor(deps: AutoscalerDeps) {
     this.#deps = deps;
     this.#unsubscribe = deps.events.subscribeAll((scoped) => {
       if (scoped.kind !== 'job') return;
-      if (scoped.event.type === 'queued') this.requestLook(scoped.scope.model);
+      if (scoped.event.type === 'queued') this.#queued(scoped.scope.model);
       else if (scoped.event.type === 'dispatched') this.#state(scoped.scope.model).idleSince.set(scoped.event.host, deps.clock.now());
     }).unsubscribe;
     this.#unwatchHosts = deps.hosts.onChange(() => this.requestLook());
@@ -141,6 +144,16 @@ export class Autoscaler {
       this.#pending = null;
       this.look(pending === 'all' || pending === null ? undefined : pending);
     });
+  }
+
+  /**
+   * A job was queued for `model`. A model scaled to zero is looked at before the job is routed, so that its first
+   * replica goes where the policy places it; one that has replicas wanted only saw its demand grow by a job, and one
+   * look after the turn covers every job of the turn — a busy mesh queues thousands a second.
+   */
+  #queued(model: string): void {
+    if ((this.#models.get(model)?.desired ?? 0) > 0) this.#afterTurn.request(model);
+    else this.requestLook(model);
   }
 
   /** Compare the models' replicas (every model's, or only those named) with their demand and policy, and load or unload where they differ. */
@@ -191,6 +204,7 @@ export class Autoscaler {
 
   close(): void {
     this.#closed = true;
+    this.#afterTurn.close();
     this.#timer.cancel();
     this.#unsubscribe();
     this.#unwatchHosts();
