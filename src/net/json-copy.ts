@@ -33,6 +33,8 @@ function copyObject(value: object): unknown {
   const withToJSON = value as { toJSON?: unknown };
   if (typeof withToJSON.toJSON === 'function') return jsonCopy((withToJSON.toJSON as () => unknown).call(value));
   if (Array.isArray(value)) {
+    // A tensor: copied whole, without a call per value.
+    if (isFiniteNumbers(value)) return value.slice();
     const out: unknown[] = new Array(value.length);
     for (let i = 0; i < value.length; i++) out[i] = jsonCopy(value[i]) ?? null;
     return out;
@@ -47,4 +49,13 @@ function copyObject(value: object): unknown {
     else out[key] = copied;
   }
   return out;
+}
+
+/** Numbers only, each one JSON writes as itself: finite and not -0 (which it writes as 0). A hole is not a number. */
+function isFiniteNumbers(values: readonly unknown[]): values is number[] {
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i];
+    if (typeof value !== 'number' || !Number.isFinite(value) || (value === 0 && 1 / value < 0)) return false;
+  }
+  return values.length > 0;
 }

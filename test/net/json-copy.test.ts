@@ -15,7 +15,7 @@ describe('jsonCopy', () => {
     const when = new Date('2026-12-04T05:00:00.000Z');
     const value = {
       gone: undefined, fn: () => 1, [Symbol('s')]: 1, nan: NaN, inf: -Infinity, negativeZero: -0, when,
-      list: [undefined, () => 1, NaN, -0, 1.5e-300], nested: { a: [{ b: 'c' }] }, typed: new Uint8Array([7, 8]),
+      list: [undefined, () => 1, NaN, -0, 1.5e-300], tensor: [0.5, -2, 3e10], tensorWithNegativeZero: [1, -0], empty: [], nested: { a: [{ b: 'c' }] }, typed: new Uint8Array([7, 8]),
     };
     expect(jsonCopy(value)).toStrictEqual(viaText(value));
     expect(Object.is((jsonCopy({ z: -0 }) as { z: number }).z, 0)).toBe(true);
@@ -32,7 +32,8 @@ describe('jsonCopy', () => {
     const source = { input: { x: [1, 2, 3] }, jobs: [{ id: 'j1' }] };
     const copy = jsonCopy(source) as typeof source;
     expect(copy.input).not.toBe(source.input);
-    expect(copy.input.x).not.toBe(source.input.x);
+    expect(copy.input.x).not.toBe(source.input.x); // a tensor, copied whole
+    expect(copy.input.x).toEqual([1, 2, 3]);
     expect(copy.jobs[0]).not.toBe(source.jobs[0]);
   });
 });

@@ -52,11 +52,14 @@ export interface MemoryModel {
 
 export class MemoryEstimator {
   readonly #models = new Map<string, Learned>();
+  /** The fit of each model, made again only when it learns something: every submit and every batch asks for it. */
+  readonly #fitted = new Map<string, Readonly<MemoryModel> | null>();
 
   /** Learn from one report of a batch of `model`. */
   observe(model: string, report: BatchMemoryReport): void {
     let learned = this.#models.get(model);
     if (!learned) this.#models.set(model, (learned = { residentMB: 0, working: new Map(), batches: 0 }));
+    this.#fitted.delete(model);
     learned.residentMB = Math.max(learned.residentMB, report.residentMB);
     if (report.peakMB === undefined) return;
     const units = report.pixels * report.batchSize;
@@ -69,7 +72,15 @@ export class MemoryEstimator {
   }
 
   /** The fitted figures, or null while no batch of the model was measured. */
-  model(name: string): MemoryModel | null {
+  model(name: string): Readonly<MemoryModel> | null {
+    const fitted = this.#fitted.get(name);
+    if (fitted !== undefined) return fitted;
+    const model = this.#fit(name);
+    this.#fitted.set(name, model);
+    return model;
+  }
+
+  #fit(name: string): MemoryModel | null {
     const learned = this.#models.get(name);
     if (!learned || learned.working.size === 0) return null;
     const points = [...learned.working].sort(([a], [b]) => a - b);
