@@ -7,7 +7,11 @@
  *    sent in chunks as fast as the system takes them.
  * Reports jobs/s and submit→completion latency.
  *
- *   npm run bench:dispatch -- [--jobs 10000] [--inflight 64] [--warmup 5000] [--chunk 500]
+ * Both systems are up for the whole run and measured in alternating rounds (gpumesh then BullMQ, then the other way
+ * round): a shared VM's speed drifts by tens of percent over a minute, so a comparison of one system's minute with
+ * the other's measures the drift; rounds in turn see the same drift. Medians of the rounds are compared.
+ *
+ *   npm run bench:dispatch -- [--jobs 10000] [--rounds 3] [--inflight 64] [--warmup 5000] [--chunk 500]
  * The warm-up is long because V8 is still compiling the orchestrator's hot path after a few hundred jobs: a short one
  * measures the JIT's warm-up, not the steady state of a running mesh (bench/RESULTS.md).
  * Needs redis-server (Debian: apt-get install redis-server); the benchmark starts and stops its own.
@@ -19,31 +23,41 @@ import { Queue, QueueEvents } from 'bullmq';
 import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { freePort } from '../test/helpers/processes.js';
 import { removeDir, startMesh, tempDir, waitFor } from '../test/helpers/mesh.js';
-import { printTable, summarize, writeResults, type Summary } from './lib.js';
+import { percentile, printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({
-  options: { jobs: { type: 'string', default: '10000' }, inflight: { type: 'string', default: '64' }, warmup: { type: 'string', default: '5000' }, chunk: { type: 'string', default: '500' } },
+  options: {
+    jobs: { type: 'string', default: '10000' }, rounds: { type: 'string', default: '3' }, inflight: { type: 'string', default: '64' },
+    warmup: { type: 'string', default: '5000' }, chunk: { type: 'string', default: '500' },
+  },
 });
 const CHUNK = Number(values.chunk);
 const JOBS = Number(values.jobs);
+const ROUNDS = Number(values.rounds);
 const INFLIGHT = Number(values.inflight);
 const WARMUP = Number(values.warmup);
 const sample = (i: number): number[] => Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k));
 
-interface Result { name: string; seconds: number; jobsPerSecond: number; latency: Summary }
+interface Result { name: string; seconds: number; jobsPerSecond: number; latencies: number[] }
 
-/**
- * Keep INFLIGHT jobs outstanding until JOBS are done; `submit` resolves when
- * its job completes. A warm-up of WARMUP jobs (model load, JIT) runs first, unmeasured.
- */
-async function closedLoop(name: string, submit: (i: number) => Promise<void>): Promise<Result> {
-  for (let i = 0; i < WARMUP; i += INFLIGHT) await Promise.all(Array.from({ length: INFLIGHT }, (_, k) => submit(-1 - i - k)));
+/** One system under test, up and connected: a single submit that resolves at its job's completion, and a bulk submit. */
+interface System {
+  name: string;
+  /** Submit one job; resolves when it has completed. */
+  single(i: number): Promise<void>;
+  /** Submit these jobs in one request; resolves once they are accepted, with each one's completion time. */
+  bulk(indices: number[]): Promise<Promise<number>[]>;
+  close(): Promise<void>;
+}
+
+/** Keep INFLIGHT jobs outstanding until `jobs` are done; `submit` resolves when its job completes. */
+async function closedLoop(name: string, jobs: number, submit: (i: number) => Promise<void>): Promise<Result> {
   const latencies: number[] = [];
   let next = 0;
   const start = performance.now();
   const lane = async (): Promise<void> => {
-    while (next < JOBS) {
+    while (next < jobs) {
       const i = next++;
       const t0 = performance.now();
       await submit(i);
@@ -52,7 +66,7 @@ async function closedLoop(name: string, submit: (i: number) => Promise<void>): P
   };
   await Promise.all(Array.from({ length: INFLIGHT }, lane));
   const seconds = (performance.now() - start) / 1000;
-  return { name, seconds, jobsPerSecond: JOBS / seconds, latency: summarize(latencies) };
+  return { name, seconds, jobsPerSecond: jobs / seconds, latencies };
 }
 
 /**
@@ -70,18 +84,19 @@ async function bulk(name: string, submit: (indices: number[]) => Promise<Promise
   }
   await Promise.all(completions);
   const seconds = (performance.now() - start) / 1000;
-  return { name, seconds, jobsPerSecond: JOBS / seconds, latency: summarize(latencies) };
+  return { name, seconds, jobsPerSecond: JOBS / seconds, latencies };
 }
 
-async function gpumesh(): Promise<Result[]> {
+async function gpumesh(): Promise<System> {
   const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } } });
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
-  try {
-    await client.listen();
-    const single = await closedLoop('gpumesh, single submits', async (i) => {
+  await client.listen();
+  return {
+    name: 'gpumesh',
+    single: async (i) => {
       await client.run({ type: 'tensor', input: { x: sample(i) } });
-    });
-    const many = await bulk('gpumesh, bulk submits', async (indices) => {
+    },
+    bulk: async (indices) => {
       const reply = await client.request('POST', '/v1/jobs:batch', JSON.stringify({ jobs: indices.map((i) => ({ type: 'tensor', input: { x: sample(i) } })) }));
       if (reply.status !== 207) throw new Error(`bulk submit failed: ${reply.status} ${reply.text}`);
       const results = (JSON.parse(reply.text) as { results: { status: number; id?: string }[] }).results;
@@ -89,76 +104,120 @@ async function gpumesh(): Promise<Result[]> {
         if (result.status !== 202) throw new Error(`a bulk item was refused: ${JSON.stringify(result)}`);
         return client.completion(result.id!).then((end) => end.at);
       });
-    });
-    return [single, many];
-  } finally {
-    client.close();
-    await mesh.stop();
-    removeDir(mesh.data);
-  }
+    },
+    close: async () => {
+      client.close();
+      await mesh.stop();
+      removeDir(mesh.data);
+    },
+  };
 }
 
-async function bullmq(): Promise<Result[]> {
+async function bullmq(): Promise<System> {
   const port = await freePort();
   const dir = tempDir('gpumesh-redis-');
   // Durability like gpumesh's (every job written to a log the OS flushes, fsync about once a second): Redis's AOF with everysec.
   const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir], { stdio: 'ignore' });
   const worker = fork(new URL('./bullmq-worker.ts', import.meta.url).pathname, [String(port), 'bench'], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
-  try {
-    const connection = { host: '127.0.0.1', port };
-    await waitFor(async () => {
-      const probe = new Queue('probe', { connection });
-      try { await probe.waitUntilReady(); return true; } catch { return false; } finally { await probe.close().catch(() => {}); }
-    }, { what: 'redis-server' });
-    const queue = new Queue('bench', { connection });
-    const events = new QueueEvents('bench', { connection });
-    await events.waitUntilReady();
-    await once(worker, 'message');
-    const waiting = new Map<string, (at: number) => void>();
-    const early = new Map<string, number>();
-    const settle = ({ jobId }: { jobId: string }): void => {
-      const at = performance.now();
-      const resolve = waiting.get(jobId);
-      if (resolve) { waiting.delete(jobId); resolve(at); } else early.set(jobId, at);
-    };
-    const completion = (id: string): Promise<number> => {
-      const at = early.get(id);
-      if (at !== undefined) { early.delete(id); return Promise.resolve(at); }
-      return new Promise<number>((resolve) => waiting.set(id, resolve));
-    };
-    events.on('completed', settle);
-    events.on('failed', settle);
-    const options = { removeOnComplete: true, removeOnFail: true };
-    const single = await closedLoop('BullMQ + Redis, add', async (i) => {
+  const connection = { host: '127.0.0.1', port };
+  await waitFor(async () => {
+    const probe = new Queue('probe', { connection });
+    try { await probe.waitUntilReady(); return true; } catch { return false; } finally { await probe.close().catch(() => {}); }
+  }, { what: 'redis-server' });
+  const queue = new Queue('bench', { connection });
+  const events = new QueueEvents('bench', { connection });
+  await events.waitUntilReady();
+  await once(worker, 'message');
+  const waiting = new Map<string, (at: number) => void>();
+  const early = new Map<string, number>();
+  const settle = ({ jobId }: { jobId: string }): void => {
+    const at = performance.now();
+    const resolve = waiting.get(jobId);
+    if (resolve) { waiting.delete(jobId); resolve(at); } else early.set(jobId, at);
+  };
+  const completion = (id: string): Promise<number> => {
+    const at = early.get(id);
+    if (at !== undefined) { early.delete(id); return Promise.resolve(at); }
+    return new Promise<number>((resolve) => waiting.set(id, resolve));
+  };
+  events.on('completed', settle);
+  events.on('failed', settle);
+  const options = { removeOnComplete: true, removeOnFail: true };
+  return {
+    name: 'BullMQ + Redis',
+    single: async (i) => {
       const job = await queue.add('tensor', { x: sample(i) }, options);
       await completion(job.id!);
-    });
-    const many = await bulk('BullMQ + Redis, addBulk', async (indices) => {
+    },
+    bulk: async (indices) => {
       const jobs = await queue.addBulk(indices.map((i) => ({ name: 'tensor', data: { x: sample(i) }, opts: options })));
       return jobs.map((job) => completion(job.id!));
-    });
-    await events.close();
-    await queue.close();
-    return [single, many];
-  } finally {
-    worker.kill('SIGTERM');
-    redis.kill('SIGTERM');
-    await Promise.all([once(worker, 'exit'), once(redis, 'exit')]);
-    removeDir(dir);
-  }
+    },
+    close: async () => {
+      await events.close();
+      await queue.close();
+      worker.kill('SIGTERM');
+      redis.kill('SIGTERM');
+      await Promise.all([once(worker, 'exit'), once(redis, 'exit')]);
+      removeDir(dir);
+    },
+  };
 }
 
-const [oursSingle, oursBulk] = await gpumesh();
-const [theirsSingle, theirsBulk] = await bullmq();
-const results = [oursSingle!, theirsSingle!, oursBulk!, theirsBulk!];
-printTable(`${JOBS} tiny tensor jobs, one worker process each; single: ${INFLIGHT} in flight; bulk: chunks of ${CHUNK} (latency in ms)`,
-  ['system', 'jobs/s', 'p50', 'p90', 'p99', 'seconds'],
-  results.map((result) => [result.name, result.jobsPerSecond, result.latency.p50, result.latency.p90, result.latency.p99, result.seconds]));
-const compare = (ours: Result, theirs: Result): { ratio: number; line: string } => {
+const median = (values: readonly number[]): number => percentile(values, 50);
+
+/** Each system's rounds of one mode, pooled: the median round's jobs/s, latency over every job of every round. */
+function pooled(rounds: Result[], label: string): { name: string; jobsPerSecond: number; perRound: number[]; latency: Summary } {
+  return {
+    name: label, jobsPerSecond: median(rounds.map((round) => round.jobsPerSecond)),
+    perRound: rounds.map((round) => Math.round(round.jobsPerSecond)), latency: summarize(rounds.flatMap((round) => round.latencies)),
+  };
+}
+
+const systems = [await gpumesh(), await bullmq()];
+const [ours, theirs] = systems as [System, System];
+const rounds = { single: new Map<System, Result[]>(), bulk: new Map<System, Result[]>() };
+try {
+  // Warm-up (model load, connections, V8's JIT): WARMUP jobs each, unmeasured.
+  for (const system of systems) await closedLoop('warm-up', WARMUP, (i) => system.single(-1 - i));
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const system of round % 2 === 0 ? systems : [...systems].reverse()) {
+      const result = await closedLoop(system.name, JOBS, (i) => system.single(i));
+      rounds.single.set(system, [...(rounds.single.get(system) ?? []), result]);
+      process.stderr.write(`round ${round + 1}, single: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s\n`);
+    }
+  }
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const system of round % 2 === 0 ? systems : [...systems].reverse()) {
+      const result = await bulk(system.name, (indices) => system.bulk(indices));
+      rounds.bulk.set(system, [...(rounds.bulk.get(system) ?? []), result]);
+      process.stderr.write(`round ${round + 1}, bulk: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s\n`);
+    }
+  }
+} finally {
+  for (const system of systems) await system.close();
+}
+
+const rows = [
+  pooled(rounds.single.get(ours)!, 'gpumesh, single submits'), pooled(rounds.single.get(theirs)!, 'BullMQ + Redis, add'),
+  pooled(rounds.bulk.get(ours)!, 'gpumesh, bulk submits'), pooled(rounds.bulk.get(theirs)!, 'BullMQ + Redis, addBulk'),
+];
+printTable(`${JOBS} tiny tensor jobs per round, ${ROUNDS} rounds in turn, one worker process each; single: ${INFLIGHT} in flight; bulk: chunks of ${CHUNK} (jobs/s: median round; latency in ms over every round)`,
+  ['system', 'jobs/s', 'rounds', 'p50', 'p90', 'p99'],
+  rows.map((row) => [row.name, row.jobsPerSecond, row.perRound.join(' / '), row.latency.p50, row.latency.p90, row.latency.p99]));
+const compare = (ours: (typeof rows)[number], theirs: (typeof rows)[number]): { ratio: number; roundRatios: number[]; line: string } => {
   const ratio = ours.jobsPerSecond / theirs.jobsPerSecond;
-  return { ratio, line: `${ours.name} / ${theirs.name}: ${ratio.toFixed(2)}× the throughput, p99 ${ours.latency.p99.toFixed(1)} vs ${theirs.latency.p99.toFixed(1)} ms` };
+  const roundRatios = ours.perRound.map((value, index) => value / theirs.perRound[index]!);
+  return {
+    ratio, roundRatios,
+    line: `${ours.name} / ${theirs.name}: ${ratio.toFixed(2)}× the throughput (rounds ${roundRatios.map((r) => r.toFixed(2)).join(', ')}), `
+      + `p99 ${ours.latency.p99.toFixed(1)} vs ${theirs.latency.p99.toFixed(1)} ms`,
+  };
 };
-const single = compare(oursSingle!, theirsSingle!);
-const many = compare(oursBulk!, theirsBulk!);
+const single = compare(rows[0]!, rows[1]!);
+const many = compare(rows[2]!, rows[3]!);
 process.stdout.write(`\n${single.line} (target ≥ 2× at a lower p99)\n${many.line}\n`);
-process.stdout.write(`wrote ${writeResults('dispatch', { jobs: JOBS, inflight: INFLIGHT, chunk: CHUNK, results, ratio: single.ratio, bulkRatio: many.ratio })}\n`);
+process.stdout.write(`wrote ${writeResults('dispatch', {
+  jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, chunk: CHUNK, warmup: WARMUP, results: rows,
+  ratio: single.ratio, roundRatios: single.roundRatios, bulkRatio: many.ratio, bulkRoundRatios: many.roundRatios,
+})}\n`);

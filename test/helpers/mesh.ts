@@ -42,10 +42,16 @@ export async function waitFor<T>(check: () => T | Promise<T>, { timeoutMs = 20_0
  * `gpumesh up` as a real process on a free port and a fresh data folder:
  * orchestrator with its local agent (in-process unless args say `--agent-process`) and its ONNX worker.
  */
-export async function startMesh(options: { data?: string; config?: Record<string, unknown>; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RunningMesh> {
+export async function startMesh(options: {
+  data?: string; config?: Record<string, unknown>; args?: string[]; env?: NodeJS.ProcessEnv;
+  /** Options for node itself (e.g. `--cpu-prof`, which NODE_OPTIONS does not allow). */
+  nodeArgs?: string[];
+  /** Another build's bin/gpumesh.js (a side-by-side comparison of two checkouts); default this one's. */
+  bin?: string;
+} = {}): Promise<RunningMesh> {
   const data = options.data ?? tempDir();
   if (options.config) writeFileSync(join(data, 'mesh.yaml'), stringify(options.config));
-  const child = spawn(process.execPath, [BIN, 'up', '--data', data, '--port', '0', ...(options.args ?? [])], {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), options.bin ?? BIN, 'up', '--data', data, '--port', '0', ...(options.args ?? [])], {
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -3,7 +3,7 @@ import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { GroupCommit, migrate, MIGRATIONS, openDb, jobs } from '../../src/orchestrator/store/index.js';
+import { artifacts, GroupCommit, migrate, MIGRATIONS, openDb, jobs } from '../../src/orchestrator/store/index.js';
 
 describe('store migrations', () => {
   it('apply once, in order, and a second run does no harm', () => {
@@ -15,6 +15,7 @@ describe('store migrations', () => {
     });
     expect(migrate(db)).toEqual([]);
     expect(jobs.getJob(db, 'j_1')?.input).toEqual({ prompt: 'x' });
+    expect(jobs.getJob(db, 'j_1')?.prompt).toBe('x');
     const versions = db.prepare('SELECT version FROM schema_migrations').all();
     expect(versions).toHaveLength(MIGRATIONS.length);
   });
@@ -54,15 +55,33 @@ describe('store migrations', () => {
     }
   });
 
+  it('reads a job\'s prompt from its input, in JS and in the gallery\'s query alike: a string prompt, else none', () => {
+    const db = new Database(':memory:');
+    migrate(db);
+    const inputs = { j_text: { prompt: 'a fox in the snow' }, j_number: { prompt: 7 }, j_none: { x: [1, 2] } };
+    for (const [id, input] of Object.entries(inputs)) {
+      jobs.insertJob(db, {
+        id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input, grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+      });
+      artifacts.insertArtifact(db, {
+        digest: `sha256:${id.padEnd(64, '0').slice(0, 64)}`, jobId: id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png',
+        bytes: 1, width: 1, height: 1, computeMs: 1, totalMs: 1, createdAt: 1,
+      });
+    }
+    const listed = Object.fromEntries(artifacts.listArtifacts(db, { limit: 10 }).map((artifact) => [artifact.jobId, artifact.prompt]));
+    expect(listed).toEqual({ j_text: 'a fox in the snow', j_number: null, j_none: null });
+    for (const id of Object.keys(inputs)) expect(jobs.getJob(db, id)?.prompt).toBe(listed[id]);
+  });
+
   it('finishes a job once: a second terminal transition changes nothing', () => {
     const db = new Database(':memory:');
     migrate(db);
-    jobs.insertJob(db, {
+    const { seq } = jobs.insertJob(db, {
       id: 'j_2', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
       grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
     });
-    expect(jobs.finishJob(db, 'j_2', 'succeeded', 5, { result: { ok: 1 } })).toBe(true);
-    expect(jobs.finishJob(db, 'j_2', 'failed', 6, { errorCode: 'X' })).toBe(false);
+    expect(jobs.finishJob(db, seq, 'succeeded', 5, { result: { ok: 1 } })).toBe(true);
+    expect(jobs.finishJob(db, seq, 'failed', 6, { errorCode: 'X' })).toBe(false);
     const job = jobs.getJob(db, 'j_2')!;
     expect(job.status).toBe('succeeded');
     expect(job.result).toEqual({ ok: 1 });

@@ -116,8 +116,8 @@ export class JobStates {
     const { db, clock } = this.#deps;
     const now = clock.now();
     const route = place.route ?? null;
-    const still = this.#deps.commits.write(() => jobStore.markDispatched(db, jobs.map((job) => job.id), place.batchId, place.host, now, route));
-    const moved = jobs.filter((job) => still.has(job.id));
+    const still = this.#deps.commits.write(() => jobStore.markDispatched(db, jobs.map((job) => job.seq), place.batchId, place.host, now, route));
+    const moved = jobs.filter((job) => still.has(job.seq));
     for (const job of moved) {
       Object.assign(job, {
         status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
@@ -150,7 +150,7 @@ export class JobStates {
     if (starting.length === 0) return;
     const now = Math.round(byResult?.startedAt ?? clock.now());
     const waited = loadMs === undefined ? undefined : Math.round(loadMs);
-    if (!byResult) this.#deps.commits.write(() => jobStore.markRunning(db, starting.map((job) => job.id), now));
+    if (!byResult) this.#deps.commits.write(() => jobStore.markRunning(db, starting.map((job) => job.seq), now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
@@ -204,7 +204,7 @@ export class JobStates {
   /** A job whose attempt failed goes back to waiting; returns false if it had already finished. */
   requeued(job: JobRecord): boolean {
     const now = this.#deps.clock.now();
-    const changed = this.#deps.commits.writeOne(() => jobStore.requeueJob(this.#deps.db, job.id, now));
+    const changed = this.#deps.commits.writeOne(() => jobStore.requeueJob(this.#deps.db, job.seq, now));
     if (changed) Object.assign(job, { status: 'queued', leaseHost: null, updatedAt: now });
     return changed;
   }
@@ -219,7 +219,7 @@ export class JobStates {
       computeMs: outcome.computeMs, totalMs: now - job.createdAt, createdAt: now,
     }));
     const finished = this.#deps.commits.write(() => {
-      if (!jobStore.finishJob(db, job.id, 'succeeded', now, { result: outcome.result ?? null })) return false;
+      if (!jobStore.finishJob(db, job.seq, 'succeeded', now, { result: outcome.result ?? null })) return false;
       for (const artifact of published) artifacts.insertArtifact(db, artifact);
       if (job.batchId === outcome.batchId) this.#recordAttempt(job, 'succeeded', now, { computeMs: outcome.computeMs });
       return true;
@@ -250,7 +250,7 @@ export class JobStates {
     const now = clock.now();
     const body = error instanceof MeshError ? error.toJSON() : error;
     const changed = this.#deps.commits.write(() => {
-      if (!jobStore.finishJob(db, job.id, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
+      if (!jobStore.finishJob(db, job.seq, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
       if (attemptBatchId && attemptBatchId === job.batchId) this.#recordAttempt(job, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
       return true;
     });

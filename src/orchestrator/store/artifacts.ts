@@ -1,4 +1,5 @@
 import { stmt, type Db } from './db.js';
+import { PROMPT_SQL } from './jobs.js';
 
 export interface ArtifactRecord {
   seq: number;
@@ -42,7 +43,7 @@ export function insertArtifact(db: Db, artifact: Omit<ArtifactRecord, 'seq' | 'p
 }
 
 /** Artifact columns with the job's prompt. */
-const SELECT = 'SELECT a.*, j.prompt AS prompt FROM artifacts a JOIN jobs j ON j.id = a.job_id';
+const SELECT = `SELECT a.*, ${PROMPT_SQL} AS prompt FROM artifacts a JOIN jobs j ON j.id = a.job_id`;
 
 export function artifactsOfJob(db: Db, jobId: string): ArtifactRecord[] {
   return (stmt(db, `${SELECT} WHERE a.job_id = ? ORDER BY a.seq`).all(jobId) as ArtifactRow[]).map(fromRow);

@@ -15,7 +15,7 @@ export interface JobRecord {
   /** Hosts its grant allows it to run on; null: any. */
   hosts: string[] | null;
   input: Record<string, unknown>;
-  /** The input's prompt (a generated column of the store: the one place it is read from the input). */
+  /** The input's prompt, if it has one (promptOf). */
   prompt: string | null;
   grantId: string;
   idempotencyKey: string | null;
@@ -49,15 +49,16 @@ export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'alb
 
 interface JobRow {
   seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; hosts: string | null; input: string;
-  prompt: string | null; grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
+  grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
   deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
   dispatched_at: number | null; started_at: number | null; route: string | null; result: string | null; error_code: string | null; error_message: string | null;
 }
 
 function fromRow(row: JobRow): JobRecord {
+  const input = JSON.parse(row.input) as Record<string, unknown>;
   return {
     seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
-    album: row.album, classes: JSON.parse(row.classes) as string[], hosts: row.hosts === null ? null : JSON.parse(row.hosts) as string[], input: JSON.parse(row.input) as Record<string, unknown>, prompt: row.prompt, grantId: row.grant_id,
+    album: row.album, classes: JSON.parse(row.classes) as string[], hosts: row.hosts === null ? null : JSON.parse(row.hosts) as string[], input, prompt: promptOf(input), grantId: row.grant_id,
     idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
     deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
     leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at, route: row.route, loadMs: null,
@@ -66,10 +67,12 @@ function fromRow(row: JobRow): JobRecord {
 }
 
 /**
- * The prompt of an input, as the store's generated `prompt` column reads it (`json_extract(input, '$.prompt')`) —
- * taken here from the input in hand rather than asked of SQLite, which would parse the stored JSON again.
+ * A job's prompt is its input's `prompt`, stored once, in the input. Read in JS from an input in hand (`promptOf`),
+ * or in SQL from a job row aliased `j` where the input is not parsed (`PROMPT_SQL`: the gallery's artifact lists).
+ * Not a column: a generated column is recomputed every time SQLite rewrites the row (migration 10).
  */
-const promptOf = (input: Record<string, unknown>): string | null => (typeof input.prompt === 'string' ? input.prompt : null);
+export const promptOf = (input: Record<string, unknown>): string | null => (typeof input.prompt === 'string' ? input.prompt : null);
+export const PROMPT_SQL = `(CASE json_type(j.input, '$.prompt') WHEN 'text' THEN json_extract(j.input, '$.prompt') END)`;
 
 /** Insert a queued job; returns it with its sequence number and prompt. */
 export function insertJob(db: Db, job: NewJob): JobRecord {
@@ -146,28 +149,28 @@ export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[
 }
 
 /**
- * A batch of queued jobs leaves for a host: one statement for the batch, which also keeps the routing decision
- * (one string the batch shares). Returns the ids that were still queued.
+ * A batch of queued jobs leaves for a host (each statement by the job's row number, `seq`: SQLite's own key, found
+ * without the index of ids), keeping the routing decision (one string the batch shares). Returns the seqs that were
+ * still queued.
  */
-export function markDispatched(db: Db, ids: readonly string[], batchId: string, host: string, now: number, route: string | null = null): Set<string> {
-  // One statement per job by its id: a batch is a handful of jobs, and a lookup by id is cheaper than json_each over a list.
+export function markDispatched(db: Db, seqs: readonly number[], batchId: string, host: string, now: number, route: string | null = null): Set<number> {
   const update = stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
-    dispatched_at = ?, started_at = NULL, route = ?, updated_at = ? WHERE id = ? AND status = 'queued'`);
-  const moved = new Set<string>();
-  for (const id of ids) if (update.run(batchId, ids.length, host, now, route, now, id).changes === 1) moved.add(id);
+    dispatched_at = ?, started_at = NULL, route = ?, updated_at = ? WHERE seq = ? AND status = 'queued'`);
+  const moved = new Set<number>();
+  for (const seq of seqs) if (update.run(batchId, seqs.length, host, now, route, now, seq).changes === 1) moved.add(seq);
   return moved;
 }
 
 /** The agent started a batch: those of its jobs that are still dispatched are running. */
-export function markRunning(db: Db, ids: readonly string[], now: number): void {
-  const update = stmt(db, `UPDATE jobs SET status = 'running', started_at = ?, updated_at = ? WHERE id = ? AND status = 'dispatched'`);
-  for (const id of ids) update.run(now, now, id);
+export function markRunning(db: Db, seqs: readonly number[], now: number): void {
+  const update = stmt(db, `UPDATE jobs SET status = 'running', started_at = ?, updated_at = ? WHERE seq = ? AND status = 'dispatched'`);
+  for (const seq of seqs) update.run(now, now, seq);
 }
 
 /** Put a dispatched or running job back in its queue (its attempt failed or its lease lapsed). */
-export function requeueJob(db: Db, id: string, now: number): boolean {
+export function requeueJob(db: Db, seq: number, now: number): boolean {
   return stmt(db, `UPDATE jobs SET status = 'queued', lease_host = NULL, updated_at = ?
-    WHERE id = ? AND status IN ('dispatched', 'running')`).run(now, id).changes === 1;
+    WHERE seq = ? AND status IN ('dispatched', 'running')`).run(now, seq).changes === 1;
 }
 
 /**
@@ -175,14 +178,14 @@ export function requeueJob(db: Db, id: string, now: number): boolean {
  * when it was already terminal, which makes late and duplicate results harmless.
  */
 export function finishJob(
-  db: Db, id: string, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number,
+  db: Db, seq: number, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number,
   outcome: { result?: unknown; errorCode?: string; errorMessage?: string } = {},
 ): boolean {
   return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL,
       result = ?, error_code = ?, error_message = ?
-    WHERE id = ? AND status IN ('queued', 'dispatched', 'running')`).run(
+    WHERE seq = ? AND status IN ('queued', 'dispatched', 'running')`).run(
     status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result),
-    outcome.errorCode ?? null, outcome.errorMessage ?? null, id,
+    outcome.errorCode ?? null, outcome.errorMessage ?? null, seq,
   ).changes === 1;
 }
 
