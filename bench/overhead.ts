@@ -7,7 +7,9 @@
  * Through the mesh two ways, side by side: a 202 and the job's end read from
  * `/v1/events`, and one request with `Prefer: wait` answered with the finished job.
  *
- *   npm run bench:overhead -- [--runs 1000] [--warmup 5000] [--config mesh.yaml-as-json]
+ * The engine and the mesh stay up together, and the runs of the three paths are taken in blocks, in turn.
+ *
+ *   npm run bench:overhead -- [--runs 1000] [--warmup 5000] [--blocks 10] [--config mesh.yaml-as-json]
  * 5,000 warm-up runs: after 100, V8 is still compiling the hot path (about a sixth of the orchestrator's CPU goes to
  * TurboFan for the next 2,000 jobs), so a short warm-up measures the JIT's warm-up, not a running mesh.
  */
@@ -17,65 +19,68 @@ import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { loadBuiltin, printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient } from './mesh-client.js';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, config: { type: 'string' } } });
+const { values } = parseArgs({
+  options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, blocks: { type: 'string', default: '10' }, config: { type: 'string' } },
+});
 const RUNS = Number(values.runs);
 const WARMUP = Number(values.warmup);
+const BLOCKS = Number(values.blocks);
 const CASES = {
   gen: { type: 'image', input: { prompt: 'overhead', seed: 1, width: 8, height: 8, steps: 1 } },
   mlp: { type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(k)) } },
 } as const;
 type Case = keyof typeof CASES;
-
-async function direct(name: Case): Promise<number[]> {
-  const { loaded, close } = await loadBuiltin(name);
-  const times: number[] = [];
-  for (let i = 0; i < WARMUP + RUNS; i++) {
-    const start = performance.now();
-    const { outputs: [output] } = await loaded.run([{ id: `d${i}`, input: CASES[name].input }], () => {});
-    if (!output?.ok) throw new Error('direct run failed');
-    if (i >= WARMUP) times.push(performance.now() - start);
-  }
-  await close();
-  return times;
-}
-
 type Mode = 'events' | 'wait';
 const MODES: Record<Mode, string> = { events: '202 + /v1/events', wait: 'Prefer: wait' };
+type Path = 'direct' | Mode;
 
-async function mesh(): Promise<Record<Mode, Record<Case, number[]>>> {
-  const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: values.config ? JSON.parse(values.config) as Record<string, unknown> : undefined });
-  const client = new BenchClient(running.url, running.admin, 4);
-  try {
-    await client.listen();
-    const times = { events: { gen: [] as number[], mlp: [] as number[] }, wait: { gen: [] as number[], mlp: [] as number[] } };
-    for (const name of Object.keys(CASES) as Case[]) {
-      for (const mode of Object.keys(MODES) as Mode[]) {
-        for (let i = 0; i < WARMUP + RUNS; i++) {
-          const took = mode === 'events' ? await client.run(CASES[name]) : await client.runWaiting(CASES[name]);
-          if (i >= WARMUP) times[mode][name].push(took);
-        }
-      }
-    }
-    return times;
-  } finally {
-    client.close();
-    await running.stop();
-    removeDir(running.data);
-  }
+const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: values.config ? JSON.parse(values.config) as Record<string, unknown> : undefined });
+const client = new BenchClient(running.url, running.admin, 4);
+const engines = { gen: await loadBuiltin('gen'), mlp: await loadBuiltin('mlp') };
+let runs = 0;
+/** One run of a case along a path; returns its milliseconds. */
+async function once(name: Case, path: Path): Promise<number> {
+  if (path === 'events') return client.run(CASES[name]);
+  if (path === 'wait') return client.runWaiting(CASES[name]);
+  const start = performance.now();
+  const { outputs: [output] } = await engines[name].loaded.run([{ id: `d${runs++}`, input: CASES[name].input }], () => {});
+  if (!output?.ok) throw new Error('direct run failed');
+  return performance.now() - start;
 }
 
-const directTimes = { gen: await direct('gen'), mlp: await direct('mlp') };
-const meshTimes = await mesh();
+// The direct engine and the mesh are both up for the whole run, and each case's RUNS are taken in BLOCKS blocks that
+// go round the three paths in turn (the order rotating): a shared VM's speed drifts over a minute, and a path
+// measured only after another would be compared with a different machine.
+const times = Object.fromEntries((Object.keys(CASES) as Case[]).map((name) => [name, { direct: [] as number[], events: [] as number[], wait: [] as number[] }])) as
+  Record<Case, Record<Path, number[]>>;
+try {
+  await client.listen();
+  const paths: Path[] = ['direct', 'events', 'wait'];
+  for (const name of Object.keys(CASES) as Case[]) {
+    for (const path of paths) for (let i = 0; i < WARMUP; i++) await once(name, path);
+    for (let block = 0; block < BLOCKS; block++) {
+      const order = paths.map((_, k) => paths[(k + block) % paths.length]!);
+      for (const path of order) {
+        for (let i = 0; i < Math.ceil(RUNS / BLOCKS); i++) times[name][path].push(await once(name, path));
+      }
+    }
+  }
+} finally {
+  client.close();
+  await running.stop();
+  removeDir(running.data);
+  await Promise.all(Object.values(engines).map((engine) => engine.close()));
+}
 const rows: (string | number)[][] = [];
 type Overhead = { p50: number; p90: number; p99: number; mean: number };
 const results: Record<string, { direct: Summary; mesh: Record<Mode, Summary>; overhead: Record<Mode, Overhead> }> = {};
 const verdicts: string[] = [];
 for (const name of Object.keys(CASES) as Case[]) {
-  const d = summarize(directTimes[name]);
+  const d = summarize(times[name].direct);
   rows.push([`${name}: direct engine call`, d.p50, d.p90, d.p99, d.mean]);
   const entry = { direct: d, mesh: {} as Record<Mode, Summary>, overhead: {} as Record<Mode, Overhead> };
   for (const mode of Object.keys(MODES) as Mode[]) {
-    const m = summarize(meshTimes[mode][name]);
+    const m = summarize(times[name][mode]);
     const overhead = { p50: m.p50 - d.p50, p90: m.p90 - d.p90, p99: m.p99 - d.p99, mean: m.mean - d.mean };
     entry.mesh[mode] = m;
     entry.overhead[mode] = overhead;
@@ -85,7 +90,7 @@ for (const name of Object.keys(CASES) as Case[]) {
   }
   results[name] = entry;
 }
-printTable(`gen 8×8 1 step, and one mlp sample: ${RUNS} sequential runs after ${WARMUP} warm-up (ms)`, ['path', 'p50', 'p90', 'p99', 'mean'], rows);
+printTable(`gen 8×8 1 step, and one mlp sample: ${RUNS} sequential runs per path after ${WARMUP} warm-up each, in ${BLOCKS} blocks taken in turn (ms)`, ['path', 'p50', 'p90', 'p99', 'mean'], rows);
 for (const line of verdicts) process.stdout.write(`${line}\n`);
-const path = writeResults('overhead', { runs: RUNS, warmup: WARMUP, cases: CASES, results, target: { p50: 1, p99: 3 } });
+const path = writeResults('overhead', { runs: RUNS, warmup: WARMUP, blocks: BLOCKS, cases: CASES, results, target: { p50: 1, p99: 3 } });
 process.stdout.write(`\nwrote ${path}\n`);

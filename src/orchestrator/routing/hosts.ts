@@ -127,33 +127,41 @@ export class HostRegistry {
     if (--list.count === 0) this.#classLists.delete(key);
   }
 
-  /** Put `host` under what it is now: its resident models, whether a slot is free, its replicas by class. */
+  /**
+   * Put `host` under what it is now: its resident models, whether a slot is free, its replicas by class. Only the
+   * entries that changed are touched — mostly just the free ones, as a batch starts and ends — since taking a host out
+   * of an index and putting it back costs V8 a fresh hash table for every entry it leaves empty, and a table of a
+   * long-lived map is allocated in the old generation: garbage that only a full collection clears.
+   */
   #reindex(host: HostSession): void {
-    this.#unindexState(host);
     const state = { resident: host.resident.map((entry) => entry.model), replicas: [...host.replicaModels()], free: host.freeSlots > 0 };
-    for (const model of state.resident) this.#indexIn(this.#byResident, model, host);
-    for (const klass of host.info.classes) {
-      if (state.free) this.#indexIn(this.#freeByClass, klass, host);
-      for (const model of state.replicas) {
-        this.#indexIn(this.#replicas, `${klass}\n${model}`, host);
-        if (state.free) this.#indexIn(this.#freeReplicas, `${klass}\n${model}`, host);
-      }
-    }
-    this.#indexed.set(host, state);
+    const previous = this.#indexed.get(host);
+    const before = previous ? this.#memberships(host, previous) : [];
+    const after = this.#memberships(host, state);
+    for (const [index, key] of before) if (!after.some(([other, otherKey]) => other === index && otherKey === key)) index.get(key)?.delete(host);
+    for (const [index, key] of after) if (!before.some(([other, otherKey]) => other === index && otherKey === key)) this.#indexIn(index, key, host);
+    if (previous) Object.assign(previous, state);
+    else this.#indexed.set(host, state);
   }
 
   #unindexState(host: HostSession): void {
     const state = this.#indexed.get(host);
     if (!state) return;
     this.#indexed.delete(host);
-    for (const model of state.resident) this.#byResident.get(model)?.delete(host);
+    for (const [index, key] of this.#memberships(host, state)) index.get(key)?.delete(host);
+  }
+
+  /** The index entries a host in `state` belongs under. */
+  #memberships(host: HostSession, state: { resident: string[]; replicas: string[]; free: boolean }): [Map<string, IndexedSet<HostSession>>, string][] {
+    const entries: [Map<string, IndexedSet<HostSession>>, string][] = state.resident.map((model) => [this.#byResident, model]);
     for (const klass of host.info.classes) {
-      this.#freeByClass.get(klass)?.delete(host);
+      if (state.free) entries.push([this.#freeByClass, klass]);
       for (const model of state.replicas) {
-        this.#replicas.get(`${klass}\n${model}`)?.delete(host);
-        this.#freeReplicas.get(`${klass}\n${model}`)?.delete(host);
+        entries.push([this.#replicas, `${klass}\n${model}`]);
+        if (state.free) entries.push([this.#freeReplicas, `${klass}\n${model}`]);
       }
     }
+    return entries;
   }
 
   #indexIn(index: Map<string, IndexedSet<HostSession>>, key: string, host: HostSession): void {
