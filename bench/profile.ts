@@ -1,74 +1,142 @@
 /**
- * CPU profiles of the orchestrator and the agent under the overhead benchmark's
- * load (one tiny job at a time, gen 8×8 and mlp), turned into flame graphs
- * under bench/profiles/ and a table of the heaviest functions of each process.
+ * CPU profiles of `gpumesh up` (the orchestrator with its local agent, as it runs by default) in the steady state,
+ * under two loads: tiny jobs one at a time (the overhead benchmark's `gen` 8×8 and `mlp`) and many `mlp` jobs kept
+ * in flight (the dispatch benchmark's). The profiler is started through the inspector after the warm-up, so the
+ * profile holds neither start-up nor the JIT's warm-up. Writes a flame graph per load under bench/profiles/ and
+ * prints each one's heaviest functions and where its time went by part of the code.
  *
- *   npm run bench:profile -- [--jobs 2000] [--type both|gen|mlp] [--out bench/profiles]
+ *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles]
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import WebSocket from 'ws';
 import { MLP_INPUT_DIM } from '../src/models/index.js';
-import { BIN, removeDir, tempDir, waitFor } from '../test/helpers/mesh.js';
-import { freePort, waitHealthy } from '../test/helpers/processes.js';
-import { callTree, flameSvg, heaviest } from './flame.js';
+import { removeDir, startMesh, waitFor } from '../test/helpers/mesh.js';
+import { callTree, flameSvg, heaviest, type CpuProfile } from './flame.js';
 import { BenchClient } from './mesh-client.js';
 
-const { values } = parseArgs({ options: { jobs: { type: 'string', default: '2000' }, type: { type: 'string', default: 'both' }, out: { type: 'string', default: 'bench/profiles' } } });
+const { values } = parseArgs({
+  options: { jobs: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '5000' }, inflight: { type: 'string', default: '64' }, out: { type: 'string', default: 'bench/profiles' } },
+});
 const JOBS = Number(values.jobs);
+const WARMUP = Number(values.warmup);
+const INFLIGHT = Number(values.inflight);
 const OUT = values.out!;
 
-function profiled(name: string, dir: string, args: string[], env: NodeJS.ProcessEnv = {}): ChildProcess {
-  mkdirSync(join(dir, name), { recursive: true });
-  return spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${join(dir, name)}`, '--cpu-prof-interval=250', BIN, ...args], {
-    env: { ...process.env, GPUMESH_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'ignore', 'inherit'],
+const gen = { type: 'image', input: { prompt: 'profile', seed: 1, width: 8, height: 8, steps: 1 } };
+const mlp = (i: number): unknown => ({ type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k)) } });
+
+/** The inspector protocol, just enough to start and stop the CPU profiler of the process it is attached to. */
+class Inspector {
+  readonly #socket: WebSocket;
+  readonly #pending = new Map<number, (result: unknown) => void>();
+  #next = 0;
+
+  private constructor(socket: WebSocket) {
+    this.#socket = socket;
+    socket.on('message', (data) => {
+      const message = JSON.parse(String(data)) as { id?: number; result?: unknown };
+      if (message.id !== undefined) this.#pending.get(message.id)?.(message.result);
+    });
+  }
+
+  static async connect(url: string): Promise<Inspector> {
+    const socket = new WebSocket(url);
+    await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+    return new Inspector(socket);
+  }
+
+  call<T>(method: string, params: Record<string, unknown> = {}): Promise<T> {
+    const id = ++this.#next;
+    return new Promise((resolve) => {
+      this.#pending.set(id, resolve as (result: unknown) => void);
+      this.#socket.send(JSON.stringify({ id, method, params }));
+    });
+  }
+
+  close(): void {
+    this.#socket.close();
+  }
+}
+
+/** Where a sample's time went: the innermost frame on its stack that belongs to one of these parts. */
+const PARTS: [string, RegExp][] = [
+  ['store (SQLite)', /\/orchestrator\/store\/|better-sqlite3/],
+  ['agent and engine IPC', /\/agent\/|node:internal\/child_process/],
+  ['in-process link', /\/net\/|\/link\/agent-hub|\/protocol\/link/],
+  ['events and SSE', /\/orchestrator\/events\.|\/http\/sse\.|\/http\/events\./],
+  ['jobs, scheduling, routing', /\/orchestrator\/(jobs|scheduler|routing|autoscale|registry|auth|metrics|per-turn|model-coverage)\//],
+  ['HTTP (Node, Fastify, zod)', /fastify|find-my-way|secure-json-parse|node:_http_|\/http\/|zod|node:net|stream_base_commons/],
+];
+
+function byPart(profile: CpuProfile): [string, number][] {
+  const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
+  const parent = new Map<number, number>();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
+  const totals = new Map<string, number>();
+  let all = 0;
+  profile.samples.forEach((sample, index) => {
+    const time = profile.timeDeltas[index] ?? 0;
+    all += time;
+    const leaf = nodes.get(sample)!.callFrame.functionName;
+    let part = leaf === '(idle)' ? 'idle' : leaf === '(garbage collector)' ? 'garbage collector' : '';
+    for (let id: number | undefined = sample; id !== undefined && !part; id = parent.get(id)) {
+      const url = nodes.get(id)!.callFrame.url;
+      part = PARTS.find(([, pattern]) => pattern.test(url))?.[0] ?? '';
+    }
+    totals.set(part || 'other (Node internals, timers)', (totals.get(part || 'other (Node internals, timers)') ?? 0) + time);
   });
+  return [...totals].sort((a, b) => b[1] - a[1]).map(([part, time]) => [part, (time / all) * 100]);
 }
 
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return;
-  const exited = once(child, 'exit');
-  child.kill('SIGINT'); // a clean exit writes the profile
-  await exited;
+async function profiled(name: string, title: string, warmUp: (client: BenchClient) => Promise<void>, load: (client: BenchClient) => Promise<void>): Promise<void> {
+  const mesh = await startMesh({
+    nodeArgs: ['--inspect=127.0.0.1:0'], env: { GPUMESH_LOG_LEVEL: 'warn' },
+    config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } },
+  });
+  const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
+  try {
+    const url = await waitFor(() => /Debugger listening on (ws:\S+)/.exec(mesh.output())?.[1], { what: 'the inspector' });
+    const inspector = await Inspector.connect(url);
+    await client.listen();
+    await warmUp(client);
+    await inspector.call('Profiler.enable');
+    await inspector.call('Profiler.setSamplingInterval', { interval: 200 });
+    await inspector.call('Profiler.start');
+    const started = performance.now();
+    await load(client);
+    const seconds = (performance.now() - started) / 1000;
+    const { profile } = await inspector.call<{ profile: CpuProfile }>('Profiler.stop');
+    inspector.close();
+    const root = callTree(profile);
+    const heading = `gpumesh up, ${title} (${seconds.toFixed(1)} s profiled, after ${WARMUP} warm-up jobs)`;
+    writeFileSync(join(OUT, `${name}.svg`), flameSvg(root, heading));
+    process.stdout.write(`\n${heading}\n\nby part of the code (each sample goes to the innermost part on its stack):\n`);
+    for (const [part, pct] of byPart(profile)) process.stdout.write(`${pct.toFixed(1).padStart(5)}%  ${part}\n`);
+    process.stdout.write('\nheaviest functions (self time):\n');
+    for (const row of heaviest(root, 20)) process.stdout.write(`${row.pct.toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(7)} ms  ${row.name}\n`);
+  } finally {
+    client.close();
+    await mesh.stop();
+    removeDir(mesh.data);
+  }
 }
 
-const data = tempDir('gpumesh-profile-');
-const raw = join(data, 'profiles');
-const port = await freePort();
-const url = `http://127.0.0.1:${port}`;
-const orchestrator = profiled('orchestrator', raw, ['serve', '--data', data, '--port', String(port)]);
-await waitHealthy(url);
-const admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
-const client = new BenchClient(url, admin, 4);
-const minted = JSON.parse((await client.request('POST', '/v1/grants', JSON.stringify({ kind: 'agent', host: 'profiled', classes: ['image', 'tensor'] }))).text) as { token: string };
-const agent = profiled('agent', raw, ['agent', '--url', url, '--host', 'profiled', '--classes', 'image,tensor', '--data', join(data, 'agent')], { GPUMESH_GRANT: minted.token });
-await waitFor(async () => (await fetch(`${url}/readyz`)).ok, { what: 'the agent to join' });
-await client.listen();
-const jobs = {
-  gen: { type: 'image', input: { prompt: 'profile', seed: 1, width: 8, height: 8, steps: 1 } },
-  mlp: { type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(k)) } },
-};
-const kinds = values.type === 'both' ? (['gen', 'mlp'] as const) : [values.type as 'gen' | 'mlp'];
-for (const kind of kinds) for (let i = 0; i < 100; i++) await client.run(jobs[kind]);
-const started = performance.now();
-for (const kind of kinds) for (let i = 0; i < JOBS; i++) await client.run(jobs[kind]);
-const seconds = (performance.now() - started) / 1000;
-client.close();
-await stop(agent);
-await stop(orchestrator);
+/** Keep `inflight` jobs outstanding until `count` have completed. */
+async function closedLoop(client: BenchClient, count: number, inflight: number): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: inflight }, async () => {
+    while (next < count) await client.run(mlp(next++));
+  }));
+}
 
 mkdirSync(OUT, { recursive: true });
-for (const name of ['orchestrator', 'agent']) {
-  const file = readdirSync(join(raw, name)).find((entry) => entry.endsWith('.cpuprofile'));
-  if (!file) throw new Error(`no profile from the ${name}`);
-  const root = callTree(JSON.parse(readFileSync(join(raw, name, file), 'utf8')));
-  const title = `${name}: ${kinds.join(' + ')} jobs one at a time, ${JOBS} each after 100 warm-up (${seconds.toFixed(1)} s)`;
-  writeFileSync(join(OUT, `${name}.svg`), flameSvg(root, title));
-  process.stdout.write(`\n${title}\n`);
-  for (const row of heaviest(root, 18)) process.stdout.write(`${row.pct.toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(7)} ms  ${row.name}\n`);
-}
-process.stdout.write(`\nflame graphs in ${OUT}/orchestrator.svg and ${OUT}/agent.svg\n`);
-rmSync(raw, { recursive: true, force: true });
-removeDir(data);
+await profiled('up-sequential', `gen 8×8 and mlp jobs one at a time, ${JOBS} each`, async (client) => {
+  for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlp(i));
+}, async (client) => {
+  for (let i = 0; i < JOBS; i++) await client.run(gen);
+  for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
+});
+await profiled('up-dispatch', `mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, (client) => closedLoop(client, WARMUP, INFLIGHT), (client) => closedLoop(client, JOBS * 5, INFLIGHT));
+process.stdout.write(`\nflame graphs in ${OUT}/up-sequential.svg and ${OUT}/up-dispatch.svg\n`);
