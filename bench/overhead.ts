@@ -7,7 +7,9 @@
  * Through the mesh two ways, side by side: a 202 and the job's end read from
  * `/v1/events`, and one request with `Prefer: wait` answered with the finished job.
  *
- * The engine and the mesh stay up together, and the runs of the three paths are taken in blocks, in turn.
+ * The engine and the mesh stay up together; `--blocks N` takes each path's runs in N blocks, in turn, against a VM
+ * whose speed drifts — at a price: a block that follows another path's finds its processes' caches cold (ten blocks
+ * of 100 added 0.2–0.3 ms to the mesh's gen p50), so the default is one block per path, one path after another.
  *
  *   npm run bench:overhead -- [--runs 1000] [--warmup 5000] [--blocks 10] [--config mesh.yaml-as-json]
  * 5,000 warm-up runs: after 100, V8 is still compiling the hot path (about a sixth of the orchestrator's CPU goes to
@@ -20,11 +22,13 @@ import { loadBuiltin, printTable, summarize, writeResults, type Summary } from '
 import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({
-  options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, blocks: { type: 'string', default: '10' }, config: { type: 'string' } },
+  options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, blocks: { type: 'string', default: '1' }, config: { type: 'string' } },
 });
 const RUNS = Number(values.runs);
 const WARMUP = Number(values.warmup);
 const BLOCKS = Number(values.blocks);
+/** Unmeasured runs before each block after a path's first. */
+const REWARM = 100;
 const CASES = {
   gen: { type: 'image', input: { prompt: 'overhead', seed: 1, width: 8, height: 8, steps: 1 } },
   mlp: { type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(k)) } },
@@ -48,19 +52,19 @@ async function once(name: Case, path: Path): Promise<number> {
   return performance.now() - start;
 }
 
-// The direct engine and the mesh are both up for the whole run, and each case's RUNS are taken in BLOCKS blocks that
-// go round the three paths in turn (the order rotating): a shared VM's speed drifts over a minute, and a path
-// measured only after another would be compared with a different machine.
+// The direct engine and the mesh are both up for the whole run; each case's RUNS are taken in BLOCKS blocks that go
+// round the three paths in turn (the order rotating).
 const times = Object.fromEntries((Object.keys(CASES) as Case[]).map((name) => [name, { direct: [] as number[], events: [] as number[], wait: [] as number[] }])) as
   Record<Case, Record<Path, number[]>>;
 try {
   await client.listen();
   const paths: Path[] = ['direct', 'events', 'wait'];
   for (const name of Object.keys(CASES) as Case[]) {
-    for (const path of paths) for (let i = 0; i < WARMUP; i++) await once(name, path);
     for (let block = 0; block < BLOCKS; block++) {
       const order = paths.map((_, k) => paths[(k + block) % paths.length]!);
       for (const path of order) {
+        // Each path warms up right before its first block (the JIT, then its processes' caches), and briefly before the others.
+        for (let i = 0; i < (block === 0 ? WARMUP : REWARM); i++) await once(name, path);
         for (let i = 0; i < Math.ceil(RUNS / BLOCKS); i++) times[name][path].push(await once(name, path));
       }
     }
