@@ -1,6 +1,17 @@
 import type { HostInfo, HostSession } from './host.js';
 import { IndexedSet } from './indexed-set.js';
 
+type Entry = [Map<string, IndexedSet<HostSession>>, string];
+
+/** What a host was last indexed under: its state then, and the entries that state put it in. */
+interface Indexed {
+  free: boolean;
+  resident: string[];
+  replicas: string[];
+  always: Entry[];
+  whenFree: Entry[];
+}
+
 /** A host that was connected and is not now: remembered so routing decisions can say it is disconnected. */
 export interface DepartedHost {
   info: HostInfo;
@@ -12,6 +23,8 @@ export interface DepartedHost {
 const DEPARTED_LIMIT = 256;
 
 const EMPTY = new IndexedSet<HostSession>();
+
+const sameMembers = (a: readonly string[], b: readonly string[]): boolean => a.length === b.length && a.every((item) => b.includes(item));
 
 /**
  * The hosts whose agents are connected now, by id, and indexed by class and
@@ -30,7 +43,7 @@ export class HostRegistry {
   readonly #replicas = new Map<string, IndexedSet<HostSession>>();
   readonly #freeReplicas = new Map<string, IndexedSet<HostSession>>();
   /** What each host was last indexed under, to take it out of exactly those entries. */
-  readonly #indexed = new Map<HostSession, { resident: string[]; replicas: string[]; free: boolean }>();
+  readonly #indexed = new Map<HostSession, Indexed>();
   /** How many hosts have each distinct list of classes (a handful of lists, however many hosts). */
   readonly #classLists = new Map<string, { classes: readonly string[]; count: number }>();
   readonly #departed = new Map<string, DepartedHost>();
@@ -129,39 +142,56 @@ export class HostRegistry {
 
   /**
    * Put `host` under what it is now: its resident models, whether a slot is free, its replicas by class. Only the
-   * entries that changed are touched — mostly just the free ones, as a batch starts and ends — since taking a host out
-   * of an index and putting it back costs V8 a fresh hash table for every entry it leaves empty, and a table of a
+   * entries that changed are touched — as a batch comes and goes, mostly just the free ones — since taking a host out
+   * of an index and putting it back costs V8 a fresh hash table for every map it leaves empty, and a table of a
    * long-lived map is allocated in the old generation: garbage that only a full collection clears.
    */
   #reindex(host: HostSession): void {
-    const state = { resident: host.resident.map((entry) => entry.model), replicas: [...host.replicaModels()], free: host.freeSlots > 0 };
     const previous = this.#indexed.get(host);
-    const before = previous ? this.#memberships(host, previous) : [];
-    const after = this.#memberships(host, state);
-    for (const [index, key] of before) if (!after.some(([other, otherKey]) => other === index && otherKey === key)) index.get(key)?.delete(host);
-    for (const [index, key] of after) if (!before.some(([other, otherKey]) => other === index && otherKey === key)) this.#indexIn(index, key, host);
-    if (previous) Object.assign(previous, state);
-    else this.#indexed.set(host, state);
+    const free = host.freeSlots > 0;
+    const resident = host.resident.map((entry) => entry.model);
+    const replicas = [...host.replicaModels()];
+    if (previous && sameMembers(previous.resident, resident) && sameMembers(previous.replicas, replicas)) {
+      if (free === previous.free) return;
+      for (const [index, key] of previous.whenFree) {
+        if (free) this.#indexIn(index, key, host);
+        else index.get(key)?.delete(host);
+      }
+      previous.free = free;
+      return;
+    }
+    const next = this.#entriesOf(host, resident, replicas, free);
+    const before = previous ? this.#membership(previous) : [];
+    const after = this.#membership(next);
+    const has = (entries: Entry[], [index, key]: Entry): boolean => entries.some(([other, otherKey]) => other === index && otherKey === key);
+    for (const entry of before) if (!has(after, entry)) entry[0].get(entry[1])?.delete(host);
+    for (const entry of after) if (!has(before, entry)) this.#indexIn(entry[0], entry[1], host);
+    this.#indexed.set(host, next);
   }
 
   #unindexState(host: HostSession): void {
     const state = this.#indexed.get(host);
     if (!state) return;
     this.#indexed.delete(host);
-    for (const [index, key] of this.#memberships(host, state)) index.get(key)?.delete(host);
+    for (const [index, key] of this.#membership(state)) index.get(key)?.delete(host);
   }
 
-  /** The index entries a host in `state` belongs under. */
-  #memberships(host: HostSession, state: { resident: string[]; replicas: string[]; free: boolean }): [Map<string, IndexedSet<HostSession>>, string][] {
-    const entries: [Map<string, IndexedSet<HostSession>>, string][] = state.resident.map((model) => [this.#byResident, model]);
+  /** The index entries a host belongs under whatever its slots, and those it belongs under while a slot is free. */
+  #entriesOf(host: HostSession, resident: string[], replicas: string[], free: boolean): Indexed {
+    const always: Entry[] = resident.map((model) => [this.#byResident, model]);
+    const whenFree: Entry[] = [];
     for (const klass of host.info.classes) {
-      if (state.free) entries.push([this.#freeByClass, klass]);
-      for (const model of state.replicas) {
-        entries.push([this.#replicas, `${klass}\n${model}`]);
-        if (state.free) entries.push([this.#freeReplicas, `${klass}\n${model}`]);
+      whenFree.push([this.#freeByClass, klass]);
+      for (const model of replicas) {
+        always.push([this.#replicas, `${klass}\n${model}`]);
+        whenFree.push([this.#freeReplicas, `${klass}\n${model}`]);
       }
     }
-    return entries;
+    return { free, resident, replicas, always, whenFree };
+  }
+
+  #membership(state: Indexed): Entry[] {
+    return state.free ? [...state.always, ...state.whenFree] : state.always;
   }
 
   #indexIn(index: Map<string, IndexedSet<HostSession>>, key: string, host: HostSession): void {
