@@ -23,8 +23,12 @@ export class FakeClock implements Clock {
   #timers: { at: number; seq: number; fn: () => void; cancelled: boolean }[] = [];
   #seq = 0;
 
-  constructor(start = 1_000_000) {
+  readonly #timersFireEarlyMs: number;
+
+  /** `timersFireEarlyMs` plays Node's timers, which may fire a millisecond before `Date.now()` reaches their moment. */
+  constructor(start = 1_000_000, { timersFireEarlyMs = 0 } = {}) {
     this.#now = start;
+    this.#timersFireEarlyMs = timersFireEarlyMs;
   }
 
   now(): number {
@@ -32,7 +36,7 @@ export class FakeClock implements Clock {
   }
 
   setTimer(ms: number, fn: () => void): Timer {
-    const timer = { at: this.#now + Math.max(0, ms), seq: this.#seq++, fn, cancelled: false };
+    const timer = { at: this.#now + Math.max(Math.min(ms, 1), ms - this.#timersFireEarlyMs, 0), seq: this.#seq++, fn, cancelled: false };
     this.#timers.push(timer);
     return { cancel: () => { timer.cancelled = true; } };
   }

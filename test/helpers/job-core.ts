@@ -30,7 +30,7 @@ export interface FakeHost {
  * Time moves only with `clock.advance`; commits happen with `settle()`.
  */
 export class JobCoreHarness {
-  readonly clock = new FakeClock(1_000_000);
+  readonly clock: FakeClock;
   readonly events = new EventBus();
   readonly seen: ScopedEvent[] = [];
   readonly hosts = new HostRegistry();
@@ -50,7 +50,9 @@ export class JobCoreHarness {
   constructor(options: {
     db?: Db; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number;
     breakers?: Partial<BreakerPolicy>; attemptTimeout?: Partial<AttemptTimeoutPolicy>; probeIntervalMs?: number; heartbeatMs?: number; random?: () => number;
+    clock?: FakeClock;
   } = {}) {
+    this.clock = options.clock ?? new FakeClock(1_000_000);
     this.db = options.db ?? openDb(':memory:');
     this.commits = new GroupCommit(this.db);
     const config = resolveConfig({ breakers: { replica: options.breakers ?? {}, host: options.breakers ?? {} } }, '/tmp/unused');

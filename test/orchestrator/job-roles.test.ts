@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../src/orchestrator/clock.js';
 import { openDb } from '../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
 
@@ -160,6 +161,20 @@ describe('deadlines and cancellation', () => {
     await harness.settle();
     expect(harness.core.states.get(waiting.id)).toMatchObject({ status: 'expired', errorCode: 'DEADLINE_EXCEEDED' });
     expect(harness.scheduler.totalDepth).toBe(0);
+  });
+
+  it('a deadline timer that fires a millisecond early (as Node\'s may) waits out the rest: a job never expires before its deadline', async () => {
+    harness = new JobCoreHarness({ clock: new FakeClock(1_000_000, { timersFireEarlyMs: 1 }) });
+    harness.host('laptop');
+    harness.submit();
+    const waiting = harness.submit({ deadlineAt: harness.clock.now() + 300 });
+    await harness.settle();
+    harness.clock.advance(299);
+    await harness.settle();
+    expect(harness.core.states.get(waiting.id)?.status).toBe('queued');
+    harness.clock.advance(1);
+    await harness.settle();
+    expect(harness.core.states.get(waiting.id)).toMatchObject({ status: 'expired', finishedAt: 1_000_300 });
   });
 
   it('cancelling a running job tells its host and frees the slot', async () => {

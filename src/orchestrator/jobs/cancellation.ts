@@ -30,10 +30,7 @@ export class Cancellation {
   arm(job: JobRecord): void {
     if (job.deadlineAt === null) return;
     this.#clear(job.id);
-    this.#timers.set(job.id, this.#deps.clock.setTimer(job.deadlineAt - this.#deps.clock.now(), () => {
-      this.#timers.delete(job.id);
-      this.expire(job.id);
-    }));
+    this.#armUntil(job.id, job.deadlineAt);
   }
 
   /** Cancel a job that has not finished; false if it already had. */
@@ -58,6 +55,16 @@ export class Cancellation {
     const placement = this.#deps.inFlight.of(jobId);
     if (placement) this.#deps.dispatcher.cancelOnHost(jobId);
     return this.#deps.states.ended(job, status, error, placement?.batch.id);
+  }
+
+  #armUntil(jobId: string, deadlineAt: number): void {
+    this.#timers.set(jobId, this.#deps.clock.setTimer(deadlineAt - this.#deps.clock.now(), () => {
+      this.#timers.delete(jobId);
+      // Node's timers run on the loop's cached monotonic time, which can be a
+      // millisecond ahead of the wall clock: a job never ends before its deadline.
+      if (this.#deps.clock.now() < deadlineAt) this.#armUntil(jobId, deadlineAt);
+      else this.expire(jobId);
+    }));
   }
 
   #clear(jobId: string): void {
