@@ -141,3 +141,19 @@ describe('onnx engine: leftovers', () => {
     expect(workerEnv({ ORT_DISABLE_TELEMETRY: '0' }).ORT_DISABLE_TELEMETRY).toBe('0');
   });
 });
+
+describe('onnx engine: PNG encoding', () => {
+  it('both encoders (in the worker\'s thread for small pictures, libvips for large) write PNGs that decode to the pixels given', async () => {
+    const { encodePng } = await import('../../src/agent/engines/onnx/png.js');
+    const { default: sharp } = await import('sharp');
+    for (const [width, height] of [[8, 8], [37, 5], [200, 150]] as const) {
+      const rgb = Uint8Array.from({ length: width * height * 3 }, (_, k) => (k * 7919 + (k >> 5)) & 255);
+      for (const inThreadPixels of [Infinity, 0]) {
+        const png = await encodePng(rgb, width, height, inThreadPixels);
+        const { data, info } = await sharp(png).raw().toBuffer({ resolveWithObject: true });
+        expect(info).toMatchObject({ width, height, channels: 3, format: 'raw' });
+        expect(Buffer.from(data).equals(Buffer.from(rgb))).toBe(true);
+      }
+    }
+  });
+});

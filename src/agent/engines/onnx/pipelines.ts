@@ -1,10 +1,9 @@
 import type { InferenceSession } from 'onnxruntime-node';
 import * as ort from 'onnxruntime-node';
-import { encode as encodePngInThread } from 'fast-png';
-import sharp from 'sharp';
 import { coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type JobOutput, type Progress } from '../engine.js';
+import { encodePng } from './png.js';
 import type { OnnxPipeline } from './settings.js';
 
 export interface PipelineRun {
@@ -43,19 +42,6 @@ async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
     const png = await encodePng(slice, width, height);
     return { jobId: job.id, ok: true, files: [{ bytes: png, mediaType: 'image/png', width, height }] };
   }));
-}
-
-/**
- * Up to this many pixels a PNG is encoded on the worker's own thread (fast-png): sharp (libvips) costs about
- * 0.6 ms a picture however small it is — a hop to the thread pool and libvips' own threads, which also take cores
- * from the agent and orchestrator of a small host — against 0.05 ms for 8×8 and 0.2 ms for 64×64 in-thread.
- * From about 128×128 libvips is the faster (256×256: 1.9 against 2.4 ms; 512×512: 6.4 against 9.6).
- */
-const IN_THREAD_PNG_PIXELS = 128 * 128;
-
-async function encodePng(rgb: Uint8Array, width: number, height: number): Promise<Uint8Array> {
-  if (width * height <= IN_THREAD_PNG_PIXELS) return encodePngInThread({ width, height, data: rgb, channels: 3, depth: 8 });
-  return sharp(rgb, { raw: { width, height, channels: 3 } }).png().toBuffer();
 }
 
 const cancelled = (jobId: string): JobOutput => ({ jobId, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false });
