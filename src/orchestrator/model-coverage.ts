@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { EventBus } from './events.js';
 import type { ModelRegistry, RegisteredModel } from './registry/index.js';
 import { PerTurn } from './per-turn.js';
-import type { HostRegistry } from './routing/index.js';
+import type { HostRegistry, HostSession } from './routing/index.js';
 
 export interface ModelCoverageDeps {
   hosts: HostRegistry;
@@ -40,22 +40,34 @@ export class ModelCoverage {
     });
   }
 
-  /** Why no connected host can run `model`, or null when one can (or no host of its classes is connected). */
+  /**
+   * Why no connected host can run `model`, or null when one can (or no host of its classes is connected). Asked
+   * whenever a job is queued and whenever hosts change, so the common answer (null) allocates nothing.
+   */
   blocked(model: RegisteredModel): string | null {
     const { manifest } = model;
-    const classes = new Set(manifest.jobTypes.flatMap((type) => this.#deps.routing[type] ?? []));
-    const ofClass = [...this.#deps.hosts].filter((host) => host.info.classes.some((name) => classes.has(name)));
-    if (ofClass.length === 0) return null;
-    const withEngine = ofClass.filter((host) => host.info.engines.includes(manifest.engine));
-    if (withEngine.length === 0) {
-      const listed = ofClass.map((host) => `${host.id} runs ${host.info.engines.join(', ') || 'none'}`).join('; ');
+    let ofClass = false;
+    let largest = -1;
+    for (const host of this.#deps.hosts) {
+      if (!this.#servesClassOf(host, manifest.jobTypes)) continue;
+      ofClass = true;
+      if (host.info.engines.includes(manifest.engine)) largest = Math.max(largest, host.largestBudgetMB);
+    }
+    if (!ofClass) return null;
+    if (largest < 0) {
+      const listed = [...this.#deps.hosts].filter((host) => this.#servesClassOf(host, manifest.jobTypes))
+        .map((host) => `${host.id} runs ${host.info.engines.join(', ') || 'none'}`).join('; ');
       return `no connected host runs the "${manifest.engine}" engine (${listed})`;
     }
-    const largest = Math.max(...withEngine.map((host) => host.largestBudgetMB));
     if (largest < manifest.memoryMB) {
       return `the model needs ${manifest.memoryMB} MB and the largest device budget among hosts running "${manifest.engine}" is ${largest} MB`;
     }
     return null;
+  }
+
+  /** Whether the host serves a class one of these job types routes to. */
+  #servesClassOf(host: HostSession, jobTypes: readonly string[]): boolean {
+    return jobTypes.some((type) => (this.#deps.routing[type] ?? []).some((klass) => host.info.classes.includes(klass)));
   }
 
   #recheck(): void {

@@ -252,7 +252,8 @@ export class Autoscaler {
       state.desired = serving.length;
     }
     sent = this.#holdFloor(model, policy, state, now) || sent;
-    const ready = hosts.filter((host) => this.#serves(host, name) && host.hasReadyReplica(name)).length;
+    let ready = 0;
+    for (const host of hosts) if (this.#serves(host, name) && host.hasReadyReplica(name)) ready++;
     this.#deps.metrics.replicas(name, ready, state.desired);
     return sent;
   }
@@ -284,14 +285,10 @@ export class Autoscaler {
     }
     for (const host of state.refusals.keys()) if (this.#deps.hosts.get(host.id) !== host) state.refusals.delete(host);
     // A replica's idle clock starts when it is first seen, and a batch of the model running there restarts it.
-    const holding = new Set<string>();
     for (const host of hosts) {
-      if (!host.hasReplica(model)) continue;
-      holding.add(host.id);
-      const running = [...host.batches.values()].some((batch) => batch.model === model);
-      if (running || !state.idleSince.has(host.id)) state.idleSince.set(host.id, now);
+      if (host.hasReplica(model) && (runsModel(host, model) || !state.idleSince.has(host.id))) state.idleSince.set(host.id, now);
     }
-    for (const id of state.idleSince.keys()) if (!holding.has(id)) state.idleSince.delete(id);
+    for (const id of state.idleSince.keys()) if (!this.#deps.hosts.get(id)?.hasReplica(model)) state.idleSince.delete(id);
   }
 
   /** A replica that counts: the host is not draining and no breaker blocks the model there. */
@@ -332,13 +329,12 @@ export class Autoscaler {
 
   #scaleIn(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
-    const busy = (host: HostSession): boolean => [...host.batches.values()].some((batch) => batch.model === name);
     const idleSince = (host: HostSession): number => state.idleSince.get(host.id) ?? now;
     // Only replicas that did nothing for the whole idle window: loaded (not loading), no batch of the model in flight
     // or dispatched there since. Unheld ones first, then the longest idle.
     const windowMs = model.policy.replicas.idleWindowMs;
     const idle = serving
-      .filter((host) => host.replicaChanges.get(name) === undefined && !busy(host) && now - idleSince(host) > windowMs)
+      .filter((host) => host.replicaChanges.get(name) === undefined && !runsModel(host, name) && now - idleSince(host) > windowMs)
       .sort((a, b) => Number(a.held.has(name)) - Number(b.held.has(name))
         || idleSince(a) - idleSince(b)
         || a.id.localeCompare(b.id));
@@ -354,6 +350,7 @@ export class Autoscaler {
 
   /** The first minReplicas replicas are held, so their agents keep them; a replica that was not is asked to (an idempotent load). */
   #holdFloor(model: RegisteredModel, policy: ReplicaPolicy, state: ModelState, now: number): boolean {
+    if (policy.min === 0) return false;
     const name = model.manifest.name;
     const serving = [...this.#deps.hosts].filter((host) => this.#serves(host, name));
     let missing = policy.min - serving.filter((host) => host.held.has(name)).length;
@@ -368,4 +365,10 @@ export class Autoscaler {
     }
     return sent;
   }
+}
+
+/** Whether a batch of `model` is in flight on the host. */
+function runsModel(host: HostSession, model: string): boolean {
+  for (const batch of host.batches.values()) if (batch.model === model) return true;
+  return false;
 }
