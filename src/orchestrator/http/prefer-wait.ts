@@ -7,7 +7,8 @@ import type { EventBus } from '../events.js';
  * says so, rather than a wait the client did not mean.
  */
 export function preferredWait(header: string | string[] | undefined): number | null {
-  const text = Array.isArray(header) ? header.join(',') : header ?? '';
+  if (header === undefined) return null; // most submits: no preference to parse
+  const text = Array.isArray(header) ? header.join(',') : header;
   for (const part of text.split(/[,;]/)) {
     const [name, value = ''] = part.split('=').map((piece) => piece.trim());
     if (name?.toLowerCase() !== 'wait') continue;
