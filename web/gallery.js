@@ -3,7 +3,7 @@
 // or attributes, never as markup.
 
 import { $, h } from './dom.js';
-import { createApi, wireGrant } from './session.js';
+import { createApi, GrantChanged, wireGrant } from './session.js';
 
 const GRANT_KEY = 'gpumesh.grant';
 const PAGE_SIZE = 48;
@@ -250,7 +250,7 @@ async function loadMore() {
     ui.loadError.textContent = '';
     ui.empty.hidden = false;
   } catch (error) {
-    ui.loadError.textContent = `Could not load results: ${error.message}`;
+    if (!(error instanceof GrantChanged)) ui.loadError.textContent = `Could not load results: ${error.message}`;
   } finally {
     ui.more.disabled = false;
     ui.more.hidden = !cursor;
@@ -358,7 +358,7 @@ async function submit(event) {
     }
   } catch (error) {
     card.remove();
-    ui.formError.textContent = error.message;
+    if (!(error instanceof GrantChanged)) ui.formError.textContent = error.message;
   } finally {
     button.disabled = false;
   }

@@ -8,7 +8,7 @@
 
 import { $, h } from './dom.js';
 import { createReloader } from './reloader.js';
-import { createApi, wireGrant } from './session.js';
+import { createApi, GrantChanged, wireGrant } from './session.js';
 
 const GRANT_KEY = 'gpumesh.mesh-grant';
 const REFRESH_DELAY_MS = 150; // lets a burst of events settle into one reload
@@ -301,6 +301,7 @@ const refresher = createReloader({
 });
 
 function failed(error) {
+  if (error instanceof GrantChanged) return; // the answer was for the grant this page had before
   // 401: the grant itself is no good (invalid, expired, revoked); 403: it cannot read the mesh (a gallery grant).
   if (error.status === 401) return askForGrant(error.message);
   if (error.status === 403) return askForGrant(`This grant cannot read the mesh (${error.message}). Use the mesh link from \`gpumesh up\` or \`gpumesh grant mesh\`.`);

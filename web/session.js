@@ -50,20 +50,33 @@ export class ApiError extends Error {
 }
 
 /**
- * A JSON request with the grant `grant()` returns; a failure throws an ApiError. `onUnauthorized` runs on a 401
- * (the grant itself is no good: invalid, expired, revoked; only a new one helps) before the error is thrown.
+ * The answer to a request made with a grant the page has since replaced: it belongs to the old grant, so it is
+ * neither shown nor taken as a verdict on the new one (a late 401 for a mistyped grant must not undo a good one).
+ */
+export class GrantChanged extends ApiError {
+  constructor() {
+    super(0, 'GRANT_CHANGED', 'The grant changed while this request was under way.');
+  }
+}
+
+/**
+ * A JSON request with the grant `grant()` returns; a failure throws an ApiError, and an answer that arrives after
+ * the grant changed throws GrantChanged. `onUnauthorized` runs on a 401 (the grant itself is no good: invalid,
+ * expired, revoked; only a new one helps) before the error is thrown.
  */
 export function createApi(grant, { onUnauthorized } = {}) {
   return async function api(path, { method = 'GET', json } = {}) {
-    const headers = { authorization: `Bearer ${grant()}` };
+    const sentWith = grant();
+    const headers = { authorization: `Bearer ${sentWith}` };
     if (json !== undefined) headers['content-type'] = 'application/json';
     let response;
     try {
       response = await fetch(path, { method, headers, body: json === undefined ? undefined : JSON.stringify(json) });
     } catch {
-      throw new ApiError(0, 'UNREACHABLE', 'Cannot reach the orchestrator. Is it running?');
+      throw grant() === sentWith ? new ApiError(0, 'UNREACHABLE', 'Cannot reach the orchestrator. Is it running?') : new GrantChanged();
     }
     const body = await response.json().catch(() => null);
+    if (grant() !== sentWith) throw new GrantChanged();
     if (response.ok) return body;
     const error = new ApiError(response.status, body?.error?.code ?? `HTTP_${response.status}`, body?.error?.message ?? `${response.status} ${response.statusText}`);
     if (response.status === 401) onUnauthorized?.(error.message);
