@@ -169,6 +169,9 @@ export function engineContract(name: string, fixture: ContractFixture): void {
       const model = await loaded(engine);
       const pids = fixture.pids();
       expect(pids.length).toBeGreaterThan(0);
+      // Stopped before the batch is sent, killed once it is: otherwise a quick batch could finish between the
+      // send and the kill on a busy machine, and rightly succeed.
+      for (const pid of pids) process.kill(pid, 'SIGSTOP');
       const running = model.run(fixture.jobs(1), () => {});
       for (const pid of pids) process.kill(pid, 'SIGKILL');
       const failures = await failuresOf(running);
