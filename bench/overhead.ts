@@ -12,9 +12,11 @@
  * of 100 added 0.2–0.3 ms to the mesh's gen p50), so the default is one block per path, one path after another.
  *
  *   npm run bench:overhead -- [--runs 1000] [--warmup 5000] [--blocks 10] [--config mesh.yaml-as-json]
+ *                              [--node-args="--trace-gc-nvp"]  (Node's options for `gpumesh up`, to see inside it)
  * 5,000 warm-up runs: after 100, V8 is still compiling the hot path (about a sixth of the orchestrator's CPU goes to
  * TurboFan for the next 2,000 jobs), so a short warm-up measures the JIT's warm-up, not a running mesh.
  */
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
@@ -22,7 +24,7 @@ import { loadBuiltin, printTable, summarize, writeResults, type Summary } from '
 import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({
-  options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, blocks: { type: 'string', default: '1' }, config: { type: 'string' } },
+  options: { runs: { type: 'string', default: '1000' }, warmup: { type: 'string', default: '5000' }, blocks: { type: 'string', default: '1' }, config: { type: 'string' }, 'node-args': { type: 'string' } },
 });
 const RUNS = Number(values.runs);
 const WARMUP = Number(values.warmup);
@@ -38,7 +40,7 @@ type Mode = 'events' | 'wait';
 const MODES: Record<Mode, string> = { events: '202 + /v1/events', wait: 'Prefer: wait' };
 type Path = 'direct' | Mode;
 
-const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: values.config ? JSON.parse(values.config) as Record<string, unknown> : undefined });
+const running = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, nodeArgs: values['node-args']?.split(' ').filter(Boolean), config: values.config ? JSON.parse(values.config) as Record<string, unknown> : undefined });
 const client = new BenchClient(running.url, running.admin, 4);
 const engines = { gen: await loadBuiltin('gen'), mlp: await loadBuiltin('mlp') };
 let runs = 0;
@@ -72,6 +74,8 @@ try {
 } finally {
   client.close();
   await running.stop();
+  // What Node's options made `gpumesh up` print (a GC trace, say), kept beside the results.
+  if (values['node-args']) writeFileSync('bench/out/overhead-up.log', running.output());
   removeDir(running.data);
   await Promise.all(Object.values(engines).map((engine) => engine.close()));
 }
