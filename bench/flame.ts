@@ -36,7 +36,7 @@ interface Frame {
 const newFrame = (name: string): Frame => ({ name, self: 0, total: 0, children: new Map() });
 
 /** A short, readable frame name: function and file (within the project or package), with the line. */
-function frameName(node: ProfileNode): string {
+export function frameName(node: Pick<ProfileNode, 'callFrame'>): string {
   const { functionName, url, lineNumber } = node.callFrame;
   const fn = functionName || '(anonymous)';
   if (!url) return fn;

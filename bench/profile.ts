@@ -5,7 +5,13 @@
  * profile holds neither start-up nor the JIT's warm-up. Writes a flame graph per load under bench/profiles/ and
  * prints each one's heaviest functions and where its time went by part of the code.
  *
- *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles]
+ * With `--allocations` it samples the heap instead (every allocation, kept or collected) during one-at-a-time jobs
+ * and prints the bytes allocated per job by part of the code and by site: what sets how often the young generation
+ * is scavenged, which is the one-at-a-time tail (bench/RESULTS.md, "The scavenges, taken apart").
+ *
+ *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles] [--keep-profiles] [--allocations]
+ *
+ * `--keep-profiles` also writes the raw profiles (`.cpuprofile`, for Chrome's DevTools) next to the flame graphs.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,11 +19,14 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { removeDir, startMesh, waitFor } from '../test/helpers/mesh.js';
-import { callTree, flameSvg, heaviest, type CpuProfile } from './flame.js';
+import { callTree, flameSvg, frameName, heaviest, type CpuProfile, type ProfileNode } from './flame.js';
 import { BenchClient } from './mesh-client.js';
 
 const { values } = parseArgs({
-  options: { jobs: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '5000' }, inflight: { type: 'string', default: '64' }, out: { type: 'string', default: 'bench/profiles' } },
+  options: {
+    jobs: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '5000' }, inflight: { type: 'string', default: '64' },
+    out: { type: 'string', default: 'bench/profiles' }, allocations: { type: 'boolean', default: false }, 'keep-profiles': { type: 'boolean', default: false },
+  },
 });
 const JOBS = Number(values.jobs);
 const WARMUP = Number(values.warmup);
@@ -90,7 +99,8 @@ function byPart(profile: CpuProfile): [string, number][] {
   return [...totals].sort((a, b) => b[1] - a[1]).map(([part, time]) => [part, (time / all) * 100]);
 }
 
-async function profiled(name: string, title: string, warmUp: (client: BenchClient) => Promise<void>, load: (client: BenchClient) => Promise<void>): Promise<void> {
+/** `gpumesh up` with its inspector open, warmed up, then `body` (which profiles what it wants) over the load. */
+async function withInspectedMesh(warmUp: (client: BenchClient) => Promise<void>, body: (client: BenchClient, inspector: Inspector) => Promise<void>): Promise<void> {
   const mesh = await startMesh({
     nodeArgs: ['--inspect=127.0.0.1:0'], env: { GPUMESH_LOG_LEVEL: 'warn' },
     config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } },
@@ -101,6 +111,17 @@ async function profiled(name: string, title: string, warmUp: (client: BenchClien
     const inspector = await Inspector.connect(url);
     await client.listen();
     await warmUp(client);
+    await body(client, inspector);
+    inspector.close();
+  } finally {
+    client.close();
+    await mesh.stop();
+    removeDir(mesh.data);
+  }
+}
+
+async function profiled(name: string, title: string, warmUp: (client: BenchClient) => Promise<void>, load: (client: BenchClient) => Promise<void>): Promise<void> {
+  await withInspectedMesh(warmUp, async (client, inspector) => {
     await inspector.call('Profiler.enable');
     await inspector.call('Profiler.setSamplingInterval', { interval: 200 });
     await inspector.call('Profiler.start');
@@ -108,7 +129,7 @@ async function profiled(name: string, title: string, warmUp: (client: BenchClien
     await load(client);
     const seconds = (performance.now() - started) / 1000;
     const { profile } = await inspector.call<{ profile: CpuProfile }>('Profiler.stop');
-    inspector.close();
+    if (values['keep-profiles']) writeFileSync(join(OUT, `${name}.cpuprofile`), JSON.stringify(profile));
     const root = callTree(profile);
     const heading = `gpumesh up, ${title} (${seconds.toFixed(1)} s profiled, after ${WARMUP} warm-up jobs)`;
     writeFileSync(join(OUT, `${name}.svg`), flameSvg(root, heading));
@@ -116,11 +137,42 @@ async function profiled(name: string, title: string, warmUp: (client: BenchClien
     for (const [part, pct] of byPart(profile)) process.stdout.write(`${pct.toFixed(1).padStart(5)}%  ${part}\n`);
     process.stdout.write('\nheaviest functions (self time):\n');
     for (const row of heaviest(root, 20)) process.stdout.write(`${row.pct.toFixed(1).padStart(5)}%  ${row.selfMs.toFixed(0).padStart(7)} ms  ${row.name}\n`);
-  } finally {
-    client.close();
-    await mesh.stop();
-    removeDir(mesh.data);
-  }
+  });
+}
+
+interface HeapNode {
+  callFrame: ProfileNode['callFrame'];
+  selfSize: number;
+  children: HeapNode[];
+}
+
+/** Bytes allocated per job during `jobs` jobs, by part of the code and by allocation site (kept or collected). */
+async function allocations(title: string, jobs: number, warmUp: (client: BenchClient) => Promise<void>, load: (client: BenchClient) => Promise<void>): Promise<void> {
+  await withInspectedMesh(warmUp, async (client, inspector) => {
+    await inspector.call('HeapProfiler.enable');
+    await inspector.call('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+    await load(client);
+    const { profile } = await inspector.call<{ profile: { head: HeapNode } }>('HeapProfiler.stopSampling');
+    const parts = new Map<string, number>();
+    const sites = new Map<string, number>();
+    let all = 0;
+    const walk = (node: HeapNode, part: string): void => {
+      const own = PARTS.find(([, pattern]) => pattern.test(node.callFrame.url))?.[0] ?? part;
+      if (node.selfSize > 0) {
+        all += node.selfSize;
+        parts.set(own, (parts.get(own) ?? 0) + node.selfSize);
+        const site = frameName(node);
+        sites.set(site, (sites.get(site) ?? 0) + node.selfSize);
+      }
+      for (const child of node.children) walk(child, own);
+    };
+    walk(profile.head, 'other (Node internals, timers)');
+    const perJob = (bytes: number): string => `${(bytes / jobs / 1024).toFixed(2).padStart(6)} KB`;
+    process.stdout.write(`\ngpumesh up, ${title}: ${perJob(all).trim()} allocated per job (after ${WARMUP} warm-up jobs)\n\nby part of the code (the innermost part on the allocation's stack):\n`);
+    for (const [part, bytes] of [...parts].sort((a, b) => b[1] - a[1])) process.stdout.write(`${perJob(bytes)}  ${part}\n`);
+    process.stdout.write('\nlargest allocation sites:\n');
+    for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, 40)) process.stdout.write(`${perJob(bytes)}  ${site}\n`);
+  });
 }
 
 /** Keep `inflight` jobs outstanding until `count` have completed. */
@@ -131,12 +183,22 @@ async function closedLoop(client: BenchClient, count: number, inflight: number):
   }));
 }
 
-mkdirSync(OUT, { recursive: true });
-await profiled('up-sequential', `gen 8×8 and mlp jobs one at a time, ${JOBS} each`, async (client) => {
+const oneAtATime = async (client: BenchClient): Promise<void> => {
   for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlp(i));
-}, async (client) => {
-  for (let i = 0; i < JOBS; i++) await client.run(gen);
-  for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
-});
-await profiled('up-dispatch', `mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, (client) => closedLoop(client, WARMUP, INFLIGHT), (client) => closedLoop(client, JOBS * 5, INFLIGHT));
-process.stdout.write(`\nflame graphs in ${OUT}/up-sequential.svg and ${OUT}/up-dispatch.svg\n`);
+};
+if (values.allocations) {
+  await allocations(`gen 8×8 jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
+    for (let i = 0; i < JOBS; i++) await client.run(gen);
+  });
+  await allocations(`mlp jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
+    for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
+  });
+} else {
+  mkdirSync(OUT, { recursive: true });
+  await profiled('up-sequential', `gen 8×8 and mlp jobs one at a time, ${JOBS} each`, oneAtATime, async (client) => {
+    for (let i = 0; i < JOBS; i++) await client.run(gen);
+    for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
+  });
+  await profiled('up-dispatch', `mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, (client) => closedLoop(client, WARMUP, INFLIGHT), (client) => closedLoop(client, JOBS * 5, INFLIGHT));
+  process.stdout.write(`\nflame graphs in ${OUT}/up-sequential.svg and ${OUT}/up-dispatch.svg\n`);
+}
