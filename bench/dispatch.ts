@@ -12,6 +12,7 @@
  * the other's measures the drift; rounds in turn see the same drift. Medians of the rounds are compared.
  *
  *   npm run bench:dispatch -- [--jobs 10000] [--rounds 3] [--inflight 64] [--warmup 5000] [--chunk 500]
+ *                              [--node-args="--trace-gc-nvp"]  (Node's options for `gpumesh up`, as for bench:overhead)
  * The warm-up is long because V8 is still compiling the orchestrator's hot path after a few hundred jobs: a short one
  * measures the JIT's warm-up, not the steady state of a running mesh (bench/RESULTS.md).
  * Needs redis-server (Debian: apt-get install redis-server); the benchmark starts and stops its own.
@@ -29,7 +30,7 @@ import { BenchClient } from './mesh-client.js';
 const { values } = parseArgs({
   options: {
     jobs: { type: 'string', default: '10000' }, rounds: { type: 'string', default: '3' }, inflight: { type: 'string', default: '64' },
-    warmup: { type: 'string', default: '5000' }, chunk: { type: 'string', default: '500' },
+    warmup: { type: 'string', default: '5000' }, chunk: { type: 'string', default: '500' }, 'node-args': { type: 'string' },
   },
 });
 const CHUNK = Number(values.chunk);
@@ -88,7 +89,7 @@ async function bulk(name: string, submit: (indices: number[]) => Promise<Promise
 }
 
 async function gpumesh(): Promise<System> {
-  const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } } });
+  const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, nodeArgs: values['node-args']?.split(' ').filter(Boolean), config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } } });
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   await client.listen();
   return {

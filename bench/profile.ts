@@ -5,7 +5,7 @@
  * profile holds neither start-up nor the JIT's warm-up. Writes a flame graph per load under bench/profiles/ and
  * prints each one's heaviest functions and where its time went by part of the code.
  *
- * With `--allocations` it samples the heap instead (every allocation, kept or collected) during one-at-a-time jobs
+ * With `--allocations` (or `--survivors`: only what outlived the young generation, i.e. was promoted) it samples the heap instead (every allocation, kept or collected) during one-at-a-time jobs
  * and prints the bytes allocated per job by part of the code and by site: what sets how often the young generation
  * is scavenged, which is the one-at-a-time tail (bench/RESULTS.md, "The scavenges, taken apart").
  *
@@ -25,7 +25,7 @@ import { BenchClient } from './mesh-client.js';
 const { values } = parseArgs({
   options: {
     jobs: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '5000' }, inflight: { type: 'string', default: '64' },
-    out: { type: 'string', default: 'bench/profiles' }, allocations: { type: 'boolean', default: false }, 'keep-profiles': { type: 'boolean', default: false },
+    out: { type: 'string', default: 'bench/profiles' }, allocations: { type: 'boolean', default: false }, survivors: { type: 'boolean', default: false }, 'keep-profiles': { type: 'boolean', default: false },
   },
 });
 const JOBS = Number(values.jobs);
@@ -150,28 +150,30 @@ interface HeapNode {
 async function allocations(title: string, jobs: number, warmUp: (client: BenchClient) => Promise<void>, load: (client: BenchClient) => Promise<void>): Promise<void> {
   await withInspectedMesh(warmUp, async (client, inspector) => {
     await inspector.call('HeapProfiler.enable');
-    await inspector.call('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+    await inspector.call('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !values.survivors });
     await load(client);
     const { profile } = await inspector.call<{ profile: { head: HeapNode } }>('HeapProfiler.stopSampling');
     const parts = new Map<string, number>();
     const sites = new Map<string, number>();
     let all = 0;
-    const walk = (node: HeapNode, part: string): void => {
+    // A built-in (`Map`, `slice`: no script of its own) is named with the nearest caller that has one.
+    const walk = (node: HeapNode, part: string, caller: string): void => {
       const own = PARTS.find(([, pattern]) => pattern.test(node.callFrame.url))?.[0] ?? part;
+      const name = frameName(node);
+      const site = node.callFrame.url ? name : `${name} < ${caller}`;
       if (node.selfSize > 0) {
         all += node.selfSize;
         parts.set(own, (parts.get(own) ?? 0) + node.selfSize);
-        const site = frameName(node);
         sites.set(site, (sites.get(site) ?? 0) + node.selfSize);
       }
-      for (const child of node.children) walk(child, own);
+      for (const child of node.children) walk(child, own, node.callFrame.url ? name : caller);
     };
-    walk(profile.head, 'other (Node internals, timers)');
+    walk(profile.head, 'other (Node internals, timers)', '(root)');
     const perJob = (bytes: number): string => `${(bytes / jobs / 1024).toFixed(2).padStart(6)} KB`;
-    process.stdout.write(`\ngpumesh up, ${title}: ${perJob(all).trim()} allocated per job (after ${WARMUP} warm-up jobs)\n\nby part of the code (the innermost part on the allocation's stack):\n`);
+    process.stdout.write(`\ngpumesh up, ${title}: ${perJob(all).trim()} ${values.survivors ? 'allocated per job that outlived the young generation' : 'allocated per job'} (after ${WARMUP} warm-up jobs)\n\nby part of the code (the innermost part on the allocation's stack):\n`);
     for (const [part, bytes] of [...parts].sort((a, b) => b[1] - a[1])) process.stdout.write(`${perJob(bytes)}  ${part}\n`);
     process.stdout.write('\nlargest allocation sites:\n');
-    for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, 40)) process.stdout.write(`${perJob(bytes)}  ${site}\n`);
+    for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, 60)) process.stdout.write(`${perJob(bytes)}  ${site}\n`);
   });
 }
 
@@ -186,7 +188,7 @@ async function closedLoop(client: BenchClient, count: number, inflight: number):
 const oneAtATime = async (client: BenchClient): Promise<void> => {
   for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlp(i));
 };
-if (values.allocations) {
+if (values.allocations || values.survivors) {
   await allocations(`gen 8×8 jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
     for (let i = 0; i < JOBS; i++) await client.run(gen);
   });
