@@ -191,7 +191,7 @@ export class AgentLink {
       watchdog?.heard();
       let message: OrchestratorMessage;
       try {
-        message = OrchestratorMessage.parse(readLinkMessage(data));
+        message = readLinkMessage(data, OrchestratorMessage);
       } catch (error) {
         log.warn({ err: error }, 'malformed message from the orchestrator');
         return;

@@ -15,9 +15,10 @@ type ReadyState = 0 | 1 | 2 | 3;
  * job. A message is sent as a copy taken at the moment it is sent
  * (`sendMessage`), the value its JSON text would read back as (json-copy.ts),
  * not as the text itself: writing and reading the text of a batch's tensors
- * was a sixth of the orchestrator's work under load. The receiver still
- * validates it as a message from a socket, the two parts share no objects, and
- * it arrives in a later microtask, never inside the sender's call.
+ * was a sixth of the orchestrator's work under load. The two parts share no
+ * objects, the message arrives in a later microtask, never inside the sender's
+ * call, and the receiver takes it without the schema check a socket's text gets
+ * (readLinkMessage): the compiler checked it against the same type.
  */
 export class MemorySocket extends EventEmitter {
   readonly OPEN = OPEN;
@@ -99,10 +100,21 @@ export function sendLinkMessage(socket: MessageSink, message: object): void {
   else socket.send(JSON.stringify(message));
 }
 
+/** The check a message from another program passes: a zod schema's safeParse. */
+interface MessageSchema<T> {
+  safeParse(value: unknown): { success: true; data: T } | { success: false; error: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } };
+}
+
 /**
- * A received frame as a value, for the schema to check: a WebSocket's text is parsed (throws if it is not JSON);
- * an in-process link's message is already one.
+ * A received frame as a message. A WebSocket's text comes from another program: it is parsed (a SyntaxError if it
+ * is not JSON) and checked against `schema` (an Error naming what is wrong). An in-process link's message comes from
+ * this program — the orchestrator and the agent `gpumesh up` runs beside it —, sent through a function typed with
+ * the same message type, and is already a JSON copy of it (nothing shared with the sender): checking it again would
+ * guard no boundary and cost a job about 6 KB of garbage and two more copies of its messages (bench/RESULTS.md).
  */
-export function readLinkMessage(data: { toString(): string } | ClonedMessage): unknown {
-  return data instanceof ClonedMessage ? data.value : JSON.parse(data.toString());
+export function readLinkMessage<T>(data: { toString(): string } | ClonedMessage, schema: MessageSchema<T>): T {
+  if (data instanceof ClonedMessage) return data.value as T;
+  const parsed = schema.safeParse(JSON.parse(data.toString()));
+  if (!parsed.success) throw new Error(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '));
+  return parsed.data;
 }

@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { ClonedMessage, MemorySocket, readLinkMessage, sendLinkMessage } from '../../src/net/memory-link.js';
+import { OrchestratorMessage } from '../../src/protocol/index.js';
+
+/** A schema that refuses everything: what a message that must not be checked is read with. */
+const refuseAll = { safeParse: () => ({ success: false as const, error: { issues: [{ path: ['type'], message: 'refused' }] } }) };
 
 const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -58,16 +62,19 @@ describe('an in-process link (MemorySocket)', () => {
     message.jobs[0]!.input.x[0] = 99; // changed after the send: the receiver must not see it
     await settle();
     expect(got[0]).toBeInstanceOf(ClonedMessage);
-    const value = readLinkMessage(got[0] as ClonedMessage) as typeof message;
+    // Taken as it is: a message from this program, typed when it was sent (a socket's text is checked; below).
+    const value = readLinkMessage(got[0] as ClonedMessage, refuseAll) as typeof message;
     expect(value).toEqual({ type: 'run', jobs: [{ id: 'j1', input: { x: [0.1, -2.5e-7, 3] } }] });
     expect(value.jobs[0]!.input).not.toBe(message.jobs[0]!.input); // nothing shared with the sender
   });
 
-  it('a socket without sendMessage (a WebSocket) gets JSON text, and text is parsed on receipt', () => {
+  it('a socket without sendMessage (a WebSocket) gets JSON text, and text is parsed and checked on receipt', () => {
     const sent: string[] = [];
     sendLinkMessage({ send: (data: string) => sent.push(data) }, { type: 'ack', jobIds: ['j1'] });
     expect(sent).toEqual(['{"type":"ack","jobIds":["j1"]}']);
-    expect(readLinkMessage(Buffer.from(sent[0]!))).toEqual({ type: 'ack', jobIds: ['j1'] });
-    expect(() => readLinkMessage('not json')).toThrow(SyntaxError);
+    expect(readLinkMessage(Buffer.from(sent[0]!), OrchestratorMessage)).toEqual({ type: 'ack', jobIds: ['j1'] });
+    expect(() => readLinkMessage('not json', OrchestratorMessage)).toThrow(SyntaxError);
+    expect(() => readLinkMessage('{"type":"ack","jobIds":[7]}', OrchestratorMessage)).toThrow(/jobIds\.0: /);
+    expect(() => readLinkMessage('{"type":"ack"}', refuseAll)).toThrow('type: refused');
   });
 });

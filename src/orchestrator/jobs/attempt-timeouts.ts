@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { MeshError } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock } from '../clock.js';
+import { Deadlines } from '../deadlines.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { AttemptBudgets, Budget, HostRegistry } from '../routing/index.js';
@@ -30,7 +31,8 @@ interface Watched {
   jobIds: Set<string>;
   /** The cost of one of its jobs (jobs that share a batch cost the same). */
   jobCost: number;
-  timer: Timer;
+  /** The budget its deadline was set from (reported when it is reached). */
+  budget: Budget | null;
 }
 
 /**
@@ -45,9 +47,12 @@ interface Watched {
 export class AttemptTimeouts implements AttemptObserver {
   readonly #deps: AttemptTimeoutsDeps;
   readonly #batches = new Map<string, Watched>();
+  /** One timer for every batch's deadline: nearly every batch ends long before its own. */
+  readonly #deadlines: Deadlines<string>;
 
   constructor(deps: AttemptTimeoutsDeps) {
     this.#deps = deps;
+    this.#deadlines = new Deadlines(deps.clock, (batchId) => this.#expire(batchId));
     deps.states.observeAttempts(this);
   }
 
@@ -56,7 +61,7 @@ export class AttemptTimeouts implements AttemptObserver {
     if (!model) return;
     const resident = this.#deps.hosts.get(place.host)?.isResident(model.manifest.name) ?? false;
     const jobCost = model.pipeline.cost(jobs[0]!.input);
-    const watched: Watched = { host: place.host, model, jobIds: new Set(jobs.map((job) => job.id)), jobCost, timer: { cancel() {} } };
+    const watched: Watched = { host: place.host, model, jobIds: new Set(jobs.map((job) => job.id)), jobCost, budget: null };
     this.#batches.set(place.batchId, watched);
     this.#arm(place.batchId, watched, this.#deps.budgets.start(place.host, model, this.#work(watched), resident));
   }
@@ -75,23 +80,24 @@ export class AttemptTimeouts implements AttemptObserver {
     if (!watched) return;
     watched.jobIds.delete(outcome.job.id);
     if (watched.jobIds.size > 0) return;
-    watched.timer.cancel();
+    this.#deadlines.delete(outcome.batchId);
     this.#batches.delete(outcome.batchId);
   }
 
   close(): void {
-    for (const watched of this.#batches.values()) watched.timer.cancel();
+    this.#deadlines.close();
     this.#batches.clear();
   }
 
   #arm(batchId: string, watched: Watched, budget: Budget): void {
-    watched.timer.cancel();
-    watched.timer = this.#deps.clock.setTimer(budget.ms, () => this.#expire(batchId, budget));
+    watched.budget = budget;
+    this.#deadlines.set(batchId, this.#deps.clock.now() + budget.ms);
   }
 
-  #expire(batchId: string, budget: Budget): void {
+  #expire(batchId: string): void {
     const watched = this.#batches.get(batchId);
-    if (!watched) return;
+    const budget = watched?.budget;
+    if (!watched || !budget) return;
     this.#batches.delete(batchId);
     const { states, inFlight, dispatcher, failover, log, metrics } = this.#deps;
     const error = new MeshError('AGENT_TIMEOUT', { host: watched.host, budgetMs: budget.ms, basis: budget.basis }).toJSON();

@@ -105,9 +105,7 @@ export class AgentHub {
       if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
-        const parsed = AgentMessage.safeParse(readLinkMessage(data));
-        if (!parsed.success) throw new Error(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '));
-        message = parsed.data;
+        message = readLinkMessage(data, AgentMessage);
       } catch (error) {
         this.#deps.log.warn({ err: error, host: session?.id }, 'malformed link message');
         return socket.close(LINK_CLOSE.malformed, 'malformed message');

@@ -168,15 +168,18 @@ export class HostSession {
   /** Acknowledge a result; acknowledgements travel together (see the constructor's `ackDelay`). */
   ack(jobId: string): void {
     if (this.#acks.length === 0) {
-      if (this.#ackLater) this.#ackTimer = this.#ackLater.clock.setTimer(this.#ackLater.ms, () => this.#flushAcks());
-      else queueMicrotask(() => this.#flushAcks());
+      // The timer is left armed when the acknowledgements ride along with a message: one that fires with none waiting
+      // does nothing, and one timer every few milliseconds is cheaper than setting and clearing one for every result.
+      if (!this.#ackLater) queueMicrotask(() => this.#flushAcks());
+      else this.#ackTimer ??= this.#ackLater.clock.setTimer(this.#ackLater.ms, () => {
+        this.#ackTimer = null;
+        this.#flushAcks();
+      });
     }
     this.#acks.push(jobId);
   }
 
   #flushAcks(): void {
-    this.#ackTimer?.cancel();
-    this.#ackTimer = null;
     if (this.#acks.length === 0) return;
     const jobIds = this.#acks;
     this.#acks = [];
