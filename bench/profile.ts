@@ -173,7 +173,7 @@ async function allocations(title: string, jobs: number, warmUp: (client: BenchCl
     process.stdout.write(`\ngpumesh up, ${title}: ${perJob(all).trim()} ${values.survivors ? 'allocated per job that outlived the young generation' : 'allocated per job'} (after ${WARMUP} warm-up jobs)\n\nby part of the code (the innermost part on the allocation's stack):\n`);
     for (const [part, bytes] of [...parts].sort((a, b) => b[1] - a[1])) process.stdout.write(`${perJob(bytes)}  ${part}\n`);
     process.stdout.write('\nlargest allocation sites:\n');
-    for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, 60)) process.stdout.write(`${perJob(bytes)}  ${site}\n`);
+    for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, 130)) process.stdout.write(`${perJob(bytes)}  ${site}\n`);
   });
 }
 
