@@ -1,0 +1,76 @@
+/**
+ * Two builds of gpumesh side by side: this checkout against another (`--base`, a checkout or worktree of an earlier
+ * commit, built), both up for the whole run, measured in alternating rounds of many tiny `mlp` jobs kept in flight
+ * (the dispatch benchmark's single submits) — the way to tell a change of a few per cent from the VM's drift, which
+ * moves a whole run by tens of per cent (bench/RESULTS.md). Prints each round and the medians, writes bench/out/ab.json.
+ *
+ *   git worktree add /tmp/base HEAD~1 && (cd /tmp/base && npm ci --ignore-scripts && npm run build)
+ *   npm run bench:ab -- --base /tmp/base [--jobs 10000] [--rounds 6] [--inflight 64] [--warmup 5000]
+ */
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { MLP_INPUT_DIM } from '../src/models/index.js';
+import { removeDir, startMesh, type RunningMesh } from '../test/helpers/mesh.js';
+import { percentile, printTable, writeResults } from './lib.js';
+import { BenchClient } from './mesh-client.js';
+
+const { values } = parseArgs({
+  options: {
+    base: { type: 'string' }, jobs: { type: 'string', default: '10000' }, rounds: { type: 'string', default: '6' },
+    inflight: { type: 'string', default: '64' }, warmup: { type: 'string', default: '5000' },
+  },
+});
+if (!values.base) {
+  process.stderr.write('bench:ab needs --base <the other checkout, built>\n');
+  process.exit(2);
+}
+const JOBS = Number(values.jobs);
+const ROUNDS = Number(values.rounds);
+const INFLIGHT = Number(values.inflight);
+const WARMUP = Number(values.warmup);
+const sample = (i: number): number[] => Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k));
+
+interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[] }
+
+async function up(name: string, bin?: string): Promise<Build> {
+  const mesh = await startMesh({ bin, env: { GPUMESH_LOG_LEVEL: 'warn' }, config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } } });
+  const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
+  await client.listen();
+  return { name, mesh, client, rounds: [] };
+}
+
+/** Jobs per second with INFLIGHT jobs kept outstanding until `jobs` have completed. */
+async function closedLoop(client: BenchClient, jobs: number): Promise<number> {
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: INFLIGHT }, async () => {
+    while (next < jobs) await client.run({ type: 'tensor', input: { x: sample(next++) } });
+  }));
+  return jobs / ((performance.now() - start) / 1000);
+}
+
+const median = (values: readonly number[]): number => percentile(values, 50);
+
+const builds = [await up('this checkout'), await up(`base (${values.base})`, join(values.base, 'bin/gpumesh.js'))];
+try {
+  for (const build of builds) await closedLoop(build.client, WARMUP);
+  for (let round = 0; round < ROUNDS; round++) {
+    // ABBA order: each build goes first as often as second.
+    const order = round % 2 === 0 ? builds : [...builds].reverse();
+    for (const build of order) {
+      build.rounds.push(await closedLoop(build.client, JOBS));
+      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(0)} jobs/s\n`);
+    }
+  }
+} finally {
+  for (const build of builds) {
+    build.client.close();
+    await build.mesh.stop();
+    removeDir(build.mesh.data);
+  }
+}
+const [mine, base] = builds as [Build, Build];
+const ratios = mine.rounds.map((rate, index) => rate / base.rounds[index]!);
+printTable(`\n${JOBS} mlp jobs per round, ${INFLIGHT} in flight, ${ROUNDS} rounds in turn (jobs/s)`, ['build', 'median', 'rounds'], builds.map((build) => [build.name, median(build.rounds).toFixed(0), build.rounds.map((rate) => rate.toFixed(0)).join(' / ')]));
+process.stdout.write(`\nthis checkout / base: ${(median(mine.rounds) / median(base.rounds)).toFixed(3)}× (median of the rounds' ratios ${median(ratios).toFixed(3)}×: ${ratios.map((ratio) => ratio.toFixed(2)).join(', ')})\n`);
+writeResults('ab', { base: values.base, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds })), ratios });
