@@ -140,7 +140,7 @@ for (let i = 0; i < QUEUED; i++) {
     seq: i, id, type: 'image', model: 'gen', status: 'queued', priority: 1 + (i % 3), album: 'default', classes: ['image', 'cloud'], hosts: null,
     input, prompt: input.prompt, grantId: 'g_0123456789abcdef', idempotencyKey: null, createdAt: 1_796_000_000_000 + i, updatedAt: 1_796_000_000_000 + i,
     finishedAt: null, deadlineAt: null, attempts: 0, batchId: null, batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null,
-    result: null, errorCode: null, errorMessage: null,
+    attemptHost: null, computeMs: null, result: null, errorCode: null, errorMessage: null,
   };
   active.set(id, job);
   const queued: QueuedJob = {

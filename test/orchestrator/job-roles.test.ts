@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../../src/orchestrator/clock.js';
-import { openDb } from '../../src/orchestrator/store/index.js';
+import { jobView } from '../../src/orchestrator/jobs/views.js';
+import { attempts, openDb } from '../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
 
 /** The job roles (states, dispatch, intake, failover, cancellation, recovery) on a fake clock and an in-memory store. */
@@ -85,6 +86,42 @@ describe('dispatch and result intake', () => {
 });
 
 describe('failover', () => {
+  it('keeps the attempt a job succeeded with on its row and the one that failed as a row of attempts: both read back from the store', async () => {
+    harness = new JobCoreHarness({ policy: { retries: 1 }, retryBackoffMs: 100 });
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    harness.core.intake.failed(laptop.session, {
+      type: 'failed', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, retryable: true, error: { code: 'ENGINE_CRASHED', message: 'boom' },
+    });
+    await harness.settle();
+    harness.clock.advance(100);
+    await harness.settle();
+    const second = laptop.of('run')[1]!;
+    harness.clock.advance(7);
+    // Done without a `started` before it (a quick batch): it started when the result says, its compute time ago.
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: second.batchId, artifacts: [], result: { y: [1] }, timings });
+    await harness.settle();
+
+    const count = (): number => (harness.db.prepare('SELECT COUNT(*) AS n FROM attempts WHERE job_id = ?').get(job.id) as { n: number }).n;
+    expect(count()).toBe(1);
+    const stored = harness.core.states.get(job.id)!; // no longer active: read from the store
+    const finishedAt = new Date(harness.clock.now()).toISOString();
+    expect(jobView(harness.db, stored).attempts).toEqual([
+      expect.objectContaining({ n: 1, status: 'failed', host: 'laptop', error: { code: 'ENGINE_CRASHED', message: 'boom' } }),
+      {
+        n: 2, host: 'laptop', replica: 'laptop/gen', batchId: second.batchId, batchSize: 1, status: 'succeeded',
+        dispatchedAt: new Date(harness.clock.now() - 7).toISOString(), startedAt: new Date(harness.clock.now() - timings.computeMs).toISOString(),
+        finishedAt, loadMs: 0, computeMs: timings.computeMs, error: null, route: expect.objectContaining({ class: 'image' }),
+      },
+    ]);
+    // A store written before attempts were kept on the row holds the succeeded one in attempts too: it is listed once.
+    attempts.recordAttempt(harness.db, {
+      jobId: job.id, n: 2, host: 'laptop', batchId: second.batchId, batchSize: 1, status: 'succeeded', dispatchedAt: 1, startedAt: 2, finishedAt: 3, computeMs: 5,
+    }, 'gen');
+    expect(jobView(harness.db, stored).attempts.map((attempt) => attempt.n)).toEqual([1, 2]);
+  });
+
   it('retries a retryable failure after a doubling backoff, and ends with RETRIES_EXHAUSTED', async () => {
     harness = new JobCoreHarness({ policy: { retries: 1 }, retryBackoffMs: 100 });
     const laptop = harness.host('laptop');

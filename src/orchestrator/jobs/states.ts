@@ -218,13 +218,20 @@ export class JobStates {
       mediaType: artifact.mediaType, bytes: artifact.bytes, width: artifact.width ?? null, height: artifact.height ?? null,
       computeMs: outcome.computeMs, totalMs: now - job.createdAt, createdAt: now,
     }));
-    const finished = this.#deps.commits.write(() => {
-      if (!jobStore.finishJob(db, job.seq, 'succeeded', now, { result: outcome.result ?? null })) return false;
+    // The attempt it succeeded with is kept on the job's row, not as a row of attempts (migration 11).
+    const kept = job.batchId === outcome.batchId && job.leaseHost
+      ? { host: job.leaseHost, startedAt: job.startedAt, loadMs: job.loadMs ?? null, computeMs: outcome.computeMs }
+      : undefined;
+    const finish = (): boolean => jobStore.finishJob(db, job.seq, 'succeeded', now, { result: outcome.result ?? null, attempt: kept });
+    // A result without artifacts (a tensor's) is one statement, which needs no savepoint of its own.
+    const finished = published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
+      if (!finish()) return false;
       for (const artifact of published) artifacts.insertArtifact(db, artifact);
-      if (job.batchId === outcome.batchId) this.#recordAttempt(job, 'succeeded', now, { computeMs: outcome.computeMs });
       return true;
     });
     if (!finished) return false;
+    job.attemptHost = kept?.host ?? null;
+    job.computeMs = kept?.computeMs ?? null;
     // Taken before the job lets go of its host (#terminated), told to the observers after the event.
     const attempt = job.batchId === outcome.batchId ? this.#endedAttempt(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs }) : null;
     job.result = outcome.result ?? null;

@@ -17,17 +17,26 @@ export function artifactView(record: ArtifactRecord): ArtifactView {
   };
 }
 
-/** The ended attempts from the store, and the one in flight (kept on the job until it ends). */
+/**
+ * A job's attempts: those that ended without success, from the store; the one in flight, and the one that
+ * succeeded, from the job's own row (each is kept there, migration 11).
+ */
 function attemptsOf(db: Db, job: JobRecord): AttemptView[] {
   const ended = attempts.listAttempts(db, job.id, decodeRoute);
-  if ((job.status === 'dispatched' || job.status === 'running') && job.batchId && job.leaseHost && !ended.some((attempt) => attempt.n === job.attempts)) {
-    ended.push({
-      n: job.attempts, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId, batchSize: job.batchSize ?? 1,
-      status: 'running', dispatchedAt: new Date(job.dispatchedAt ?? job.updatedAt).toISOString(), startedAt: iso(job.startedAt),
-      finishedAt: null, loadMs: job.loadMs ?? null, computeMs: null, error: null, route: decodeRoute(job.route),
-    });
-  }
+  if (!job.batchId || ended.some((attempt) => attempt.n === job.attempts)) return ended;
+  if ((job.status === 'dispatched' || job.status === 'running') && job.leaseHost) ended.push(attemptOnRow(job, job.leaseHost, 'running'));
+  else if (job.status === 'succeeded' && job.attemptHost) ended.push(attemptOnRow(job, job.attemptHost, 'succeeded'));
   return ended;
+}
+
+function attemptOnRow(job: JobRecord, host: string, status: 'running' | 'succeeded'): AttemptView {
+  const ended = status === 'succeeded';
+  return {
+    n: job.attempts, host, replica: `${host}/${job.model}`, batchId: job.batchId!, batchSize: job.batchSize ?? 1, status,
+    dispatchedAt: new Date(job.dispatchedAt ?? job.updatedAt).toISOString(), startedAt: iso(job.startedAt),
+    finishedAt: ended ? iso(job.finishedAt) : null, loadMs: job.loadMs ?? null, computeMs: ended ? job.computeMs : null,
+    error: null, route: decodeRoute(job.route),
+  };
 }
 
 /** The API's view of a job: the row, its attempts and, once it succeeded, its artifacts. */

@@ -34,9 +34,15 @@ export interface JobRecord {
   route: string | null;
   /**
    * How long the attempt in flight waited for its model to load, once its host started it (0: the model was
-   * resident). Kept in memory only, like the rest of the attempt in flight, and written with the attempt when it ends.
+   * resident). Kept in memory while the attempt runs, and written with the attempt when it ends.
    */
   loadMs?: number | null;
+  /**
+   * The attempt that succeeded, kept on the row instead of in attempts (migration 11): its host and the engine's time
+   * for its batch; its batch, times and route are the row's. Null until the job succeeds.
+   */
+  attemptHost: string | null;
+  computeMs: number | null;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;
@@ -52,6 +58,7 @@ interface JobRow {
   grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
   deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
   dispatched_at: number | null; started_at: number | null; route: string | null; result: string | null; error_code: string | null; error_message: string | null;
+  attempt_host: string | null; load_ms: number | null; compute_ms: number | null;
 }
 
 function fromRow(row: JobRow): JobRecord {
@@ -61,7 +68,8 @@ function fromRow(row: JobRow): JobRecord {
     album: row.album, classes: JSON.parse(row.classes) as string[], hosts: row.hosts === null ? null : JSON.parse(row.hosts) as string[], input, prompt: promptOf(input), grantId: row.grant_id,
     idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
     deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
-    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at, route: row.route, loadMs: null,
+    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at, route: row.route, loadMs: row.load_ms,
+    attemptHost: row.attempt_host, computeMs: row.compute_ms,
     result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
   };
 }
@@ -88,7 +96,8 @@ export function insertJob(db: Db, job: NewJob): JobRecord {
     seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
     classes: job.classes, hosts, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
     createdAt: job.createdAt, updatedAt: job.createdAt, finishedAt: null, deadlineAt: job.deadlineAt, attempts: 0, batchId: null,
-    batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, result: null, errorCode: null, errorMessage: null,
+    batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, attemptHost: null, computeMs: null,
+    result: null, errorCode: null, errorMessage: null,
   };
 }
 
@@ -174,14 +183,33 @@ export function requeueJob(db: Db, seq: number, now: number): boolean {
     WHERE seq = ? AND status IN ('dispatched', 'running')`).run(now, seq).changes === 1;
 }
 
+/** The attempt a job succeeded with, kept on its row (JobRecord.attemptHost). */
+export interface SucceededAttempt {
+  host: string;
+  /** When its host started it (a batch reported started by its first result is not stored as running). */
+  startedAt: number | null;
+  loadMs: number | null;
+  computeMs: number;
+}
+
 /**
  * Move a job to a terminal state unless it is already in one. Returns false
  * when it was already terminal, which makes late and duplicate results harmless.
+ * `attempt`: the attempt it succeeded with, kept on the row.
  */
 export function finishJob(
   db: Db, seq: number, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number,
-  outcome: { result?: unknown; errorCode?: string; errorMessage?: string } = {},
+  outcome: { result?: unknown; errorCode?: string; errorMessage?: string; attempt?: SucceededAttempt } = {},
 ): boolean {
+  const { attempt } = outcome;
+  if (attempt) {
+    return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL, result = ?, error_code = NULL,
+        error_message = NULL, attempt_host = ?, started_at = ?, load_ms = ?, compute_ms = ?
+      WHERE seq = ? AND status IN ('queued', 'dispatched', 'running')`).run(
+      status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result), attempt.host, attempt.startedAt, attempt.loadMs,
+      attempt.computeMs, seq,
+    ).changes === 1;
+  }
   return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL,
       result = ?, error_code = ?, error_message = ?
     WHERE seq = ? AND status IN ('queued', 'dispatched', 'running')`).run(
