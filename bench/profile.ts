@@ -5,11 +5,12 @@
  * profile holds neither start-up nor the JIT's warm-up. Writes a flame graph per load under bench/profiles/ and
  * prints each one's heaviest functions and where its time went by part of the code.
  *
- * With `--allocations` (or `--survivors`: only what outlived the young generation, i.e. was promoted) it samples the heap instead (every allocation, kept or collected) during one-at-a-time jobs
- * and prints the bytes allocated per job by part of the code and by site: what sets how often the young generation
- * is scavenged, which is the one-at-a-time tail (bench/RESULTS.md, "The scavenges, taken apart").
+ * With `--allocations` it samples the heap instead (every allocation, collected or not) during one-at-a-time jobs and
+ * under the dispatch load, and prints the bytes allocated per job by part of the code and by site: what sets how often
+ * the young generation is scavenged (bench/RESULTS.md, "The young generation"). `--survivors` keeps only what
+ * outlived the young generation (promoted, or allocated old).
  *
- *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles] [--keep-profiles] [--allocations]
+ *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles] [--keep-profiles] [--allocations | --survivors]
  *
  * `--keep-profiles` also writes the raw profiles (`.cpuprofile`, for Chrome's DevTools) next to the flame graphs.
  */
@@ -195,6 +196,7 @@ if (values.allocations || values.survivors) {
   await allocations(`mlp jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
     for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
   });
+  await allocations(`mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, JOBS * 5, (client) => closedLoop(client, WARMUP, INFLIGHT), (client) => closedLoop(client, JOBS * 5, INFLIGHT));
 } else {
   mkdirSync(OUT, { recursive: true });
   await profiled('up-sequential', `gen 8×8 and mlp jobs one at a time, ${JOBS} each`, oneAtATime, async (client) => {
