@@ -4,13 +4,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BIN, launchFlags, removeDir, ROOT, tempDir } from '../helpers/mesh.js';
 
-/** The Node options of every documented way to start gpumesh: the command's own first line is the reference. */
+/** The Node options of every documented way to start gpumesh: the command's own `exec node …` line is the reference. */
 describe('how gpumesh starts Node', () => {
   const flags = launchFlags();
 
   it('the command runs Node with a capped young generation (shorter collection pauses)', () => {
     expect(flags).toEqual(['--max-semi-space-size=4']);
-    // Run as a command, the way a person runs it (its first line starts Node); a preloaded script reports Node's options.
+    // Run as a command, the way a person runs it (sh reads its first two lines and starts Node); a preloaded script reports Node's options.
     const dir = tempDir();
     try {
       writeFileSync(join(dir, 'report.cjs'), 'process.stderr.write(JSON.stringify(process.execArgv) + "\\n");');

@@ -10,10 +10,10 @@ import { MeshClient } from '../../src/cli/client.js';
 export const ROOT = new URL('../../', import.meta.url).pathname;
 export const BIN = join(ROOT, 'bin/gpumesh.js');
 
-/** The options the command runs Node with when started as itself (its `#!/usr/bin/env -S node …` line). */
+/** The options the command runs Node with when started as itself (the `exec node …` line at its top). */
 export function launchFlags(bin = BIN): string[] {
-  const shebang = /^#!\/usr\/bin\/env -S node( .*)?\n/.exec(readFileSync(bin, 'utf8'));
-  return shebang?.[1]?.trim().split(/\s+/) ?? [];
+  const launch = /^\/\/ 2>\/dev\/null; exec node (.*?) ?"\$0" "\$@"$/m.exec(readFileSync(bin, 'utf8'));
+  return launch?.[1]?.trim().split(/\s+/).filter(Boolean) ?? [];
 }
 
 export interface RunningMesh {
@@ -57,7 +57,7 @@ export async function startMesh(options: {
 } = {}): Promise<RunningMesh> {
   const data = options.data ?? tempDir();
   if (options.config) writeFileSync(join(data, 'mesh.yaml'), stringify(options.config));
-  // Started as a person starts it (`gpumesh up`, whose first line gives Node its options), plus any asked for here.
+  // Started as a person starts it (`gpumesh up`, whose top lines give Node its options), plus any asked for here.
   const bin = options.bin ?? BIN;
   const child = spawn(process.execPath, [...launchFlags(bin), ...(options.nodeArgs ?? []), bin, 'up', '--data', data, '--port', '0', ...(options.args ?? [])], {
     env: { ...process.env, ...options.env },
