@@ -1,5 +1,8 @@
 import type { Clock, Timer } from './clock.js';
 
+/** Node runs a timer longer than this (about 24.8 days) after 1 ms: a later deadline is reached in steps. */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * Deadlines that are mostly never reached, behind one timer. A batch's attempt timeout is seconds away and the batch
  * ends in a millisecond: with a Node timer each, every batch set and cleared two of them (a Timeout object each, and
@@ -37,7 +40,7 @@ export class Deadlines<K> {
 
   #arm(at: number): void {
     this.#timer?.timer.cancel();
-    this.#timer = { at, timer: this.#clock.setTimer(at - this.#clock.now(), () => this.#fire()) };
+    this.#timer = { at, timer: this.#clock.setTimer(Math.min(at - this.#clock.now(), LONGEST_TIMER_MS), () => this.#fire()) };
   }
 
   #fire(): void {
@@ -45,7 +48,8 @@ export class Deadlines<K> {
     const now = this.#clock.now();
     const due: K[] = [];
     let next = Infinity;
-    // A timer may fire a moment before the clock reaches its time: what is not due yet sets it again.
+    // A timer may fire a moment before the clock reaches its time, or be a step towards a far one: what is not due yet
+    // sets it again.
     for (const [key, at] of this.#at) {
       if (at <= now) due.push(key);
       else next = Math.min(next, at);

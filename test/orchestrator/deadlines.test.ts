@@ -46,6 +46,19 @@ describe('Deadlines', () => {
     expect(due).toEqual(['a@100']);
   });
 
+  it('a deadline further away than a Node timer can wait (24.8 days) is reached in steps', () => {
+    const fake = new FakeClock(0);
+    const asked: number[] = [];
+    const clock = { now: () => fake.now(), setTimer: (ms: number, fn: () => void) => (asked.push(ms), fake.setTimer(ms, fn)) };
+    const due: string[] = [];
+    const set = new Deadlines<string>(clock, (key) => due.push(`${key}@${fake.now()}`));
+    const days = 30 * 24 * 3600 * 1000;
+    set.set('far', days);
+    fake.advance(days);
+    expect(due).toEqual([`far@${days}`]);
+    expect(asked).toEqual([2 ** 31 - 1, days - (2 ** 31 - 1)]); // Node would run a longer timer after 1 ms
+  });
+
   it('a deadline set while one is being called is kept, even an earlier one', () => {
     const clock = new FakeClock(0);
     const due: string[] = [];
