@@ -11,10 +11,9 @@
  */
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { removeDir, startMesh, type RunningMesh } from '../test/helpers/mesh.js';
 import { percentile, printTable, writeResults } from './lib.js';
-import { BenchClient } from './mesh-client.js';
+import { BenchClient, closedLoop } from './mesh-client.js';
 
 const { values } = parseArgs({
   options: {
@@ -31,7 +30,6 @@ const JOBS = Number(values.jobs);
 const ROUNDS = Number(values.rounds);
 const INFLIGHT = Number(values.inflight);
 const WARMUP = Number(values.warmup);
-const sample = (i: number): number[] => Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k));
 
 interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[] }
 
@@ -42,16 +40,6 @@ async function up(name: string, bin: string | undefined, nodeArgs: string[]): Pr
   return { name, mesh, client, rounds: [] };
 }
 
-/** Jobs per second with INFLIGHT jobs kept outstanding until `jobs` have completed. */
-async function closedLoop(client: BenchClient, jobs: number): Promise<number> {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(Array.from({ length: INFLIGHT }, async () => {
-    while (next < jobs) await client.run({ type: 'tensor', input: { x: sample(next++) } });
-  }));
-  return jobs / ((performance.now() - start) / 1000);
-}
-
 const median = (values: readonly number[]): number => percentile(values, 50);
 
 const named = (what: string, args: string | undefined): string => (args ? `${what} ${args}` : what);
@@ -60,12 +48,12 @@ const builds = [
   await up(named(values.base ? `base (${values.base})` : 'base', values['base-node-args']), values.base && join(values.base, 'bin/gpumesh.js'), words(values['base-node-args'])),
 ];
 try {
-  for (const build of builds) await closedLoop(build.client, WARMUP);
+  for (const build of builds) await closedLoop(build.client, WARMUP, INFLIGHT);
   for (let round = 0; round < ROUNDS; round++) {
     // ABBA order: each build goes first as often as second.
     const order = round % 2 === 0 ? builds : [...builds].reverse();
     for (const build of order) {
-      build.rounds.push(await closedLoop(build.client, JOBS));
+      build.rounds.push(await closedLoop(build.client, JOBS, INFLIGHT));
       process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(0)} jobs/s\n`);
     }
   }

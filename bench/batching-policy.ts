@@ -13,10 +13,9 @@
  *   npm run bench:batching-policy -- [--lone 500] [--jobs 5000] [--inflight 64] [--rounds 3] [--warmup 3000]
  */
 import { parseArgs } from 'node:util';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { removeDir, startMesh, type RunningMesh } from '../test/helpers/mesh.js';
 import { printTable, summarize, writeResults, type Summary } from './lib.js';
-import { BenchClient } from './mesh-client.js';
+import { BenchClient, mlpJob } from './mesh-client.js';
 
 const { values } = parseArgs({
   options: {
@@ -29,7 +28,6 @@ const JOBS = Number(values.jobs);
 const INFLIGHT = Number(values.inflight);
 const ROUNDS = Number(values.rounds);
 const WARMUP = Number(values.warmup);
-const job = (i: number) => ({ type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k)) } });
 
 type Policy = 'while-arriving' | 'always';
 const POLICIES: Policy[] = ['while-arriving', 'always'];
@@ -49,7 +47,7 @@ async function closedLoop(client: BenchClient, count: number, offset: number): P
   const latencies: number[] = [];
   const start = performance.now();
   await Promise.all(Array.from({ length: INFLIGHT }, async () => {
-    while (next < count) latencies.push(await client.run(job(offset + next++)));
+    while (next < count) latencies.push(await client.run(mlpJob(offset + next++)));
   }));
   return { throughput: count / ((performance.now() - start) / 1000), latencies };
 }
@@ -59,14 +57,14 @@ try {
   for (const policy of POLICIES) sides[policy] = await up(policy);
   for (const policy of POLICIES) {
     // Warm-up: the model's load, then the JIT, one at a time and loaded.
-    for (let i = 0; i < WARMUP / 2; i++) await sides[policy].client.run(job(-i));
+    for (let i = 0; i < WARMUP / 2; i++) await sides[policy].client.run(mlpJob(-i));
     await closedLoop(sides[policy].client, WARMUP / 2, -WARMUP);
   }
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? POLICIES : [...POLICIES].reverse();
     for (const policy of order) {
       const side = sides[policy];
-      for (let i = 0; i < LONE; i++) side.lone.push(await side.client.run(job(i)));
+      for (let i = 0; i < LONE; i++) side.lone.push(await side.client.run(mlpJob(i)));
     }
     for (const policy of order) {
       const side = sides[policy];

@@ -21,11 +21,10 @@ import { fork, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { parseArgs } from 'node:util';
 import { Queue, QueueEvents } from 'bullmq';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { freePort } from '../test/helpers/processes.js';
 import { removeDir, startMesh, tempDir, waitFor } from '../test/helpers/mesh.js';
 import { percentile, printTable, summarize, writeResults, type Summary } from './lib.js';
-import { BenchClient } from './mesh-client.js';
+import { BenchClient, mlpSample } from './mesh-client.js';
 
 const { values } = parseArgs({
   options: {
@@ -38,7 +37,6 @@ const JOBS = Number(values.jobs);
 const ROUNDS = Number(values.rounds);
 const INFLIGHT = Number(values.inflight);
 const WARMUP = Number(values.warmup);
-const sample = (i: number): number[] => Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k));
 
 interface Result { name: string; seconds: number; jobsPerSecond: number; latencies: number[] }
 
@@ -95,10 +93,10 @@ async function gpumesh(): Promise<System> {
   return {
     name: 'gpumesh',
     single: async (i) => {
-      await client.run({ type: 'tensor', input: { x: sample(i) } });
+      await client.run({ type: 'tensor', input: { x: mlpSample(i) } });
     },
     bulk: async (indices) => {
-      const reply = await client.request('POST', '/v1/jobs:batch', JSON.stringify({ jobs: indices.map((i) => ({ type: 'tensor', input: { x: sample(i) } })) }));
+      const reply = await client.request('POST', '/v1/jobs:batch', JSON.stringify({ jobs: indices.map((i) => ({ type: 'tensor', input: { x: mlpSample(i) } })) }));
       if (reply.status !== 207) throw new Error(`bulk submit failed: ${reply.status} ${reply.text}`);
       const results = (JSON.parse(reply.text) as { results: { status: number; id?: string }[] }).results;
       return results.map((result) => {
@@ -147,11 +145,11 @@ async function bullmq(): Promise<System> {
   return {
     name: 'BullMQ + Redis',
     single: async (i) => {
-      const job = await queue.add('tensor', { x: sample(i) }, options);
+      const job = await queue.add('tensor', { x: mlpSample(i) }, options);
       await completion(job.id!);
     },
     bulk: async (indices) => {
-      const jobs = await queue.addBulk(indices.map((i) => ({ name: 'tensor', data: { x: sample(i) }, opts: options })));
+      const jobs = await queue.addBulk(indices.map((i) => ({ name: 'tensor', data: { x: mlpSample(i) }, opts: options })));
       return jobs.map((job) => completion(job.id!));
     },
     close: async () => {

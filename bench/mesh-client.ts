@@ -1,5 +1,12 @@
 import http from 'node:http';
 import { createParser } from 'eventsource-parser';
+import { MLP_INPUT_DIM } from '../src/models/index.js';
+
+/** The `mlp` tensor model's input number `i`: one 64-value sample, different for each i (every benchmark's tiny job). */
+export const mlpSample = (i: number): number[] => Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k));
+
+/** A tensor job for `mlp` with sample `i`. */
+export const mlpJob = (i: number): { type: 'tensor'; input: { x: number[] } } => ({ type: 'tensor', input: { x: mlpSample(i) } });
 
 export interface Reply {
   status: number;
@@ -105,4 +112,14 @@ export class BenchClient {
     this.#stream?.destroy();
     this.#agent.destroy();
   }
+}
+
+/** Keep `inflight` mlp jobs outstanding until `count` have completed; resolves with jobs per second. */
+export async function closedLoop(client: BenchClient, count: number, inflight: number): Promise<number> {
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: inflight }, async () => {
+    while (next < count) await client.run(mlpJob(next++));
+  }));
+  return count / ((performance.now() - start) / 1000);
 }

@@ -18,10 +18,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
 import { removeDir, startMesh, waitFor } from '../test/helpers/mesh.js';
 import { callTree, flameSvg, frameName, heaviest, type CpuProfile, type ProfileNode } from './flame.js';
-import { BenchClient } from './mesh-client.js';
+import { BenchClient, closedLoop, mlpJob } from './mesh-client.js';
 
 const { values } = parseArgs({
   options: {
@@ -35,7 +34,6 @@ const INFLIGHT = Number(values.inflight);
 const OUT = values.out!;
 
 const gen = { type: 'image', input: { prompt: 'profile', seed: 1, width: 8, height: 8, steps: 1 } };
-const mlp = (i: number): unknown => ({ type: 'tensor', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k)) } });
 
 /** The inspector protocol, just enough to start and stop the CPU profiler of the process it is attached to. */
 class Inspector {
@@ -178,31 +176,23 @@ async function allocations(title: string, jobs: number, warmUp: (client: BenchCl
   });
 }
 
-/** Keep `inflight` jobs outstanding until `count` have completed. */
-async function closedLoop(client: BenchClient, count: number, inflight: number): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: inflight }, async () => {
-    while (next < count) await client.run(mlp(next++));
-  }));
-}
-
 const oneAtATime = async (client: BenchClient): Promise<void> => {
-  for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlp(i));
+  for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlpJob(i));
 };
 if (values.allocations || values.survivors) {
   await allocations(`gen 8×8 jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
     for (let i = 0; i < JOBS; i++) await client.run(gen);
   });
   await allocations(`mlp jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
-    for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
+    for (let i = 0; i < JOBS; i++) await client.run(mlpJob(i));
   });
-  await allocations(`mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, JOBS * 5, (client) => closedLoop(client, WARMUP, INFLIGHT), (client) => closedLoop(client, JOBS * 5, INFLIGHT));
+  await allocations(`mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, JOBS * 5, async (client) => { await closedLoop(client, WARMUP, INFLIGHT); }, async (client) => { await closedLoop(client, JOBS * 5, INFLIGHT); });
 } else {
   mkdirSync(OUT, { recursive: true });
   await profiled('up-sequential', `gen 8×8 and mlp jobs one at a time, ${JOBS} each`, oneAtATime, async (client) => {
     for (let i = 0; i < JOBS; i++) await client.run(gen);
-    for (let i = 0; i < JOBS; i++) await client.run(mlp(i));
+    for (let i = 0; i < JOBS; i++) await client.run(mlpJob(i));
   });
-  await profiled('up-dispatch', `mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, (client) => closedLoop(client, WARMUP, INFLIGHT), (client) => closedLoop(client, JOBS * 5, INFLIGHT));
+  await profiled('up-dispatch', `mlp jobs, ${INFLIGHT} in flight, ${JOBS * 5}`, async (client) => { await closedLoop(client, WARMUP, INFLIGHT); }, async (client) => { await closedLoop(client, JOBS * 5, INFLIGHT); });
   process.stdout.write(`\nflame graphs in ${OUT}/up-sequential.svg and ${OUT}/up-dispatch.svg\n`);
 }
