@@ -9,8 +9,9 @@
 // --max-semi-space-size=4: V8's young generation capped at 4 MB (two semi-spaces) instead of growing to 16. A server
 // process's garbage is collected in shorter, more frequent pauses: one-at-a-time tiny jobs through `gpumesh up`
 // went from 2.1-4.1 ms to 1.5-2.7 ms at p99, for at most a few per cent of throughput under load (bench/RESULTS.md,
-// "The young generation"). `npm start` and the systemd units in docs/operations.md pass it too; a process started as
-// `node bin/gpumesh.js` runs with V8's default.
+// "The young generation"). `npm start` and the systemd units in docs/operations.md pass it too, and a gpumesh process
+// that starts another (the agent of `up --agent-process`) reads it from this line (src/cli/launch.ts); a process
+// started as `node bin/gpumesh.js` runs with V8's default.
 import { existsSync } from 'node:fs';
 
 const entry = new URL('../dist/cli/main.js', import.meta.url);

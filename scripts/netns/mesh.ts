@@ -6,12 +6,11 @@ import { promisify } from 'node:util';
 import { createParser } from 'eventsource-parser';
 import { stringify } from 'yaml';
 import { ApiError, MeshClient } from '../../src/cli/client.js';
+import { gpumeshArgs } from '../../src/cli/launch.js';
 import type { MeshConfigInput } from '../../src/orchestrator/config.js';
 import type { HostView, JobView, MeshEvent } from '../../src/protocol/index.js';
 import type { Topology } from './topology.js';
 
-const ROOT = new URL('../../', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin/gpumesh.js');
 const PORT = 7070;
 const runFile = promisify(execFile);
 
@@ -107,7 +106,7 @@ export class NetnsMesh {
   async startOrchestrator(): Promise<void> {
     const label = `orchestrator-${++this.#starts}`;
     this.#orchestrator = spawnLogged(this.#topology.command(this.#orchestratorHost, [
-      process.execPath, BIN, 'serve', '--data', this.#data, '--config', join(this.#work, 'mesh.yaml'),
+      process.execPath, ...gpumeshArgs(['serve', '--data', this.#data, '--config', join(this.#work, 'mesh.yaml')]),
     ]), label, this.#logs);
     const started = this.#orchestrator;
     await until(`the orchestrator to answer at ${this.url}`, async () => {
@@ -128,7 +127,7 @@ export class NetnsMesh {
 
   /** `gpumesh <args>` on the orchestrator's host, with its admin grant; resolves with stdout and stderr. */
   async cli(args: string[]): Promise<{ stdout: string; stderr: string }> {
-    const argv = this.#topology.command(this.#orchestratorHost, [process.execPath, BIN, ...args, '--url', this.url]);
+    const argv = this.#topology.command(this.#orchestratorHost, [process.execPath, ...gpumeshArgs([...args, '--url', this.url])]);
     return runFile(argv[0]!, argv.slice(1), { env: { ...process.env, GPUMESH_HOME: this.#data }, timeout: 60_000 });
   }
 
@@ -145,7 +144,7 @@ export class NetnsMesh {
       this.#joins.set(spec.host, (joinLine = line.split(' ').slice(1)));
     }
     const agent = spawnLogged(this.#topology.command(spec.host, [
-      process.execPath, BIN, ...joinLine, '--data', join(this.#work, `agent-${spec.host}`), '--cpu-budget', '1024', '--cgroups', 'off',
+      process.execPath, ...gpumeshArgs([...joinLine, '--data', join(this.#work, `agent-${spec.host}`), '--cpu-budget', '1024', '--cgroups', 'off']),
     ]), `agent-${spec.host}`, this.#logs);
     this.#agents.set(spec.host, agent);
     return agent;

@@ -6,15 +6,12 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { MeshClient } from '../../src/cli/client.js';
+import { launchFlags } from '../../src/cli/launch.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 export const BIN = join(ROOT, 'bin/gpumesh.js');
 
-/** The options the command runs Node with when started as itself (the `exec node …` line at its top). */
-export function launchFlags(bin = BIN): string[] {
-  const launch = /^\/\/ 2>\/dev\/null; exec node (.*?) ?"\$0" "\$@"$/m.exec(readFileSync(bin, 'utf8'));
-  return launch?.[1]?.trim().split(/\s+/).filter(Boolean) ?? [];
-}
+export { launchFlags };
 
 export interface RunningMesh {
   url: string;

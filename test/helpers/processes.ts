@@ -1,7 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
-import { BIN, launchFlags, waitFor } from './mesh.js';
+import { gpumeshArgs } from '../../src/cli/launch.js';
+import { waitFor } from './mesh.js';
 
 /** A port nothing listens on right now. */
 export async function freePort(): Promise<number> {
@@ -27,7 +28,7 @@ export interface Proc {
 
 /** Run `gpumesh <args>` as a real process, collecting its output. */
 export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
-  const child = spawn(process.execPath, [...launchFlags(), BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, gpumeshArgs(args), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   let stdout = '';
   child.stdout!.on('data', (chunk: Buffer) => {

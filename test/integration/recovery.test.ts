@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { meshForFile, waitFor } from '../helpers/mesh.js';
+import { readFileSync } from 'node:fs';
+import { launchFlags, meshForFile, waitFor } from '../helpers/mesh.js';
 
 // The local agent as a process of its own (`--agent-process`): over the WebSocket link, restarted by `up` when it dies.
 const running = meshForFile({ args: ['--agent-process'] });
@@ -36,7 +37,10 @@ describe('recovery', () => {
 
   it('gpumesh up restarts its local agent when the agent dies', async () => {
     const pids = () => execFileSync('pgrep', ['-f', `gpumesh.js agent .*${running().data}/agent`]).toString().trim().split('\n').map(Number);
+    // Node's options as the agent was started with (its command line, NUL-separated): the command's own, like `up`'s.
+    const nodeOptions = (agent: number) => readFileSync(`/proc/${agent}/cmdline`, 'utf8').split('\0').slice(1, 1 + launchFlags().length);
     const [pid] = pids();
+    expect(nodeOptions(pid!)).toEqual(launchFlags());
     process.kill(pid!, 'SIGKILL');
     await waitFor(async () => {
       try {
@@ -46,6 +50,7 @@ describe('recovery', () => {
         return false;
       }
     }, { timeoutMs: 30_000, what: 'a new local agent to join' });
+    expect(nodeOptions(pids()[0]!)).toEqual(launchFlags());
     const job = await running().client().submit({ type: 'image', input: { prompt: 'after the restart', width: 32, height: 32, steps: 1 } });
     expect((await running().client().follow(job.id)).type).toBe('succeeded');
   });

@@ -3,18 +3,17 @@ import { once } from 'node:events';
 import { mkdirSync, openSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
 import { caveatsFromOptions, DURATION, galleryGrantOptions, meshViewGrantOptions } from '../../orchestrator/auth/options.js';
 import { VERSION } from '../../version.js';
+import { gpumeshArgs } from '../launch.js';
 import { CliError, parseInteger } from '../output.js';
 import type { AgentOptions } from '../../agent/index.js';
 import type { Orchestrator } from '../../orchestrator/index.js';
 import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
 
-const BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
 
 /**
  * The agent process `up` runs next to the orchestrator. If it dies (a crash,
@@ -138,11 +137,11 @@ export function upCommand(): Command {
         });
       } else if (options.agent) agent = new LocalAgent(() => {
         const grant = agentGrant();
-        const args = [BIN, 'agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
+        const args = ['agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
         if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
-        return spawn(process.execPath, args, {
+        return spawn(process.execPath, gpumeshArgs(args), {
           // The grant travels in the environment, not argv, so `ps` does not show it.
           // Its grant names this mesh's CA; a fingerprint meant for some other mesh must not be pinned too.
           env: { ...process.env, GPUMESH_GRANT: grant, GPUMESH_LOG_LEVEL: level, GPUMESH_TLS_CA_FINGERPRINT: undefined },
