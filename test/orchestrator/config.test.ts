@@ -1,6 +1,10 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { ConfigError, policyFor, resolveConfig } from '../../src/orchestrator/config.js';
 import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
+import { ROOT } from '../helpers/mesh.js';
 
 describe('mesh.yaml validation', () => {
   it('names every bad field by its path', () => {
@@ -72,5 +76,30 @@ describe('mesh.yaml validation', () => {
     for (const field of ['minReplicas', 'maxReplicas', 'targetInFlight', 'idleWindowS']) expect(bad).toThrow(new RegExp(`models\\.gen\\.${field}`));
     expect(() => resolveConfig({ models: { gen: { minReplicas: 1.5 } } }, '/tmp/x')).toThrow(/models\.gen\.minReplicas/);
     expect(() => resolveConfig({ autoscaler: { intervalMs: 10 } }, '/tmp/x')).toThrow(/autoscaler\.intervalMs/);
+  });
+});
+
+describe('the mesh.yaml reference in docs/operations.md', () => {
+  const doc = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  const reference = parseYaml(/\n## mesh\.yaml\n[\s\S]*?```yaml\n([\s\S]*?)```/.exec(doc)![1]!) as Record<string, unknown>;
+  // Settings by path; the maps a user fills with names of their own (job types, models) count as one setting each.
+  const OPEN_MAPS = new Set(['routing', 'defaultModels', 'models']);
+  const paths = (value: unknown, prefix = ''): string[] =>
+    value !== null && typeof value === 'object' && !Array.isArray(value) && !OPEN_MAPS.has(prefix)
+      ? Object.entries(value).flatMap(([key, field]) => paths(field, prefix ? `${prefix}.${key}` : key))
+      : [prefix];
+
+  it('is a mesh.yaml gpumesh accepts as it stands', () => {
+    expect(() => resolveConfig(reference, '/tmp/x')).not.toThrow();
+  });
+
+  it('names every setting that has a default, with that default', () => {
+    const defaults = resolveConfig({}, '/tmp/x');
+    const documented = new Set(paths(reference));
+    expect(paths(defaults).filter((path) => !documented.has(path))).toEqual([]);
+    // What it shows is what a mesh gets when the setting is left out (data: the folder the reference names).
+    const shown = resolveConfig(reference, '/tmp/x');
+    const at = (config: unknown, path: string): unknown => path.split('.').reduce<unknown>((value, key) => (value as Record<string, unknown>)[key], config);
+    for (const path of paths(defaults).filter((path) => !OPEN_MAPS.has(path) && path !== 'data')) expect(at(shown, path), path).toEqual(at(defaults, path));
   });
 });
