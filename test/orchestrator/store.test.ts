@@ -27,10 +27,11 @@ describe('store migrations', () => {
     expect(() => migrate(db)).toThrow(/newer than this gpumesh knows/);
   });
 
-  it('opens in WAL mode', () => {
+  it('opens in WAL mode, with savepoints journalled in memory (no temporary files)', () => {
     const dir = `/tmp/gpumesh-store-${process.pid}`;
     const db = openDb(`${dir}/store.sqlite`);
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    expect(db.pragma('temp_store', { simple: true })).toBe(2);
     db.close();
   });
 

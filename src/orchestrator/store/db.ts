@@ -22,6 +22,10 @@ export function openDb(path: string): Db {
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
+  // The group commit's savepoints keep the pages they change in a sub-journal, which SQLite spills to a temporary file
+  // (created, written and unlinked: /var/tmp/etilqs_*) once it passes 64 KiB: about once per dispatched batch under
+  // load. In memory it is a few pages of RAM for the length of one write.
+  db.pragma('temp_store = MEMORY');
   migrate(db);
   return db;
 }
