@@ -11,7 +11,7 @@ import { EngineError, type Engine, type JobOutput, type LoadedModel } from './en
 import { workClock } from './engines/http/timing.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
-import type { GovernanceConfigInput } from './governance/settings.js';
+import type { GovernanceConfigInput } from '../protocol/engines/process-settings.js';
 import { AgentLink, type AgentLinkOptions } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';

@@ -5,13 +5,13 @@ import type { Device } from '../protocol/index.js';
 import { EngineError } from './engines/engine.js';
 import { splitLines } from './engines/http/lines.js';
 import type { EndpointProvider, EndpointRequest, ServerEndpoint, ServerExit } from './engines/shared/endpoint.js';
-import type { LaunchSettings } from './engines/shared/launch-settings.js';
+import type { LaunchSettings } from '../protocol/engines/server-settings.js';
 import { safeName } from './governance/cgroups/cgroupfs.js';
 import { MissingExecutable } from './governance/executable.js';
 import { describeExit, exitError } from './governance/exit-reason.js';
 import type { Governor } from './governance/governor.js';
 import { startServer, type ManagedServer } from './governance/managed-server.js';
-import type { EngineLimits, ServerSettingsInput } from './governance/settings.js';
+import type { EngineLimits, ServerSettingsInput } from '../protocol/engines/process-settings.js';
 
 export interface ServerLauncherOptions {
   governor: Governor;

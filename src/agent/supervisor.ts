@@ -4,7 +4,7 @@ import type { EngineError } from './engines/engine.js';
 import { classifyExit, exitError } from './governance/exit-reason.js';
 import { Governor } from './governance/governor.js';
 import type { GovernedProcess } from './governance/governed-process.js';
-import { ProcessLimits, type ProcessLimitsInput } from './governance/settings.js';
+import { ProcessLimits, type ProcessLimitsInput } from '../protocol/engines/process-settings.js';
 
 export interface SpawnOptions {
   /** A name for logs (and the cgroup's name). */

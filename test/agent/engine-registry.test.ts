@@ -9,6 +9,7 @@ import { workClock } from '../../src/agent/engines/http/timing.js';
 import { Governor } from '../../src/agent/governance/governor.js';
 import { Supervisor } from '../../src/agent/supervisor.js';
 import { ROOT } from '../helpers/mesh.js';
+import { ENGINE_DESCRIPTORS } from '../../src/protocol/engines/index.js';
 
 const log = pino({ level: 'silent' });
 const governor = Governor.withoutCgroups(log);
@@ -49,20 +50,24 @@ describe('the engine registry', () => {
     expect(asked).toEqual(['sdcpp sd null sd-server --port ${PORT}']);
   });
 
+  it('the agent has a factory for every engine the orchestrator knows, in the same order, each with its descriptor', () => {
+    expect(ENGINES.map((module) => module.descriptor)).toEqual(ENGINE_DESCRIPTORS);
+  });
+
   it('every registered engine has its contract test (adding an engine is its folder, its line and its contract test)', () => {
     for (const name of ENGINE_NAMES) expect(existsSync(join(ROOT, 'test/agent', `${name}-engine.test.ts`)), `test/agent/${name}-engine.test.ts`).toBe(true);
   });
 
   it("each engine's own schema checks a model's settings, with its defaults", () => {
-    expect(engineModule('onnx')!.settings.safeParse({ pipeline: 'tensor' }).success).toBe(true);
-    expect(engineModule('onnx')!.settings.safeParse({ pipeline: 'diffusion' }).success).toBe(false);
-    expect(engineModule('exec')!.settings.safeParse({}).success).toBe(false); // a command is required
+    expect(engineModule('onnx')!.descriptor.settings.safeParse({ pipeline: 'tensor' }).success).toBe(true);
+    expect(engineModule('onnx')!.descriptor.settings.safeParse({ pipeline: 'diffusion' }).success).toBe(false);
+    expect(engineModule('exec')!.descriptor.settings.safeParse({}).success).toBe(false); // a command is required
     expect(engineModule('nope')).toBeUndefined();
   });
 
   it('server engines take a url or a command (never both), and each has its own readiness route by default', () => {
     const readiness: Record<string, string> = { sdcpp: '/sdcpp/v1/capabilities', 'openai-images': '/v1/models', comfyui: '/system_stats', oip: '/v2/health/ready' };
-    const servers = ENGINES.filter((module) => module.server);
+    const servers = ENGINE_DESCRIPTORS.filter((module) => module.server);
     expect(servers.map((module) => module.name)).toEqual(Object.keys(readiness));
     for (const module of servers) {
       const started = module.settings.parse({ command: 'server --port ${PORT}' }) as Record<string, unknown>;
@@ -71,6 +76,6 @@ describe('the engine registry', () => {
       expect(both.success, module.name).toBe(false);
       expect(both.error!.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')).toMatch(/command: give settings\.url .* or settings\.command .*, not both/);
     }
-    expect(ENGINES.filter((module) => module.needsFile).map((module) => module.name)).toEqual(['onnx']);
+    expect(ENGINE_DESCRIPTORS.filter((module) => module.needsFile).map((module) => module.name)).toEqual(['onnx']);
   });
 });

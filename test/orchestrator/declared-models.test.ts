@@ -115,8 +115,10 @@ describe('the registry with declared models', () => {
     const fronted = registry.get('fronted')!.manifest;
     expect(fronted).toMatchObject({ file: false, bytes: 0 });
     expect(fronted.digest).toBe(definitionDigest(modelDefinitions(resolveConfig({ models: { fronted: { engine: 'comfyui', jobTypes: ['image'], settings: { url: 'http://127.0.0.1:8188', workflow: {} } } } }, '/tmp/x').models)[0]!));
-    // The job type's input handling is the orchestrator's, whatever the engine.
-    expect(registry.get('sd')!.pipeline).toBe(PIPELINES.image);
+    // The job type's input handling is the orchestrator's, whatever the engine; the engine adds only its control markup.
+    const pipeline = registry.get('sd')!.pipeline;
+    expect(pipeline.compatKey).toBe(PIPELINES.image.compatKey);
+    expect(() => pipeline.normalize({ prompt: 'a fox <lora:x:1>' }, registry.get('sd')!.manifest)).toThrow(/prompt: contains a <lora:…> tag, control markup of the sdcpp engine/);
   });
 
   it('a definition changed in any field is a new version; the same one always hashes the same', () => {

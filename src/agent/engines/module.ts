@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import type { Clock } from '../../orchestrator/clock.js';
+import type { EngineDescriptor } from '../../protocol/engines/index.js';
 import type { Governor } from '../governance/governor.js';
 import type { Supervisor } from '../supervisor.js';
 import type { ClipEncoder } from '../video/encoder.js';
@@ -27,28 +28,11 @@ export interface EngineServices {
 }
 
 /**
- * One engine as a plug-in: its name (what a model's `engine` says and the
- * agent's hello lists), its settings schema, and a factory. Each engine's
- * folder exports one; engines/registry.ts lists them, one line each.
+ * One engine as a plug-in: what both sides know about it (its descriptor, in protocol/engines/: name, settings
+ * schema, control markup) and the agent's factory. Each engine's folder exports one; engines/registry.ts lists
+ * them, one line each.
  */
 export interface EngineModule<Settings extends z.ZodType = z.ZodType> {
-  readonly name: string;
-  /**
-   * The engine's own schema for a model's `settings`: the engine validates every manifest with it at load, and the
-   * orchestrator validates the models declared in mesh.yaml with it at start, so a bad field is named before any job.
-   */
-  readonly settings: Settings;
-  /**
-   * A server engine: each model names the server it talks to (`settings.url`, a server the person runs) or how
-   * the agent starts one (`settings.command`). The orchestrator refuses a declared model that names neither.
-   */
-  readonly server: boolean;
-  /** The engine loads a model file (the ONNX engine): the orchestrator refuses a declared model without `file`. */
-  readonly needsFile: boolean;
-  /**
-   * The engine makes clips itself (the ONNX engine's `cppn-video`). Absent: a model of it that serves `video` is
-   * given its frames one image at a time by the agent (video/frames-from-images.ts), so any image engine makes clips.
-   */
-  readonly nativeVideo?: boolean;
+  readonly descriptor: EngineDescriptor<Settings>;
   create(services: EngineServices): Engine;
 }

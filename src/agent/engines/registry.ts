@@ -10,10 +10,11 @@ import { sdcppEngine } from './sdcpp/index.js';
 
 /**
  * Every engine an agent can run, one line each. Adding an engine is its
- * folder (the engine, its settings schema, an `EngineModule` in its
+ * descriptor (protocol/engines/: name, settings schema, control markup, and a
+ * line in ENGINE_DESCRIPTORS), its folder (the engine, an `EngineModule` in its
  * index.ts), its line here, and its contract test — nothing else: the agent
  * builds and announces what is listed, and the orchestrator checks declared
- * models' settings against the schemas listed.
+ * models against the descriptors.
  */
 export const ENGINES: readonly EngineModule[] = [
   onnxEngine,
@@ -25,11 +26,11 @@ export const ENGINES: readonly EngineModule[] = [
 ];
 
 /** The names of the registered engines, in registration order. */
-export const ENGINE_NAMES: readonly string[] = ENGINES.map((module) => module.name);
+export const ENGINE_NAMES: readonly string[] = ENGINES.map((module) => module.descriptor.name);
 
 /** The registered engine of this name, if any. */
 export function engineModule(name: string): EngineModule | undefined {
-  return ENGINES.find((module) => module.name === name);
+  return ENGINES.find((module) => module.descriptor.name === name);
 }
 
 /**
@@ -49,7 +50,7 @@ export function buildEngines(services: EngineServices, enabled: readonly string[
     const module = engineModule(name)!;
     const engine = module.create({ ...services, log: services.log.child({ engine: name }) });
     if (engine.name !== name) throw new Error(`the engine registered as "${name}" calls itself "${engine.name}"`);
-    engines.set(name, module.nativeVideo ? engine : withFramesFromImages(engine, services.video));
+    engines.set(name, module.descriptor.nativeVideo ? engine : withFramesFromImages(engine, services.video));
   }
   return engines;
 }

@@ -4,7 +4,7 @@ import { classifyExit, type ExitReason } from './exit-reason.js';
 import type { Governor } from './governor.js';
 import { prepareLaunch } from './launch.js';
 import { LogTail } from './log-tail.js';
-import { CommandSettings, type CommandSettingsInput } from './settings.js';
+import { CommandSettings, type CommandSettingsInput } from '../../protocol/engines/process-settings.js';
 
 export interface CommandInvocation {
   /** For logs, the cgroup's name and errors (`ffmpeg`). */

@@ -4,7 +4,7 @@ import { safeName } from './cgroups/cgroupfs.js';
 import { detectCgroups, type DetectOptions } from './cgroups/detect.js';
 import { systemClock, type Clock } from './clock.js';
 import { GovernedProcess, type SpawnSpec } from './governed-process.js';
-import { GovernanceConfig, type GovernanceConfigInput } from './settings.js';
+import { GovernanceConfig, type GovernanceConfigInput } from '../../protocol/engines/process-settings.js';
 
 export interface GovernorOptions {
   /** This agent's id (its host id); with the agent's pid it names the agent's parent cgroup. */

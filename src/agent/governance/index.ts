@@ -16,4 +16,4 @@ export { systemClock, type Clock, type Timer } from './clock.js';
 export {
   CommandSettings, EngineLimits, GovernanceConfig, LogLimits, ProcessLimits, Readiness, RestartPolicy, ServerSettings,
   type CommandSettingsInput, type GovernanceConfigInput, type ProcessLimitsInput, type ServerSettingsInput,
-} from './settings.js';
+} from '../../protocol/engines/process-settings.js';

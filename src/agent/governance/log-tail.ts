@@ -1,4 +1,4 @@
-import type { LogLimits } from './settings.js';
+import type { LogLimits } from '../../protocol/engines/process-settings.js';
 
 const NEWLINE = 0x0a;
 

@@ -8,7 +8,7 @@ import type { Governor } from './governor.js';
 import { prepareLaunch } from './launch.js';
 import { LogTail } from './log-tail.js';
 import { NotReadyError, waitForHttp, waitForLogLine } from './readiness.js';
-import { ServerSettings, type ServerSettingsInput } from './settings.js';
+import { ServerSettings, type ServerSettingsInput } from '../../protocol/engines/process-settings.js';
 
 const HOST = '127.0.0.1';
 /** What one `output()` reader may have waiting before its oldest chunks are dropped. */

@@ -4,7 +4,7 @@ import { EngineError } from '../engines/engine.js';
 import type { Clock, Timer } from './clock.js';
 import { describeExit, exitError, type ExitReason } from './exit-reason.js';
 import type { ManagedServer } from './managed-server.js';
-import type { RestartPolicy } from './settings.js';
+import type { RestartPolicy } from '../../protocol/engines/process-settings.js';
 
 /** The delay before restart number `failures` (1 for the first): exponential from initialDelayMs, capped at maxDelayMs. */
 export function restartDelay(policy: RestartPolicy, failures: number): number {

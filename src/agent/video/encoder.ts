@@ -11,7 +11,7 @@ import { classifyExit, describeExit, exitError, type ProcessEnd } from '../gover
 import type { GovernedProcess } from '../governance/governed-process.js';
 import type { Governor } from '../governance/governor.js';
 import { LogTail } from '../governance/log-tail.js';
-import { ProcessLimits, type EngineLimits } from '../governance/settings.js';
+import { ProcessLimits, type EngineLimits } from '../../protocol/engines/process-settings.js';
 import { ffmpegArgs, type ClipShape } from './ffmpeg.js';
 
 export interface VideoEncoderOptions {

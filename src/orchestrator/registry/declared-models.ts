@@ -1,13 +1,14 @@
 import { createHash } from 'node:crypto';
-import { engineModule } from '../../agent/engines/registry.js';
+import { engineDescriptor } from '../../protocol/engines/index.js';
 import type { ModelEntry } from '../config.js';
 import { PIPELINES, pipelineFor } from './pipelines.js';
 
 /**
- * Models declared in mesh.yaml. The engines' settings schemas are the
- * agent's own (agent/engines/registry.ts): the orchestrator checks a declared
- * model's settings with the schema its engine will load it with, so a bad
- * field is named when the mesh starts rather than at the first job.
+ * Models declared in mesh.yaml. The engines' settings schemas are in their
+ * descriptors (protocol/engines/), which agents load models with too: the
+ * orchestrator checks a declared model's settings with the schema its engine
+ * will load it with, so a bad field is named when the mesh starts rather than
+ * at the first job.
  */
 
 /** A model declared in mesh.yaml, checked, with its defaults. */
@@ -67,7 +68,7 @@ export function checkModelEntries(models: Readonly<Record<string, ModelEntry>>, 
       }
       if (pipelines.size > 1 && !pipelines.has(undefined)) problems.push(`${at}.jobTypes: ${entry.jobTypes.join(' and ')} take different inputs; one model serves job types of one input kind`);
     }
-    const module = engineModule(entry.engine);
+    const module = engineDescriptor(entry.engine);
     if (!module) continue;
     const settings = entry.settings ?? {};
     const parsed = module.settings.safeParse(settings);
@@ -94,7 +95,7 @@ export function modelDefinitions(models: Readonly<Record<string, ModelEntry>>): 
 
 /** Declared models whose engine this orchestrator does not know: only agents that list the engine in their hello get them. */
 export function unknownEngines(definitions: readonly ModelDefinition[]): ModelDefinition[] {
-  return definitions.filter((definition) => !engineModule(definition.engine));
+  return definitions.filter((definition) => !engineDescriptor(definition.engine));
 }
 
 /** JSON with object keys sorted, so the same definition always hashes the same. */

@@ -5,7 +5,8 @@ import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type
 import type { BlobStore } from './blob-store.js';
 import { definitionDigest, modelDefinitions, type ModelDefinition } from './declared-models.js';
 import { ModelFiles } from './model-files.js';
-import { pipelineFor, type Pipeline } from './pipelines.js';
+import { pipelineFor, pipelineForEngine, type Pipeline } from './pipelines.js';
+import { engineDescriptor } from '../../protocol/engines/index.js';
 
 export type RecordBlob = (digest: string, bytes: number, mediaType: string) => void;
 
@@ -94,7 +95,8 @@ export class ModelRegistry {
     this.#models.set(manifest.name, {
       manifest,
       policy: policyFor(this.#config, manifest.name, BUILTIN_POLICIES[manifest.name]),
-      pipeline,
+      // An engine this orchestrator does not know (one only some agents run) has no markup it could refuse.
+      pipeline: pipelineForEngine(pipeline, engineDescriptor(manifest.engine)),
     });
   }
 

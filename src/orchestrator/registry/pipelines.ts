@@ -1,5 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { z } from 'zod';
+import { controlMarkupIn, type EngineDescriptor } from '../../protocol/engines/index.js';
 import { INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput } from '../../protocol/index.js';
 
 /**
@@ -134,4 +135,22 @@ export const PIPELINES = {
 /** The pipeline of a job type, if the orchestrator has one. */
 export function pipelineFor(jobType: string): Pipeline | undefined {
   return Object.hasOwn(PIPELINES, jobType) ? PIPELINES[jobType as keyof typeof PIPELINES] : undefined;
+}
+
+/**
+ * A model's pipeline: its job type's, refusing at admission client text that carries its engine's control markup
+ * (protocol/engines/markup.ts) — a 400 naming the field and the markup, before the job is stored. The engine on the
+ * agent refuses it again: neither side trusts the other with it.
+ */
+export function pipelineForEngine(pipeline: Pipeline, engine: EngineDescriptor | undefined): Pipeline {
+  if (!engine || engine.controlMarkup.length === 0) return pipeline;
+  return {
+    ...pipeline,
+    normalize(input, manifest) {
+      const normalized = pipeline.normalize(input, manifest);
+      const problem = controlMarkupIn(normalized, engine);
+      if (problem) throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: problem });
+      return normalized;
+    },
+  };
 }

@@ -1,4 +1,4 @@
-import type { ErrorCode } from '../../../protocol/index.js';
+import { formatError, type ErrorCode } from '../../../protocol/index.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../engine.js';
@@ -6,7 +6,9 @@ import { BatchProgress } from '../shared/batch-progress.js';
 import { ServerStatusError, ServerUnreachableError } from '../shared/http.js';
 import { describeOutput } from '../shared/media.js';
 import type { ComfyClient, ComfyFileRef, HistoryEntry } from './client.js';
-import { fillWorkflow, type ComfyUiSettings, type ResolvedWorkflow } from './settings.js';
+import { comfyUiDescriptor, type ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
+import { controlMarkupIn } from '../../../protocol/engines/index.js';
+import { fillWorkflow, type ResolvedWorkflow } from './workflow.js';
 import { ComfySocket, type ComfyMessage } from './socket.js';
 
 type Failure = { kind: 'failed'; code: ErrorCode; message: string; retryable: boolean };
@@ -26,6 +28,8 @@ interface PromptState {
 }
 
 export interface BatchDeps {
+  /** The gpumesh model's name, for errors. */
+  model: string;
   client: ComfyClient;
   workflow: ResolvedWorkflow;
   settings: ComfyUiSettings;
@@ -110,6 +114,8 @@ export class ComfyBatch {
   async #submit(state: PromptState): Promise<void> {
     const { client, workflow } = this.#deps;
     if (state.cancelled || state.outcome) return this.#finish(state, { kind: 'cancelled' });
+    const markup = controlMarkupIn(state.job.input, comfyUiDescriptor);
+    if (markup) return this.#finish(state, failed('INVALID_INPUT', formatError('INVALID_INPUT', { model: this.#deps.model, detail: markup }), false));
     try {
       const submitted = await client.submit(fillWorkflow(workflow, state.job.input), this.#clientId, randomUUID());
       state.promptId = String(submitted.prompt_id);

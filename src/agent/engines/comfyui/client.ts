@@ -1,5 +1,5 @@
 import { ServerHttp, type HttpOptions } from '../shared/http.js';
-import type { Workflow } from './settings.js';
+import type { Workflow } from '../../../protocol/engines/comfyui.js';
 
 /** One output file as ComfyUI lists it in history and `executed` messages. */
 export interface ComfyFileRef {

@@ -6,7 +6,8 @@ import { ServerStatusError } from '../shared/http.js';
 import { parseSettings } from '../shared/settings.js';
 import { ComfyBatch } from './batch.js';
 import { ComfyClient, type SystemStats } from './client.js';
-import { ComfyUiSettings, resolveWorkflow } from './settings.js';
+import { ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
+import { resolveWorkflow } from './workflow.js';
 
 export interface ComfyUiEngineOptions {
   /** Starts a ComfyUI server for a model whose settings carry no `url` (the agent's server launcher). Default: none (a `url` is required). */
@@ -65,7 +66,7 @@ export class ComfyUiEngine implements Engine {
       memoryMB: Math.max(manifest.memoryMB, torchMemoryMB(stats), 1),
       run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
         if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
-        const batch = new ComfyBatch({ client, workflow, settings, log }, jobs, onProgress);
+        const batch = new ComfyBatch({ model: manifest.name, client, workflow, settings, log }, jobs, onProgress);
         batches.add(batch);
         try {
           return { outputs: await batch.run() };

@@ -1,12 +1,12 @@
 import type { EngineModule } from '../module.js';
 import { ComfyUiEngine } from './engine.js';
-import { ComfyUiSettings } from './settings.js';
+import { comfyUiDescriptor, type ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
 
 export { ComfyUiEngine, type ComfyUiEngineOptions } from './engine.js';
-export { ComfyUiSettings, NAMED_INPUTS, type NamedInput } from './settings.js';
+export { ComfyUiSettings, NAMED_INPUTS, type NamedInput } from '../../../protocol/engines/comfyui.js';
 
-/** ComfyUI workflows, on a ComfyUI fronted or started by the agent (engines/registry.ts). */
+/** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */
 export const comfyUiEngine: EngineModule<typeof ComfyUiSettings> = {
-  name: 'comfyui', settings: ComfyUiSettings, server: true, needsFile: false,
+  descriptor: comfyUiDescriptor,
   create: ({ endpoints, log }) => new ComfyUiEngine({ endpoints, log }),
 };

@@ -5,7 +5,8 @@ import type { EngineJob, JobOutput, Progress } from '../engine.js';
 import { BatchProgress } from '../shared/batch-progress.js';
 import { collectOutputs } from './outputs.js';
 import type { CommandResult, CommandRunner } from './runner.js';
-import { fill, type ExecSettings, type Placeholder } from './settings.js';
+import type { ExecSettings } from '../../../protocol/engines/exec.js';
+import { fill, type Placeholder } from './command.js';
 
 export interface ExecContext {
   settings: ExecSettings;

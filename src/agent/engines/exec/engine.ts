@@ -7,7 +7,8 @@ import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type L
 import { parseSettings } from '../shared/settings.js';
 import { ExecBatch } from './batch.js';
 import { LocalCommandRunner, type CommandRunner } from './runner.js';
-import { commandTemplate, fill, ExecSettings } from './settings.js';
+import { ExecSettings } from '../../../protocol/engines/exec.js';
+import { commandTemplate, fill } from './command.js';
 
 export interface ExecEngineOptions {
   /** Runs the processes. Default: the local runner (own process group, bounded output, timeout). */

@@ -3,7 +3,7 @@ import type { Readable, Writable } from 'node:stream';
 import { classifyExit } from '../../governance/exit-reason.js';
 import { resolveExecutable } from '../../governance/executable.js';
 import type { Governor } from '../../governance/governor.js';
-import { ProcessLimits } from '../../governance/settings.js';
+import { ProcessLimits } from '../../../protocol/engines/process-settings.js';
 import { StdoutLines, Tail, type CommandHooks, type CommandResult, type CommandRunner, type CommandSpec } from './runner.js';
 
 /** The smaller of two limits, where absent means none. */

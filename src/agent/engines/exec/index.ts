@@ -1,15 +1,16 @@
 import type { EngineModule } from '../module.js';
 import { ExecEngine } from './engine.js';
 import { GovernedCommandRunner } from './governed-runner.js';
-import { ExecSettings } from './settings.js';
+import { execDescriptor, type ExecSettings } from '../../../protocol/engines/exec.js';
 
 export { ExecEngine, type ExecEngineOptions } from './engine.js';
-export { ExecSettings, splitCommand } from './settings.js';
+export { ExecSettings } from '../../../protocol/engines/exec.js';
+export { splitCommand } from './command.js';
 export { LocalCommandRunner, type CommandRunner, type CommandSpec, type CommandHooks, type CommandResult } from './runner.js';
 export { GovernedCommandRunner } from './governed-runner.js';
 
-/** Models that are commands, run once per batch or per job, under the agent's governance (engines/registry.ts). */
+/** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */
 export const execEngine: EngineModule<typeof ExecSettings> = {
-  name: 'exec', settings: ExecSettings, server: false, needsFile: false,
+  descriptor: execDescriptor,
   create: ({ governor }) => new ExecEngine({ runner: new GovernedCommandRunner(governor) }),
 };

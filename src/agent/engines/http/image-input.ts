@@ -1,3 +1,4 @@
+import { controlMarkupIn, type EngineDescriptor } from '../../../protocol/engines/index.js';
 import { formatError, ImageInput, type ModelManifest } from '../../../protocol/index.js';
 import { EngineError } from '../engine.js';
 
@@ -18,13 +19,15 @@ export interface RequestDefaults {
   steps: number;
 }
 
-/** The job's input checked against gpumesh's image schema (the orchestrator did too; an engine does not trust it). */
-export function imageRequest(input: Record<string, unknown>, defaults: RequestDefaults, model: string): ImageRequest {
+/**
+ * The job's input checked against gpumesh's image schema and the engine's control markup (the orchestrator did
+ * too; an engine does not trust it).
+ */
+export function imageRequest(input: Record<string, unknown>, defaults: RequestDefaults, model: string, engine: EngineDescriptor): ImageRequest {
   const parsed = ImageInput.safeParse(input);
-  if (!parsed.success) {
-    const detail = parsed.error.issues.map((issue) => `${issue.path.join('.') || 'input'}: ${issue.message}`).join('; ');
-    throw new EngineError('INVALID_INPUT', formatError('INVALID_INPUT', { model, detail }), false);
-  }
+  const detail = parsed.success ? controlMarkupIn(parsed.data, engine)
+    : parsed.error.issues.map((issue) => `${issue.path.join('.') || 'input'}: ${issue.message}`).join('; ');
+  if (!parsed.success || detail) throw new EngineError('INVALID_INPUT', formatError('INVALID_INPUT', { model, detail }), false);
   const image = parsed.data;
   return {
     prompt: image.prompt,

@@ -12,6 +12,6 @@ export type { BackoffOptions } from './timing.js';
 export { retryWhileBusy } from './busy.js';
 export { JobBatch, JobStopped } from './batch.js';
 export type { JobContext, RunOne, JobBatchOptions, StopReason } from './batch.js';
-export { parseSettings } from './settings.js';
+export { parseSettings } from '../shared/settings.js';
 export { imageRequest, manifestParam } from './image-input.js';
 export type { ImageRequest, RequestDefaults } from './image-input.js';

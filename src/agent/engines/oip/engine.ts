@@ -6,7 +6,7 @@ import { parseSettings } from '../shared/settings.js';
 import { OipBatch } from './batch.js';
 import { OipClient } from './client.js';
 import { discover, modelPath as serverModelPath, planInference, type InferPlan } from './plan.js';
-import { OipSettings } from './settings.js';
+import { OipSettings } from '../../../protocol/engines/oip.js';
 
 export interface OipEngineOptions {
   /** Starts a server for a model whose settings carry no `url` (the agent's server launcher). Default: none (a `url` is required). */

@@ -1,12 +1,12 @@
 import type { EngineModule } from '../module.js';
 import { OipEngine } from './engine.js';
-import { OipSettings } from './settings.js';
+import { oipDescriptor, type OipSettings } from '../../../protocol/engines/oip.js';
 
 export { OipEngine, type OipEngineOptions } from './engine.js';
-export { OipSettings } from './settings.js';
+export { OipSettings } from '../../../protocol/engines/oip.js';
 
-/** Tensor models on an Open Inference Protocol v2 server (Triton, KServe), fronted or started by the agent (engines/registry.ts). */
+/** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */
 export const oipEngine: EngineModule<typeof OipSettings> = {
-  name: 'oip', settings: OipSettings, server: true, needsFile: false,
+  descriptor: oipDescriptor,
   create: ({ endpoints }) => new OipEngine({ endpoints }),
 };

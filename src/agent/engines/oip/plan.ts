@@ -1,7 +1,7 @@
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError } from '../engine.js';
 import { BINARY_EXTENSION, type ModelMetadata, type OipClient, type TensorMetadata } from './client.js';
-import type { OipSettings } from './settings.js';
+import type { OipSettings } from '../../../protocol/engines/oip.js';
 import { isNumeric } from './tensors.js';
 
 /** How jobs of one model become infer requests; worked out once, at load. */

@@ -7,7 +7,7 @@ import type { ClipEncoder } from '../../video/encoder.js';
 import { EngineError, type BatchResult, type Engine, type EngineJob, type LoadedModel, type Progress } from '../engine.js';
 import { parseSettings } from '../shared/settings.js';
 import type { FromWorker, ToWorker } from './messages.js';
-import { OnnxSettings } from './settings.js';
+import { OnnxSettings } from '../../../protocol/engines/onnx.js';
 import { encodeClips, type FrameSink } from '../../video/clips.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */

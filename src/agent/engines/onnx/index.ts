@@ -1,12 +1,12 @@
 import type { EngineModule } from '../module.js';
 import { OnnxEngine } from './engine.js';
-import { OnnxSettings } from './settings.js';
+import { onnxDescriptor, type OnnxSettings } from '../../../protocol/engines/onnx.js';
 
 export { OnnxEngine, workerEnv } from './engine.js';
-export { OnnxSettings, ONNX_PIPELINES, type OnnxPipeline } from './settings.js';
+export { OnnxSettings, ONNX_PIPELINES, type OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
-/** The built-in ONNX Runtime engine: one worker process per device (engines/registry.ts). */
+/** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */
 export const onnxEngine: EngineModule<typeof OnnxSettings> = {
-  name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true,
+  descriptor: onnxDescriptor,
   create: ({ supervisor, video }) => new OnnxEngine(supervisor, video ?? null),
 };

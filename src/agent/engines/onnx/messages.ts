@@ -1,6 +1,6 @@
 import type { ErrorCode, ModelManifest } from '../../../protocol/index.js';
 import type { BatchMemory, EngineJob, JobOutput } from '../engine.js';
-import type { OnnxPipeline } from './settings.js';
+import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
 /**
  * The whole vocabulary between the agent and its ONNX worker process (Node IPC

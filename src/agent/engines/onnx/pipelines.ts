@@ -4,7 +4,7 @@ import { coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../model
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type JobOutput, type Progress } from '../engine.js';
 import { encodePng } from './png.js';
-import type { OnnxPipeline } from './settings.js';
+import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
 export interface PipelineRun {
   session: InferenceSession;

@@ -12,7 +12,7 @@ import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../process-me
 import { EngineError, type BatchMemory } from '../engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { PIPELINES } from './pipelines.js';
-import type { OnnxPipeline } from './settings.js';
+import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
 interface Resident {
   session: InferenceSession;

@@ -11,7 +11,7 @@ import { imageRequest, manifestParam, type RequestDefaults } from '../http/image
 import { checkedPng, pngFromBase64 } from '../http/png.js';
 import { parseSettings } from '../shared/settings.js';
 import { Backoff, sleep, workClock } from '../http/timing.js';
-import { OpenAiImagesSettings } from './settings.js';
+import { openAiImagesDescriptor, OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 import { GenerationsReply, generationsBody } from './wire.js';
 
 export interface OpenAiImagesEngineOptions {
@@ -169,7 +169,7 @@ class OpenAiImagesModel implements LoadedModel {
 
   async #runJob(job: EngineJob, context: JobContext): Promise<OutputFile[]> {
     const { settings, endpoint, headers, clock } = this.#deps;
-    const body = generationsBody(imageRequest(job.input, this.#defaults, this.manifest.name), settings);
+    const body = generationsBody(imageRequest(job.input, this.#defaults, this.manifest.name, openAiImagesDescriptor), settings);
     const ctx: RequestContext = { model: this.manifest.name, url: endpoint.url, what: `POST ${settings.path}` };
     const reply = await retryWhileBusy(
       () => request({ method: 'POST', url: `${endpoint.url}${settings.path}`, body, headers, signal: context.signal, timeoutMs: settings.requestTimeoutMs }),

@@ -1,13 +1,13 @@
 import type { EngineModule } from '../module.js';
 import { OpenAiImagesEngine } from './engine.js';
-import { OpenAiImagesSettings } from './settings.js';
+import { openAiImagesDescriptor, type OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 
 export { OpenAiImagesEngine } from './engine.js';
 export type { OpenAiImagesEngineOptions } from './engine.js';
-export { OpenAiImagesSettings } from './settings.js';
+export { OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 
-/** Any server with OpenAI's images API, fronted or started by the agent (engines/registry.ts). */
+/** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */
 export const openAiImagesEngine: EngineModule<typeof OpenAiImagesSettings> = {
-  name: 'openai-images', settings: OpenAiImagesSettings, server: true, needsFile: false,
+  descriptor: openAiImagesDescriptor,
   create: ({ endpoints, clock, log }) => new OpenAiImagesEngine({ endpoints, clock, log }),
 };

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ImageRequest } from '../http/image-input.js';
-import type { OpenAiImagesSettings } from './settings.js';
+import type { OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 
 /** `POST /v1/images/generations` → `{created, data: [{b64_json} | {url}, revised_prompt?]}`. */
 export const GenerationsReply = z.object({

@@ -5,7 +5,7 @@ import { request, type HttpReply } from '../http/client.js';
 import { badReply, errorForStatus, type RequestContext } from '../http/errors.js';
 import { Backoff, sleep } from '../http/timing.js';
 import type { ServerEndpoint } from '../shared/endpoint.js';
-import type { SdcppSettings } from './settings.js';
+import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import { Capabilities, JobState, Metrics, Submitted, Txt2ImgReply } from './wire.js';
 import type { z } from 'zod';
 

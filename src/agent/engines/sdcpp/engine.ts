@@ -7,7 +7,7 @@ import { parseSettings } from '../shared/settings.js';
 import { workClock } from '../http/timing.js';
 import { SdcppClient } from './client.js';
 import { SdcppModel } from './model.js';
-import { SdcppSettings } from './settings.js';
+import { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 
 export interface SdcppEngineOptions {
   /** Starts an sd-server for a model whose settings name no `url` (the agent's server launcher). Without it, such a model cannot load. */

@@ -1,15 +1,15 @@
 import type { EngineModule } from '../module.js';
 import { SdcppEngine } from './engine.js';
-import { SdcppSettings } from './settings.js';
+import { sdcppDescriptor, type SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 
 export { SdcppEngine } from './engine.js';
 export type { SdcppEngineOptions } from './engine.js';
-export { SdcppSettings } from './settings.js';
+export { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 export { parseStepLines, StepLineTracker } from './step-lines.js';
 export type { StepSample } from './step-lines.js';
 
-/** stable-diffusion.cpp's sd-server, fronted or started by the agent (engines/registry.ts). */
+/** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */
 export const sdcppEngine: EngineModule<typeof SdcppSettings> = {
-  name: 'sdcpp', settings: SdcppSettings, server: true, needsFile: false,
+  descriptor: sdcppDescriptor,
   create: ({ endpoints, clock, log }) => new SdcppEngine({ endpoints, clock, log }),
 };

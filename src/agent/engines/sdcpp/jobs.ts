@@ -6,7 +6,7 @@ import { badReply } from '../http/errors.js';
 import { pngFromBase64 } from '../http/png.js';
 import { Backoff, sleep } from '../http/timing.js';
 import type { SdcppClient } from './client.js';
-import type { SdcppSettings } from './settings.js';
+import { sdcppDescriptor, type SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import type { StepLineTracker } from './step-lines.js';
 import { imageRequest, type RequestDefaults } from '../http/image-input.js';
 import { checkLimits, nativeBody, sdapiBody, type Capabilities, type JobState } from './wire.js';
@@ -38,7 +38,7 @@ function png(encoded: string, deps: JobDeps, what: string): OutputFile {
  */
 export async function runNativeJob(job: EngineJob, context: JobContext, deps: JobDeps): Promise<OutputFile[]> {
   const { client, settings, clock, tracker } = deps;
-  const request = imageRequest(job.input, deps.defaults, deps.model);
+  const request = imageRequest(job.input, deps.defaults, deps.model, sdcppDescriptor);
   checkLimits(request, deps.capabilities, deps.model);
   tracker.register(job.id, request.steps, (step) => context.progress(step));
   let reachedSampler = false;
@@ -92,7 +92,7 @@ function ended(state: JobState, deps: JobDeps): OutputFile[] | null {
 
 /** One job through the A1111-style synchronous API (servers without the native one). */
 export async function runSdapiJob(job: EngineJob, context: JobContext, deps: JobDeps): Promise<OutputFile[]> {
-  const request = imageRequest(job.input, deps.defaults, deps.model);
+  const request = imageRequest(job.input, deps.defaults, deps.model, sdcppDescriptor);
   deps.tracker.register(job.id, request.steps, (step) => context.progress(step));
   let reachedSampler = false;
   try {

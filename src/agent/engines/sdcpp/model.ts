@@ -6,7 +6,7 @@ import { JobBatch } from '../http/batch.js';
 import type { ServerEndpoint } from '../shared/endpoint.js';
 import type { SdcppApi, SdcppClient } from './client.js';
 import { runNativeJob, runSdapiJob, type JobDeps } from './jobs.js';
-import type { SdcppSettings } from './settings.js';
+import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import { StepLineTracker } from './step-lines.js';
 import { manifestParam, type RequestDefaults } from '../http/image-input.js';
 

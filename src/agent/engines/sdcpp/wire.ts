@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { formatError } from '../../../protocol/index.js';
 import { EngineError } from '../engine.js';
 import type { ImageRequest } from '../http/image-input.js';
-import type { SdcppSettings } from './settings.js';
+import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 
 /**
  * stable-diffusion.cpp's server, as this engine reads it (examples/server/api.md upstream). Only

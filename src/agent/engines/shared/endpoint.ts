@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../engine.js';
-import type { LaunchSettings } from './launch-settings.js';
+import type { LaunchSettings } from '../../../protocol/engines/server-settings.js';
 
 /**
  * How a server that the agent started ended when nobody asked it to: a

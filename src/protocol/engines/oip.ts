@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
+import type { EngineDescriptor } from './descriptor.js';
+import { launchSettings, urlOrCommand } from './server-settings.js';
 
 /**
  * `settings` of a model served by an Open Inference Protocol v2 server
@@ -35,3 +36,8 @@ export const OipSettings = z.strictObject({
   retries: z.int().min(0).max(10).default(2),
 }).superRefine(urlOrCommand);
 export type OipSettings = z.infer<typeof OipSettings>;
+
+/** Tensor models on an Open Inference Protocol v2 server (Triton, KServe), fronted or started by the agent. Its jobs carry numbers only. */
+export const oipDescriptor: EngineDescriptor<typeof OipSettings> = {
+  name: 'oip', settings: OipSettings, server: true, needsFile: false, controlMarkup: [],
+};

@@ -1,13 +1,14 @@
 import { z } from 'zod';
-import { BackoffSettings, ServerSettings } from '../http/settings.js';
-import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
+import type { EngineDescriptor } from './descriptor.js';
+import { SDCPP_MARKUP } from './markup.js';
+import { BackoffSettings, HttpEngineSettings, launchSettings, urlOrCommand } from './server-settings.js';
 
 /**
  * A model served by stable-diffusion.cpp's `sd-server`: the manifest's `settings`, with defaults.
  * Documented for operators in docs/operations.md.
  */
 export const SdcppSettings = z.object({
-  ...ServerSettings,
+  ...HttpEngineSettings,
   /**
    * A server the agent starts (`command: sd-server --model ${MODEL_PATH} --listen-port ${PORT}`, …). sd-server
    * listens once its model is loaded; readiness by default: `GET /sdcpp/v1/capabilities` answers 2xx (a server
@@ -34,3 +35,8 @@ export const SdcppSettings = z.object({
   extra: z.record(z.string(), z.unknown()).default({}),
 }).superRefine(urlOrCommand);
 export type SdcppSettings = z.output<typeof SdcppSettings>;
+
+/** stable-diffusion.cpp's sd-server, fronted or started by the agent. */
+export const sdcppDescriptor: EngineDescriptor<typeof SdcppSettings> = {
+  name: 'sdcpp', settings: SdcppSettings, server: true, needsFile: false, controlMarkup: SDCPP_MARKUP,
+};

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { EngineDescriptor } from './descriptor.js';
 
 /** The ways the ONNX worker turns a batch of job inputs into tensors and the outputs back into results (pipelines.ts). */
 export const ONNX_PIPELINES = ['cppn-image', 'cppn-video', 'tensor'] as const;
@@ -33,3 +34,8 @@ export const OnnxSettings = z.strictObject({
   threads: z.number().int().min(1).max(256).optional(),
 });
 export type OnnxSettings = z.infer<typeof OnnxSettings>;
+
+/** The built-in ONNX Runtime engine: one worker process per device. Its text is seeds for a generator, never read as instructions. */
+export const onnxDescriptor: EngineDescriptor<typeof OnnxSettings> = {
+  name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true, controlMarkup: [],
+};

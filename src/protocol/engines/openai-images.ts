@@ -1,13 +1,14 @@
 import { z } from 'zod';
-import { ServerSettings } from '../http/settings.js';
-import { launchSettings, urlOrCommand } from '../shared/launch-settings.js';
+import type { EngineDescriptor } from './descriptor.js';
+import { SDCPP_MARKUP } from './markup.js';
+import { HttpEngineSettings, launchSettings, urlOrCommand } from './server-settings.js';
 
 /**
  * A model served by an OpenAI-compatible image server (LiteLLM, LocalAI, sd-server's `/v1` API,
  * OpenAI itself): the manifest's `settings`, with defaults. Documented in docs/operations.md.
  */
 export const OpenAiImagesSettings = z.object({
-  ...ServerSettings,
+  ...HttpEngineSettings,
   /** A server the agent starts (`command`, …); readiness by default: `GET /v1/models` answers 2xx. */
   ...launchSettings({ http: '/v1/models' }),
   /** The model name the server knows (`model` in each request); left out when not set. */
@@ -31,3 +32,8 @@ export const OpenAiImagesSettings = z.object({
   extra: z.record(z.string(), z.unknown()).default({}),
 }).superRefine(urlOrCommand);
 export type OpenAiImagesSettings = z.output<typeof OpenAiImagesSettings>;
+
+/** Any server with OpenAI's images API, fronted or started by the agent. sd.cpp's markup is refused whatever `promptExtras` says: the server behind the API may be sd-server, which reads it on this route too. */
+export const openAiImagesDescriptor: EngineDescriptor<typeof OpenAiImagesSettings> = {
+  name: 'openai-images', settings: OpenAiImagesSettings, server: true, needsFile: false, controlMarkup: SDCPP_MARKUP,
+};

@@ -1,0 +1,60 @@
+import { z } from 'zod';
+import type { EngineDescriptor } from './descriptor.js';
+import { COMFYUI_MARKUP } from './markup.js';
+import { launchSettings, urlOrCommand } from './server-settings.js';
+
+/** The job inputs a workflow can take, in the names gpumesh's image jobs use. */
+export const NAMED_INPUTS = ['prompt', 'negativePrompt', 'seed', 'width', 'height', 'steps'] as const;
+export type NamedInput = (typeof NAMED_INPUTS)[number];
+
+const Target = z.strictObject({
+  /** The node id in the API-format workflow (`"6"`). */
+  node: z.string().min(1),
+  /** The node's input field (`"text"`). */
+  field: z.string().min(1),
+});
+export type Target = z.infer<typeof Target>;
+
+/** One node of an API-format workflow: `{ class_type, inputs }` (links are `[nodeId, slot]`). */
+export const WorkflowNode = z.looseObject({
+  class_type: z.string().min(1),
+  inputs: z.record(z.string(), z.unknown()),
+});
+export type Workflow = Record<string, z.infer<typeof WorkflowNode>>;
+
+/**
+ * `settings` of a ComfyUI model. The options type is the configuration
+ * reference: every field says its default.
+ */
+export const ComfyUiSettings = z.strictObject({
+  /** A ComfyUI server the person already runs (`http://127.0.0.1:8188`). Without it the agent starts one from `command`. */
+  url: z.url().optional(),
+  /**
+   * A ComfyUI the agent starts (`command: python main.py --listen 127.0.0.1 --port ${PORT} --cuda-device ${GPU}`, …);
+   * readiness by default: `GET /system_stats` answers 2xx.
+   */
+  ...launchSettings({ http: '/system_stats' }),
+  /**
+   * The API-format workflow ("Export (API)" in ComfyUI): a path to its JSON file (relative paths resolve
+   * against the agent's working directory) or the workflow inline. Default: the model's file itself.
+   */
+  workflow: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
+  /** Where each named job input goes: `{ prompt: { node: "6", field: "text" }, seed: { node: "3", field: "seed" } }`. */
+  inputs: z.partialRecord(z.enum(NAMED_INPUTS), Target).default({}),
+  /** Take images only from these nodes (e.g. the SaveImage node). Default: every node's `output` images. */
+  outputNodes: z.array(z.string().min(1)).min(1).optional(),
+  /** Limit for one batch, queueing included. Default 30 minutes. */
+  timeoutMs: z.int().positive().default(30 * 60_000),
+  /** Limit for one HTTP request. Default 30 s. */
+  requestTimeoutMs: z.int().positive().default(30_000),
+  /** How often /history is polled once the WebSocket has dropped. Default 500 ms. */
+  pollIntervalMs: z.int().positive().default(500),
+  /** Ask ComfyUI to unload its models and free memory (`POST /free`) when gpumesh unloads the model. Default true. */
+  freeOnUnload: z.boolean().default(true),
+}).superRefine(urlOrCommand);
+export type ComfyUiSettings = z.infer<typeof ComfyUiSettings>;
+
+/** ComfyUI workflows, on a ComfyUI fronted or started by the agent. Job inputs replace whole node fields (never spliced into a template), so only ComfyUI's own prompt syntax needs refusing. */
+export const comfyUiDescriptor: EngineDescriptor<typeof ComfyUiSettings> = {
+  name: 'comfyui', settings: ComfyUiSettings, server: true, needsFile: false, controlMarkup: COMFYUI_MARKUP,
+};

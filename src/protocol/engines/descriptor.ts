@@ -1,0 +1,62 @@
+import type { z } from 'zod';
+
+/**
+ * Text in a client's input that an engine would read as an instruction rather than as words: sd.cpp's
+ * `<sd_cpp_extra_args>` block (its JSON is laid over the request), a LoRA tag that loads a file, ComfyUI's
+ * `embedding:` names. Each engine lists its own; a job whose text carries one is refused at admission (400
+ * INVALID_INPUT naming the field and the markup) and again by the engine on the agent, so the only parameters an
+ * engine receives are the validated ones and the stored input says what ran.
+ */
+export interface ControlMarkup {
+  /** The markup as a person would recognise it, for the error (`<sd_cpp_extra_args>`). */
+  readonly name: string;
+  readonly pattern: RegExp;
+  /** What the engine would do with it, for the error ("sd-server lays its JSON over the request"). */
+  readonly effect: string;
+}
+
+/**
+ * What the orchestrator and the agent both know about an engine: its name (what a model's `engine` says and an
+ * agent's hello lists), the schema of a model's `settings`, what a declared model must name, and the markup its
+ * client text may not carry. The agent adds a factory (agent/engines/module.ts); the orchestrator needs nothing more.
+ */
+export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
+  readonly name: string;
+  /**
+   * The engine's schema for a model's `settings`: the engine validates every manifest with it at load, and the
+   * orchestrator validates the models declared in mesh.yaml with it at start, so a bad field is named before any job.
+   */
+  readonly settings: Settings;
+  /**
+   * A server engine: each model names the server it talks to (`settings.url`, a server the person runs) or how
+   * the agent starts one (`settings.command`). The orchestrator refuses a declared model that names neither.
+   */
+  readonly server: boolean;
+  /** The engine loads a model file (the ONNX engine): the orchestrator refuses a declared model without `file`. */
+  readonly needsFile: boolean;
+  /**
+   * The engine makes clips itself (the ONNX engine's `cppn-video`). Absent: a model of it that serves `video` is
+   * given its frames one image at a time by the agent (video/frames-from-images.ts), so any image engine makes clips.
+   */
+  readonly nativeVideo?: boolean;
+  /** Markup the engine reads in client text; none: the engine takes text as words (or takes no text). */
+  readonly controlMarkup: readonly ControlMarkup[];
+}
+
+/**
+ * The first control markup of the engine found in a string field of a job's input, as a sentence for an
+ * INVALID_INPUT error (`prompt: contains …`); null when the text is only words. Every string field is looked at,
+ * so a text field added to an input schema later is covered without a change here.
+ */
+export function controlMarkupIn(input: Readonly<Record<string, unknown>>, descriptor: Pick<EngineDescriptor, 'name' | 'controlMarkup'>): string | null {
+  if (descriptor.controlMarkup.length === 0) return null;
+  for (const [field, value] of Object.entries(input)) {
+    if (typeof value !== 'string') continue;
+    for (const markup of descriptor.controlMarkup) {
+      if (markup.pattern.test(value)) {
+        return `${field}: contains ${markup.name}, control markup of the ${descriptor.name} engine (${markup.effect}); remove it`;
+      }
+    }
+  }
+  return null;
+}

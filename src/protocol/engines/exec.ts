@@ -1,0 +1,46 @@
+import { z } from 'zod';
+import type { EngineDescriptor } from './descriptor.js';
+
+/**
+ * `settings` of a model run by a command. The options type is the
+ * configuration reference: every field says its default.
+ */
+export const ExecSettings = z.strictObject({
+  /**
+   * The command: an argv array, or one string split into words the way a shell splits them (quotes,
+   * backslashes) — but never run by a shell: no pipes, redirections, globs or `$VAR`s. Placeholders
+   * `${INPUT}`, `${OUTPUT_DIR}`, `${JOB_ID}` and `${MODEL_PATH}` are filled in each argument.
+   */
+  command: z.union([z.array(z.string().min(1)).min(1), z.string().min(1)]),
+  /** One process for the whole batch (true) or one per job, one after another (false, default). */
+  batch: z.boolean().default(false),
+  /** Inputs as JSON on stdin (default) or only in the `${INPUT}` file (stdin then gets nothing). */
+  input: z.enum(['stdin', 'file']).default('stdin'),
+  /** A run (one process) longer than this is ended: SIGTERM to its process group, SIGKILL after `killGraceMs`. Default 10 minutes. */
+  timeoutMs: z.int().positive().default(10 * 60_000),
+  killGraceMs: z.int().positive().default(2000),
+  /** Extra environment variables, placeholders filled. */
+  env: z.record(z.string(), z.string()).default({}),
+  /** Working directory. Default: the run's own scratch directory. */
+  cwd: z.string().min(1).optional(),
+  /** Bytes of stdout and of stderr kept for error messages (the last ones). Default 64 KiB. */
+  maxOutputBytes: z.int().positive().default(64 * 1024),
+  /** Most output files one job may leave. Default 32. */
+  maxFiles: z.int().positive().default(32),
+  /** Largest output file. Default 256 MiB. */
+  maxFileBytes: z.int().positive().default(256 * 1024 * 1024),
+  /**
+   * The command's cgroup limits, where the agent governs with cgroups (held to the host's ceilings for `exec`,
+   * `--engine-limit exec.memoryLimitMB=…`): memory in MB (exceeding it fails the jobs with ENGINE_OOM), tasks,
+   * CPU weight. Default: none, 4096 tasks, weight 100.
+   */
+  memoryLimitMB: z.int().positive().optional(),
+  pidsLimit: z.int().positive().optional(),
+  cpuWeight: z.int().min(1).max(10_000).optional(),
+});
+export type ExecSettings = z.infer<typeof ExecSettings>;
+
+/** Models that are commands, run once per batch or per job under the agent's governance. Inputs reach the command as JSON on stdin or in a file, never in its argv or through a shell, so no text is an instruction to it. */
+export const execDescriptor: EngineDescriptor<typeof ExecSettings> = {
+  name: 'exec', settings: ExecSettings, server: false, needsFile: false, controlMarkup: [],
+};
