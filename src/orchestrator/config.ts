@@ -156,6 +156,20 @@ export const MeshConfigInput = z.strictObject({
      * saving an upload round trip; larger ones are uploaded over HTTP. 0 uploads everything. Default 256 KiB.
      */
     inlineOutputBytes: z.int().min(0).max(2 * 1024 * 1024).default(256 * 1024),
+    /** What one agent link may cost the orchestrator (see docs/operations.md, *Agent links*). */
+    link: z.strictObject({
+      /**
+       * The largest frame an agent may send (bytes); a larger one closes its link (1009) before it is read.
+       * Default: room for the largest inline output (inlineOutputBytes as base64) and 1 MiB besides.
+       */
+      maxFrameBytes: z.int().min(64 * 1024).max(256 * 1024 * 1024).optional(),
+      /** Messages a second each link may send on average; beyond its allowance they are dropped unread. Default 10,000. */
+      messagesPerSecond: z.int().min(1).default(10_000),
+      /** Messages a link may send at once, above that average. Default 20,000. */
+      burst: z.int().min(1).default(20_000),
+      /** A link that keeps exceeding its allowance this long is closed (4429) and counted in /metrics. Default 2 s. */
+      overBudgetCloseMs: z.int().min(0).default(2000),
+    }).prefault({}),
   }).prefault({}),
   batching: z.strictObject({
     /**
@@ -357,4 +371,9 @@ export function loadConfigFile(path: string, dataDefault: string): MeshConfig {
 function withAbsoluteFile(entry: ModelEntry, baseDir: string): ModelEntry {
   if (entry.file === undefined || /^https?:\/\//i.test(entry.file)) return entry;
   return { ...entry, file: resolve(baseDir, entry.file) };
+}
+
+/** The largest frame an agent may send: `agents.link.maxFrameBytes`, else room for the largest inline output and 1 MiB. */
+export function linkFrameLimit(agents: Pick<MeshConfig['agents'], 'inlineOutputBytes' | 'link'>): number {
+  return agents.link.maxFrameBytes ?? Math.ceil((agents.inlineOutputBytes * 4) / 3) + 1024 * 1024;
 }

@@ -35,6 +35,7 @@ export class MeshMetrics {
   readonly #computeSeconds: Histogram<'model'>;
   readonly #requestSeconds: Histogram<'model' | 'outcome'>;
   readonly #refusedReports: Counter<'host' | 'message'>;
+  readonly #linksClosed: Counter<'reason'>;
   readonly #blobIntegrityFailures: Counter<'check'>;
   readonly #blobVerifications: Counter;
   readonly #attemptTimeouts: Counter<'host' | 'model'>;
@@ -62,9 +63,14 @@ export class MeshMetrics {
       name: 'gpumesh_request_duration_seconds', help: 'Time from admission to the terminal state', labelNames: ['model', 'outcome'], buckets: SECONDS, registers,
     });
     this.#refusedReports = new Counter({
-      name: 'gpumesh_link_reports_refused_total', help: 'Agent reports about jobs the reporting session does not hold, refused',
+      name: 'gpumesh_link_reports_refused_total', help: 'Agent reports refused: about jobs the reporting session does not hold, or models its grant does not allow',
       labelNames: ['host', 'message'], registers,
     });
+    this.#linksClosed = new Counter({
+      name: 'gpumesh_link_closed_total', help: 'Agent links the orchestrator closed for what they cost it (over-budget: kept sending more messages than agents.link allows)',
+      labelNames: ['reason'], registers,
+    });
+    this.#linksClosed.inc({ reason: 'over-budget' }, 0);
     this.#blobIntegrityFailures = new Counter({
       name: 'gpumesh_blob_integrity_failures_total', help: 'Stored blobs found corrupt and quarantined, by the check that caught them (size, hash)',
       labelNames: ['check'], registers,
@@ -160,8 +166,12 @@ export class MeshMetrics {
     this.#rejected.inc({ model, reason });
   }
 
-  reportRefused(host: string, message: string): void {
-    this.#refusedReports.inc({ host, message });
+  reportRefused(host: string, message: string, count = 1): void {
+    this.#refusedReports.inc({ host, message }, count);
+  }
+
+  linkClosed(reason: 'over-budget'): void {
+    this.#linksClosed.inc({ reason });
   }
 
   blobIntegrityFailed(check: 'size' | 'hash'): void {

@@ -7,7 +7,7 @@ import { AuditLog } from './audit.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from './clock.js';
-import type { MeshConfig } from './config.js';
+import { linkFrameLimit, type MeshConfig } from './config.js';
 import { EventBus } from './events.js';
 import { RequestAuth } from './http/auth.js';
 import { createJobCore, JobExplainer, JobService } from './jobs/index.js';
@@ -154,7 +154,7 @@ export class Orchestrator {
       observeMemory: (name, report) => memory.observe(name, report),
       attemptBudgets: budgets,
     });
-    const { states, dispatcher, failover, cancellation, recovery, outputs, intake } = core;
+    const { states, dispatcher, failover, cancellation, recovery, outputs, intake, refusals } = core;
     states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
     announceBreakers({ breakers, events, metrics, clock, log: log.child({ part: 'breakers' }) });
     const prober = new Prober({
@@ -164,6 +164,9 @@ export class Orchestrator {
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes, ackDelayMs: ACK_DELAY_MS,
+      refusals,
+      budget: { perSecond: config.agents.link.messagesPerSecond, burst: config.agents.link.burst, closeAfterMs: config.agents.link.overBudgetCloseMs },
+      onLinkClosed: (_host, reason) => metrics.linkClosed(reason),
       authorizeJoin: joinAuthorizer(authority, clock, audit),
       watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
       observers: [
@@ -200,6 +203,7 @@ export class Orchestrator {
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
+      linkFrameBytes: linkFrameLimit(config.agents),
     }, log, VERSION, tls);
 
     const recovered = recovery.recover();
@@ -261,7 +265,8 @@ export class Orchestrator {
     const grant = authority.verify(token, now);
     authority.authorize(grant, { action: 'agent:join' }, now);
     const [hubEnd, agentEnd] = MemorySocket.pair();
-    hub.attach(hubEnd, grant);
+    // This program's own agent: no message budget (a budget guards the orchestrator from other programs).
+    hub.attach(hubEnd, grant, undefined, { budgeted: false });
     return agentEnd;
   }
 

@@ -27,6 +27,8 @@ export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDep
   hub: AgentHub;
   webRoot: string;
   bodyLimitBytes: number;
+  /** The largest WebSocket frame an agent may send (agents.link.maxFrameBytes). */
+  linkFrameBytes: number;
 }
 
 /** Strip grants from logged URLs. */
@@ -61,7 +63,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
     },
     transform: jsonSchemaTransform,
   });
-  await app.register(fastifyWebsocket, { options: { maxPayload: 4 * 1024 * 1024 } });
+  await app.register(fastifyWebsocket, { options: { maxPayload: parts.linkFrameBytes } });
   meshRoutes(app, parts);
   grantRoutes(app, parts);
   jobRoutes(app, parts);

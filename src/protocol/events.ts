@@ -45,7 +45,11 @@ export type MeshEvent =
   | { type: 'replica:loaded'; host: string; model: string; device: string; memoryMB: number; at: string }
   /** A host let a resident model go (idle, asked to, or to make room). */
   | { type: 'replica:unloaded'; host: string; model: string; device: string; at: string }
-  | { type: 'link:refused'; host: string; what: string; jobId: string | null; at: string }
+  /**
+   * Reports of one message a host sent about jobs it does not hold, refused together: `count` of them, the first
+   * `jobIds` (at most 10; `jobId` is the first, or null), `what` the message type.
+   */
+  | { type: 'link:refused'; host: string; what: string; count: number; jobIds: string[]; jobId: string | null; at: string }
   /** A stored blob failed its integrity check (and was moved to quarantine). */
   | { type: 'blob:corrupt'; digest: string; check: 'size' | 'hash'; quarantined: boolean; at: string }
   /**

@@ -19,13 +19,38 @@ import { ModelManifest } from './models.js';
 export const LINK_PROTOCOL_VERSION = 3;
 export const LINK_PATH = '/v1/agents/link';
 
+/**
+ * What one agent message may hold at most: the most a legitimate agent needs (a batch is at most 1,024 jobs, the
+ * largest `maxBatchSize`; a host runs at most 64 batches at once). A message beyond them is malformed (close 1008)
+ * before any of it is acted on; the orchestrator's `agents.link.maxFrameBytes` bounds a frame's bytes before it is
+ * parsed.
+ */
+export const LINK_LIMITS = {
+  /** An id (job, batch, host, model) or a digest. */
+  idChars: 200,
+  /** Jobs one `loading`, `started` or `progress` names: one batch's. */
+  jobIdsPerMessage: 1024,
+  /** Batches an agent runs at once (`concurrency`). */
+  concurrency: 64,
+  /** Jobs a hello says the agent holds: every batch it may run, full. */
+  heldJobs: 64 * 1024,
+  /** Models resident, model files cached, devices, classes, engines. */
+  listItems: 1024,
+  /** Files one result carries. */
+  artifactsPerResult: 256,
+} as const;
+
+const Id = z.string().max(LINK_LIMITS.idChars);
+const JobIds = z.array(Id).max(LINK_LIMITS.jobIdsPerMessage);
+const list = <T extends z.ZodType>(item: T) => z.array(item).max(LINK_LIMITS.listItems);
+
 /** An agent's error; codes it may send are the registry's, and an unknown one is read as ENGINE_FAILED. */
 const ErrorBody = z.object({ code: z.string().max(64), message: z.string().max(4000) });
 
 export const Device = z.object({
-  id: z.string(),
+  id: Id,
   kind: z.enum(['gpu', 'cpu']),
-  name: z.string(),
+  name: z.string().max(LINK_LIMITS.idChars),
   memoryTotalMB: z.number(),
   budgetMB: z.number(),
   usedMB: z.number(),
@@ -33,17 +58,17 @@ export const Device = z.object({
 export type Device = z.infer<typeof Device>;
 
 export const ResidentModel = z.object({
-  model: z.string(),
-  digest: z.string(),
-  device: z.string(),
+  model: Id,
+  digest: Id,
+  device: Id,
   memoryMB: z.number(),
   lastUsedAt: z.number(),
 });
 export type ResidentModel = z.infer<typeof ResidentModel>;
 
 export const ArtifactReport = z.object({
-  digest: z.string(),
-  mediaType: z.string(),
+  digest: Id,
+  mediaType: z.string().max(LINK_LIMITS.idChars),
   bytes: z.number(),
   width: z.number().optional(),
   height: z.number().optional(),
@@ -114,60 +139,60 @@ export const AgentMessage = z.discriminatedUnion('type', [
     type: z.literal('hello'),
     protocol: z.number(),
     host: z.string().min(1).max(100),
-    classes: z.array(z.string()),
-    devices: z.array(Device),
-    engines: z.array(z.string()),
+    classes: list(Id),
+    devices: list(Device),
+    engines: list(Id),
     /** Model digests already in the agent's local cache. */
-    models: z.array(z.string()),
+    models: list(Id),
     /** Jobs this agent holds: still running, or finished with a result not yet acknowledged. */
-    inFlight: z.array(z.object({ jobId: z.string(), batchId: z.string() })),
+    inFlight: z.array(z.object({ jobId: Id, batchId: Id })).max(LINK_LIMITS.heldJobs),
     /** Batches the agent runs at once. */
-    concurrency: z.number().int().min(1),
-    version: z.string(),
+    concurrency: z.number().int().min(1).max(LINK_LIMITS.concurrency),
+    version: z.string().max(LINK_LIMITS.idChars),
     /** Models still loaded from before a reconnect, so the orchestrator counts them as replicas at once. */
-    resident: z.array(ResidentModel).optional(),
+    resident: list(ResidentModel).optional(),
     /** The agent is draining (it reconnected mid-drain): send it nothing new. */
     draining: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),
-    resident: z.array(ResidentModel),
-    devices: z.array(Device),
+    resident: list(ResidentModel),
+    devices: list(Device),
   }),
   /**
    * A batch waits while its model is made resident (a pull, a server started, a session built): the jobs' `loading`
    * phase. Sent only when the model was not resident; `started` follows with `loadMs`, or `failed` if the load failed.
    */
-  z.object({ type: z.literal('loading'), batchId: z.string(), jobIds: z.array(z.string()) }),
+  z.object({ type: z.literal('loading'), batchId: Id, jobIds: JobIds }),
   z.object({
-    type: z.literal('started'), batchId: z.string(), jobIds: z.array(z.string()),
+    type: z.literal('started'), batchId: Id, jobIds: JobIds,
     /** How long the batch waited for its model to load (after a `loading`); absent or 0 when it was resident. */
     loadMs: z.number().min(0).optional(),
     /** Where `loadMs` went (after a `loading`; see LoadPhases). */
     phases: LoadPhases.optional(),
   }),
-  z.object({ type: z.literal('progress'), batchId: z.string(), jobIds: z.array(z.string()), step: z.number(), total: z.number() }),
+  z.object({ type: z.literal('progress'), batchId: Id, jobIds: JobIds, step: z.number(), total: z.number() }),
   z.object({
     type: z.literal('done'),
-    jobId: z.string(),
-    batchId: z.string(),
-    artifacts: z.array(ArtifactReport),
+    jobId: Id,
+    batchId: Id,
+    artifacts: z.array(ArtifactReport).max(LINK_LIMITS.artifactsPerResult),
     result: z.unknown().optional(),
     timings: Timings,
     memory: BatchMemoryReport.optional(),
   }),
   z.object({
     type: z.literal('failed'),
-    jobId: z.string(),
-    batchId: z.string(),
+    jobId: Id,
+    batchId: Id,
     error: ErrorBody,
     /** False when the input is at fault, so another replica would fail the same way. */
     retryable: z.boolean(),
   }),
-  z.object({ type: z.literal('loaded'), model: z.string(), digest: z.string(), device: z.string(), memoryMB: z.number() }),
-  z.object({ type: z.literal('unloaded'), model: z.string(), digest: z.string(), device: z.string() }),
+  z.object({ type: z.literal('loaded'), model: Id, digest: Id, device: Id, memoryMB: z.number() }),
+  z.object({ type: z.literal('unloaded'), model: Id, digest: Id, device: Id }),
   /** The agent did not load a model `load` asked for: too large for every budget, no room, no engine, a failed pull. */
-  z.object({ type: z.literal('load-refused'), model: z.string(), error: ErrorBody }),
+  z.object({ type: z.literal('load-refused'), model: Id, error: ErrorBody }),
   /** The agent is leaving (SIGTERM, `gpumesh agent drain`, or a `drain` it was sent): it finishes what it holds and takes nothing new. */
   z.object({ type: z.literal('draining') }),
 ]);
@@ -232,6 +257,11 @@ export const LINK_CLOSE = {
   shuttingDown: 1001,
   /** A frame that is not a JSON message of this protocol (RFC 6455 1008, policy violation). */
   malformed: 1008,
+  /**
+   * The link kept sending more messages than its budget (`agents.link.messagesPerSecond`, `burst`) for
+   * `agents.link.overBudgetCloseMs`. The agent redials after its backoff, as after any drop.
+   */
+  overBudget: 4429,
   /** A binary frame: the protocol is JSON text (RFC 6455 1003, unsupported data). */
   binary: 1003,
 } as const;

@@ -13,6 +13,8 @@ export const ROUTE_SKIP_REASONS = [
   'model too large', 'no free slot', 'engine missing', 'not resident', 'busier', 'not sampled', 'failed this job',
   // Other hosts hold replicas of the model (the autoscaler's) and this one has no ready one (none, still loading, or being unloaded).
   'no replica',
+  // The host's own grant (its `models` caveat) does not allow it the model.
+  'model not granted',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 

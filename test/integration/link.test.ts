@@ -190,7 +190,7 @@ describe('the agent link with a scripted agent', () => {
     expect((await mesh.client().job(running.id)).status).toBe('dispatched');
     expect((await mesh.client().job(queued.id)).status).toBe('queued');
     expect(honest.inbox.filter((message) => message.type === 'cancel')).toEqual([]);
-    expect(mesh.output() + readFileSync(join(mesh.data, 'logs', 'orchestrator.log'), 'utf8')).toContain('refused a report about a job this host does not hold');
+    expect(mesh.output() + readFileSync(join(mesh.data, 'logs', 'orchestrator.log'), 'utf8')).toMatch(/refused \d+ reports? about jobs this host does not hold/);
     // The honest host still finishes its job.
     honest.send({ type: 'done', jobId: running.id, batchId: run.batchId, artifacts: [], timings: { loadMs: 0, computeMs: 1, totalMs: 1 } });
     expect((await mesh.client().follow(running.id)).type).toBe('succeeded');

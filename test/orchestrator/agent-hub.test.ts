@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LINK_CLOSE, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
+import { LINK_CLOSE, LINK_LIMITS, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { GrantAuthority, GrantLifetimes, type VerifiedGrant } from '../../src/orchestrator/auth/index.js';
-import { AgentHub, type LinkSocket } from '../../src/orchestrator/link/agent-hub.js';
+import { AgentHub, type AgentHubDeps, type LinkSocket } from '../../src/orchestrator/link/agent-hub.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
 
 /** A WebSocket stand-in: what the hub sends lands in `sent`, closes are recorded, and the test plays the agent. */
@@ -52,7 +52,7 @@ afterEach(() => {
 
 const lost: { host: string; reason: string; abnormal: boolean }[] = [];
 
-function setup(options: ConstructorParameters<typeof JobCoreHarness>[0] = {}): void {
+function setup(options: ConstructorParameters<typeof JobCoreHarness>[0] & { hub?: Partial<AgentHubDeps> } = {}): void {
   harness = new JobCoreHarness(options);
   lost.length = 0;
   authority = new GrantAuthority(randomBytes(32), 'http://test');
@@ -60,6 +60,7 @@ function setup(options: ConstructorParameters<typeof JobCoreHarness>[0] = {}): v
   hub = new AgentHub({
     clock: harness.clock, hosts: harness.hosts, intake: harness.core.intake, failover: harness.core.failover, recovery: harness.core.recovery,
     events: harness.events, log: pino({ level: 'silent' }), heartbeatMs: 1_000, staleAfterMs: 3_000, helloTimeoutMs: 2_000, inlineOutputBytes: 1024,
+    refusals: harness.core.refusals, budget: { perSecond: 10_000, burst: 20_000, closeAfterMs: 2_000 }, ...options.hub,
     authorizeJoin: () => {},
     onLoadRefused: (host, model, error) => refusals.push({ host: host.id, model, code: error.code }),
     watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),
@@ -320,5 +321,86 @@ describe('AgentHub (fake clock, fake sockets)', () => {
     harness.clock.advance(1);
     expect(socket.closed).toEqual({ code: LINK_CLOSE.rejected, reason: 'grant expired' });
     expect(harness.hosts.size).toBe(0);
+  });
+
+  it('one message naming many jobs the host does not hold is refused once, with the count: one event, no read of the store', async () => {
+    setup();
+    const rogue = attach();
+    rogue.say(hello('rogue'));
+    const job = harness.submit();
+    await harness.settle();
+    const run = rogue.sent.find((message) => message.type === 'run');
+    if (run?.type !== 'run') throw new Error('no run');
+    const strangers = Array.from({ length: LINK_LIMITS.jobIdsPerMessage - 1 }, (_, i) => `j_stranger_${i}`);
+    rogue.say({ type: 'progress', batchId: run.batchId, jobIds: [job.id, ...strangers], step: 1, total: 2 });
+    const refused = harness.meshEvents('link:refused');
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toMatchObject({ host: 'rogue', what: 'progress', count: strangers.length, jobId: strangers[0] });
+    expect((refused[0] as { jobIds: string[] }).jobIds).toEqual(strangers.slice(0, 10));
+    // The job it does hold moved on as usual.
+    expect(harness.jobEvents(job.id)).toContain('progress');
+    // More ids than a batch can hold is not a message of the protocol: the link is closed as malformed, unread.
+    rogue.say({ type: 'progress', batchId: run.batchId, jobIds: [...strangers, 'one', 'two'], step: 1, total: 2 });
+    expect(rogue.closed?.code).toBe(LINK_CLOSE.malformed);
+    expect(harness.meshEvents('link:refused')).toHaveLength(1);
+  });
+
+  it('a link that keeps sending past its budget loses what is over it, then is closed (4429); within budget nothing is lost', () => {
+    const closed: (string | null)[] = [];
+    setup({ hub: { budget: { perSecond: 100, burst: 50, closeAfterMs: 500 }, onLinkClosed: (host) => closed.push(host), heartbeatMs: 10_000, staleAfterMs: 30_000 } });
+    const steady = attach();
+    steady.say(hello('steady'));
+    const flood = attach();
+    flood.say(hello('flood'));
+    const heartbeat = { type: 'heartbeat', resident: [], devices: hello().devices };
+    // 100 a second, as allowed, for three seconds: every one counts.
+    for (let tick = 0; tick < 300; tick++) {
+      steady.say(heartbeat);
+      harness.clock.advance(10);
+    }
+    expect(steady.closed).toBeNull();
+    // The flood: 1,000 messages a second. The burst goes through; the rest is dropped; after 500 ms over budget, closed.
+    for (let tick = 0; tick < 100 && !flood.closed; tick++) {
+      for (let i = 0; i < 10; i++) flood.say(heartbeat);
+      harness.clock.advance(10);
+    }
+    expect(flood.closed).toEqual({ code: LINK_CLOSE.overBudget, reason: 'message rate over budget' });
+    expect(closed).toEqual(['flood']);
+    expect([...harness.hosts].map((host) => host.id)).toEqual(['steady']);
+  });
+
+  it('a host whose grant names models is sent only those; what it reports of others is refused and not counted', async () => {
+    setup();
+    const limited = attach(agentGrant(['models mlp']).grant);
+    limited.say({ ...hello(), resident: [{ model: 'gen', digest: 'sha256:x', device: 'cpu', memoryMB: 64, lastUsedAt: 0 }] });
+    expect(harness.hosts.get('laptop')!.resident).toEqual([]);
+    limited.say({ type: 'loaded', model: 'gen', digest: 'sha256:x', device: 'cpu', memoryMB: 64 });
+    limited.say({ type: 'heartbeat', resident: [{ model: 'gen', digest: 'sha256:x', device: 'cpu', memoryMB: 64, lastUsedAt: 0 }], devices: hello().devices });
+    expect(harness.hosts.get('laptop')!.isResident('gen')).toBe(false);
+    expect(harness.meshEvents('link:refused').map((event) => (event as { what: string }).what)).toEqual(['hello', 'loaded', 'heartbeat']);
+    harness.submit();
+    await harness.settle();
+    harness.clock.advance(1_000);
+    await harness.settle();
+    expect(limited.sent.filter((message) => message.type === 'run' || message.type === 'load')).toEqual([]);
+    expect(harness.router.route(harness.models.get('gen')!, { classes: ['image'], hosts: null }).skipped).toEqual([{ host: 'laptop', class: 'image', reason: 'model not granted' }]);
+  });
+
+  it('silence measured across a stall of the orchestrator\'s own event loop drops nobody: the messages that waited are read first', () => {
+    setup();
+    const talking = attach();
+    talking.say(hello('talking'));
+    const gone = attach();
+    gone.say(hello('gone'));
+    // Blocked for longer than the stale limit: when the sweep finally runs, both hosts look silent.
+    harness.clock.stall(5_000);
+    harness.clock.advance(0);
+    expect(talking.closed).toBeNull();
+    expect(gone.closed).toBeNull();
+    // What waited in its socket is read; the next look judges the silence that is real.
+    talking.say({ type: 'heartbeat', resident: [], devices: hello().devices });
+    harness.clock.advance(25);
+    expect(talking.closed).toBeNull();
+    expect(gone.closed?.code).toBe(LINK_CLOSE.stale);
   });
 });

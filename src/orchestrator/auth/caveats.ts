@@ -41,6 +41,44 @@ export type Caveat =
   | { condition: 'tls-ca'; fingerprint: string };
 
 const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'hosts', 'albums']);
+
+/** Every caveat condition gpumesh knows. */
+export const CONDITIONS = ['kind', 'actions', 'types', 'models', 'classes', 'hosts', 'albums', 'host', 'time-before', 'max-priority', 'rate', 'tls-ca'] as const satisfies readonly Caveat['condition'][];
+export type Condition = (typeof CONDITIONS)[number];
+
+/**
+ * The conditions that govern something a grant of each kind may do; a caveat outside its kind's set would restrict
+ * nothing (`albums` on an agent grant: an agent never submits or reads jobs), so it is refused when minted and a
+ * grant narrowed with one offline is not valid — a holder who narrowed a grant must never believe it narrower than
+ * it is. `test/integration/caveats.test.ts` holds every condition in each set to a request it refuses.
+ *
+ * - Every kind: `kind`, `actions`, `time-before`; `tls-ca` (a word to the holder: the CA to pin before sending it).
+ * - Jobs (client and admin grants): `types`, `models`, `albums` (submit, read, cancel, listings, events, blobs),
+ *   `classes` and `hosts` (where its jobs may run), `max-priority`, `rate`.
+ * - Joining as an agent (agent and admin grants): `host` and `hosts` (the host ids it may join as), `classes` (what
+ *   the host may serve), `models` (the models the host is sent — routing, loads, manifests — may report, and may
+ *   pull).
+ */
+export const CONDITIONS_BY_KIND: Record<GrantKind, ReadonlySet<Condition>> = {
+  admin: new Set(CONDITIONS),
+  client: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'types', 'models', 'albums', 'classes', 'hosts', 'max-priority', 'rate']),
+  agent: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'host', 'hosts', 'classes', 'models']),
+};
+
+/**
+ * Why these caveats cannot all mean something on one grant, or null. A grant may carry several `kind` caveats (a
+ * narrowing may add one): a condition must govern something under every one of them.
+ */
+export function scopeProblem(caveats: readonly Caveat[]): string | null {
+  const kinds = caveats.flatMap((caveat) => (caveat.condition === 'kind' ? [caveat.value] : []));
+  for (const caveat of caveats) {
+    const kind = kinds.find((kind) => !CONDITIONS_BY_KIND[kind].has(caveat.condition));
+    if (kind) {
+      return `caveat "${formatCaveat(caveat)}" would restrict nothing on ${kind === 'admin' ? 'an' : 'a'} ${kind} grant (its conditions: ${[...CONDITIONS_BY_KIND[kind]].join(', ')})`;
+    }
+  }
+  return null;
+}
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 
 /** Parse one caveat line; returns an error string for text that is not a caveat we know. */

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { importMacaroon, newMacaroon, type Macaroon } from 'macaroon';
 import { MeshError } from '../../protocol/index.js';
-import { checkCaveat, formatCaveat, parseCaveat, type Caveat, type GrantKind, type GrantRequest } from './caveats.js';
+import { checkCaveat, formatCaveat, parseCaveat, scopeProblem, type Caveat, type GrantKind, type GrantRequest } from './caveats.js';
 
 const IDENTIFIER_PREFIX = 'gpumesh/v1/';
 
@@ -103,6 +103,8 @@ function rateKey(id: string, lines: readonly string[], position: number): string
 function summarize(id: string, lines: readonly string[], caveats: Caveat[]): VerifiedGrant {
   const kindCaveat = caveats.find((caveat) => caveat.condition === 'kind');
   if (!kindCaveat) throw new MeshError('GRANT_INVALID', { detail: 'the grant names no kind' });
+  const problem = scopeProblem(caveats);
+  if (problem) throw new MeshError('GRANT_INVALID', { detail: problem });
   const rates: GrantRate[] = [];
   let maxPriority: number | null = null;
   let expiresAt: number | null = null;
@@ -150,7 +152,9 @@ export class GrantAuthority {
 
   /** Mint a new grant of `kind` with these extra caveat lines; returns its id, token and every caveat it carries. */
   mint(kind: GrantKind, caveatLines: readonly string[] = []): { id: string; token: string; caveats: string[] } {
-    parseAll(caveatLines);
+    const problem = scopeProblem([{ condition: 'kind', value: kind }, ...parseAll(caveatLines)]);
+    // The routes that mint check first and answer 400; reaching this is a bug in the caller.
+    if (problem) throw new Error(problem);
     const id = randomBytes(12).toString('base64url');
     const macaroon = newMacaroon({ identifier: IDENTIFIER_PREFIX + id, location: this.#location, rootKey: this.#rootKey });
     const caveats = [`kind ${kind}`, ...caveatLines, ...this.#mintedCaveats];
@@ -225,12 +229,15 @@ export function firstFailure(grant: VerifiedGrant, request: GrantRequest, now: n
 }
 
 /** Add caveats to a grant without the root key. The result can do at most what the original could. */
-export function narrowGrant(token: string, caveatLines: readonly string[]): string {
-  if (caveatLines.length === 0) throw new Error('narrowing needs at least one caveat');
-  parseAll(caveatLines);
+export function narrowGrant(token: string, lines: readonly string[]): string {
+  if (lines.length === 0) throw new Error('narrowing needs at least one caveat');
+  const added = parseAll(lines);
   const macaroon = decode(token);
   identifierOf(macaroon);
-  for (const line of caveatLines) macaroon.addFirstPartyCaveat(line);
+  // The orchestrator would refuse the result as invalid; say so now, where the caveat is being added.
+  const problem = scopeProblem([...parseAll(caveatLines(macaroon)), ...added]);
+  if (problem) throw new Error(problem);
+  for (const line of lines) macaroon.addFirstPartyCaveat(line);
   return encode(macaroon);
 }
 

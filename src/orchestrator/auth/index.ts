@@ -1,6 +1,8 @@
 export { GrantAuthority, narrowGrant, inspectGrant, firstFailure, type VerifiedGrant, type GrantRate } from './grants.js';
-export { ACTIONS, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat } from './caveats.js';
-export type { Action, Caveat, GrantKind, GrantRequest } from './caveats.js';
+export {
+  ACTIONS, CONDITIONS, CONDITIONS_BY_KIND, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat, scopeProblem,
+} from './caveats.js';
+export type { Action, Caveat, Condition, GrantKind, GrantRequest } from './caveats.js';
 export {
   caveatsFromOptions, galleryGrantOptions, meshViewGrantOptions, parseExpiry, GALLERY_ACTIONS, MESH_VIEW_ACTIONS, DURATION, type GrantOptions,
 } from './options.js';

@@ -3,7 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from '../audit.js';
-import { caveatsFromOptions, type GrantIssuer } from '../auth/index.js';
+import { caveatsFromOptions, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
@@ -47,6 +47,9 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     } catch (error) {
       throw new MeshError('VALIDATION_FAILED', { detail: (error as Error).message });
     }
+    // A caveat that would govern nothing on this kind of grant is refused, not minted as a false promise.
+    const problem = scopeProblem([{ condition: 'kind', value: body.kind }, ...caveats.map((line) => parseCaveat(line) as Caveat)]);
+    if (problem) throw new MeshError('VALIDATION_FAILED', { detail: problem });
     const minted = await issuer.mint(body.kind, caveats, body.note ?? `minted by ${grantOf(request).id}`, auth.origin(request));
     void reply.code(201);
     return { id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats };

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { BatchMemoryReport } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
 import type { EventBus } from '../events.js';
+import { LinkRefusals } from '../link/refusals.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { BlobStore, RegisteredModel } from '../registry/index.js';
 import type { AttemptBudgets, HostRegistry, Router } from '../routing/index.js';
@@ -51,6 +52,8 @@ export interface JobCore {
   outputs: JobOutputs;
   intake: ResultIntake;
   timeouts: AttemptTimeouts;
+  /** Tells of what hosts report that is refused, once per message (the intake's reports, the hub's model reports). */
+  refusals: LinkRefusals;
   /** Stop every timer the roles hold (shutdown). */
   close(): void;
 }
@@ -67,14 +70,15 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
   const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
   const outputs = new JobOutputs({ db, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
+  const refusals = new LinkRefusals({ clock, events, metrics, log: log.child({ part: 'link' }) });
   const intake = new ResultIntake({
-    clock, states, inFlight, failover, outputs, commits, events, metrics, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,
+    clock, states, inFlight, failover, outputs, commits, refusals, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,
   });
   const timeouts = new AttemptTimeouts({
     clock, states, inFlight, failover, dispatcher, hosts: deps.hosts, budgets: deps.attemptBudgets, metrics, model, log: log.child({ part: 'timeouts' }),
   });
   return {
-    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake, timeouts,
+    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake, timeouts, refusals,
     close() {
       for (const part of [dispatcher, failover, cancellation, recovery, timeouts]) part.close();
     },

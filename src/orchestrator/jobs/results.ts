@@ -1,8 +1,8 @@
+import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { isErrorCode, isTerminal, MeshError, type AgentMessage, type BatchMemoryReport, type ErrorBody, type LoadPhases } from '../../protocol/index.js';
 import type { Clock } from '../clock.js';
-import type { EventBus } from '../events.js';
-import type { MeshMetrics } from '../metrics.js';
+import type { LinkRefusals } from '../link/refusals.js';
 import type { HostSession } from '../routing/index.js';
 import type { GroupCommit, JobRecord } from '../store/index.js';
 import type { Failover } from './failover.js';
@@ -21,9 +21,9 @@ export interface ResultIntakeDeps {
   outputs: JobOutputs;
   /** Acknowledgements wait for the commit that recorded what they acknowledge. */
   commits: GroupCommit;
-  events: EventBus;
-  metrics: MeshMetrics;
   log: Logger;
+  /** Tells of refused reports, once per message. */
+  refusals: LinkRefusals;
   /** Learn from the memory a batch measured (MemoryPlanner.observe). */
   observeMemory?(model: string, report: BatchMemoryReport): void;
 }
@@ -39,9 +39,15 @@ export interface ResultIntakeDeps {
  */
 export class ResultIntake {
   readonly #deps: ResultIntakeDeps;
+  /**
+   * Jobs that ended lately: a report about one races its end (progress of a job just cancelled) and is no intrusion.
+   * Kept in memory, so a report about jobs a host does not hold never reads the store, however many it names.
+   */
+  readonly #ended = new LRUCache<string, true>({ max: 16_384 });
 
   constructor(deps: ResultIntakeDeps) {
     this.#deps = deps;
+    deps.states.onTerminal((job) => this.#ended.set(job.id, true));
   }
 
   /** The host began loading the model this batch waits for. */
@@ -122,7 +128,7 @@ export class ResultIntake {
       return null;
     }
     if (!job || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
-      this.#refuse(host, what, message.jobId);
+      this.#deps.refusals.refuse(host, what, [message.jobId]);
       // The agent may be an honest one whose job has moved on (it was lost and the job retried elsewhere): tell it to
       // let go — unless it holds the job in another batch now, which a cancel would stop.
       if (this.#deps.inFlight.of(message.jobId)?.host !== host) host.send({ type: 'cancel', jobId: message.jobId });
@@ -131,27 +137,22 @@ export class ResultIntake {
     return job;
   }
 
-  /** The jobs of `jobIds` this session holds in `batchId`; the rest are refused. */
+  /**
+   * The jobs of `jobIds` this session holds in `batchId`; the rest are refused, together. Every id costs two lookups
+   * in memory (the placement, the recently ended) and nothing more, so a message's cost is bounded by the link's
+   * limit on the ids it may name.
+   */
   #held(host: HostSession, batchId: string, jobIds: readonly string[], what: 'loading' | 'started' | 'progress'): JobRecord[] {
     const jobs: JobRecord[] = [];
+    let refused: string[] | null = null;
     for (const jobId of jobIds) {
       const job = this.#deps.inFlight.holds(host, batchId, jobId) ? this.#deps.states.get(jobId) : null;
       if (job) jobs.push(job);
-      else if (!this.#recentlyFinished(jobId)) this.#refuse(host, what, jobId);
+      // Progress can race a cancellation: a report about a job that just ended is not an intrusion.
+      else if (!this.#ended.has(jobId)) (refused ??= []).push(jobId);
     }
+    if (refused) this.#deps.refusals.refuse(host, what, refused);
     return jobs;
-  }
-
-  /** Progress can race a cancellation: a report about a job that just ended is not an intrusion. */
-  #recentlyFinished(jobId: string): boolean {
-    const job = this.#deps.states.get(jobId);
-    return job !== null && isTerminal(job.status);
-  }
-
-  #refuse(host: HostSession, what: string, jobId: string): void {
-    this.#deps.log.warn({ host: host.id, session: host.session, message: what, jobId }, 'refused a report about a job this host does not hold');
-    this.#deps.metrics.reportRefused(host.id, what);
-    this.#deps.events.publishMesh({ type: 'link:refused', host: host.id, what, jobId, at: new Date(this.#deps.clock.now()).toISOString() });
   }
 
   #ack(host: HostSession, jobId: string): void {

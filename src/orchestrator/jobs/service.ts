@@ -223,15 +223,19 @@ export class JobService {
   }
 
   /**
-   * Blobs are shared by digest, so a grant limited to albums may read only
-   * the blobs published as artifacts in its albums (of its types and models);
-   * anything else is 404, as if it did not exist. Grants without an `albums`
-   * caveat (agents reading model files, admin, unscoped clients) read any blob.
+   * Blobs are shared by digest, so a grant limited to albums, types or models
+   * may read only the blobs published as artifacts within them — and, limited
+   * by models alone (an agent grant's `models`), the files of those models;
+   * anything else is 404, as if it did not exist. Grants with none of the three
+   * (agents, admin, unscoped clients) read any blob.
    */
   assertBlobVisible(grant: VerifiedGrant, digest: string): void {
-    if (grant.albums === null) return;
+    const { albums, types, models } = grant;
+    if (albums === null && types === null && models === null) return;
     assertDigest(digest);
-    if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums: grant.albums, types: grant.types, models: grant.models })) {
+    // A model's own file, to a grant that may have the model (an agent pulling it; an album-limited grant never).
+    if (albums === null && types === null && models!.some((name) => this.#deps.registry.get(name)?.manifest.digest === digest)) return;
+    if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums, types, models })) {
       throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     }
   }

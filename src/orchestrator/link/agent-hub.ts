@@ -3,12 +3,14 @@ import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { corkForTick } from '../../net/cork.js';
 import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
-import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage } from '../../protocol/index.js';
+import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../clock.js';
 import type { EventBus } from '../events.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
 import { HostSession, type BatchReport, type HostRegistry } from '../routing/index.js';
+import { LinkBudget, type LinkBudgetSettings } from './link-budget.js';
+import type { LinkRefusals } from './refusals.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 
@@ -31,6 +33,12 @@ export interface AgentHubDeps {
   recovery: Recovery;
   events: EventBus;
   log: Logger;
+  /** Tells of refused reports (models the host's grant does not allow), once per message. */
+  refusals: LinkRefusals;
+  /** Each dialled link's message budget (the in-process link of `gpumesh up`'s own agent has none: it is this program). */
+  budget: LinkBudgetSettings;
+  /** Counts links closed for their cost (over budget). */
+  onLinkClosed?(host: string | null, reason: 'over-budget'): void;
   heartbeatMs: number;
   staleAfterMs: number;
   /** Largest output (per report) an agent may send inline in `done`. */
@@ -85,11 +93,14 @@ export class AgentHub {
 
   /**
    * Take a freshly upgraded socket; it becomes a host once its hello is accepted. `transport` is the connection
-   * under it: messages sent to the host in one tick leave in one write.
+   * under it: messages sent to the host in one tick leave in one write. `budgeted: false` exempts the link from the
+   * message budget (the in-process link of this program's own agent).
    */
-  attach(socket: LinkSocket, grant: VerifiedGrant, transport?: Writable): void {
+  attach(socket: LinkSocket, grant: VerifiedGrant, transport?: Writable, { budgeted = true } = {}): void {
     let session: HostSession | null = null;
     let grantEnded = false;
+    let closedForCost = false;
+    const budget = budgeted ? new LinkBudget(this.#deps.budget, this.#deps.clock.now()) : null;
     const helloTimer = this.#deps.clock.setTimer(this.#deps.helloTimeoutMs ?? HELLO_TIMEOUT_MS, () => socket.close(LINK_CLOSE.noHello, 'no hello'));
     // A link lasts no longer than its grant: once it is revoked (or expires) the host's work fails over at
     // once, nothing more it says counts, and the close code tells the agent that reconnecting will not help.
@@ -101,7 +112,18 @@ export class AgentHub {
       socket.close(LINK_CLOSE.rejected, `grant ${why}`);
     });
     socket.on('message', (data, isBinary) => {
-      if (grantEnded) return;
+      if (grantEnded || closedForCost) return;
+      // Counted before it is read: a message over the link's allowance costs nothing more.
+      const verdict = budget?.take(this.#deps.clock.now()) ?? 'ok';
+      if (verdict !== 'ok') {
+        if (verdict === 'close') {
+          closedForCost = true;
+          this.#deps.log.warn({ host: session?.id, dropped: budget!.dropped, ...this.#deps.budget }, 'agent link kept exceeding its message budget; closing it');
+          this.#deps.onLinkClosed?.(session?.id ?? null, 'over-budget');
+          socket.close(LINK_CLOSE.overBudget, 'message rate over budget');
+        }
+        return;
+      }
       if (isBinary) return socket.close(LINK_CLOSE.binary, 'binary frames are not part of the link protocol');
       let message: AgentMessage;
       try {
@@ -150,12 +172,15 @@ export class AgentHub {
       sendLinkMessage(socket, message);
     };
     const session = new HostSession(
-      { id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version },
+      {
+        id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version,
+        models: grant.models,
+      },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
       this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,
     );
     // What it still holds after a reconnect counts at once, not only from its first heartbeat.
-    session.resident = hello.resident ?? [];
+    session.resident = this.#granted(session, 'hello', hello.resident ?? []);
     session.draining = hello.draining ?? false;
     const previous = hosts.get(hello.host);
     this.#sockets.set(session, socket);
@@ -185,7 +210,7 @@ export class AgentHub {
       case 'hello':
         return; // only the first hello counts
       case 'heartbeat':
-        session.resident = message.resident;
+        session.resident = this.#granted(session, 'heartbeat', message.resident);
         session.devices = message.devices;
         return;
       case 'loading':
@@ -196,6 +221,7 @@ export class AgentHub {
         if (this.#deps.observers?.some((observer) => observer.claims?.(session, message))) return;
         return this.#report(session, message);
       case 'loaded':
+        if (!session.mayServe(message.model)) return this.#deps.refusals.refuse(session, 'loaded', [message.model], 'about models its grant does not allow');
         session.loaded({ model: message.model, digest: message.digest, device: message.device, memoryMB: message.memoryMB, lastUsedAt: clock.now() });
         hosts.changed();
         this.#deps.events.publishMesh({
@@ -203,6 +229,7 @@ export class AgentHub {
         });
         return;
       case 'unloaded':
+        if (!session.mayServe(message.model)) return this.#deps.refusals.refuse(session, 'unloaded', [message.model], 'about models its grant does not allow');
         session.unloaded(message.model);
         hosts.changed();
         this.#deps.events.publishMesh({ type: 'replica:unloaded', host: session.id, model: message.model, device: message.device, at: new Date(clock.now()).toISOString() });
@@ -216,6 +243,13 @@ export class AgentHub {
       default:
         return unhandled(message);
     }
+  }
+
+  /** The resident models a host reports that its grant allows it; the rest are refused (and not counted as replicas). */
+  #granted(session: HostSession, what: string, resident: readonly ResidentModel[]): ResidentModel[] {
+    if (resident.every((entry) => session.mayServe(entry.model))) return [...resident];
+    this.#deps.refusals.refuse(session, what, resident.filter((entry) => !session.mayServe(entry.model)).map((entry) => entry.model), 'about models its grant does not allow');
+    return resident.filter((entry) => session.mayServe(entry.model));
   }
 
   #report(session: HostSession, message: BatchReport): void {
@@ -284,9 +318,19 @@ export class AgentHub {
     const now = clock.now();
     let next = heartbeatMs;
     for (const session of this.#sockets.keys()) next = Math.min(next, session.lastSeenAt + staleAfterMs + 1 - now);
-    return clock.setTimer(Math.max(SWEEP_MIN_MS, next), () => {
+    const delay = Math.max(SWEEP_MIN_MS, next);
+    const due = now + delay;
+    return clock.setTimer(delay, () => {
       if (this.#closed) return;
       const now = this.#deps.clock.now();
+      // The orchestrator itself was stalled (its event loop blocked for longer than a heartbeat): messages that arrived
+      // meanwhile wait unread in the sockets, so silence measured across the stall says nothing about the hosts. Read
+      // them first; judge at the next look.
+      if (now - due > heartbeatMs) {
+        this.#deps.log.warn({ lateMs: now - due }, 'the link sweep ran late (the event loop was blocked); judging silence at the next look');
+        this.#sweep = this.#armSweep();
+        return;
+      }
       for (const [session, socket] of [...this.#sockets]) {
         if (now - session.lastSeenAt <= this.#deps.staleAfterMs) continue;
         this.#deps.log.warn({ host: session.id, silentMs: now - session.lastSeenAt }, 'agent stopped reporting');

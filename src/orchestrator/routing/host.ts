@@ -16,6 +16,8 @@ export interface HostInfo {
   engines: string[];
   concurrency: number;
   version: string;
+  /** The models the host's grant allows it (its `models` caveat): it is sent no other, nor may report one. Absent or null: any. */
+  models?: readonly string[] | null;
 }
 
 /**
@@ -124,6 +126,11 @@ export class HostSession {
     let count = 0;
     for (const batch of this.batches.values()) count += batch.jobIds.size;
     return count;
+  }
+
+  /** Whether the host's grant allows it this model: what it is sent, runs and reports. */
+  mayServe(model: string): boolean {
+    return !this.info.models || this.info.models.includes(model);
   }
 
   isResident(model: string): boolean {

@@ -75,7 +75,8 @@ export class Router {
 
   /** Connected hosts that could ever run `model` for these classes (they serve one and run its engine), busy or not. */
   candidates(model: RegisteredModel, classes: readonly string[]): HostSession[] {
-    return [...this.#deps.hosts].filter((host) => host.info.classes.some((name) => classes.includes(name)) && host.info.engines.includes(model.manifest.engine));
+    return [...this.#deps.hosts].filter((host) => host.info.classes.some((name) => classes.includes(name)) && host.info.engines.includes(model.manifest.engine)
+      && host.mayServe(model.manifest.name));
   }
 
   route(model: RegisteredModel, request: RouteRequest): RouteDecision {
@@ -224,6 +225,7 @@ export class Router {
   #unusable(host: HostSession, model: RegisteredModel, request: RouteRequest, klass: string | null): RouteSkipReason | null {
     if (klass === null) return 'class not granted';
     if (request.hosts && !request.hosts.includes(host.id)) return 'host not granted';
+    if (!host.mayServe(model.manifest.name)) return 'model not granted';
     if (host.draining) return 'draining';
     if (!host.info.engines.includes(model.manifest.engine)) return 'engine missing';
     if (host.largestBudgetMB < model.manifest.memoryMB) return 'model too large';

@@ -72,10 +72,11 @@ export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] 
 }
 
 /** Whether some artifact with this digest lies in one of `albums` (and, when given, has one of `types` and `models`). */
-export function digestPublishedIn(db: Db, digest: string, scope: { albums: readonly string[]; types: readonly string[] | null; models: readonly string[] | null }): boolean {
-  if (scope.albums.length === 0 || scope.types?.length === 0 || scope.models?.length === 0) return false;
-  const where = ['digest = ?', `album IN (${scope.albums.map(() => '?').join(', ')})`];
-  const args: unknown[] = [digest, ...scope.albums];
+export function digestPublishedIn(db: Db, digest: string, scope: { albums: readonly string[] | null; types: readonly string[] | null; models: readonly string[] | null }): boolean {
+  if (scope.albums?.length === 0 || scope.types?.length === 0 || scope.models?.length === 0) return false;
+  const where = ['digest = ?'];
+  const args: unknown[] = [digest];
+  if (scope.albums) { where.push(`album IN (${scope.albums.map(() => '?').join(', ')})`); args.push(...scope.albums); }
   if (scope.types) { where.push(`type IN (${scope.types.map(() => '?').join(', ')})`); args.push(...scope.types); }
   if (scope.models) { where.push(`model IN (${scope.models.map(() => '?').join(', ')})`); args.push(...scope.models); }
   // One statement per shape of scope (a handful per mesh), prepared once: galleries ask this for every picture.
