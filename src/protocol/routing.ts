@@ -69,6 +69,8 @@ export interface HostView {
   draining: boolean;
   classes: string[];
   engines: string[];
+  /** The models its grant allows it (the `models` caveat of the grant it joined with); null: any. */
+  models: string[] | null;
   version: string;
   /** Capacity: batches it runs at once, how many of those slots are free, and what it holds now. */
   concurrency: number;
