@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import WebSocket from 'ws';
 import { z } from 'zod';
-import { AgentMessage, LINK_CLOSE, LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
+import { AgentMessage, LINK_CLOSE, LINK_LIMITS, LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
 import type { KnownIds } from './known.js';
 import type { Outcome } from './http.js';
 import { arbitraryFor, type JsonSchema, type Vocabulary } from './schema-arbitrary.js';
@@ -25,6 +25,8 @@ export interface LinkTarget {
   /** An agent grant for `host`, and the host it names. */
   agentGrant: string;
   agentHost: string;
+  /** The largest frame the orchestrator reads (agents.link.maxFrameBytes): a larger one closes the link (1009). */
+  maxFrameBytes: number;
   learnGrant(token: string): void;
 }
 
@@ -32,8 +34,12 @@ const WAIT_MS = 10_000;
 
 const GARBAGE_TEXT = ['', '{', 'null', '[]', '"hello"', '0', '{}', '{"type":"hello"}', '{"type":"nope"}', '{"type":"heartbeat","inFlight":1e999,"resident":[],"devices":[]}', '{"type":null}', '{"__proto__":{"type":"hello"}}', '\u0000', '\ud800'];
 
+/** RFC 6455 1009: a frame larger than the receiver takes. */
+const TOO_BIG = 1009;
+
 /** The link's documented answers to a frame, from the protocol file: what the oracle expects. */
-function verdict(text: string | null, joined: boolean, host: string): { close: number } | { hello: boolean } {
+function verdict(text: string | null, joined: boolean, host: string, maxFrameBytes: number): { close: number } | { hello: boolean } {
+  if (text !== null && Buffer.byteLength(text) > maxFrameBytes) return { close: TOO_BIG };
   if (text === null) return { close: LINK_CLOSE.binary };
   let message: AgentMessage;
   try {
@@ -59,9 +65,12 @@ export function linkInputs(vocabulary: Vocabulary, host: string): fc.Arbitrary<L
   const helloSchema = schema.oneOf!.find((variant) => (variant.properties?.type as { const?: unknown } | undefined)?.const === 'hello')!;
   const message = arbitraryFor(schema, { ...vocabulary, mutationWeight: 1 });
   const frame: fc.Arbitrary<Frame> = fc.oneof(
-    { weight: 10, arbitrary: message.map((value) => ({ kind: 'json' as const, value })) },
-    { weight: 2, arbitrary: fc.oneof(fc.constantFrom(...GARBAGE_TEXT), fc.string({ maxLength: 40 })).map((text) => ({ kind: 'text' as const, text })) },
-    { weight: 1, arbitrary: fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 40 }).map((bytes) => ({ kind: 'binary' as const, bytes })) },
+    { weight: 50, arbitrary: message.map((value) => ({ kind: 'json' as const, value })) },
+    { weight: 10, arbitrary: fc.oneof(fc.constantFrom(...GARBAGE_TEXT), fc.string({ maxLength: 40 })).map((text) => ({ kind: 'text' as const, text })) },
+    { weight: 5, arbitrary: fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 40 }).map((bytes) => ({ kind: 'binary' as const, bytes })) },
+    { weight: 8, arbitrary: manyIds(LINK_LIMITS.jobIdsPerMessage + 100) },
+    // A frame of the attack that stalled the orchestrator: 150,000 ids, over 4 MB (cut at the frame limit).
+    { weight: 1, arbitrary: manyIds(150_000, 150_000) },
   );
   // A hello that is usually accepted: the grant's host and this protocol, the rest generated.
   const hello: fc.Arbitrary<Frame> = fc.tuple(
@@ -76,6 +85,24 @@ export function linkInputs(vocabulary: Vocabulary, host: string): fc.Arbitrary<L
     hello: fc.oneof({ weight: 9, arbitrary: hello }, { weight: 1, arbitrary: frame }),
     after: fc.array(frame, { maxLength: 6 }),
   });
+}
+
+/**
+ * A report naming many jobs: up to the most a message may name and past it, the ids mostly not the agent's (the
+ * jobs it was sent, by marker, now and then): each such message must cost one refusal, not one per id.
+ */
+function manyIds(max: number, min = 0): fc.Arbitrary<Frame> {
+  return fc.record({
+    type: fc.constantFrom('loading', 'started', 'progress'),
+    count: fc.integer({ min, max }),
+    own: fc.nat({ max: 3 }),
+  }).map(({ type, count, own }) => ({
+    kind: 'json' as const,
+    value: {
+      type, batchId: '@@batch:0', step: 1, total: 2,
+      jobIds: Array.from({ length: count }, (_, i) => (i < own ? `@@job:${i}` : `j_not_yours_${String(i).padStart(8, '0')}`)),
+    },
+  }));
 }
 
 /** The text of a frame with its markers swapped for ids seen so far; null for a binary frame. */
@@ -134,7 +161,7 @@ export async function runLink(target: LinkTarget, input: LinkInput): Promise<Out
     const text = textOf(target.known, frame);
     sentTexts.push(text ?? `<binary ${frame.kind === 'binary' ? frame.bytes.length : 0} bytes>`);
     socket.send(text ?? Buffer.from(frame.kind === 'binary' ? frame.bytes : []), { binary: text === null });
-    const next = verdict(text, joined, target.agentHost);
+    const next = verdict(text, joined, target.agentHost, target.maxFrameBytes);
     if ('close' in next) {
       expectClose = next.close;
       break;

@@ -7,6 +7,7 @@ import { linkInputs, runLink, type LinkInput, type LinkTarget } from './link.js'
 import { rawInputs, runRaw, type RawInput } from './raw.js';
 import type { Vocabulary } from './schema-arbitrary.js';
 import { Tally } from './tally.js';
+import { linkFrameLimit, resolveConfig } from '../../src/orchestrator/config.js';
 
 /** One fuzz target: a table row, its generator, and how to run one input. */
 export interface FuzzTarget<T = unknown> {
@@ -45,6 +46,8 @@ export class FuzzSession implements HttpTarget, LinkTarget {
   readonly tally = new Tally();
   readonly agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   readonly agentHost = 'fuzz-agent';
+  /** The orchestrator's default frame limit (`gpumesh up` with no mesh.yaml): the default inline output as base64, and 1 MiB. */
+  readonly maxFrameBytes = linkFrameLimit(resolveConfig({}, '/tmp').agents);
   readonly #minted: string[] = [];
 
   private constructor(
