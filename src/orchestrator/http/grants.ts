@@ -47,8 +47,11 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     } catch (error) {
       throw new MeshError('VALIDATION_FAILED', { detail: (error as Error).message });
     }
+    const parsed = caveats.map((line) => parseCaveat(line));
+    const malformed = parsed.find((caveat): caveat is string => typeof caveat === 'string');
+    if (malformed) throw new MeshError('VALIDATION_FAILED', { detail: malformed });
     // A caveat that would govern nothing on this kind of grant is refused, not minted as a false promise.
-    const problem = scopeProblem([{ condition: 'kind', value: body.kind }, ...caveats.map((line) => parseCaveat(line) as Caveat)]);
+    const problem = scopeProblem([{ condition: 'kind', value: body.kind }, ...(parsed as Caveat[])]);
     if (problem) throw new MeshError('VALIDATION_FAILED', { detail: problem });
     const minted = await issuer.mint(body.kind, caveats, body.note ?? `minted by ${grantOf(request).id}`, auth.origin(request));
     void reply.code(201);
