@@ -321,7 +321,7 @@ const DESCRIBE = {
   'replica:loaded': (e) => `${e.host} loaded ${e.model} on ${e.device} (${mb(e.memoryMB)})`,
   'replica:unloaded': (e) => `${e.host} unloaded ${e.model} from ${e.device}`,
   'replica:refused': (e) => `${e.host} would not load ${e.model}: ${e.message}`,
-  'link:refused': (e) => `${e.host}: report refused (${e.what})`,
+  'link:refused': (e) => `${e.host}: ${e.count ?? 1} report${(e.count ?? 1) === 1 ? '' : 's'} refused (${e.what})`,
   'blob:corrupt': (e) => `blob ${e.digest.slice(0, 19)}… failed its ${e.check} check`,
   'breaker:opened': (e) => `breaker of ${where(e)} opened for ${span(e.openForMs)}: ${e.reason}`,
   'breaker:half-open': (e) => `breaker of ${where(e)} half-open: letting a trial through`,
