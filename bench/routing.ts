@@ -20,7 +20,7 @@
  *   node --expose-gc --import tsx bench/routing.ts [--decisions 100000] [--queued 100000]
  */
 import { parseArgs } from 'node:util';
-import { FakeClock } from '../src/orchestrator/clock.js';
+import { FakeClock } from '../test/helpers/fake-clock.js';
 import { resolveConfig } from '../src/orchestrator/config.js';
 import type { RegisteredModel } from '../src/orchestrator/registry/index.js';
 import { PIPELINES } from '../src/orchestrator/registry/index.js';

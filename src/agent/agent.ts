@@ -8,7 +8,7 @@ import { VERSION } from '../version.js';
 import { BatchReports } from './batch-reports.js';
 import { detectDevices } from './devices.js';
 import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/engine.js';
-import { workClock } from './engines/http/timing.js';
+import { workClock } from '../protocol/clock.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
 import type { GovernanceConfigInput } from '../protocol/engines/process-settings.js';

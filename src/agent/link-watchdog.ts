@@ -1,24 +1,23 @@
+import { systemClock, type Clock, type Timer } from '../protocol/clock.js';
+
 /** What the watchdog needs of a WebSocket: ws's own WebSocket has both. */
 export interface WatchedSocket {
   ping(): void;
   terminate(): void;
 }
 
-/** Time for the watchdog; real timers by default, a fake in tests. */
-export interface WatchdogTimers {
-  now(): number;
-  /** Call `tick` every `ms` until the returned function is called. */
-  every(ms: number, tick: () => void): () => void;
+/** Call `tick` every `ms` on the clock until the returned function is called. */
+function every(clock: Clock, ms: number, tick: () => void): () => void {
+  let timer: Timer | null = null;
+  const arm = (): void => {
+    timer = clock.setTimer(ms, () => {
+      arm();
+      tick();
+    });
+  };
+  arm();
+  return () => timer?.cancel();
 }
-
-export const realTimers: WatchdogTimers = {
-  now: () => performance.now(),
-  every(ms, tick) {
-    const timer = setInterval(tick, ms);
-    timer.unref();
-    return () => clearInterval(timer);
-  },
-};
 
 export interface LinkWatchdogOptions {
   /** How often to ping (the link's heartbeat interval). */
@@ -41,21 +40,21 @@ export interface LinkWatchdogOptions {
 export class LinkWatchdog {
   readonly #socket: WatchedSocket;
   readonly #options: LinkWatchdogOptions;
-  readonly #timers: WatchdogTimers;
+  readonly #clock: Clock;
   #lastHeard: number;
   #stop: (() => void) | null;
 
-  constructor(socket: WatchedSocket, options: LinkWatchdogOptions, timers: WatchdogTimers = realTimers) {
+  constructor(socket: WatchedSocket, options: LinkWatchdogOptions, clock: Clock = systemClock) {
     this.#socket = socket;
     this.#options = options;
-    this.#timers = timers;
-    this.#lastHeard = timers.now();
-    this.#stop = timers.every(options.intervalMs, () => this.#tick());
+    this.#clock = clock;
+    this.#lastHeard = clock.now();
+    this.#stop = every(clock, options.intervalMs, () => this.#tick());
   }
 
   /** Something arrived from the orchestrator (a message or a pong). */
   heard(): void {
-    this.#lastHeard = this.#timers.now();
+    this.#lastHeard = this.#clock.now();
   }
 
   stop(): void {
@@ -64,7 +63,7 @@ export class LinkWatchdog {
   }
 
   #tick(): void {
-    const silent = this.#timers.now() - this.#lastHeard;
+    const silent = this.#clock.now() - this.#lastHeard;
     if (silent <= this.#options.silentAfterMs) {
       this.#socket.ping();
       return;

@@ -8,7 +8,8 @@ import {
 import { corkForTick } from '../net/cork.js';
 import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../net/memory-link.js';
 import { TlsPinError, type ServerTrust } from '../tls/index.js';
-import { LinkWatchdog, type WatchdogTimers } from './link-watchdog.js';
+import type { Clock } from '../protocol/clock.js';
+import { LinkWatchdog } from './link-watchdog.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 type Welcome = Extract<OrchestratorMessage, { type: 'welcome' }>;
@@ -50,8 +51,8 @@ export interface AgentLinkOptions {
    */
   onRejected(reason: string, by: 'orchestrator' | 'agent'): void;
   onDisconnected?(): void;
-  /** The watchdog's time (a fake in tests). Default: real timers. */
-  timers?: WatchdogTimers;
+  /** The watchdog's time (a fake in tests). Default: the system clock. */
+  clock?: Clock;
 }
 
 /** An orchestrator that does not say how long a silent link lasts (older than the field): this many heartbeats. */
@@ -205,7 +206,7 @@ export class AgentLink {
         watchdog = new LinkWatchdog(socket, {
           intervalMs: message.heartbeatMs, silentAfterMs,
           onSilent: (silentMs) => log.warn({ silentMs: Math.round(silentMs), silentAfterMs }, 'the orchestrator stopped answering; dropping the link'),
-        }, this.#options.timers);
+        }, this.#options.clock);
         this.#options.onWelcome(message);
         return;
       }

@@ -1,4 +1,4 @@
-import type { Clock, Timer } from './clock.js';
+import type { Clock, Timer } from '../protocol/clock.js';
 import { decodeCursor, encodeCursor } from './jobs/index.js';
 import { audit, type AuditRecord, type Db, type GroupCommit, type NewAuditRecord } from './store/index.js';
 

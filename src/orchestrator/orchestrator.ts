@@ -6,7 +6,7 @@ import { pino, type Logger } from 'pino';
 import { AuditLog } from './audit.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
-import { systemClock, type Clock } from './clock.js';
+import { systemClock, type Clock } from '../protocol/clock.js';
 import { linkFrameLimit, type MeshConfig } from './config.js';
 import { EventBus } from './events.js';
 import { RequestAuth } from './http/auth.js';

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { EndpointProvider } from '../../src/agent/engines/shared/endpoint.js';
 import { buildEngines, engineModule, ENGINE_NAMES, ENGINES } from '../../src/agent/engines/registry.js';
 import type { EngineServices } from '../../src/agent/engines/module.js';
-import { workClock } from '../../src/agent/engines/http/timing.js';
+import { workClock } from '../../src/protocol/clock.js';
 import { Governor } from '../../src/agent/governance/governor.js';
 import { Supervisor } from '../../src/agent/supervisor.js';
 import { ROOT } from '../helpers/mesh.js';

@@ -9,7 +9,7 @@ import { pngFromBase64 } from '../../src/agent/engines/http/png.js';
 import { Backoff } from '../../src/agent/engines/http/timing.js';
 import { EngineError, type EngineJob, type Progress } from '../../src/agent/engines/engine.js';
 import { parseStepLines, StepLineTracker } from '../../src/agent/engines/sdcpp/step-lines.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 
 /** Let pending promise callbacks run. */
 const flush = async (): Promise<void> => {

@@ -4,42 +4,15 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { AgentLink } from '../../src/agent/link.js';
-import { LinkWatchdog, type WatchdogTimers } from '../../src/agent/link-watchdog.js';
+import { LinkWatchdog } from '../../src/agent/link-watchdog.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { LINK_PROTOCOL_VERSION, type AgentMessage } from '../../src/protocol/index.js';
 import { ServerTrust } from '../../src/tls/index.js';
 import { waitFor } from '../helpers/mesh.js';
 
-/** Timers the test moves by hand. */
-class FakeTimers implements WatchdogTimers {
-  time = 0;
-  readonly #ticks: { ms: number; next: number; tick: () => void; stopped: boolean }[] = [];
-
-  now(): number {
-    return this.time;
-  }
-
-  every(ms: number, tick: () => void): () => void {
-    const entry = { ms, next: this.time + ms, tick, stopped: false };
-    this.#ticks.push(entry);
-    return () => (entry.stopped = true);
-  }
-
-  advance(ms: number): void {
-    const end = this.time + ms;
-    for (;;) {
-      const due = this.#ticks.filter((entry) => !entry.stopped && entry.next <= end).sort((a, b) => a.next - b.next)[0];
-      if (!due) break;
-      this.time = due.next;
-      due.next += due.ms;
-      due.tick();
-    }
-    this.time = end;
-  }
-}
-
 describe('the agent link watchdog (fake clock)', () => {
   it('pings every interval while it hears something; terminates the socket after silentAfterMs of silence', () => {
-    const timers = new FakeTimers();
+    const timers = new FakeClock(0);
     const socket = { pings: 0, terminated: 0, ping() { this.pings++; }, terminate() { this.terminated++; } };
     const silences: number[] = [];
     const watchdog = new LinkWatchdog(socket, { intervalMs: 100, silentAfterMs: 300, onSilent: (ms) => silences.push(ms) }, timers);
@@ -58,7 +31,7 @@ describe('the agent link watchdog (fake clock)', () => {
   });
 
   it('stop() ends it', () => {
-    const timers = new FakeTimers();
+    const timers = new FakeClock(0);
     const socket = { pings: 0, terminated: 0, ping() { this.pings++; }, terminate() { this.terminated++; } };
     new LinkWatchdog(socket, { intervalMs: 100, silentAfterMs: 300, onSilent: () => {} }, timers).stop();
     timers.advance(1000);
@@ -70,12 +43,27 @@ describe('the agent link watchdog (fake clock)', () => {
  * A stand-in orchestrator on a real socket that welcomes each connection and then says nothing; with autoPong off
  * it does not answer pings either — what the agent sees when the network between them silently drops packets.
  */
-async function silentOrchestrator(options: { answerPings: boolean }): Promise<{ url: string; connections: WebSocket[]; close(): Promise<void> }> {
+interface SilentOrchestrator {
+  url: string;
+  connections: WebSocket[];
+  /** Pings received from the agent so far. */
+  pings(): number;
+  /**
+   * Ping the agent and wait for its pong: frames are handled in order, so every frame sent to the agent before
+   * (the pong to its last ping) has been handled by then.
+   */
+  roundTrip(): Promise<void>;
+  close(): Promise<void>;
+}
+
+async function silentOrchestrator(options: { answerPings: boolean }): Promise<SilentOrchestrator> {
   const server = new WebSocketServer({ host: '127.0.0.1', port: 0, autoPong: options.answerPings });
   await once(server, 'listening');
   const connections: WebSocket[] = [];
+  let pings = 0;
   server.on('connection', (socket) => {
     connections.push(socket);
+    socket.on('ping', () => pings++);
     socket.once('message', () => socket.send(JSON.stringify({
       type: 'welcome', session: `s${connections.length}`, heartbeatMs: 100, protocol: LINK_PROTOCOL_VERSION, inlineOutputBytes: 0, staleAfterMs: 400,
     })));
@@ -83,6 +71,13 @@ async function silentOrchestrator(options: { answerPings: boolean }): Promise<{ 
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     connections,
+    pings: () => pings,
+    async roundTrip() {
+      const socket = connections.at(-1)!;
+      const pong = once(socket, 'pong');
+      socket.ping();
+      await pong;
+    },
     async close() {
       for (const socket of server.clients) socket.terminate();
       await new Promise((resolve) => server.close(resolve));
@@ -100,11 +95,12 @@ describe('the agent link over a real socket', () => {
     for (const step of cleanup.splice(0)) await step();
   });
 
-  async function link(url: string): Promise<{ link: AgentLink; disconnects: number[] }> {
+  /** A real link on a real socket; its watchdog's time is `clock` (the redial backoff's is real). */
+  async function link(url: string, clock: FakeClock): Promise<{ link: AgentLink; disconnects: number[] }> {
     const disconnects: number[] = [];
     const agentLink = new AgentLink({
-      url, grant: 'g', trust: new ServerTrust(url), log: pino({ level: 'silent' }), hello,
-      onWelcome: () => {}, onMessage: () => {}, onRejected: () => {}, onDisconnected: () => disconnects.push(Date.now()),
+      url, grant: 'g', trust: new ServerTrust(url), log: pino({ level: 'silent' }), hello, clock,
+      onWelcome: () => {}, onMessage: () => {}, onRejected: () => {}, onDisconnected: () => disconnects.push(clock.now()),
     });
     agentLink.start();
     cleanup.push(() => agentLink.close());
@@ -117,20 +113,31 @@ describe('the agent link over a real socket', () => {
     // netns scenario, where a cut laptop rejoined only when the orchestrator's close frame finally got through.
     const orchestrator = await silentOrchestrator({ answerPings: false });
     cleanup.push(() => orchestrator.close());
-    const started = Date.now();
-    const { disconnects } = await link(orchestrator.url);
+    const clock = new FakeClock(0);
+    const { disconnects } = await link(orchestrator.url, clock);
+    // staleAfterMs 400 from its welcome, checked every heartbeat (100 ms): it pings at 100–400 ms and hears nothing.
+    for (let tick = 1; tick <= 4; tick++) {
+      clock.advance(100);
+      await waitFor(() => orchestrator.pings() >= tick, { what: `ping ${tick}` });
+    }
+    expect(disconnects).toEqual([]);
+    clock.advance(100); // 500 ms of silence: dropped
+    await waitFor(() => disconnects.length >= 1, { what: 'the link to be dropped' });
+    expect(disconnects[0]).toBe(500);
     await waitFor(() => orchestrator.connections.length >= 2, { timeoutMs: 10_000, what: 'the agent to redial' });
-    expect(disconnects.length).toBeGreaterThanOrEqual(1);
-    // staleAfterMs 400 from its welcome, checked every heartbeat (100 ms): generous bounds for a loaded machine.
-    expect(disconnects[0]! - started).toBeGreaterThanOrEqual(400);
-    expect(disconnects[0]! - started).toBeLessThan(5000);
   });
 
   it('keeps a quiet link whose orchestrator answers pings', async () => {
     const orchestrator = await silentOrchestrator({ answerPings: true });
     cleanup.push(() => orchestrator.close());
-    const { link: agentLink, disconnects } = await link(orchestrator.url);
-    await new Promise((resolve) => setTimeout(resolve, 1500)); // well past staleAfterMs, with pongs only
+    const clock = new FakeClock(0);
+    const { link: agentLink, disconnects } = await link(orchestrator.url, clock);
+    // Fifteen heartbeats, well past staleAfterMs (400 ms), with pongs only: each is heard before the next tick.
+    for (let tick = 1; tick <= 15; tick++) {
+      clock.advance(100);
+      await waitFor(() => orchestrator.pings() >= tick, { what: `ping ${tick}` });
+      await orchestrator.roundTrip();
+    }
     expect(agentLink.connected).toBe(true);
     expect(disconnects).toEqual([]);
     expect(orchestrator.connections).toHaveLength(1);

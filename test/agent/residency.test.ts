@@ -8,7 +8,7 @@ import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
 import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';
 import { Supervisor } from '../../src/agent/supervisor.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir, waitFor } from '../helpers/mesh.js';

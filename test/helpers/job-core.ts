@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pino } from 'pino';
 import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from './fake-clock.js';
 import { policyFor, resolveConfig, type BreakerPolicy, type ResolvedModelPolicy } from '../../src/orchestrator/config.js';
 import { EventBus, type ScopedEvent } from '../../src/orchestrator/events.js';
 import { createJobCore, type JobCore } from '../../src/orchestrator/jobs/index.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { meshErrorOf } from '../helpers/errors.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { Admission } from '../../src/orchestrator/scheduler/index.js';
 
 

@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { AuditLog } from '../../src/orchestrator/audit.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { grants, GroupCommit, jobs, migrate, MIGRATIONS, openDb } from '../../src/orchestrator/store/index.js';
 
 const DAY = 86_400_000;

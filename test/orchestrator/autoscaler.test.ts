@@ -2,7 +2,7 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { MeshEvent, OrchestratorMessage } from '../../src/protocol/index.js';
 import { Autoscaler } from '../../src/orchestrator/autoscale/index.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestrator/config.js';
 import { EventBus } from '../../src/orchestrator/events.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics.js';

@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, statSync, truncateSync, utimesSy
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { BlobReader, BlobStore, type CorruptBlob } from '../../src/orchestrator/registry/index.js';
 import { VerifiedMarks } from '../../src/orchestrator/registry/verified-marks.js';
 import { MeshError } from '../../src/protocol/index.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { resolveConfig, type BreakerPolicy } from '../../src/orchestrator/config.js';
 import { Breaker, BreakerBoard, type BreakerTransition } from '../../src/orchestrator/routing/index.js';
 

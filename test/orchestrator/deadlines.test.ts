@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { Deadlines } from '../../src/orchestrator/deadlines.js';
 
 function deadlines(clock = new FakeClock(0)) {

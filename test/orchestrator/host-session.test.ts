@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { OrchestratorMessage } from '../../src/protocol/index.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { HostSession } from '../../src/orchestrator/routing/index.js';
 
 function session(ackDelayMs: number | null) {

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { jobView } from '../../src/orchestrator/jobs/views.js';
 import { attempts, openDb } from '../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';

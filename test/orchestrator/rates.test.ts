@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { meshErrorOf } from '../helpers/errors.js';
 import { GrantAuthority, narrowGrant, parseCaveat, formatCaveat, type VerifiedGrant } from '../../src/orchestrator/auth/index.js';
-import { FakeClock } from '../../src/orchestrator/clock.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { Admission, GrantRateLimiter } from '../../src/orchestrator/scheduler/index.js';
 
 const authority = new GrantAuthority(randomBytes(32), 'http://test');

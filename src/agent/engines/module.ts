@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import type { Clock } from '../../orchestrator/clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { EngineDescriptor } from '../../protocol/engines/index.js';
 import type { Governor } from '../governance/governor.js';
 import type { Supervisor } from '../supervisor.js';

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { EngineError } from '../engines/engine.js';
 import type { CgroupDriver, CgroupLimits, ProcessCgroup } from './cgroups/driver.js';
-import type { Clock } from './clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { ProcessEnd, StopCause } from './exit-reason.js';
 
 export type StdioSlot = 'pipe' | 'ignore' | 'inherit' | 'ipc';

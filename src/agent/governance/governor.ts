@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { CgroupDriver } from './cgroups/driver.js';
 import { safeName } from './cgroups/cgroupfs.js';
 import { detectCgroups, type DetectOptions } from './cgroups/detect.js';
-import { systemClock, type Clock } from './clock.js';
+import { systemClock, type Clock } from '../../protocol/clock.js';
 import { GovernedProcess, type SpawnSpec } from './governed-process.js';
 import { GovernanceConfig, type GovernanceConfigInput } from '../../protocol/engines/process-settings.js';
 

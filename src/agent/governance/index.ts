@@ -12,7 +12,7 @@ export { runCommand, type CommandInvocation, type CommandResult } from './comman
 export { classifyExit, describeExit, exitError, type ExitKind, type ExitReason, type ProcessEnd, type StopCause } from './exit-reason.js';
 export { buildArgv, expandString, TemplateError } from './command-template.js';
 export { LogTail } from './log-tail.js';
-export { systemClock, type Clock, type Timer } from './clock.js';
+export { systemClock, type Clock, type Timer } from '../../protocol/clock.js';
 export {
   CommandSettings, EngineLimits, GovernanceConfig, LogLimits, ProcessLimits, Readiness, RestartPolicy, ServerSettings,
   type CommandSettingsInput, type GovernanceConfigInput, type ProcessLimitsInput, type ServerSettingsInput,

@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
-import type { Timer } from './clock.js';
+import type { Timer } from '../../protocol/clock.js';
 import { classifyExit, exitError, type ExitReason } from './exit-reason.js';
 import { freePort } from './free-port.js';
 import type { GovernedProcess } from './governed-process.js';

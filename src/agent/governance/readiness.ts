@@ -1,5 +1,5 @@
 import { request } from 'node:http';
-import type { Clock } from './clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { LogTail } from './log-tail.js';
 
 export class NotReadyError extends Error {

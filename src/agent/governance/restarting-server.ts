@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { formatError } from '../../protocol/index.js';
 import { EngineError } from '../engines/engine.js';
-import type { Clock, Timer } from './clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import { describeExit, exitError, type ExitReason } from './exit-reason.js';
 import type { ManagedServer } from './managed-server.js';
 import type { RestartPolicy } from '../../protocol/engines/process-settings.js';

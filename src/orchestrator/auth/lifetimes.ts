@@ -1,4 +1,4 @@
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { GrantAuthority, VerifiedGrant } from './grants.js';
 
 /** Node's timers overflow past 2^31 - 1 ms (about 24.8 days); longer waits are armed in steps. */

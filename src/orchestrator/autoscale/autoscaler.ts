@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { ReplicaPolicy } from '../config.js';
 import type { EventBus } from '../events.js';
 import { PerTurn } from '../per-turn.js';

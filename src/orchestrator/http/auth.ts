@@ -4,7 +4,7 @@ import type { AuditLog } from '../audit.js';
 import {
   READ_ACTIONS, UploadCredentials, type Action, type GrantAuthority, type GrantEnd, type GrantLifetimes, type GrantRequest, type RequestOrigin, type VerifiedGrant,
 } from '../auth/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

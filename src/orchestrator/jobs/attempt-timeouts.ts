@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { MeshError } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import { Deadlines } from '../deadlines.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { RegisteredModel } from '../registry/index.js';

@@ -1,5 +1,5 @@
 import { MeshError } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { JobRecord } from '../store/index.js';
 import type { Dispatcher } from './dispatcher.js';
 import type { InFlight } from './in-flight.js';

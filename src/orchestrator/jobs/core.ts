@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { BatchMemoryReport } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { EventBus } from '../events.js';
 import { LinkRefusals } from '../link/refusals.js';
 import type { MeshMetrics } from '../metrics.js';

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { MeshError } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import { encodeRoute, type HostRegistry, type HostSession, type RouteDecision, type Router } from '../routing/index.js';

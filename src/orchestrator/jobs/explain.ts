@@ -1,5 +1,5 @@
 import type { ExplainView, WaitingFor } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { RouteDecision, Router } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';

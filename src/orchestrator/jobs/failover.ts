@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { MeshError, type ErrorBody } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession } from '../routing/index.js';
 import type { JobRecord } from '../store/index.js';

@@ -1,6 +1,6 @@
-import type { Readable } from 'node:stream';
-import { MeshError, type ArtifactReport } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import { Readable } from 'node:stream';
+import { MeshError, sha256Digest, type ArtifactReport } from '../../protocol/index.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../registry/index.js';
 import { blobs, type Db, type GroupCommit } from '../store/index.js';
 import type { JobStates } from './states.js';

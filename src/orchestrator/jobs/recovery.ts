@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { MeshError } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { HostSession } from '../routing/index.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';

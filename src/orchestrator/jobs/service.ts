@@ -3,7 +3,7 @@ import {
   isTerminal, MeshError, SubmitJobBody, type ArtifactView, type BulkItemResult, type JobEvent, type JobStatus, type JobView,
 } from '../../protocol/index.js';
 import { firstFailure, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { MeshConfig } from '../config.js';
 import type { EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent, type LoadPhases } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { EventBus, EventScope } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
 import { artifacts, attempts, jobs as jobStore, type Db, type EndedAttempt, type GroupCommit, type JobRecord, type NewJob } from '../store/index.js';

@@ -5,7 +5,7 @@ import { corkForTick } from '../../net/cork.js';
 import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { EventBus } from '../events.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
 import { HostSession, type BatchReport, type HostRegistry } from '../routing/index.js';

@@ -1,7 +1,7 @@
 import { MeshError } from '../../protocol/index.js';
 import type { GrantAuthority, VerifiedGrant } from '../auth/index.js';
 import type { AuditLog } from '../audit.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 
 /**
  * Whether an agent grant may join as the host and classes its hello claims.

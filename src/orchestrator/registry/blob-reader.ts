@@ -3,7 +3,7 @@ import { open as openFile, type FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import { MeshError } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from './blob-store.js';
 import { statSignature, VerifiedMarks } from './verified-marks.js';
 

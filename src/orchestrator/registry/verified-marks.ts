@@ -1,5 +1,5 @@
 import type { BigIntStats } from 'node:fs';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 
 /**
  * What a file looked like on disk when it was hashed: device, inode, size,

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { EventBus } from '../events.js';
 import type { MeshMetrics } from '../metrics.js';
 import type { BreakerBoard } from './breakers.js';

@@ -2,7 +2,7 @@ import {
   CircuitState, ConsecutiveBreaker, CountBreaker, ExponentialBackoff, noJitterGenerator, type IBackoff, type IBreaker,
 } from 'cockatiel';
 import type { BreakerState, BreakerView } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import type { BreakerPolicy } from '../config.js';
 
 /** A state change, for events, logs and metrics. */

@@ -1,5 +1,5 @@
 import type { BreakerState, BreakerView } from '../../protocol/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { BreakerPolicy } from '../config.js';
 import { Breaker, type BreakerTransition } from './breaker.js';
 

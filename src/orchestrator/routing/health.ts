@@ -1,4 +1,4 @@
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import type { HostSession } from './host.js';
 
 /** Heartbeats this many intervals overdue make a host unhealthy (it is dropped later, at agents.staleAfterMs). */

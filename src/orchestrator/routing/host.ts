@@ -1,5 +1,5 @@
 import type { Device, OrchestratorMessage, ResidentModel } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 
 /** A batch a host is running: which jobs, on which model, since when. */
 export interface InFlightBatch {

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { MeshError, type AgentMessage } from '../../protocol/index.js';
-import type { Clock, Timer } from '../clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import { newId } from '../ids.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard } from './breakers.js';

@@ -1,6 +1,6 @@
 import { MeshError } from '../../protocol/index.js';
 import type { GrantRate } from '../auth/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 import { GrantRateLimiter } from './rates.js';
 
 const DRAIN_WINDOW_MS = 30_000;

@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import { MeshError } from '../../protocol/index.js';
 import type { GrantRate } from '../auth/index.js';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../protocol/clock.js';
 
 /** Most admission times remembered across all limiters (8 bytes each); the least recently used limiter goes first. */
 const MAX_REMEMBERED = 4_000_000;

@@ -1,7 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { Clock } from '../../../src/agent/governance/clock.js';
+import type { Clock } from '../../../src/protocol/clock.js';
 import { LogTail } from '../../../src/agent/governance/log-tail.js';
 import { pollPauses, waitForHttp } from '../../../src/agent/governance/readiness.js';
 

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import {
   RestartingServer, restartDelay, RestartPolicy, startServer, type ExitReason, type ManagedServer, type ServerSettingsInput,
 } from '../../../src/agent/governance/index.js';
-import { FakeClock } from '../../../src/orchestrator/clock.js';
+import { FakeClock } from '../../helpers/fake-clock.js';
 import { cgroupGovernor, expectNothingLeft, fixture, silentLog } from './helpers.js';
 
 const { governor } = await cgroupGovernor('restart-test');

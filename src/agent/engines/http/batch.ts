@@ -1,4 +1,4 @@
-import type { Clock, Timer } from '../../../orchestrator/clock.js';
+import type { Clock, Timer } from '../../../protocol/clock.js';
 import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../engine.js';
 
 export type StopReason = 'cancelled' | 'deadline' | 'budget' | 'unloaded';

@@ -1,9 +1,10 @@
-import type { Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../protocol/clock.js';
 import { formatError } from '../../../protocol/index.js';
 import { EngineError } from '../engine.js';
 import { JobStopped } from './batch.js';
 import type { HttpReply } from './client.js';
-import { Backoff, retryAfterMs, sleep, type BackoffOptions } from './timing.js';
+import { sleep } from '../../../protocol/clock.js';
+import { Backoff, retryAfterMs, type BackoffOptions } from './timing.js';
 
 export interface BusyRetry {
   clock: Clock;

@@ -1,18 +1,3 @@
-import type { Clock } from '../../../orchestrator/clock.js';
-
-/**
- * Real time, with timers that keep the process alive (the system clock's are unref'd): a job
- * waiting between two polls is work in progress, and must not let a process that has nothing
- * else to do exit under it.
- */
-export const workClock: Clock = {
-  now: () => Date.now(),
-  setTimer(ms, fn) {
-    const handle = setTimeout(fn, Math.max(0, ms));
-    return { cancel: () => clearTimeout(handle) };
-  },
-};
-
 export interface BackoffOptions {
   /** The first wait. */
   initialMs: number;
@@ -41,22 +26,6 @@ export class Backoff {
   reset(): void {
     this.#next = this.#options.initialMs;
   }
-}
-
-/** Wait on the clock; rejects with the signal's reason as soon as it aborts. */
-export function sleep(clock: Clock, ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<void>((resolve, reject) => {
-    const onAbort = (): void => {
-      timer.cancel();
-      reject(signal.reason);
-    };
-    const timer = clock.setTimer(ms, () => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    });
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /** Seconds (or an HTTP date) from a `Retry-After` header, as milliseconds from now; null when absent or unreadable. */

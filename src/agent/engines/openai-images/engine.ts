@@ -1,5 +1,5 @@
 import { pino, type Logger } from 'pino';
-import type { Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../protocol/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type OutputFile, type Progress, type BatchResult } from '../engine.js';
 import { JobBatch, type JobContext } from '../http/batch.js';
@@ -10,7 +10,8 @@ import { badReply, errorForStatus, type RequestContext } from '../http/errors.js
 import { imageRequest, manifestParam, type RequestDefaults } from '../http/image-input.js';
 import { checkedPng, pngFromBase64 } from '../http/png.js';
 import { parseSettings } from '../shared/settings.js';
-import { Backoff, sleep, workClock } from '../http/timing.js';
+import { sleep, workClock } from '../../../protocol/clock.js';
+import { Backoff } from '../http/timing.js';
 import { openAiImagesDescriptor, OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 import { GenerationsReply, generationsBody } from './wire.js';
 

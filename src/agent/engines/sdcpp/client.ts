@@ -1,9 +1,10 @@
-import type { Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../protocol/clock.js';
 import { EngineError } from '../engine.js';
 import { retryWhileBusy } from '../http/busy.js';
 import { request, type HttpReply } from '../http/client.js';
 import { badReply, errorForStatus, type RequestContext } from '../http/errors.js';
-import { Backoff, sleep } from '../http/timing.js';
+import { sleep } from '../../../protocol/clock.js';
+import { Backoff } from '../http/timing.js';
 import type { ServerEndpoint } from '../shared/endpoint.js';
 import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import { Capabilities, JobState, Metrics, Submitted, Txt2ImgReply } from './wire.js';

@@ -1,10 +1,10 @@
 import { pino, type Logger } from 'pino';
-import type { Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../protocol/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import type { Engine, LoadedModel } from '../engine.js';
 import { resolveEndpoint, watchServer, type EndpointProvider } from '../shared/endpoint.js';
 import { parseSettings } from '../shared/settings.js';
-import { workClock } from '../http/timing.js';
+import { workClock } from '../../../protocol/clock.js';
 import { SdcppClient } from './client.js';
 import { SdcppModel } from './model.js';
 import { SdcppSettings } from '../../../protocol/engines/sdcpp.js';

@@ -1,10 +1,11 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../protocol/clock.js';
 import { EngineError, type EngineJob, type OutputFile } from '../engine.js';
 import type { JobContext } from '../http/batch.js';
 import { badReply } from '../http/errors.js';
 import { pngFromBase64 } from '../http/png.js';
-import { Backoff, sleep } from '../http/timing.js';
+import { sleep } from '../../../protocol/clock.js';
+import { Backoff } from '../http/timing.js';
 import type { SdcppClient } from './client.js';
 import { sdcppDescriptor, type SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import type { StepLineTracker } from './step-lines.js';

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../../../orchestrator/clock.js';
+import type { Clock } from '../../../protocol/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { NEVER, EngineError, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
 import { JobBatch } from '../http/batch.js';

@@ -1,21 +1,4 @@
-/** Time, behind an interface so schedulers and leases can be tested with a fake clock and no sleeps. */
-export interface Timer {
-  cancel(): void;
-}
-
-export interface Clock {
-  now(): number;
-  setTimer(ms: number, fn: () => void): Timer;
-}
-
-export const systemClock: Clock = {
-  now: () => Date.now(),
-  setTimer(ms, fn) {
-    const handle = setTimeout(fn, Math.max(0, ms));
-    handle.unref?.();
-    return { cancel: () => clearTimeout(handle) };
-  },
-};
+import type { Clock, Timer } from '../../src/protocol/clock.js';
 
 /** A clock that moves only when told to; timers fire in time order during `advance`. */
 export class FakeClock implements Clock {
