@@ -115,6 +115,7 @@ interface MessageSchema<T> {
 export function readLinkMessage<T>(data: { toString(): string } | ClonedMessage, schema: MessageSchema<T>): T {
   if (data instanceof ClonedMessage) return data.value as T;
   const parsed = schema.safeParse(JSON.parse(data.toString()));
+  // An invariant: both ends are this program, typed by the same union (see the comment above).
   if (!parsed.success) throw new Error(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '));
   return parsed.data;
 }

@@ -232,6 +232,7 @@ export class Orchestrator {
   }
 
   get url(): string {
+    // An invariant: callers ask for the URL after listen().
     if (!this.#url) throw new Error('the orchestrator is not listening yet');
     return this.#url;
   }
@@ -250,7 +251,7 @@ export class Orchestrator {
       return token;
     } catch (error) {
       const why = error instanceof MeshError && error.code === 'GRANT_REVOKED' ? 'it was revoked' : 'was secret.key replaced?';
-      throw new Error(`${path} holds a grant this mesh does not accept (${why}); delete the file to mint a new one`);
+      throw new MeshError('SECRET_FILE_INVALID', { path, detail: `it holds a grant this mesh does not accept: ${why}` }, { cause: error });
     }
   }
 

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { MeshError } from '../protocol/index.js';
 
 /**
  * A secret kept in a file of its own (mode 0600): read if it is there, else made and written. The file appears
@@ -25,6 +26,6 @@ export function secretFile(path: string, make: () => string): string {
 
 function readSecret(path: string): string {
   const value = readFileSync(path, 'utf8').trim();
-  if (!value) throw new Error(`${path} is empty; delete it to have a new one made (every grant signed with the old one stops working)`);
+  if (!value) throw new MeshError('SECRET_FILE_INVALID', { path, detail: 'it is empty; every grant signed with an old secret.key stops working when it is made anew' });
   return value;
 }

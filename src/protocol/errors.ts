@@ -66,6 +66,13 @@ export const ERRORS = {
   DEADLINE_EXCEEDED: { status: 504, message: 'The job passed its deadline' },
   RETRIES_EXHAUSTED: { status: 502, message: 'The job failed {attempts} times: {detail}' },
   INTERNAL: { status: 500, message: 'Internal error: {detail}' },
+
+  // Start-up and local files: they stop a command before it serves anything (never an HTTP answer of a route); the
+  // message says what to do. The status is what a proxy in front would see were one ever passed on.
+  STORE_TOO_NEW: { status: 500, message: 'The store is at schema version {found}, newer than this gpumesh knows ({known}): upgrade gpumesh, or point --data at another folder' },
+  SECRET_FILE_INVALID: { status: 500, message: '{path} is not usable ({detail}); delete it to have a new one made' },
+  TLS_MATERIAL_INVALID: { status: 500, message: 'The TLS material is not usable: {detail}' },
+  TLS_CA_UNAVAILABLE: { status: 502, message: 'Cannot fetch the TLS CA from {url} ({detail}); check the URL and that the orchestrator runs with --tls' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ERRORS;

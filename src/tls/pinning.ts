@@ -4,6 +4,7 @@ import { Readable } from 'node:stream';
 import type { ReadableStream } from 'node:stream/web';
 import { inspectGrant } from '../orchestrator/auth/grants.js';
 import { certificateFingerprint, TLS_CA_CAVEAT, TLS_CA_PATH } from './fingerprint.js';
+import { MeshError } from '../protocol/index.js';
 
 /** A fingerprint the orchestrator's CA must have, and who said so (for error messages). */
 export interface Pin {
@@ -143,9 +144,9 @@ async function fetchPinnedCa(base: URL, pins: readonly Pin[]): Promise<string> {
   try {
     response = await getUnverified(url);
   } catch (error) {
-    throw new Error(`cannot fetch the TLS CA from ${url}: ${(error as Error).message}`, { cause: error });
+    throw new MeshError('TLS_CA_UNAVAILABLE', { url: url.href, detail: (error as Error).message }, { cause: error });
   }
-  if (response.status >= 500) throw new Error(`cannot fetch the TLS CA from ${url}: HTTP ${response.status}`);
+  if (response.status >= 500) throw new MeshError('TLS_CA_UNAVAILABLE', { url: url.href, detail: `HTTP ${response.status}` });
   if (response.status !== 200) {
     throw new TlsPinError(`${url} answered HTTP ${response.status}: ${base.origin} serves no TLS CA, so it is not a gpumesh orchestrator started with --tls (${describePins(pins)} ${pins[0]!.fingerprint})`);
   }

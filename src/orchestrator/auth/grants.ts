@@ -142,6 +142,7 @@ export class GrantAuthority {
    * `tls-ca sha256:<hex>`, so each grant tells its holder which CA to pin.
    */
   constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = [], mintedCaveats: readonly string[] = []) {
+    // An invariant: the key comes from secret.key, which gpumesh makes 32 bytes long.
     if (rootKey.length < 32) throw new Error('the grant root key must be at least 32 bytes');
     parseAll(mintedCaveats);
     this.#rootKey = rootKey;
@@ -230,13 +231,13 @@ export function firstFailure(grant: VerifiedGrant, request: GrantRequest, now: n
 
 /** Add caveats to a grant without the root key. The result can do at most what the original could. */
 export function narrowGrant(token: string, lines: readonly string[]): string {
-  if (lines.length === 0) throw new Error('narrowing needs at least one caveat');
+  if (lines.length === 0) throw new MeshError('GRANT_INVALID', { detail: 'narrowing needs at least one caveat' });
   const added = parseAll(lines);
   const macaroon = decode(token);
   identifierOf(macaroon);
   // The orchestrator would refuse the result as invalid; say so now, where the caveat is being added.
   const problem = scopeProblem([...parseAll(caveatLines(macaroon)), ...added]);
-  if (problem) throw new Error(problem);
+  if (problem) throw new MeshError('GRANT_INVALID', { detail: problem });
   for (const line of lines) macaroon.addFirstPartyCaveat(line);
   return encode(macaroon);
 }

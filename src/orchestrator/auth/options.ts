@@ -1,3 +1,4 @@
+import { MeshError } from '../../protocol/index.js';
 /**
  * Turn the CLI's and the HTTP API's grant options into caveat lines, so
  * `grant create` and `grant narrow` speak the same words.
@@ -25,7 +26,7 @@ export function parseExpiry(text: string, now: number): number {
   const match = /^(\d+(?:\.\d+)?)(s|m|h|d)$/.exec(text.trim());
   if (match) return now + Number(match[1]) * UNIT_MS[match[2]!]!;
   const at = Date.parse(text);
-  if (!Number.isFinite(at)) throw new Error(`cannot read expiry "${text}": use 90s, 10m, 1h, 7d or an ISO time`);
+  if (!Number.isFinite(at)) throw new MeshError('VALIDATION_FAILED', { detail: `cannot read expiry "${text}": use 90s, 10m, 1h, 7d or an ISO time` });
   return at;
 }
 

@@ -351,7 +351,7 @@ export class AgentHub {
   }
 }
 
-/** Compile-time exhaustiveness: a new link message without a case here does not build. */
+/** Compile-time exhaustiveness: a new link message without a case here does not build (an invariant, so a bare Error). */
 function unhandled(message: never): void {
   throw new Error(`unhandled link message ${JSON.stringify(message)}`);
 }

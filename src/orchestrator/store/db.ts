@@ -2,6 +2,7 @@ import Database from 'better-sqlite3';
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { MIGRATIONS, type Migration } from './migrations.js';
+import { MeshError } from '../../protocol/index.js';
 
 export type Db = Database.Database;
 
@@ -40,7 +41,7 @@ export function migrate(db: Db, migrations: readonly Migration[] = MIGRATIONS): 
   const latest = Math.max(0, ...applied);
   const known = Math.max(0, ...migrations.map((m) => m.version));
   if (latest > known) {
-    throw new Error(`the store is at schema version ${latest}, newer than this gpumesh knows (${known}); upgrade gpumesh`);
+    throw new MeshError('STORE_TOO_NEW', { found: latest, known });
   }
   const done: number[] = [];
   for (const migration of [...migrations].sort((a, b) => a.version - b.version)) {

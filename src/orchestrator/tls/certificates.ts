@@ -2,6 +2,7 @@ import 'reflect-metadata'; // @peculiar/x509's ASN.1 schemas are declared with d
 import * as x509 from '@peculiar/x509';
 import { createPrivateKey, randomBytes, webcrypto, X509Certificate } from 'node:crypto';
 import { parseCertificateName, type CertificateName } from './names.js';
+import { MeshError } from '../../protocol/index.js';
 
 /**
  * Issue the mesh's private CA and its server certificate with WebCrypto (ECDSA P-256, SHA-256).
@@ -63,13 +64,13 @@ export async function createCa(now: number, validDays: number): Promise<KeyAndCe
 
 /** A server certificate for `names`, signed by the CA, with a fresh key. */
 export async function issueServerCertificate(ca: KeyAndCertificate, names: readonly CertificateName[], now: number, validDays: number): Promise<KeyAndCertificate> {
-  if (names.length === 0) throw new Error('a server certificate needs at least one name');
+  if (names.length === 0) throw new MeshError('TLS_MATERIAL_INVALID', { detail: 'a server certificate needs at least one name (server.tls.names, or --host)' });
   const caCertificate = new x509.X509Certificate(ca.certPem);
   let caKey: CryptoKey;
   try {
     caKey = await crypto.subtle.importKey('pkcs8', createPrivateKey(ca.keyPem).export({ type: 'pkcs8', format: 'der' }), KEY_ALGORITHM, false, ['sign']);
   } catch (error) {
-    throw new Error('the CA key is not an ECDSA P-256 key in PEM', { cause: error });
+    throw new MeshError('TLS_MATERIAL_INVALID', { detail: 'the CA key is not an ECDSA P-256 key in PEM' }, { cause: error });
   }
   const keys = await newKeys();
   const certificate = await x509.X509CertificateGenerator.create({

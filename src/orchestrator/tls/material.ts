@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { certificateFingerprint } from '../../tls/fingerprint.js';
 import { belongsTo, createCa, expiryOf, issueServerCertificate, namesOf, type KeyAndCertificate } from './certificates.js';
 import { sameNames, type CertificateName } from './names.js';
+import { MeshError } from '../../protocol/index.js';
 
 /** What the HTTPS server and the grant authority need. */
 export interface TlsMaterial {
@@ -56,7 +57,7 @@ async function loadOrCreateCa(dir: string, now: number, validDays: number): Prom
   if (keyPem && certPem) return { ca: { keyPem, certPem }, created: false };
   if (certPem && !keyPem) {
     // Never replace a CA that clients may have pinned just because its key went missing: say so instead.
-    throw new Error(`${join(dir, FILES.caCert)} is there but ${FILES.caKey} is not: restore the key, or delete the tls folder to make a new CA (every grant must then be re-issued)`);
+    throw new MeshError('TLS_MATERIAL_INVALID', { detail: `${join(dir, FILES.caCert)} is there but ${FILES.caKey} is not: restore the key, or delete the tls folder to make a new CA (every grant must then be re-issued)` });
   }
   // No certificate was ever written, so nobody can have pinned this CA: (re)make it.
   const ca = await createCa(now, validDays);
