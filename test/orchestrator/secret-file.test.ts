@@ -23,7 +23,7 @@ describe('secret files (secret.key, admin.grant)', () => {
     const dir = tempDir('gpumesh-secret-');
     const path = join(dir, 'admin.grant');
     writeFileSync(path, '\n');
-    expect(() => secretFile(path, () => 'fresh')).toThrow(/admin\.grant is empty; delete it to have a new one made/);
+    expect(() => secretFile(path, () => 'fresh')).toThrow(/admin\.grant is not usable \(it is empty; .*\); delete it to have a new one made/);
     removeDir(dir);
   });
 });
