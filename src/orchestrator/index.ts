@@ -1,3 +1,3 @@
 export { Orchestrator, type OrchestratorOptions } from './orchestrator.js';
 export { resolveConfig, loadConfigFile, ConfigError, MeshConfigInput, type MeshConfig } from './config.js';
-export { narrowGrant, inspectGrant, caveatsFromOptions, type GrantOptions } from './auth/index.js';
+export { narrowGrant, caveatsFromOptions, type GrantOptions } from './auth/index.js';

@@ -11,5 +11,6 @@ export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, ResidentModel, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
+export { inspectGrant } from './grant-token.js';
 export { ROUTE_SKIP_REASONS } from './routing.js';
 export type { RouteSkipReason, RouteView, BreakerState, BreakerView, ReplicaView, HostView, WaitingFor, ExplainView } from './routing.js';

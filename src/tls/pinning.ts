@@ -2,7 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { Readable } from 'node:stream';
 import type { ReadableStream } from 'node:stream/web';
-import { inspectGrant } from '../orchestrator/auth/grants.js';
+import { inspectGrant } from '../protocol/grant-token.js';
 import { certificateFingerprint, TLS_CA_CAVEAT, TLS_CA_PATH } from './fingerprint.js';
 import { MeshError } from '../protocol/index.js';
 

@@ -3,7 +3,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { UploadCredentials, inspectGrant, narrowGrant } from '../../src/orchestrator/auth/index.js';
+import { UploadCredentials, narrowGrant } from '../../src/orchestrator/auth/index.js';
+import { inspectGrant } from '../../src/protocol/grant-token.js';
 import { LINK_PATH } from '../../src/protocol/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import type { DrainReport } from '../../agent/control.js';
-import { inspectGrant } from '../../orchestrator/auth/index.js';
+import { inspectGrant } from '../../protocol/grant-token.js';
 import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrl } from '../settings.js';
 import { CliError, parseInteger, parseList } from '../output.js';
 

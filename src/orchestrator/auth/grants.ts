@@ -1,10 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
-import { importMacaroon, newMacaroon, type Macaroon } from 'macaroon';
+import { newMacaroon } from 'macaroon';
+import { caveatLines, decodeGrant, encodeGrant, GRANT_IDENTIFIER_PREFIX, grantIdOf } from '../../protocol/grant-token.js';
 import { MeshError } from '../../protocol/index.js';
 import { checkCaveat, formatCaveat, parseCaveat, scopeProblem, type Caveat, type GrantKind, type GrantRequest } from './caveats.js';
 
-const IDENTIFIER_PREFIX = 'gpumesh/v1/';
 
 /**
  * One `rate` caveat of a grant, as a limiter. `key` names the caveat *and the
@@ -39,36 +39,6 @@ export interface VerifiedGrant {
   /** The tightest priority ceiling, or null. */
   maxPriority: number | null;
   expiresAt: number | null;
-}
-
-/**
- * Tokens are the macaroon's v2 JSON form, base64url-encoded. (The library's
- * binary encoder grows its buffer without bound as caveats are added, so we
- * do not use it.)
- */
-function encode(macaroon: Macaroon): string {
-  return Buffer.from(JSON.stringify(macaroon.exportJSON())).toString('base64url');
-}
-
-function decode(token: string): Macaroon {
-  try {
-    return importMacaroon(JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as object);
-  } catch (error) {
-    throw new MeshError('GRANT_INVALID', { detail: 'not a gpumesh grant (cannot decode it)' }, { cause: error });
-  }
-}
-
-function identifierOf(macaroon: Macaroon): string {
-  const identifier = new TextDecoder().decode(macaroon.identifier);
-  if (!identifier.startsWith(IDENTIFIER_PREFIX)) throw new MeshError('GRANT_INVALID', { detail: 'not a gpumesh grant' });
-  return identifier.slice(IDENTIFIER_PREFIX.length);
-}
-
-function caveatLines(macaroon: Macaroon): string[] {
-  return macaroon.caveats.map((caveat) => {
-    if (caveat.vid) throw new MeshError('GRANT_INVALID', { detail: 'third-party caveats are not supported' });
-    return new TextDecoder().decode(caveat.identifier);
-  });
 }
 
 function parseAll(lines: readonly string[]): Caveat[] {
@@ -152,15 +122,15 @@ export class GrantAuthority {
   }
 
   /** Mint a new grant of `kind` with these extra caveat lines; returns its id, token and every caveat it carries. */
-  mint(kind: GrantKind, caveatLines: readonly string[] = []): { id: string; token: string; caveats: string[] } {
-    const problem = scopeProblem([{ condition: 'kind', value: kind }, ...parseAll(caveatLines)]);
+  mint(kind: GrantKind, lines: readonly string[] = []): { id: string; token: string; caveats: string[] } {
+    const problem = scopeProblem([{ condition: 'kind', value: kind }, ...parseAll(lines)]);
     // The routes that mint check first and answer 400; reaching this is a bug in the caller.
     if (problem) throw new Error(problem);
     const id = randomBytes(12).toString('base64url');
-    const macaroon = newMacaroon({ identifier: IDENTIFIER_PREFIX + id, location: this.#location, rootKey: this.#rootKey });
-    const caveats = [`kind ${kind}`, ...caveatLines, ...this.#mintedCaveats];
+    const macaroon = newMacaroon({ identifier: GRANT_IDENTIFIER_PREFIX + id, location: this.#location, rootKey: this.#rootKey });
+    const caveats = [`kind ${kind}`, ...lines, ...this.#mintedCaveats];
     for (const line of caveats) macaroon.addFirstPartyCaveat(line);
-    return { id, token: encode(macaroon), caveats };
+    return { id, token: encodeGrant(macaroon), caveats };
   }
 
   /** Refuse this grant and every narrowing of it from now on, and tell its watchers. */
@@ -194,8 +164,8 @@ export class GrantAuthority {
   verify(token: string, now: number): VerifiedGrant {
     let grant = this.#verified.get(token);
     if (!grant) {
-      const macaroon = decode(token);
-      const id = identifierOf(macaroon);
+      const macaroon = decodeGrant(token);
+      const id = grantIdOf(macaroon);
       const lines = caveatLines(macaroon);
       try {
         macaroon.verify(this.#rootKey, () => null);
@@ -233,17 +203,11 @@ export function firstFailure(grant: VerifiedGrant, request: GrantRequest, now: n
 export function narrowGrant(token: string, lines: readonly string[]): string {
   if (lines.length === 0) throw new MeshError('GRANT_INVALID', { detail: 'narrowing needs at least one caveat' });
   const added = parseAll(lines);
-  const macaroon = decode(token);
-  identifierOf(macaroon);
+  const macaroon = decodeGrant(token);
+  grantIdOf(macaroon);
   // The orchestrator would refuse the result as invalid; say so now, where the caveat is being added.
   const problem = scopeProblem([...parseAll(caveatLines(macaroon)), ...added]);
   if (problem) throw new MeshError('GRANT_INVALID', { detail: problem });
   for (const line of lines) macaroon.addFirstPartyCaveat(line);
-  return encode(macaroon);
-}
-
-/** Read a grant's id and caveats without verifying it (anyone can read a grant; only the orchestrator can verify it). */
-export function inspectGrant(token: string): { id: string; location: string; caveats: string[] } {
-  const macaroon = decode(token);
-  return { id: identifierOf(macaroon), location: macaroon.location, caveats: caveatLines(macaroon) };
+  return encodeGrant(macaroon);
 }

@@ -1,4 +1,4 @@
-export { GrantAuthority, narrowGrant, inspectGrant, firstFailure, type VerifiedGrant, type GrantRate } from './grants.js';
+export { GrantAuthority, narrowGrant, firstFailure, type VerifiedGrant, type GrantRate } from './grants.js';
 export {
   ACTIONS, CONDITIONS, CONDITIONS_BY_KIND, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat, scopeProblem,
 } from './caveats.js';
