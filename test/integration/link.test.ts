@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { scriptedPng } from '../helpers/scripted-agent.js';
 
 /**
  * The agent link driven by hand: a scripted agent that speaks the protocol
@@ -80,7 +81,7 @@ describe('the agent link with a scripted agent', () => {
     const run = await agent.next('run');
     expect(run.jobs.map((job) => job.id)).toEqual([id]);
     const [job] = run.jobs;
-    const bytes = Buffer.from('not really a png, but bytes with a digest');
+    const bytes = scriptedPng('an output with a digest');
     const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 
     const mismatch = await upload(id, run.uploadCredential, bytes, `sha256:${'0'.repeat(64)}`);
@@ -116,7 +117,7 @@ describe('the agent link with a scripted agent', () => {
     expect(welcome.inlineOutputBytes).toBeGreaterThan(1000);
     const { id } = await mesh.client().submit({ type: 'image', input: { prompt: 'inline', width: 8, height: 8, steps: 1 } });
     const first = await agent.next('run');
-    const bytes = Buffer.from(`inline output ${id}`);
+    const bytes = scriptedPng(`inline output ${id}`);
     const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
     const timings = { loadMs: 0, computeMs: 1, totalMs: 1 };
     // Bytes that do not hash to the digest they claim are refused, and the job is tried again.

@@ -3,6 +3,7 @@ import { FakeClock } from '../helpers/fake-clock.js';
 import { jobView } from '../../src/orchestrator/jobs/views.js';
 import { attempts, openDb } from '../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
+import { scriptedPng } from '../helpers/scripted-agent.js';
 
 /** The job roles (states, dispatch, intake, failover, cancellation, recovery) on a fake clock and an in-memory store. */
 let harness: JobCoreHarness;
@@ -23,8 +24,9 @@ describe('dispatch and result intake', () => {
     const { intake } = harness.core;
     intake.started(laptop.session, run!.batchId, [job.id]);
     intake.progress(laptop.session, run!.batchId, [job.id], 1, 2);
-    const digest = await harness.upload(job.id, run!.batchId, Buffer.from('png bytes'));
-    intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: 9 }], timings });
+    const png = scriptedPng('png bytes');
+    const digest = await harness.upload(job.id, run!.batchId, png);
+    intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: png.length }], timings });
     await harness.settle();
     expect(harness.status(job.id)).toBe('succeeded');
     expect(harness.jobEvents(job.id)).toEqual(['queued', 'dispatched', 'running', 'progress', 'succeeded']);

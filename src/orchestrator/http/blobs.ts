@@ -5,11 +5,30 @@ import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
 import { assertDigest, type BlobReader } from '../registry/index.js';
+import { servedAs } from '../registry/output-media.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
 const DigestParams = z.object({ digest: z.string().max(80) });
+
+/**
+ * Headers that keep a blob from scripting the orchestrator's origin, whatever its bytes: the browser may not sniff
+ * another type, a blob opened as a page runs nothing and loads nothing (sandboxed: an opaque origin, no scripts — a
+ * CSP on an image or a video does not apply where an <img> or a <video> embeds it), and only image and video types
+ * on the outputs' lists (registry/output-media.ts) are shown inline; everything else is a download, and a type on
+ * no list is application/octet-stream.
+ */
+function blobHeaders(digest: string, mediaType: string | undefined): Record<string, string> {
+  const served = servedAs(mediaType);
+  const filename = `${digest.slice('sha256:'.length, 'sha256:'.length + 16)}.${served.extension}`;
+  return {
+    'content-type': served.contentType,
+    'content-disposition': `${served.inline ? 'inline' : 'attachment'}; filename="${filename}"`,
+    'x-content-type-options': 'nosniff',
+    'content-security-policy': "default-src 'none'; sandbox",
+  };
+}
 
 /** A header Node does not know (If-Range) may arrive as a list; the first is the one that counts. */
 const firstOf = (value: string | string[] | undefined): string | undefined => (Array.isArray(value) ? value[0] : value);
@@ -45,7 +64,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
         const representation = {
           etag, 'accept-ranges': 'bytes',
           'cache-control': 'private, max-age=31536000, immutable',
-          'content-type': record?.mediaType ?? 'application/octet-stream',
+          ...blobHeaders(digest, record?.mediaType),
         };
         if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).headers(representation).send();
         const answer = rangeStillApplies(firstOf(request.headers['if-range']), etag) ? parseRange(request.headers.range, blob.size) : { kind: 'whole' as const };

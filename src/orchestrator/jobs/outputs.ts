@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import { MeshError, sha256Digest, type ArtifactReport } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../registry/index.js';
+import { checkOutput, OutputCheck, outputTypesOf } from '../registry/output-media.js';
 import { blobs, type Db, type GroupCommit } from '../store/index.js';
 import type { JobStates } from './states.js';
 
@@ -20,7 +21,10 @@ export interface JobOutputsDeps {
  * store either way they arrive: uploaded over HTTP (hashed while they stream,
  * refused if the digest differs, and recorded as uploaded for the job, which
  * is what lets a later `done` name them), or inline in the `done` report
- * itself (hashed before they are kept).
+ * itself (hashed before they are kept). Either way their bytes must be what
+ * their media type says, and the type one the job type may produce
+ * (registry/output-media.ts), before anything is stored or recorded: the blob
+ * route serves them from the orchestrator's own origin.
  */
 export class JobOutputs {
   readonly #deps: JobOutputsDeps;
@@ -40,7 +44,11 @@ export class JobOutputs {
     if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) {
       throw new MeshError('GRANT_DENIED', { caveat: `batch ${batchId}`, detail: `job ${jobId} is not running in that batch` });
     }
-    const stored = await this.#deps.blobs.putStream(body, { expected: digest, limit: this.#deps.limitBytes });
+    // A type the job may not produce is refused before a byte is read; bytes that are not of their type, once all are in
+    // — before the blob is renamed into place, so neither the blob nor the upload is recorded.
+    const check = new OutputCheck(job.type, mediaType);
+    const stored = await this.#deps.blobs.putStream(Readable.from(checked(body, check), { objectMode: false }), { expected: digest, limit: this.#deps.limitBytes });
+    this.#assertSameType(digest, mediaType);
     const now = clock.now();
     commits.write(() => {
       blobs.recordBlob(db, { digest, bytes: stored.bytes, mediaType }, now);
@@ -50,12 +58,46 @@ export class JobOutputs {
     return { digest, bytes: stored.bytes, mediaType };
   }
 
-  /** Keep an output that came inline in a report (small: stored at once, in this tick); DIGEST_MISMATCH if its bytes are not what it claims. */
-  keepInline(artifact: ArtifactReport & { inline: string }): void {
+  /**
+   * Keep an output of a `jobType` job that came inline in a report (small: stored at once once checked); DIGEST_MISMATCH
+   * if its bytes are not what it claims, UNSUPPORTED_MEDIA_TYPE if they are not of its media type or the type is not
+   * one the job type may produce. Nothing is stored unless all holds.
+   */
+  async keepInline(jobType: string, artifact: ArtifactReport & { inline: string }): Promise<void> {
     const bytes = Buffer.from(artifact.inline, 'base64');
     if (bytes.length !== artifact.bytes) throw new MeshError('DIGEST_MISMATCH', { expected: `${artifact.bytes} bytes`, actual: `${bytes.length} bytes` });
-    this.#deps.blobs.putSmallSync(bytes, artifact.digest);
-    this.#deps.commits.writeOne(() => blobs.recordBlob(this.#deps.db, { digest: artifact.digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
+    const digest = sha256Digest(bytes);
+    if (digest !== artifact.digest) throw new MeshError('DIGEST_MISMATCH', { expected: artifact.digest, actual: digest });
+    await checkOutput(jobType, artifact.mediaType, bytes);
+    this.#assertSameType(digest, artifact.mediaType);
+    this.#deps.blobs.putSmallSync(bytes, digest);
+    this.#deps.commits.writeOne(() => blobs.recordBlob(this.#deps.db, { digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
+  }
+
+  /**
+   * Why the outputs a `jobType` job's report names as uploaded cannot be published as reported, or null: each must
+   * have been stored (checked) with the media type the report gives it, one the job type may produce — the type the
+   * bytes were checked against is what counts, not what the report says. Outputs never uploaded are not this check's.
+   */
+  mislabelled(jobType: string, artifacts: readonly ArtifactReport[]): string | null {
+    for (const artifact of artifacts) {
+      if (artifact.inline !== undefined) continue;
+      const record = blobs.getBlob(this.#deps.db, artifact.digest);
+      if (!record) continue;
+      if (record.mediaType !== artifact.mediaType) {
+        return `output ${artifact.digest} was reported as ${artifact.mediaType.slice(0, 100)} but stored as ${record.mediaType}`;
+      }
+      if (!outputTypesOf(jobType).includes(record.mediaType)) return `output ${artifact.digest} is ${record.mediaType}, not an output type of ${jobType} jobs`;
+    }
+    return null;
+  }
+
+  /** A blob is recorded with one media type, the first it was stored with: another for the same bytes is refused. */
+  #assertSameType(digest: string, mediaType: string): void {
+    const record = blobs.getBlob(this.#deps.db, digest);
+    if (record && record.mediaType !== mediaType) {
+      throw new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: `the blob ${digest} is stored as ${record.mediaType}, not ${mediaType.slice(0, 100)}` });
+    }
   }
 
   wasUploaded(jobId: string, digest: string): boolean {
@@ -66,4 +108,16 @@ export class JobOutputs {
   blobRecord(digest: string): { bytes: number; mediaType: string } | null {
     return blobs.getBlob(this.#deps.db, digest);
   }
+}
+
+/**
+ * `body`, passed through `check` on its way to the store. The verdict comes once all of it is in: an upload that is
+ * refused was read whole, so its client gets the answer rather than a reset connection.
+ */
+async function* checked(body: Readable, check: OutputCheck): AsyncGenerator<Buffer> {
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    check.push(chunk);
+    yield chunk;
+  }
+  await check.finish();
 }

@@ -70,13 +70,42 @@ export class ResultIntake {
     if (!job) return;
     if (job.status === 'dispatched') this.#startedByResult(host, message);
     if (message.memory) this.#deps.observeMemory?.(job.model, message.memory);
+    // Uploaded outputs were checked against the media type they were uploaded with: that type counts, not the report's.
+    const mislabelled = this.#deps.outputs.mislabelled(job.type, message.artifacts);
+    if (mislabelled) {
+      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code: 'INTEGRITY_FAILED', message: mislabelled }, true);
+      this.#ack(host, job.id);
+      return;
+    }
+    if (!message.artifacts.some((artifact) => artifact.inline !== undefined)) return this.#publish(host, job, message);
+    this.#keepInline(host, job.type, message).catch((error: unknown) => {
+      this.#deps.log.error({ err: error, jobId: job.id, host: host.id }, 'a result with inline outputs could not be settled');
+    });
+  }
+
+  /**
+   * Outputs that came inline are hashed, their bytes checked against their media type and the job type's list
+   * (registry/output-media.ts), and stored, before the job is published with them. The check is asynchronous: the
+   * job is read again after it, and a job that ended or moved on meanwhile (cancelled, expired, its link lost) is not
+   * published — one that ended is acknowledged, as any result for a finished job.
+   */
+  async #keepInline(host: HostSession, jobType: string, message: Done): Promise<void> {
+    let failure: ErrorBody | null = null;
     try {
-      // Outputs that came inline are hashed and stored before the job is published with them.
-      for (const artifact of message.artifacts) if (artifact.inline !== undefined) this.#deps.outputs.keepInline({ ...artifact, inline: artifact.inline });
+      for (const artifact of message.artifacts) if (artifact.inline !== undefined) await this.#deps.outputs.keepInline(jobType, { ...artifact, inline: artifact.inline });
     } catch (error) {
       // Bytes that are not what they claim fail the attempt as corrupt; anything else (a full disk) is the orchestrator's.
       const code = error instanceof MeshError ? 'INTEGRITY_FAILED' : 'INTERNAL';
-      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code, message: `an inline output was not kept: ${(error as Error).message}` }, true);
+      failure = { code, message: `an inline output was not kept: ${(error as Error).message}` };
+    }
+    const job = this.#deps.states.get(message.jobId);
+    if (!job || isTerminal(job.status) || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
+      if (job && isTerminal(job.status)) this.#ack(host, job.id);
+      else this.#deps.log.debug({ jobId: message.jobId, batchId: message.batchId, host: host.id }, 'the attempt ended while its inline outputs were checked; result ignored');
+      return;
+    }
+    if (failure) {
+      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', failure, true);
       this.#ack(host, job.id);
       return;
     }
