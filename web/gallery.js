@@ -24,6 +24,15 @@ const ui = {
 };
 
 let grant = null;
+/**
+ * What goes into URLs (images, clips, downloads, the event stream): the page's grant narrowed to reading, for an
+ * hour, and renewed before it ends. A URL leaks (history, a copied link, a proxy's log); the grant that may submit
+ * stays in this tab.
+ */
+let linkGrant = null;
+let linkTimer = null;
+const LINK_GRANT = { actions: ['jobs:read', 'artifacts:read', 'blobs:read'], expires: '1h' };
+const LINK_RENEW_MS = 50 * 60_000;
 let events = null;
 let loaded = false; // the first page of results
 let cursor = null; // the next page's
@@ -88,7 +97,7 @@ function frame(width, height, ...children) {
 function resultCard(artifact) {
   const { prompt, model, width, height } = artifact;
   const img = h('img', {
-    src: `${artifact.url}?access_token=${encodeURIComponent(grant)}`,
+    src: `${artifact.url}?access_token=${encodeURIComponent(linkGrant)}`,
     alt: prompt ?? `An image by ${model}`,
     width, height, loading: 'lazy', decoding: 'async',
   });
@@ -113,7 +122,7 @@ function card(artifact, className, media) {
  */
 function videoCard(artifact, poster) {
   const { prompt, model, width, height } = artifact;
-  const token = `?access_token=${encodeURIComponent(grant)}`;
+  const token = `?access_token=${encodeURIComponent(linkGrant)}`;
   const video = h('video', {
     src: `${artifact.url}${token}`, poster: poster ? `${poster.url}${token}` : null,
     width, height, controls: true, loop: true, playsinline: true, preload: 'metadata',
@@ -131,7 +140,7 @@ function videoCard(artifact, poster) {
  */
 function fileCard(artifact) {
   const { digest, mediaType, bytes } = artifact;
-  const link = h('a', { class: 'download', href: `${artifact.url}?access_token=${encodeURIComponent(grant)}`, download: '', rel: 'noopener' },
+  const link = h('a', { class: 'download', href: `${artifact.url}?access_token=${encodeURIComponent(linkGrant)}`, download: '', rel: 'noopener' },
     `Download ${mediaType}${bytes != null ? ` (${bytes} bytes)` : ''}`);
   link.title = digest;
   return card(artifact, 'card file', link);
@@ -311,7 +320,7 @@ function showConnection(state) {
  * without an id, so it catches up from the API too.
  */
 function connect({ missed = false } = {}) {
-  const source = new EventSource(`/v1/events?access_token=${encodeURIComponent(grant)}`);
+  const source = new EventSource(`/v1/events?access_token=${encodeURIComponent(linkGrant)}`);
   events = source;
   showConnection(missed ? 'reconnecting' : 'connecting');
   source.addEventListener('open', () => {
@@ -321,6 +330,11 @@ function connect({ missed = false } = {}) {
     missed = false;
   });
   source.addEventListener('resync', () => catchUp().catch(() => {}));
+  // The link grant ended (it is renewed before it does; a sleeping laptop may miss that): renew it and follow again.
+  source.addEventListener('grant:ended', () => {
+    source.close();
+    if (events === source) renewLinkGrant().then(() => events === source && connect({ missed: true })).catch(() => {});
+  });
   source.addEventListener('error', () => {
     if (source.readyState !== EventSource.CLOSED) return showConnection('reconnecting');
     // Refused outright (a server shutting down, a grant refused): EventSource gives up, so
@@ -379,9 +393,27 @@ async function submit(event) {
 
 // ---- Start ----------------------------------------------------------------
 
-function start(value) {
+/** A fresh read-only link grant; the next renewal is scheduled. */
+async function renewLinkGrant() {
+  const { token } = await api('/v1/grants:narrow', { method: 'POST', json: LINK_GRANT });
+  linkGrant = token;
+  clearTimeout(linkTimer);
+  linkTimer = setTimeout(() => renewLinkGrant().catch(() => {}), LINK_RENEW_MS);
+}
+
+async function start(value) {
   events?.close();
   grant = value;
+  linkGrant = null;
+  try {
+    await renewLinkGrant();
+  } catch (error) {
+    // A grant that is no good has already brought the grant form back (api() on a 401).
+    if (error instanceof GrantChanged || error.status === 401) return;
+    // An orchestrator that narrows no grants (older than the route), or not reachable now: the page's own grant.
+    linkGrant = value;
+  }
+  if (grant !== value) return;
   loaded = false;
   cursor = null;
   ui.grid.replaceChildren();

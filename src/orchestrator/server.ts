@@ -49,6 +49,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   }) as unknown as FastifyInstance;
   app.decorateRequest('grant', null);
   app.decorateRequest('uploadBatch', null);
+  app.decorateRequest('grantToken', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/cli/client.js';
 import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
 import { dataKeptOnFailure, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { inspectGrant } from '../../src/protocol/grant-token.js';
 
 /**
  * The gallery page (web/) in a real headless Chromium against a real mesh:
@@ -69,6 +70,16 @@ describe('the gallery page in a browser', () => {
     expect(text).toMatch(/\d+\.\d\d s compute · \d+\.\d\d s total/);
     expect(await card.locator('img').getAttribute('alt')).toBe('seed card');
     await expect.poll(() => page.locator('#connection').textContent()).toBe('Live');
+
+    // The grant in the picture's URL is not the page's: a narrowing that may only read, for an hour.
+    const linkGrant = new URL((await card.locator('img').getAttribute('src'))!, mesh!.url).searchParams.get('access_token')!;
+    expect(linkGrant).not.toBe(decodeURIComponent(grant));
+    expect(inspectGrant(linkGrant).caveats).toEqual(expect.arrayContaining(['actions jobs:read,artifacts:read,blobs:read', expect.stringMatching(/^time-before /)]));
+    const submitted = await fetch(`${mesh!.url}/v1/jobs`, {
+      method: 'POST', headers: { authorization: `Bearer ${linkGrant}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'image', input: { prompt: 'from a leaked URL' } }),
+    });
+    expect(submitted.status).toBe(403);
     expect(pageErrors).toEqual([]);
   });
 
@@ -149,18 +160,21 @@ describe('the gallery page in a browser', () => {
     await other.getByRole('heading', { name: 'This gallery needs a grant' }).waitFor();
     expect(await other.locator('#app').isHidden()).toBe(true);
 
-    // The bad grant's list of jobs in progress is answered only after the good grant opened the gallery: a late 401
-    // for a grant the page no longer uses must not hide the gallery again (it once did, now and then, in CI).
+    await other.getByRole('textbox', { name: 'Grant' }).fill('not-a-grant');
+    await other.getByRole('button', { name: 'Open the gallery' }).click();
+    await expect.poll(() => other.locator('#grant-error').textContent()).toBe((refused as ApiError).message);
+
+    // Once more, and this time the bad grant's first request (for the read-only grant its URLs would carry) is
+    // answered only after the good grant opened the gallery: a late 401 for a grant the page no longer uses must
+    // not hide the gallery again (it once did, now and then, in CI).
     let goodGrantOpened!: () => void;
     const opened = new Promise<void>((resolve) => { goodGrantOpened = resolve; });
-    await other.route('**/v1/jobs?**', async (route) => {
+    await other.route('**/v1/grants:narrow', async (route) => {
       if (route.request().headers().authorization === 'Bearer not-a-grant') await opened;
       await route.continue();
     });
     await other.getByRole('textbox', { name: 'Grant' }).fill('not-a-grant');
     await other.getByRole('button', { name: 'Open the gallery' }).click();
-    await expect.poll(() => other.locator('#grant-error').textContent()).toBe((refused as ApiError).message);
-
     await other.getByRole('textbox', { name: 'Grant' }).fill(mesh!.galleryUrl);
     await other.getByRole('button', { name: 'Open the gallery' }).click();
     await other.locator(cardOf(seedJob)).waitFor();

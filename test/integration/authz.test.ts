@@ -75,6 +75,11 @@ const TABLE: Row[] = [
   { route: 'GET /v1/models', request: () => ({ path: '/v1/models' }), expect: meshRead },
   { route: 'POST /v1/grants', request: () => ({ path: '/v1/grants', body: JSON.stringify({ kind: 'client', note: 'authz table' }) }), expect: adminOnly(201) },
   { route: 'GET /v1/grants', request: () => ({ path: '/v1/grants?limit=5' }), expect: adminOnly(200) },
+  // Any valid grant may narrow itself: narrowing only takes powers away.
+  {
+    route: 'POST /v1/grants:narrow', request: () => ({ path: '/v1/grants:narrow', body: JSON.stringify({ expires: '10m' }) }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }),
+  },
   { route: 'DELETE /v1/grants/{id}', request: async (f) => ({ path: `/v1/grants/${await f.throwaway()}` }), expect: adminOnly(200) },
   { route: 'GET /v1/audit', request: () => ({ path: '/v1/audit?limit=5' }), expect: adminOnly(200) },
   // Drain a host that is not connected: authorized (404) for admins only, so the mesh's own agent stays.

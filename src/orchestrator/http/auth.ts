@@ -11,6 +11,8 @@ declare module 'fastify' {
     grant: VerifiedGrant | null;
     /** The batch whose outputs an upload credential lets this request deliver. */
     uploadBatch: string | null;
+    /** The grant as presented, on routes that hand back a narrowing of it. */
+    grantToken: string | null;
   }
   interface FastifyContextConfig {
     /**
@@ -131,6 +133,20 @@ export class RequestAuth {
       const grant = this.#authority.verify(presented.token, now);
       this.#authority.authorize(grant, { action, ...describe?.(request) }, now);
       request.grant = grant;
+    });
+  }
+
+  /**
+   * The hook that admits any valid grant, whatever it may do (narrowing a grant, which only takes powers away). Like
+   * `require`, it runs before the body is read.
+   */
+  requireAny(): onRequestHookHandler {
+    return checkHook((request) => {
+      const presented = tokenOf(request);
+      if (!presented) throw new MeshError('GRANT_MISSING');
+      if (presented.inQuery) throw new MeshError('GRANT_IN_QUERY', { route: routeOf(request) });
+      request.grant = this.#authority.verify(presented.token, this.#clock.now());
+      request.grantToken = presented.token;
     });
   }
 

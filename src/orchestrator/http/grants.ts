@@ -3,11 +3,20 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from '../audit.js';
-import { caveatsFromOptions, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
+import { caveatsFromOptions, narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
+import { inspectGrant } from '../../protocol/grant-token.js';
 import { grantOf, type RequestAuth } from './auth.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 const names = z.array(z.string().regex(NAME)).min(1).optional();
+
+/** What a narrowing may add: the list caveats, a shorter life, a lower ceiling, a rate (never a kind or a host). */
+const NarrowGrantBody = z.strictObject({
+  types: names, models: names, classes: names, hosts: names, albums: names, actions: names,
+  expires: z.string().max(40).optional(),
+  maxPriority: z.int().min(1).optional(),
+  rate: z.string().regex(/^\d+\/(s|m|h)$/).optional(),
+});
 
 const CreateGrantBody = z.strictObject({
   kind: z.enum(['admin', 'client', 'agent']),
@@ -56,6 +65,31 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     const minted = await issuer.mint(body.kind, caveats, body.note ?? `minted by ${grantOf(request).id}`, auth.origin(request));
     void reply.code(201);
     return { id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats };
+  });
+
+  // `::` is a literal colon in Fastify's router: the path is /v1/grants:narrow.
+  routes.post('/v1/grants::narrow', {
+    schema: {
+      body: NarrowGrantBody, tags: ['grants'],
+      summary: 'The grant sent, narrowed by these caveats (any valid grant; narrowing only takes powers away, as `gpumesh grant narrow` does offline): for a page that must put a read-only, short-lived grant in URLs',
+    },
+    onRequest: auth.requireAny(),
+  }, async (request) => {
+    let lines: string[];
+    try {
+      lines = caveatsFromOptions(request.body, auth.now());
+    } catch (error) {
+      throw new MeshError('VALIDATION_FAILED', { detail: (error as Error).message });
+    }
+    if (lines.length === 0) throw new MeshError('VALIDATION_FAILED', { detail: 'name at least one caveat to add (actions, types, models, albums, classes, hosts, expires, maxPriority or rate)' });
+    let token: string;
+    try {
+      token = narrowGrant(request.grantToken!, lines);
+    } catch (error) {
+      // The grant itself was verified: what is wrong is a caveat asked for (malformed, or meaningless on this kind).
+      throw new MeshError('VALIDATION_FAILED', { detail: error instanceof MeshError ? String(error.params.detail) : (error as Error).message });
+    }
+    return { token, caveats: inspectGrant(token).caveats };
   });
 
   routes.get('/v1/grants', {
