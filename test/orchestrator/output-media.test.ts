@@ -38,6 +38,9 @@ describe('output media types', () => {
     expect(await refusal(checkOutput('video', 'image/webp', webp))).toBe('accepted');
     expect(await refusal(checkOutput('video', 'video/mp4', mp4))).toBe('accepted');
     expect(await refusal(checkOutput('tensor', 'application/json', Buffer.from(' {"y": [1, 2]}\n')))).toBe('accepted');
+    // Raw bytes claim no type (a command's .npy array): nothing to check, served as a download.
+    expect(await refusal(checkOutput('tensor', 'application/octet-stream', Buffer.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, 0])))).toBe('accepted');
+    expect(await refusal(checkOutput('image', 'application/octet-stream', Buffer.from([1, 2, 3])))).toMatch(/^UNSUPPORTED_MEDIA_TYPE/);
     expect(await refusal(checkOutput('tensor', 'text/plain', Buffer.from('ünïcödé ✓\n')))).toBe('accepted');
   });
 

@@ -6,13 +6,15 @@ import type { PIPELINES } from './pipelines.js';
  * The media types a job's outputs may have, by job type — what the engines really produce: images are PNG (the ONNX
  * and HTTP engines), or JPEG, WebP or GIF from a server (ComfyUI, a command); a clip is an MP4 (the agent's ffmpeg
  * encoder) or a WebM, with a poster image; a tensor job answers in its JSON result and makes no file, though a
- * command may leave one. JSON and plain text are allowed for every type (a command's report); they are served as
- * downloads. Anything else — HTML, SVG, a script — is refused: outputs are served from the orchestrator's origin.
+ * command may leave one (JSON, text, or raw bytes such as a `.npy` array: `application/octet-stream`, which claims
+ * no type, so there is nothing to check). JSON and plain text are allowed for every type (a command's report). All
+ * but images and videos are served as downloads. Anything else — HTML, SVG, a script — is refused: outputs are
+ * served from the orchestrator's origin.
  */
 export const OUTPUT_MEDIA_TYPES = {
   image: ['image/png', 'image/jpeg', 'image/webp', 'image/gif', 'application/json', 'text/plain'],
   video: ['video/mp4', 'video/webm', 'image/png', 'image/jpeg', 'image/webp', 'image/gif', 'application/json', 'text/plain'],
-  tensor: ['application/json', 'text/plain'],
+  tensor: ['application/json', 'text/plain', 'application/octet-stream'],
 } as const satisfies Readonly<Record<keyof typeof PIPELINES, readonly string[]>>;
 
 /** What a blob is served as, by the type it was recorded with: only types on some job type's list keep theirs. */
@@ -25,8 +27,9 @@ const SERVED: Readonly<Record<string, { contentType: string; extension: string }
   'video/webm': { contentType: 'video/webm', extension: 'webm' },
   'application/json': { contentType: 'application/json', extension: 'json' },
   'text/plain': { contentType: 'text/plain; charset=utf-8', extension: 'txt' },
+  'application/octet-stream': { contentType: 'application/octet-stream', extension: 'bin' },
 };
-const OCTETS = { contentType: 'application/octet-stream', extension: 'bin' };
+const OCTETS = SERVED['application/octet-stream']!;
 
 /** The first bytes kept for the signature check (file-type reads a few KiB at most for the types above). */
 const HEAD_BYTES = 64 * 1024;
@@ -66,7 +69,7 @@ function assertListed(jobType: string, mediaType: string): void {
  */
 export class OutputCheck {
   readonly #mediaType: string;
-  readonly #kind: 'signature' | 'text' | 'json';
+  readonly #kind: 'signature' | 'text' | 'json' | 'opaque';
   readonly #head: Buffer[] = [];
   #headBytes = 0;
   #bytes = 0;
@@ -77,12 +80,12 @@ export class OutputCheck {
   constructor(jobType: string, mediaType: string) {
     assertListed(jobType, mediaType);
     this.#mediaType = mediaType;
-    this.#kind = mediaType === 'application/json' ? 'json' : mediaType === 'text/plain' ? 'text' : 'signature';
+    this.#kind = mediaType === 'application/json' ? 'json' : mediaType === 'text/plain' ? 'text' : mediaType === OCTETS.contentType ? 'opaque' : 'signature';
   }
 
   push(chunk: Uint8Array): void {
     this.#bytes += chunk.length;
-    if (this.#problem !== null) return;
+    if (this.#problem !== null || this.#kind === 'opaque') return;
     if (this.#kind === 'signature') {
       if (this.#headBytes < HEAD_BYTES) {
         const part = Buffer.from(chunk.subarray(0, HEAD_BYTES - this.#headBytes)); // a copy: the caller may reuse its chunk
@@ -116,6 +119,7 @@ export class OutputCheck {
   }
 
   async #verdict(): Promise<string | null> {
+    if (this.#kind === 'opaque') return null;
     if (this.#kind === 'signature') {
       const found = await fileTypeFromBuffer(Buffer.concat(this.#head, this.#headBytes));
       if (found?.mime === this.#mediaType) return null;
