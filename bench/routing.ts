@@ -21,9 +21,9 @@
  */
 import { parseArgs } from 'node:util';
 import { FakeClock } from '../test/helpers/fake-clock.js';
-import { resolveConfig } from '../src/orchestrator/config.js';
+import { resolveConfig } from '../src/orchestrator/config/config.js';
 import type { RegisteredModel } from '../src/orchestrator/registry/index.js';
-import { PIPELINES } from '../src/orchestrator/registry/index.js';
+import { PIPELINES } from '../src/orchestrator/pipelines/pipelines.js';
 import { BreakerBoard, encodeRoute, HealthBook, HostRegistry, HostSession, Router, ThroughputBook } from '../src/orchestrator/routing/index.js';
 import { Scheduler, type QueuedJob } from '../src/orchestrator/scheduler/index.js';
 import type { JobRecord } from '../src/orchestrator/store/index.js';

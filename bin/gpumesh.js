@@ -10,7 +10,7 @@
 // process's garbage is collected in shorter, more frequent pauses: one-at-a-time tiny jobs through `gpumesh up`
 // went from 2.1-4.1 ms to 1.5-2.7 ms at p99, for at most a few per cent of throughput under load (bench/RESULTS.md,
 // "The young generation"). `npm start` and the systemd units in docs/operations.md pass it too, and a gpumesh process
-// that starts another (the agent of `up --agent-process`) reads it from this line (src/cli/launch.ts); a process
+// that starts another (the agent of `up --agent-process`) reads it from this line (src/cli/common/launch.ts); a process
 // started as `node bin/gpumesh.js` runs with V8's default.
 import { existsSync } from 'node:fs';
 

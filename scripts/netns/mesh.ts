@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createParser } from 'eventsource-parser';
 import { stringify } from 'yaml';
-import { ApiError, MeshClient } from '../../src/cli/client.js';
-import { gpumeshArgs } from '../../src/cli/launch.js';
-import type { MeshConfigInput } from '../../src/orchestrator/config.js';
+import { ApiError, MeshClient } from '../../src/cli/common/client.js';
+import { gpumeshArgs } from '../../src/cli/common/launch.js';
+import type { MeshConfigInput } from '../../src/orchestrator/config/config.js';
 import type { HostView, JobView, MeshEvent } from '../../src/protocol/index.js';
 import type { Topology } from './topology.js';
 

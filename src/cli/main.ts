@@ -1,8 +1,8 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError } from '../orchestrator/config.js';
+import { ConfigError } from '../orchestrator/config/config.js';
 import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
-import { ApiError } from './client.js';
+import { ApiError } from './common/client.js';
 import { agentCommand } from './commands/agent.js';
 import { explainCommand } from './commands/explain.js';
 import { grantCommand } from './commands/grant.js';
@@ -12,7 +12,7 @@ import { serveCommand } from './commands/serve.js';
 import { statusCommand } from './commands/status.js';
 import { submitCommand } from './commands/submit.js';
 import { upCommand } from './commands/up.js';
-import { CliError } from './output.js';
+import { CliError } from './common/output.js';
 
 const program = new Command('gpumesh')
   .description('A self-hosted GPU inference mesh: one orchestrator, an agent on every GPU host, capability-scoped jobs.')

@@ -15,8 +15,8 @@ import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
-import type { TlsMaterial } from './tls/index.js';
-import type { EventBus } from './events.js';
+import type { TlsMaterial } from './tls-server/index.js';
+import type { EventBus } from './events/event-bus.js';
 import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 

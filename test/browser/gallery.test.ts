@@ -1,6 +1,6 @@
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ApiError } from '../../src/cli/client.js';
+import { ApiError } from '../../src/cli/common/client.js';
 import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
 import { dataKeptOnFailure, startMesh, type RunningMesh } from '../helpers/mesh.js';
 import { inspectGrant } from '../../src/protocol/grant-token.js';

@@ -7,7 +7,7 @@ import { linkInputs, runLink, type LinkInput, type LinkTarget } from './link.js'
 import { rawInputs, runRaw, type RawInput } from './raw.js';
 import type { Vocabulary } from './schema-arbitrary.js';
 import { Tally } from './tally.js';
-import { linkFrameLimit, resolveConfig } from '../../src/orchestrator/config.js';
+import { linkFrameLimit, resolveConfig } from '../../src/orchestrator/config/config.js';
 
 /** One fuzz target: a table row, its generator, and how to run one input. */
 export interface FuzzTarget<T = unknown> {

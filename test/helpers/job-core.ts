@@ -5,15 +5,16 @@ import { Readable } from 'node:stream';
 import { pino } from 'pino';
 import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index.js';
 import { FakeClock } from './fake-clock.js';
-import { policyFor, resolveConfig, type BreakerPolicy, type ResolvedModelPolicy } from '../../src/orchestrator/config.js';
-import { EventBus, type ScopedEvent } from '../../src/orchestrator/events.js';
+import { policyFor, resolveConfig, type BreakerPolicy, type ResolvedModelPolicy } from '../../src/orchestrator/config/config.js';
+import { EventBus, type ScopedEvent } from '../../src/orchestrator/events/event-bus.js';
 import { createJobCore, type JobCore } from '../../src/orchestrator/jobs/index.js';
-import { MeshMetrics } from '../../src/orchestrator/metrics.js';
-import { BlobStore, PIPELINES, type RegisteredModel } from '../../src/orchestrator/registry/index.js';
-import {
-  announceBreakers, AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, HostSession, Prober, Router, RoutingFeedback, ThroughputBook,
-  type AttemptTimeoutPolicy,
-} from '../../src/orchestrator/routing/index.js';
+import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
+import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
+import { BlobStore } from '../../src/orchestrator/blobs/blob-store.js';
+import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, HostSession, Prober, Router, ThroughputBook, type AttemptTimeoutPolicy } from '../../src/orchestrator/routing/index.js';
+import { announceBreakers } from '../../src/orchestrator/metrics/announce-breakers.js';
+import { RoutingFeedback } from '../../src/orchestrator/jobs/routing-feedback.js';
 import { Admission, Scheduler } from '../../src/orchestrator/scheduler/index.js';
 import { GroupCommit, openDb, type Db, type JobRecord } from '../../src/orchestrator/store/index.js';
 

@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, beforeEach } from 'vitest';
-import { MeshClient } from '../../src/cli/client.js';
-import { launchFlags } from '../../src/cli/launch.js';
+import { MeshClient } from '../../src/cli/common/client.js';
+import { launchFlags } from '../../src/cli/common/launch.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 export const BIN = join(ROOT, 'bin/gpumesh.js');

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
-import { gpumeshArgs } from '../../src/cli/launch.js';
+import { gpumeshArgs } from '../../src/cli/common/launch.js';
 import { waitFor } from './mesh.js';
 
 /** A port nothing listens on right now. */

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ApiError } from '../../src/cli/client.js';
+import { ApiError } from '../../src/cli/common/client.js';
 import { meshForFile } from '../helpers/mesh.js';
 
 /**

@@ -4,7 +4,7 @@ import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileS
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MeshClient } from '../../src/cli/client.js';
+import { MeshClient } from '../../src/cli/common/client.js';
 import type { JobView, MeshEvent } from '../../src/protocol/index.js';
 import { BIN, removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { writeFileSync } from 'node:fs';
-import { MeshClient } from '../../src/cli/client.js';
+import { MeshClient } from '../../src/cli/common/client.js';
 import type { ExplainView, HostView } from '../../src/protocol/index.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MeshClient } from '../../src/cli/client.js';
+import { MeshClient } from '../../src/cli/common/client.js';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { certificateFingerprint, TLS_CA_PATH } from '../../src/tls/index.js';
 import { removeDir, startMesh, tempDir, waitFor } from '../helpers/mesh.js';

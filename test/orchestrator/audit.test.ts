@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { AuditLog } from '../../src/orchestrator/audit.js';
+import { AuditLog } from '../../src/orchestrator/auth/audit.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { grants, GroupCommit, jobs, migrate, MIGRATIONS, openDb } from '../../src/orchestrator/store/index.js';
 

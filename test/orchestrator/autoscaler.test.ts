@@ -3,10 +3,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { MeshEvent, OrchestratorMessage } from '../../src/protocol/index.js';
 import { Autoscaler } from '../../src/orchestrator/autoscale/index.js';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestrator/config.js';
-import { EventBus } from '../../src/orchestrator/events.js';
-import { MeshMetrics } from '../../src/orchestrator/metrics.js';
-import { PIPELINES, type RegisteredModel } from '../../src/orchestrator/registry/index.js';
+import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestrator/config/config.js';
+import { EventBus } from '../../src/orchestrator/events/event-bus.js';
+import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
+import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
+import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
 import { BreakerBoard, HealthBook, HostRegistry, HostSession, Router, ThroughputBook } from '../../src/orchestrator/routing/index.js';
 
 /**

@@ -4,8 +4,9 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { BlobReader, BlobStore, type CorruptBlob } from '../../src/orchestrator/registry/index.js';
-import { VerifiedMarks } from '../../src/orchestrator/registry/verified-marks.js';
+import { BlobReader, type CorruptBlob } from '../../src/orchestrator/blobs/blob-reader.js';
+import { BlobStore } from '../../src/orchestrator/blobs/blob-store.js';
+import { VerifiedMarks } from '../../src/orchestrator/blobs/verified-marks.js';
 import { MeshError } from '../../src/protocol/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 

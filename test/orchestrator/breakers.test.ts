@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { resolveConfig, type BreakerPolicy } from '../../src/orchestrator/config.js';
+import { resolveConfig, type BreakerPolicy } from '../../src/orchestrator/config/config.js';
 import { Breaker, BreakerBoard, type BreakerTransition } from '../../src/orchestrator/routing/index.js';
 
 const policy = (overrides: Partial<BreakerPolicy> = {}): BreakerPolicy => ({ ...resolveConfig({}, '/tmp').breakers.replica, ...overrides });

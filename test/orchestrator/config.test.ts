@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, policyFor, resolveConfig } from '../../src/orchestrator/config.js';
+import { ConfigError, policyFor, resolveConfig } from '../../src/orchestrator/config/config.js';
 import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
 import { ROOT } from '../helpers/mesh.js';
 

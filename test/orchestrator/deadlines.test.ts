@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { Deadlines } from '../../src/orchestrator/deadlines.js';
+import { Deadlines } from '../../src/orchestrator/jobs/deadlines.js';
 
 function deadlines(clock = new FakeClock(0)) {
   const due: string[] = [];

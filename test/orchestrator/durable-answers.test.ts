@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { resolveConfig } from '../../src/orchestrator/config.js';
+import { resolveConfig } from '../../src/orchestrator/config/config.js';
 import { Orchestrator } from '../../src/orchestrator/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 

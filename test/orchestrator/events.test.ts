@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { EventBus, type ScopedEvent } from '../../src/orchestrator/events.js';
+import { EventBus, type ScopedEvent } from '../../src/orchestrator/events/event-bus.js';
 
 const scope = { type: 'image', model: 'gen', album: 'default' };
 const publish = (bus: EventBus, n: number): void => {

@@ -1,7 +1,7 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { EventBus } from '../../src/orchestrator/events.js';
-import { ModelCoverage } from '../../src/orchestrator/model-coverage.js';
+import { EventBus } from '../../src/orchestrator/events/event-bus.js';
+import { ModelCoverage } from '../../src/orchestrator/status/model-coverage.js';
 import type { ModelRegistry, RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import { HostRegistry, HostSession } from '../../src/orchestrator/routing/index.js';
 

@@ -1,7 +1,7 @@
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { PIPELINES } from '../../src/orchestrator/registry/pipelines.js';
-import { checkOutput, JSON_CHECK_LIMIT, OUTPUT_MEDIA_TYPES, OutputCheck, outputTypesOf, servedAs } from '../../src/orchestrator/registry/output-media.js';
+import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { checkOutput, JSON_CHECK_LIMIT, OUTPUT_MEDIA_TYPES, OutputCheck, outputTypesOf, servedAs } from '../../src/orchestrator/blobs/output-media.js';
 import { scriptedPng } from '../helpers/scripted-agent.js';
 
 /** What outputs may be, by job type, and how a blob is served (issue 19): the checks behind the blob route's headers. */

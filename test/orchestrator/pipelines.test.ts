@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { PIPELINES } from '../../src/orchestrator/registry/pipelines.js';
+import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
 import { LIMITS, TensorInput, type ModelManifest } from '../../src/protocol/index.js';
 
 const manifest: ModelManifest = {

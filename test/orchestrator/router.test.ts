@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { resolveConfig } from '../../src/orchestrator/config.js';
+import { resolveConfig } from '../../src/orchestrator/config/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import {
   BreakerBoard, decodeRoute, encodeRoute, HealthBook, HostRegistry, HostSession, NAMED_SKIPS, Router, SCAN_ALL_UP_TO, ThroughputBook, TWO_CHOICES_ABOVE,

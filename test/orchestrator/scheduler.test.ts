@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { policyFor, resolveConfig } from '../../src/orchestrator/config.js';
+import { policyFor, resolveConfig } from '../../src/orchestrator/config/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import type { HostSession } from '../../src/orchestrator/routing/index.js';
 import { ArrivalRate, ModelQueue, releaseDecision, Scheduler, worthWaiting, type QueuedJob } from '../../src/orchestrator/scheduler/index.js';

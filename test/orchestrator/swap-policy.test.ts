@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { policyFor, resolveConfig } from '../../src/orchestrator/config.js';
+import { policyFor, resolveConfig } from '../../src/orchestrator/config/config.js';
 import type { RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import { HostSession } from '../../src/orchestrator/routing/index.js';
 import { displacedBy, Scheduler, SwapPolicy, type QueuedJob, type SwapPolicyName } from '../../src/orchestrator/scheduler/index.js';

@@ -3,10 +3,10 @@ import { join } from 'node:path';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, resolveConfig } from '../../src/orchestrator/config.js';
-import { belongsTo, createCa, issueServerCertificate, namesOf } from '../../src/orchestrator/tls/certificates.js';
-import { ensureTlsMaterial } from '../../src/orchestrator/tls/material.js';
-import { certificateNamesFor, parseCertificateName, type CertificateName } from '../../src/orchestrator/tls/names.js';
+import { ConfigError, resolveConfig } from '../../src/orchestrator/config/config.js';
+import { belongsTo, createCa, issueServerCertificate, namesOf } from '../../src/orchestrator/tls-server/certificates.js';
+import { ensureTlsMaterial } from '../../src/orchestrator/tls-server/material.js';
+import { certificateNamesFor, parseCertificateName, type CertificateName } from '../../src/orchestrator/config/certificate-names.js';
 import { certificateFingerprint, parseFingerprint } from '../../src/tls/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 

@@ -5,11 +5,11 @@ import type { AddressInfo } from 'node:net';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CliError } from '../../src/cli/output.js';
-import { resolvePins } from '../../src/cli/settings.js';
+import { CliError } from '../../src/cli/common/output.js';
+import { resolvePins } from '../../src/cli/common/settings.js';
 import { GrantAuthority, narrowGrant } from '../../src/orchestrator/auth/index.js';
-import { createCa, issueServerCertificate, type KeyAndCertificate } from '../../src/orchestrator/tls/certificates.js';
-import { parseCertificateName, type CertificateName } from '../../src/orchestrator/tls/names.js';
+import { createCa, issueServerCertificate, type KeyAndCertificate } from '../../src/orchestrator/tls-server/certificates.js';
+import { parseCertificateName, type CertificateName } from '../../src/orchestrator/config/certificate-names.js';
 import { ServerTrust, TlsPinError, certificateFingerprint, pinsOfGrant, TLS_CA_PATH } from '../../src/tls/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 

@@ -4,8 +4,8 @@ import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import type { DrainReport } from '../../agent/control.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
-import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrl } from '../settings.js';
-import { CliError, parseInteger, parseList } from '../output.js';
+import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrl } from '../common/settings.js';
+import { CliError, parseInteger, parseList } from '../common/output.js';
 
 interface AgentFlags {
   join?: string;

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import type { ExplainView, RouteView } from '../../protocol/index.js';
-import { clientFrom, type ClientOptions } from '../settings.js';
-import { printJson, table } from '../output.js';
+import { clientFrom, type ClientOptions } from '../common/settings.js';
+import { printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 
 /** `laptop (image, resident); passed over: desktop (no free slot), cloud (breaker open)`. */

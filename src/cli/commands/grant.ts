@@ -1,8 +1,8 @@
 import { Command } from 'commander';
 import { caveatsFromOptions, DURATION, galleryGrantOptions, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
-import { clientFrom, type ClientOptions } from '../settings.js';
-import { CliError, parseInteger, parseList, printJson, table } from '../output.js';
+import { clientFrom, type ClientOptions } from '../common/settings.js';
+import { CliError, parseInteger, parseList, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 
 interface CaveatFlags {

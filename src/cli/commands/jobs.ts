@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import type { JobView } from '../../protocol/index.js';
-import { clientFrom, type ClientOptions } from '../settings.js';
-import { parseInteger, printJson, table } from '../output.js';
+import { clientFrom, type ClientOptions } from '../common/settings.js';
+import { parseInteger, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 
 export function jobsCommand(): Command {

@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
-import { table } from '../output.js';
+import { table } from '../common/output.js';
 
 export function modelsCommand(): Command {
   const models = new Command('models').description('The built-in models');

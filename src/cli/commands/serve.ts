@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
 import type { MeshConfig, Orchestrator } from '../../orchestrator/index.js';
-import { dataDir } from '../settings.js';
-import { parseInteger } from '../output.js';
+import { dataDir } from '../common/settings.js';
+import { parseInteger } from '../common/output.js';
 
 export interface ServeOptions {
   data?: string;
@@ -17,7 +17,7 @@ export interface ServeOptions {
 
 /** The config: --config, else <data>/mesh.yaml if present, else the defaults; flags override the file. */
 export async function configFrom(options: ServeOptions): Promise<MeshConfig> {
-  const { checkTlsSettings, loadConfigFile, resolveConfig } = await import('../../orchestrator/config.js');
+  const { checkTlsSettings, loadConfigFile, resolveConfig } = await import('../../orchestrator/config/config.js');
   const data = dataDir(options.data);
   const file = options.config ?? (existsSync(join(data, 'mesh.yaml')) ? join(data, 'mesh.yaml') : null);
   const config = file ? loadConfigFile(file, data) : resolveConfig({}, data);

@@ -3,8 +3,8 @@ import { join, resolve } from 'node:path';
 import { Command } from 'commander';
 import cliProgress from 'cli-progress';
 import type { JobEvent } from '../../protocol/index.js';
-import { clientFrom, type ClientOptions } from '../settings.js';
-import { CliError, parseInteger, parseSize, printJson } from '../output.js';
+import { clientFrom, type ClientOptions } from '../common/settings.js';
+import { CliError, parseInteger, parseSize, printJson } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 
 interface SubmitOptions extends ClientOptions {

@@ -1,5 +1,5 @@
 import { MeshError } from '../../protocol/index.js';
-import type { AuditLog } from '../audit.js';
+import type { AuditLog } from './audit.js';
 import type { Clock } from '../../protocol/clock.js';
 import { grants, type Db, type GrantRecord, type GroupCommit } from '../store/index.js';
 import type { GrantAuthority } from './grants.js';

@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import type { Clock, Timer } from '../../protocol/clock.js';
-import type { ReplicaPolicy } from '../config.js';
-import type { EventBus } from '../events.js';
-import { PerTurn } from '../per-turn.js';
+import type { ReplicaPolicy } from '../config/config.js';
+import type { EventBus } from '../events/event-bus.js';
+import { PerTurn } from '../events/per-turn.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostRegistry, HostSession, Router } from '../routing/index.js';
 

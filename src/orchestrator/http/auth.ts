@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { MeshError } from '../../protocol/index.js';
-import type { AuditLog } from '../audit.js';
+import type { AuditLog } from '../auth/audit.js';
 import {
   READ_ACTIONS, UploadCredentials, type Action, type GrantAuthority, type GrantEnd, type GrantLifetimes, type GrantRequest, type RequestOrigin, type VerifiedGrant,
 } from '../auth/index.js';

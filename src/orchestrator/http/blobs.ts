@@ -4,8 +4,9 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
-import { assertDigest, type BlobReader } from '../registry/index.js';
-import { servedAs } from '../registry/output-media.js';
+import { assertDigest } from '../../protocol/index.js';
+import { type BlobReader } from '../blobs/blob-reader.js';
+import { servedAs } from '../blobs/output-media.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 

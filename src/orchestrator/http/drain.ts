@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
-import type { AuditLog } from '../audit.js';
+import type { AuditLog } from '../auth/audit.js';
 import type { AgentHub } from '../link/agent-hub.js';
 import type { RequestAuth } from './auth.js';
 

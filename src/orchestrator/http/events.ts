@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { EVENT_TYPES, isTerminalEvent, MeshError, type GrantEndedEvent, type JobEvent } from '../../protocol/index.js';
 import type { Action, GrantEnd, VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
-import type { EventBus, ScopedEvent } from '../events.js';
+import type { EventBus, ScopedEvent } from '../events/event-bus.js';
 import { canSee, type JobService } from '../jobs/index.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { openSse, type SseStream } from './sse.js';

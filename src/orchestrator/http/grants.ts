@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
-import type { AuditLog } from '../audit.js';
+import type { AuditLog } from '../auth/audit.js';
 import { caveatsFromOptions, narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
 import { grantOf, type RequestAuth } from './auth.js';

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
-import type { EventBus } from '../events.js';
+import type { EventBus } from '../events/event-bus.js';
 import type { JobService } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
 import { jobEnd, preferredWait } from './prefer-wait.js';

@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { MeshError } from '../../protocol/index.js';
-import type { MeshMetrics } from '../metrics.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { ModelRegistry } from '../registry/index.js';
-import type { MeshStatus } from '../status.js';
+import type { MeshStatus } from '../status/mesh-status.js';
 import type { RequestAuth } from './auth.js';
 
 export interface MeshRouteDeps {

@@ -1,5 +1,5 @@
 import { LIMITS, MeshError, TERMINAL_STATUSES, type JobStatus } from '../../protocol/index.js';
-import type { EventBus } from '../events.js';
+import type { EventBus } from '../events/event-bus.js';
 
 /**
  * The `wait` preference of a submit's `Prefer` header (RFC 7240), in seconds; null when there is none. Other

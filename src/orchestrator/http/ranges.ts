@@ -1,4 +1,4 @@
-import type { ByteRange } from '../registry/index.js';
+import type { ByteRange } from '../blobs/blob-reader.js';
 
 /**
  * HTTP range requests and validators for immutable, content-addressed

@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import { MeshError } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import { Deadlines } from '../deadlines.js';
-import type { MeshMetrics } from '../metrics.js';
+import { Deadlines } from './deadlines.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { AttemptBudgets, Budget, HostRegistry } from '../routing/index.js';
 import type { JobRecord } from '../store/index.js';

@@ -1,10 +1,11 @@
 import type { Logger } from 'pino';
 import type { BatchMemoryReport } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { EventBus } from '../events.js';
-import { LinkRefusals } from '../link/refusals.js';
-import type { MeshMetrics } from '../metrics.js';
-import type { BlobStore, RegisteredModel } from '../registry/index.js';
+import type { EventBus } from '../events/event-bus.js';
+import { LinkRefusals } from './refusals.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
+import type { RegisteredModel } from '../registry/index.js';
+import type { BlobStore } from '../blobs/blob-store.js';
 import type { AttemptBudgets, HostRegistry, Router } from '../routing/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import type { Db, GroupCommit } from '../store/index.js';

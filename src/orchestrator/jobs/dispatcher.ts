@@ -1,12 +1,12 @@
 import type { Logger } from 'pino';
 import { MeshError } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
-import type { MeshMetrics } from '../metrics.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import { encodeRoute, type HostRegistry, type HostSession, type RouteDecision, type Router } from '../routing/index.js';
 import type { Admission, QueuedJob, Release, Scheduler } from '../scheduler/index.js';
 import type { JobRecord } from '../store/index.js';
-import { newId } from '../ids.js';
+import { newId } from '../store/ids.js';
 import type { InFlight } from './in-flight.js';
 import type { JobStates } from './states.js';
 

@@ -8,6 +8,6 @@ export { Cancellation, type CancellationDeps } from './cancellation.js';
 export { Recovery, type RecoveryDeps } from './recovery.js';
 export { ResultIntake, type ResultIntakeDeps } from './results.js';
 export { JobOutputs, type JobOutputsDeps } from './outputs.js';
-export { JobService, canSee, encodeCursor, decodeCursor, defaultAlbumOf, requestHash, DEFAULT_ALBUM, type ListQuery, type Authorize } from './service.js';
+export { JobService, canSee, defaultAlbumOf, requestHash, DEFAULT_ALBUM, type ListQuery, type Authorize } from './service.js';
 export { jobView, artifactView, blobUrl } from './views.js';
 export { JobExplainer, type JobExplainerDeps } from './explain.js';

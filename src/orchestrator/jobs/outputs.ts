@@ -1,8 +1,8 @@
 import { Readable } from 'node:stream';
 import { MeshError, sha256Digest, type ArtifactReport } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { BlobStore } from '../registry/index.js';
-import { checkOutput, OutputCheck, outputTypesOf } from '../registry/output-media.js';
+import type { BlobStore } from '../blobs/blob-store.js';
+import { checkOutput, OutputCheck, outputTypesOf } from '../blobs/output-media.js';
 import { blobs, type Db, type GroupCommit } from '../store/index.js';
 import type { JobStates } from './states.js';
 

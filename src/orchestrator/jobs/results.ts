@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { isErrorCode, isTerminal, MeshError, type AgentMessage, type BatchMemoryReport, type ErrorBody, type LoadPhases } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { LinkRefusals } from '../link/refusals.js';
+import type { LinkRefusals } from './refusals.js';
 import type { HostSession } from '../routing/index.js';
 import type { GroupCommit, JobRecord } from '../store/index.js';
 import type { Failover } from './failover.js';

@@ -4,13 +4,14 @@ import {
 } from '../../protocol/index.js';
 import { firstFailure, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { MeshConfig } from '../config.js';
-import type { EventScope } from '../events.js';
-import type { MeshMetrics } from '../metrics.js';
-import { assertDigest, type ModelRegistry, type RegisteredModel } from '../registry/index.js';
+import type { MeshConfig } from '../config/config.js';
+import type { EventScope } from '../events/event-bus.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
+import { type ModelRegistry, type RegisteredModel } from '../registry/index.js';
+import { assertDigest } from '../../protocol/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import { artifacts, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
-import { newId } from '../ids.js';
+import { artifacts, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
+import { newId } from '../store/ids.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
 import type { JobStates } from './states.js';
@@ -80,17 +81,6 @@ export function requestHash(request: { type: string; model: string; priority: nu
     type: request.type, model: request.model, priority: request.priority, album: request.album, timeoutMs: request.timeoutMs, input: request.input,
   });
   return `sha256:${createHash('sha256').update(canonical).digest('hex')}`;
-}
-
-export function encodeCursor(seq: number): string {
-  return Buffer.from(`s${seq}`).toString('base64url');
-}
-
-export function decodeCursor(cursor: string): number {
-  const text = Buffer.from(cursor, 'base64url').toString();
-  const seq = /^s(\d+)$/.exec(text)?.[1];
-  if (!seq) throw new MeshError('BAD_REQUEST', { detail: `cursor "${cursor.slice(0, 50)}" is not one this server gave out` });
-  return Number(seq);
 }
 
 /** What clients do with jobs: submit, read, list, cancel, follow — each checked against the caller's grant. */

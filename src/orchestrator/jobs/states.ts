@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent, type LoadPhases } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { EventBus, EventScope } from '../events.js';
-import type { MeshMetrics } from '../metrics.js';
+import type { EventBus, EventScope } from '../events/event-bus.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import { artifacts, attempts, jobs as jobStore, type Db, type EndedAttempt, type GroupCommit, type JobRecord, type NewJob } from '../store/index.js';
 import { artifactView } from './views.js';
 

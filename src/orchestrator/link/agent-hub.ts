@@ -6,11 +6,11 @@ import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
-import type { EventBus } from '../events.js';
+import type { EventBus } from '../events/event-bus.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
 import { HostSession, type BatchReport, type HostRegistry } from '../routing/index.js';
 import { LinkBudget, type LinkBudgetSettings } from './link-budget.js';
-import type { LinkRefusals } from './refusals.js';
+import type { LinkRefusals } from '../jobs/refusals.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 

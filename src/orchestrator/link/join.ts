@@ -1,6 +1,6 @@
 import { MeshError } from '../../protocol/index.js';
 import type { GrantAuthority, VerifiedGrant } from '../auth/index.js';
-import type { AuditLog } from '../audit.js';
+import type { AuditLog } from '../auth/audit.js';
 import type { Clock } from '../../protocol/clock.js';
 
 /**

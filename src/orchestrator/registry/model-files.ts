@@ -2,7 +2,7 @@ import { createReadStream } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import type { BlobStore } from './blob-store.js';
+import type { BlobStore } from '../blobs/blob-store.js';
 
 /** How a file looked when it was imported: the same size, times and inode mean the same bytes (as in the agent's model cache). */
 interface Imported {

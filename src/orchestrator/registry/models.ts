@@ -1,11 +1,11 @@
 import { join } from 'node:path';
 import { MeshError, type ModelManifest } from '../../protocol/index.js';
 import { builtinModels } from '../../models/index.js';
-import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config.js';
-import type { BlobStore } from './blob-store.js';
-import { definitionDigest, modelDefinitions, type ModelDefinition } from './declared-models.js';
+import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config/config.js';
+import type { BlobStore } from '../blobs/blob-store.js';
+import { definitionDigest, modelDefinitions, type ModelDefinition } from '../config/declared-models.js';
 import { ModelFiles } from './model-files.js';
-import { pipelineFor, pipelineForEngine, type Pipeline } from './pipelines.js';
+import { pipelineFor, pipelineForEngine, type Pipeline } from '../pipelines/pipelines.js';
 import { engineDescriptor } from '../../protocol/engines/index.js';
 
 export type RecordBlob = (digest: string, bytes: number, mediaType: string) => void;

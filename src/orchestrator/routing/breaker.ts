@@ -3,7 +3,7 @@ import {
 } from 'cockatiel';
 import type { BreakerState, BreakerView } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
-import type { BreakerPolicy } from '../config.js';
+import type { BreakerPolicy } from '../config/config.js';
 
 /** A state change, for events, logs and metrics. */
 export interface BreakerTransition {

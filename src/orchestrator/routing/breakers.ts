@@ -1,6 +1,6 @@
 import type { BreakerState, BreakerView } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { BreakerPolicy } from '../config.js';
+import type { BreakerPolicy } from '../config/config.js';
 import { Breaker, type BreakerTransition } from './breaker.js';
 
 /** A breaker changed state: `model` null is the host's own (link-level) breaker. */

@@ -8,5 +8,3 @@ export { ThroughputBook, THROUGHPUT_ALPHA, type BatchSample } from './throughput
 export { HealthBook, LATE_HEARTBEATS, type HealthBookDeps } from './health.js';
 export { AttemptBudgets, type AttemptTimeoutPolicy, type Budget, type BatchWork } from './budgets.js';
 export { Prober, PROBE_SWEEP_MS, PROBE_IDLE_INTERVALS, type ProberDeps, type ProbeOutcome, type BatchReport } from './prober.js';
-export { RoutingFeedback, type RoutingFeedbackDeps } from './feedback.js';
-export { announceBreakers } from './announce.js';

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { MeshError, type AgentMessage } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
-import { newId } from '../ids.js';
+import { newId } from '../store/ids.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard } from './breakers.js';
 import type { AttemptBudgets } from './budgets.js';

@@ -1,5 +1,6 @@
 export { openDb, migrate, GroupCommit, type Db } from './db.js';
 export { Checkpointer } from './checkpointer.js';
+export { encodeCursor, decodeCursor } from './cursors.js';
 export { MIGRATIONS, type Migration } from './migrations.js';
 export * as jobs from './jobs.js';
 export * as attempts from './attempts.js';

@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { checkModelEntries } from './registry/declared-models.js';
-import { parseCertificateName } from './tls/names.js';
+import { checkModelEntries } from './declared-models.js';
+import { parseCertificateName } from './certificate-names.js';
 
 /**
  * `mesh.yaml`. Every field is optional; the default is in the schema and in

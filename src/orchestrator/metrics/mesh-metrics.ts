@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { BreakerState } from '../protocol/index.js';
-import type { HostSession } from './routing/index.js';
+import type { BreakerState } from '../../protocol/index.js';
+import type { HostSession } from '../routing/index.js';
 
 const SECONDS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 const MB = 1024 * 1024;

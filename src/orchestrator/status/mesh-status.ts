@@ -1,8 +1,8 @@
-import type { HostView, ReplicaView } from '../protocol/index.js';
-import type { ModelReplicasView } from './autoscale/index.js';
-import type { ModelRegistry, RegisteredModel } from './registry/index.js';
-import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from './routing/index.js';
-import type { Scheduler } from './scheduler/index.js';
+import type { HostView, ReplicaView } from '../../protocol/index.js';
+import type { ModelReplicasView } from '../autoscale/index.js';
+import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
+import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from '../routing/index.js';
+import type { Scheduler } from '../scheduler/index.js';
 
 export interface MeshStatusDeps {
   hosts: HostRegistry;

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from 'node:path';
 import { certificateFingerprint } from '../../tls/fingerprint.js';
 import { belongsTo, createCa, expiryOf, issueServerCertificate, namesOf, type KeyAndCertificate } from './certificates.js';
-import { sameNames, type CertificateName } from './names.js';
+import { sameNames, type CertificateName } from '../config/certificate-names.js';
 import { MeshError } from '../../protocol/index.js';
 
 /** What the HTTPS server and the grant authority need. */

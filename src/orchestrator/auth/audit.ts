@@ -1,6 +1,5 @@
-import type { Clock, Timer } from '../protocol/clock.js';
-import { decodeCursor, encodeCursor } from './jobs/index.js';
-import { audit, type AuditRecord, type Db, type GroupCommit, type NewAuditRecord } from './store/index.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
+import { audit, decodeCursor, encodeCursor, type AuditRecord, type Db, type GroupCommit, type NewAuditRecord } from '../store/index.js';
 
 export interface AuditRetention {
   /** Entries older than this are deleted. */

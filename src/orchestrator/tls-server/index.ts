@@ -2,15 +2,14 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { TLS_CA_CAVEAT } from '../../tls/fingerprint.js';
-import type { MeshConfig } from '../config.js';
+import type { MeshConfig } from '../config/config.js';
 import type { TlsMaterial } from './material.js';
-import { certificateNamesFor } from './names.js';
+import { certificateNamesFor } from '../config/certificate-names.js';
 
 // Issuing (certificates.ts, material.ts) loads @peculiar/x509, which takes a while to import: it is
 // loaded only when TLS is on. Import those files directly to use them.
 export type { TlsMaterial, TlsSetup, TlsPolicy } from './material.js';
 export type { KeyAndCertificate } from './certificates.js';
-export { parseCertificateName, certificateNamesFor, normalizeNames, sameNames, type CertificateName } from './names.js';
 
 /**
  * The orchestrator's TLS at start: null when `server.tls.enabled` is off; else the material under

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { engineDescriptor } from '../../protocol/engines/index.js';
-import type { ModelEntry } from '../config.js';
-import { PIPELINES, pipelineFor } from './pipelines.js';
+import type { ModelEntry } from './config.js';
+import { PIPELINES, pipelineFor } from '../pipelines/pipelines.js';
 
 /**
  * Models declared in mesh.yaml. The engines' settings schemas are in their

@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../protocol/clock.js';
-import type { EventBus } from '../events.js';
-import type { MeshMetrics } from '../metrics.js';
-import type { BreakerBoard } from './breakers.js';
+import type { EventBus } from '../events/event-bus.js';
+import type { MeshMetrics } from './mesh-metrics.js';
+import type { BreakerBoard } from '../routing/breakers.js';
 
 /**
  * Make breaker changes visible: each one is a mesh event on `/v1/events`

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../protocol/clock.js';
-import type { EventBus } from '../events.js';
-import type { MeshMetrics } from '../metrics.js';
+import type { EventBus } from '../events/event-bus.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 
 /** The job ids a refusal's log line and event name; the count says how many there were. */
 const NAMED = 10;

@@ -1,4 +1,4 @@
-import type { Clock, Timer } from '../protocol/clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 
 /** Node runs a timer longer than this (about 24.8 days) after 1 ms: a later deadline is reached in steps. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;

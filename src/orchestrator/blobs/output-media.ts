@@ -1,6 +1,6 @@
 import { fileTypeFromBuffer } from 'file-type';
 import { MeshError } from '../../protocol/index.js';
-import type { PIPELINES } from './pipelines.js';
+import type { PIPELINES } from '../pipelines/pipelines.js';
 
 /**
  * The media types a job's outputs may have, by job type — what the engines really produce: images are PNG (the ONNX

@@ -1,8 +1,8 @@
-import type { AttemptObserver, AttemptOutcome } from '../jobs/states.js';
+import type { AttemptObserver, AttemptOutcome } from './states.js';
 import type { RegisteredModel } from '../registry/index.js';
-import type { BreakerBoard } from './breakers.js';
-import type { HealthBook } from './health.js';
-import type { ThroughputBook } from './throughput.js';
+import type { BreakerBoard } from '../routing/breakers.js';
+import type { HealthBook } from '../routing/health.js';
+import type { ThroughputBook } from '../routing/throughput.js';
 
 /** Batches remembered as counted (a batch's jobs report one by one; the batch counts once). */
 const COUNTED_LIMIT = 4096;

@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
-import type { EventBus } from './events.js';
-import type { ModelRegistry, RegisteredModel } from './registry/index.js';
-import { PerTurn } from './per-turn.js';
-import type { HostRegistry, HostSession } from './routing/index.js';
+import type { EventBus } from '../events/event-bus.js';
+import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
+import { PerTurn } from '../events/per-turn.js';
+import type { HostRegistry, HostSession } from '../routing/index.js';
 
 export interface ModelCoverageDeps {
   hosts: HostRegistry;

@@ -1,7 +1,7 @@
 import 'reflect-metadata'; // @peculiar/x509's ASN.1 schemas are declared with decorators that need it, before the import below
 import * as x509 from '@peculiar/x509';
 import { createPrivateKey, randomBytes, webcrypto, X509Certificate } from 'node:crypto';
-import { parseCertificateName, type CertificateName } from './names.js';
+import { parseCertificateName, type CertificateName } from '../config/certificate-names.js';
 import { MeshError } from '../../protocol/index.js';
 
 /**
