@@ -13,7 +13,7 @@ interface Entry {
   phases: LoadPhases;
   /** What the model holds now, as last measured (after load, then after each batch). */
   heldMB: number;
-  /** The most it held during any batch since it loaded. */
+  /** The most it held during any batch since it loaded: a running maximum, never lowered by a later sample. */
   peakMB: number;
   /** The largest batch (pixels per job × jobs) it ran since it loaded. */
   largestUnits: number;
@@ -50,9 +50,13 @@ export interface ResidencyDeps {
  *
  * Memory is charged as measured, never as declared: a model's manifest figure
  * is only the first guess, used to place it before it has ever loaded on this
- * host. Once loaded it is charged what its engine measured — what it holds
- * (which grows when an allocator arena keeps a batch's buffers), and while a
- * batch runs, the largest peak it has reached.
+ * host. Once loaded it is charged what its engine measured: the largest peak
+ * any of its batches reached (or what it holds, if more) — a running maximum,
+ * busy or idle. What it holds after a batch is a sample taken once the batch
+ * released what it could, and how much it released depends on timing (the
+ * allocator, a collection that did or did not run): charging that sample made
+ * the device's budget forget a batch's peak in some runs and not others, and the
+ * next batch of the same size would need the peak again.
  *
  * A model whose engine process dies is dropped at once (and reported
  * unloaded); the next batch that needs it loads it afresh, after a pause that
@@ -154,7 +158,7 @@ export class Residency {
   resident(): ResidentModel[] {
     return [...this.#entries.values()].map((entry) => ({
       model: entry.loaded.manifest.name, digest: entry.loaded.manifest.digest, device: entry.loaded.device.id,
-      memoryMB: entry.heldMB, lastUsedAt: entry.lastUsedAt,
+      memoryMB: this.#charged(entry), lastUsedAt: entry.lastUsedAt,
     }));
   }
 
@@ -207,8 +211,9 @@ export class Residency {
     entry.idleTimer = null;
   }
 
+  /** What the model counts against its device's budget (see the class comment). */
   #charged(entry: Entry): number {
-    return Math.max(entry.heldMB, entry.inUse > 0 ? entry.peakMB : 0);
+    return Math.max(entry.heldMB, entry.peakMB);
   }
 
   #entryOf(loaded: LoadedModel): Entry | undefined {
