@@ -9,7 +9,7 @@
  */
 import { parseArgs } from 'node:util';
 import fc from 'fast-check';
-import { FuzzSession } from '../test/fuzz/session.js';
+import { FUZZ_MESH_CONFIG, FuzzSession } from '../test/fuzz/session.js';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { printTable, writeResults } from './lib.js';
 
@@ -19,7 +19,7 @@ const SEED = values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : N
 /** Health is checked this often (and at the end): a crash shows up near the input that caused it. */
 const HEALTH_EVERY = 250;
 
-const mesh = await startMesh({ args: ['--no-agent'], env: { GPUMESH_LOG_LEVEL: 'warn' } });
+const mesh = await startMesh({ args: ['--no-agent'], config: FUZZ_MESH_CONFIG, env: { GPUMESH_LOG_LEVEL: 'warn' } });
 let failed = true;
 try {
   const session = await FuzzSession.open(mesh.url, mesh.admin);
@@ -54,7 +54,7 @@ try {
   for (const problem of health) process.stdout.write(`\nHEALTH ${problem}\n`);
   const failures = session.tally.failures;
   const summary = `fuzz: ${session.tally.inputs} inputs over ${rows.length} targets in ${seconds.toFixed(1)} s (${(session.tally.inputs / seconds).toFixed(0)}/s), seed ${SEED}: `
-    + `${failures} failures, orchestrator ${health.length === 0 ? 'up and healthy' : 'NOT healthy'}`;
+    + `${failures} failures, orchestrator ${health.length === 0 ? 'up and healthy' : 'NOT healthy'}; ${session.outputsChecked.size} published outputs served safely checked`;
   const path = writeResults('fuzz', { seed: SEED, inputs: session.tally.inputs, seconds, failures, health, summary, rows });
   process.stdout.write(`\n${summary}\nwrote ${path}\n`);
   failed = failures > 0 || health.length > 0;

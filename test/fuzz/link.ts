@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import WebSocket from 'ws';
 import { z } from 'zod';
@@ -71,6 +72,7 @@ export function linkInputs(vocabulary: Vocabulary, host: string): fc.Arbitrary<L
     { weight: 8, arbitrary: manyIds(LINK_LIMITS.jobIdsPerMessage + 100) },
     // A frame of the attack that stalled the orchestrator: 150,000 ids, over 4 MB (cut at the frame limit).
     { weight: 1, arbitrary: manyIds(150_000, 150_000) },
+    { weight: 8, arbitrary: resultWithOutput() },
   );
   // A hello that is usually accepted: the grant's host and this protocol, the rest generated.
   const hello: fc.Arbitrary<Frame> = fc.tuple(
@@ -103,6 +105,39 @@ function manyIds(max: number, min = 0): fc.Arbitrary<Frame> {
       jobIds: Array.from({ length: count }, (_, i) => (i < own ? `@@job:${i}` : `j_not_yours_${String(i).padStart(8, '0')}`)),
     },
   }));
+}
+
+/** Bytes an agent may send as an output: what they are, whatever type they are then declared as. */
+const OUTPUT_BYTES: Record<string, Buffer> = {
+  png: Buffer.from('89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02fea7356b810000000049454e44ae426082', 'hex'),
+  html: Buffer.from('<!doctype html><script>fetch("/v1/grants",{headers:{authorization:"Bearer "+location.search}})</script>'),
+  svg: Buffer.from('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>'),
+  json: Buffer.from('{"y":[1,2,3]}'),
+  text: Buffer.from('a report'),
+  binary: Buffer.from([0, 1, 2, 3, 0xff]),
+};
+const DECLARED = ['image/png', 'image/jpeg', 'text/html', 'image/svg+xml', 'application/json', 'text/plain', 'video/mp4', 'application/octet-stream', 'application/javascript'];
+
+/**
+ * A result naming one of the jobs it was sent, with an output inline: bytes of one kind declared as any media type
+ * (HTML as a PNG, a PNG as HTML, an SVG with a script). Whatever is accepted must be served so it cannot script the
+ * orchestrator's origin: the session's health check reads every published output's headers.
+ */
+function resultWithOutput(): fc.Arbitrary<Frame> {
+  return fc.record({
+    job: fc.nat({ max: 5 }),
+    bytes: fc.constantFrom(...Object.keys(OUTPUT_BYTES)),
+    declared: fc.constantFrom(...DECLARED),
+  }).map(({ job, bytes, declared }) => {
+    const content = OUTPUT_BYTES[bytes]!;
+    return {
+      kind: 'json' as const,
+      value: {
+        type: 'done', jobId: `@@job:${job}`, batchId: '@@batch:0', timings: { loadMs: 0, computeMs: 1, totalMs: 1 },
+        artifacts: [{ digest: `sha256:${createHash('sha256').update(content).digest('hex')}`, mediaType: declared, bytes: content.length, inline: content.toString('base64') }],
+      },
+    };
+  });
 }
 
 /** The text of a frame with its markers swapped for ids seen so far; null for a binary frame. */

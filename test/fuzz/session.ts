@@ -4,10 +4,12 @@ import { JOB_STATUSES } from '../../src/protocol/index.js';
 import { anyPathInputs, routeInputs, routesFromOpenApi, runHttp, type GrantChoice, type HttpInput, type HttpTarget, type Outcome, type RouteSpec } from './http.js';
 import { KnownIds, MARKERS } from './known.js';
 import { linkInputs, runLink, type LinkInput, type LinkTarget } from './link.js';
+import { OutputsAgent, outputInputs, type OutputInput } from './outputs.js';
 import { rawInputs, runRaw, type RawInput } from './raw.js';
 import type { Vocabulary } from './schema-arbitrary.js';
 import { Tally } from './tally.js';
 import { linkFrameLimit, resolveConfig } from '../../src/orchestrator/config/config.js';
+import { OUTPUT_MEDIA_TYPES } from '../../src/orchestrator/blobs/output-media.js';
 
 /** One fuzz target: a table row, its generator, and how to run one input. */
 export interface FuzzTarget<T = unknown> {
@@ -15,6 +17,15 @@ export interface FuzzTarget<T = unknown> {
   inputs: fc.Arbitrary<T>;
   run(input: T): Promise<Outcome>;
 }
+
+/**
+ * The mesh a fuzz run starts (`gpumesh up --no-agent` with this mesh.yaml): the breakers never open and `gen` is not
+ * retried, so the outputs agent's refused results (on purpose) end their job at once and do not keep later jobs from it.
+ */
+export const FUZZ_MESH_CONFIG = {
+  breakers: { replica: { failuresToOpen: 1000, failureRatio: 0.99, minCalls: 1000, window: 1000 }, host: { failuresToOpen: 1000, failureRatio: 0.99, minCalls: 1000, window: 1000 } },
+  models: { gen: { retries: 0 } },
+};
 
 /** Job inputs of the shapes the two pipelines read, mostly values they accept (so jobs get queued and dispatched), the edges now and then. */
 const JOB_INPUTS: fc.Arbitrary<Record<string, unknown>> = fc.oneof(
@@ -46,16 +57,27 @@ export class FuzzSession implements HttpTarget, LinkTarget {
   readonly tally = new Tally();
   readonly agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   readonly agentHost = 'fuzz-agent';
+  /** Published outputs whose serving the health checks looked at. */
+  readonly outputsChecked = new Set<string>();
   /** The orchestrator's default frame limit (`gpumesh up` with no mesh.yaml): the default inline output as base64, and 1 MiB. */
   readonly maxFrameBytes = linkFrameLimit(resolveConfig({}, '/tmp').agents);
   readonly #minted: string[] = [];
+  readonly #outputs: OutputsAgent;
 
   private constructor(
     readonly url: string,
     readonly routes: RouteSpec[],
     readonly vocabulary: Vocabulary,
     private readonly grants: { admin: string; client: string; agent: string },
-  ) {}
+  ) {
+    this.#outputs = new OutputsAgent(url, grants.admin, async () => {
+      const response = await fetch(`${url}/v1/grants`, {
+        method: 'POST', headers: { authorization: `Bearer ${grants.admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'agent', host: 'fuzz-outputs', classes: ['image'], note: 'fuzz: outputs agent' }),
+      });
+      return ((await response.json()) as { token: string }).token;
+    });
+  }
 
   get agentGrant(): string {
     return this.grants.agent;
@@ -113,6 +135,7 @@ export class FuzzSession implements HttpTarget, LinkTarget {
     targets.push({ label: 'any path', inputs: anyPathInputs(this.vocabulary), run: (input) => runHttp(this, input as HttpInput) } satisfies FuzzTarget<HttpInput> as FuzzTarget);
     targets.push({ label: 'raw HTTP', inputs: rawInputs(this.routes), run: (input) => runRaw(this.url, input as RawInput) } satisfies FuzzTarget<RawInput> as FuzzTarget);
     targets.push({ label: 'agent link', inputs: linkInputs(this.vocabulary, this.agentHost), run: (input) => runLink(this, input as LinkInput) } satisfies FuzzTarget<LinkInput> as FuzzTarget);
+    targets.push({ label: 'agent outputs', inputs: outputInputs(), run: (input) => this.#outputs.run(input as OutputInput) } satisfies FuzzTarget<OutputInput> as FuzzTarget);
     return targets as FuzzTarget[];
   }
 
@@ -124,18 +147,43 @@ export class FuzzSession implements HttpTarget, LinkTarget {
     return outcome;
   }
 
-  /** The orchestrator still answers `/healthz` on a fresh connection. */
+  /**
+   * The orchestrator still answers `/healthz` on a fresh connection, and every published output is served so it
+   * cannot script the origin: a type an output may have (never HTML, SVG, a script), `nosniff`, a sandboxing CSP, and
+   * a download for anything that is not an image or a video — whatever media types the fuzzed agent declared.
+   */
   async healthProblems(): Promise<string[]> {
     try {
       const response = await fetch(`${this.url}/healthz`, { signal: AbortSignal.timeout(10_000) });
       const body = (await response.json()) as { ok?: boolean };
-      return response.status === 200 && body.ok === true ? [] : [`/healthz answered ${response.status} ${JSON.stringify(body)}`];
+      if (response.status !== 200 || body.ok !== true) return [`/healthz answered ${response.status} ${JSON.stringify(body)}`];
+      return await this.#servedSafely();
     } catch (error) {
       return [`/healthz did not answer: ${(error as Error).message}`];
     }
   }
 
+  async #servedSafely(): Promise<string[]> {
+    const headers = { authorization: `Bearer ${this.grants.admin}` };
+    const listed = (await (await fetch(`${this.url}/v1/artifacts?limit=50`, { headers })).json()) as { artifacts: { digest: string; mediaType: string }[] };
+    const problems: string[] = [];
+    const allowed = new Set<string>(Object.values(OUTPUT_MEDIA_TYPES).flat());
+    for (const artifact of listed.artifacts) {
+      this.outputsChecked.add(artifact.digest);
+      const blob = await fetch(`${this.url}/v1/blobs/${artifact.digest}`, { method: 'HEAD', headers });
+      const type = (blob.headers.get('content-type') ?? '').split(';')[0]!;
+      const where = `${artifact.digest.slice(0, 19)}… (declared ${artifact.mediaType})`;
+      if (!allowed.has(type)) problems.push(`${where} is served as ${type}`);
+      if (blob.headers.get('x-content-type-options') !== 'nosniff') problems.push(`${where} is served without nosniff`);
+      if (!/sandbox/.test(blob.headers.get('content-security-policy') ?? '')) problems.push(`${where} is served without a sandboxing CSP`);
+      const inline = type.startsWith('image/') || type.startsWith('video/');
+      if (!inline && !(blob.headers.get('content-disposition') ?? '').startsWith('attachment')) problems.push(`${where} (${type}) is not served as a download`);
+    }
+    return problems;
+  }
+
   close(): void {
+    this.#outputs.close();
     this.agent.destroy();
   }
 }

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FuzzSession, type FuzzTarget } from '../fuzz/session.js';
+import { FUZZ_MESH_CONFIG, FuzzSession, type FuzzTarget } from '../fuzz/session.js';
 import { meshForFile } from '../helpers/mesh.js';
 
 /**
@@ -15,7 +15,7 @@ import { meshForFile } from '../helpers/mesh.js';
  * A small sample here; `npm run bench:fuzz` runs the same generators for 10,000+
  * inputs. Replay a failure with FUZZ_SEED=<seed printed by fast-check>.
  */
-const running = meshForFile({ args: ['--no-agent'] });
+const running = meshForFile({ args: ['--no-agent'], config: FUZZ_MESH_CONFIG });
 let session: FuzzSession;
 
 beforeAll(async () => {
@@ -45,9 +45,14 @@ describe('fuzzing', () => {
   });
 
   it('every route answers generated requests in the envelope, grant first, never a 5xx', async () => {
-    await fuzz(session.targets().filter((target) => target.label !== 'raw HTTP' && target.label !== 'agent link'));
+    await fuzz(session.targets().filter((target) => target.label.includes(' /') || target.label === 'any path'));
     const routes = session.tally.rows().filter((row) => row.label.includes(' /'));
     expect(routes.length).toBeGreaterThanOrEqual(session.routes.length);
+  });
+
+  it('an agent\'s outputs are published exactly when they are what they claim and an image job may make them, and served so they cannot script the origin', async () => {
+    await fuzz(session.targets().filter((target) => target.label === 'agent outputs'));
+    expect(session.outputsChecked.size).toBeGreaterThan(0);
   });
 
   it('raw HTTP bytes are answered in the envelope or closed, never a 5xx', async () => {
