@@ -1,5 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import type { Clock } from '../../protocol/clock.js';
+import { keepNewest } from '../../protocol/bounded.js';
 
 /**
  * What a file looked like on disk when it was hashed: device, inode, size,
@@ -49,7 +50,7 @@ export class VerifiedMarks {
   mark(digest: string, signature: string): void {
     this.#marks.delete(digest);
     this.#marks.set(digest, { signature, at: this.#options.clock.now() });
-    if (this.#marks.size > this.#options.capacity) this.#marks.delete(this.#marks.keys().next().value!);
+    keepNewest(this.#marks, this.#options.capacity);
   }
 
   drop(digest: string): void {

@@ -3,6 +3,7 @@ import type { RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard } from '../routing/breakers.js';
 import type { HealthBook } from '../routing/health.js';
 import type { ThroughputBook } from '../routing/throughput.js';
+import { keepNewest } from '../../protocol/bounded.js';
 
 /** Batches remembered as counted (a batch's jobs report one by one; the batch counts once). */
 const COUNTED_LIMIT = 4096;
@@ -51,7 +52,7 @@ export class RoutingFeedback implements AttemptObserver {
   #first(batchId: string): boolean {
     if (this.#counted.has(batchId)) return false;
     this.#counted.add(batchId);
-    if (this.#counted.size > COUNTED_LIMIT) this.#counted.delete(this.#counted.values().next().value!);
+    keepNewest(this.#counted, COUNTED_LIMIT);
     return true;
   }
 }

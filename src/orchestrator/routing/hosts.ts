@@ -1,5 +1,6 @@
 import type { HostInfo, HostSession } from './host.js';
 import { IndexedSet } from './indexed-set.js';
+import { keepNewest } from '../../protocol/bounded.js';
 
 type Entry = [Map<string, IndexedSet<HostSession>>, string];
 
@@ -116,7 +117,7 @@ export class HostRegistry {
     this.#hosts.delete(session.id);
     this.#unindex(session);
     this.#departed.set(session.id, { info: session.info, lostAt: now, lastSeenAt: session.lastSeenAt });
-    if (this.#departed.size > DEPARTED_LIMIT) this.#departed.delete(this.#departed.keys().next().value!);
+    keepNewest(this.#departed, DEPARTED_LIMIT);
     this.changed();
     return true;
   }

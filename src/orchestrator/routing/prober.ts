@@ -8,6 +8,7 @@ import type { AttemptBudgets } from './budgets.js';
 import type { HealthBook } from './health.js';
 import type { HostSession } from './host.js';
 import type { HostRegistry } from './hosts.js';
+import { keepNewest } from '../../protocol/bounded.js';
 
 /** A report the link carries about a batch: a probe's are the prober's. */
 export type BatchReport = Extract<AgentMessage, { type: 'loading' | 'started' | 'progress' | 'done' | 'failed' }>;
@@ -202,7 +203,7 @@ export class Prober {
     this.#probes.delete(probe.batchId);
     probe.host.probes.delete(probe.batchId);
     this.#recent.add(probe.batchId);
-    if (this.#recent.size > RECENT_LIMIT) this.#recent.delete(this.#recent.values().next().value!);
+    keepNewest(this.#recent, RECENT_LIMIT);
     const host = probe.host.id;
     if (outcome === 'ok') {
       health.probed(host, probe.model, true);

@@ -22,6 +22,7 @@
  * batches it has seen, and it learns from each new largest batch.
  */
 import { MeshError, pixelsOf, type BatchMemoryReport, type ModelManifest } from '../../protocol/index.js';
+import { keepNewest } from '../../protocol/bounded.js';
 
 /** Distinct batch sizes (in pixels) remembered per model; the oldest is forgotten first. */
 const MAX_POINTS = 32;
@@ -67,7 +68,7 @@ export class MemoryEstimator {
     const seen = learned.working.get(units);
     learned.working.delete(units); // re-inserted last: most recently seen
     learned.working.set(units, Math.max(seen ?? 0, working));
-    if (learned.working.size > MAX_POINTS) learned.working.delete(learned.working.keys().next().value!);
+    keepNewest(learned.working, MAX_POINTS);
     learned.batches++;
   }
 
