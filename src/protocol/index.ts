@@ -3,7 +3,7 @@ export type { ErrorCode } from './errors.js';
 export {
   JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody,
 } from './jobs.js';
-export type { JobStatus, JobType, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
+export type { JobStatus, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
 export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';
 export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
 export { ModelManifest } from './models.js';

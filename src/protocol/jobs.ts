@@ -63,7 +63,6 @@ export const INPUT_SCHEMAS = {
   video: VideoInput,
   tensor: TensorInput,
 } as const;
-export type JobType = keyof typeof INPUT_SCHEMAS;
 
 export const SubmitJobBody = z.strictObject({
   type: z.string().min(1).max(40),

@@ -58,7 +58,7 @@ const controlSocket = (data: string | undefined): string => join(agentData(data)
  * allows, so `gpumesh agent --join <url> --grant <grant>` needs nothing else. Null where it says nothing
  * (or is not a grant: the orchestrator will say why).
  */
-export function grantDefaults(grant: string): { host: string | null; classes: string[] | null } {
+function grantDefaults(grant: string): { host: string | null; classes: string[] | null } {
   let caveats: string[];
   try {
     caveats = inspectGrant(grant).caveats;

@@ -15,7 +15,7 @@ interface Status {
 }
 
 /** `open until 12:00:03 (2nd time)`, `half-open (1 trial ok)`, `closed`. */
-export function breakerText(breaker: BreakerView): string {
+function breakerText(breaker: BreakerView): string {
   if (breaker.state === 'open') return `open until ${breaker.openUntil?.slice(11, 19) ?? '?'}${breaker.opens > 1 ? ` (${breaker.opens} times)` : ''}`;
   if (breaker.state === 'half-open') return `half-open (${breaker.trialSuccesses} trial${breaker.trialSuccesses === 1 ? '' : 's'} ok)`;
   return breaker.consecutiveFailures > 0 ? `closed (${breaker.consecutiveFailures} failed)` : 'closed';

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** The gpumesh command (bin/gpumesh.js). */
-export const GPUMESH_BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
+const GPUMESH_BIN = fileURLToPath(new URL('../../../bin/gpumesh.js', import.meta.url));
 
 /**
  * The options the command runs Node with when started as itself: the `exec node …` line at its top is the one place

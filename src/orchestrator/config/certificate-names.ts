@@ -24,12 +24,12 @@ export function parseCertificateName(text: string): CertificateName | string {
   return `"${text}" is not a host name or an IP address`;
 }
 
-export function nameKey(name: CertificateName): string {
+function nameKey(name: CertificateName): string {
   return `${name.type}:${name.value}`;
 }
 
 /** Canonical, de-duplicated and sorted, so two lists of the same names compare equal. */
-export function normalizeNames(names: Iterable<CertificateName>): CertificateName[] {
+function normalizeNames(names: Iterable<CertificateName>): CertificateName[] {
   const unique = new Map([...names].map((name) => [nameKey(name), name]));
   return [...unique.keys()].sort().map((key) => unique.get(key)!);
 }

@@ -264,7 +264,7 @@ export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models
 /** A model's defaults before the config's overrides; targetInFlight is derived from the batch size unless given. */
 export type ModelPolicyDefaults = Partial<Omit<ResolvedModelPolicy, 'replicas'>> & { replicas?: Partial<ReplicaPolicy> };
 
-export const MODEL_POLICY_DEFAULTS: Omit<ResolvedModelPolicy, 'replicas'> & { replicas: Omit<ReplicaPolicy, 'targetInFlight'> } = {
+const MODEL_POLICY_DEFAULTS: Omit<ResolvedModelPolicy, 'replicas'> & { replicas: Omit<ReplicaPolicy, 'targetInFlight'> } = {
   batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 },
   maxQueueSize: 1000,
   maxTimeoutMs: 10 * 60_000,

@@ -52,7 +52,7 @@ function queryGrantAllowed(request: FastifyRequest): boolean {
  * refused before anything else happens (see `installGrantRules`): URLs end up
  * in logs, proxies and browser history. Sending it both ways is refused too.
  */
-export function tokenOf(request: FastifyRequest): { token: string; inQuery: boolean } | null {
+function tokenOf(request: FastifyRequest): { token: string; inQuery: boolean } | null {
   const header = request.headers.authorization;
   const query = queryGrantAllowed(request) ? queryToken(request) : null;
   if (header && query !== null) {
@@ -88,7 +88,7 @@ function checkHook(check: (request: FastifyRequest) => void): onRequestHookHandl
 }
 
 /** `METHOD /path` of a request, without its query string (which may hold a grant). */
-export function routeOf(request: FastifyRequest): string {
+function routeOf(request: FastifyRequest): string {
   const path = (request.raw.url ?? request.url).split('?')[0] ?? '';
   return `${request.method} ${path.slice(0, 300)}`;
 }
