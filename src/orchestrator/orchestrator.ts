@@ -31,6 +31,11 @@ import { blobs, Checkpointer, grants, GroupCommit, openDb, type Db } from './sto
 import { loadServerTls, tlsCaCaveat } from './tls-server/index.js';
 import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
+import { ClientBlobs } from './blobs/client-blobs.js';
+import { StagedUploads } from './blobs/staged-uploads.js';
+
+/** A resumable upload not completed within this long is deleted at the next start. */
+const UPLOAD_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
 
 export interface OrchestratorOptions {
   config: MeshConfig;
@@ -193,6 +198,11 @@ export class Orchestrator {
       },
     });
 
+    const clientBlobs = new ClientBlobs({ db, commits, clock, store: blobStore, limitBytes: config.server.uploadLimitBytes });
+    const uploads = new StagedUploads({ db, commits, clock, store: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
+    // Uploads abandoned for a week are not coming back: their bytes go.
+    const sweptUploads = await uploads.sweep(UPLOAD_MAX_AGE_MS);
+    if (sweptUploads > 0) log.info({ uploads: sweptUploads }, 'deleted uploads abandoned for a week');
     const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
@@ -202,7 +212,7 @@ export class Orchestrator {
     });
     const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer,
+      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs,
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,

@@ -15,13 +15,14 @@ import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
+import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
 import type { TlsMaterial } from './tls-server/index.js';
 import type { EventBus } from './events/event-bus.js';
 import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, UploadRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -71,6 +72,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   explainRoutes(app, parts);
   eventRoutes(app, parts);
   blobRoutes(app, parts);
+  uploadRoutes(app, parts);
   agentRoutes(app, parts);
   drainRoutes(app, parts);
   await galleryRoutes(app, parts);

@@ -48,6 +48,7 @@ export const ERRORS = {
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
+  UPLOAD_CONFLICT: { status: 409, message: 'Upload {id} has {offset} bytes ({detail}): send the next chunk from offset {offset}' },
 
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },

@@ -115,6 +115,15 @@ const TABLE: Row[] = [
     // in that batch: this one has finished, so even the right credential is 403. (201 is covered in test/integration/link.test.ts.)
     expect: granted({ admin: 401, client: 401, gallery: 401, mesh: 401, album: 401, agent: 401, upload: 403 }),
   },
+  // A client's files: grants that may write blobs (admin, client; not the gallery's, the mesh view's or an agent's).
+  { route: 'PUT /v1/blobs', request: () => ({ path: '/v1/blobs', body: uploadBytes, contentType: 'text/plain' }), expect: granted({ admin: 201, client: 201, gallery: 403, mesh: 403, album: 201, agent: 403, upload: 401 }) },
+  { route: 'POST /v1/uploads', request: () => ({ path: '/v1/uploads', body: '{}' }), expect: granted({ admin: 201, client: 201, gallery: 403, mesh: 403, album: 201, agent: 403, upload: 401 }) },
+  // An upload is its lineage's: another's id is 404 (this one exists for no grant); a chunk without its offset is 400.
+  { route: 'GET /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
+  { route: 'HEAD /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
+  { route: 'DELETE /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
+  { route: 'POST /v1/uploads/{id}/complete', request: () => ({ path: '/v1/uploads/u_0/complete', body: '{}' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
+  { route: 'PATCH /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0', body: uploadBytes, contentType: 'application/octet-stream' }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
   { route: `GET ${LINK_PATH}`, websocket: true, request: () => ({ path: LINK_PATH }), expect: granted({ admin: 101, client: 403, gallery: 403, mesh: 403, album: 403, agent: 101, upload: 401 }) },
   { route: 'GET /', hidden: true, request: () => ({ path: '/' }), expect: everyone(200) },
   { route: 'GET /web/gallery.js', hidden: true, request: () => ({ path: '/web/gallery.js' }), expect: everyone(200) },

@@ -101,6 +101,19 @@ export class BlobStore {
   }
 
   /**
+   * Take a file whose bytes are already known to hash to `digest` (a staged upload, hashed as it arrived) into the
+   * store by renaming it — no copy. The file must be on the store's filesystem. An existing blob of the digest wins
+   * (it has the same bytes) and the file is removed.
+   */
+  async adopt(path: string, digest: string): Promise<void> {
+    if (await this.has(digest)) {
+      await rm(path, { force: true });
+      return;
+    }
+    await this.#commit(path, digest);
+  }
+
+  /**
    * Move a corrupt blob out of the content-addressed tree, to
    * `<root>/quarantine/sha256-<hex>.<ISO time>`, where an operator can inspect it
    * and where it is never served. `inode` is the file the caller found corrupt:

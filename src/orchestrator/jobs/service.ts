@@ -10,7 +10,7 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import { type ModelRegistry, type RegisteredModel } from '../registry/index.js';
 import { assertDigest } from '../../protocol/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import { artifacts, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
+import { artifacts, clientBlobs, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
@@ -223,6 +223,8 @@ export class JobService {
     const { albums, types, models } = grant;
     if (albums === null && types === null && models === null) return;
     assertDigest(digest);
+    // What its own lineage stored (an input it uploaded), it may read back.
+    if (clientBlobs.storedBy(this.#deps.db, digest, grant.id)) return;
     // A model's own file, to a grant that may have the model (an agent pulling it; an album-limited grant never).
     if (albums === null && types === null && models!.some((name) => this.#deps.registry.get(name)?.manifest.digest === digest)) return;
     if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums, types, models })) {

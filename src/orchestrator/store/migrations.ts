@@ -204,4 +204,39 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE jobs ADD COLUMN compute_ms REAL;
     `,
   },
+  {
+    version: 12,
+    // Bring your own models and inputs (issue 21): models added at run time and their versions (the manifest as
+    // registered, the policy as given), which version a bare name means (pinned, or a traffic split), uploads in
+    // progress (resumable: the bytes so far are a file under <data>/blobs/staging, its size the offset), and which
+    // grant lineage stored each client blob (a job may name it as an input).
+    name: 'models, their versions and routes; staged uploads; client blobs',
+    sql: `
+      CREATE TABLE models (
+        name TEXT NOT NULL,
+        version TEXT NOT NULL,
+        manifest TEXT NOT NULL,
+        policy TEXT,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (name, version)
+      ) WITHOUT ROWID;
+      CREATE TABLE model_routes (
+        name TEXT PRIMARY KEY,
+        pinned TEXT,
+        split TEXT
+      ) WITHOUT ROWID;
+      CREATE TABLE staged_uploads (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        total INTEGER,
+        created_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE TABLE client_blobs (
+        digest TEXT NOT NULL,
+        grant_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (digest, grant_id)
+      ) WITHOUT ROWID;
+    `,
+  },
 ];

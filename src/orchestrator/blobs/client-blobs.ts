@@ -1,0 +1,74 @@
+import { open } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { fileTypeFromBuffer } from 'file-type';
+import type { Clock } from '../../protocol/clock.js';
+import { blobs, clientBlobs, type Db, type GroupCommit } from '../store/index.js';
+import type { BlobStore } from './blob-store.js';
+
+export interface ClientBlobsDeps {
+  db: Db;
+  commits: GroupCommit;
+  clock: Clock;
+  store: BlobStore;
+  /** The largest blob a client may store in one request. */
+  limitBytes: number;
+}
+
+/** What a client learns of a blob it stored. */
+export interface StoredBlob {
+  digest: string;
+  bytes: number;
+  mediaType: string;
+}
+
+/** Bytes read to tell a blob's media type by its signature. */
+const SNIFF_BYTES = 4100;
+
+/**
+ * Files clients store by digest (`PUT /v1/blobs`, or a resumable upload completed): an image to start from, a model
+ * file to register. Each is recorded with its media type as its bytes say (a declared type is not believed) and with
+ * the grant lineage that stored it, so jobs of that lineage may name it as an input (`"image": "sha256:…"`) and read
+ * it back; the same bytes stored twice are one blob.
+ */
+export class ClientBlobs {
+  readonly #deps: ClientBlobsDeps;
+
+  constructor(deps: ClientBlobsDeps) {
+    this.#deps = deps;
+  }
+
+  /** Store a stream (hashed as it is written, refused past the limit). */
+  async put(grantId: string, body: Readable): Promise<StoredBlob> {
+    const stored = await this.#deps.store.putStream(body, { limit: this.#deps.limitBytes });
+    return this.record(grantId, stored);
+  }
+
+  /** Record a blob already in the store (a completed upload) as this lineage's. */
+  async record(grantId: string, stored: { digest: string; bytes: number }): Promise<StoredBlob> {
+    const { db, commits, clock } = this.#deps;
+    const mediaType = blobs.getBlob(db, stored.digest)?.mediaType ?? await this.#sniff(stored.digest);
+    const now = clock.now();
+    commits.write(() => {
+      blobs.recordBlob(db, { digest: stored.digest, bytes: stored.bytes, mediaType }, now);
+      clientBlobs.recordClientBlob(db, stored.digest, grantId, now);
+    });
+    await commits.durable();
+    return { digest: stored.digest, bytes: stored.bytes, mediaType };
+  }
+
+  /** Whether grants of this lineage stored the blob. */
+  storedBy(digest: string, grantId: string): boolean {
+    return clientBlobs.storedBy(this.#deps.db, digest, grantId);
+  }
+
+  async #sniff(digest: string): Promise<string> {
+    const file = await open(this.#deps.store.pathOf(digest));
+    try {
+      const head = Buffer.alloc(SNIFF_BYTES);
+      const { bytesRead } = await file.read(head, 0, SNIFF_BYTES, 0);
+      return (await fileTypeFromBuffer(head.subarray(0, bytesRead)))?.mime ?? 'application/octet-stream';
+    } finally {
+      await file.close();
+    }
+  }
+}

@@ -1,0 +1,97 @@
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { MeshError } from '../../protocol/index.js';
+import type { ClientBlobs } from '../blobs/client-blobs.js';
+import type { StagedUploads, UploadState } from '../blobs/staged-uploads.js';
+import { grantOf, type RequestAuth } from './auth.js';
+
+export interface UploadRouteDeps {
+  uploads: StagedUploads;
+  clientBlobs: ClientBlobs;
+  auth: RequestAuth;
+}
+
+const UploadParams = z.object({ id: z.string().min(1).max(100) });
+const OFFSET_HEADER = 'upload-offset';
+
+/** The state in the answer and in `Upload-Offset` (the header tus clients read). */
+function answer(reply: FastifyReply, state: UploadState): { id: string; offset: number; total: number | null; url: string } {
+  void reply.header(OFFSET_HEADER, String(state.offset));
+  return { ...state, url: `/v1/uploads/${state.id}` };
+}
+
+/**
+ * A client's files by digest: `PUT /v1/blobs` in one request, or a resumable upload for large ones (a model file):
+ * `POST /v1/uploads` → `PATCH /v1/uploads/:id` (chunks, each at the `Upload-Offset` reached) → `POST
+ * /v1/uploads/:id/complete`. Bodies stream to disk, hashed on the way; none is ever buffered whole. `blobs:write`.
+ */
+export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void {
+  const { uploads, clientBlobs, auth } = deps;
+  const routes = app.withTypeProvider<ZodTypeProvider>();
+
+  routes.post('/v1/uploads', {
+    schema: {
+      body: z.strictObject({ bytes: z.int().min(0).optional() }).optional(), tags: ['blobs'],
+      summary: 'Start a resumable upload (a large file, e.g. a model); `bytes`: its size, if known. Answers its id and offset 0',
+    },
+    onRequest: auth.require('blobs:write'),
+  }, async (request, reply) => {
+    void reply.code(201);
+    return answer(reply, await uploads.create(grantOf(request).id, request.body?.bytes ?? null));
+  });
+
+  routes.route({
+    method: ['GET', 'HEAD'], url: '/v1/uploads/:id',
+    schema: { params: UploadParams, tags: ['blobs'], summary: 'Where a resumable upload stands: the offset to send the next chunk from (also in Upload-Offset)' },
+    onRequest: auth.require('blobs:write'),
+    handler: async (request, reply) => answer(reply, await uploads.state(request.params.id, grantOf(request).id)),
+  });
+
+  routes.delete('/v1/uploads/:id', {
+    schema: { params: UploadParams, tags: ['blobs'], summary: 'Give a resumable upload up: its bytes are deleted' },
+    onRequest: auth.require('blobs:write'),
+  }, async (request, reply) => {
+    await uploads.abort(request.params.id, grantOf(request).id);
+    return reply.code(204).send();
+  });
+
+  routes.post('/v1/uploads/:id/complete', {
+    schema: { params: UploadParams, tags: ['blobs'], summary: 'Finish a resumable upload: its bytes become a blob, by digest (deduplicated). Answers {digest, bytes, mediaType}' },
+    onRequest: auth.require('blobs:write'),
+  }, async (request) => {
+    const grant = grantOf(request);
+    return clientBlobs.record(grant.id, await uploads.complete(request.params.id, grant.id));
+  });
+
+  // Raw bodies, streamed: no parser reads them whole.
+  app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_request, _payload, done) => done(null));
+    const raw = scope.withTypeProvider<ZodTypeProvider>();
+
+    raw.patch('/v1/uploads/:id', {
+      schema: {
+        params: UploadParams, tags: ['blobs'],
+        summary: 'Append a chunk to a resumable upload; `Upload-Offset` must be where the upload stands (409 UPLOAD_CONFLICT names it otherwise)',
+      },
+      onRequest: auth.require('blobs:write'),
+    }, async (request, reply) => {
+      const header = request.headers[OFFSET_HEADER];
+      const offset = typeof header === 'string' && /^\d{1,15}$/.test(header) ? Number(header) : NaN;
+      if (!Number.isSafeInteger(offset)) throw new MeshError('BAD_REQUEST', { detail: 'send the chunk\'s offset in the Upload-Offset header (the offset GET /v1/uploads/:id answers)' });
+      return answer(reply, await uploads.append(request.params.id, grantOf(request).id, offset, request.raw));
+    });
+
+    raw.put('/v1/blobs', {
+      schema: {
+        tags: ['blobs'],
+        summary: 'Store a file by digest in one request (an image a job starts from, …): {digest, bytes, mediaType}, the type as its bytes say. Jobs of the same grant lineage may name it as an input',
+      },
+      onRequest: auth.require('blobs:write'),
+    }, async (request, reply) => {
+      void reply.code(201);
+      return clientBlobs.put(grantOf(request).id, request.raw);
+    });
+  });
+}

@@ -1,0 +1,10 @@
+import { stmt, type Db } from './db.js';
+
+/** A client stored this blob with a grant of this lineage (its id): grants of the lineage may name it as an input. */
+export function recordClientBlob(db: Db, digest: string, grantId: string, now: number): void {
+  stmt(db, 'INSERT OR IGNORE INTO client_blobs (digest, grant_id, created_at) VALUES (?, ?, ?)').run(digest, grantId, now);
+}
+
+export function storedBy(db: Db, digest: string, grantId: string): boolean {
+  return stmt(db, 'SELECT 1 FROM client_blobs WHERE digest = ? AND grant_id = ?').get(digest, grantId) !== undefined;
+}
