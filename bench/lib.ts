@@ -72,7 +72,7 @@ export async function loadBuiltin(name: 'gen' | 'mlp', budgetMB = 4096, from: 's
   const base = new URL(from === 'dist' ? '../dist/' : '../src/', import.meta.url).href;
   const { OnnxEngine } = await import(`${base}agent/engines/onnx/engine.js`) as typeof import('../src/agent/engines/onnx/engine.js');
   const { cpuDevice } = await import(`${base}agent/devices.js`) as typeof import('../src/agent/devices.js');
-  const { Supervisor } = await import(`${base}agent/supervisor.js`) as typeof import('../src/agent/supervisor.js');
+  const { Supervisor } = await import(`${base}agent/governance/supervisor.js`) as typeof import('../src/agent/governance/supervisor.js');
   const { builtinModel, MLP_INPUT_DIM, MLP_OUTPUT_DIM, GEN_DEFAULT_STEPS } = await import(`${base}models/index.js`) as typeof import('../src/models/index.js');
   const model = builtinModel(name)!;
   const dir = mkdtempSync(join(tmpdir(), 'gpumesh-bench-'));

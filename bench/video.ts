@@ -20,7 +20,7 @@ import { pino } from 'pino';
 import { cpuDevice } from '../src/agent/devices.js';
 import { OnnxEngine } from '../src/agent/engines/onnx/engine.js';
 import { Governor } from '../src/agent/governance/governor.js';
-import { Supervisor } from '../src/agent/supervisor.js';
+import { Supervisor } from '../src/agent/governance/supervisor.js';
 import { VideoEncoder, type ClipEncoder, type ClipEncoding } from '../src/agent/video/encoder.js';
 import { findFfmpeg, type ClipShape } from '../src/agent/video/ffmpeg.js';
 import { builtinModel } from '../src/models/index.js';

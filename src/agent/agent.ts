@@ -7,7 +7,7 @@ import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/ind
 import { VERSION } from '../version.js';
 import { BatchReports } from './batch-reports.js';
 import { detectDevices } from './devices.js';
-import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/engine.js';
+import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/core/engine.js';
 import { workClock } from '../protocol/clock.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
@@ -17,7 +17,7 @@ import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
 import { Residency } from './residency.js';
 import { ServerLauncher } from './server-launcher.js';
-import { Supervisor } from './supervisor.js';
+import { Supervisor } from './governance/supervisor.js';
 import { uploadFileOutput, uploadOutput } from './uploads.js';
 import { VideoEncoder } from './video/encoder.js';
 import { findFfmpeg } from './video/ffmpeg.js';

@@ -5,7 +5,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256Digest } from '../protocol/index.js';
 import type { ServerTrust } from '../tls/index.js';
-import { EngineError, type OutputFile, type OutputOnDisk } from './engines/engine.js';
+import { EngineError, type OutputFile, type OutputOnDisk } from './engines/core/engine.js';
 
 const ATTEMPTS = 6;
 

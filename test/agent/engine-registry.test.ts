@@ -2,12 +2,12 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { EndpointProvider } from '../../src/agent/engines/shared/endpoint.js';
+import type { EndpointProvider } from '../../src/agent/engines/kit/endpoint.js';
 import { buildEngines, engineModule, ENGINE_NAMES, ENGINES } from '../../src/agent/engines/registry.js';
-import type { EngineServices } from '../../src/agent/engines/module.js';
+import type { EngineServices } from '../../src/agent/engines/kit/module.js';
 import { workClock } from '../../src/protocol/clock.js';
 import { Governor } from '../../src/agent/governance/governor.js';
-import { Supervisor } from '../../src/agent/supervisor.js';
+import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { ROOT } from '../helpers/mesh.js';
 import { ENGINE_DESCRIPTORS } from '../../src/protocol/engines/index.js';
 

@@ -1,7 +1,7 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { Engine, LoadedModel } from '../../src/agent/engines/engine.js';
+import type { Engine, LoadedModel } from '../../src/agent/engines/core/engine.js';
 import { LoadRequests } from '../../src/agent/load-requests.js';
 import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';

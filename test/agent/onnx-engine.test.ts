@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
 import { OnnxEngine, workerEnv } from '../../src/agent/engines/onnx/engine.js';
-import { Supervisor } from '../../src/agent/supervisor.js';
+import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir } from '../helpers/mesh.js';

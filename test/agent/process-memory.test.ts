@@ -1,7 +1,7 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { parseComputeApps, PeakMeter, resetPeak, rssMB } from '../../src/agent/process-memory.js';
+import { parseComputeApps, PeakMeter, resetPeak, rssMB } from '../../src/agent/governance/process-memory.js';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;

@@ -3,11 +3,11 @@ import { existsSync, readFileSync, statSync, truncateSync, utimesSync, writeFile
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { Engine, LoadedModel } from '../../src/agent/engines/engine.js';
+import type { Engine, LoadedModel } from '../../src/agent/engines/core/engine.js';
 import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
 import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';
-import { Supervisor } from '../../src/agent/supervisor.js';
+import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';

@@ -2,7 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { EngineJob, LoadedModel } from '../../src/agent/engines/engine.js';
+import type { EngineJob, LoadedModel } from '../../src/agent/engines/core/engine.js';
 import { SdcppEngine } from '../../src/agent/engines/sdcpp/index.js';
 import { ServerLauncher } from '../../src/agent/server-launcher.js';
 import type { ModelManifest } from '../../src/protocol/index.js';

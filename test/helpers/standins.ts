@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
-import type { EndpointProvider } from '../../src/agent/engines/shared/endpoint.js';
-import { splitLines } from '../../src/agent/engines/http/lines.js';
+import type { EndpointProvider } from '../../src/agent/engines/kit/endpoint.js';
+import { splitLines } from '../../src/agent/engines/kit/lines.js';
 import { ROOT, waitFor } from './mesh.js';
 
 export type StandinKind = 'sdcpp' | 'openai-images';

@@ -1,6 +1,6 @@
 import { withFramesFromImages } from '../video/frames-from-images.js';
-import type { Engine } from './engine.js';
-import type { EngineModule, EngineServices } from './module.js';
+import type { Engine } from './core/engine.js';
+import type { EngineModule, EngineServices } from './kit/module.js';
 import { comfyUiEngine } from './comfyui/index.js';
 import { execEngine } from './exec/index.js';
 import { oipEngine } from './oip/index.js';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../../src/agent/devices.js';
 import { OnnxEngine } from '../../../src/agent/engines/onnx/engine.js';
-import { Supervisor } from '../../../src/agent/supervisor.js';
+import { Supervisor } from '../../../src/agent/governance/supervisor.js';
 import { builtinModel } from '../../../src/models/index.js';
 import type { ModelManifest } from '../../../src/protocol/index.js';
 import { tempDir } from '../../helpers/mesh.js';

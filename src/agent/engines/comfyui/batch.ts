@@ -1,10 +1,11 @@
 import { formatError, type ErrorCode } from '../../../protocol/index.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../engine.js';
-import { BatchProgress } from '../shared/batch-progress.js';
-import { ServerStatusError, ServerUnreachableError } from '../shared/http.js';
-import { describeOutput } from '../shared/media.js';
+import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../core/engine.js';
+import { BatchProgress } from '../kit/batch-progress.js';
+import { ServerError, summaryOf } from '../kit/server-error.js';
+import type { ServerBatch } from '../kit/server.js';
+import { describeOutput } from '../kit/media.js';
 import type { ComfyClient, ComfyFileRef, HistoryEntry } from './client.js';
 import { comfyUiDescriptor, type ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
 import { controlMarkupIn } from '../../../protocol/engines/index.js';
@@ -49,7 +50,7 @@ const failed = (code: ErrorCode, message: string, retryable: boolean): Failure =
  * behind a WebSocket opened first. Progress and completion come from the
  * socket; if it drops, /history is polled instead (no step progress then).
  */
-export class ComfyBatch {
+export class ComfyBatch implements ServerBatch {
   readonly #deps: BatchDeps;
   readonly #states: PromptState[];
   readonly #byId = new Map<string, PromptState>();
@@ -76,13 +77,13 @@ export class ComfyBatch {
     const { client, settings } = this.#deps;
     let socket: ComfySocket;
     try {
-      socket = await ComfySocket.connect(client.baseUrl, this.#clientId, settings.requestTimeoutMs, (message) => this.#onMessage(message));
+      socket = await ComfySocket.connect(client.url, this.#clientId, settings.requestTimeoutMs, (message) => this.#onMessage(message));
     } catch (error) {
       throw new EngineError('NOT_READY', `${client.label}: its WebSocket did not open: ${(error as Error).message}`, true, { cause: error });
     }
     socket.onClose((reason) => {
       if (this.#ended) return;
-      this.#deps.log.warn({ server: client.baseUrl, reason }, 'ComfyUI WebSocket dropped mid-batch; polling /history instead');
+      this.#deps.log.warn({ server: client.url, reason }, 'ComfyUI WebSocket dropped mid-batch; polling /history instead');
       void this.#poll();
     });
     const deadline = setTimeout(() => this.#timeOut(), settings.timeoutMs);
@@ -103,7 +104,7 @@ export class ComfyBatch {
    * CANCELLED even if its prompt had finished, as in every engine.
    */
   cancel(jobIds: readonly string[]): void {
-    for (const state of this.#states) {
+    for (const state of queuedFirst(this.#states)) {
       if (!jobIds.includes(state.job.id) || state.cancelled) continue;
       state.cancelled = true;
       if (state.promptId && state.phase !== 'done') void this.#stop(state);
@@ -133,12 +134,11 @@ export class ComfyBatch {
 
   #submitFailure(error: unknown): Failure {
     const { client } = this.#deps;
-    if (error instanceof ServerStatusError && error.status === 400) {
-      return failed('INVALID_INPUT', `${client.label} refused the workflow: ${describeRefusal(error.body, error.serverMessage)}`, false);
-    }
-    if (error instanceof ServerStatusError) return failed(error.busy ? 'NOT_READY' : 'ENGINE_FAILED', error.message, error.status >= 500 || error.busy);
-    if (error instanceof ServerUnreachableError) return failed('NOT_READY', error.message, true);
-    return failed('ENGINE_FAILED', `${client.label}: ${(error as Error).message}`, true);
+    if (!(error instanceof ServerError) || error.failure === 'protocol') return failed('ENGINE_FAILED', `${client.label}: ${summaryOf(error)}`, true);
+    if (error.status === 400) return failed('INVALID_INPUT', `${client.label} refused the workflow: ${describeRefusal(error.body, error.detail)}`, false);
+    // A server that cannot take the prompt now (busy after the retries, unreachable) may be ready on the next attempt.
+    if (error.status === null || error.busy) return failed('NOT_READY', error.summary, true);
+    return failed('ENGINE_FAILED', error.summary, error.status >= 500);
   }
 
   #onMessage(message: ComfyMessage): void {
@@ -237,8 +237,7 @@ export class ComfyBatch {
         failures = 0;
       } catch (error) {
         if (++failures < MAX_POLL_FAILURES) continue;
-        const message = error instanceof Error ? error.message : String(error);
-        for (const state of this.#states) this.#finish(state, failed('NOT_READY', `${client.label}: lost while polling: ${message}`, true));
+        for (const state of this.#states) this.#finish(state, failed('NOT_READY', `${client.label}: lost while polling: ${summaryOf(error)}`, true));
       }
     }
   }
@@ -278,7 +277,7 @@ export class ComfyBatch {
   #timeOut(): void {
     const { client, settings } = this.#deps;
     this.#timedOut = true;
-    for (const state of this.#states) {
+    for (const state of queuedFirst(this.#states)) {
       if (state.phase === 'done') continue;
       if (state.promptId) void this.#stop(state); // free the server for the next batch
       this.#finish(state, failed('ENGINE_FAILED', `${client.label}: the batch took longer than ${settings.timeoutMs} ms`, true));
@@ -305,11 +304,17 @@ export class ComfyBatch {
       }
       return { jobId, ok: true, files };
     } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label}: fetching the outputs of prompt ${state.promptId} failed: ${message}`, retryable: true };
+      return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label}: fetching the outputs of prompt ${state.promptId} failed: ${summaryOf(error)}`, retryable: true };
     }
   }
 }
+
+/**
+ * Prompts in the order to take them off the server: waiting ones out of the queue before the running one is
+ * interrupted, since the server starts the next prompt the moment the running one stops.
+ */
+const queuedFirst = (states: readonly PromptState[]): PromptState[] =>
+  [...states.filter((state) => state.phase !== 'running'), ...states.filter((state) => state.phase === 'running')];
 
 /** The files a finished prompt wrote: `output` files of every node (or of the chosen nodes), in node order. */
 export function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): ComfyFileRef[] {

@@ -1,4 +1,4 @@
-import { ServerHttp, type HttpOptions } from '../shared/http.js';
+import { ServerHttp, type ServerHttpOptions } from '../kit/http.js';
 import type { Workflow } from '../../../protocol/engines/comfyui.js';
 
 /** One output file as ComfyUI lists it in history and `executed` messages. */
@@ -32,19 +32,9 @@ interface QueueState {
 }
 
 /** ComfyUI's HTTP routes (docs.comfy.org, "comms_routes"), one method each. */
-export class ComfyClient {
-  readonly #http: ServerHttp;
-
-  constructor(baseUrl: string, options: Omit<HttpOptions, 'label'>) {
-    this.#http = new ServerHttp(baseUrl, { ...options, label: `ComfyUI at ${baseUrl}` });
-  }
-
-  get baseUrl(): string {
-    return this.#http.baseUrl;
-  }
-
-  get label(): string {
-    return this.#http.label;
+export class ComfyClient extends ServerHttp {
+  constructor(options: Omit<ServerHttpOptions, 'name'>) {
+    super({ ...options, name: 'ComfyUI' });
   }
 
   /**
@@ -53,42 +43,42 @@ export class ComfyClient {
    * connection is not retried, since the prompt may already be queued.
    */
   submit(workflow: Workflow, clientId: string, promptId: string): Promise<Submitted> {
-    return this.#http.json<Submitted>('POST', '/prompt', { json: { prompt: workflow, client_id: clientId, prompt_id: promptId } });
+    return this.json<Submitted>('POST', '/prompt', { json: { prompt: workflow, client_id: clientId, prompt_id: promptId } });
   }
 
   async history(promptId: string): Promise<HistoryEntry | null> {
-    const all = await this.#http.json<Record<string, HistoryEntry>>('GET', `/history/${encodeURIComponent(promptId)}`, { idempotent: true });
+    const all = await this.json<Record<string, HistoryEntry> | undefined>('GET', `/history/${encodeURIComponent(promptId)}`);
     return all?.[promptId] ?? null;
   }
 
   async view(file: ComfyFileRef): Promise<{ bytes: Uint8Array; contentType: string | null }> {
     const query = new URLSearchParams({ filename: file.filename, subfolder: file.subfolder ?? '', type: file.type ?? 'output' });
-    const response = await this.#http.request('GET', `/view?${query}`, { idempotent: true });
-    return { bytes: new Uint8Array(await response.arrayBuffer()), contentType: response.headers.get('content-type') };
+    const reply = await this.request('GET', `/view?${query}`, { headers: { accept: '*/*' } });
+    return { bytes: new Uint8Array(reply.bytes), contentType: reply.headers['content-type'] ?? null };
   }
 
   /** Stop the running prompt. Servers that know `prompt_id` stop it only if it is that prompt. */
   async interrupt(promptId: string): Promise<void> {
-    await this.#http.send('POST', '/interrupt', { json: { prompt_id: promptId }, idempotent: true });
+    await this.send('POST', '/interrupt', { json: { prompt_id: promptId }, idempotent: true });
   }
 
   /** Take prompts that have not started out of the queue. */
   async deleteQueued(promptIds: string[]): Promise<void> {
-    await this.#http.send('POST', '/queue', { json: { delete: promptIds }, idempotent: true });
+    await this.send('POST', '/queue', { json: { delete: promptIds }, idempotent: true });
   }
 
   /** Which of our prompts are running and which still wait. */
   async queue(): Promise<{ running: Set<string>; pending: Set<string> }> {
-    const state = await this.#http.json<QueueState>('GET', '/queue', { idempotent: true });
+    const state = await this.json<QueueState | undefined>('GET', '/queue');
     const ids = (entries: unknown[][] | undefined): Set<string> => new Set((entries ?? []).map((entry) => String(entry[1])));
     return { running: ids(state?.queue_running), pending: ids(state?.queue_pending) };
   }
 
   systemStats(): Promise<SystemStats> {
-    return this.#http.json<SystemStats>('GET', '/system_stats', { idempotent: true });
+    return this.json<SystemStats>('GET', '/system_stats');
   }
 
   async free(): Promise<void> {
-    await this.#http.send('POST', '/free', { json: { unload_models: true, free_memory: true }, idempotent: true });
+    await this.send('POST', '/free', { json: { unload_models: true, free_memory: true }, idempotent: true });
   }
 }

@@ -1,19 +1,13 @@
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
-import { resolveEndpoint, watchServer, type EndpointProvider, type ServerEndpoint } from '../shared/endpoint.js';
-import { ServerStatusError } from '../shared/http.js';
-import { parseSettings } from '../shared/settings.js';
+import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../core/engine.js';
+import { ServerError, summaryOf } from '../kit/server-error.js';
+import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
+import { parseSettings } from '../kit/settings.js';
 import { ComfyBatch } from './batch.js';
 import { ComfyClient, type SystemStats } from './client.js';
 import { ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
-import { resolveWorkflow } from './workflow.js';
-
-export interface ComfyUiEngineOptions {
-  /** Starts a ComfyUI server for a model whose settings carry no `url` (the agent's server launcher). Default: none (a `url` is required). */
-  endpoints?: EndpointProvider;
-  log?: Logger;
-}
+import { resolveWorkflow, type ResolvedWorkflow } from './workflow.js';
 
 const MiB = 1024 * 1024;
 
@@ -33,72 +27,54 @@ export function torchMemoryMB(stats: SystemStats | undefined): number {
  * Runs API-format ComfyUI workflows on a ComfyUI server: the model's settings
  * name the workflow and where each job input goes. One job is one prompt.
  */
-export class ComfyUiEngine implements Engine {
+export class ComfyUiEngine extends ServerEngine {
   readonly name = 'comfyui';
-  readonly #endpoint: EndpointProvider | undefined;
-  readonly #log: Logger;
-  readonly #loaded = new Set<LoadedModel>();
-
-  constructor(options: ComfyUiEngineOptions = {}) {
-    this.#endpoint = options.endpoints;
-    this.#log = options.log ?? pino({ level: 'silent' });
-  }
 
   async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(ComfyUiSettings, manifest, this.name);
     const workflow = await resolveWorkflow(settings, manifest, modelPath);
-    const endpoint = await resolveEndpoint(settings, this.#endpoint, { engine: this.name, manifest, device, modelPath });
-    const client = new ComfyClient(endpoint.url, { timeoutMs: settings.requestTimeoutMs, retries: 2, maxRetryDelayMs: 2000 });
-    let stats: SystemStats;
-    try {
-      stats = await client.systemStats();
-    } catch (error) {
-      await endpoint.release();
-      throw new EngineError('NOT_READY', `${client.label} did not answer /system_stats: ${(error as Error).message}`, true, { cause: error });
-    }
-    const log = this.#log.child({ engine: this.name, model: manifest.name, server: endpoint.url });
-    const batches = new Set<ComfyBatch>();
-    let unloaded = false;
-    const loaded: LoadedModel = {
-      manifest, device,
-      // Per request failures only: the death of a server the agent started is reported by watchServer, which wraps this.
-      exited: NEVER,
-      memoryMB: Math.max(manifest.memoryMB, torchMemoryMB(stats), 1),
-      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
-        if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
-        const batch = new ComfyBatch({ model: manifest.name, client, workflow, settings, log }, jobs, onProgress);
-        batches.add(batch);
-        try {
-          return { outputs: await batch.run() };
-        } finally {
-          batches.delete(batch);
-        }
-      },
-      cancel: (jobIds) => {
-        for (const batch of batches) batch.cancel(jobIds);
-      },
-      unload: async () => {
-        if (unloaded) return;
-        unloaded = true;
-        this.#loaded.delete(loaded);
-        await this.#release(client, endpoint, settings.freeOnUnload, log);
-      },
-    };
-    this.#loaded.add(loaded);
-    return watchServer(loaded, endpoint);
+    return this.serve(settings, { manifest, device, modelPath }, async (endpoint) => {
+      // 429/503 answers, and dropped connections of requests safe to repeat, are sent again twice.
+      const client = new ComfyClient({ server: endpoint, model: manifest.name, timeoutMs: settings.requestTimeoutMs, retry: { retries: 2 } });
+      let stats: SystemStats;
+      try {
+        stats = await client.systemStats();
+      } catch (error) {
+        throw new EngineError('NOT_READY', `${client.label} did not answer /system_stats: ${summaryOf(error)}`, true, { cause: error });
+      }
+      const log = this.log.child({ engine: this.name, model: manifest.name, server: endpoint.url });
+      const memoryMB = Math.max(manifest.memoryMB, torchMemoryMB(stats), 1);
+      return new ComfyModel({ manifest, device, memoryMB, endpoint, client, workflow, settings, log });
+    });
+  }
+}
+
+interface ComfyModelOptions extends ServerModelOptions {
+  client: ComfyClient;
+  workflow: ResolvedWorkflow;
+  settings: ComfyUiSettings;
+  log: Logger;
+}
+
+/** A workflow on a ComfyUI server: a batch is one prompt per job; unloading asks ComfyUI to free its models (`freeOnUnload`). */
+class ComfyModel extends ServerModel {
+  readonly #options: ComfyModelOptions;
+
+  constructor(options: ComfyModelOptions) {
+    super(options);
+    this.#options = options;
   }
 
-  async #release(client: ComfyClient, endpoint: ServerEndpoint, free: boolean, log: Logger): Promise<void> {
-    if (free) {
-      // Best effort: a server that is gone holds no memory either.
-      await client.free().catch((error: unknown) => {
-        if (!(error instanceof ServerStatusError && error.status === 404)) log.warn({ err: error }, 'ComfyUI /free failed');
-      });
-    }
-    await endpoint.release();
+  protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): ComfyBatch {
+    const { client, workflow, settings, log } = this.#options;
+    return new ComfyBatch({ model: this.manifest.name, client, workflow, settings, log }, jobs, onProgress);
   }
 
-  async close(): Promise<void> {
-    await Promise.all([...this.#loaded].map((loaded) => loaded.unload()));
+  protected override async release(): Promise<void> {
+    if (!this.#options.settings.freeOnUnload) return;
+    // Best effort: a server that is gone holds no memory either.
+    await this.#options.client.free().catch((error: unknown) => {
+      if (!(error instanceof ServerError && error.status === 404)) this.#options.log.warn({ err: error }, 'ComfyUI /free failed');
+    });
   }
 }

@@ -1,8 +1,8 @@
 import type { ErrorCode } from '../../../protocol/index.js';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { EngineJob, JobOutput, Progress } from '../engine.js';
-import { BatchProgress } from '../shared/batch-progress.js';
+import type { EngineJob, JobOutput, Progress } from '../core/engine.js';
+import { BatchProgress } from '../kit/batch-progress.js';
 import { collectOutputs } from './outputs.js';
 import type { CommandResult, CommandRunner } from './runner.js';
 import type { ExecSettings } from '../../../protocol/engines/exec.js';

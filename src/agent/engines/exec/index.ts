@@ -1,4 +1,4 @@
-import type { EngineModule } from '../module.js';
+import type { EngineModule } from '../kit/module.js';
 import { ExecEngine } from './engine.js';
 import { GovernedCommandRunner } from './governed-runner.js';
 import { execDescriptor, type ExecSettings } from '../../../protocol/engines/exec.js';

@@ -1,6 +1,7 @@
 import type { ErrorCode } from '../../../protocol/index.js';
-import type { EngineJob, JobOutput, Progress } from '../engine.js';
-import { ServerStatusError, ServerUnreachableError } from '../shared/http.js';
+import type { EngineJob, JobOutput, Progress } from '../core/engine.js';
+import { ServerError } from '../kit/server-error.js';
+import type { ServerBatch } from '../kit/server.js';
 import type { OipClient, Tensor } from './client.js';
 import { sampleShapeFor, type InferPlan } from './plan.js';
 import { elementCount } from './tensors.js';
@@ -21,7 +22,7 @@ interface Sample {
  * finished request is one progress step. A request whose jobs are all
  * cancelled is aborted, or never sent.
  */
-export class OipBatch {
+export class OipBatch implements ServerBatch {
   readonly #client: OipClient;
   readonly #plan: InferPlan;
   readonly #jobs: readonly EngineJob[];
@@ -118,13 +119,12 @@ export class OipBatch {
   }
 
   #classify(error: unknown): [code: ErrorCode, message: string, retryable: boolean] {
-    if (error instanceof ServerStatusError) {
-      if (error.status === 400) return ['INVALID_INPUT', `${this.#client.label} refused the request: ${error.serverMessage}`, false];
-      if (error.busy) return ['NOT_READY', error.message, true];
-      if (error.status === 404) return ['ENGINE_FAILED', error.message, false];
-      return ['ENGINE_FAILED', error.message, error.status >= 500];
+    if (error instanceof ServerError && error.failure !== 'protocol') {
+      if (error.status === 400) return ['INVALID_INPUT', `${this.#client.label} refused the request: ${error.detail}`, false];
+      // A server that cannot take the request now (busy after the retries, unreachable) may be ready on the next attempt.
+      if (error.status === null || error.busy) return ['NOT_READY', error.summary, true];
+      return ['ENGINE_FAILED', error.summary, error.status >= 500];
     }
-    if (error instanceof ServerUnreachableError) return ['NOT_READY', error.message, true];
     return ['ENGINE_FAILED', `${this.#client.label}: the response could not be read: ${(error as Error).message}`, false];
   }
 

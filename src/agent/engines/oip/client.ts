@@ -1,4 +1,5 @@
-import { ServerHttp, ServerStatusError, type HttpOptions } from '../shared/http.js';
+import { ServerHttp, type ServerHttpOptions } from '../kit/http.js';
+import { ServerError } from '../kit/server-error.js';
 import { decodeTensor, encodeTensor, flattenData } from './tensors.js';
 
 /** `GET /v2` */
@@ -89,48 +90,41 @@ export function decodeInferResponse(body: Uint8Array, headerLength: number | nul
 }
 
 /** A server that speaks the Open Inference Protocol v2 over REST (Triton, KServe, MLServer…). */
-export class OipClient {
-  readonly #http: ServerHttp;
-
-  constructor(baseUrl: string, options: Omit<HttpOptions, 'label'>) {
-    this.#http = new ServerHttp(baseUrl, { ...options, label: `the inference server at ${baseUrl}` });
-  }
-
-  get label(): string {
-    return this.#http.label;
+export class OipClient extends ServerHttp {
+  constructor(options: Omit<ServerHttpOptions, 'name'>) {
+    super({ ...options, name: 'the inference server' });
   }
 
   serverMetadata(): Promise<ServerMetadata> {
-    return this.#http.json<ServerMetadata>('GET', '/v2', { idempotent: true });
+    return this.json<ServerMetadata>('GET', '/v2');
   }
 
   modelMetadata(path: string): Promise<ModelMetadata> {
-    return this.#http.json<ModelMetadata>('GET', path, { idempotent: true });
+    return this.json<ModelMetadata>('GET', path);
   }
 
   /** Ready is a 200 (Triton answers with no body; KServe with `{name, ready}`). */
   async modelReady(path: string): Promise<boolean> {
     try {
-      const body = await this.#http.json<{ ready?: boolean } | undefined>('GET', `${path}/ready`, { idempotent: true });
+      const body = await this.json<{ ready?: boolean } | undefined>('GET', `${path}/ready`);
       return body?.ready !== false;
     } catch (error) {
-      if (error instanceof ServerStatusError && !error.busy && error.status < 500) return false;
+      if (error instanceof ServerError && error.status !== null && !error.busy && error.status < 500) return false;
       throw error;
     }
   }
 
   /** Triton's model configuration (`model_configuration` extension): its `max_batch_size`, or null. */
   async maxBatchSize(path: string): Promise<number | null> {
-    const config = await this.#http.json<{ max_batch_size?: number }>('GET', `${path}/config`, { idempotent: true });
+    const config = await this.json<{ max_batch_size?: number } | undefined>('GET', `${path}/config`);
     return typeof config?.max_batch_size === 'number' ? config.max_batch_size : null;
   }
 
   /** One inference; stateless, so a dropped connection is sent again. */
   async infer(path: string, input: Tensor, options: InferOptions): Promise<Tensor[]> {
     const { body, headers } = encodeInferRequest(input, options);
-    const response = await this.#http.request('POST', `${path}/infer`, { body, headers, idempotent: true, signal: options.signal });
-    const bytes = new Uint8Array(await response.arrayBuffer());
-    const headerLength = response.headers.get(HEADER_LENGTH);
-    return decodeInferResponse(bytes, headerLength === null ? null : Number(headerLength));
+    const reply = await this.request('POST', `${path}/infer`, { body, headers, idempotent: true, signal: options.signal });
+    const headerLength = reply.headers[HEADER_LENGTH];
+    return decodeInferResponse(new Uint8Array(reply.bytes), typeof headerLength === 'string' ? Number(headerLength) : null);
   }
 }

@@ -1,83 +1,56 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
-import { resolveEndpoint, watchServer, type EndpointProvider } from '../shared/endpoint.js';
-import { ServerStatusError } from '../shared/http.js';
-import { parseSettings } from '../shared/settings.js';
+import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../core/engine.js';
+import { ServerError, summaryOf } from '../kit/server-error.js';
+import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
+import { parseSettings } from '../kit/settings.js';
 import { OipBatch } from './batch.js';
 import { OipClient } from './client.js';
 import { discover, modelPath as serverModelPath, planInference, type InferPlan } from './plan.js';
 import { OipSettings } from '../../../protocol/engines/oip.js';
-
-export interface OipEngineOptions {
-  /** Starts a server for a model whose settings carry no `url` (the agent's server launcher). Default: none (a `url` is required). */
-  endpoints?: EndpointProvider;
-}
 
 /**
  * Tensor models on an Open Inference Protocol v2 server (Triton, KServe): at
  * load it reads the server's extensions and the model's metadata and
  * readiness; a batch goes as infer requests stacked along the batch axis.
  */
-export class OipEngine implements Engine {
+export class OipEngine extends ServerEngine {
   readonly name = 'oip';
-  readonly #endpoint: EndpointProvider | undefined;
-  readonly #loaded = new Set<LoadedModel>();
-
-  constructor(options: OipEngineOptions = {}) {
-    this.#endpoint = options.endpoints;
-  }
 
   async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(OipSettings, manifest, this.name);
-    const endpoint = await resolveEndpoint(settings, this.#endpoint, { engine: this.name, manifest, device, modelPath });
-    const client = new OipClient(endpoint.url, { timeoutMs: settings.requestTimeoutMs, retries: settings.retries, maxRetryDelayMs: 2000 });
-    const path = serverModelPath(settings, manifest);
-    let plan: InferPlan;
-    try {
-      const found = await discover(client, path);
-      if (!found.ready) throw new EngineError('NOT_READY', `${client.label}: model "${settings.model ?? manifest.name}" is not ready`, true);
-      plan = planInference(manifest, settings, found.metadata, found.extensions, found.configMaxBatch);
-    } catch (error) {
-      await endpoint.release();
-      if (error instanceof EngineError) throw error;
-      if (error instanceof ServerStatusError && error.status === 404) {
-        throw new EngineError('ENGINE_FAILED', `${client.label} has no model "${settings.model ?? manifest.name}": ${error.serverMessage}`, false, { cause: error });
-      }
-      throw new EngineError('NOT_READY', `${client.label}: ${(error as Error).message}`, true, { cause: error });
-    }
-    const batches = new Set<OipBatch>();
-    let unloaded = false;
-    const loaded: LoadedModel = {
-      manifest, device,
-      // Per request failures only: the death of a server the agent started is reported by watchServer, which wraps this.
-      exited: NEVER,
-      // The server owns the model's memory and the protocol does not report it: the manifest's figure stands.
-      memoryMB: Math.max(manifest.memoryMB, 1),
-      run: async (jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> => {
-        if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
-        const batch = new OipBatch(client, plan, jobs, onProgress);
-        batches.add(batch);
-        try {
-          return { outputs: await batch.run() };
-        } finally {
-          batches.delete(batch);
+    return this.serve(settings, { manifest, device, modelPath }, async (endpoint) => {
+      const client = new OipClient({ server: endpoint, model: manifest.name, timeoutMs: settings.requestTimeoutMs, retry: { retries: settings.retries } });
+      const name = settings.model ?? manifest.name;
+      let plan: InferPlan;
+      try {
+        const found = await discover(client, serverModelPath(settings, manifest));
+        if (!found.ready) throw new EngineError('NOT_READY', `${client.label}: model "${name}" is not ready`, true);
+        plan = planInference(manifest, settings, found.metadata, found.extensions, found.configMaxBatch);
+      } catch (error) {
+        if (error instanceof ServerError && error.status === 404) {
+          throw new EngineError('ENGINE_FAILED', `${client.label} has no model "${name}": ${error.detail}`, false, { cause: error });
         }
-      },
-      cancel: (jobIds) => {
-        for (const batch of batches) batch.cancel(jobIds);
-      },
-      unload: async () => {
-        if (unloaded) return;
-        unloaded = true;
-        this.#loaded.delete(loaded);
-        await endpoint.release();
-      },
-    };
-    this.#loaded.add(loaded);
-    return watchServer(loaded, endpoint);
+        if (error instanceof EngineError && !(error instanceof ServerError)) throw error;
+        throw new EngineError('NOT_READY', `${client.label}: ${summaryOf(error)}`, true, { cause: error });
+      }
+      // The server owns the model's memory and the protocol does not report it: the manifest's figure stands.
+      return new OipModel({ manifest, device, memoryMB: Math.max(manifest.memoryMB, 1), endpoint, client, plan });
+    });
+  }
+}
+
+/** A model on the server: a batch is its tensor jobs stacked into infer requests. */
+class OipModel extends ServerModel {
+  readonly #client: OipClient;
+  readonly #plan: InferPlan;
+
+  constructor(options: ServerModelOptions & { client: OipClient; plan: InferPlan }) {
+    super(options);
+    this.#client = options.client;
+    this.#plan = options.plan;
   }
 
-  async close(): Promise<void> {
-    await Promise.all([...this.#loaded].map((loaded) => loaded.unload()));
+  protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): OipBatch {
+    return new OipBatch(this.#client, this.#plan, jobs, onProgress);
   }
 }

@@ -1,8 +1,8 @@
-import type { EngineModule } from '../module.js';
+import type { EngineModule } from '../kit/module.js';
 import { OipEngine } from './engine.js';
 import { oipDescriptor, type OipSettings } from '../../../protocol/engines/oip.js';
 
-export { OipEngine, type OipEngineOptions } from './engine.js';
+export { OipEngine } from './engine.js';
 export { OipSettings } from '../../../protocol/engines/oip.js';
 
 /** The agent's side of the engine: its descriptor and how to build it (engines/registry.ts). */

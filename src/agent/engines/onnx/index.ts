@@ -1,4 +1,4 @@
-import type { EngineModule } from '../module.js';
+import type { EngineModule } from '../kit/module.js';
 import { OnnxEngine } from './engine.js';
 import { onnxDescriptor, type OnnxSettings } from '../../../protocol/engines/onnx.js';
 

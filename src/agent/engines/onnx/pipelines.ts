@@ -2,7 +2,7 @@ import type { InferenceSession } from 'onnxruntime-node';
 import * as ort from 'onnxruntime-node';
 import { coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type JobOutput, type Progress } from '../engine.js';
+import { EngineError, type EngineJob, type JobOutput, type Progress } from '../core/engine.js';
 import { encodePng } from './png.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
 

@@ -1,4 +1,4 @@
-import type { EngineModule } from '../module.js';
+import type { EngineModule } from '../kit/module.js';
 import { OpenAiImagesEngine } from './engine.js';
 import { openAiImagesDescriptor, type OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ImageRequest } from '../http/image-input.js';
+import type { ImageRequest } from '../kit/image-input.js';
 import type { OpenAiImagesSettings } from '../../../protocol/engines/openai-images.js';
 
 /** `POST /v1/images/generations` → `{created, data: [{b64_json} | {url}, revised_prompt?]}`. */

@@ -1,17 +1,10 @@
 import type { Clock } from '../../../protocol/clock.js';
-import { EngineError } from '../engine.js';
-import { retryWhileBusy } from '../http/busy.js';
-import { request, type HttpReply } from '../http/client.js';
-import { badReply, errorForStatus, type RequestContext } from '../http/errors.js';
-import { sleep } from '../../../protocol/clock.js';
-import { Backoff } from '../http/timing.js';
-import type { ServerEndpoint } from '../shared/endpoint.js';
+import { EngineError } from '../core/engine.js';
+import { ServerHttp, untilDeadline } from '../kit/http.js';
+import { ServerError } from '../kit/server-error.js';
+import type { ServerEndpoint } from '../kit/endpoint.js';
 import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import { Capabilities, JobState, Metrics, Submitted, Txt2ImgReply } from './wire.js';
-import type { z } from 'zod';
-
-const NEVER = new AbortController().signal;
-const isOk = (reply: HttpReply): boolean => reply.status >= 200 && reply.status < 300;
 
 /** Which API a server speaks, found at load. */
 export type SdcppApi = { kind: 'native'; capabilities: Capabilities } | { kind: 'sdapi' };
@@ -21,20 +14,16 @@ export type SdcppApi = { kind: 'native'; capabilities: Capabilities } | { kind: 
  * {@link EngineError}. Stateless apart from the endpoint, whose URL it reads on every call.
  */
 export class SdcppClient {
-  readonly #endpoint: ServerEndpoint;
+  readonly #http: ServerHttp;
   readonly #settings: SdcppSettings;
-  readonly #clock: Clock;
-  readonly #model: string;
 
   constructor(deps: { endpoint: ServerEndpoint; settings: SdcppSettings; clock: Clock; model: string }) {
-    this.#endpoint = deps.endpoint;
+    this.#http = new ServerHttp({ server: deps.endpoint, model: deps.model, timeoutMs: deps.settings.requestTimeoutMs, clock: deps.clock });
     this.#settings = deps.settings;
-    this.#clock = deps.clock;
-    this.#model = deps.model;
   }
 
   get url(): string {
-    return this.#endpoint.url;
+    return this.#http.url;
   }
 
   /**
@@ -44,29 +33,26 @@ export class SdcppClient {
   async probe(): Promise<SdcppApi> {
     const { api, loadTimeoutMs } = this.#settings;
     const path = api === 'sdapi' ? '/sdapi/v1/options' : '/sdcpp/v1/capabilities';
-    const reply = await this.#untilAnswered(path, loadTimeoutMs);
+    // sd-server listens only once its model is loaded; servers in front of sd.cpp answer 503 while it loads.
+    const answer = await this.#http.untilAnswered(path, loadTimeoutMs);
     if (api === 'sdapi') {
-      if (reply.status >= 500) throw errorForStatus(reply, this.#context('GET', path));
+      if (answer instanceof ServerError && answer.status! >= 500) throw answer;
       return { kind: 'sdapi' };
     }
-    if (reply.status === 404) {
+    if (answer instanceof ServerError) {
+      if (answer.status !== 404) throw answer;
       if (api === 'native') {
         throw new EngineError('ENGINE_FAILED', `${new URL(this.url).origin} has no native sd.cpp API (GET ${path} answered 404) and settings.api is "native"`, false);
       }
       return { kind: 'sdapi' };
     }
-    if (!isOk(reply)) throw errorForStatus(reply, this.#context('GET', path));
-    return { kind: 'native', capabilities: this.#parse(Capabilities, reply, this.#context('GET', path)) };
+    return { kind: 'native', capabilities: this.#http.read(answer, `GET ${path}`, Capabilities) };
   }
 
   /** The model's memory by the server's own count (`--metrics`), or null when it does not say. */
   async modelMemoryMB(): Promise<number | null> {
     try {
-      const reply = await request({
-        method: 'GET', url: `${this.url}/metrics`, headers: { accept: 'application/json' }, signal: NEVER, timeoutMs: 5000,
-      });
-      if (!isOk(reply)) return null;
-      const bytes = Metrics.safeParse(reply.json).data?.model_memory?.total_bytes;
+      const bytes = (await this.#http.json('GET', '/metrics', { schema: Metrics, timeoutMs: 5000 })).model_memory?.total_bytes;
       return bytes && bytes > 0 ? Math.ceil(bytes / (1024 * 1024)) : null;
     } catch {
       return null;
@@ -75,34 +61,20 @@ export class SdcppClient {
 
   /** `POST /sdcpp/v1/img_gen`, again while the queue is full (429), until the job's deadline. */
   async submit(body: Record<string, unknown>, signal: AbortSignal, deadlineAt: number): Promise<string> {
-    const context = this.#context('POST', '/sdcpp/v1/img_gen');
-    const reply = await retryWhileBusy(
-      () => request({ method: 'POST', url: `${this.url}/sdcpp/v1/img_gen`, body, signal, timeoutMs: this.#settings.requestTimeoutMs }),
-      { clock: this.#clock, signal, deadlineAt, backoff: this.#settings.busyBackoff, url: this.url },
-    );
-    if (!isOk(reply)) throw errorForStatus(reply, context);
-    return this.#parse(Submitted, reply, context).id;
+    const retry = untilDeadline(this.#settings.busyBackoff, deadlineAt);
+    return (await this.#http.json('POST', '/sdcpp/v1/img_gen', { json: body, signal, retry, schema: Submitted })).id;
   }
 
   /** `GET /sdcpp/v1/jobs/{id}`; a failed connection is tried again `pollRetries` times (a poll is safe to repeat). */
   async job(id: string, signal: AbortSignal): Promise<JobState> {
-    const path = `/sdcpp/v1/jobs/${encodeURIComponent(id)}`;
-    const context = this.#context('GET', path);
-    const retry = new Backoff(this.#settings.poll);
-    for (let attempt = 0; ; attempt++) {
-      let reply: HttpReply;
-      try {
-        reply = await request({ method: 'GET', url: `${this.url}${path}`, signal, timeoutMs: this.#settings.requestTimeoutMs });
-      } catch (error) {
-        if (!(error instanceof EngineError && error.code === 'ENGINE_UNREACHABLE') || attempt >= this.#settings.pollRetries) throw error;
-        await sleep(this.#clock, retry.next(), signal);
-        continue;
+    const retry = { retries: this.#settings.pollRetries, busy: [], backoff: this.#settings.poll };
+    try {
+      return await this.#http.json('GET', `/sdcpp/v1/jobs/${encodeURIComponent(id)}`, { signal, retry, schema: JobState });
+    } catch (error) {
+      if (error instanceof ServerError && (error.status === 404 || error.status === 410)) {
+        throw new EngineError('ENGINE_FAILED', `${new URL(this.url).origin} no longer knows job ${id} (${error.status}): did the server restart?`, true);
       }
-      if (reply.status === 404 || reply.status === 410) {
-        throw new EngineError('ENGINE_FAILED', `${new URL(this.url).origin} no longer knows job ${id} (${reply.status}): did the server restart?`, true);
-      }
-      if (!isOk(reply)) throw errorForStatus(reply, context);
-      return this.#parse(JobState, reply, context);
+      throw error;
     }
   }
 
@@ -112,49 +84,22 @@ export class SdcppClient {
    */
   async cancel(id: string): Promise<{ status: number; message: string }> {
     try {
-      const reply = await request({ method: 'POST', url: `${this.url}/sdcpp/v1/jobs/${encodeURIComponent(id)}/cancel`, body: {}, signal: NEVER, timeoutMs: 5000 });
+      const reply = await this.#http.request('POST', `/sdcpp/v1/jobs/${encodeURIComponent(id)}/cancel`, { json: {}, timeoutMs: 5000 });
       return { status: reply.status, message: reply.text.slice(0, 200) };
     } catch (error) {
+      if (error instanceof ServerError && error.status !== null) return { status: error.status, message: error.detail.slice(0, 200) };
       return { status: 0, message: (error as Error).message };
     }
   }
 
   /** `POST /sdapi/v1/txt2img`: synchronous, one image; 429 handled as for submissions. */
   async txt2img(body: Record<string, unknown>, signal: AbortSignal, deadlineAt: number): Promise<string> {
-    const context = this.#context('POST', '/sdapi/v1/txt2img');
-    const reply = await retryWhileBusy(
-      () => request({ method: 'POST', url: `${this.url}/sdapi/v1/txt2img`, body, signal, timeoutMs: this.#settings.requestTimeoutMs }),
-      { clock: this.#clock, signal, deadlineAt, backoff: this.#settings.busyBackoff, url: this.url },
-    );
-    if (!isOk(reply)) throw errorForStatus(reply, context);
-    return this.#parse(Txt2ImgReply, reply, context).images[0]!;
+    const retry = untilDeadline(this.#settings.busyBackoff, deadlineAt);
+    return (await this.#http.json('POST', '/sdapi/v1/txt2img', { json: body, signal, retry, schema: Txt2ImgReply })).images[0]!;
   }
 
-  /** GET `path` until any HTTP answer comes, or fail with the last connection error once `timeoutMs` has passed. */
-  async #untilAnswered(path: string, timeoutMs: number): Promise<HttpReply> {
-    const giveUpAt = this.#clock.now() + timeoutMs;
-    const backoff = new Backoff({ initialMs: 100, maxMs: 2000, factor: 2 });
-    for (;;) {
-      try {
-        const reply = await request({ method: 'GET', url: `${this.url}${path}`, signal: NEVER, timeoutMs: Math.min(timeoutMs, 30_000) });
-        // 503: up, but still loading (servers in front of sd.cpp say so); keep waiting.
-        if (reply.status !== 503) return reply;
-        if (this.#clock.now() >= giveUpAt) throw errorForStatus(reply, this.#context('GET', path));
-      } catch (error) {
-        if (!(error instanceof EngineError && error.code === 'ENGINE_UNREACHABLE') || this.#clock.now() >= giveUpAt) throw error;
-      }
-      await sleep(this.#clock, Math.min(backoff.next(), Math.max(1, giveUpAt - this.#clock.now())), NEVER);
-    }
-  }
-
-  #context(method: string, path: string): RequestContext {
-    return { model: this.#model, url: this.url, what: `${method} ${path}` };
-  }
-
-  #parse<T extends z.ZodType>(schema: T, reply: HttpReply, context: RequestContext): z.output<T> {
-    const parsed = schema.safeParse(reply.json);
-    if (parsed.success) return parsed.data;
-    const issues = parsed.error.issues.slice(0, 3).map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; ');
-    throw badReply(context, `${reply.status} ${issues} (${reply.text.slice(0, 120)})`);
+  /** An answer to `what` that is not what the protocol promises (an image that is not a PNG). */
+  unexpected(what: string, detail: string): ServerError {
+    return this.#http.unexpected(what, detail);
   }
 }

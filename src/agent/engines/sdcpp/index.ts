@@ -1,9 +1,8 @@
-import type { EngineModule } from '../module.js';
+import type { EngineModule } from '../kit/module.js';
 import { SdcppEngine } from './engine.js';
 import { sdcppDescriptor, type SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 
 export { SdcppEngine } from './engine.js';
-export type { SdcppEngineOptions } from './engine.js';
 export { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 export { parseStepLines, StepLineTracker } from './step-lines.js';
 export type { StepSample } from './step-lines.js';

@@ -1,15 +1,14 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
-import { EngineError, type EngineJob, type OutputFile } from '../engine.js';
-import type { JobContext } from '../http/batch.js';
-import { badReply } from '../http/errors.js';
-import { pngFromBase64 } from '../http/png.js';
+import { EngineError, type EngineJob, type OutputFile } from '../core/engine.js';
+import type { JobContext } from '../kit/job-batch.js';
+import { pngFromBase64 } from '../kit/png.js';
 import { sleep } from '../../../protocol/clock.js';
-import { Backoff } from '../http/timing.js';
+import { Backoff } from '../kit/timing.js';
 import type { SdcppClient } from './client.js';
 import { sdcppDescriptor, type SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import type { StepLineTracker } from './step-lines.js';
-import { imageRequest, type RequestDefaults } from '../http/image-input.js';
+import { imageRequest, type RequestDefaults } from '../kit/image-input.js';
 import { checkLimits, nativeBody, sdapiBody, type Capabilities, type JobState } from './wire.js';
 
 /** What one job's run needs from its model. */
@@ -28,7 +27,7 @@ function png(encoded: string, deps: JobDeps, what: string): OutputFile {
   try {
     return pngFromBase64(encoded);
   } catch (error) {
-    throw badReply({ model: deps.model, url: deps.client.url, what }, (error as Error).message);
+    throw deps.client.unexpected(what, (error as Error).message);
   }
 }
 
@@ -79,7 +78,7 @@ function ended(state: JobState, deps: JobDeps): OutputFile[] | null {
   switch (state.status) {
     case 'completed': {
       const images = [...(state.result?.images ?? [])].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
-      if (!images.length) throw badReply({ model: deps.model, url: deps.client.url, what }, 'a completed job without images');
+      if (!images.length) throw deps.client.unexpected(what, 'a completed job without images');
       return [png(images[0]!.b64_json, deps, what)];
     }
     case 'failed':

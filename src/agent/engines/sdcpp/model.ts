@@ -1,30 +1,21 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
-import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { NEVER, EngineError, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../engine.js';
-import { JobBatch } from '../http/batch.js';
-import type { ServerEndpoint } from '../shared/endpoint.js';
+import type { ModelManifest } from '../../../protocol/index.js';
+import type { EngineJob, Progress } from '../core/engine.js';
+import { JobBatch } from '../kit/job-batch.js';
+import { ServerModel, type ServerModelOptions } from '../kit/server.js';
 import type { SdcppApi, SdcppClient } from './client.js';
 import { runNativeJob, runSdapiJob, type JobDeps } from './jobs.js';
 import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import { StepLineTracker } from './step-lines.js';
-import { manifestParam, type RequestDefaults } from '../http/image-input.js';
+import { manifestParam, type RequestDefaults } from '../kit/image-input.js';
 
-/** Cancelled job ids remembered for batches not yet started; beyond this the oldest are forgotten. */
-const MAX_REMEMBERED_CANCELS = 10_000;
-
-export interface SdcppModelDeps {
-  manifest: ModelManifest;
-  device: Device;
-  memoryMB: number;
-  endpoint: ServerEndpoint;
+export interface SdcppModelDeps extends ServerModelOptions {
   client: SdcppClient;
   api: SdcppApi;
   settings: SdcppSettings;
   clock: Clock;
   log: Logger;
-  /** Told once the model is unloaded (the engine stops tracking it). */
-  onUnloaded(): void;
 }
 
 /**
@@ -32,24 +23,14 @@ export interface SdcppModelDeps {
  * image at a time): through the native API up to `maxInFlight` at once, bounded by the server's
  * queue; through the A1111 API one after another.
  */
-export class SdcppModel implements LoadedModel {
-  readonly manifest: ModelManifest;
-  readonly device: Device;
-  readonly memoryMB: number;
-  /** Per request failures only: the death of a server the agent started is reported by `watchServer`, which wraps this model. */
-  readonly exited: Promise<string> = NEVER;
+export class SdcppModel extends ServerModel {
   readonly #deps: SdcppModelDeps;
   readonly #jobDeps: JobDeps;
   readonly #tracker = new StepLineTracker();
-  readonly #batches = new Set<JobBatch>();
-  readonly #cancelled = new Set<string>();
-  #unloaded = false;
 
   constructor(deps: SdcppModelDeps) {
+    super(deps);
     this.#deps = deps;
-    this.manifest = deps.manifest;
-    this.device = deps.device;
-    this.memoryMB = deps.memoryMB;
     const capabilities = deps.api.kind === 'native' ? deps.api.capabilities : null;
     this.#jobDeps = {
       client: deps.client, settings: deps.settings, clock: deps.clock, tracker: this.#tracker, capabilities,
@@ -58,49 +39,25 @@ export class SdcppModel implements LoadedModel {
     if (deps.endpoint.logLines) void this.#readLog(deps.endpoint.logLines);
   }
 
-  async run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> {
-    if (this.#unloaded) throw new EngineError('ENGINE_FAILED', `model "${this.manifest.name}" is unloaded`, true);
+  protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): JobBatch {
     const { api, settings } = this.#deps;
     const queueSize = api.kind === 'native' ? api.capabilities.limits?.max_queue_size : undefined;
-    const batch = new JobBatch(jobs, {
+    const runJob = api.kind === 'native' ? runNativeJob : runSdapiJob;
+    return new JobBatch(jobs, {
       concurrency: api.kind === 'native' ? Math.min(settings.maxInFlight, queueSize && queueSize > 0 ? queueSize : Infinity) : 1,
       clock: this.#deps.clock,
       budgetMs: settings.jobTimeoutMs,
       stepsOf: (job) => Number(job.input.steps) || this.#jobDeps.defaults.steps,
       onProgress,
+      runOne: (job, context) => runJob(job, context, this.#jobDeps),
     });
-    const early = jobs.filter((job) => this.#cancelled.has(job.id)).map((job) => job.id);
-    if (early.length) batch.stop('cancelled', early);
-    this.#batches.add(batch);
-    try {
-      return { outputs: await batch.run((job, context) => (api.kind === 'native' ? runNativeJob : runSdapiJob)(job, context, this.#jobDeps)) };
-    } finally {
-      this.#batches.delete(batch);
-      for (const job of jobs) this.#cancelled.delete(job.id);
-    }
-  }
-
-  cancel(jobIds: readonly string[]): void {
-    for (const jobId of jobIds) {
-      this.#cancelled.add(jobId);
-      if (this.#cancelled.size > MAX_REMEMBERED_CANCELS) this.#cancelled.delete(this.#cancelled.values().next().value!);
-    }
-    for (const batch of this.#batches) batch.stop('cancelled', jobIds);
-  }
-
-  async unload(): Promise<void> {
-    if (this.#unloaded) return;
-    this.#unloaded = true;
-    for (const batch of this.#batches) batch.stop('unloaded');
-    this.#deps.onUnloaded();
-    await this.#deps.endpoint.release();
   }
 
   /** Step bars from the log of a server the agent started, until the model is unloaded or the log ends. */
   async #readLog(lines: AsyncIterable<string>): Promise<void> {
     try {
       for await (const line of lines) {
-        if (this.#unloaded) break;
+        if (this.unloaded) break;
         this.#tracker.feed(line);
       }
     } catch (error) {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { formatError } from '../../../protocol/index.js';
-import { EngineError } from '../engine.js';
-import type { ImageRequest } from '../http/image-input.js';
+import { EngineError } from '../core/engine.js';
+import type { ImageRequest } from '../kit/image-input.js';
 import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 
 /**

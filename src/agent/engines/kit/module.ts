@@ -1,12 +1,12 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import type { Clock } from '../../protocol/clock.js';
-import type { EngineDescriptor } from '../../protocol/engines/index.js';
-import type { Governor } from '../governance/governor.js';
-import type { Supervisor } from '../supervisor.js';
-import type { ClipEncoder } from '../video/encoder.js';
-import type { Engine } from './engine.js';
-import type { EndpointProvider } from './shared/endpoint.js';
+import type { Clock } from '../../../protocol/clock.js';
+import type { EngineDescriptor } from '../../../protocol/engines/index.js';
+import type { Governor } from '../../governance/governor.js';
+import type { Supervisor } from '../../governance/supervisor.js';
+import type { ClipEncoder } from '../../video/encoder.js';
+import type { Engine } from '../core/engine.js';
+import type { EndpointProvider } from './endpoint.js';
 
 /**
  * What the agent shares with every engine it builds. An engine takes the

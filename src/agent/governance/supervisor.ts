@@ -1,10 +1,10 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
-import type { EngineError } from './engines/engine.js';
-import { classifyExit, exitError } from './governance/exit-reason.js';
-import { Governor } from './governance/governor.js';
-import type { GovernedProcess } from './governance/governed-process.js';
-import { ProcessLimits, type ProcessLimitsInput } from '../protocol/engines/process-settings.js';
+import type { EngineError } from '../engines/core/engine.js';
+import { classifyExit, exitError } from './exit-reason.js';
+import { Governor } from './governor.js';
+import type { GovernedProcess } from './governed-process.js';
+import { ProcessLimits, type ProcessLimitsInput } from '../../protocol/engines/process-settings.js';
 
 export interface SpawnOptions {
   /** A name for logs (and the cgroup's name). */

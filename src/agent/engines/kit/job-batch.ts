@@ -1,5 +1,6 @@
 import type { Clock, Timer } from '../../../protocol/clock.js';
-import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../engine.js';
+import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../core/engine.js';
+import type { ServerBatch } from './server.js';
 
 export type StopReason = 'cancelled' | 'deadline' | 'budget' | 'unloaded';
 
@@ -25,6 +26,8 @@ export interface JobContext {
 export type RunOne = (job: EngineJob, context: JobContext) => Promise<OutputFile[]>;
 
 export interface JobBatchOptions {
+  /** Runs each job. */
+  runOne: RunOne;
   /** Jobs in flight at once. */
   concurrency: number;
   clock: Clock;
@@ -48,7 +51,7 @@ interface JobState {
  * own. Progress is summed over the jobs (steps done of all steps), so it rises steadily across a
  * batch whose jobs run one after another. Cancelling a job aborts only that job's signal.
  */
-export class JobBatch {
+export class JobBatch implements ServerBatch {
   readonly #options: JobBatchOptions;
   readonly #states: JobState[];
   #reported = 0;
@@ -62,6 +65,16 @@ export class JobBatch {
     return this.#states.some((state) => state.job.id === jobId);
   }
 
+  /** These jobs end CANCELLED: their runs see their signals abort. */
+  cancel(jobIds: readonly string[]): void {
+    this.stop('cancelled', jobIds);
+  }
+
+  /** The model is unloaded under the batch: every job still running fails, retryably. */
+  unload(): void {
+    this.stop('unloaded');
+  }
+
   /** Stop these jobs (or all, with no ids): their runs see the signal abort and their outputs say why. */
   stop(why: StopReason, jobIds?: readonly string[]): void {
     for (const state of this.#states) {
@@ -70,7 +83,8 @@ export class JobBatch {
     }
   }
 
-  async run(runOne: RunOne): Promise<JobOutput[]> {
+  async run(): Promise<JobOutput[]> {
+    const { runOne } = this.#options;
     const outputs: JobOutput[] = new Array(this.#states.length);
     let next = 0;
     const lane = async (): Promise<void> => {

@@ -1,4 +1,4 @@
-import type { Device, ErrorCode, ModelManifest } from '../../protocol/index.js';
+import type { Device, ErrorCode, ModelManifest } from '../../../protocol/index.js';
 
 /** One job of a batch, as an engine sees it. */
 export interface EngineJob {

@@ -1,0 +1,94 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ROOT } from '../helpers/mesh.js';
+
+/**
+ * The import graph of `src/`, folder by folder, read from the sources themselves: every `import … from`, `export …
+ * from` and `import()` of a relative path. Two rules (docs/architecture.md, "Module map"): `protocol/` is the only
+ * ground the orchestrator and the agent share — neither imports the other — and no folder depends, through any
+ * chain, on a folder that depends on it.
+ */
+const SRC = join(ROOT, 'src');
+const SPECIFIER = /(?:import|export)\s[^'";]*?from\s+['"](\.{1,2}\/[^'"]+)['"]|import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    return entry.isDirectory() ? sources(path) : entry.name.endsWith('.ts') ? [path] : [];
+  });
+}
+
+/** Folder → the folders its files import (a folder's own files are not edges), with one example import per edge. */
+function folderGraph(): Map<string, Map<string, string>> {
+  const graph = new Map<string, Map<string, string>>();
+  for (const file of sources(SRC)) {
+    const from = relative(SRC, dirname(file)) || '.';
+    for (const match of readFileSync(file, 'utf8').matchAll(SPECIFIER)) {
+      const to = relative(SRC, dirname(resolve(dirname(file), match[1] ?? match[2]!))) || '.';
+      if (to === from) continue;
+      if (!graph.has(from)) graph.set(from, new Map());
+      if (!graph.get(from)!.has(to)) graph.get(from)!.set(to, `${relative(SRC, file)} imports ${match[1] ?? match[2]}`);
+    }
+  }
+  return graph;
+}
+
+/** Strongly connected groups of more than one folder (Tarjan). */
+function cycles(graph: Map<string, Map<string, string>>): string[][] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (node: string): void => {
+    index.set(node, next);
+    low.set(node, next++);
+    stack.push(node);
+    onStack.add(node);
+    for (const to of graph.get(node)?.keys() ?? []) {
+      if (!index.has(to)) {
+        visit(to);
+        low.set(node, Math.min(low.get(node)!, low.get(to)!));
+      } else if (onStack.has(to)) low.set(node, Math.min(low.get(node)!, index.get(to)!));
+    }
+    if (low.get(node) !== index.get(node)) return;
+    const group: string[] = [];
+    let member: string;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      group.push(member);
+    } while (member !== node);
+    if (group.length > 1) found.push(group.sort());
+  };
+  for (const node of graph.keys()) if (!index.has(node)) visit(node);
+  return found;
+}
+
+const top = (folder: string): string => folder.split('/')[0]!;
+
+describe('the import graph of src/', () => {
+  const graph = folderGraph();
+
+  it('the orchestrator and the agent never import each other: protocol/ is their shared ground', () => {
+    const crossings: string[] = [];
+    for (const [from, edges] of graph) {
+      for (const [to, example] of edges) {
+        const pair = `${top(from)}→${top(to)}`;
+        if (pair === 'orchestrator→agent' || pair === 'agent→orchestrator') crossings.push(example);
+      }
+    }
+    expect(crossings).toEqual([]);
+  });
+
+  it('no folder depends on itself through other folders', () => {
+    const described = cycles(graph).map((group) => {
+      const inside = new Set(group);
+      const edges = group.flatMap((from) => [...(graph.get(from) ?? [])].filter(([to]) => inside.has(to)).map(([, example]) => example));
+      return `${group.join(' ↔ ')}:\n    ${edges.join('\n    ')}`;
+    });
+    expect(described).toEqual([]);
+  });
+});
