@@ -24,7 +24,7 @@ afterAll(async () => {
 
 const digestOf = (bytes: Uint8Array): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 
-async function call(method: string, path: string, options: { grant?: string; body?: Uint8Array | string; headers?: Record<string, string> } = {}): Promise<{ status: number; json: any; headers: Headers }> {
+async function call(method: string, path: string, options: { grant?: string; body?: Uint8Array<ArrayBuffer> | string; headers?: Record<string, string> } = {}): Promise<{ status: number; json: any; headers: Headers }> {
   const response = await fetch(`${mesh.url}${path}`, {
     method, body: options.body, headers: { authorization: `Bearer ${options.grant ?? mesh.admin}`, ...options.headers },
   });
