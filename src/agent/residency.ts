@@ -139,19 +139,21 @@ export class Residency {
    * the figures to report to the orchestrator: the model's load figure, and the
    * batch's peak only when the batch was the largest since the model loaded —
    * a smaller batch runs in memory its arena already holds, so its peak says
-   * nothing about what it needs on its own.
+   * nothing about what it needs on its own — or as large as the largest and
+   * peaked higher than any batch before (the largest before it was stopped by a
+   * cancel, and measured only part of its work).
    */
   recordBatch(loaded: LoadedModel, units: number, memory: BatchMemory | undefined): Pick<BatchMemoryReport, 'residentMB' | 'peakMB'> {
     const entry = this.#entryOf(loaded);
     const report: Pick<BatchMemoryReport, 'residentMB' | 'peakMB'> = { residentMB: loaded.memoryMB };
     if (!memory) return report;
     if (!entry) return { ...report, peakMB: memory.peakMB }; // dropped meanwhile; the figure is still true
-    entry.heldMB = memory.residentMB;
-    entry.peakMB = Math.max(entry.peakMB, memory.peakMB);
-    if (units > entry.largestUnits) {
+    if (units > entry.largestUnits || (units === entry.largestUnits && memory.peakMB > entry.peakMB)) {
       entry.largestUnits = units;
       report.peakMB = memory.peakMB;
     }
+    entry.heldMB = memory.residentMB;
+    entry.peakMB = Math.max(entry.peakMB, memory.peakMB);
     return report;
   }
 

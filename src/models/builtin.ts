@@ -11,11 +11,12 @@ import {
   buildGenerator,
 } from './generator.js';
 import { MLP_INPUT_DIM, MLP_OUTPUT_DIM, buildTensorMlp } from './tensor-mlp.js';
+import { SIMPLE_DIM, buildSimple } from './simple.js';
 
 /** Shape and element type of one model input or output. */
 export interface TensorSpec {
   name: string;
-  dtype: 'float32' | 'uint8';
+  dtype: 'float32' | 'uint8' | 'int32';
   /** Fixed sizes, or symbolic names: 'batch' (axis 0, batchable) and 'pixels'. */
   shape: Array<number | string>;
   description: string;
@@ -26,7 +27,7 @@ export interface BuiltinModel {
   version: string;
   engine: 'onnx';
   /** generator: images; video: clips from the same network (frames walking its latent space); tensor: plain rows. */
-  kind: 'generator' | 'video' | 'tensor';
+  kind: 'generator' | 'video' | 'tensor' | 'named-tensors';
   jobTypes: string[];
   /** The ONNX file. Shared per process: do not modify. */
   bytes: Uint8Array;
@@ -63,7 +64,7 @@ let cache: BuiltinModel[] | undefined;
 
 /** The built-in models (`gen`, `gen-video`, `mlp`). Built once per process; returns fresh descriptor objects sharing the bytes. */
 export function builtinModels(): BuiltinModel[] {
-  cache ??= [makeGen(), makeGenVideo(), makeMlp()];
+  cache ??= [makeGen(), makeGenVideo(), makeMlp(), makeSimple()];
   return cache.map((m) => ({
     ...m,
     jobTypes: [...m.jobTypes],
@@ -141,5 +142,25 @@ function makeMlp(): BuiltinModel {
     description: 'Tensor MLP 64→256→256→16 (ReLU), for measuring dynamic batching.',
     inputs: [{ name: 'x', dtype: 'float32', shape: ['batch', MLP_INPUT_DIM], description: 'input rows' }],
     outputs: [{ name: 'y', dtype: 'float32', shape: ['batch', MLP_OUTPUT_DIM], description: 'output rows' }],
+  };
+}
+
+/** Triton's `simple` (simple.ts): what OIP/KServe clients call first; its tensors are named, so jobs send them by name. */
+function makeSimple(): BuiltinModel {
+  const bytes = buildSimple();
+  const int32 = (name: string, description: string): TensorSpec => ({ name, dtype: 'int32', shape: ['batch', SIMPLE_DIM], description });
+  return {
+    name: 'simple',
+    version: '1',
+    engine: 'onnx',
+    kind: 'named-tensors',
+    jobTypes: ['tensor'],
+    bytes,
+    digest: sha256Digest(bytes),
+    memoryMB: MLP_MEMORY_MB,
+    threads: 1,
+    description: 'Triton\'s simple example: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, INT32 [batch, 16].',
+    inputs: [int32('INPUT0', 'the first addend'), int32('INPUT1', 'the second')],
+    outputs: [int32('OUTPUT0', 'INPUT0 + INPUT1'), int32('OUTPUT1', 'INPUT0 - INPUT1')],
   };
 }

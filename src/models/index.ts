@@ -10,6 +10,7 @@ export {
   latentsFor,
 } from './generator.js';
 export { MLP_HIDDEN_DIM, MLP_INPUT_DIM, MLP_OUTPUT_DIM, buildTensorMlp } from './tensor-mlp.js';
+export { SIMPLE_DIM, buildSimple } from './simple.js';
 export { builtinModel, builtinModels } from './builtin.js';
 export { sha256Digest } from '../protocol/digest.js';
 export type { BuiltinModel, TensorSpec } from './builtin.js';

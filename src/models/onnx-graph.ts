@@ -19,7 +19,7 @@ export const IR_VERSION = 8;
 export const PRODUCER_NAME = 'gpumesh';
 
 /** Element types the builder knows how to declare and store. */
-export type ElemType = 'float32' | 'uint8' | 'int64';
+export type ElemType = 'float32' | 'uint8' | 'int32' | 'int64';
 
 /** A dimension: a fixed size, or a symbolic name such as `'batch'`. */
 export type Dim = number | string;
@@ -27,6 +27,7 @@ export type Dim = number | string;
 const ELEM_TYPE_CODES: Record<ElemType, number> = {
   float32: onnx.TensorProto.DataType.FLOAT,
   uint8: onnx.TensorProto.DataType.UINT8,
+  int32: onnx.TensorProto.DataType.INT32,
   int64: onnx.TensorProto.DataType.INT64,
 };
 

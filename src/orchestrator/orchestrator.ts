@@ -33,6 +33,8 @@ import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ClientBlobs } from './blobs/client-blobs.js';
 import { StagedUploads } from './blobs/staged-uploads.js';
+import { ModelCatalog } from './registry/catalog.js';
+import { ReplicaRequests } from './autoscale/replica-requests.js';
 
 /** A resumable upload not completed within this long is deleted at the next start. */
 const UPLOAD_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
@@ -108,6 +110,14 @@ export class Orchestrator {
     for (const model of unknownEngines(await registry.addDeclared(blobStore, recordBlob))) {
       log.warn({ model: model.name, engine: model.engine }, `model "${model.name}" names the engine "${model.engine}", which this orchestrator does not know: only agents that list it in their hello will be sent its jobs`);
     }
+    const hosts = new HostRegistry();
+    // Models added at run time (gpumesh models add), back from the store; their unloads once removed go to the hosts.
+    const catalog = new ModelCatalog({
+      db, commits, clock, config, registry, blobs: blobStore,
+      unloadEverywhere: (name) => { for (const host of hosts) if (host.hasReplica(name)) host.send({ type: 'unload', model: name }); },
+    });
+    const restored = catalog.restore();
+    if (restored > 0) log.info({ versions: restored }, 'models added at run time are back');
     registry.checkPolicies();
 
     const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
@@ -122,7 +132,6 @@ export class Orchestrator {
 
     const events = new EventBus();
     const admission = new Admission(clock);
-    const hosts = new HostRegistry();
     // What routing knows of each host and replica: breakers, health, measured speed.
     const breakers = new BreakerBoard({ clock, policies: config.breakers });
     const throughput = new ThroughputBook();
@@ -212,7 +221,8 @@ export class Orchestrator {
     });
     const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs,
+      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs, catalog,
+      replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,

@@ -16,13 +16,14 @@ import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
+import { modelRoutes, type ModelRouteDeps } from './http/models.js';
 import type { TlsMaterial } from './tls-server/index.js';
 import type { EventBus } from './events/event-bus.js';
 import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, UploadRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -73,6 +74,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   eventRoutes(app, parts);
   blobRoutes(app, parts);
   uploadRoutes(app, parts);
+  modelRoutes(app, parts);
   agentRoutes(app, parts);
   drainRoutes(app, parts);
   await galleryRoutes(app, parts);

@@ -6,7 +6,7 @@ export {
 export type { JobStatus, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
 export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';
 export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
-export { ModelManifest } from './models.js';
+export { ModelManifest, VERSION_SEPARATOR, familyOf } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, ResidentModel, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
@@ -14,3 +14,5 @@ export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
 export { inspectGrant } from './grant-token.js';
 export { ROUTE_SKIP_REASONS } from './routing.js';
 export type { RouteSkipReason, RouteView, BreakerState, BreakerView, ReplicaView, HostView, WaitingFor, ExplainView } from './routing.js';
+export { DATATYPES, JOB_DATATYPES, DATATYPE_BYTES, TensorSpec, elementsOf, batchesAlongFirstDim } from './tensors.js';
+export type { Datatype } from './tensors.js';

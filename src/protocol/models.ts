@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TensorSpec } from './tensors.js';
 
 /**
  * What an engine needs to know to load and run a model. The orchestrator's
@@ -8,6 +9,15 @@ import { z } from 'zod';
  * concern (the orchestrator's pipelines), and what only one engine needs
  * (the ONNX engine's pipeline, a server's command) is in `settings`.
  */
+/** The separator of a model version's own name: `ocr-det@2` is version `2` of the model clients call `ocr-det`. */
+export const VERSION_SEPARATOR = '@';
+
+/**
+ * The name clients and grants use for a model (`ocr-det` of `ocr-det@2`): a `models` caveat naming a model allows
+ * every version of it. A model without versions (built in, declared in mesh.yaml) is its own.
+ */
+export const familyOf = (name: string): string => name.split(VERSION_SEPARATOR)[0]!;
+
 export const ModelManifest = z.object({
   name: z.string(),
   version: z.string(),
@@ -32,5 +42,11 @@ export const ModelManifest = z.object({
   params: z.record(z.string(), z.union([z.number(), z.string()])).default({}),
   /** Engine-specific settings (a server's URL, a workflow file, a command), validated by that engine's own schema. */
   settings: z.record(z.string(), z.unknown()).optional(),
+  /**
+   * A tensor model's inputs and outputs (read from its ONNX file when it was added, or declared): what a `tensor`
+   * job must send, checked at admission. Absent: the older single-input form (`x` of `params.inputDim` values).
+   */
+  inputs: z.array(TensorSpec).max(64).optional(),
+  outputs: z.array(TensorSpec).max(64).optional(),
 });
 export type ModelManifest = z.infer<typeof ModelManifest>;

@@ -43,7 +43,7 @@ const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
 export interface TrustedRequestInit {
   method?: string;
   headers?: Record<string, string>;
-  body?: string;
+  body?: string | Uint8Array<ArrayBuffer>;
   signal?: AbortSignal;
 }
 

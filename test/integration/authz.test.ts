@@ -73,6 +73,14 @@ const TABLE: Row[] = [
   { route: 'GET /v1/hosts', request: () => ({ path: '/v1/hosts' }), expect: meshRead },
   { route: 'GET /metrics', request: () => ({ path: '/metrics' }), expect: meshRead },
   { route: 'GET /v1/models', request: () => ({ path: '/v1/models' }), expect: meshRead },
+  // The registry: read like the mesh; changed only with models:write (admin). A version the body names that does not
+  // exist is 404 for an admin, after the grant check.
+  { route: 'GET /v1/models/{name}', request: () => ({ path: '/v1/models/gen' }), expect: meshRead },
+  { route: 'POST /v1/models', request: () => ({ path: '/v1/models', body: JSON.stringify({ name: 'authz', file: `sha256:${'0'.repeat(64)}` }) }), expect: adminOnly(404) },
+  { route: 'DELETE /v1/models/{name}', request: () => ({ path: '/v1/models/nothing@1' }), expect: adminOnly(404) },
+  { route: 'PUT /v1/models/{name}/route', request: () => ({ path: '/v1/models/nothing/route', body: '{}' }), expect: adminOnly(404) },
+  { route: 'POST /v1/models/{name}/load', request: () => ({ path: '/v1/models/nothing/load', body: '{}' }), expect: adminOnly(404) },
+  { route: 'POST /v1/models/{name}/unload', request: () => ({ path: '/v1/models/nothing/unload', body: '{}' }), expect: adminOnly(404) },
   { route: 'POST /v1/grants', request: () => ({ path: '/v1/grants', body: JSON.stringify({ kind: 'client', note: 'authz table' }) }), expect: adminOnly(201) },
   { route: 'GET /v1/grants', request: () => ({ path: '/v1/grants?limit=5' }), expect: adminOnly(200) },
   // Any valid grant may narrow itself: narrowing only takes powers away.

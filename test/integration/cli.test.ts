@@ -23,7 +23,7 @@ describe('gpumesh CLI', () => {
   it('every command has --help', { timeout: 180_000 }, async () => {
     const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
-      ['models'], ['models', 'build']];
+      ['models'], ['models', 'build'], ['models', 'add'], ['models', 'ls'], ['models', 'show'], ['models', 'rm'], ['models', 'route'], ['models', 'load'], ['models', 'unload']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));
     results.forEach((result, index) => {
       expect(result.code, commands[index]!.join(' ')).toBe(0);
@@ -155,5 +155,39 @@ describe('gpumesh CLI', () => {
     const noGrant = await gpumeshRun(['agent', '--url', mesh.url], { GPUMESH_GRANT: '' });
     expect(noGrant.code).toBe(1);
     expect(noGrant.output).toContain('the agent needs a join grant');
+  });
+
+  it('models add uploads an ONNX file and registers it (read from the file); ls, show, load, unload, route and rm', { timeout: 120_000 }, async () => {
+    const { GraphBuilder } = await import('../../src/models/index.js');
+    const { writeFileSync } = await import('node:fs');
+    const g = new GraphBuilder('cli_double', 'y = 2x');
+    const x = g.input('x', 'float32', ['batch', 3]);
+    g.op('Add', [x, x], {}, 'y');
+    g.output('y', 'float32', ['batch', 3]);
+    const file = join(out, 'double.onnx');
+    writeFileSync(file, g.toBytes());
+    const added = await gpumeshRun(['models', 'add', file, '--name', 'double', '--batching', 'max=4,delay=1'], env);
+    expect(added.code, added.output).toBe(0);
+    expect(added.output).toMatch(/added double@1 \(\d+ bytes uploaded, sha256:[0-9a-f]{64}\)/);
+    expect(added.output).toContain('inputs:  x FP32 [-1, 3]');
+    expect(added.output).toContain('batches of up to 4');
+    const again = await gpumeshRun(['models', 'add', file, '--name', 'double'], env);
+    expect(again.output).toMatch(/added double@2 \(file already stored/);
+    const listed = await gpumeshRun(['models', 'ls'], env);
+    expect(listed.output).toMatch(/double\s+1,2\s+newest \(2\)\s+onnx\s+tensor/);
+    expect(listed.output).toMatch(/gen\s+1\.0\.0/);
+    const routed = await gpumeshRun(['models', 'route', 'double', '--pin', '1'], env);
+    expect(routed.output).toContain('double: pinned to 1');
+    const loaded = await gpumeshRun(['models', 'load', 'double'], env);
+    expect(loaded.code, loaded.output).toBe(0);
+    expect(loaded.output).toMatch(/loaded double@1 on \S+: \S+ \d+ → \d+ MB of \d+ MB/);
+    const unloaded = await gpumeshRun(['models', 'unload', 'double'], env);
+    expect(unloaded.output).toMatch(/unloaded double@1 on \S+/);
+    expect((await gpumeshRun(['models', 'rm', 'double@2'], env)).output).toContain('removed double@2');
+    const shown = await gpumeshRun(['models', 'show', 'double'], env);
+    expect(JSON.parse(shown.output).versions.map((version: { name: string }) => version.name)).toEqual(['double@1']);
+    const missing = await gpumeshRun(['models', 'add', join(out, 'nothing.onnx'), '--name', 'x'], env);
+    expect(missing.code).not.toBe(0);
+    expect(missing.output).toContain('no such file or folder');
   });
 });

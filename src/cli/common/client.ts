@@ -59,11 +59,12 @@ export class MeshClient {
   }
 
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const response = await this.#fetch(path, {
-      method,
-      headers: this.#headers(body === undefined ? {} : { 'content-type': 'application/json' }),
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    return this.send<T>(method, path, body === undefined ? undefined : JSON.stringify(body), body === undefined ? {} : { 'content-type': 'application/json' });
+  }
+
+  /** A request with a body as given (raw bytes: an upload's chunk) and its headers; the answer read as JSON. */
+  async send<T>(method: string, path: string, body: string | Uint8Array<ArrayBuffer> | undefined, headers: Record<string, string> = {}): Promise<T> {
+    const response = await this.#fetch(path, { method, headers: this.#headers(headers), body });
     const text = await response.text();
     const parsed = text ? (JSON.parse(text) as unknown) : null;
     if (!response.ok) {

@@ -1,4 +1,5 @@
 import { isFingerprint } from '../../tls/fingerprint.js';
+import { familyOf } from '../../protocol/models.js';
 
 /**
  * The caveat language of gpumesh grants. A caveat is one line, `<condition> <argument>`,
@@ -162,7 +163,8 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
     case 'actions':
       return caveat.values.includes(request.action) ? null : `action ${request.action} is not among ${caveat.values.join(', ')}`;
     case 'types': return inList(caveat.values, request.jobType, 'job type');
-    case 'models': return inList(caveat.values, request.model, 'model');
+    // A model named allows every version of it (`ocr-det` allows `ocr-det@2`).
+    case 'models': return inList(caveat.values, request.model === undefined ? undefined : familyOf(request.model), 'model');
     case 'albums': return inList(caveat.values, request.album, 'album');
     case 'classes': {
       if (!request.classes) return null;

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { MeshError } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { ReplicaPolicy } from '../config/config.js';
 import type { EventBus } from '../events/event-bus.js';
@@ -289,6 +290,41 @@ export class Autoscaler {
       if (host.hasReplica(model) && (runsModel(host, model) || !state.idleSince.has(host.id))) state.idleSince.set(host.id, now);
     }
     for (const id of state.idleSince.keys()) if (!this.#deps.hosts.get(id)?.hasReplica(model)) state.idleSince.delete(id);
+  }
+
+  /**
+   * Load `model` on a host now (someone asked: `gpumesh models load`): the named one, else the host the autoscaler would
+   * choose for a replica. An ordinary replica, not held: the residency rules (idle unload, eviction) stay as they are.
+   * Returns the host asked; NOT_FOUND naming why when none may take it.
+   */
+  loadNow(model: RegisteredModel, hostId?: string): HostSession {
+    const name = model.manifest.name;
+    const now = this.#deps.clock.now();
+    const classes = this.#deps.classesOf(model);
+    const candidates = this.#deps.router.candidates(model, classes).filter((host) => !host.draining && host.largestBudgetMB >= model.manifest.memoryMB);
+    const host = hostId === undefined
+      ? candidates.sort((a, b) => Number(b.isResident(name)) - Number(a.isResident(name)) || a.jobsInFlight - b.jobsInFlight || a.id.localeCompare(b.id))[0]
+      : candidates.find((candidate) => candidate.id === hostId);
+    if (!host) {
+      throw new MeshError('NOT_FOUND', { what: hostId === undefined ? `A connected host that can load ${name}` : `A connected host ${hostId} that can load ${name} (one of its classes, its engine, a budget it fits, not draining)` });
+    }
+    host.replicaChanges.set(name, { change: 'load', at: now });
+    host.send({ type: 'load', model: model.manifest, hold: false });
+    this.#deps.log.info({ model: name, host: host.id }, 'loading a replica (asked for)');
+    return host;
+  }
+
+  /** Unload `model` from the named host, or from every host that holds it (asked for); returns the hosts asked. */
+  unloadNow(name: string, hostId?: string): HostSession[] {
+    const now = this.#deps.clock.now();
+    const hosts = [...this.#deps.hosts].filter((host) => host.hasReplica(name) && (hostId === undefined || host.id === hostId));
+    for (const host of hosts) {
+      host.held.delete(name);
+      host.replicaChanges.set(name, { change: 'unload', at: now });
+      host.send({ type: 'unload', model: name });
+      this.#deps.log.info({ model: name, host: host.id }, 'unloading a replica (asked for)');
+    }
+    return hosts;
   }
 
   /** A replica that counts: the host is not draining and no breaker blocks the model there. */

@@ -18,7 +18,8 @@ const BatchingPolicy = z.strictObject({
   maxQueueDelayMs: z.int().min(0).max(60_000).default(0),
 });
 
-const ModelPolicy = z.strictObject({
+/** A model's policy: batching, queue, retries, replicas (a `models:` entry without an engine, or `POST /v1/models`'s). */
+export const ModelPolicy = z.strictObject({
   batching: BatchingPolicy.optional(),
   /** Jobs this model's queue holds before new ones get 429. Default 1000. */
   maxQueueSize: z.int().min(1).optional(),
@@ -77,7 +78,7 @@ const ModelEntry = ModelPolicy.extend({
   engine: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,39}$/, 'an engine name (lower case letters, digits, - and _)').optional(),
   /** The job types it serves (each needs a routing entry). Required in a declaration. */
   jobTypes: z.array(z.string().min(1).max(40)).min(1).optional(),
-  /** A version label, shown in /v1/models. Default "1". */
+  /** A declared model: its version label, shown in /v1/models (default "1"). A model added at run time (`gpumesh models add`): the version a job that names only the model runs (default: the newest). */
   version: z.string().min(1).max(100).optional(),
   /** A first guess of the memory it takes once loaded (MB), to place it before it has run anywhere. Default 1024. */
   memoryMB: z.int().min(1).max(10_000_000).optional(),
@@ -376,4 +377,20 @@ function withAbsoluteFile(entry: ModelEntry, baseDir: string): ModelEntry {
 /** The largest frame an agent may send: `agents.link.maxFrameBytes`, else room for the largest inline output and 1 MiB. */
 export function linkFrameLimit(agents: Pick<MeshConfig['agents'], 'inlineOutputBytes' | 'link'>): number {
   return agents.link.maxFrameBytes ?? Math.ceil((agents.inlineOutputBytes * 4) / 3) + 1024 * 1024;
+}
+
+/** A policy as given (a model added at run time) as the defaults its model version starts from. */
+export function policyDefaultsOf(policy: z.output<typeof ModelPolicy>): ModelPolicyDefaults {
+  const replicas: Partial<ReplicaPolicy> = {};
+  if (policy.minReplicas !== undefined) replicas.min = policy.minReplicas;
+  if (policy.maxReplicas !== undefined) replicas.max = policy.maxReplicas;
+  if (policy.targetInFlight !== undefined) replicas.targetInFlight = policy.targetInFlight;
+  if (policy.idleWindowS !== undefined) replicas.idleWindowMs = Math.round(policy.idleWindowS * 1000);
+  return {
+    ...(policy.batching ? { batching: policy.batching } : {}),
+    ...(policy.maxQueueSize !== undefined ? { maxQueueSize: policy.maxQueueSize } : {}),
+    ...(policy.maxTimeoutMs !== undefined ? { maxTimeoutMs: policy.maxTimeoutMs } : {}),
+    ...(policy.retries !== undefined ? { retries: policy.retries } : {}),
+    replicas,
+  };
 }

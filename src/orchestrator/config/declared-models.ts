@@ -28,7 +28,8 @@ export interface ModelDefinition {
 }
 
 /** The fields only a declaration (an entry with `engine`) may have. */
-const DEFINITION_FIELDS = ['jobTypes', 'version', 'memoryMB', 'file', 'sha256', 'params', 'settings'] as const;
+/** `version` without an engine pins the version a model added at run time runs when a job names only the model. */
+const DEFINITION_FIELDS = ['jobTypes', 'memoryMB', 'file', 'sha256', 'params', 'settings'] as const;
 
 const DEFAULT_MEMORY_MB = 1024;
 

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { MeshError } from '../../protocol/index.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
-import type { ModelRegistry } from '../registry/index.js';
+import { routeText, type ModelRegistry } from '../registry/models.js';
 import type { MeshStatus } from '../status/mesh-status.js';
 import type { RequestAuth } from './auth.js';
 
@@ -48,9 +48,13 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
   });
 
   routes.get('/v1/models', {
-    schema: { tags: ['mesh'], summary: 'Models in the registry with their policies' },
+    schema: { tags: ['mesh'], summary: 'Models in the registry with their policies (each version of a model added at run time as <name>@<version>), and the models with versions: which version each name runs' },
     onRequest: auth.require('mesh:read'),
   }, async () => ({
     models: registry.all().map(({ manifest, policy }) => ({ ...manifest, policy })),
+    families: registry.families().map((family) => ({
+      name: family.name, versions: family.versions, pinned: family.pinned, split: family.split,
+      route: routeText(family),
+    })),
   }));
 }

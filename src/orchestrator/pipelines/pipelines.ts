@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
 import type { z } from 'zod';
 import { controlMarkupIn, type EngineDescriptor } from '../../protocol/engines/index.js';
+import { checkNamedTensors, namedTensorsCost, namedTensorsKey, namedTensorsProbe, type NamedTensorInput } from './named-tensors.js';
 import { INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput } from '../../protocol/index.js';
 
 /**
@@ -107,8 +108,13 @@ function isTensorInput(input: Record<string, unknown>): input is TensorInput {
   return true;
 }
 
+/**
+ * A tensor job: for a model that declares its inputs (one added with `gpumesh models add`, read from its ONNX file),
+ * named tensors of any datatype and shape it allows (named-tensors.ts); for the older form, one flat `x`.
+ */
 const tensor: Pipeline = {
   normalize(input, manifest) {
+    if (manifest.inputs?.length) return checkNamedTensors(input, manifest) as unknown as Record<string, unknown>;
     const parsed = isTensorInput(input) ? input : parseInput(INPUT_SCHEMAS.tensor, input, manifest.name);
     // A model that declares its width (`params.inputDim`) refuses other widths here; one that does not leaves it to its server.
     const width = Number(manifest.params.inputDim);
@@ -117,12 +123,14 @@ const tensor: Pipeline = {
     }
     return { x: parsed.x };
   },
-  // Every sample has the model's fixed width, so any two can share a batch.
-  compatKey: () => '',
+  // Every sample of the older form has the model's fixed width, so any two can share a batch; named tensors share
+  // one when all but their first dimension agree.
+  compatKey: (input) => ('inputs' in input ? namedTensorsKey(input as unknown as NamedTensorInput) : ''),
   // Without a declared width, one value: a server that wants another width refuses it as INVALID_INPUT (no verdict).
-  probeInput: (manifest) => ({ x: new Array<number>(Math.floor(param(manifest, 'inputDim', 1))).fill(0) }),
-  // Every sample has the model's fixed width.
-  cost: () => 1,
+  probeInput: (manifest) => (manifest.inputs?.length
+    ? namedTensorsProbe(manifest) as unknown as Record<string, unknown>
+    : { x: new Array<number>(Math.floor(param(manifest, 'inputDim', 1))).fill(0) }),
+  cost: (input) => ('inputs' in input ? namedTensorsCost(input as unknown as NamedTensorInput) : 1),
 };
 
 /** Input handling by job type: a model serves the job types in its manifest, and each type's pipeline checks its jobs. */

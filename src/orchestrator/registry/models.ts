@@ -1,6 +1,6 @@
 import { join } from 'node:path';
-import { MeshError, type ModelManifest } from '../../protocol/index.js';
-import { builtinModels } from '../../models/index.js';
+import { familyOf, MeshError, VERSION_SEPARATOR, type ModelManifest, type TensorSpec } from '../../protocol/index.js';
+import { builtinModels, type BuiltinModel } from '../../models/index.js';
 import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config/config.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { definitionDigest, modelDefinitions, type ModelDefinition } from '../config/declared-models.js';
@@ -16,8 +16,32 @@ export interface RegisteredModel {
   pipeline: Pipeline;
 }
 
+
+/**
+ * A model added at run time, with its versions (each registered as `<name>@<version>`, added in order) and which one
+ * a job that names only the model runs: the pinned one, else one drawn by the traffic split's shares, else the newest.
+ */
+export interface ModelFamily {
+  name: string;
+  versions: string[];
+  pinned: string | null;
+  split: Record<string, number> | null;
+}
+
+/** Which version a model's bare name runs, in words: `pinned to 1`, `split 1: 90, 2: 10`, `newest (2)`. */
+export function routeText(family: ModelFamily): string {
+  if (family.pinned) return `pinned to ${family.pinned}`;
+  if (family.split) return `split ${Object.entries(family.split).map(([version, share]) => `${version}: ${share}`).join(', ')}`;
+  return `newest (${family.versions.at(-1)})`;
+}
+
 /** How the ONNX engine feeds each kind of built-in model (its `settings.pipeline`). */
-const ONNX_PIPELINE_OF = { generator: 'cppn-image', video: 'cppn-video', tensor: 'tensor' } as const;
+const ONNX_PIPELINE_OF = { generator: 'cppn-image', video: 'cppn-video', tensor: 'tensor', 'named-tensors': 'tensors' } as const;
+
+/** A built-in model's tensor as a manifest names it (a symbolic dimension is −1). */
+const specOf = (tensor: BuiltinModel['inputs'][number]): TensorSpec => ({
+  name: tensor.name, datatype: ({ float32: 'FP32', uint8: 'UINT8', int32: 'INT32' } as const)[tensor.dtype], shape: tensor.shape.map((dim) => (typeof dim === 'number' ? dim : -1)),
+});
 
 /** Batching defaults of the built-in models, tuned on a 2-core CPU (see bench/RESULTS.md). */
 const BUILTIN_POLICIES: Record<string, ModelPolicyDefaults> = {
@@ -25,6 +49,8 @@ const BUILTIN_POLICIES: Record<string, ModelPolicyDefaults> = {
   // A clip is dozens of images already (the engine runs frames in chunks); clips run one at a time.
   'gen-video': { batching: { maxBatchSize: 1, preferredBatchSizes: [1], maxQueueDelayMs: 0 } },
   mlp: { batching: { maxBatchSize: 32, preferredBatchSizes: [8, 16, 32], maxQueueDelayMs: 2 } },
+  // Requests of Triton clients stack along the first dimension; one alone leaves at once (work-conserving batching).
+  simple: { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } },
 };
 
 /**
@@ -35,10 +61,13 @@ const BUILTIN_POLICIES: Record<string, ModelPolicyDefaults> = {
  */
 export class ModelRegistry {
   readonly #models = new Map<string, RegisteredModel>();
+  readonly #families = new Map<string, ModelFamily>();
   readonly #config: MeshConfig;
+  readonly #random: () => number;
 
-  constructor(config: MeshConfig) {
+  constructor(config: MeshConfig, random: () => number = Math.random) {
     this.#config = config;
+    this.#random = random;
   }
 
   async addBuiltins(blobs: BlobStore, recordBlob: RecordBlob): Promise<void> {
@@ -54,6 +83,8 @@ export class ModelRegistry {
         memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
         // How the ONNX engine feeds it is the engine's setting; the job type's input handling is the orchestrator's.
         settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind], ...(builtin.threads !== undefined ? { threads: builtin.threads } : {}) },
+        // Only a model whose jobs send named tensors declares them: the others' inputs are the pipeline's own.
+        ...(builtin.kind === 'named-tensors' ? { inputs: builtin.inputs.map(specOf), outputs: builtin.outputs.map(specOf) } : {}),
       });
     }
   }
@@ -88,21 +119,69 @@ export class ModelRegistry {
     return definitions;
   }
 
-  /** Register a manifest; its job types' input handling must exist (the first type's serves them all). */
-  add(manifest: ModelManifest): void {
+  /**
+   * Register a manifest; its job types' input handling must exist (the first type's serves them all). `defaults`: the
+   * policy it was added with (mesh.yaml's entry for its model still wins).
+   */
+  add(manifest: ModelManifest, defaults?: ModelPolicyDefaults): void {
     const pipeline = pipelineFor(manifest.jobTypes[0] ?? '');
     if (!pipeline) throw new ConfigError(`model "${manifest.name}": no input handling for job type "${manifest.jobTypes[0] ?? '(none)'}"`);
     this.#models.set(manifest.name, {
       manifest,
-      policy: policyFor(this.#config, manifest.name, BUILTIN_POLICIES[manifest.name]),
+      policy: policyFor(this.#config, familyOf(manifest.name), defaults ?? BUILTIN_POLICIES[manifest.name]),
       // An engine this orchestrator does not know (one only some agents run) has no markup it could refuse.
       pipeline: pipelineForEngine(pipeline, engineDescriptor(manifest.engine)),
     });
   }
 
+  /**
+   * A version of a model added at run time: registered as `<model>@<version>` (its manifest's name), the newest of its
+   * model unless another is pinned.
+   */
+  addVersion(model: string, manifest: ModelManifest, defaults?: ModelPolicyDefaults): void {
+    if (manifest.name !== `${model}${VERSION_SEPARATOR}${manifest.version}`) throw new Error(`a version's manifest is named ${model}@${manifest.version}, not ${manifest.name}`);
+    this.add(manifest, defaults);
+    let family = this.#families.get(model);
+    if (!family) this.#families.set(model, (family = { name: model, versions: [], pinned: null, split: null }));
+    if (!family.versions.includes(manifest.version)) family.versions.push(manifest.version);
+  }
+
+  /** Forget a version added at run time (its model goes too with its last version). */
+  removeVersion(model: string, version: string): void {
+    this.#models.delete(`${model}${VERSION_SEPARATOR}${version}`);
+    const family = this.#families.get(model);
+    if (!family) return;
+    family.versions = family.versions.filter((known) => known !== version);
+    if (family.pinned === version) family.pinned = null;
+    if (family.split) delete family.split[version];
+    if (family.versions.length === 0) this.#families.delete(model);
+  }
+
+  /** Which version the model's bare name means: pinned, or a split by share (null: the newest). */
+  setRoute(model: string, route: { pinned: string | null; split: Record<string, number> | null }): void {
+    const family = this.#families.get(model);
+    if (!family) throw new MeshError('NOT_FOUND', { what: `Model ${model}` });
+    for (const version of [route.pinned, ...Object.keys(route.split ?? {})]) {
+      if (version !== null && !family.versions.includes(version)) {
+        throw new MeshError('VALIDATION_FAILED', { detail: `model ${model} has no version "${version}" (it has: ${family.versions.join(', ')})` });
+      }
+    }
+    if (route.split && !Object.values(route.split).some((share) => share > 0)) throw new MeshError('VALIDATION_FAILED', { detail: 'a split needs a positive share for some version' });
+    family.pinned = route.pinned;
+    family.split = route.split;
+  }
+
+  family(model: string): ModelFamily | undefined {
+    return this.#families.get(model);
+  }
+
+  families(): ModelFamily[] {
+    return [...this.#families.values()];
+  }
+
   /** Every `models:` entry of the config must name a model the registry has (a policy for a typo would otherwise be ignored). */
   checkPolicies(): void {
-    const unknown = Object.keys(this.#config.models).filter((name) => !this.#models.has(name));
+    const unknown = Object.keys(this.#config.models).filter((name) => !this.#models.has(name) && !this.#families.has(name));
     if (unknown.length > 0) {
       const known = [...this.#models.keys()].join(', ');
       throw new ConfigError(`invalid mesh config:\n${unknown.map((name) => `  models.${name}: no model "${name}" in the registry (it has: ${known})`).join('\n')}`);
@@ -117,14 +196,33 @@ export class ModelRegistry {
     return [...this.#models.values()];
   }
 
-  /** Resolve the model a job runs on: the named one, or the config's default for its type. */
+  /**
+   * Resolve the model a job runs on: the named one (a version by `<model>@<version>`; a model with versions by its
+   * route: pinned, split or newest), or the config's default for its type.
+   */
   resolve(jobType: string, name: string | undefined): RegisteredModel {
-    const modelName = name ?? this.#config.defaultModels[jobType];
-    const known = [...this.#models.keys()].join(', ');
-    if (!modelName) throw new MeshError('UNKNOWN_MODEL', { model: '(none)', known });
+    const requested = name ?? this.#config.defaultModels[jobType];
+    const known = [...new Set([...this.#families.keys(), ...this.#models.keys()])].join(', ');
+    if (!requested) throw new MeshError('UNKNOWN_MODEL', { model: '(none)', known });
+    const family = this.#families.get(requested);
+    const modelName = family ? `${requested}${VERSION_SEPARATOR}${this.#versionOf(family)}` : requested;
     const model = this.#models.get(modelName);
     if (!model) throw new MeshError('UNKNOWN_MODEL', { model: modelName, known });
     if (!model.manifest.jobTypes.includes(jobType)) throw new MeshError('MODEL_TYPE_MISMATCH', { model: modelName, type: jobType });
     return model;
+  }
+
+  #versionOf(family: ModelFamily): string {
+    const pinned = family.pinned ?? (this.#config.models[family.name]?.version as string | undefined);
+    if (pinned !== undefined && family.versions.includes(pinned)) return pinned;
+    if (family.split) {
+      const shares = Object.entries(family.split).filter(([version, share]) => share > 0 && family.versions.includes(version));
+      const total = shares.reduce((sum, [, share]) => sum + share, 0);
+      let draw = this.#random() * total;
+      for (const [version, share] of shares) {
+        if ((draw -= share) < 0) return version;
+      }
+    }
+    return family.versions.at(-1)!;
   }
 }

@@ -1,4 +1,4 @@
-import type { Device, OrchestratorMessage, ResidentModel } from '../../protocol/index.js';
+import { familyOf, type Device, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 
 /** A batch a host is running: which jobs, on which model, since when. */
@@ -130,7 +130,7 @@ export class HostSession {
 
   /** Whether the host's grant allows it this model: what it is sent, runs and reports. */
   mayServe(model: string): boolean {
-    return !this.info.models || this.info.models.includes(model);
+    return !this.info.models || this.info.models.includes(familyOf(model));
   }
 
   isResident(model: string): boolean {

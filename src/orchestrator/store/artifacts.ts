@@ -1,4 +1,5 @@
 import { stmt, type Db } from './db.js';
+import { modelIn } from './model-filter.js';
 import { PROMPT_SQL } from './jobs.js';
 
 export interface ArtifactRecord {
@@ -64,7 +65,11 @@ export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] 
   for (const [column, values] of [['a.type', filter.types], ['a.model', filter.models], ['a.album', filter.albums]] as const) {
     if (!values) continue;
     if (values.length === 0) where.push('0');
-    else { where.push(`${column} IN (${values.map(() => '?').join(', ')})`); args.push(...values); }
+    else if (column === 'a.model') {
+      const models = modelIn(column, values);
+      where.push(models.sql);
+      args.push(...models.args);
+    } else { where.push(`${column} IN (${values.map(() => '?').join(', ')})`); args.push(...values); }
   }
   if (filter.beforeSeq !== undefined) { where.push('a.seq < ?'); args.push(filter.beforeSeq); }
   const sql = `${SELECT} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY a.seq DESC LIMIT ?`;
@@ -78,7 +83,11 @@ export function digestPublishedIn(db: Db, digest: string, scope: { albums: reado
   const args: unknown[] = [digest];
   if (scope.albums) { where.push(`album IN (${scope.albums.map(() => '?').join(', ')})`); args.push(...scope.albums); }
   if (scope.types) { where.push(`type IN (${scope.types.map(() => '?').join(', ')})`); args.push(...scope.types); }
-  if (scope.models) { where.push(`model IN (${scope.models.map(() => '?').join(', ')})`); args.push(...scope.models); }
+  if (scope.models) {
+    const models = modelIn('model', scope.models);
+    where.push(models.sql);
+    args.push(...models.args);
+  }
   // One statement per shape of scope (a handful per mesh), prepared once: galleries ask this for every picture.
   return stmt(db, `SELECT 1 FROM artifacts WHERE ${where.join(' AND ')} LIMIT 1`).get(...args) !== undefined;
 }

@@ -1,4 +1,5 @@
 import type { JobStatus } from '../../protocol/index.js';
+import { modelIn } from './model-filter.js';
 import { stmt, type Db } from './db.js';
 
 /** One job as stored; times are epoch milliseconds. */
@@ -146,7 +147,11 @@ export function listJobs(db: Db, filter: JobFilter): JobRecord[] {
   };
   restrict('status', filter.statuses);
   restrict('type', filter.types);
-  restrict('model', filter.models);
+  if (filter.models?.length) {
+    const models = modelIn('model', filter.models);
+    where.push(models.sql);
+    args.push(...models.args);
+  } else restrict('model', filter.models);
   restrict('album', filter.albums);
   if (filter.beforeSeq !== undefined) { where.push('seq < ?'); args.push(filter.beforeSeq); }
   const sql = `SELECT * FROM jobs ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;

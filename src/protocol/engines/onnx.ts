@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { EngineDescriptor } from './descriptor.js';
 
 /** The ways the ONNX worker turns a batch of job inputs into tensors and the outputs back into results (pipelines.ts). */
-export const ONNX_PIPELINES = ['cppn-image', 'cppn-video', 'tensor'] as const;
+export const ONNX_PIPELINES = ['cppn-image', 'cppn-video', 'tensor', 'tensors'] as const;
 export type OnnxPipeline = (typeof ONNX_PIPELINES)[number];
 
 /**
@@ -14,7 +14,9 @@ export const OnnxSettings = z.strictObject({
    * How the worker feeds the model: `cppn-image`, the built-in generator's refinement loop (one session.run per
    * step, the canvas fed back); `cppn-video`, the same loop over a clip's frames (the latent walked per frame, frames
    * rendered a chunk at a time and piped to ffmpeg on the agent, `video` jobs); or `tensor`, a plain model with one input `x` of `params.inputDim` values per job and
-   * one output `y` (a batch is stacked along axis 0). Required.
+   * one output `y` (a batch is stacked along axis 0); or `tensors`, any model with the inputs and outputs its manifest
+   * names (read from its ONNX file by `gpumesh models add`), batched along the first dimension when every input has a
+   * variable one. Required.
    */
   pipeline: z.enum(ONNX_PIPELINES),
   /**

@@ -3,6 +3,7 @@ import * as ort from 'onnxruntime-node';
 import { coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type JobOutput, type Progress } from '../core/engine.js';
+import { namedTensors } from './named-tensors.js';
 import { encodePng } from './png.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
@@ -158,4 +159,6 @@ export const PIPELINES: Record<OnnxPipeline, (run: PipelineRun) => Promise<JobOu
   'cppn-image': cppnImage,
   'cppn-video': cppnVideo,
   tensor,
+  // Any model with the inputs and outputs its manifest names (a model added with `gpumesh models add`).
+  tensors: (run) => namedTensors(run.session, run.manifest, run.jobs),
 };

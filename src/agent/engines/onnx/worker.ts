@@ -23,7 +23,10 @@ interface Resident {
   residentMB: number;
   /** The largest batch so far, in pixels (or samples for tensors): only a larger one can grow what the model holds. */
   largestBatch: number;
-  /** The peak that largest batch measured (MB): what a batch no larger is reported to take, unmeasured. */
+  /**
+   * The largest peak measured on this load (MB), a running maximum: what a batch no larger than `largestBatch` is
+   * reported to take, unmeasured, and the least a larger one is reported to take.
+   */
   largestPeakMB: number;
 }
 
@@ -113,13 +116,23 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   // the memory the largest one left, and is reported at that one's peak: measuring it would cost every small job
   // several /proc reads (or two nvidia-smi runs) on its way back, for a figure nobody uses (Residency.recordBatch).
   const size = message.jobs.reduce((sum, job) => sum + Math.max(1, pixelsOf(job.input)), 0);
-  const largest = size > loaded.largestBatch;
+  const previousLargest = loaded.largestBatch;
+  const largest = size > previousLargest;
   if (largest) {
     loaded.largestBatch = size;
     settle();
   }
   const gpuBefore = largest && loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
   const closeWindow = largest ? peaks.open() : null;
+  const measure = async (whole: boolean): Promise<BatchMemory> => {
+    settle();
+    const memory = await measuredMemory(loaded, closeWindow!(), gpuBefore);
+    // A batch that failed, or that a cancel stopped, did only part of its work: what it took counts, but its size is
+    // not taken as measured, or the next batch of that size would be reported at this part's peak (a batch cancelled
+    // before its first step peaks at about the model's load figure).
+    if (!whole && loaded.largestBatch === size) loaded.largestBatch = previousLargest;
+    return memory;
+  };
   // The last step's progress waits for the result and travels with it: a message of its own would wake the agent
   // once more for nothing its caller sees sooner (the result follows at once, or after the PNG encoding).
   let lastStep: { step: number; total: number } | undefined;
@@ -140,13 +153,13 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
       window.credits--;
       send({ type: 'frame', requestId: message.requestId, jobId, index, rgb });
     },
+  }).catch(async (error: unknown) => {
+    if (closeWindow) await measure(false); // its window must close too: the kernel's mark is reset only while none is open
+    throw error;
   }).finally(() => frameCredits.delete(message.requestId));
   for (const job of message.jobs) cancelled.delete(job.id);
   let memory: BatchMemory = { peakMB: loaded.largestPeakMB, residentMB: Math.round(loaded.residentMB) };
-  if (closeWindow) {
-    settle();
-    memory = await measuredMemory(loaded, closeWindow(), gpuBefore);
-  }
+  if (closeWindow) memory = await measure(outputs.every((output) => output.ok || output.code !== 'CANCELLED'));
   send({ type: 'result', requestId: message.requestId, outputs, memory, ...(lastStep ? { progress: lastStep } : {}) });
 }
 
@@ -154,7 +167,10 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
  * What the largest batch so far took, attributed to its model: the model's
  * memory before the batch plus what the process grew by. On a GPU the CUDA
  * allocator keeps what it grew, so the figure after the batch is its peak; on
- * the CPU the kernel's high-water mark gives the peak (see PeakMeter).
+ * the CPU the kernel's high-water mark gives the peak (see PeakMeter). The
+ * peak is never reported below one measured before on this load: this batch
+ * is larger than those, and "what it held before" is itself a sum of samples
+ * taken between batches, which memory released or taken meanwhile can bend.
  */
 async function measuredMemory(loaded: Resident, window: PeakWindow, gpuBefore: number): Promise<BatchMemory> {
   let grewMB: number;
@@ -167,7 +183,7 @@ async function measuredMemory(loaded: Resident, window: PeakWindow, gpuBefore: n
     // onnxruntime's CPU arena keeps the buffers a batch grew until the session is released.
     keptMB = Math.max(0, window.endMB - window.startMB);
   }
-  const peakMB = Math.round(loaded.residentMB + grewMB);
+  const peakMB = Math.max(loaded.largestPeakMB, Math.round(loaded.residentMB + grewMB));
   loaded.residentMB += keptMB;
   loaded.largestPeakMB = peakMB;
   return { peakMB, residentMB: Math.round(loaded.residentMB) };

@@ -1,0 +1,91 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { familyOf, MeshError, VERSION_SEPARATOR } from '../../protocol/index.js';
+import type { ReplicaRequests } from '../autoscale/replica-requests.js';
+import { AddModelBody, type ModelCatalog } from '../registry/catalog.js';
+import type { ModelRegistry } from '../registry/index.js';
+import type { RequestAuth } from './auth.js';
+
+export interface ModelRouteDeps {
+  registry: ModelRegistry;
+  catalog: ModelCatalog;
+  replicas: ReplicaRequests;
+  auth: RequestAuth;
+}
+
+const ModelParams = z.object({ name: z.string().min(1).max(150) });
+const HostBody = z.strictObject({ host: z.string().min(1).max(100).optional() }).optional();
+
+/**
+ * The model registry over HTTP (`gpumesh models …`): add a version of a model from a file stored by digest, show a
+ * model and its versions, remove a version, choose which version its name means (pinned, a traffic split), and make
+ * it resident on a host or let it go. Reading needs `mesh:read`; every change `models:write` (admin grants have it).
+ */
+export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
+  const { registry, catalog, replicas, auth } = deps;
+  const routes = app.withTypeProvider<ZodTypeProvider>();
+
+  routes.post('/v1/models', {
+    schema: {
+      body: AddModelBody, tags: ['models'],
+      summary: 'Add a model version from a stored file (its inputs and outputs read from the ONNX file); the model\'s newest version unless another is pinned',
+    },
+    onRequest: auth.require('models:write'),
+  }, async (request, reply) => {
+    const added = await catalog.add(request.body);
+    void reply.code(201);
+    return { ...added.manifest, policy: added.policy };
+  });
+
+  routes.get('/v1/models/:name', {
+    schema: { params: ModelParams, tags: ['models'], summary: 'A model with its versions and which version its name runs (`<name>@<version>`: that version alone)' },
+    onRequest: auth.require('mesh:read'),
+  }, async (request) => {
+    const { name } = request.params;
+    if (registry.family(name)) return catalog.view(name);
+    const model = registry.get(name);
+    if (!model) throw new MeshError('NOT_FOUND', { what: `Model ${name}` });
+    return { ...model.manifest, policy: model.policy };
+  });
+
+  routes.delete('/v1/models/:name', {
+    schema: { params: ModelParams, tags: ['models'], summary: 'Remove a model version, `<name>@<version>` (409 while jobs are queued or running on it)' },
+    onRequest: auth.require('models:write'),
+  }, async (request, reply) => {
+    const [model, version] = request.params.name.split(VERSION_SEPARATOR);
+    if (!version) throw new MeshError('VALIDATION_FAILED', { detail: `name the version to remove: ${model}@<version> (${registry.family(model!)?.versions.join(', ') ?? 'no versions'})` });
+    await catalog.remove(model!, version);
+    return reply.code(204).send();
+  });
+
+  routes.put('/v1/models/:name/route', {
+    schema: {
+      params: ModelParams, tags: ['models'],
+      body: z.strictObject({
+        pinned: z.string().min(1).max(40).nullable().default(null),
+        split: z.record(z.string().min(1).max(40), z.number().min(0).max(1_000_000)).nullable().default(null),
+      }),
+      summary: 'Which version a job that names only the model runs: `pinned`, or a traffic `split` by share ({"1": 90, "2": 10}); both null: the newest',
+    },
+    onRequest: auth.require('models:write'),
+  }, async (request) => catalog.route(request.params.name, request.body));
+
+  routes.post('/v1/models/:name/load', {
+    schema: { params: ModelParams, body: HostBody, tags: ['models'], summary: 'Make a model resident on a host (the named one, else the one the autoscaler would choose); answers once it is, with the devices\' memory before and after' },
+    onRequest: auth.require('models:write'),
+  }, async (request) => replicas.load(resolve(registry, request.params.name), request.body?.host));
+
+  routes.post('/v1/models/:name/unload', {
+    schema: { params: ModelParams, body: HostBody, tags: ['models'], summary: 'Let a model go on a host (the named one, else every host that holds it); answers once it has, with the devices\' memory before and after' },
+    onRequest: auth.require('models:write'),
+  }, async (request) => ({ unloaded: await replicas.unload(resolve(registry, request.params.name).manifest.name, request.body?.host) }));
+}
+
+/** A model by its name (a model with versions: the version its name runs now) or by `<name>@<version>`. */
+function resolve(registry: ModelRegistry, name: string) {
+  const family = registry.family(name);
+  const model = family ? registry.get(`${name}${VERSION_SEPARATOR}${family.pinned ?? family.versions.at(-1)}`) : registry.get(name);
+  if (!model) throw new MeshError('NOT_FOUND', { what: `Model ${name}${registry.family(familyOf(name)) ? ` (versions: ${registry.family(familyOf(name))!.versions.join(', ')})` : ''}` });
+  return model;
+}

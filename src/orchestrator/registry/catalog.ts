@@ -1,0 +1,174 @@
+import { readFile } from 'node:fs/promises';
+import { z } from 'zod';
+import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
+import { batchesAlongFirstDim, MeshError, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
+import type { Clock } from '../../protocol/clock.js';
+import type { BlobStore } from '../blobs/blob-store.js';
+import { ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
+import { jobs as jobStore, storedModels, type Db, type GroupCommit } from '../store/index.js';
+import { routeText, type ModelRegistry, type RegisteredModel } from './models.js';
+import { onnxSignature } from './onnx-signature.js';
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+const VERSION = /^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$/;
+const MB = 1024 * 1024;
+
+/** What `POST /v1/models` (and `gpumesh models add`) takes: a file already stored by digest, and what to make of it. */
+export const AddModelBody = z.strictObject({
+  name: z.string().regex(NAME, 'a model name: letters, digits, ".", "-" and "_"'),
+  /** Default: the next whole number after the model's highest (1 for a new model). */
+  version: z.string().regex(VERSION, 'a version: letters, digits, ".", "-" and "_"').optional(),
+  /** The model file's digest (`PUT /v1/blobs` or a resumable upload). */
+  file: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'sha256:<64 hex>'),
+  /** Default onnx. */
+  engine: z.string().min(1).max(40).default('onnx'),
+  /** The job types it serves. Default [tensor]. */
+  types: z.array(z.string().min(1).max(40)).min(1).max(16).default(['tensor']),
+  /** Memory it needs once loaded (MB). Default: a guess from the file's size, until the agent measures it at its first load. */
+  memoryMB: z.int().min(1).max(10_000_000).optional(),
+  /** Batching and replicas (the `models:` policy of mesh.yaml). Default: batches of 8 when every input's first dimension is variable, else 1. */
+  policy: ModelPolicy.optional(),
+  params: z.record(z.string(), z.union([z.number(), z.string()])).default({}),
+  /** The engine's settings. Default for onnx: the generic tensor pipeline. */
+  settings: z.record(z.string(), z.unknown()).optional(),
+  /** Its inputs and outputs; default (onnx): read from the file. */
+  inputs: z.array(TensorSpec).max(64).optional(),
+  outputs: z.array(TensorSpec).max(64).optional(),
+});
+export type AddModelBody = z.input<typeof AddModelBody>;
+
+export interface ModelCatalogDeps {
+  db: Db;
+  commits: GroupCommit;
+  clock: Clock;
+  config: MeshConfig;
+  registry: ModelRegistry;
+  blobs: BlobStore;
+  /** Tell the hosts that hold it to let a removed version go. */
+  unloadEverywhere(model: string): void;
+}
+
+/** One model as `gpumesh models show` and `GET /v1/models/:name` show it. */
+export interface ModelFamilyView {
+  name: string;
+  pinned: string | null;
+  split: Record<string, number> | null;
+  /** Which version a job that names only the model runs now: pinned, split, or newest. */
+  route: string;
+  versions: (ModelManifest & { policy: RegisteredModel['policy'] })[];
+}
+
+/**
+ * The models people add while the mesh runs (`gpumesh models add`, `POST /v1/models`): each version's manifest built
+ * from the file it names — its inputs and outputs read from the ONNX file itself — registered as `<model>@<version>`
+ * and kept in the store, so they are back after a restart; versions removed only while no job uses them; which
+ * version a bare name means (pinned, a traffic split, or the newest).
+ */
+export class ModelCatalog {
+  readonly #deps: ModelCatalogDeps;
+
+  constructor(deps: ModelCatalogDeps) {
+    this.#deps = deps;
+  }
+
+  /** At start: the stored models into the registry, and their routes. */
+  restore(): number {
+    const { db, registry } = this.#deps;
+    const stored = storedModels.listModels(db);
+    for (const { model, record } of stored) {
+      registry.addVersion(model, record.manifest, record.policy ? policyDefaultsOf(ModelPolicy.parse(record.policy)) : undefined);
+    }
+    for (const route of storedModels.listModelRoutes(db)) {
+      if (registry.family(route.name)) registry.setRoute(route.name, { pinned: route.pinned, split: route.split });
+    }
+    return stored.length;
+  }
+
+  /** Add a version; resolves with it once stored. */
+  async add(input: AddModelBody): Promise<RegisteredModel> {
+    const parsed = AddModelBody.safeParse(input);
+    if (!parsed.success) throw new MeshError('VALIDATION_FAILED', { detail: parsed.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; ') });
+    const body = parsed.data;
+    const { registry, config, blobs, db, commits, clock } = this.#deps;
+    if (registry.get(body.name) && !registry.family(body.name)) {
+      throw new MeshError('MODEL_EXISTS', { model: body.name, detail: 'a built-in or mesh.yaml model has that name; choose another' });
+    }
+    const family = registry.family(body.name);
+    const version = body.version ?? nextVersion(family?.versions ?? []);
+    if (family?.versions.includes(version)) throw new MeshError('MODEL_EXISTS', { model: `${body.name}${VERSION_SEPARATOR}${version}`, detail: 'that version exists; add another version, or remove it first' });
+    const engine = engineDescriptor(body.engine);
+    if (!engine) throw new MeshError('VALIDATION_FAILED', { detail: `engine: "${body.engine}" is not one gpumesh knows (${ENGINE_NAMES.join(', ')})` });
+    for (const type of body.types) {
+      if (!config.routing[type]) throw new MeshError('VALIDATION_FAILED', { detail: `types: this mesh routes no job type "${type}" (it routes: ${Object.keys(config.routing).join(', ')})` });
+    }
+    if (!(await blobs.has(body.file))) throw new MeshError('NOT_FOUND', { what: `Blob ${body.file} (store the file first: PUT /v1/blobs or a resumable upload)` });
+    const path = blobs.pathOf(body.file);
+    const bytes = (await readFile(path)).byteLength;
+    const name = `${body.name}${VERSION_SEPARATOR}${version}`;
+    const signature = body.engine === 'onnx' && (!body.inputs || !body.outputs) ? onnxSignature(await readFile(path), name) : { inputs: [], outputs: [] };
+    const inputs = body.inputs ?? signature.inputs;
+    const outputs = body.outputs ?? signature.outputs;
+    const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: 'tensors' } : {});
+    const checked = engine.settings.safeParse(settings);
+    if (!checked.success) throw new MeshError('VALIDATION_FAILED', { detail: checked.error.issues.map((issue) => `settings.${issue.path.join('.')}: ${issue.message}`).join('; ') });
+    const manifest: ModelManifest = {
+      name, version, engine: body.engine, digest: body.file, file: true, bytes,
+      memoryMB: body.memoryMB ?? Math.max(64, Math.ceil((2 * bytes) / MB)),
+      jobTypes: body.types, params: body.params, settings,
+      ...(inputs.length ? { inputs } : {}), ...(outputs.length ? { outputs } : {}),
+    };
+    const policy = body.policy ?? (batchesAlongFirstDim(inputs) ? { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } } : null);
+    registry.addVersion(body.name, manifest, policy ? policyDefaultsOf(ModelPolicy.parse(policy)) : undefined);
+    commits.write(() => storedModels.insertModel(db, body.name, { manifest, policy, createdAt: clock.now() }));
+    await commits.durable();
+    return registry.get(name)!;
+  }
+
+  /** Remove a version; refused (409) while jobs are queued or running on it. */
+  async remove(model: string, version: string): Promise<void> {
+    const { registry, db, commits } = this.#deps;
+    const name = `${model}${VERSION_SEPARATOR}${version}`;
+    if (!registry.family(model)?.versions.includes(version)) {
+      throw new MeshError('NOT_FOUND', { what: registry.get(model) ? `Model ${model} (a built-in or mesh.yaml model, not removable)` : `Model ${name}` });
+    }
+    const busy = jobStore.jobsInStates(db, ['queued', 'dispatched', 'running']).filter((job) => job.model === name).length;
+    if (busy > 0) throw new MeshError('MODEL_IN_USE', { model: name, jobs: busy });
+    registry.removeVersion(model, version);
+    const family = registry.family(model);
+    commits.write(() => {
+      storedModels.deleteModel(db, model, version);
+      if (family) storedModels.setModelRoute(db, { name: model, pinned: family.pinned, split: family.split });
+      else storedModels.deleteModelRoute(db, model);
+    });
+    await commits.durable();
+    this.#deps.unloadEverywhere(name);
+  }
+
+  /** Which version the model's bare name runs: `pinned`, or a traffic split by share; both null: the newest. */
+  async route(model: string, route: { pinned: string | null; split: Record<string, number> | null }): Promise<ModelFamilyView> {
+    this.#deps.registry.setRoute(model, route);
+    this.#deps.commits.write(() => storedModels.setModelRoute(this.#deps.db, { name: model, ...route }));
+    await this.#deps.commits.durable();
+    return this.view(model);
+  }
+
+  view(model: string): ModelFamilyView {
+    const { registry } = this.#deps;
+    const family = registry.family(model);
+    if (!family) throw new MeshError('NOT_FOUND', { what: `Model ${model}` });
+    return {
+      name: model, pinned: family.pinned, split: family.split,
+      route: routeText(family),
+      versions: family.versions.map((version) => {
+        const registered = registry.get(`${model}${VERSION_SEPARATOR}${version}`)!;
+        return { ...registered.manifest, policy: registered.policy };
+      }),
+    };
+  }
+}
+
+/** The next whole-number version after the highest whole-number one (1 for none). */
+function nextVersion(versions: readonly string[]): string {
+  const numbers = versions.map(Number).filter((value) => Number.isSafeInteger(value) && value >= 0);
+  return String(numbers.length ? Math.max(...numbers) + 1 : 1);
+}

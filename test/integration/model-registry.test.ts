@@ -1,0 +1,137 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GraphBuilder } from '../../src/models/index.js';
+import { narrowGrant } from '../../src/orchestrator/auth/index.js';
+import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
+
+/**
+ * People's own models while the mesh runs, against a real `gpumesh up` (its agent and ONNX worker): an ONNX file
+ * stored by digest and added as a model — its inputs and outputs read from the file — run through the mesh with named
+ * tensors checked at admission; versions, a traffic split recorded job by job, pins; removal refused while a job uses a
+ * version; load and unload on request with the device's memory before and after; and all of it back after a restart.
+ */
+let mesh: RunningMesh;
+
+beforeAll(async () => {
+  mesh = await startMesh();
+}, 120_000);
+afterAll(async () => {
+  await mesh?.stop();
+  if (mesh) removeDir(mesh.data);
+});
+
+async function call(method: string, path: string, body?: unknown, grant = mesh.admin): Promise<{ status: number; json: any }> {
+  const raw = body instanceof Uint8Array;
+  const response = await fetch(`${mesh.url}${path}`, {
+    method, headers: { authorization: `Bearer ${grant}`, ...(body === undefined ? {} : { 'content-type': raw ? 'application/octet-stream' : 'application/json' }) },
+    body: body === undefined ? undefined : raw ? (body as Uint8Array<ArrayBuffer>) : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json: any = null;
+  try { json = JSON.parse(text); } catch { /* empty */ }
+  return { status: response.status, json };
+}
+
+/** A small ONNX model: y = x × scale + bias, FP32 [batch, 4] → [batch, 4]. */
+function scaler(scale: number): Uint8Array<ArrayBuffer> {
+  const g = new GraphBuilder(`scale_${scale}`, 'y = x * scale');
+  const x = g.input('x', 'float32', ['batch', 4]);
+  const k = g.floatInit('k', [1], [scale]);
+  g.op('Mul', [x, k], {}, 'y');
+  g.output('y', 'float32', ['batch', 4]);
+  return new Uint8Array(g.toBytes());
+}
+
+async function runJob(model: string, data: number[], rows = 1): Promise<any> {
+  const submitted = await call('POST', '/v1/jobs', { type: 'tensor', model, input: { inputs: { x: { shape: [rows, 4], data } } } });
+  expect(submitted.status, JSON.stringify(submitted.json)).toBe(202);
+  return waitFor(async () => {
+    const view = (await call('GET', `/v1/jobs/${String(submitted.json.id)}`)).json;
+    if (view.status === 'failed') throw new Error(JSON.stringify(view));
+    return view.status === 'succeeded' ? view : null;
+  }, { timeoutMs: 60_000, what: `a job of ${model}` });
+}
+
+describe('the model registry', () => {
+  it('adds an ONNX file as a model, reads its signature, and runs named tensors through the mesh; bad tensors are 400s naming them', async () => {
+    const stored = await call('PUT', '/v1/blobs', scaler(2));
+    expect(stored.status).toBe(201);
+    const added = await call('POST', '/v1/models', { name: 'scaler', file: stored.json.digest });
+    expect(added.status, JSON.stringify(added.json)).toBe(201);
+    expect(added.json).toMatchObject({
+      name: 'scaler@1', version: '1', engine: 'onnx', jobTypes: ['tensor'],
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [-1, 4] }], outputs: [{ name: 'y', datatype: 'FP32', shape: [-1, 4] }],
+      policy: { batching: { maxBatchSize: 8 } },
+    });
+    const job = await runJob('scaler', [1, 2, 3, 4]);
+    expect(job.model).toBe('scaler@1');
+    expect(job.result).toEqual({ outputs: { y: { datatype: 'FP32', shape: [1, 4], data: [2, 4, 6, 8] } } });
+
+    const bad = async (inputs: unknown) => (await call('POST', '/v1/jobs', { type: 'tensor', model: 'scaler', input: { inputs } })).json.error;
+    expect(await bad({ x: { shape: [1, 5], data: [1, 2, 3, 4, 5] } })).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining('inputs.x.shape: dimension 1 is 5; the model takes x FP32 [-1, 4]') });
+    expect(await bad({ x: { datatype: 'INT64', shape: [1, 4], data: [1, 2, 3, 4] } })).toMatchObject({ message: expect.stringContaining('inputs.x: datatype INT64; the model takes FP32') });
+    expect(await bad({ x: { shape: [2, 4], data: [1, 2, 3, 4] } })).toMatchObject({ message: expect.stringContaining('inputs.x.data: 4 values; shape [2, 4] holds 8') });
+    expect(await bad({ z: { shape: [1, 4], data: [1, 2, 3, 4] } })).toMatchObject({ message: expect.stringContaining('inputs.z: the model has no input of that name (it takes: x)') });
+    expect(await bad({ x: { shape: [1, 4], data: [1, 2, 'three', 4] } })).toMatchObject({ message: expect.stringContaining('inputs.x.data[2]') });
+  });
+
+  it('runs Triton\'s simple model, built in: INT32 sum and difference', async () => {
+    const a = Array.from({ length: 16 }, (_, i) => i);
+    const b = Array.from({ length: 16 }, () => 1);
+    const submitted = await call('POST', '/v1/jobs', { type: 'tensor', model: 'simple', input: { inputs: { INPUT0: { shape: [1, 16], data: a }, INPUT1: { shape: [1, 16], data: b } } } });
+    expect(submitted.status, JSON.stringify(submitted.json)).toBe(202);
+    const job = await waitFor(async () => {
+      const view = (await call('GET', `/v1/jobs/${String(submitted.json.id)}`)).json;
+      return view.status === 'succeeded' ? view : null;
+    }, { what: 'the simple job' });
+    expect(job.result.outputs.OUTPUT0).toEqual({ datatype: 'INT32', shape: [1, 16], data: a.map((value) => value + 1) });
+    expect(job.result.outputs.OUTPUT1.data).toEqual(a.map((value) => value - 1));
+  });
+
+  it('versions: the newest by default, a pin, a split recorded job by job; removal refused while a job uses a version', async () => {
+    const v2 = await call('PUT', '/v1/blobs', scaler(3));
+    expect((await call('POST', '/v1/models', { name: 'scaler', file: v2.json.digest })).json.name).toBe('scaler@2');
+    expect((await call('POST', '/v1/models', { name: 'scaler', version: '2', file: v2.json.digest })).json.error.code).toBe('MODEL_EXISTS');
+    expect((await runJob('scaler', [1, 1, 1, 1])).result.outputs.y.data).toEqual([3, 3, 3, 3]);
+    expect((await runJob('scaler@1', [1, 1, 1, 1])).result.outputs.y.data).toEqual([2, 2, 2, 2]);
+    await call('PUT', '/v1/models/scaler/route', { pinned: '1' });
+    expect((await runJob('scaler', [1, 1, 1, 1])).model).toBe('scaler@1');
+
+    const split = await call('PUT', '/v1/models/scaler/route', { split: { 1: 50, 2: 50 } });
+    expect(split.json).toMatchObject({ name: 'scaler', split: { 1: 50, 2: 50 }, route: 'split 1: 50, 2: 50' });
+    const served = new Set<string>();
+    for (let i = 0; i < 24; i++) served.add((await runJob('scaler', [1, 1, 1, 1])).model);
+    expect(served).toEqual(new Set(['scaler@1', 'scaler@2']));
+    await call('PUT', '/v1/models/scaler/route', {});
+
+    // A job waiting on version 1 (a deadline far away, its host made unable to take it by a grant naming no host).
+    const held = await call('POST', '/v1/jobs', { type: 'tensor', model: 'scaler@1', input: { inputs: { x: { shape: [1, 4], data: [1, 1, 1, 1] } } } }, narrowGrant(mesh.admin, ['hosts nowhere']));
+    expect(held.status).toBe(202);
+    const refused = await call('DELETE', '/v1/models/scaler@1');
+    expect(refused.status).toBe(409);
+    expect(refused.json.error).toMatchObject({ code: 'MODEL_IN_USE' });
+    await call('DELETE', `/v1/jobs/${String(held.json.id)}`);
+    expect((await call('DELETE', '/v1/models/scaler@1')).status).toBe(204);
+    expect((await call('GET', '/v1/models/scaler')).json.versions.map((version: { version: string }) => version.version)).toEqual(['2']);
+  });
+
+  it('loads and unloads on request, with the device memory before and after; a grant without models:write may not', async () => {
+    const loaded = await call('POST', '/v1/models/scaler/load', {});
+    expect(loaded.status, JSON.stringify(loaded.json)).toBe(200);
+    expect(loaded.json).toMatchObject({ model: 'scaler@2', change: 'loaded', before: expect.any(Array), after: expect.any(Array) });
+    const hosts = (await call('GET', '/v1/hosts')).json.hosts;
+    expect(hosts[0].resident.map((entry: { model: string }) => entry.model)).toContain('scaler@2');
+    const unloaded = await call('POST', '/v1/models/scaler/unload', {});
+    expect(unloaded.json.unloaded).toEqual([expect.objectContaining({ model: 'scaler@2', change: 'unloaded' })]);
+    const client = (await call('POST', '/v1/grants', { kind: 'client' })).json.token;
+    expect((await call('POST', '/v1/models/scaler/load', {}, client)).status).toBe(403);
+    expect((await call('POST', '/v1/models', { name: 'x', file: `sha256:${'0'.repeat(64)}` }, client)).status).toBe(403);
+  });
+
+  it('is all back after a restart', async () => {
+    const before = (await call('GET', '/v1/models/scaler')).json;
+    await mesh.stop();
+    mesh = await startMesh({ data: mesh.data });
+    expect((await call('GET', '/v1/models/scaler')).json).toEqual(before);
+    expect((await runJob('scaler', [2, 2, 2, 2])).result.outputs.y.data).toEqual([6, 6, 6, 6]);
+  }, 120_000);
+});
