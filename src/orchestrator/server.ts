@@ -17,6 +17,7 @@ import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
 import { modelRoutes, type ModelRouteDeps } from './http/models.js';
+import { oipRoutes } from './http/oip/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
 import type { EventBus } from './events/event-bus.js';
 import type { JobService } from './jobs/index.js';
@@ -75,6 +76,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   blobRoutes(app, parts);
   uploadRoutes(app, parts);
   modelRoutes(app, parts);
+  oipRoutes(app, { ...parts, version });
   agentRoutes(app, parts);
   drainRoutes(app, parts);
   await galleryRoutes(app, parts);

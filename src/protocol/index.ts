@@ -14,5 +14,5 @@ export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
 export { inspectGrant } from './grant-token.js';
 export { ROUTE_SKIP_REASONS } from './routing.js';
 export type { RouteSkipReason, RouteView, BreakerState, BreakerView, ReplicaView, HostView, WaitingFor, ExplainView } from './routing.js';
-export { DATATYPES, JOB_DATATYPES, DATATYPE_BYTES, TensorSpec, elementsOf, batchesAlongFirstDim } from './tensors.js';
+export { DATATYPES, JOB_DATATYPES, DATATYPE_BYTES, TensorSpec, elementsOf, batchesAlongFirstDim, halfToNumber, numberToHalf } from './tensors.js';
 export type { Datatype } from './tensors.js';

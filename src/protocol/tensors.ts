@@ -35,3 +35,28 @@ export const DATATYPE_BYTES: Readonly<Record<Datatype, number | null>> = {
 export function batchesAlongFirstDim(inputs: readonly TensorSpec[]): boolean {
   return inputs.length > 0 && inputs.every((input) => input.shape.length > 0 && input.shape[0] === -1);
 }
+
+/** The number an IEEE 754 half-precision value (its 16 bits) is: FP16 tensors travel as bits. */
+export function halfToNumber(bits: number): number {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exponent = (bits >>> 10) & 0x1f;
+  const mantissa = bits & 0x3ff;
+  if (exponent === 0) return sign * 2 ** -14 * (mantissa / 1024);
+  if (exponent === 31) return mantissa ? NaN : sign * Infinity;
+  return sign * 2 ** (exponent - 15) * (1 + mantissa / 1024);
+}
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** A number's IEEE 754 half-precision bits (rounded toward zero; too small: a signed zero; too large: infinity). */
+export function numberToHalf(value: number): number {
+  f32[0] = value;
+  const x = u32[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exponent = ((x >>> 23) & 0xff) - 127 + 15;
+  const mantissa = x & 0x7fffff;
+  if (exponent <= 0) return sign;
+  if (exponent >= 31) return sign | 0x7c00 | (((x >>> 23) & 0xff) === 0xff && mantissa ? 0x200 : 0);
+  return sign | (exponent << 10) | (mantissa >>> 13);
+}

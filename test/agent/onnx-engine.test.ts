@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
+import type { LoadedModel } from '../../src/agent/engines/core/engine.js';
 import { OnnxEngine, workerEnv } from '../../src/agent/engines/onnx/engine.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
@@ -119,6 +120,36 @@ describe('onnx engine: memory, measured', () => {
     // unmeasured (measuring costs every small job /proc reads, or two nvidia-smi runs on a GPU).
     expect(again).toEqual({ peakMB: large.peakMB, residentMB: large.residentMB });
     await loaded.unload();
+  });
+  it('a batch is reported at its full peak whatever ran before it on the load: nothing, itself cancelled, a batch that failed', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('gen');
+    const batch = (tag: string, side = 192, n = 4) => genJobs(n, side, 3).map((job) => ({ ...job, id: `${tag} ${job.id}` }));
+    const befores: Record<string, (loaded: LoadedModel) => Promise<void>> = {
+      nothing: async () => {},
+      // Stopped before its first step, it peaks at about the load figure: the worker must not take that as the size's peak.
+      'itself, cancelled': async (loaded) => {
+        const jobs = batch('cancelled');
+        loaded.cancel(jobs.map((job) => job.id));
+        const { outputs } = await loaded.run(jobs, () => {});
+        expect(outputs.every((output) => !output.ok && output.code === 'CANCELLED')).toBe(true);
+      },
+      // Larger, refused before it ran (two shapes): neither its size nor its open measuring window may stay behind.
+      'a larger batch that failed': async (loaded) => {
+        await expect(loaded.run([...batch('failed', 192, 3), ...batch('failed other', 320, 1)], () => {})).rejects.toThrow(/share width/);
+      },
+    };
+    for (const [before, run] of Object.entries(befores)) {
+      const loaded = await engine.load(manifest, path, cpuDevice(4096));
+      await run(loaded);
+      const first = (await loaded.run(batch('first'), () => {})).memory!;
+      const again = (await loaded.run(batch('again'), () => {})).memory!;
+      // 192×192×4 needs [147456 pixels, 32] float activations per layer: well over 100 MB more than the model's load.
+      expect(first.peakMB - loaded.memoryMB, `after ${before}`).toBeGreaterThan(100);
+      expect(first.peakMB, `after ${before}`).toBeGreaterThanOrEqual(first.residentMB);
+      expect(again.peakMB, `after ${before}`).toBeGreaterThanOrEqual(first.peakMB);
+      await loaded.unload();
+    }
   });
 });
 

@@ -4,13 +4,18 @@ import { ERRORS, isErrorCode } from '../../src/protocol/index.js';
  * The documented 5xx answers, by path: `/readyz` is 503 NOT_READY while no agent is connected.
  * Anything else at or above 500 is a bug.
  */
-export const DOCUMENTED_5XX: Record<string, { status: number; code: string }> = { '/readyz': { status: 503, code: 'NOT_READY' } };
+export const DOCUMENTED_5XX: Record<string, { status: number; code: string }> = {
+  '/readyz': { status: 503, code: 'NOT_READY' },
+  // The OIP's readiness: not ready while no agent is connected (its error names why).
+  '/v2/health/ready': { status: 503, code: 'NOT_READY' },
+};
 
 const REGISTERED_STATUSES = new Set<number>(Object.values(ERRORS).map(({ status }) => status));
 
 /**
  * What must hold of an HTTP answer: no 5xx (unless `allowed` says this one is
- * documented), and every error in the envelope `{ error: { code, message } }`
+ * documented), and every error in the envelope `{ error: { code, message } }` (on the Open Inference Protocol's
+ * `/v2` routes, its own `{ error: "<message>" }`)
  * with a registered code of that status and its template filled in.
  * `sent` is the request's text, so a placeholder the client itself sent is not
  * mistaken for one the server forgot to fill.
@@ -31,6 +36,14 @@ export function answerProblems(answer: { status: number; contentType: string | u
     parsed = JSON.parse(answer.body);
   } catch {
     return [...problems, `the body is not JSON: ${JSON.stringify(answer.body.slice(0, 120))}`];
+  }
+  // The Open Inference Protocol's routes answer in its own shape, `{"error": "<message>"}` (clients written for Triton read it).
+  // A path under /v2 that is no route (another method, a typo) is answered by the server's own 404, in the envelope.
+  const oip = parsed as { error?: unknown } | null;
+  if (/^(?:[A-Z]+ )?\/v2(?:[/?\s]|$)/.test(sent) && oip && typeof oip === 'object' && typeof oip.error === 'string') {
+    if (Object.keys(oip).join() !== 'error' || !oip.error) return [...problems, `not the OIP error shape {"error": "…"}: ${answer.body.slice(0, 160)}`];
+    if (status >= 500 && status !== allowed?.status) problems.push(`${status}: ${oip.error}`);
+    return problems;
   }
   const error = (parsed as { error?: { code?: unknown; message?: unknown } } | null)?.error;
   if (!parsed || typeof parsed !== 'object' || Object.keys(parsed).join() !== 'error' || !error || typeof error !== 'object') {

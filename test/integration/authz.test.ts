@@ -56,6 +56,7 @@ const everyone = (status: number): Record<Kind, number> => Object.fromEntries(KI
 const adminOnly = (status: number): Record<Kind, number> => granted({ admin: status, client: 403, gallery: 403, mesh: 403, album: 403, agent: 403, upload: 401 });
 const meshRead = granted({ admin: 200, client: 200, gallery: 403, mesh: 200, album: 200, agent: 403, upload: 401 });
 
+const simpleInfer = JSON.stringify({ inputs: ['INPUT0', 'INPUT1'].map((name) => ({ name, shape: [1, 16], datatype: 'INT32', data: new Array(16).fill(1) })) });
 const tinyImage = JSON.stringify({ type: 'image', input: { prompt: 'authz probe', width: 8, height: 8, steps: 1 } });
 const uploadBytes = new TextEncoder().encode('an output, uploaded by whoever may');
 const uploadDigest = `sha256:${createHash('sha256').update(uploadBytes).digest('hex')}`;
@@ -132,6 +133,23 @@ const TABLE: Row[] = [
   { route: 'DELETE /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   { route: 'POST /v1/uploads/{id}/complete', request: () => ({ path: '/v1/uploads/u_0/complete', body: '{}' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   { route: 'PATCH /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0', body: uploadBytes, contentType: 'application/octet-stream' }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
+  // The Open Inference Protocol: health and server metadata need no grant (as /healthz); model metadata reads the mesh;
+  // infer submits a job (the gallery's grant may submit only images, so it is refused the tensor job).
+  { route: 'GET /v2/health/live', request: () => ({ path: '/v2/health/live' }), expect: everyone(200) },
+  { route: 'GET /v2/health/ready', request: () => ({ path: '/v2/health/ready' }), expect: everyone(200) },
+  { route: 'GET /v2', request: () => ({ path: '/v2' }), expect: everyone(200) },
+  { route: 'GET /v2/models/{model}', request: () => ({ path: '/v2/models/simple' }), expect: meshRead },
+  { route: 'GET /v2/models/{model}/ready', request: () => ({ path: '/v2/models/simple/ready' }), expect: meshRead },
+  { route: 'GET /v2/models/{model}/versions/{version}', request: () => ({ path: '/v2/models/simple/versions/1' }), expect: meshRead },
+  { route: 'GET /v2/models/{model}/versions/{version}/ready', request: () => ({ path: '/v2/models/simple/versions/1/ready' }), expect: meshRead },
+  {
+    route: 'POST /v2/models/{model}/infer', request: () => ({ path: '/v2/models/simple/infer', body: simpleInfer }),
+    expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }),
+  },
+  {
+    route: 'POST /v2/models/{model}/versions/{version}/infer', request: () => ({ path: '/v2/models/simple/versions/1/infer', body: simpleInfer }),
+    expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }),
+  },
   { route: `GET ${LINK_PATH}`, websocket: true, request: () => ({ path: LINK_PATH }), expect: granted({ admin: 101, client: 403, gallery: 403, mesh: 403, album: 403, agent: 101, upload: 401 }) },
   { route: 'GET /', hidden: true, request: () => ({ path: '/' }), expect: everyone(200) },
   { route: 'GET /web/gallery.js', hidden: true, request: () => ({ path: '/web/gallery.js' }), expect: everyone(200) },

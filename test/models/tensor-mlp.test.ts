@@ -81,7 +81,7 @@ describe('mlp model file', () => {
     expect(mlp?.memoryMB).toBeGreaterThan(0);
     expect(mlp?.inputs).toEqual([expect.objectContaining({ name: 'x', dtype: 'float32', shape: ['batch', 64] })]);
     expect(mlp?.outputs).toEqual([expect.objectContaining({ name: 'y', dtype: 'float32', shape: ['batch', 16] })]);
-    expect(builtinModels().map((m) => m.name)).toEqual(['gen', 'gen-video', 'mlp']);
+    expect(builtinModels().map((m) => m.name)).toEqual(['gen', 'gen-video', 'mlp', 'simple']);
     // gen-video is gen's own file, served for clips.
     const [gen, genVideo] = builtinModels();
     expect(genVideo).toMatchObject({ digest: gen!.digest, jobTypes: ['video'], kind: 'video' });

@@ -1,5 +1,5 @@
 import * as ort from 'onnxruntime-node';
-import { batchesAlongFirstDim, type Datatype, type ModelManifest } from '../../../protocol/index.js';
+import { batchesAlongFirstDim, halfToNumber, numberToHalf, type Datatype, type ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type JobOutput } from '../core/engine.js';
 
 /** A job's tensor as it arrives (the orchestrator checked it against the manifest; checked again here). */
@@ -12,7 +12,7 @@ interface WireTensor {
 /** OIP datatypes as onnxruntime's tensor types, and the typed array each is made of. */
 const ORT_TYPE: Partial<Record<Datatype, { type: ort.Tensor.Type; make(values: WireTensor['data']): ort.Tensor.DataType }>> = {
   FP32: { type: 'float32', make: (values) => Float32Array.from(values as number[]) },
-  FP16: { type: 'float16', make: (values) => float16Bits(values as number[]) },
+  FP16: { type: 'float16', make: (values) => Uint16Array.from(values as number[], numberToHalf) },
   INT64: { type: 'int64', make: (values) => BigInt64Array.from(values as number[], (value) => BigInt(value)) },
   INT32: { type: 'int32', make: (values) => Int32Array.from(values as number[]) },
   INT8: { type: 'int8', make: (values) => Int8Array.from(values as number[]) },
@@ -90,35 +90,8 @@ function toWire(tensor: ort.Tensor): WireTensor {
   const shape = tensor.dims.map(Number);
   const raw = tensor.data as ArrayLike<number | bigint | string> & Iterable<number | bigint | string>;
   let data: WireTensor['data'];
-  if (datatype === 'FP16') data = Array.from(raw as Uint16Array, fromFloat16Bits);
+  if (datatype === 'FP16') data = Array.from(raw as Uint16Array, halfToNumber);
   else if (datatype === 'BOOL') data = Array.from(raw as Uint8Array, (value) => value !== 0);
   else data = Array.from(raw, (value) => (typeof value === 'bigint' ? Number(value) : value)) as WireTensor['data'];
   return { datatype, shape, data };
-}
-
-/** IEEE 754 half precision bits of numbers (onnxruntime takes FP16 as a Uint16Array). */
-function float16Bits(values: readonly number[]): Uint16Array {
-  const bits = new Uint16Array(values.length);
-  const f32 = new Float32Array(1);
-  const u32 = new Uint32Array(f32.buffer);
-  for (const [index, value] of values.entries()) {
-    f32[0] = value;
-    const x = u32[0]!;
-    const sign = (x >>> 16) & 0x8000;
-    const exponent = ((x >>> 23) & 0xff) - 127 + 15;
-    const mantissa = x & 0x7fffff;
-    if (exponent <= 0) bits[index] = sign;
-    else if (exponent >= 31) bits[index] = sign | 0x7c00 | (((x >>> 23) & 0xff) === 0xff && mantissa ? 0x200 : 0);
-    else bits[index] = sign | (exponent << 10) | (mantissa >>> 13);
-  }
-  return bits;
-}
-
-function fromFloat16Bits(bits: number): number {
-  const sign = bits & 0x8000 ? -1 : 1;
-  const exponent = (bits >>> 10) & 0x1f;
-  const mantissa = bits & 0x3ff;
-  if (exponent === 0) return sign * 2 ** -14 * (mantissa / 1024);
-  if (exponent === 31) return mantissa ? NaN : sign * Infinity;
-  return sign * 2 ** (exponent - 15) * (1 + mantissa / 1024);
 }

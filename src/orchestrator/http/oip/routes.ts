@@ -1,0 +1,174 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { DATATYPES, isTerminal, MeshError, VERSION_SEPARATOR, type Datatype, type JobView, type ModelManifest } from '../../../protocol/index.js';
+import type { EventBus } from '../../events/event-bus.js';
+import type { JobService } from '../../jobs/index.js';
+import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
+import type { MeshStatus } from '../../status/mesh-status.js';
+import { grantOf, type RequestAuth } from '../auth.js';
+import { jobEnd } from '../prefer-wait.js';
+import { decodeTensor, encodeTensor, splitBody } from './binary.js';
+
+export interface OipRouteDeps {
+  jobs: JobService;
+  events: EventBus;
+  registry: ModelRegistry;
+  status: MeshStatus;
+  auth: RequestAuth;
+  version: string;
+}
+
+/** The extensions this server has (GET /v2): the binary tensor data extension, Triton's name for it. */
+export const OIP_EXTENSIONS = ['binary_tensor_data'];
+/** How long an infer request waits for its job: then the answer is 504 and the job goes on. */
+const INFER_WAIT_MS = 60_000;
+const HEADER_LENGTH = 'inference-header-content-length';
+
+const Parameters = z.record(z.string(), z.unknown()).optional();
+const InferInput = z.object({
+  name: z.string().min(1).max(200),
+  shape: z.array(z.int().min(0)).max(16),
+  datatype: z.enum(DATATYPES),
+  parameters: Parameters,
+  data: z.unknown().optional(),
+});
+const InferRequest = z.object({
+  id: z.string().max(200).optional(),
+  parameters: Parameters,
+  inputs: z.array(InferInput).min(1).max(64),
+  outputs: z.array(z.object({ name: z.string().min(1).max(200), parameters: Parameters })).max(64).optional(),
+});
+type InferRequest = z.infer<typeof InferRequest>;
+
+/**
+ * The Open Inference Protocol v2, REST (KServe's `inference_rest.md`; Triton speaks it): health, server and model
+ * metadata, readiness, and `infer` for every tensor model of the registry (its name, and `versions/{v}` for a model
+ * added with versions). An infer request is a job like any other — the same grants, admission, batching and routing —
+ * answered when it ends. Inputs and outputs travel as JSON or in the binary tensor data extension. Errors are
+ * `{"error": "<message>"}` with the status gpumesh gives them.
+ */
+export function oipRoutes(app: FastifyInstance, deps: OipRouteDeps): void {
+  const { registry, status, auth } = deps;
+  app.register(async (scope) => {
+    // OIP's error shape, not gpumesh's envelope: clients written for Triton read `error` as a string.
+    scope.setErrorHandler((error, _request, reply) => {
+      const mesh = error instanceof MeshError ? error : null;
+      const statusCode = mesh?.status ?? (error as { statusCode?: number }).statusCode ?? 500;
+      void reply.code(statusCode >= 400 ? statusCode : 500).send({ error: mesh?.message ?? (statusCode < 500 ? (error as Error).message : 'internal error: see the orchestrator log') });
+    });
+    // Requests come as JSON or, with the binary extension, as a JSON header and bytes: read either whole (bounded by the body limit).
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+
+    scope.get('/v2/health/live', { schema: { tags: ['oip'], summary: 'OIP: the server is live' } }, async () => ({ live: true }));
+    scope.get('/v2/health/ready', { schema: { tags: ['oip'], summary: 'OIP: the server is ready (its store open and an agent connected); 503 with why, when not' } }, async () => {
+      const reasons = status.notReady();
+      if (reasons.length > 0) throw new MeshError('NOT_READY', { detail: reasons.join('; ') });
+      return { ready: true };
+    });
+    scope.get('/v2', { schema: { tags: ['oip'], summary: 'OIP: server metadata' } }, async () => ({ name: 'gpumesh', version: deps.version, extensions: OIP_EXTENSIONS }));
+
+    for (const path of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
+      scope.get(path, { schema: { tags: ['oip'], summary: 'OIP: model metadata (its inputs and outputs)' }, onRequest: auth.require('mesh:read') }, async (request) => {
+        const model = tensorModel(registry, request.params as ModelParams);
+        return {
+          name: nameOf(model.manifest), versions: versionsOf(registry, model.manifest), platform: model.manifest.engine === 'onnx' ? 'onnxruntime_onnx' : model.manifest.engine,
+          inputs: model.manifest.inputs, outputs: model.manifest.outputs ?? [],
+        };
+      });
+      scope.get(`${path}/ready`, { schema: { tags: ['oip'], summary: 'OIP: whether the model is ready for inference' }, onRequest: auth.require('mesh:read') }, async (request) => {
+        const model = tensorModel(registry, request.params as ModelParams);
+        return { name: nameOf(model.manifest), ready: status.notReady().length === 0 };
+      });
+      scope.post(`${path}/infer`, { schema: { tags: ['oip'], summary: 'OIP: run the model (JSON or the binary tensor data extension); a job like any other' }, onRequest: auth.require('jobs:submit') }, async (request, reply) => {
+        return infer(request, reply, tensorModel(registry, request.params as ModelParams), deps);
+      });
+    }
+  });
+}
+
+interface ModelParams { model: string; version?: string }
+
+/** A tensor model by OIP name and version: `<model>@<version>` for a model with versions, else the model itself. */
+function tensorModel(registry: ModelRegistry, params: ModelParams): RegisteredModel {
+  const family = registry.family(params.model);
+  const name = family ? `${params.model}${VERSION_SEPARATOR}${params.version ?? family.pinned ?? family.versions.at(-1)}` : params.model;
+  const model = registry.get(name);
+  if (!model || (!family && params.version !== undefined && params.version !== model.manifest.version)) {
+    throw new MeshError('NOT_FOUND', { what: `Model ${params.model}${params.version ? ` version ${params.version}` : ''}` });
+  }
+  if (!model.manifest.inputs?.length || !model.manifest.jobTypes.includes('tensor')) {
+    throw new MeshError('BAD_REQUEST', { detail: `model ${params.model} is not a tensor model with named inputs (${model.manifest.jobTypes.join(', ')} jobs): use /v1/jobs` });
+  }
+  return model;
+}
+
+const nameOf = (manifest: ModelManifest): string => manifest.name.split(VERSION_SEPARATOR)[0]!;
+const versionsOf = (registry: ModelRegistry, manifest: ModelManifest): string[] => registry.family(nameOf(manifest))?.versions ?? [manifest.version];
+
+async function infer(request: FastifyRequest, reply: FastifyReply, model: RegisteredModel, deps: OipRouteDeps): Promise<unknown> {
+  const body = request.body as Buffer | undefined ?? Buffer.alloc(0);
+  const headerLength = request.headers[HEADER_LENGTH];
+  const { header, binary } = splitBody(body, headerLength === undefined ? null : Number(headerLength));
+  const parsed = InferRequest.safeParse(header);
+  if (!parsed.success) {
+    throw new MeshError('BAD_REQUEST', { detail: parsed.error.issues.map((issue) => `${issue.path.join('.') || 'request'}: ${issue.message}`).join('; ') });
+  }
+  const inference = parsed.data;
+  const inputs: Record<string, { datatype: Datatype; shape: number[]; data: unknown }> = {};
+  let offset = 0;
+  for (const input of inference.inputs) {
+    const size = input.parameters?.binary_data_size;
+    let data: unknown = input.data;
+    if (size !== undefined) {
+      if (!Number.isSafeInteger(size) || (size as number) < 0 || offset + (size as number) > binary.length) {
+        throw new MeshError('BAD_REQUEST', { detail: `input ${input.name}: binary_data_size ${String(size)} is more than the ${binary.length - offset} bytes left` });
+      }
+      data = decodeTensor(binary.subarray(offset, offset + (size as number)), input.datatype, input.name);
+      offset += size as number;
+    } else if (data === undefined) {
+      throw new MeshError('BAD_REQUEST', { detail: `input ${input.name}: no data (give data, or parameters.binary_data_size and the bytes)` });
+    }
+    inputs[input.name] = { datatype: input.datatype, shape: input.shape, data };
+  }
+  if (offset !== binary.length) throw new MeshError('BAD_REQUEST', { detail: `${binary.length - offset} bytes after the inputs' binary data belong to no input` });
+
+  const grant = grantOf(request);
+  const { job } = await deps.jobs.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request));
+  const record = deps.jobs.record(grant, job.id);
+  const gone = new AbortController();
+  reply.raw.once('close', () => gone.abort());
+  const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), gone.signal);
+  if (!ended) throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
+  const view = deps.jobs.viewOf(record);
+  if (view.status !== 'succeeded') {
+    const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
+    const status = error.code === 'INVALID_INPUT' ? 400 : error.code === 'CANCELLED' ? 409 : 500;
+    return reply.code(status).send({ error: `${error.code}: ${error.message}` });
+  }
+  return answer(reply, inference, view, model);
+}
+
+/** The response: each output asked for (all when none is named), in JSON or, where asked, as binary data after the header. */
+function answer(reply: FastifyReply, inference: InferRequest, view: JobView, model: RegisteredModel): unknown {
+  const produced = (view.result as { outputs?: Record<string, { datatype: Datatype; shape: number[]; data: (number | boolean | string)[] }> } | null)?.outputs ?? {};
+  const wanted = inference.outputs ?? Object.keys(produced).map((name) => ({ name, parameters: undefined }));
+  const allBinary = inference.parameters?.binary_data_output === true;
+  const parts: Buffer[] = [];
+  const outputs = wanted.map((output) => {
+    const tensor = produced[output.name];
+    if (!tensor) throw new MeshError('BAD_REQUEST', { detail: `output ${output.name}: the model has no output of that name (it has: ${Object.keys(produced).join(', ')})` });
+    const binary = output.parameters?.binary_data === true || (allBinary && output.parameters?.binary_data !== false);
+    if (!binary) return { name: output.name, datatype: tensor.datatype, shape: tensor.shape, data: tensor.data };
+    const bytes = encodeTensor(tensor.data, tensor.datatype);
+    parts.push(bytes);
+    return { name: output.name, datatype: tensor.datatype, shape: tensor.shape, parameters: { binary_data_size: bytes.length } };
+  });
+  const response = { model_name: nameOf(model.manifest), model_version: model.manifest.version, id: inference.id ?? view.id, outputs };
+  if (parts.length === 0) return reply.send(response);
+  const json = Buffer.from(JSON.stringify(response));
+  return reply
+    .header('content-type', 'application/octet-stream')
+    .header(HEADER_LENGTH, String(json.length))
+    .send(Buffer.concat([json, ...parts]));
+}
