@@ -59,7 +59,7 @@ export class BenchClient {
     this.#stream.on('data', (chunk: string) => parser.feed(chunk));
   }
 
-  request(method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<Reply> {
+  request(method: string, path: string, body?: string | Buffer, headers: Record<string, string> = {}): Promise<Reply> {
     return new Promise((resolve, reject) => {
       const outgoing = http.request({ host: this.#url.hostname, port: this.#url.port, method, path, agent: this.#agent, headers: { ...this.#headers, ...headers } }, (response) => {
         let text = '';

@@ -50,7 +50,7 @@ const BUILTIN_POLICIES: Record<string, ModelPolicyDefaults> = {
   'gen-video': { batching: { maxBatchSize: 1, preferredBatchSizes: [1], maxQueueDelayMs: 0 } },
   mlp: { batching: { maxBatchSize: 32, preferredBatchSizes: [8, 16, 32], maxQueueDelayMs: 2 } },
   // Requests of Triton clients stack along the first dimension; one alone leaves at once (work-conserving batching).
-  simple: { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } },
+  simple: { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 0 } },
 };
 
 /**
