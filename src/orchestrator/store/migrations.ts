@@ -239,4 +239,23 @@ export const MIGRATIONS: readonly Migration[] = [
       ) WITHOUT ROWID;
     `,
   },
+  {
+    version: 13,
+    name: 'pictures jobs start from: their decoding verdicts, and which jobs name which',
+    sql: `
+      CREATE TABLE input_images (
+        digest TEXT PRIMARY KEY,
+        format TEXT,
+        width INTEGER,
+        height INTEGER,
+        refusal TEXT,
+        checked_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE TABLE job_inputs (
+        digest TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        PRIMARY KEY (digest, job_id)
+      ) WITHOUT ROWID;
+    `,
+  },
 ];
