@@ -15,6 +15,7 @@ import type { GovernanceConfigInput } from '../protocol/engines/process-settings
 import { AgentLink, type AgentLinkOptions } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
+import { InputPictures } from './input-pictures.js';
 import { Residency } from './residency.js';
 import { ServerLauncher } from './server-launcher.js';
 import { Supervisor } from './governance/supervisor.js';
@@ -101,6 +102,7 @@ export class Agent {
   readonly #link: AgentLink;
   readonly #trust: ServerTrust;
   readonly #running = new Map<string, RunningBatch>();
+  readonly #pictures: InputPictures;
   readonly #unacked = new Map<string, Result>();
   #heartbeat: NodeJS.Timeout | null = null;
   #idleSweep: NodeJS.Timeout | null = null;
@@ -138,10 +140,12 @@ export class Agent {
       supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }), video,
     }, options.engines);
     this.#trust = new ServerTrust(options.url, agentPins(options));
-    this.#cache = new ModelCache(join(options.dataDir, 'models'), (digest, signal) =>
-      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal }), {
+    const fetchBlob = (digest: string, signal: AbortSignal): Promise<Response> =>
+      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal });
+    this.#cache = new ModelCache(join(options.dataDir, 'models'), fetchBlob, {
       onRepair: (digest, reason) => log.warn({ digest, reason }, 'cached model file is corrupt; deleting it and pulling it again'),
     });
+    this.#pictures = new InputPictures(fetchBlob);
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -355,9 +359,10 @@ export class Agent {
       };
       if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
       reports.report({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds], ...(loading ? { loadMs, ...(phases ? { phases } : {}) } : {}) });
+      const pictures = await this.#pictures.forJobs(jobs);
       const computeStart = performance.now();
       const { outputs, memory } = await loaded.run(
-        jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
+        jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt, ...(pictures.has(job.id) ? { pictures: pictures.get(job.id)! } : {}) })),
         (progress) => reports.report({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
       );
       const computeMs = performance.now() - computeStart;

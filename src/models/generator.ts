@@ -369,3 +369,67 @@ export function coordsFor(width: number, height: number): Float32Array {
   }
   return out;
 }
+
+/** The colour (0..1 per channel) the display maps one canvas point to: the network's own palette, in code. */
+function paletteOf(c0: number, c1: number, c2: number, out: Float64Array): void {
+  const TAU = 2 * Math.PI;
+  const { hueFreq, lightFreq, phaseFreq, phaseBase, mid, swing, light } = CONFIG;
+  const lightTerm = light * Math.cos(TAU * lightFreq * c1);
+  out[0] = mid + swing * Math.cos(TAU * hueFreq * c0) + lightTerm;
+  out[1] = mid + swing * Math.cos(TAU * (hueFreq * c0 + phaseFreq[0] * c2 + phaseBase[0])) + lightTerm;
+  out[2] = mid + swing * Math.cos(TAU * (hueFreq * c0 + phaseFreq[1] * c2 + phaseBase[1])) + lightTerm;
+}
+
+/**
+ * A canvas whose display is as close to a picture as the palette allows (image-to-image starts the refinement from
+ * it): per pixel, a few damped Gauss–Newton steps on the three canvas channels, from the previous pixel's answer
+ * (neighbouring pixels are alike, so it starts close). `rgb` is row-major, 3 bytes a pixel.
+ */
+export function canvasFor(rgb: Uint8Array): Float32Array {
+  const pixels = rgb.length / 3;
+  const canvas = new Float32Array(pixels * 3);
+  const colour = new Float64Array(3);
+  const probe = new Float64Array(3);
+  const jacobian = new Float64Array(9);
+  const c = [0, 0, 0];
+  const h = 1e-3;
+  for (let p = 0; p < pixels; p++) {
+    const target = [rgb[p * 3]! / 255, rgb[p * 3 + 1]! / 255, rgb[p * 3 + 2]! / 255];
+    for (let iteration = 0; iteration < 8; iteration++) {
+      paletteOf(c[0]!, c[1]!, c[2]!, colour);
+      const residual = [colour[0]! - target[0]!, colour[1]! - target[1]!, colour[2]! - target[2]!];
+      if (Math.abs(residual[0]!) + Math.abs(residual[1]!) + Math.abs(residual[2]!) < 0.01) break;
+      for (let k = 0; k < 3; k++) {
+        const moved = [...c];
+        moved[k]! += h;
+        paletteOf(moved[0]!, moved[1]!, moved[2]!, probe);
+        for (let row = 0; row < 3; row++) jacobian[row * 3 + k] = (probe[row]! - colour[row]!) / h;
+      }
+      // (JᵀJ + λI) δ = −Jᵀr
+      const a = new Float64Array(9);
+      const b = new Float64Array(3);
+      for (let i = 0; i < 3; i++) {
+        for (let j = 0; j < 3; j++) for (let row = 0; row < 3; row++) a[i * 3 + j]! += jacobian[row * 3 + i]! * jacobian[row * 3 + j]!;
+        a[i * 3 + i]! += 0.05;
+        for (let row = 0; row < 3; row++) b[i]! -= jacobian[row * 3 + i]! * residual[row]!;
+      }
+      const step = solve3(a, b);
+      for (let k = 0; k < 3; k++) c[k]! += Math.max(-0.5, Math.min(0.5, step[k]!));
+    }
+    canvas[p * 3] = c[0]!;
+    canvas[p * 3 + 1] = c[1]!;
+    canvas[p * 3 + 2] = c[2]!;
+  }
+  return canvas;
+}
+
+/** x of a x = b for a 3 × 3 system (Cramer's rule; the damping keeps it regular). */
+function solve3(a: Float64Array, b: Float64Array): number[] {
+  const det = (m: ArrayLike<number>): number => m[0]! * (m[4]! * m[8]! - m[5]! * m[7]!) - m[1]! * (m[3]! * m[8]! - m[5]! * m[6]!) + m[2]! * (m[3]! * m[7]! - m[4]! * m[6]!);
+  const whole = det(a);
+  return [0, 1, 2].map((column) => {
+    const m = Array.from(a);
+    for (let row = 0; row < 3; row++) m[row * 3 + column] = b[row]!;
+    return det(m) / whole;
+  });
+}

@@ -4,6 +4,7 @@ export {
   GEN_DEFAULT_STEPS,
   GEN_LATENT_DIM,
   buildGenerator,
+  canvasFor,
   coordsFor,
   latentFor,
   walkLatent,

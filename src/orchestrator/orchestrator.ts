@@ -32,6 +32,7 @@ import { loadServerTls, tlsCaCaveat } from './tls-server/index.js';
 import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ClientBlobs } from './blobs/client-blobs.js';
+import { InputImages } from './blobs/input-images.js';
 import { StagedUploads } from './blobs/staged-uploads.js';
 import { ModelCatalog } from './registry/catalog.js';
 import { ReplicaRequests } from './autoscale/replica-requests.js';
@@ -207,12 +208,13 @@ export class Orchestrator {
       },
     });
 
-    const clientBlobs = new ClientBlobs({ db, commits, clock, store: blobStore, limitBytes: config.server.uploadLimitBytes });
+    const pictures = new InputImages({ db, commits, clock, store: blobStore });
+    const clientBlobs = new ClientBlobs({ db, commits, clock, store: blobStore, limitBytes: config.server.uploadLimitBytes, pictures });
     const uploads = new StagedUploads({ db, commits, clock, store: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
     // Uploads abandoned for a week are not coming back: their bytes go.
     const sweptUploads = await uploads.sweep(UPLOAD_MAX_AGE_MS);
     if (sweptUploads > 0) log.info({ uploads: sweptUploads }, 'deleted uploads abandoned for a week');
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory });
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     const status = new MeshStatus({

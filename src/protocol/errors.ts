@@ -50,6 +50,7 @@ export const ERRORS = {
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
+  IMAGE_REFUSED: { status: 400, message: 'Not a picture gpumesh will decode: {detail}' },
   UPLOAD_CONFLICT: { status: 409, message: 'Upload {id} has {offset} bytes ({detail}): send the next chunk from offset {offset}' },
 
   // Agents and execution (carried in job errors and link messages)

@@ -1,7 +1,7 @@
 export { ERRORS, MeshError, formatError, isErrorCode } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export {
-  JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody,
+  JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody, BlobDigest, INPUT_IMAGE_FIELDS,
 } from './jobs.js';
 export type { JobStatus, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
 export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';

@@ -21,7 +21,21 @@ export const LIMITS = {
   bulkJobs: 1000,
   /** Largest body of a bulk submit. */
   bulkBodyBytes: 16 * 1024 * 1024,
+  /**
+   * A picture a job starts from (`image`, `mask`): the formats decoded, and the most pixels one may hold once decoded
+   * (a decompression bomb is refused by its header, before its pixels are allocated).
+   */
+  inputImage: { formats: ['png', 'jpeg', 'webp'] as const, maxPixels: 4096 * 4096 },
+  /** How much of an input picture image-to-image keeps when a job does not say (0: all of it, 1: none). */
+  defaultStrength: 0.6,
 } as const;
+
+/** A blob named by its content: `sha256:` and 64 lower-case hex digits. */
+export const BlobDigest = z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be a blob digest, sha256:<64 hex> (store the file with PUT /v1/blobs first)');
+
+/** Input fields that name a picture by digest: the orchestrator checks them at admission, the agent fetches and decodes them. */
+export const INPUT_IMAGE_FIELDS = ['image', 'mask'] as const;
+export type InputImageField = (typeof INPUT_IMAGE_FIELDS)[number];
 
 export const ImageInput = z.strictObject({
   prompt: z.string().trim().min(1, 'prompt must not be empty').max(LIMITS.promptChars),
@@ -31,6 +45,14 @@ export const ImageInput = z.strictObject({
   steps: z.int().min(LIMITS.steps.min).max(LIMITS.steps.max).optional(),
   /** What the picture should not show; used by engines that support it (sd.cpp, A1111), ignored by the others. */
   negativePrompt: z.string().max(LIMITS.promptChars).optional(),
+  /** Image-to-image: the picture (a blob digest) the refinement starts from; its size is the default size. */
+  image: BlobDigest.optional(),
+  /** Where the picture may change: a PNG whose transparent pixels mark what to repaint (OpenAI's convention); the rest is kept. */
+  mask: BlobDigest.optional(),
+  /** How far the result may move from `image`: 0 keeps it, 1 repaints it all. */
+  strength: z.number().min(0).max(1).optional(),
+}).refine((input) => input.image !== undefined || (input.mask === undefined && input.strength === undefined), {
+  message: 'mask and strength need an image to start from', path: ['image'],
 });
 export type ImageInput = z.infer<typeof ImageInput>;
 

@@ -1,9 +1,12 @@
-import { open } from 'node:fs/promises';
+import { open, rm } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { fileTypeFromBuffer } from 'file-type';
 import type { Clock } from '../../protocol/clock.js';
 import { blobs, clientBlobs, type Db, type GroupCommit } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
+import type { InputImages } from './input-images.js';
+import type { DeclaredType } from './picture-check.js';
+import { MeshError } from '../../protocol/index.js';
 
 export interface ClientBlobsDeps {
   db: Db;
@@ -12,6 +15,8 @@ export interface ClientBlobsDeps {
   store: BlobStore;
   /** The largest blob a client may store in one request. */
   limitBytes: number;
+  /** Pictures are decoded when they are stored, so a bad one is refused then, not when a job names it. */
+  pictures: InputImages;
 }
 
 /** What a client learns of a blob it stored. */
@@ -38,15 +43,25 @@ export class ClientBlobs {
   }
 
   /** Store a stream (hashed as it is written, refused past the limit). */
-  async put(grantId: string, body: Readable): Promise<StoredBlob> {
+  async put(grantId: string, body: Readable, declared: DeclaredType = {}): Promise<StoredBlob> {
     const stored = await this.#deps.store.putStream(body, { limit: this.#deps.limitBytes });
-    return this.record(grantId, stored);
+    return this.record(grantId, stored, declared);
   }
 
-  /** Record a blob already in the store (a completed upload) as this lineage's. */
-  async record(grantId: string, stored: { digest: string; bytes: number }): Promise<StoredBlob> {
+  /**
+   * Record a blob already in the store (a completed upload) as this lineage's. A picture (by its bytes or as
+   * declared) must decode (IMAGE_REFUSED otherwise, and the bytes are not kept unless something else holds them).
+   */
+  async record(grantId: string, stored: { digest: string; bytes: number }, declared: DeclaredType = {}): Promise<StoredBlob> {
     const { db, commits, clock } = this.#deps;
     const mediaType = blobs.getBlob(db, stored.digest)?.mediaType ?? await this.#sniff(stored.digest);
+    if (mediaType.startsWith('image/') || declared.mediaType?.startsWith('image/')) {
+      const verdict = await this.#deps.pictures.inspect(stored.digest, declared);
+      if (verdict && !verdict.ok) {
+        if (!blobs.getBlob(db, stored.digest)) await rm(this.#deps.store.pathOf(stored.digest), { force: true });
+        throw new MeshError('IMAGE_REFUSED', { detail: verdict.refusal });
+      }
+    }
     const now = clock.now();
     commits.write(() => {
       blobs.recordBlob(db, { digest: stored.digest, bytes: stored.bytes, mediaType }, now);

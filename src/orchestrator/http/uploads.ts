@@ -86,12 +86,16 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
     raw.put('/v1/blobs', {
       schema: {
         tags: ['blobs'],
-        summary: 'Store a file by digest in one request (an image a job starts from, …): {digest, bytes, mediaType}, the type as its bytes say. Jobs of the same grant lineage may name it as an input',
+        summary: 'Store a file by digest in one request (an image a job starts from, …): {digest, bytes, mediaType}, the type as its bytes say. A picture (PNG, JPEG, WebP) is decoded under limits first: a bomb, a truncated or polyglot file, or one whose Content-Type or Content-Disposition filename disagrees with its bytes is 400 IMAGE_REFUSED. Jobs of the same grant lineage may name it as an input',
       },
       onRequest: auth.require('blobs:write'),
     }, async (request, reply) => {
+      // What the client says the file is must agree with its bytes when it is a picture (a .png that is a JPEG is refused).
+      const disposition = request.headers['content-disposition']?.match(/filename="?([^";]+)"?/i)?.[1];
+      const declared = { mediaType: request.headers['content-type'], ...(disposition ? { filename: disposition } : {}) };
+      const stored = await clientBlobs.put(grantOf(request).id, request.raw, declared);
       void reply.code(201);
-      return clientBlobs.put(grantOf(request).id, request.raw);
+      return stored;
     });
   });
 }

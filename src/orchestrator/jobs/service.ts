@@ -10,10 +10,11 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import { type ModelRegistry, type RegisteredModel } from '../registry/index.js';
 import { assertDigest } from '../../protocol/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import { artifacts, clientBlobs, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
+import { artifacts, clientBlobs, inputImages, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
+import type { InputImages } from '../blobs/input-images.js';
 import type { JobStates } from './states.js';
 import { artifactView, jobView, snapshotEvents } from './views.js';
 
@@ -32,6 +33,8 @@ export interface JobServiceDeps {
   dispatcher: Dispatcher;
   cancellation: Cancellation;
   metrics: MeshMetrics;
+  /** Pictures jobs name as inputs: decoded before admission, checked at it, recorded with the job. */
+  pictures: InputImages;
   /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
 }
@@ -58,6 +61,12 @@ export function canSee(grant: VerifiedGrant, scope: EventScope, now: number): bo
 export function defaultAlbumOf(grant: VerifiedGrant): string {
   if (grant.albums === null || grant.albums.includes(DEFAULT_ALBUM)) return DEFAULT_ALBUM;
   return grant.albums[0] ?? DEFAULT_ALBUM;
+}
+
+/** The hosts an agent grant may be (its `host` caveats); null: any. */
+function agentHosts(grant: VerifiedGrant): string[] | null {
+  const hosts = grant.caveats.flatMap((caveat) => (caveat.condition === 'host' ? [caveat.value] : []));
+  return hosts.length > 0 ? hosts : null;
 }
 
 /** JSON with object keys sorted, so equal values always give equal text. */
@@ -96,6 +105,7 @@ export class JobService {
    * `created` is false for an idempotent repeat.
    */
   async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
+    await this.#deps.pictures.prepare(body.input);
     const admitted = this.#admit(grant, body, authorize);
     await this.#deps.commits.durable();
     return admitted;
@@ -107,6 +117,7 @@ export class JobService {
    * group commit; resolves once the admitted ones are committed.
    */
   async submitMany(grant: VerifiedGrant, items: readonly unknown[], authorize: Authorize): Promise<BulkItemResult[]> {
+    for (const item of items) await this.#deps.pictures.prepare((item as { input?: unknown } | null)?.input);
     const results = items.map((item, index): BulkItemResult => {
       const parsed = SubmitJobBody.safeParse(item);
       if (!parsed.success) {
@@ -147,7 +158,9 @@ export class JobService {
     if (body.timeoutMs !== undefined && body.timeoutMs > model.policy.maxTimeoutMs) {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
-    const input = model.pipeline.normalize(body.input, model.manifest);
+    const { pictures } = this.#deps;
+    const input = model.pipeline.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
+    pictures.check(input, name, (digest) => this.assertBlobVisible(grant, digest));
 
     // Idempotency keys live per grant lineage (the grant id, shared by every narrowing). A key names one
     // request: the same request gets its job back (200); any other request with the key is refused with
@@ -185,6 +198,7 @@ export class JobService {
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
     }, stale?.id);
+    pictures.recordJob(job.id, input);
     this.#deps.cancellation.arm(job);
     this.#deps.dispatcher.enqueue(job);
     return { job, created: true };
@@ -225,6 +239,8 @@ export class JobService {
     assertDigest(digest);
     // What its own lineage stored (an input it uploaded), it may read back.
     if (clientBlobs.storedBy(this.#deps.db, digest, grant.id)) return;
+    // A host reads the pictures of the jobs it was sent (an agent grant limited to models).
+    if (grant.kind === 'agent' && inputImages.inputOfJobOn(this.#deps.db, digest, agentHosts(grant))) return;
     // A model's own file, to a grant that may have the model (an agent pulling it; an album-limited grant never).
     if (albums === null && types === null && models!.some((name) => this.#deps.registry.get(name)?.manifest.digest === digest)) return;
     if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums, types, models })) {

@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import type { z } from 'zod';
 import { controlMarkupIn, type EngineDescriptor } from '../../protocol/engines/index.js';
 import { checkNamedTensors, namedTensorsCost, namedTensorsKey, namedTensorsProbe, type NamedTensorInput } from './named-tensors.js';
-import { INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput } from '../../protocol/index.js';
+import { INPUT_IMAGE_FIELDS, INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput } from '../../protocol/index.js';
 
 /**
  * What the orchestrator must know about a job type's input, whatever engine
@@ -12,7 +12,8 @@ import { INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput 
  * `params` where it has them (`defaultWidth`, `defaultHeight`, `defaultSteps`).
  */
 export interface Pipeline {
-  normalize(input: Record<string, unknown>, manifest: ModelManifest): Record<string, unknown>;
+  /** `pictures` tells the size of a picture an input names (admission checked it decodes); absent, a picture's size is not known. */
+  normalize(input: Record<string, unknown>, manifest: ModelManifest, pictures?: PictureSizes): Record<string, unknown>;
   compatKey(input: Record<string, unknown>): string;
   /** The smallest real input for a health probe: one job through the normal path that proves the replica still runs. */
   probeInput(manifest: ModelManifest): Record<string, unknown>;
@@ -21,6 +22,17 @@ export interface Pipeline {
    * attempt timeouts divide a batch's cost by the replica's measured cost per second. Jobs that may share a batch cost the same.
    */
   cost(input: Record<string, unknown>): number;
+}
+
+/** The size of a picture an input names by digest, as decoding found it (null: not a picture, or not known). */
+export type PictureSizes = (digest: string) => { width: number; height: number } | null;
+
+/** A picture's size scaled to fit the image limits, keeping its shape: the default size of an image-to-image job. */
+function fitted(size: { width: number; height: number }): { width: number; height: number } {
+  const { min, max } = LIMITS.imageSide;
+  const scale = Math.min(1, max / Math.max(size.width, size.height));
+  const side = (value: number): number => Math.max(min, Math.min(max, Math.round(value * scale)));
+  return { width: side(size.width), height: side(size.height) };
 }
 
 function parseInput<T extends z.ZodType>(schema: T, input: unknown, model: string): z.output<T> {
@@ -39,28 +51,40 @@ const param = (manifest: ModelManifest, key: string, fallback: number): number =
 };
 
 const image: Pipeline = {
-  normalize(input, manifest) {
+  normalize(input, manifest, pictures) {
     const image = parseInput(INPUT_SCHEMAS.image, input, manifest.name);
+    // Image-to-image: the picture's own size (fitted to the limits) unless the job names one.
+    const start = image.image !== undefined ? pictures?.(image.image) ?? null : null;
+    const size = start ? fitted(start) : { width: param(manifest, 'defaultWidth', 256), height: param(manifest, 'defaultHeight', 256) };
     return {
       prompt: image.prompt,
       // A job without a seed gets a fresh one, recorded so the image can be made again.
       seed: image.seed ?? randomInt(0, 0xffffffff),
-      width: image.width ?? param(manifest, 'defaultWidth', 256),
-      height: image.height ?? param(manifest, 'defaultHeight', 256),
+      width: image.width ?? size.width,
+      height: image.height ?? size.height,
       steps: image.steps ?? param(manifest, 'defaultSteps', 6),
       ...(image.negativePrompt ? { negativePrompt: image.negativePrompt } : {}),
+      ...(image.image !== undefined ? { image: image.image, strength: image.strength ?? LIMITS.defaultStrength } : {}),
+      ...(image.mask !== undefined ? { mask: image.mask } : {}),
     };
   },
-  // Image size and step count fix the tensor shapes and the number of forward passes.
-  compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}`,
+  // Image size and step count fix the tensor shapes and the number of forward passes; image-to-image starts at the
+  // step its strength gives, which the whole batch shares.
+  compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}${input.image === undefined ? '' : `@${String(refinementSteps(input))}`}`,
   // The smallest picture the input schema allows, one step; a model whose server wants other sizes names them in params.
   // Each refinement step computes every pixel once.
-  cost: (input) => Number(input.width) * Number(input.height) * Number(input.steps),
+  cost: (input) => Number(input.width) * Number(input.height) * refinementSteps(input),
   probeInput: (manifest) => ({
     prompt: 'gpumesh health probe', seed: 1,
     width: Number(manifest.params.probeWidth ?? 8), height: Number(manifest.params.probeHeight ?? 8), steps: Number(manifest.params.probeSteps ?? 1),
   }),
 };
+
+/** The refinement steps an image job runs: all of them, or for image-to-image the last `strength` of them (at least one). */
+export function refinementSteps(input: Record<string, unknown>): number {
+  const steps = Number(input.steps);
+  return input.image === undefined ? steps : Math.max(1, Math.ceil(steps * Number(input.strength)));
+}
 
 /**
  * A clip from an image model: each frame is one image (the same size and steps), so a frame's cost is an image's
@@ -151,13 +175,18 @@ export function pipelineFor(jobType: string): Pipeline | undefined {
  * agent refuses it again: neither side trusts the other with it.
  */
 export function pipelineForEngine(pipeline: Pipeline, engine: EngineDescriptor | undefined): Pipeline {
-  if (!engine || engine.controlMarkup.length === 0) return pipeline;
+  if (!engine) return pipeline;
   return {
     ...pipeline,
-    normalize(input, manifest) {
-      const normalized = pipeline.normalize(input, manifest);
+    normalize(input, manifest, pictures) {
+      const normalized = pipeline.normalize(input, manifest, pictures);
       const problem = controlMarkupIn(normalized, engine);
       if (problem) throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: problem });
+      // A picture an engine would not look at must not be silently dropped: the client expects it used.
+      const picture = engine.pictureInputs ? undefined : INPUT_IMAGE_FIELDS.find((field) => normalized[field] !== undefined);
+      if (picture) {
+        throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: the ${engine.name} engine does not take pictures as inputs; send the job to a model that does (the built-in gen does image-to-image)` });
+      }
       return normalized;
     },
   };

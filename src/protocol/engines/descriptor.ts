@@ -39,6 +39,11 @@ export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
    * given its frames one image at a time by the agent (video/frames-from-images.ts), so any image engine makes clips.
    */
   readonly nativeVideo?: boolean;
+  /**
+   * The engine takes pictures as inputs (`image`, `mask`: image-to-image, OCR); the agent hands it each one decoded.
+   * Absent: a job that names a picture is refused at admission rather than run as if it named none.
+   */
+  readonly pictureInputs?: boolean;
   /** Markup the engine reads in client text; none: the engine takes text as words (or takes no text). */
   readonly controlMarkup: readonly ControlMarkup[];
 }

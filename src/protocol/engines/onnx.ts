@@ -39,5 +39,5 @@ export type OnnxSettings = z.infer<typeof OnnxSettings>;
 
 /** The built-in ONNX Runtime engine: one worker process per device. Its text is seeds for a generator, never read as instructions. */
 export const onnxDescriptor: EngineDescriptor<typeof OnnxSettings> = {
-  name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true, controlMarkup: [],
+  name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true, pictureInputs: true, controlMarkup: [],
 };

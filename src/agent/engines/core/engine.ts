@@ -1,9 +1,23 @@
 import type { Device, ErrorCode, ModelManifest } from '../../../protocol/index.js';
 
+/**
+ * A picture a job names by digest (`image`, `mask`), fetched, verified and decoded by the agent: row-major pixels,
+ * RGB for a picture, one channel (its alpha: 0 = repaint) for a mask; sized to the job's width × height when it names
+ * them, else as stored.
+ */
+export interface InputPicture {
+  data: Uint8Array;
+  width: number;
+  height: number;
+  channels: 1 | 3;
+}
+
 /** One job of a batch, as an engine sees it. */
 export interface EngineJob {
   id: string;
   input: Record<string, unknown>;
+  /** The pictures its input names, decoded, by field; absent when it names none. */
+  pictures?: Readonly<Record<string, InputPicture>>;
   /** When the job expires (epoch ms), if it has a deadline; engines that wait on a server stop waiting then. */
   deadlineAt?: number | null;
 }

@@ -1,8 +1,8 @@
 import type { InferenceSession } from 'onnxruntime-node';
 import * as ort from 'onnxruntime-node';
-import { coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../models/index.js';
+import { canvasFor, coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type JobOutput, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type InputPicture, type JobOutput, type Progress } from '../core/engine.js';
 import { namedTensors } from './named-tensors.js';
 import { encodePng } from './png.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
@@ -20,11 +20,15 @@ export interface PipelineRun {
 const sameShape = (jobs: readonly EngineJob[], keys: readonly string[]): boolean =>
   jobs.every((job) => keys.every((key) => job.input[key] === jobs[0]!.input[key]));
 
-/** The CPPN generator: the refinement loop (render) over the whole batch, one PNG per job. */
+/**
+ * The CPPN generator: the refinement loop (render) over the whole batch, one PNG per job. Image-to-image starts from
+ * the job's picture (the canvas whose display is closest to it) and runs only the last `strength` of the steps, so
+ * the coarse shapes stay the picture's and the finer bands are the prompt's; a mask keeps what it covers.
+ */
 async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
   const { session, jobs } = run;
-  if (!sameShape(jobs, ['width', 'height', 'steps'])) {
-    throw new EngineError('INVALID_INPUT', 'jobs of one batch must share width, height and steps', false);
+  if (!sameShape(jobs, ['width', 'height', 'steps']) || new Set(jobs.map(firstStep)).size > 1) {
+    throw new EngineError('INVALID_INPUT', 'jobs of one batch must share width, height, steps and the step image-to-image starts at', false);
   }
   const first = jobs[0]!.input;
   const width = Number(first.width);
@@ -33,16 +37,46 @@ async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
   const pixels = width * height;
   const latent = new Float32Array(jobs.length * GEN_LATENT_DIM);
   jobs.forEach((job, index) => latent.set(latentFor(String(job.input.prompt), Number(job.input.seed)), index * GEN_LATENT_DIM));
+  const canvas = new Float32Array(jobs.length * pixels * 3);
+  jobs.forEach((job, index) => {
+    const picture = job.pictures?.image;
+    if (picture) canvas.set(canvasFor(pictureOfSize(picture, width, height, 3)), index * pixels * 3);
+  });
   const rgb = await render(session, latent, coordsFor(width, height), steps, {
     stop: () => jobs.every((job) => run.isCancelled(job.id)),
     step: (step) => run.onProgress({ step, total: steps }),
-  });
+  }, { canvas, from: firstStep(jobs[0]!) });
   return Promise.all(jobs.map(async (job, index): Promise<JobOutput> => {
     if (run.isCancelled(job.id) || !rgb) return cancelled(job.id);
     const slice = Buffer.from(rgb.buffer, rgb.byteOffset + index * pixels * 3, pixels * 3);
+    const { image, mask } = job.pictures ?? {};
+    if (image && mask) keepMasked(slice, pictureOfSize(image, width, height, 3), pictureOfSize(mask, width, height, 1));
     const png = await encodePng(slice, width, height);
     return { jobId: job.id, ok: true, files: [{ bytes: png, mediaType: 'image/png', width, height }] };
   }));
+}
+
+/** The step a job's refinement starts at: 0, or for image-to-image the first of the last `strength` of its steps. */
+function firstStep(job: EngineJob): number {
+  const steps = Number(job.input.steps);
+  if (job.input.image === undefined) return 0;
+  return steps - Math.max(1, Math.ceil(steps * Number(job.input.strength)));
+}
+
+/** A decoded picture's pixels, checked to be what the batch renders (the agent sizes them to the job). */
+function pictureOfSize(picture: InputPicture, width: number, height: number, channels: 1 | 3): Uint8Array {
+  if (picture.width !== width || picture.height !== height || picture.channels !== channels) {
+    throw new EngineError('INVALID_INPUT', `an input picture is ${picture.width}×${picture.height}×${picture.channels}; the job renders ${width}×${height}×${channels}`, false);
+  }
+  return picture.data;
+}
+
+/** Where the mask is opaque the picture stays; where it is transparent the render shows; between, a blend. */
+function keepMasked(rgb: Buffer, picture: Uint8Array, mask: Uint8Array): void {
+  for (let p = 0; p < mask.length; p++) {
+    const keep = mask[p]! / 255;
+    for (let c = 0; c < 3; c++) rgb[p * 3 + c] = Math.round(rgb[p * 3 + c]! * (1 - keep) + picture[p * 3 + c]! * keep);
+  }
 }
 
 const cancelled = (jobId: string): JobOutput => ({ jobId, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false });
@@ -54,16 +88,17 @@ const cancelled = (jobId: string): JobOutput => ({ jobId, ok: false, code: 'CANC
  */
 async function render(
   session: InferenceSession, latent: Float32Array, coords: Float32Array, steps: number, on: { stop(): boolean; step(step: number): void },
+  start: { canvas?: Float32Array; from: number } = { from: 0 },
 ): Promise<Uint8Array | null> {
   const batch = latent.length / GEN_LATENT_DIM;
   const pixels = coords.length / 3;
   const feeds: Record<string, ort.Tensor> = {
     latent: new ort.Tensor('float32', latent, [batch, GEN_LATENT_DIM]),
     coords: new ort.Tensor('float32', coords, [pixels, 3]),
-    canvas: new ort.Tensor('float32', new Float32Array(batch * pixels * 3), [batch, pixels, 3]),
+    canvas: new ort.Tensor('float32', start.canvas ?? new Float32Array(batch * pixels * 3), [batch, pixels, 3]),
   };
   let rgb: Uint8Array | null = null;
-  for (let step = 0; step < steps; step++) {
+  for (let step = start.from; step < steps; step++) {
     if (on.stop()) return null;
     feeds.octave = new ort.Tensor('float32', new Float32Array([step]), [1]);
     const last = step === steps - 1;

@@ -1,0 +1,76 @@
+import { createHash } from 'node:crypto';
+import sharp from 'sharp';
+import { INPUT_IMAGE_FIELDS, LIMITS } from '../protocol/index.js';
+import { EngineError, type InputPicture } from './engines/core/engine.js';
+import type { FetchBlob } from './model-cache.js';
+
+export interface InputPicturesOptions {
+  /** The most bytes one picture may have; the orchestrator refuses larger uploads long before (default 256 MiB). */
+  maxBytes?: number;
+  maxPixels?: number;
+  /** A picture that has not arrived in this long will not: the batch fails over (default 60 s). */
+  fetchTimeoutMs?: number;
+}
+
+/**
+ * The pictures a batch's jobs name, fetched from the orchestrator by digest, checked against it, and decoded with
+ * sharp under the same pixel limit the orchestrator applied: the agent trusts the bytes no more than the
+ * orchestrator trusted the client. Pictures live in memory for the batch only; nothing is kept on disk.
+ */
+export class InputPictures {
+  readonly #fetch: FetchBlob;
+  readonly #options: Required<InputPicturesOptions>;
+
+  constructor(fetchBlob: FetchBlob, options: InputPicturesOptions = {}) {
+    this.#fetch = fetchBlob;
+    this.#options = { maxBytes: 256 * 1024 * 1024, maxPixels: LIMITS.inputImage.maxPixels, fetchTimeoutMs: 60_000, ...options };
+  }
+
+  /** Each job's decoded pictures by field (a job naming none gets none). */
+  async forJobs(jobs: readonly { id: string; input: Record<string, unknown> }[]): Promise<Map<string, Record<string, InputPicture>>> {
+    const signal = AbortSignal.timeout(this.#options.fetchTimeoutMs);
+    const bytesOf = new Map<string, Promise<Buffer>>();
+    const result = new Map<string, Record<string, InputPicture>>();
+    for (const job of jobs) {
+      const pictures: Record<string, InputPicture> = {};
+      for (const field of INPUT_IMAGE_FIELDS) {
+        const digest = job.input[field];
+        if (typeof digest !== 'string') continue;
+        if (!bytesOf.has(digest)) bytesOf.set(digest, this.#fetchVerified(digest, signal));
+        const size = typeof job.input.width === 'number' && typeof job.input.height === 'number' ? { width: job.input.width, height: job.input.height } : null;
+        pictures[field] = await this.#decode(await bytesOf.get(digest)!, field === 'mask' ? 1 : 3, size, `${field} ${digest}`);
+      }
+      if (Object.keys(pictures).length > 0) result.set(job.id, pictures);
+    }
+    return result;
+  }
+
+  async #fetchVerified(digest: string, signal: AbortSignal): Promise<Buffer> {
+    let body: Buffer;
+    try {
+      const response = await this.#fetch(digest, signal);
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      const declared = Number(response.headers.get('content-length') ?? 0);
+      if (declared > this.#options.maxBytes) throw new Error(`${declared} bytes is more than the ${this.#options.maxBytes} a picture may have`);
+      body = Buffer.from(await response.arrayBuffer());
+    } catch (error) {
+      throw new EngineError('ENGINE_FAILED', `fetching the input picture ${digest} failed: ${error instanceof Error ? error.message : String(error)}`, true, { cause: error });
+    }
+    const actual = `sha256:${createHash('sha256').update(body).digest('hex')}`;
+    if (actual !== digest) throw new EngineError('ENGINE_FAILED', `the input picture ${digest} arrived as ${actual}`, true);
+    return body;
+  }
+
+  async #decode(bytes: Buffer, channels: 1 | 3, size: { width: number; height: number } | null, what: string): Promise<InputPicture> {
+    try {
+      let image = sharp(bytes, { limitInputPixels: this.#options.maxPixels, failOn: 'truncated' });
+      if (size) image = image.resize(size.width, size.height, { fit: 'cover' });
+      // A mask is its alpha (OpenAI's convention: transparent = repaint); a picture is flattened onto white.
+      image = channels === 1 ? image.ensureAlpha().extractChannel('alpha') : image.flatten({ background: '#ffffff' }).toColourspace('srgb').removeAlpha();
+      const { data, info } = await image.raw().toBuffer({ resolveWithObject: true });
+      return { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), width: info.width, height: info.height, channels };
+    } catch (error) {
+      throw new EngineError('IMAGE_REFUSED', `${what}: ${error instanceof Error ? error.message : String(error)}`, false, { cause: error });
+    }
+  }
+}

@@ -1,0 +1,98 @@
+import { readFile } from 'node:fs/promises';
+import { INPUT_IMAGE_FIELDS, MeshError } from '../../protocol/index.js';
+import type { Clock } from '../../protocol/clock.js';
+import { inputImages, type Db, type GroupCommit, type ImageVerdict } from '../store/index.js';
+import type { BlobStore } from './blob-store.js';
+import { checkPicture, declaredMismatch, type DeclaredType } from './picture-check.js';
+
+export interface InputImagesDeps {
+  db: Db;
+  commits: GroupCommit;
+  clock: Clock;
+  store: BlobStore;
+}
+
+/** The digests of the pictures an input names (its `image`, `mask`), whatever else it holds. */
+export function picturesNamed(input: unknown): string[] {
+  if (input === null || typeof input !== 'object') return [];
+  const record = input as Record<string, unknown>;
+  return INPUT_IMAGE_FIELDS.map((field) => record[field]).filter((value): value is string => typeof value === 'string');
+}
+
+/**
+ * Pictures jobs start from, by digest: each is decoded once (picture-check.ts) and its verdict kept, so admission —
+ * which is synchronous, many jobs in one commit — reads a verdict instead of decoding; a bomb is refused by its
+ * header once, not once per job that names it.
+ */
+export class InputImages {
+  readonly #deps: InputImagesDeps;
+
+  constructor(deps: InputImagesDeps) {
+    this.#deps = deps;
+  }
+
+  /**
+   * Decode a stored blob (once per digest: the verdict of its bytes is kept) and hold it to what the client declared
+   * for it; undefined when no such blob is stored.
+   */
+  async inspect(digest: string, declared: DeclaredType = {}): Promise<ImageVerdict | undefined> {
+    const { db, commits, clock, store } = this.#deps;
+    let verdict = inputImages.verdictOf(db, digest);
+    if (!verdict) {
+      let bytes: Buffer;
+      try {
+        bytes = await readFile(store.pathOf(digest));
+      } catch {
+        return undefined;
+      }
+      const decided = await checkPicture(bytes);
+      commits.write(() => inputImages.recordVerdict(db, digest, decided, clock.now()));
+      verdict = decided;
+    }
+    // A wrong declared type is this request's mistake, not the file's: it is not kept.
+    const mismatch = verdict.ok ? declaredMismatch(verdict.format, declared) : null;
+    return mismatch ? { ok: false, refusal: mismatch } : verdict;
+  }
+
+  /** Before admission: every picture an input names has a verdict (decoding what was never decoded). */
+  async prepare(input: unknown): Promise<void> {
+    for (const digest of picturesNamed(input)) {
+      if (/^sha256:[0-9a-f]{64}$/.test(digest) && !inputImages.verdictOf(this.#deps.db, digest)) await this.inspect(digest);
+    }
+  }
+
+  /** A picture's size, if it decoded (admission's `PictureSizes`). */
+  sizeOf(digest: string): { width: number; height: number } | null {
+    const verdict = inputImages.verdictOf(this.#deps.db, digest);
+    return verdict?.ok ? { width: verdict.width, height: verdict.height } : null;
+  }
+
+  /**
+   * At admission: each picture a normalized input names exists, may be read by the grant (`visible` throws
+   * otherwise) and decoded; a 400 naming the field when not.
+   */
+  check(input: Record<string, unknown>, model: string, visible: (digest: string) => void): void {
+    for (const field of INPUT_IMAGE_FIELDS) {
+      const digest = input[field];
+      if (typeof digest !== 'string') continue;
+      try {
+        visible(digest);
+      } catch (error) {
+        if (error instanceof MeshError && error.code === 'NOT_FOUND') {
+          throw new MeshError('INVALID_INPUT', { model, detail: `${field}: no blob ${digest} that this grant may read (store the picture with PUT /v1/blobs first)` });
+        }
+        throw error;
+      }
+      const verdict = inputImages.verdictOf(this.#deps.db, digest);
+      if (!verdict) throw new MeshError('INVALID_INPUT', { model, detail: `${field}: no blob ${digest} is stored (store the picture with PUT /v1/blobs first)` });
+      if (!verdict.ok) throw new MeshError('IMAGE_REFUSED', { detail: `${field} ${digest}: ${verdict.refusal}` });
+    }
+  }
+
+  /** Record which pictures a job names, so the host it runs on may read them. */
+  recordJob(jobId: string, input: Record<string, unknown>): void {
+    const digests = picturesNamed(input);
+    if (digests.length === 0) return;
+    this.#deps.commits.write(() => { for (const digest of digests) inputImages.recordJobInput(this.#deps.db, digest, jobId); });
+  }
+}
