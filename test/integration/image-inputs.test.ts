@@ -32,8 +32,8 @@ async function call(method: string, path: string, options: { grant?: string; bod
   return { status: response.status, json };
 }
 
-const put = (bytes: Uint8Array<ArrayBuffer>, headers: Record<string, string> = { 'content-type': 'application/octet-stream' }, grant?: string) =>
-  call('PUT', '/v1/blobs', { body: bytes, headers, ...(grant ? { grant } : {}) });
+const put = (bytes: Uint8Array, headers: Record<string, string> = { 'content-type': 'application/octet-stream' }, grant?: string) =>
+  call('PUT', '/v1/blobs', { body: Uint8Array.from(bytes), headers, ...(grant ? { grant } : {}) });
 
 async function submitAndWait(input: Record<string, unknown>, grant?: string): Promise<{ status: number; json: any }> {
   return call('POST', '/v1/jobs', {
