@@ -2,7 +2,10 @@ import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import sharp from 'sharp';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
-import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { removeDir, startMesh, tempDir, type RunningMesh } from '../helpers/mesh.js';
+import { gpumeshRun } from '../helpers/processes.js';
 
 /**
  * Pictures as job inputs, through a real `gpumesh up` and its agent: a client stores a picture by digest, an image
@@ -166,5 +169,29 @@ describe('pictures gpumesh will not decode', () => {
     const theirs = await submitAndWait({ prompt: 'x', image: mine.digest }, stranger);
     expect(theirs.status).toBe(400);
     expect(theirs.json.error.message).toContain('that this grant may read');
+  });
+});
+
+describe('gpumesh submit --input image=./photo.png', () => {
+  it('uploads the picture, names it by digest and starts from it; a file that is not what its name says is refused', async () => {
+    const dir = tempDir();
+    const env = { GPUMESH_HOME: mesh.data, GPUMESH_URL: mesh.url };
+    try {
+      writeFileSync(join(dir, 'photo.png'), await photo());
+      const result = await gpumeshRun(['submit', '--prompt', 'a harbour at dusk', '--input', 'image=' + join(dir, 'photo.png'), '--strength', '0.3', '--wait', '--json', '--no-save'], env);
+      expect(result.code, result.output).toBe(0);
+      const ended = JSON.parse(result.output.slice(result.output.indexOf('{')));
+      expect(ended.type).toBe('succeeded');
+      expect(ended.artifacts[0]).toMatchObject({ width: 96, height: 64 });
+      const job = await call('GET', `/v1/jobs/${ended.jobId}`);
+      expect(job.json.input).toMatchObject({ image: digestOf(await photo()), strength: 0.3, width: 96, height: 64 });
+
+      writeFileSync(join(dir, 'photo.jpg'), await photo());
+      const wrong = await gpumeshRun(['submit', '--prompt', 'x', '--input', 'image=' + join(dir, 'photo.jpg')], env);
+      expect(wrong.code).toBe(1);
+      expect(wrong.output).toContain('name ends in .jpg but its bytes are image/png');
+    } finally {
+      removeDir(dir);
+    }
   });
 });

@@ -6,6 +6,16 @@ import type { JobEvent } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseSize, printJson } from '../common/output.js';
 import { withClientOptions } from './shared.js';
+import { ApiError, type MeshClient } from '../common/client.js';
+import { uploadPicture } from '../common/upload.js';
+
+const collect = (value: string, previous: string[]): string[] => [...previous, value];
+
+function parseFraction(value: string): number {
+  const number = Number(value);
+  if (!Number.isFinite(number) || number < 0 || number > 1) throw new CliError(`--strength must be a number from 0 to 1, not "${value}"`);
+  return number;
+}
 
 interface SubmitOptions extends ClientOptions {
   type?: string;
@@ -16,7 +26,8 @@ interface SubmitOptions extends ClientOptions {
   steps?: number;
   frames?: number;
   fps?: number;
-  input?: string;
+  input: string[];
+  strength?: number;
   priority?: number;
   timeout?: number;
   idempotencyKey?: string;
@@ -29,8 +40,27 @@ interface SubmitOptions extends ClientOptions {
 
 const EXTENSIONS: Record<string, string> = { 'image/png': 'png', 'video/mp4': 'mp4', 'application/json': 'json' };
 
-function buildInput(options: SubmitOptions): Record<string, unknown> {
-  const input: Record<string, unknown> = options.input ? parseJson(options.input) : {};
+/**
+ * The job's input: `--input` JSON objects merged in order, `--input field=./file` uploading the file and naming its
+ * digest (pictures a job starts from: `image`, `mask`), then the flags.
+ */
+async function buildInput(options: SubmitOptions, client: MeshClient): Promise<Record<string, unknown>> {
+  const input: Record<string, unknown> = {};
+  for (const item of options.input) {
+    const file = /^([A-Za-z_][\w-]*)=(.+)$/.exec(item);
+    if (item.trimStart().startsWith('{') || !file) {
+      Object.assign(input, parseJson(item));
+      continue;
+    }
+    const [, field, path] = file as unknown as [string, string, string];
+    try {
+      input[field] = (await uploadPicture(client, path)).digest;
+    } catch (error) {
+      if (error instanceof ApiError) throw new CliError(`--input ${field}=${path}: ${error.message}`);
+      throw new CliError(`--input ${field}=${path}: cannot read the file (${(error as Error).message})`);
+    }
+  }
+  if (options.strength !== undefined) input.strength = options.strength;
   if (options.prompt !== undefined) input.prompt = options.prompt;
   if (options.seed !== undefined) input.seed = options.seed;
   if (options.steps !== undefined) input.steps = options.steps;
@@ -50,11 +80,12 @@ function parseJson(text: string): Record<string, unknown> {
   }
 }
 
-/** The job type: --type, or `video` when the flags describe a clip (--frames, --fps). */
+/** The job type: --type, `video` when the flags describe a clip (--frames, --fps), else `image` for a prompt or a picture. */
 function jobType(options: SubmitOptions): string {
   if (options.type) return options.type;
   if (options.frames !== undefined || options.fps !== undefined) return 'video';
-  throw new CliError('--type is required (image, video, tensor, …), unless --frames or --fps make it a video');
+  if (options.prompt !== undefined || options.strength !== undefined || options.input.some((item) => item.startsWith('image='))) return 'image';
+  throw new CliError('--type is required (image, video, tensor, …), unless --prompt makes it an image or --frames or --fps a video');
 }
 
 /**
@@ -76,7 +107,7 @@ function outputNames(jobId: string, mediaTypes: readonly string[]): string[] {
 async function submit(options: SubmitOptions): Promise<void> {
   const client = clientFrom(options);
   const accepted = await client.submit({
-    type: jobType(options), model: options.model, input: buildInput(options), priority: options.priority,
+    type: jobType(options), model: options.model, input: await buildInput(options, client), priority: options.priority,
     timeoutMs: options.timeout, idempotencyKey: options.idempotencyKey, album: options.album,
   });
   if (!options.wait) {
@@ -131,7 +162,7 @@ async function submit(options: SubmitOptions): Promise<void> {
 export function submitCommand(): Command {
   return withClientOptions(new Command('submit'))
     .description('Submit a job; with --wait, follow its progress and fetch its outputs')
-    .option('-t, --type <type>', 'job type: image, video, tensor, … (default: video with --frames or --fps)')
+    .option('-t, --type <type>', 'job type: image, video, tensor, … (default: video with --frames or --fps, else image with --prompt)')
     .option('-m, --model <name>', 'model (default: the config\'s default for the type)')
     .option('-p, --prompt <text>', 'prompt (image jobs)')
     .option('--seed <n>', 'seed; the same prompt and seed give the same image', parseInteger('--seed'))
@@ -139,7 +170,8 @@ export function submitCommand(): Command {
     .option('--steps <n>', 'refinement steps (per frame for a video)', parseInteger('--steps'))
     .option('--frames <n>', 'video: frames in the clip (default 48)', parseInteger('--frames'))
     .option('--fps <n>', 'video: frames per second (default 24)', parseInteger('--fps'))
-    .option('--input <json>', 'the whole input as a JSON object (merged under the flags above)')
+    .option('--input <json|field=file>', 'the input as a JSON object (merged under the flags above), or a file to upload and name by digest, e.g. image=./photo.png (repeatable)', collect, [])
+    .option('--strength <0..1>', 'image-to-image: how far the result may move from --input image=… (0 keeps it, 1 repaints it; default 0.6)', parseFraction)
     .option('--priority <n>', '1 is the highest', parseInteger('--priority'))
     .option('--timeout <ms>', 'deadline in milliseconds from now', parseInteger('--timeout'))
     .option('--idempotency-key <key>', 'a retry with the same key returns the same job')

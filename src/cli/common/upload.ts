@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { open, stat } from 'node:fs/promises';
+import { open, readFile, stat } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { ApiError, type MeshClient } from './client.js';
 
 /** Bytes per chunk of a resumable upload: large enough to keep the link busy, small enough that a drop costs little. */
@@ -47,6 +48,24 @@ export async function uploadFile(client: MeshClient, path: string, onProgress: (
   }
   const stored = await client.request<{ digest: string; bytes: number; mediaType: string }>('POST', `/v1/uploads/${started.id}/complete`);
   if (stored.digest !== digest) throw new ApiError(0, 'DIGEST_MISMATCH', `the orchestrator stored ${stored.digest}, not ${digest}: the file changed while it was sent`);
+  return { ...stored, deduplicated: false };
+}
+
+/** Pictures up to this size go in one `PUT /v1/blobs`, their file name with them (a .png that is not a PNG is refused). */
+const ONE_REQUEST_BYTES = CHUNK_BYTES;
+
+/**
+ * Store a picture a job starts from (`--input image=./photo.png`): one request with its name when it is small,
+ * else a resumable upload. The orchestrator decodes it and refuses it (IMAGE_REFUSED) if it is not a picture it takes.
+ */
+export async function uploadPicture(client: MeshClient, path: string): Promise<UploadedFile> {
+  const { size } = await stat(path);
+  if (size > ONE_REQUEST_BYTES) return uploadFile(client, path);
+  const bytes = new Uint8Array(await readFile(path));
+  const name = basename(path).replace(/["\\\r\n]/g, '_');
+  const stored = await client.send<{ digest: string; bytes: number; mediaType: string }>('PUT', '/v1/blobs', bytes, {
+    'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename="${name}"`,
+  });
   return { ...stored, deduplicated: false };
 }
 
