@@ -363,7 +363,13 @@ export class Agent {
       const computeStart = performance.now();
       const { outputs, memory } = await loaded.run(
         jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt, ...(pictures.has(job.id) ? { pictures: pictures.get(job.id)! } : {}) })),
-        (progress) => reports.report({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress }),
+        ({ previews, ...progress }) => {
+          // A preview goes at once, on its own: it is worth something only while the job runs.
+          for (const preview of previews ?? []) {
+            if (!batch.cancelled.has(preview.jobId)) this.#link.send({ type: 'preview', batchId: batch.id, jobId: preview.jobId, ...progress, png: Buffer.from(preview.png).toString('base64') });
+          }
+          reports.report({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress });
+        },
       );
       const computeMs = performance.now() - computeStart;
       reports.end();

@@ -229,6 +229,7 @@ export class Orchestrator {
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       bodyLimitBytes: config.server.bodyLimitBytes,
       linkFrameBytes: linkFrameLimit(config.agents),
+      uploadLimitBytes: config.server.uploadLimitBytes,
     }, log, VERSION, tls);
 
     const recovered = recovery.recover();

@@ -18,6 +18,7 @@ import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
 import { modelRoutes, type ModelRouteDeps } from './http/models.js';
 import { oipRoutes } from './http/oip/routes.js';
+import { openAiRoutes } from './http/openai/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
 import type { EventBus } from './events/event-bus.js';
 import type { JobService } from './jobs/index.js';
@@ -32,6 +33,8 @@ export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDep
   bodyLimitBytes: number;
   /** The largest WebSocket frame an agent may send (agents.link.maxFrameBytes). */
   linkFrameBytes: number;
+  /** The largest file a client may store (server.uploadLimitBytes): an OpenAI edit's picture too. */
+  uploadLimitBytes: number;
 }
 
 /** Strip grants from logged URLs. */
@@ -77,6 +80,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   uploadRoutes(app, parts);
   modelRoutes(app, parts);
   oipRoutes(app, { ...parts, version });
+  openAiRoutes(app, parts);
   agentRoutes(app, parts);
   drainRoutes(app, parts);
   await galleryRoutes(app, parts);

@@ -16,6 +16,11 @@ export type JobEvent =
   | { type: 'loading'; jobId: string; model: string; host: string; loadMs?: number; phases?: LoadPhases; at: string }
   | { type: 'running'; jobId: string; host: string; at: string }
   | { type: 'progress'; jobId: string; step: number; total: number; pct: number; at: string }
+  /**
+   * A picture of the job's work so far (the refinement after `step` of `total`), when its input asked for previews:
+   * PNG as base64. Sent live to the job's followers only: never kept for replay.
+   */
+  | { type: 'preview'; jobId: string; step: number; total: number; mediaType: 'image/png'; b64: string; at: string }
   | { type: 'succeeded'; jobId: string; artifacts: ArtifactView[]; result: unknown; at: string }
   | { type: 'failed'; jobId: string; error: ErrorBody; at: string }
   | { type: 'cancelled'; jobId: string; at: string }
@@ -67,7 +72,7 @@ export type MeshEventType = MeshEvent['type'];
  * over both unions: an event type added to either without its name here does not compile.
  */
 const EVENT_NAMES: Record<JobEventType | MeshEventType, true> = {
-  queued: true, dispatched: true, loading: true, running: true, progress: true, succeeded: true, failed: true, cancelled: true, expired: true,
+  queued: true, dispatched: true, loading: true, running: true, progress: true, preview: true, succeeded: true, failed: true, cancelled: true, expired: true,
   'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
   'link:refused': true,
   'blob:corrupt': true, 'breaker:opened': true, 'breaker:half-open': true, 'breaker:closed': true,

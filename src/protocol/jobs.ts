@@ -51,6 +51,8 @@ export const ImageInput = z.strictObject({
   mask: BlobDigest.optional(),
   /** How far the result may move from `image`: 0 keeps it, 1 repaints it all. */
   strength: z.number().min(0).max(1).optional(),
+  /** Pictures of the refinement so far, sent as `preview` events while the job runs (engines that can: the built-in gen). */
+  previews: z.int().min(0).max(3).optional(),
 }).refine((input) => input.image !== undefined || (input.mask === undefined && input.strength === undefined), {
   message: 'mask and strength need an image to start from', path: ['image'],
 });

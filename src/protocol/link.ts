@@ -38,6 +38,8 @@ export const LINK_LIMITS = {
   listItems: 1024,
   /** Files one result carries. */
   artifactsPerResult: 256,
+  /** A preview picture (PNG, base64): a small picture of the work so far, not a result. */
+  previewChars: 1024 * 1024,
 } as const;
 
 const Id = z.string().max(LINK_LIMITS.idChars);
@@ -172,6 +174,8 @@ export const AgentMessage = z.discriminatedUnion('type', [
     phases: LoadPhases.optional(),
   }),
   z.object({ type: z.literal('progress'), batchId: Id, jobIds: JobIds, step: z.number(), total: z.number() }),
+  /** A picture of one job's work so far (its input asked for previews): PNG, base64. */
+  z.object({ type: z.literal('preview'), batchId: Id, jobId: Id, step: z.number(), total: z.number(), png: z.string().max(LINK_LIMITS.previewChars) }),
   z.object({
     type: z.literal('done'),
     jobId: Id,

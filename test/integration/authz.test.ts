@@ -133,6 +133,18 @@ const TABLE: Row[] = [
   { route: 'DELETE /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   { route: 'POST /v1/uploads/{id}/complete', request: () => ({ path: '/v1/uploads/u_0/complete', body: '{}' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   { route: 'PATCH /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0', body: uploadBytes, contentType: 'application/octet-stream' }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
+  // OpenAI's images API: generations and edits submit image jobs (as POST /v1/jobs); the models list answers any grant
+  // with the models it may use. An edit that is not multipart is refused once the grant passed.
+  {
+    route: 'POST /openai/v1/images/generations', request: () => ({ path: '/openai/v1/images/generations', body: '{"prompt":"x","size":"8x8","response_format":"b64_json"}' }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 200, agent: 403, upload: 401 }),
+  },
+  {
+    route: 'POST /openai/v1/images/edits', request: () => ({ path: '/openai/v1/images/edits', body: '{"prompt":"x"}' }),
+    expect: granted({ admin: 400, client: 400, gallery: 400, mesh: 403, album: 400, agent: 403, upload: 401 }),
+  },
+  { route: 'GET /openai/v1/models', request: () => ({ path: '/openai/v1/models' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }) },
+  { route: 'GET /openai/v1/models/{model}', request: () => ({ path: '/openai/v1/models/gen' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }) },
   // The Open Inference Protocol: health and server metadata need no grant (as /healthz); model metadata reads the mesh;
   // infer submits a job (the gallery's grant may submit only images, so it is refused the tensor job).
   { route: 'GET /v2/health/live', request: () => ({ path: '/v2/health/live' }), expect: everyone(200) },

@@ -39,6 +39,17 @@ export class EventBus {
     if (listeners) for (const listener of listeners) listener(scoped);
   }
 
+  /**
+   * An event for the job's followers only, never kept for replay nor sent to every stream (a preview picture: large,
+   * and worth something only while the job runs).
+   */
+  publishLive(event: JobEvent, scope: EventScope): void {
+    const listeners = this.#byJob.get(event.jobId);
+    if (!listeners) return;
+    const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope };
+    for (const listener of listeners) listener(scoped);
+  }
+
   publishMesh(event: MeshEvent): void {
     this.#remember({ id: this.#nextId(), kind: 'mesh', event });
   }

@@ -133,6 +133,8 @@ export class RequestAuth {
       const grant = this.#authority.verify(presented.token, now);
       this.#authority.authorize(grant, { action, ...describe?.(request) }, now);
       request.grant = grant;
+      // Kept for routes that hand out a narrowing of it (a read-only grant in a URL).
+      request.grantToken = presented.token;
     });
   }
 

@@ -69,7 +69,7 @@ function fromValidation(issues: readonly ValidationIssue[], where: string | unde
 }
 
 /** Any error thrown while answering a request, as the MeshError the client gets. */
-function toMeshError(error: FastifyError, request: FastifyRequest): MeshError {
+export function toMeshError(error: FastifyError, request: FastifyRequest): MeshError {
   if (error instanceof MeshError) return error;
   if (hasZodFastifySchemaValidationErrors(error) || error.code === 'FST_ERR_VALIDATION') {
     return fromValidation((error.validation ?? []) as ValidationIssue[], error.validationContext);

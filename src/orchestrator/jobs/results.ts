@@ -10,6 +10,9 @@ import type { InFlight } from './in-flight.js';
 import type { JobOutputs } from './outputs.js';
 import type { JobStates } from './states.js';
 
+/** A PNG's 8-byte signature, as the start of its base64 (the first 6 bytes make 8 whole characters). */
+const PNG_BASE64_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a]).toString('base64');
+
 type Done = Extract<AgentMessage, { type: 'done' }>;
 type Failed = Extract<AgentMessage, { type: 'failed' }>;
 
@@ -63,6 +66,12 @@ export class ResultIntake {
 
   progress(host: HostSession, batchId: string, jobIds: readonly string[], step: number, total: number): void {
     for (const job of this.#held(host, batchId, jobIds, 'progress')) this.#deps.states.progress(job, step, total);
+  }
+
+  /** A preview from the host that holds the job, if it is a PNG (what it shows is the engine's; what it is, ours to check). */
+  preview(host: HostSession, batchId: string, jobId: string, step: number, total: number, png: string): void {
+    if (!png.startsWith(PNG_BASE64_SIGNATURE)) return this.#deps.refusals.refuse(host, 'preview', [jobId], 'that is not a PNG');
+    for (const job of this.#held(host, batchId, [jobId], 'preview')) this.#deps.states.preview(job, step, total, png);
   }
 
   done(host: HostSession, message: Done): void {
@@ -171,7 +180,7 @@ export class ResultIntake {
    * in memory (the placement, the recently ended) and nothing more, so a message's cost is bounded by the link's
    * limit on the ids it may name.
    */
-  #held(host: HostSession, batchId: string, jobIds: readonly string[], what: 'loading' | 'started' | 'progress'): JobRecord[] {
+  #held(host: HostSession, batchId: string, jobIds: readonly string[], what: 'loading' | 'started' | 'progress' | 'preview'): JobRecord[] {
     const jobs: JobRecord[] = [];
     let refused: string[] | null = null;
     for (const jobId of jobIds) {

@@ -112,6 +112,24 @@ export class JobService {
   }
 
   /**
+   * Admit several jobs as one request (`n` images of one prompt): all in one turn, so they can share a batch, and all
+   * or none — the first refusal cancels those admitted before it and is thrown.
+   */
+  async submitAll(grant: VerifiedGrant, bodies: readonly SubmitJobBody[], authorize: Authorize): Promise<JobRecord[]> {
+    for (const body of bodies) await this.#deps.pictures.prepare(body.input);
+    const admitted: JobRecord[] = [];
+    try {
+      for (const body of bodies) admitted.push(this.#admit(grant, body, authorize).job);
+    } catch (error) {
+      for (const job of admitted) this.#deps.cancellation.cancel(job.id);
+      await this.#deps.commits.durable();
+      throw error;
+    }
+    await this.#deps.commits.durable();
+    return admitted;
+  }
+
+  /**
    * Admit many jobs at once (the counterpart of BullMQ's addBulk): each is
    * validated, authorized and admitted or refused on its own, all in one
    * group commit; resolves once the admitted ones are committed.

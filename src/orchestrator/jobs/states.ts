@@ -167,6 +167,11 @@ export class JobStates {
     this.#emit(job, { type: 'progress', jobId: job.id, step, total, pct, at: iso(this.#deps.clock.now()) });
   }
 
+  /** A preview of the job's picture so far: live to its followers, never stored. */
+  preview(job: JobRecord, step: number, total: number, png: string): void {
+    this.#deps.events.publishLive({ type: 'preview', jobId: job.id, step, total, mediaType: 'image/png', b64: png, at: iso(this.#deps.clock.now()) }, scopeOf(job));
+  }
+
   /**
    * The attempt in flight in `batchId` ended without a result (the job itself may be retried). `retryable`
    * false says the input is at fault.

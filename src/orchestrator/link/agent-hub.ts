@@ -213,6 +213,8 @@ export class AgentHub {
         session.resident = this.#granted(session, 'heartbeat', message.resident);
         session.devices = message.devices;
         return;
+      case 'preview':
+        return this.#deps.intake.preview(session, message.batchId, message.jobId, message.step, message.total, message.png);
       case 'loading':
       case 'started':
       case 'progress':

@@ -66,6 +66,7 @@ const image: Pipeline = {
       ...(image.negativePrompt ? { negativePrompt: image.negativePrompt } : {}),
       ...(image.image !== undefined ? { image: image.image, strength: image.strength ?? LIMITS.defaultStrength } : {}),
       ...(image.mask !== undefined ? { mask: image.mask } : {}),
+      ...(image.previews ? { previews: image.previews } : {}),
     };
   },
   // Image size and step count fix the tensor shapes and the number of forward passes; image-to-image starts at the

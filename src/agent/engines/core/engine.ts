@@ -54,6 +54,8 @@ export type JobOutput =
 export interface Progress {
   step: number;
   total: number;
+  /** Pictures of the work so far, for the jobs whose input asked for previews (`previews`), as PNG. */
+  previews?: { jobId: string; png: Uint8Array }[];
 }
 
 /**

@@ -98,7 +98,7 @@ class Worker {
     }
     const pending = this.#pending.get(message.requestId);
     if (!pending) return;
-    if (message.type === 'progress') return pending.onProgress?.({ step: message.step, total: message.total });
+    if (message.type === 'progress') return pending.onProgress?.({ step: message.step, total: message.total, ...(message.previews ? { previews: message.previews } : {}) });
     if (message.type === 'frame') {
       const taken = (): void => this.notify({ type: 'frames-taken', requestId: message.requestId, count: 1 });
       // A run that takes no frames still lets the worker go on (it would otherwise wait for room for ever).

@@ -17,7 +17,7 @@ export type ToWorker =
 export type FromWorker =
   | { type: 'ready'; pid: number }
   | { type: 'loaded'; requestId: number; memoryMB: number; provider: string }
-  | { type: 'progress'; requestId: number; step: number; total: number }
+  | { type: 'progress'; requestId: number; step: number; total: number; previews?: { jobId: string; png: Uint8Array }[] }
   /** One frame of a clip (`cppn-video`), row-major RGB, in order; the agent pipes it to the clip's encoder. */
   | { type: 'frame'; requestId: number; jobId: string; index: number; rgb: Uint8Array }
   /** `progress`: the run's last step, which rides with its result instead of a message of its own. */

@@ -42,10 +42,20 @@ async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
     const picture = job.pictures?.image;
     if (picture) canvas.set(canvasFor(pictureOfSize(picture, width, height, 3)), index * pixels * 3);
   });
+  const from = firstStep(jobs[0]!);
+  const previewSteps = new Map(jobs.map((job) => [job.id, previewStepsOf(Number(job.input.previews ?? 0), from, steps)]));
   const rgb = await render(session, latent, coordsFor(width, height), steps, {
     stop: () => jobs.every((job) => run.isCancelled(job.id)),
     step: (step) => run.onProgress({ step, total: steps }),
-  }, { canvas, from: firstStep(jobs[0]!) });
+    wantsPicture: (step) => jobs.some((job) => previewSteps.get(job.id)!.has(step)),
+    picture: async (step, pictures) => {
+      const previews = await Promise.all(jobs.filter((job) => previewSteps.get(job.id)!.has(step) && !run.isCancelled(job.id)).map(async (job) => {
+        const index = jobs.indexOf(job);
+        return { jobId: job.id, png: await encodePng(Buffer.from(pictures.buffer, pictures.byteOffset + index * pixels * 3, pixels * 3), width, height) };
+      }));
+      run.onProgress({ step, total: steps, previews });
+    },
+  }, { canvas, from });
   return Promise.all(jobs.map(async (job, index): Promise<JobOutput> => {
     if (run.isCancelled(job.id) || !rgb) return cancelled(job.id);
     const slice = Buffer.from(rgb.buffer, rgb.byteOffset + index * pixels * 3, pixels * 3);
@@ -54,6 +64,20 @@ async function cppnImage(run: PipelineRun): Promise<JobOutput[]> {
     const png = await encodePng(slice, width, height);
     return { jobId: job.id, ok: true, files: [{ bytes: png, mediaType: 'image/png', width, height }] };
   }));
+}
+
+/**
+ * After which steps (1-based, as progress counts them) a job asking for `count` previews gets one: spread evenly over
+ * the steps it runs, never the last (that picture is the result). Fewer when the job runs fewer steps.
+ */
+function previewStepsOf(count: number, from: number, steps: number): Set<number> {
+  const run = steps - from;
+  const chosen = new Set<number>();
+  for (let i = 1; i <= count; i++) {
+    const step = from + Math.round((i * run) / (count + 1));
+    if (step > from && step < steps) chosen.add(step);
+  }
+  return chosen;
 }
 
 /** The step a job's refinement starts at: 0, or for image-to-image the first of the last `strength` of its steps. */
@@ -87,7 +111,8 @@ const cancelled = (jobId: string): JobOutput => ({ jobId, ok: false, code: 'CANC
  * `stop` said so before it.
  */
 async function render(
-  session: InferenceSession, latent: Float32Array, coords: Float32Array, steps: number, on: { stop(): boolean; step(step: number): void },
+  session: InferenceSession, latent: Float32Array, coords: Float32Array, steps: number,
+  on: { stop(): boolean; step(step: number): void; wantsPicture?(step: number): boolean; picture?(step: number, rgb: Uint8Array): Promise<void> },
   start: { canvas?: Float32Array; from: number } = { from: 0 },
 ): Promise<Uint8Array | null> {
   const batch = latent.length / GEN_LATENT_DIM;
@@ -102,10 +127,12 @@ async function render(
     if (on.stop()) return null;
     feeds.octave = new ort.Tensor('float32', new Float32Array([step]), [1]);
     const last = step === steps - 1;
-    const outputs = await session.run(feeds, last ? ['canvas_out', 'rgb'] : ['canvas_out']);
+    const preview = !last && (on.wantsPicture?.(step + 1) ?? false);
+    const outputs = await session.run(feeds, last || preview ? ['canvas_out', 'rgb'] : ['canvas_out']);
     feeds.canvas = outputs.canvas_out!;
     if (last) rgb = outputs.rgb!.data as Uint8Array;
-    on.step(step + 1);
+    if (preview) await on.picture!(step + 1, outputs.rgb!.data as Uint8Array);
+    else on.step(step + 1);
   }
   return rgb;
 }

@@ -1,0 +1,117 @@
+import fastifyMultipart from '@fastify/multipart';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { MeshError, VERSION_SEPARATOR } from '../../../protocol/index.js';
+import type { ModelRegistry } from '../../registry/index.js';
+import { grantOf } from '../auth.js';
+import { installOpenAiErrors } from './errors.js';
+import { EditFields, GenerationBody, readImagesRequest } from './image-requests.js';
+import { runImages, type EditStart, type OpenAiImagesDeps } from './images.js';
+
+/** Where the OpenAI-compatible API lives: clients take it as their base URL (`baseURL: <mesh>/openai/v1`). */
+export const OPENAI_BASE = '/openai/v1';
+
+export interface OpenAiRouteDeps extends OpenAiImagesDeps {
+  registry: ModelRegistry;
+  /** The largest picture an edit may carry (the client upload limit). */
+  uploadLimitBytes: number;
+}
+
+/**
+ * OpenAI's images API under `/openai/v1`, so the clients people already have (the `openai` SDKs, Open WebUI,
+ * LibreChat, scripts) work with a grant as their API key: images/generations, images/edits (multipart), and models
+ * in OpenAI's list shape. Everything under the base path answers errors in OpenAI's shape.
+ */
+export function openAiRoutes(app: FastifyInstance, deps: OpenAiRouteDeps): void {
+  const { auth } = deps;
+  app.register(async (scope) => {
+    installOpenAiErrors(scope);
+    await scope.register(fastifyMultipart, {
+      limits: { fileSize: deps.uploadLimitBytes, files: 17, fields: 30, fieldSize: 64 * 1024, parts: 40 },
+      throwFileSizeLimit: true,
+    });
+
+    scope.post('/images/generations', {
+      schema: { tags: ['openai'], summary: 'OpenAI images API: generate n pictures from a prompt (url or b64_json; stream: true with partial_images for previews of the refinement)' },
+      onRequest: auth.require('jobs:submit'),
+    }, async (request, reply) => runImages(request, reply, readImagesRequest(GenerationBody, request.body ?? {}), null, deps));
+
+    scope.post('/images/edits', {
+      schema: {
+        tags: ['openai'], consumes: ['multipart/form-data'],
+        summary: 'OpenAI images API: edit a picture (multipart: image or image[], optional mask whose transparent pixels are repainted, prompt, n, size, …) by image-to-image',
+      },
+      onRequest: auth.require('jobs:submit'),
+    }, async (request, reply) => {
+      if (!request.isMultipart()) throw new MeshError('VALIDATION_FAILED', { detail: 'image: an edit is multipart/form-data with the picture as a file part' });
+      const { fields, start } = await readEdit(request, deps);
+      return runImages(request, reply, readImagesRequest(EditFields, fields), start, deps);
+    });
+
+    scope.get('/models', {
+      schema: { tags: ['openai'], summary: 'OpenAI models list: the models this grant may use' },
+      onRequest: auth.requireAny(),
+    }, async (request) => ({ object: 'list', data: modelsFor(request, deps.registry) }));
+
+    scope.get('/models/:model', {
+      schema: { tags: ['openai'], summary: 'OpenAI model object of one model this grant may use' },
+      onRequest: auth.requireAny(),
+    }, async (request) => {
+      const name = (request.params as { model: string }).model;
+      const model = modelsFor(request, deps.registry).find((entry) => entry.id === name);
+      if (!model) throw new MeshError('NOT_FOUND', { what: `Model ${name}` });
+      return model;
+    });
+  }, { prefix: OPENAI_BASE });
+}
+
+/** The models a grant may submit to, as OpenAI model objects: each family by its name, each plain model by its own. */
+function modelsFor(request: FastifyRequest, registry: ModelRegistry): { id: string; object: 'model'; created: number; owned_by: string }[] {
+  const grant = grantOf(request);
+  const seen = new Set<string>();
+  const out: { id: string; object: 'model'; created: number; owned_by: string }[] = [];
+  for (const model of registry.all()) {
+    const name = model.manifest.name.split(VERSION_SEPARATOR)[0]!;
+    if (seen.has(name)) continue;
+    if (grant.models && !grant.models.includes(name) && !grant.models.includes(model.manifest.name)) continue;
+    if (grant.types && !model.manifest.jobTypes.some((type) => grant.types!.includes(type))) continue;
+    seen.add(name);
+    out.push({ id: name, object: 'model', created: 0, owned_by: 'gpumesh' });
+  }
+  return out;
+}
+
+/**
+ * An edit's parts: text fields, and its pictures stored by digest as the caller's (decoded, IMAGE_REFUSED otherwise).
+ * One picture to start from (`image` or `image[]`): gpumesh's image-to-image starts from one.
+ */
+async function readEdit(request: FastifyRequest, deps: OpenAiRouteDeps): Promise<{ fields: Record<string, string>; start: EditStart }> {
+  const grant = grantOf(request);
+  const fields: Record<string, string> = {};
+  const images: string[] = [];
+  let mask: string | undefined;
+  for await (const part of request.parts()) {
+    if (part.type === 'field') {
+      fields[part.fieldname] = String(part.value);
+      continue;
+    }
+    const field = part.fieldname.replace(/\[\]$/, '');
+    if (field !== 'image' && field !== 'mask') {
+      part.file.resume();
+      throw new MeshError('VALIDATION_FAILED', { detail: `${part.fieldname}: not a file this route takes (image, image[], mask)` });
+    }
+    const declared = { mediaType: part.mimetype, ...(part.filename ? { filename: part.filename } : {}) };
+    let stored: { digest: string };
+    try {
+      stored = await deps.clientBlobs.put(grant.id, part.file, declared);
+    } catch (error) {
+      if (error instanceof MeshError && error.code === 'IMAGE_REFUSED') throw new MeshError('IMAGE_REFUSED', { detail: `${field}: ${String(error.params.detail)}` });
+      throw error;
+    }
+    if (field === 'mask') mask = stored.digest;
+    else images.push(stored.digest);
+  }
+  if (images.length !== 1) {
+    throw new MeshError('VALIDATION_FAILED', { detail: `image: ${images.length === 0 ? 'an edit needs the picture to start from' : `${images.length} pictures; gpumesh's image-to-image starts from one`}` });
+  }
+  return { fields, start: { image: images[0]!, ...(mask ? { mask } : {}) } };
+}

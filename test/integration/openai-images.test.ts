@@ -1,0 +1,131 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import OpenAI, { PermissionDeniedError, BadRequestError, toFile } from 'openai';
+import sharp from 'sharp';
+import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+
+/**
+ * OpenAI's images API on the mesh, driven by the official `openai` npm client as a user's script would drive it
+ * (`baseURL` at the mesh's `/openai/v1`, a gpumesh grant as the API key), against a real `gpumesh up` and its agent:
+ * generations as URLs and as base64, n = 4 in one fused batch, an edit of an uploaded picture with a mask, a stream
+ * with real partial images of the refinement, the models list, and refusals as the client's own error classes.
+ */
+let mesh: RunningMesh;
+let client: OpenAI;
+let key: string;
+
+async function mint(body: Record<string, unknown>): Promise<string> {
+  const response = await fetch(`${mesh.url}/v1/grants`, {
+    method: 'POST', headers: { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+  });
+  expect(response.status).toBe(201);
+  return ((await response.json()) as { token: string }).token;
+}
+
+beforeAll(async () => {
+  mesh = await startMesh();
+  key = await mint({ kind: 'client', types: ['image'] });
+  client = new OpenAI({ apiKey: key, baseURL: `${mesh.url}/openai/v1`, maxRetries: 0 });
+});
+afterAll(async () => {
+  await mesh?.stop();
+  if (mesh) removeDir(mesh.data);
+});
+
+const pictureOf = async (b64: string) => sharp(Buffer.from(b64, 'base64')).metadata();
+
+describe('images.generate with the openai client', () => {
+  it('answers a URL that works without a header, for an hour, and read-only', async () => {
+    const answer = await client.images.generate({ prompt: 'a lighthouse at dusk', model: 'dall-e-2', size: '256x256', response_format: 'url' });
+    expect(answer.data).toHaveLength(1);
+    const url = answer.data![0]!.url!;
+    expect(url).toMatch(new RegExp(`^${mesh.url}/v1/blobs/sha256:[0-9a-f]{64}\\?access_token=`));
+    const picture = await fetch(url);
+    expect(picture.status).toBe(200);
+    expect(picture.headers.get('content-type')).toBe('image/png');
+    expect(await sharp(Buffer.from(await picture.arrayBuffer())).metadata()).toMatchObject({ width: 256, height: 256, format: 'png' });
+    // The URL's grant reads blobs and nothing else.
+    const token = new URL(url).searchParams.get('access_token')!;
+    const submit = await fetch(`${mesh.url}/v1/jobs`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify({ type: 'image', input: { prompt: 'x' } }) });
+    expect(submit.status).toBe(403);
+  });
+
+  it('n = 4 as base64: four different pictures made in one fused batch; jpeg on request', async () => {
+    const answer = await client.images.generate({ prompt: 'four foxes', n: 4, size: '128x128', response_format: 'b64_json', output_format: 'jpeg' });
+    expect(answer.data).toHaveLength(4);
+    expect(answer).toMatchObject({ output_format: 'jpeg', size: '128x128' });
+    const pictures = answer.data!.map((entry) => entry.b64_json!);
+    expect(new Set(pictures).size).toBe(4);
+    for (const b64 of pictures) expect(await pictureOf(b64)).toMatchObject({ format: 'jpeg', width: 128, height: 128 });
+    const listed = await fetch(`${mesh.url}/v1/jobs?limit=4`, { headers: { authorization: `Bearer ${mesh.admin}` } });
+    const jobs = ((await listed.json()) as { jobs: { input: { prompt: string }; attempts: { batchId: string; batchSize: number }[] }[] }).jobs;
+    expect(jobs.every((job) => job.input.prompt === 'four foxes')).toBe(true);
+    expect(new Set(jobs.map((job) => job.attempts[0]!.batchId)).size).toBe(1);
+    expect(jobs[0]!.attempts[0]!.batchSize).toBe(4);
+  });
+
+  it('stream: true with partial_images streams real previews of the refinement, then the picture', async () => {
+    const stream = await client.images.generate({ prompt: 'a stormy sea', size: '128x128', stream: true, partial_images: 2 });
+    const events: { type: string; b64_json: string; partial_image_index?: number }[] = [];
+    for await (const event of stream) events.push(event as never);
+    expect(events.map((event) => event.type)).toEqual(['image_generation.partial_image', 'image_generation.partial_image', 'image_generation.completed']);
+    expect(events.map((event) => event.partial_image_index)).toEqual([0, 1, undefined]);
+    const [first, second, done] = events.map((event) => Buffer.from(event.b64_json, 'base64'));
+    for (const png of [first!, second!, done!]) expect(await sharp(png).metadata()).toMatchObject({ format: 'png', width: 128, height: 128 });
+    // Previews are the refinement on its way: different from each other and from the final picture.
+    expect(first!.equals(second!)).toBe(false);
+    expect(second!.equals(done!)).toBe(false);
+  });
+
+  it('lists the models the key may use', async () => {
+    const ids = [];
+    for await (const model of client.models.list()) ids.push(model.id);
+    expect(ids).toContain('gen');
+  });
+
+  it('refusals arrive as the client’s own errors, in OpenAI’s shape', async () => {
+    const videoOnly = new OpenAI({ apiKey: await mint({ kind: 'client', types: ['video'] }), baseURL: `${mesh.url}/openai/v1`, maxRetries: 0 });
+    const denied = await videoOnly.images.generate({ prompt: 'not for me' }).catch((error: unknown) => error);
+    expect(denied).toBeInstanceOf(PermissionDeniedError);
+    expect((denied as PermissionDeniedError).type).toBe('permission_error');
+
+    const tooBig = await client.images.generate({ prompt: 'huge', size: '1536x1024' }).catch((error: unknown) => error);
+    expect(tooBig).toBeInstanceOf(BadRequestError);
+    expect((tooBig as BadRequestError).param).toBe('size');
+    expect((tooBig as BadRequestError).message).toContain('each side from 8 to 1024');
+
+    const badKey = new OpenAI({ apiKey: 'not-a-grant', baseURL: `${mesh.url}/openai/v1`, maxRetries: 0 });
+    expect(await badKey.images.generate({ prompt: 'x' }).catch((error: unknown) => (error as { status: number }).status)).toBe(401);
+  });
+});
+
+describe('images.edit with the openai client', () => {
+  it('edits an uploaded picture (image-to-image, the mask’s transparent half repainted), and refuses a file that is not a picture', async () => {
+    const svg = '<svg xmlns="http://www.w3.org/2000/svg" width="96" height="64"><rect width="96" height="64" fill="#3060c0"/><circle cx="48" cy="32" r="18" fill="#e0d0a0"/></svg>';
+    const png = await sharp(Buffer.from(svg)).png().toBuffer();
+    const mask = await sharp(Buffer.from('<svg xmlns="http://www.w3.org/2000/svg" width="96" height="64"><rect width="48" height="64" fill="#000"/></svg>')).ensureAlpha().png().toBuffer();
+    const answer = await client.images.edit({
+      image: await toFile(png, 'photo.png', { type: 'image/png' }), mask: await toFile(mask, 'mask.png', { type: 'image/png' }),
+      prompt: 'the same scene at night', response_format: 'b64_json',
+    });
+    const edited = Buffer.from(answer.data![0]!.b64_json!, 'base64');
+    expect(await sharp(edited).metadata()).toMatchObject({ width: 96, height: 64 });
+    const [before, after] = await Promise.all([sharp(png).removeAlpha().raw().toBuffer(), sharp(edited).removeAlpha().raw().toBuffer()]);
+    let keptSame = 0;
+    let changed = 0;
+    for (let y = 0; y < 64; y++) {
+      for (let x = 0; x < 96; x++) {
+        const i = (y * 96 + x) * 3;
+        const same = before[i] === after[i] && before[i + 1] === after[i + 1] && before[i + 2] === after[i + 2];
+        if (x < 48 && same) keptSame++;
+        if (x >= 48 && !same) changed++;
+      }
+    }
+    expect(keptSame).toBe(48 * 64);
+    expect(changed).toBeGreaterThan(48 * 64 * 0.5);
+
+    const notPicture = await client.images.edit({ image: await toFile(Buffer.from('%PDF-1.4 not a picture'), 'photo.png', { type: 'image/png' }), prompt: 'x' }).catch((error: unknown) => error);
+    expect(notPicture).toBeInstanceOf(BadRequestError);
+    expect((notPicture as BadRequestError).code).toBe('IMAGE_REFUSED');
+    expect((notPicture as BadRequestError).param).toBe('image');
+  });
+});
