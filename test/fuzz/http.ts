@@ -190,7 +190,7 @@ export function routeInputs(route: RouteSpec, vocabulary: Vocabulary): fc.Arbitr
     label: route.label,
     template: route.template,
     onRoute: input.method === route.method || (input.method === 'HEAD' && route.method === 'GET'),
-    needsGrant: route.template.startsWith('/v1/'),
+    needsGrant: route.template.startsWith('/v1/') || route.template.startsWith('/openai/'),
   }));
 }
 

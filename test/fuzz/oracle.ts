@@ -15,7 +15,7 @@ const REGISTERED_STATUSES = new Set<number>(Object.values(ERRORS).map(({ status 
 /**
  * What must hold of an HTTP answer: no 5xx (unless `allowed` says this one is
  * documented), and every error in the envelope `{ error: { code, message } }` (on the Open Inference Protocol's
- * `/v2` routes, its own `{ error: "<message>" }`)
+ * `/v2` routes, its own `{ error: "<message>" }`; under `/openai/v1`, OpenAI's `{ error: { message, type, param, code } }`)
  * with a registered code of that status and its template filled in.
  * `sent` is the request's text, so a placeholder the client itself sent is not
  * mistaken for one the server forgot to fill.
@@ -49,7 +49,10 @@ export function answerProblems(answer: { status: number; contentType: string | u
   if (!parsed || typeof parsed !== 'object' || Object.keys(parsed).join() !== 'error' || !error || typeof error !== 'object') {
     return [...problems, `not the envelope: ${answer.body.slice(0, 160)}`];
   }
-  if (Object.keys(error).sort().join() !== 'code,message') problems.push(`the error has keys ${Object.keys(error).join(', ')}`);
+  // OpenAI's images API answers in OpenAI's shape, gpumesh's code in `code` (clients written for OpenAI read it); what
+  // the server refuses before any route (a path that is not percent-encoding, a request that is not HTTP) is in the envelope.
+  const openAi = /^(?:[A-Z]+ )?\/openai\/v1(?:[/?\s]|$)/.test(sent) && Object.keys(error).sort().join() === 'code,message,param,type';
+  if (!openAi && Object.keys(error).sort().join() !== 'code,message') problems.push(`the error has keys ${Object.keys(error).join(', ')}`);
   if (typeof error.code !== 'string' || !isErrorCode(error.code)) return [...problems, `code ${String(error.code)} is not in the registry`];
   if (ERRORS[error.code].status !== status) problems.push(`code ${error.code} is registered as ${ERRORS[error.code].status}, answered ${status}`);
   if (typeof error.message !== 'string' || error.message.length === 0) problems.push('the message is empty');
