@@ -66,7 +66,10 @@ describe('the README', () => {
     expect(output).toMatch(/event: succeeded/);
     expect(output).toContain('GRANT_DENIED');
     expect(output).toContain('types video');
-    if (saved) rmSync(saved);
+    // The OpenAI client's two URLs, each with its read-only grant.
+    expect(output.match(/\/v1\/blobs\/sha256:[0-9a-f]{64}\?access_token=/g)).toHaveLength(2);
+    expect(output).toMatch(/text-detector@1/);
+    for (const [, file] of output.matchAll(/file\s+(\S+\.png)/g)) rmSync(file!, { force: true });
     if (clip) for (const file of [clip, clip.replace(/\.mp4$/, '.poster.png')]) rmSync(file, { force: true });
     removeDir(data);
   });
