@@ -380,56 +380,136 @@ function paletteOf(c0: number, c1: number, c2: number, out: Float64Array): void 
   out[2] = mid + swing * Math.cos(TAU * (hueFreq * c0 + phaseFreq[1] * c2 + phaseBase[1])) + lightTerm;
 }
 
+/** Cells per colour channel of the inverse palette's table. */
+const INVERSE_CELLS = 32;
+let inverseTable: Float32Array | null = null;
+
+/**
+ * The inverse of the palette as a table: for each cell of a 32³ grid of colours, a canvas point whose display falls in
+ * it (of those sampled over one period of each channel, the one nearest the cell's centre; a colour the palette never
+ * shows takes its nearest shown neighbour's). Built once per worker process (110,592 palette samples).
+ */
+function paletteInverse(): Float32Array {
+  if (inverseTable) return inverseTable;
+  const cells = INVERSE_CELLS;
+  const table = new Float32Array(cells ** 3 * 3);
+  const best = new Float64Array(cells ** 3).fill(Infinity);
+  const colour = new Float64Array(3);
+  // One period of each channel, centred on 0: the small canvas values the generator's own bands start from.
+  const half = [0.5 / CONFIG.hueFreq, 0.5 / CONFIG.lightFreq, 0.5 / CONFIG.phaseFreq[0]];
+  const samples = 48;
+  for (let a = 0; a < samples; a++) {
+    for (let b = 0; b < samples; b++) {
+      for (let d = 0; d < samples; d++) {
+        const c0 = -half[0]! + (2 * half[0]! * a) / (samples - 1);
+        const c1 = -half[1]! + (2 * half[1]! * b) / (samples - 1);
+        const c2 = -half[2]! + (2 * half[2]! * d) / (samples - 1);
+        paletteOf(c0, c1, c2, colour);
+        let cell = 0;
+        let distance = 0;
+        for (let k = 0; k < 3; k++) {
+          const value = Math.min(1, Math.max(0, colour[k]!));
+          const index = Math.min(cells - 1, Math.floor(value * cells));
+          cell = cell * cells + index;
+          distance += (value - (index + 0.5) / cells) ** 2;
+        }
+        if (distance < best[cell]!) {
+          best[cell] = distance;
+          table[cell * 3] = c0;
+          table[cell * 3 + 1] = c1;
+          table[cell * 3 + 2] = c2;
+        }
+      }
+    }
+  }
+  // Colours the palette never shows take a neighbour's point, spreading outwards a ring at a time.
+  for (let pass = 0; pass < cells && best.includes(Infinity); pass++) {
+    const filled = best.map((value) => (Number.isFinite(value) ? 1 : 0));
+    for (let cell = 0; cell < best.length; cell++) {
+      if (filled[cell]) continue;
+      const r = Math.floor(cell / (cells * cells));
+      const g = Math.floor(cell / cells) % cells;
+      const bl = cell % cells;
+      for (const [dr, dg, db] of [[1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [0, 0, -1]] as const) {
+        const nr = r + dr;
+        const ng = g + dg;
+        const nb = bl + db;
+        if (nr < 0 || ng < 0 || nb < 0 || nr >= cells || ng >= cells || nb >= cells) continue;
+        const neighbour = (nr * cells + ng) * cells + nb;
+        if (!filled[neighbour]) continue;
+        best[cell] = best[neighbour]! + 1;
+        table.copyWithin(cell * 3, neighbour * 3, neighbour * 3 + 3);
+        break;
+      }
+    }
+  }
+  return (inverseTable = table);
+}
+
 /**
  * A canvas whose display is as close to a picture as the palette allows (image-to-image starts the refinement from
- * it): per pixel, a few damped Gauss–Newton steps on the three canvas channels, from the previous pixel's answer
- * (neighbouring pixels are alike, so it starts close). `rgb` is row-major, 3 bytes a pixel.
+ * it): per pixel, the inverse palette's table gives a starting point, and two damped Gauss–Newton steps on the three
+ * canvas channels bring its colour closer. `rgb` is row-major, 3 bytes a pixel.
  */
 export function canvasFor(rgb: Uint8Array): Float32Array {
+  const table = paletteInverse();
+  const cells = INVERSE_CELLS;
   const pixels = rgb.length / 3;
   const canvas = new Float32Array(pixels * 3);
   const colour = new Float64Array(3);
   const probe = new Float64Array(3);
   const jacobian = new Float64Array(9);
-  const c = [0, 0, 0];
+  const a = new Float64Array(9);
+  const b = new Float64Array(3);
+  const c = new Float64Array(3);
+  const residual = new Float64Array(3);
   const h = 1e-3;
   for (let p = 0; p < pixels; p++) {
-    const target = [rgb[p * 3]! / 255, rgb[p * 3 + 1]! / 255, rgb[p * 3 + 2]! / 255];
-    for (let iteration = 0; iteration < 8; iteration++) {
-      paletteOf(c[0]!, c[1]!, c[2]!, colour);
-      const residual = [colour[0]! - target[0]!, colour[1]! - target[1]!, colour[2]! - target[2]!];
+    let cell = 0;
+    for (let k = 0; k < 3; k++) cell = cell * cells + Math.min(cells - 1, (rgb[p * 3 + k]! * cells) >> 8);
+    c[0] = table[cell * 3]!;
+    c[1] = table[cell * 3 + 1]!;
+    c[2] = table[cell * 3 + 2]!;
+    for (let iteration = 0; iteration < GAUSS_NEWTON_STEPS; iteration++) {
+      paletteOf(c[0], c[1], c[2], colour);
+      for (let k = 0; k < 3; k++) residual[k] = colour[k]! - rgb[p * 3 + k]! / 255;
       if (Math.abs(residual[0]!) + Math.abs(residual[1]!) + Math.abs(residual[2]!) < 0.01) break;
       for (let k = 0; k < 3; k++) {
-        const moved = [...c];
-        moved[k]! += h;
-        paletteOf(moved[0]!, moved[1]!, moved[2]!, probe);
+        c[k]! += h;
+        paletteOf(c[0], c[1], c[2], probe);
+        c[k]! -= h;
         for (let row = 0; row < 3; row++) jacobian[row * 3 + k] = (probe[row]! - colour[row]!) / h;
       }
       // (JᵀJ + λI) δ = −Jᵀr
-      const a = new Float64Array(9);
-      const b = new Float64Array(3);
+      a.fill(0);
+      b.fill(0);
       for (let i = 0; i < 3; i++) {
         for (let j = 0; j < 3; j++) for (let row = 0; row < 3; row++) a[i * 3 + j]! += jacobian[row * 3 + i]! * jacobian[row * 3 + j]!;
         a[i * 3 + i]! += 0.05;
         for (let row = 0; row < 3; row++) b[i]! -= jacobian[row * 3 + i]! * residual[row]!;
       }
-      const step = solve3(a, b);
-      for (let k = 0; k < 3; k++) c[k]! += Math.max(-0.5, Math.min(0.5, step[k]!));
+      solve3(a, b, c);
     }
-    canvas[p * 3] = c[0]!;
-    canvas[p * 3 + 1] = c[1]!;
-    canvas[p * 3 + 2] = c[2]!;
+    canvas[p * 3] = c[0];
+    canvas[p * 3 + 1] = c[1];
+    canvas[p * 3 + 2] = c[2];
   }
   return canvas;
 }
 
-/** x of a x = b for a 3 × 3 system (Cramer's rule; the damping keeps it regular). */
-function solve3(a: Float64Array, b: Float64Array): number[] {
-  const det = (m: ArrayLike<number>): number => m[0]! * (m[4]! * m[8]! - m[5]! * m[7]!) - m[1]! * (m[3]! * m[8]! - m[5]! * m[6]!) + m[2]! * (m[3]! * m[7]! - m[4]! * m[6]!);
-  const whole = det(a);
-  return [0, 1, 2].map((column) => {
-    const m = Array.from(a);
-    for (let row = 0; row < 3; row++) m[row * 3 + column] = b[row]!;
-    return det(m) / whole;
-  });
+/** Refinement steps after the table's guess: one brings the display within about a level of 255 of the picture. */
+const GAUSS_NEWTON_STEPS = 1;
+
+/** Add to `c` the x of a x = b for a 3 × 3 system (Cramer's rule; the damping keeps it regular), each step at most 0.5. */
+function solve3(a: Float64Array, b: Float64Array, c: Float64Array): void {
+  const det = (m00: number, m01: number, m02: number, m10: number, m11: number, m12: number, m20: number, m21: number, m22: number): number =>
+    m00 * (m11 * m22 - m12 * m21) - m01 * (m10 * m22 - m12 * m20) + m02 * (m10 * m21 - m11 * m20);
+  const [a0, a1, a2, a3, a4, a5, a6, a7, a8] = a as unknown as number[];
+  const whole = det(a0!, a1!, a2!, a3!, a4!, a5!, a6!, a7!, a8!);
+  const x0 = det(b[0]!, a1!, a2!, b[1]!, a4!, a5!, b[2]!, a7!, a8!) / whole;
+  const x1 = det(a0!, b[0]!, a2!, a3!, b[1]!, a5!, a6!, b[2]!, a8!) / whole;
+  const x2 = det(a0!, a1!, b[0]!, a3!, a4!, b[1]!, a6!, a7!, b[2]!) / whole;
+  c[0]! += Math.max(-0.5, Math.min(0.5, x0));
+  c[1]! += Math.max(-0.5, Math.min(0.5, x1));
+  c[2]! += Math.max(-0.5, Math.min(0.5, x2));
 }
