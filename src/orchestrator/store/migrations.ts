@@ -258,4 +258,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ) WITHOUT ROWID;
     `,
   },
+  {
+    version: 14,
+    // The gallery (issue 22): one album's results, newest first, without reading every other album's on the way
+    // (a grant limited to albums, or a person who switched album); and the albums there are, from the index alone.
+    name: 'artifacts by album, newest first',
+    sql: `
+      CREATE INDEX artifacts_by_album ON artifacts (album, seq);
+    `,
+  },
 ];
