@@ -17,7 +17,7 @@ import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
 import { ModelRegistry, type RegisteredModel } from './registry/index.js';
 import { BlobReader } from './blobs/blob-reader.js';
-import { BlobStore } from './blobs/blob-store.js';
+import { LocalBlobStore } from './blobs/local-blob-store.js';
 import { unknownEngines } from './config/declared-models.js';
 import { ModelCoverage } from './status/model-coverage.js';
 import { AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
@@ -103,7 +103,7 @@ export class Orchestrator {
     const db = openDb(storePath);
     const checkpointer = Checkpointer.start(db, storePath);
     const commits = new GroupCommit(db);
-    const blobStore = new BlobStore(join(config.data, 'blobs'));
+    const blobStore = new LocalBlobStore(join(config.data, 'blobs'));
     const registry = new ModelRegistry(config);
     const recordBlob = (digest: string, bytes: number, mediaType: string): void => commits.write(() => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
     await registry.addBuiltins(blobStore, recordBlob);

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { BlobReader, type CorruptBlob } from '../../src/orchestrator/blobs/blob-reader.js';
-import { BlobStore } from '../../src/orchestrator/blobs/blob-store.js';
+import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { VerifiedMarks } from '../../src/orchestrator/blobs/verified-marks.js';
 import { MeshError } from '../../src/protocol/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
@@ -15,7 +15,7 @@ function setup(options: { reverifyAfterMs?: number } = {}) {
   const root = tempDir('gpumesh-blobs-');
   dirs.push(root);
   const clock = new FakeClock();
-  const store = new BlobStore(root);
+  const store = new LocalBlobStore(root);
   const hashed: string[] = [];
   const corrupt: { digest: string; detail: CorruptBlob }[] = [];
   const reader = new BlobReader({
@@ -188,15 +188,23 @@ describe('BlobReader', () => {
   });
 });
 
-describe('BlobStore.quarantine', () => {
+describe('LocalBlobStore: quarantining an open blob', () => {
   it('moves nothing when the path now holds another file (a fresh copy) or none', async () => {
-    const { store } = setup();
-    const { digest } = await store.putBytes(randomBytes(100));
-    const inode = BigInt(statSync(store.pathOf(digest)).ino);
-    expect(await store.quarantine(digest, inode + 1n, 0)).toBeNull();
+    const { root, store } = setup();
+    const bytes = randomBytes(100);
+    const { digest } = await store.putBytes(bytes);
+    const stale = (await store.open(digest))!;
+    // A fresh copy of the same digest replaces the file the stale handle found corrupt: it is not moved.
+    const fresh = join(root, 'fresh');
+    writeFileSync(fresh, bytes);
+    renameSync(fresh, store.pathOf(digest));
+    expect(await stale.quarantine(0)).toBeNull();
     expect(existsSync(store.pathOf(digest))).toBe(true);
-    expect(await store.quarantine(digest, inode, 0)).toMatch(/quarantine\/sha256-[0-9a-f]{64}\.1970-01-01T00-00-00\.000Z$/);
-    expect(await store.quarantine(digest, inode, 0)).toBeNull();
+    await stale.close();
+    const current = (await store.open(digest))!;
+    expect(await current.quarantine(0)).toMatch(/quarantine\/sha256-[0-9a-f]{64}\.1970-01-01T00-00-00\.000Z$/);
+    expect(await current.quarantine(0)).toBeNull();
+    await current.close();
   });
 });
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfigFile, resolveConfig } from '../../src/orchestrator/config/config.js';
 import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
-import { BlobStore } from '../../src/orchestrator/blobs/blob-store.js';
+import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { definitionDigest, modelDefinitions, unknownEngines } from '../../src/orchestrator/config/declared-models.js';
 import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
 import { builtinModel } from '../../src/models/index.js';
@@ -87,9 +87,9 @@ describe('models declared in mesh.yaml', () => {
 
 describe('the registry with declared models', () => {
   /** A blob store that counts the streams it stores (a model file read and hashed). */
-  class CountingStore extends BlobStore {
+  class CountingStore extends LocalBlobStore {
     streams = 0;
-    override putStream(...args: Parameters<BlobStore['putStream']>): ReturnType<BlobStore['putStream']> {
+    override putStream(...args: Parameters<LocalBlobStore['putStream']>): ReturnType<LocalBlobStore['putStream']> {
       this.streams++;
       return super.putStream(...args);
     }

@@ -1,11 +1,10 @@
 import { createHash } from 'node:crypto';
-import { open as openFile, type FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import { MeshError } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { BlobStore } from './blob-store.js';
-import { statSignature, VerifiedMarks } from './verified-marks.js';
+import type { BlobHandle, BlobStore } from './blob-store.js';
+import { VerifiedMarks } from './verified-marks.js';
 
 /** Bytes `start` to `end` of a blob, both inclusive (as in Content-Range). */
 export interface ByteRange {
@@ -45,8 +44,8 @@ export interface BlobReaderOptions {
 export interface OpenBlob {
   readonly size: number;
   /**
-   * The bytes, all of them or one range, as a stream that owns the file from
-   * here on (it closes it when it ends). The whole blob is hashed as it streams,
+   * The bytes, all of them or one range, as a stream that owns the open blob
+   * from here on (it closes it when it ends). The whole blob is hashed as it streams,
    * the last chunk held back until the hash matches, and on a mismatch the
    * stream fails, so the transfer breaks short of Content-Length; a range is
    * read only from a blob verified first. Throws INTEGRITY_FAILED instead of
@@ -58,23 +57,15 @@ export interface OpenBlob {
   close(): Promise<void>;
 }
 
-interface OpenedFile {
-  digest: string;
-  handle: FileHandle;
-  size: number;
-  inode: bigint;
-  signature: string;
-}
-
 const CHUNK_BYTES = 64 * 1024;
 const HASH_CHUNK_BYTES = 1024 * 1024;
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Serves stored blobs only when their bytes still hash to their digest.
- * Checks, cheapest first: the file's size against the recorded size, on open;
- * a verified mark (the blob hashed right while its file had the same stat
- * signature), so a hot blob is hashed once, not on every request; otherwise
+ * Checks, cheapest first: the stored size (a file's, an object's) against the
+ * recorded size, on open; a verified mark (the blob hashed right while its
+ * stored bytes had the same signature, see `BlobHandle.signature`), so a hot blob is hashed once, not on every request; otherwise
  * the hash, computed as the bytes go out. A blob that fails is moved to
  * quarantine and reported through `onCorrupt`; later requests for it get
  * INTEGRITY_FAILED instead of NOT_FOUND.
@@ -85,7 +76,7 @@ export class BlobReader {
   readonly #onCorrupt: BlobReaderOptions['onCorrupt'];
   readonly #onHashed: NonNullable<BlobReaderOptions['onHashed']>;
   readonly #marks: VerifiedMarks;
-  /** Whole-blob hashes in progress, by digest and stat signature: a video player's burst of range requests hashes once. */
+  /** Whole-blob hashes in progress, by digest and signature: a video player's burst of range requests hashes once. */
   readonly #hashing = new Map<string, Promise<string>>();
 
   constructor(options: BlobReaderOptions) {
@@ -105,11 +96,8 @@ export class BlobReader {
    * INTEGRITY_FAILED for a blob that is (or was found) corrupt.
    */
   async open(digest: string, recordedBytes: number | null): Promise<OpenBlob> {
-    let handle: FileHandle;
-    try {
-      handle = await openFile(this.#store.pathOf(digest), 'r');
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    const file = await this.#store.open(digest);
+    if (!file) {
       const quarantined = await this.#store.quarantined(digest);
       if (quarantined) {
         throw new MeshError('INTEGRITY_FAILED', { digest, detail: `its stored copy did not match and was moved to quarantine (${basename(quarantined)})` });
@@ -117,26 +105,26 @@ export class BlobReader {
       throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     }
     try {
-      // fstat of the open file, so the size checked and the signature marked are those of the bytes read.
-      const stats = await handle.stat({ bigint: true });
-      const file: OpenedFile = { digest, handle, size: Number(stats.size), inode: stats.ino, signature: statSignature(stats) };
       if (recordedBytes !== null && file.size !== recordedBytes) {
         throw await this.#condemn(file, 'size', `${recordedBytes} bytes`, `${file.size} bytes`);
       }
       return this.#openBlob(file);
     } catch (error) {
-      await handle.close();
+      await file.close();
       throw error;
     }
   }
 
-  #openBlob(file: OpenedFile): OpenBlob {
-    let closed = false;
-    const close = async (): Promise<void> => {
-      if (closed) return;
-      closed = true;
-      await file.handle.close();
-    };
+  /** A whole blob's bytes, verified as `open` and `read` verify them (a picture to convert, not a stream to serve). */
+  async bytes(digest: string, recordedBytes: number | null): Promise<Buffer> {
+    const blob = await this.open(digest, recordedBytes);
+    const chunks: Buffer[] = [];
+    for await (const chunk of await blob.read()) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  }
+
+  #openBlob(file: BlobHandle): OpenBlob {
+    const close = (): Promise<void> => file.close();
     return {
       size: file.size,
       read: async (range) => {
@@ -144,11 +132,11 @@ export class BlobReader {
           const { start, end } = range ?? { start: 0, end: file.size - 1 };
           let chunks: AsyncGenerator<Buffer>;
           if (this.#marks.isCurrent(file.digest, file.signature)) {
-            chunks = readChunks(file, start, end + 1, CHUNK_BYTES);
+            chunks = file.chunks(start, end + 1, CHUNK_BYTES);
           } else if (range) {
             const actual = await this.#hashOnce(file);
             if (actual !== file.digest) throw await this.#condemn(file, 'hash', file.digest, actual);
-            chunks = readChunks(file, start, end + 1, CHUNK_BYTES);
+            chunks = file.chunks(start, end + 1, CHUNK_BYTES);
           } else {
             chunks = this.#verifiedWhileStreaming(file);
           }
@@ -167,10 +155,10 @@ export class BlobReader {
    * hash is known, so a corrupt blob never reaches the client complete: one of
    * a single chunk fails before any header is sent, a longer one breaks off short.
    */
-  async *#verifiedWhileStreaming(file: OpenedFile): AsyncGenerator<Buffer> {
+  async *#verifiedWhileStreaming(file: BlobHandle): AsyncGenerator<Buffer> {
     const hash = createHash('sha256');
     let held: Buffer | null = null;
-    for await (const chunk of readChunks(file, 0, file.size, CHUNK_BYTES)) {
+    for await (const chunk of file.chunks(0, file.size, CHUNK_BYTES)) {
       hash.update(chunk);
       if (held) yield held;
       held = chunk;
@@ -183,7 +171,7 @@ export class BlobReader {
   }
 
   /** Hash the whole file before serving a range of it; concurrent requests for the same file share one pass. */
-  #hashOnce(file: OpenedFile): Promise<string> {
+  #hashOnce(file: BlobHandle): Promise<string> {
     const key = `${file.digest} ${file.signature}`;
     let pending = this.#hashing.get(key);
     if (!pending) {
@@ -193,9 +181,9 @@ export class BlobReader {
     return pending;
   }
 
-  async #hashWhole(file: OpenedFile): Promise<string> {
+  async #hashWhole(file: BlobHandle): Promise<string> {
     const hash = createHash('sha256');
-    for await (const chunk of readChunks(file, 0, file.size, HASH_CHUNK_BYTES)) hash.update(chunk);
+    for await (const chunk of file.chunks(0, file.size, HASH_CHUNK_BYTES)) hash.update(chunk);
     const actual = `sha256:${hash.digest('hex')}`;
     this.#onHashed(file.digest, file.size);
     if (actual === file.digest) this.#marks.mark(file.digest, file.signature);
@@ -203,12 +191,12 @@ export class BlobReader {
   }
 
   /** Quarantine a corrupt file, report it, and return the error for the request. */
-  async #condemn(file: OpenedFile, check: CorruptBlob['check'], expected: string, actual: string): Promise<MeshError> {
+  async #condemn(file: BlobHandle, check: CorruptBlob['check'], expected: string, actual: string): Promise<MeshError> {
     this.#marks.drop(file.digest);
     let quarantinedTo: string | null = null;
     let error: string | undefined;
     try {
-      quarantinedTo = await this.#store.quarantine(file.digest, file.inode, this.#clock.now());
+      quarantinedTo = await file.quarantine(this.#clock.now());
     } catch (cause) {
       error = String(cause);
     }
@@ -218,22 +206,6 @@ export class BlobReader {
     const found = check === 'size' ? `its file holds ${actual}, not the ${expected} recorded` : `its bytes hash to ${actual}`;
     const fate = error === undefined ? 'it was moved to quarantine' : 'moving it to quarantine failed (see the orchestrator log)';
     return new MeshError('INTEGRITY_FAILED', { digest: file.digest, detail: `${found}; ${fate}` });
-  }
-}
-
-/** Bytes [start, end) of the file in chunks of at most `chunkBytes`; a file that shrank meanwhile is an error. */
-async function* readChunks(file: OpenedFile, start: number, end: number, chunkBytes: number): AsyncGenerator<Buffer> {
-  let position = start;
-  while (position < end) {
-    const length = Math.min(chunkBytes, end - position);
-    // A fresh buffer per chunk: the socket may still hold the previous one.
-    const buffer = Buffer.allocUnsafe(length);
-    const { bytesRead } = await file.handle.read(buffer, 0, length, position);
-    if (bytesRead === 0) {
-      throw new MeshError('INTEGRITY_FAILED', { digest: file.digest, detail: `its file shrank to ${position} bytes while it was read` });
-    }
-    position += bytesRead;
-    yield bytesRead === length ? buffer : buffer.subarray(0, bytesRead);
   }
 }
 

@@ -1,165 +1,87 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
-import { access, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import { MeshError } from '../../protocol/index.js';
-import { assertDigest, sha256Digest } from '../../protocol/index.js';
+
+/** What a store answers after keeping bytes: their digest and size. */
+export interface StoredBytes {
+  digest: string;
+  bytes: number;
+}
 
 /**
- * Content-addressed bytes on disk: `<root>/sha256/<2 hex>/<64 hex>`. Writes go
- * to a temporary file, are hashed as they stream, and are renamed into place
- * only when the digest matches, so a reader never sees a partial blob. Reads
- * go through `BlobReader`, which checks the bytes still match on the way out
- * and moves a file that does not to `<root>/quarantine/`.
+ * One stored blob, opened: its size and the identity of the bytes behind it as they are now. `BlobReader` checks the
+ * size against the recorded one, keeps a verified mark under `signature`, hashes what `chunks` yields, and calls
+ * `quarantine` when the bytes do not match; it never needs to know where the bytes live.
  */
-export class BlobStore {
-  readonly #root: string;
-  readonly #tmp: string;
-  readonly #quarantine: string;
+export interface BlobHandle {
+  readonly digest: string;
+  readonly size: number;
+  /**
+   * What identifies these stored bytes now — a file's stat signature (device, inode, size, mtime, ctime), an object's
+   * ETag, size and modification time: bytes replaced or rewritten get another one, so a verified mark of the old ones
+   * no longer counts.
+   */
+  readonly signature: string;
+  /**
+   * Bytes [start, end) in order, in chunks of at most `chunkBytes` where the store can choose (a file); a store that
+   * streams (a bucket) yields what arrives. Bytes that shrank or changed while read are an error.
+   */
+  chunks(start: number, end: number, chunkBytes: number): AsyncGenerator<Buffer>;
+  /**
+   * Move these bytes out of the content-addressed names to the store's quarantine, where an operator can inspect
+   * them and nothing serves them. Moves nothing when the digest now names other bytes (a fresh upload replaced them)
+   * or none (another reader moved them first): then null; otherwise where they went.
+   */
+  quarantine(now: number): Promise<string | null>;
+  /** Release what opening took (a file descriptor); idempotent. */
+  close(): Promise<void>;
+}
 
-  constructor(root: string) {
-    this.#root = root;
-    this.#tmp = join(root, 'tmp');
-    this.#quarantine = join(root, 'quarantine');
-    mkdirSync(this.#tmp, { recursive: true });
-  }
+/**
+ * Content-addressed bytes by SHA-256 digest. Every implementation verifies on write — bytes are published under
+ * their digest only once they are known to hash to it, so nothing partial or corrupt is ever visible under a digest —
+ * and hands `BlobReader` what it needs to verify on read. Two implementations: `LocalBlobStore` (a folder, the
+ * default) and `S3BlobStore` (an S3-compatible bucket); `openBlobStore` picks one from mesh.yaml's `blobs`.
+ */
+export interface BlobStore {
+  /** Where the bytes live, for the log and the status: a folder or `s3://bucket/prefix`. */
+  readonly location: string;
 
-  pathOf(digest: string): string {
-    const hex = assertDigest(digest).slice('sha256:'.length);
-    return join(this.#root, 'sha256', hex.slice(0, 2), hex);
-  }
+  has(digest: string): Promise<boolean>;
 
-  async has(digest: string): Promise<boolean> {
-    try {
-      await access(this.pathOf(digest));
-      return true;
-    } catch {
-      return false;
-    }
-  }
-
-  /** Store bytes already in memory; returns their digest. */
-  async putBytes(bytes: Uint8Array, expected?: string): Promise<{ digest: string; bytes: number }> {
-    const digest = sha256Digest(bytes);
-    if (expected !== undefined && expected !== digest) throw new MeshError('DIGEST_MISMATCH', { expected, actual: digest });
-    if (!(await this.has(digest))) {
-      const temp = this.#tempPath();
-      await writeFile(temp, bytes);
-      await this.#commit(temp, digest);
-    }
-    return { digest, bytes: bytes.length };
-  }
+  /** Store bytes already in memory; with `expected`, bytes that hash otherwise are refused (DIGEST_MISMATCH). */
+  putBytes(bytes: Uint8Array, expected?: string): Promise<StoredBytes>;
 
   /**
-   * Store small bytes already in memory (an output that came inline in a report, 256 KiB at most by default) without
-   * leaving the event loop: a write that small costs less than the thread-pool round trips of the async calls.
+   * An optional capability: store small bytes (an inline output, 256 KiB at most by default) without leaving the
+   * event loop, where the store can (a local folder: a write that small costs less than the thread pool's round
+   * trips). A store that cannot be synchronous (a bucket) leaves it out, and callers use `putBytes`.
    */
-  putSmallSync(bytes: Uint8Array, expected: string): void {
-    const digest = sha256Digest(bytes);
-    if (expected !== digest) throw new MeshError('DIGEST_MISMATCH', { expected, actual: digest });
-    const target = this.pathOf(digest);
-    if (existsSync(target)) return;
-    const temp = this.#tempPath();
-    writeFileSync(temp, bytes);
-    mkdirSync(join(target, '..'), { recursive: true });
-    renameSync(temp, target);
-  }
+  putSmallSync?(bytes: Uint8Array, expected: string): void;
 
   /**
-   * Store a stream, hashing as it is written. With `expected`, a mismatch
-   * discards the bytes and throws DIGEST_MISMATCH. `limit` caps the size.
+   * Store a stream, hashing as it arrives. With `expected`, a mismatch keeps nothing and throws DIGEST_MISMATCH;
+   * past `limit` bytes it throws PAYLOAD_TOO_LARGE, keeping nothing.
    */
-  async putStream(source: Readable, options: { expected?: string; limit?: number } = {}): Promise<{ digest: string; bytes: number }> {
-    const temp = this.#tempPath();
-    const hash = createHash('sha256');
-    let bytes = 0;
-    const limit = options.limit ?? Infinity;
-    try {
-      await pipeline(
-        source,
-        async function* (chunks: AsyncIterable<Buffer>) {
-          for await (const chunk of chunks) {
-            bytes += chunk.length;
-            if (bytes > limit) throw new MeshError('PAYLOAD_TOO_LARGE', { limit });
-            hash.update(chunk);
-            yield chunk;
-          }
-        },
-        createWriteStream(temp),
-      );
-      const digest = `sha256:${hash.digest('hex')}`;
-      if (options.expected !== undefined && options.expected !== digest) {
-        throw new MeshError('DIGEST_MISMATCH', { expected: options.expected, actual: digest });
-      }
-      await this.#commit(temp, digest);
-      return { digest, bytes };
-    } finally {
-      await rm(temp, { force: true });
-    }
-  }
+  putStream(source: Readable, options?: { expected?: string; limit?: number }): Promise<StoredBytes>;
 
   /**
-   * Take a file whose bytes are already known to hash to `digest` (a staged upload, hashed as it arrived) into the
-   * store by renaming it — no copy. The file must be on the store's filesystem. An existing blob of the digest wins
-   * (it has the same bytes) and the file is removed.
+   * Take a local file whose bytes are already known to hash to `digest` (a staged upload, hashed as it arrived) into
+   * the store; the file is gone afterwards. An existing blob of the digest wins (same bytes).
    */
-  async adopt(path: string, digest: string): Promise<void> {
-    if (await this.has(digest)) {
-      await rm(path, { force: true });
-      return;
-    }
-    await this.#commit(path, digest);
-  }
+  adopt(path: string, digest: string): Promise<void>;
+
+  /** Open a blob to read it; null when none is stored under the digest. */
+  open(digest: string): Promise<BlobHandle | null>;
 
   /**
-   * Move a corrupt blob out of the content-addressed tree, to
-   * `<root>/quarantine/sha256-<hex>.<ISO time>`, where an operator can inspect it
-   * and where it is never served. `inode` is the file the caller found corrupt:
-   * if the path now holds another file (a fresh upload of the same digest
-   * replaced it) or none (another reader moved it first), nothing is moved and
-   * the answer is null; otherwise the new path.
+   * The bytes of a blob, or of `[start, end)` of it, not verified: for the orchestrator's own look at what it has just
+   * stored (a media type's signature, a picture's header, a model's inputs). Whatever is served goes through
+   * `BlobReader`. Null when no such blob is stored.
    */
-  async quarantine(digest: string, inode: bigint, now: number): Promise<string | null> {
-    const path = this.pathOf(digest);
-    try {
-      if ((await stat(path, { bigint: true })).ino !== inode) return null;
-      mkdirSync(this.#quarantine, { recursive: true });
-      const target = join(this.#quarantine, `${this.#quarantinePrefix(digest)}${new Date(now).toISOString().replaceAll(':', '-')}`);
-      await rename(path, target);
-      return target;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw error;
-    }
-  }
+  read(digest: string, range?: { start: number; end: number }): Promise<Buffer | null>;
 
-  /** The newest quarantined copy of `digest`, or null: tells "was corrupt" from "never existed". */
-  async quarantined(digest: string): Promise<string | null> {
-    const prefix = this.#quarantinePrefix(digest);
-    let names: string[];
-    try {
-      names = await readdir(this.#quarantine);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw error;
-    }
-    const newest = names.filter((name) => name.startsWith(prefix)).sort().at(-1);
-    return newest === undefined ? null : join(this.#quarantine, newest);
-  }
+  /** Delete a blob (one refused after it was stored, that nothing else records); no error when it is not there. */
+  remove(digest: string): Promise<void>;
 
-  #quarantinePrefix(digest: string): string {
-    return `${assertDigest(digest).replace(':', '-')}.`;
-  }
-
-  #tempPath(): string {
-    return join(this.#tmp, `${process.pid}-${randomBytes(8).toString('hex')}`);
-  }
-
-  async #commit(temp: string, digest: string): Promise<void> {
-    const target = this.pathOf(digest);
-    mkdirSync(join(target, '..'), { recursive: true });
-    await rename(temp, target);
-  }
+  /** The newest quarantined copy of `digest` (its name in the store), or null: tells "was corrupt" from "never existed". */
+  quarantined(digest: string): Promise<string | null>;
 }

@@ -1,4 +1,3 @@
-import { open, rm } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { fileTypeFromBuffer } from 'file-type';
 import type { Clock } from '../../protocol/clock.js';
@@ -58,7 +57,7 @@ export class ClientBlobs {
     if (mediaType.startsWith('image/') || declared.mediaType?.startsWith('image/')) {
       const verdict = await this.#deps.pictures.inspect(stored.digest, declared);
       if (verdict && !verdict.ok) {
-        if (!blobs.getBlob(db, stored.digest)) await rm(this.#deps.store.pathOf(stored.digest), { force: true });
+        if (!blobs.getBlob(db, stored.digest)) await this.#deps.store.remove(stored.digest);
         throw new MeshError('IMAGE_REFUSED', { detail: verdict.refusal });
       }
     }
@@ -77,13 +76,8 @@ export class ClientBlobs {
   }
 
   async #sniff(digest: string): Promise<string> {
-    const file = await open(this.#deps.store.pathOf(digest));
-    try {
-      const head = Buffer.alloc(SNIFF_BYTES);
-      const { bytesRead } = await file.read(head, 0, SNIFF_BYTES, 0);
-      return (await fileTypeFromBuffer(head.subarray(0, bytesRead)))?.mime ?? 'application/octet-stream';
-    } finally {
-      await file.close();
-    }
+    const head = await this.#deps.store.read(digest, { start: 0, end: SNIFF_BYTES });
+    if (!head) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+    return (await fileTypeFromBuffer(head))?.mime ?? 'application/octet-stream';
   }
 }

@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { INPUT_IMAGE_FIELDS, MeshError } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { inputImages, type Db, type GroupCommit, type ImageVerdict } from '../store/index.js';
@@ -39,12 +38,8 @@ export class InputImages {
     const { db, commits, clock, store } = this.#deps;
     let verdict = inputImages.verdictOf(db, digest);
     if (!verdict) {
-      let bytes: Buffer;
-      try {
-        bytes = await readFile(store.pathOf(digest));
-      } catch {
-        return undefined;
-      }
+      const bytes = await store.read(digest);
+      if (!bytes) return undefined;
       const decided = await checkPicture(bytes);
       commits.write(() => inputImages.recordVerdict(db, digest, decided, clock.now()));
       verdict = decided;

@@ -70,7 +70,10 @@ export class JobOutputs {
     if (digest !== artifact.digest) throw new MeshError('DIGEST_MISMATCH', { expected: artifact.digest, actual: digest });
     await checkOutput(jobType, artifact.mediaType, bytes);
     this.#assertSameType(digest, artifact.mediaType);
-    this.#deps.blobs.putSmallSync(bytes, digest);
+    // The local store keeps these without leaving the event loop; a store that cannot (a bucket) puts them asynchronously.
+    const store = this.#deps.blobs;
+    if (store.putSmallSync) store.putSmallSync(bytes, digest);
+    else await store.putBytes(bytes, digest);
     this.#deps.commits.writeOne(() => blobs.recordBlob(this.#deps.db, { digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
   }
 

@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
 import { batchesAlongFirstDim, MeshError, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
@@ -101,11 +100,19 @@ export class ModelCatalog {
     for (const type of body.types) {
       if (!config.routing[type]) throw new MeshError('VALIDATION_FAILED', { detail: `types: this mesh routes no job type "${type}" (it routes: ${Object.keys(config.routing).join(', ')})` });
     }
-    if (!(await blobs.has(body.file))) throw new MeshError('NOT_FOUND', { what: `Blob ${body.file} (store the file first: PUT /v1/blobs or a resumable upload)` });
-    const path = blobs.pathOf(body.file);
-    const bytes = (await readFile(path)).byteLength;
+    const missing = (): MeshError => new MeshError('NOT_FOUND', { what: `Blob ${body.file} (store the file first: PUT /v1/blobs or a resumable upload)` });
+    // Its size from the store's record of it; its bytes only when its inputs and outputs must be read from it.
+    const opened = await blobs.open(body.file);
+    if (!opened) throw missing();
+    const bytes = opened.size;
+    await opened.close();
     const name = `${body.name}${VERSION_SEPARATOR}${version}`;
-    const signature = body.engine === 'onnx' && (!body.inputs || !body.outputs) ? onnxSignature(await readFile(path), name) : { inputs: [], outputs: [] };
+    let signature: ReturnType<typeof onnxSignature> = { inputs: [], outputs: [] };
+    if (body.engine === 'onnx' && (!body.inputs || !body.outputs)) {
+      const file = await blobs.read(body.file);
+      if (!file) throw missing();
+      signature = onnxSignature(file, name);
+    }
     const inputs = body.inputs ?? signature.inputs;
     const outputs = body.outputs ?? signature.outputs;
     const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: 'tensors' } : {});

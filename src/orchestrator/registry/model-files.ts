@@ -1,6 +1,6 @@
 import { createReadStream } from 'node:fs';
-import { readFile, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { BlobStore } from '../blobs/blob-store.js';
 
@@ -50,6 +50,8 @@ export class ModelFiles {
     }
     const stored = await this.#store.putStream(url ? await this.#download(source) : createReadStream(source), expected === null ? {} : { expected });
     index[source] = now ? { ...stored, size: now.size, mtimeMs: now.mtimeMs, ctimeMs: now.ctimeMs, ino: now.ino } : stored;
+    // The index stays on the orchestrator's disk whatever the store: with a bucket, the blob folder may not exist yet.
+    await mkdir(dirname(this.#indexPath), { recursive: true });
     await writeFile(this.#indexPath, `${JSON.stringify(index, null, 2)}\n`);
     return stored;
   }

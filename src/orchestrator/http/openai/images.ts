@@ -112,19 +112,12 @@ interface Picture {
 async function pictureOf(view: JobView, ask: ImagesRequest, deps: OpenAiImagesDeps): Promise<Picture> {
   const artifact = view.artifacts.find((candidate) => candidate.mediaType.startsWith('image/'));
   if (!artifact) throw new MeshError('ENGINE_FAILED', { detail: `job ${view.id} made no picture` });
-  const png = await readBlob(deps.reader, artifact.digest, artifact.bytes);
+  const png = await deps.reader.bytes(artifact.digest, artifact.bytes);
   const size = { width: artifact.width ?? 0, height: artifact.height ?? 0 };
   if (ask.outputFormat === 'png') return { bytes: png, digest: artifact.digest, ...size };
   const quality = ask.compression === null ? {} : { quality: Math.max(1, 100 - ask.compression) };
   const converted = ask.outputFormat === 'jpeg' ? await sharp(png).jpeg(quality).toBuffer() : await sharp(png).webp(quality).toBuffer();
   return { bytes: converted, digest: null, ...size };
-}
-
-async function readBlob(reader: BlobReader, digest: string, bytes: number): Promise<Buffer> {
-  const blob = await reader.open(digest, bytes);
-  const chunks: Buffer[] = [];
-  for await (const chunk of await blob.read()) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks);
 }
 
 /** URLs for blobs that work without a header for an hour: a read-only narrowing of the caller's grant, in the URL. */

@@ -1,0 +1,35 @@
+import { createHash } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { MeshError } from '../../protocol/index.js';
+import type { StoredBytes } from './blob-store.js';
+
+/**
+ * Write `source` to the file `temp`, hashing it on the way, and answer its digest and size; past `limit` bytes it
+ * throws PAYLOAD_TOO_LARGE. With `expected`, bytes that hash otherwise throw DIGEST_MISMATCH once all are in. The
+ * caller owns `temp` (and removes it however this ends). Both stores write a stream this way before anything is
+ * published under a digest.
+ */
+export async function spoolHashed(source: Readable, temp: string, options: { expected?: string; limit?: number } = {}): Promise<StoredBytes> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  const limit = options.limit ?? Infinity;
+  await pipeline(
+    source,
+    async function* (chunks: AsyncIterable<Buffer>) {
+      for await (const chunk of chunks) {
+        bytes += chunk.length;
+        if (bytes > limit) throw new MeshError('PAYLOAD_TOO_LARGE', { limit });
+        hash.update(chunk);
+        yield chunk;
+      }
+    },
+    createWriteStream(temp),
+  );
+  const digest = `sha256:${hash.digest('hex')}`;
+  if (options.expected !== undefined && options.expected !== digest) {
+    throw new MeshError('DIGEST_MISMATCH', { expected: options.expected, actual: digest });
+  }
+  return { digest, bytes };
+}
