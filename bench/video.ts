@@ -39,7 +39,7 @@ const log = pino({ level: 'warn' });
 const dir = mkdtempSync(join(tmpdir(), 'gpumesh-bench-video-'));
 const governor = Governor.withoutCgroups(log);
 const supervisor = new Supervisor(log, governor);
-const ffmpeg = findFfmpeg();
+const ffmpeg = await findFfmpeg();
 if ('missing' in ffmpeg) throw new Error(`bench:video needs ffmpeg: ${ffmpeg.missing}`);
 
 /** A sink in place of ffmpeg: takes every frame at once (so generation is never held back) and keeps the last clip's frames. */

@@ -2,6 +2,7 @@ import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
   LINK_PROTOCOL_VERSION, pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type Device, type LoadPhases, type OrchestratorMessage,
+  type ToolReport, type UnavailableClass,
 } from '../protocol/index.js';
 import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
@@ -21,7 +22,8 @@ import { ServerLauncher } from './server-launcher.js';
 import { Supervisor } from './governance/supervisor.js';
 import { uploadFileOutput, uploadOutput } from './uploads.js';
 import { VideoEncoder } from './video/encoder.js';
-import { findFfmpeg } from './video/ffmpeg.js';
+import { FFMPEG_HINT, findFfmpeg } from './video/ffmpeg.js';
+import type { FoundTool, MissingTool } from './video/find-tool.js';
 
 type Run = Extract<OrchestratorMessage, { type: 'run' }>;
 type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
@@ -60,6 +62,8 @@ export interface AgentOptions {
   reportDelayMs?: number;
   /** The orchestrator sent `drain` (an admin drained this host); the agent is draining. Default: leave when drained. */
   onDrainRequested?: () => void;
+  /** The ffmpeg clips are encoded with, or why there is none. Default: looked up at start (findFfmpeg). */
+  ffmpeg?: FoundTool | MissingTool;
 }
 
 /** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
@@ -97,6 +101,9 @@ export class Agent {
   readonly #engines: Map<string, Engine>;
   /** The classes this host announces: the configured ones, less `video` on a host without ffmpeg. */
   readonly #classes: string[];
+  /** Configured classes it cannot serve, and why: announced in its hello so the mesh can say so. */
+  readonly #unavailable: UnavailableClass[];
+  readonly #tools: ToolReport[];
   readonly #cache: ModelCache;
   readonly #residency: Residency;
   readonly #link: AgentLink;
@@ -113,7 +120,7 @@ export class Agent {
   /** Set once the agent drains: resolved when nothing runs and every result is acknowledged. */
   #drain: { done: Promise<void>; resolve: () => void } | null = null;
 
-  private constructor(options: AgentOptions, devices: Device[], governor: Governor, log: Logger) {
+  private constructor(options: AgentOptions, devices: Device[], governor: Governor, ffmpeg: FoundTool | MissingTool, log: Logger) {
     this.#options = { concurrency: 1, idleUnloadMs: 5 * 60_000, ...options };
     this.#log = log;
     this.#devices = devices;
@@ -124,17 +131,18 @@ export class Agent {
       governor, log: log.child({ part: 'servers' }), dataDir: join(options.dataDir, 'servers'), engineLimits: governor.config.engines,
     });
     // Clips are encoded by ffmpeg, a governed process like every engine's; a host without it does not serve video.
-    const ffmpeg = findFfmpeg();
     const video = new VideoEncoder({
       governor, ffmpeg, scratchDir: join(options.dataDir, 'video'), limits: governor.config.engines.ffmpeg, log: log.child({ part: 'video' }),
     });
-    if ('path' in ffmpeg) log.info({ ffmpeg: ffmpeg.path }, 'video: clips are encoded with ffmpeg');
+    if ('path' in ffmpeg) log.info({ ffmpeg: ffmpeg.path, source: ffmpeg.source, version: ffmpeg.version }, 'video: clips are encoded with ffmpeg');
+    this.#tools = 'path' in ffmpeg ? [ffmpeg] : [];
     void video.sweep().then((removed) => {
       if (removed > 0) log.info({ removed }, 'video: removed clips a previous agent left unfinished');
     }, (error: unknown) => log.warn({ err: error }, 'video: could not sweep the scratch folder'));
     this.#classes = options.classes.filter((name) => name !== 'video' || video.unavailable === null);
-    if (video.unavailable !== null && options.classes.includes('video')) {
-      log.warn({ classes: this.#classes }, `not serving the video class: ${video.unavailable} (install ffmpeg for video jobs)`);
+    this.#unavailable = video.unavailable !== null && options.classes.includes('video') ? [{ class: 'video', reason: video.unavailable }] : [];
+    if (this.#unavailable.length > 0) {
+      log.warn({ classes: this.#classes }, `not serving the video class: ${video.unavailable} (${FFMPEG_HINT})`);
     }
     this.#engines = buildEngines({
       supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }), video,
@@ -184,7 +192,7 @@ export class Agent {
     const devices = await detectDevices({ cpuBudgetMB: options.cpuBudgetMB, nvidiaSmi: options.nvidiaSmi });
     log.info({ host: options.host, devices: devices.map((device) => `${device.id} ${device.name} ${device.budgetMB} MB`) }, 'devices');
     const governor = await Governor.create({ agentId: options.host, config: options.governance, log: log.child({ part: 'governance' }) });
-    return new Agent(options, devices, governor, log);
+    return new Agent(options, devices, governor, options.ffmpeg ?? await findFfmpeg(), log);
   }
 
   /**
@@ -203,6 +211,16 @@ export class Agent {
 
   get connected(): boolean {
     return this.#link.connected;
+  }
+
+  /** Classes this host was asked to serve and cannot, with why (`video` without ffmpeg). */
+  get unavailable(): readonly UnavailableClass[] {
+    return this.#unavailable;
+  }
+
+  /** The programs it found for its work (ffmpeg: path, source, version). */
+  get tools(): readonly ToolReport[] {
+    return this.#tools;
   }
 
   /** Live engine processes: workers and servers (0 when scaled to zero). */
@@ -273,6 +291,7 @@ export class Agent {
       ],
       concurrency: this.#options.concurrency, version: VERSION,
       resident: this.#residency.resident(), draining: this.#drain !== null,
+      ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
     };
   }
 

@@ -20,7 +20,8 @@ import { BlobReader } from './blobs/blob-reader.js';
 import { LocalBlobStore } from './blobs/local-blob-store.js';
 import { unknownEngines } from './config/declared-models.js';
 import { ModelCoverage } from './status/model-coverage.js';
-import { AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
+import { removeListenFile, writeListenFile } from './listen-file.js';
+import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
 import { announceBreakers } from './metrics/announce-breakers.js';
 import { RoutingFeedback } from './jobs/routing-feedback.js';
 import { Admission, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from './scheduler/index.js';
@@ -29,7 +30,7 @@ import { secretFile } from './secret-file.js';
 import { MeshStatus } from './status/mesh-status.js';
 import { blobs, Checkpointer, grants, GroupCommit, openDb, type Db } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls-server/index.js';
-import { MeshError } from '../protocol/index.js';
+import { MeshError, type HostView } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ClientBlobs } from './blobs/client-blobs.js';
 import { InputImages } from './blobs/input-images.js';
@@ -214,14 +215,15 @@ export class Orchestrator {
     // Uploads abandoned for a week are not coming back: their bytes go.
     const sweptUploads = await uploads.sweep(UPLOAD_MAX_AGE_MS);
     if (sweptUploads > 0) log.info({ uploads: sweptUploads }, 'deleted uploads abandoned for a week');
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures });
+    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
+      classes: new ClassAvailability(hosts) });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     const status = new MeshStatus({
       hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open, blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(),
     });
-    const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model });
+    const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
     const app = await buildServer({
       jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
@@ -254,6 +256,8 @@ export class Orchestrator {
     const urlFile = join(this.config.data, 'orchestrator.url');
     writeFileSync(`${urlFile}.${process.pid}.tmp`, `${this.#url}\n`);
     renameSync(`${urlFile}.${process.pid}.tmp`, urlFile);
+    // The same with the process that listens, so the CLI can tell a mesh that stopped from one that runs.
+    writeListenFile(this.config.data, this.#url);
     return this.#url;
   }
 
@@ -301,6 +305,11 @@ export class Orchestrator {
     return this.#parts.status.agentsConnected;
   }
 
+  /** Every host, as `GET /v1/hosts` shows it (`gpumesh up`'s banner says what its local agent cannot serve). */
+  hosts(): HostView[] {
+    return this.#parts.status.hosts();
+  }
+
   async close(): Promise<void> {
     const { hub, stoppables, app, commits, checkpointer, db } = this.#parts;
     hub.close();
@@ -310,5 +319,6 @@ export class Orchestrator {
     await checkpointer?.close();
     db.close();
     rmSync(join(this.config.data, 'orchestrator.url'), { force: true });
+    removeListenFile(this.config.data);
   }
 }

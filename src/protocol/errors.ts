@@ -46,6 +46,10 @@ export const ERRORS = {
     status: 422,
     message: 'The job needs an estimated {needMB} MB on model "{model}" ({detail}), more than the largest device budget among hosts that can run it: {budgetMB} MB on {host}',
   },
+  CLASS_UNAVAILABLE: {
+    status: 422,
+    message: 'No host can run a {type} job: no host, connected or expected back, serves {classes}, and {detail}. Fix that host, or join one that serves {classes}, then submit again',
+  },
 
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },

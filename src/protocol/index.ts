@@ -8,7 +8,7 @@ export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';
 export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
 export { ModelManifest, VERSION_SEPARATOR, familyOf } from './models.js';
 export {
-  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, ResidentModel, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
+  LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, ResidentModel, ToolReport, UnavailableClass, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
 export { inspectGrant } from './grant-token.js';

@@ -68,6 +68,23 @@ export const ResidentModel = z.object({
 });
 export type ResidentModel = z.infer<typeof ResidentModel>;
 
+/**
+ * A program the agent runs beside its engines (ffmpeg), as found at its start: where, from where — the system's
+ * (`PATH`), the one shipped in gpumesh's npm dependencies (`package`), or the one `GPUMESH_FFMPEG` names
+ * (`configured`) — and its version line. Shown by `gpumesh status`.
+ */
+export const ToolReport = z.object({
+  name: Id,
+  path: z.string().max(4096),
+  source: z.enum(['system', 'package', 'configured']),
+  version: z.string().max(LINK_LIMITS.idChars),
+});
+export type ToolReport = z.infer<typeof ToolReport>;
+
+/** A class the host was asked to serve and cannot (`video` without ffmpeg), and why, in one sentence. */
+export const UnavailableClass = z.object({ class: Id, reason: z.string().max(2000) });
+export type UnavailableClass = z.infer<typeof UnavailableClass>;
+
 export const ArtifactReport = z.object({
   digest: Id,
   mediaType: z.string().max(LINK_LIMITS.idChars),
@@ -155,6 +172,13 @@ export const AgentMessage = z.discriminatedUnion('type', [
     resident: list(ResidentModel).optional(),
     /** The agent is draining (it reconnected mid-drain): send it nothing new. */
     draining: z.boolean().optional(),
+    /**
+     * Classes it was configured to serve and cannot, with why (left out of `classes`): so the mesh can say why a clip
+     * waits rather than "class not granted". Optional: an older orchestrator ignores it (no version change).
+     */
+    unavailable: list(UnavailableClass).optional(),
+    /** The programs it found for its work (ffmpeg), for `gpumesh status`. Optional, like `unavailable`. */
+    tools: list(ToolReport).optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),

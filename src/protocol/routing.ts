@@ -1,5 +1,5 @@
 import type { ErrorBody, JobStatus } from './jobs.js';
-import type { Device, ResidentModel } from './link.js';
+import type { Device, ResidentModel, ToolReport } from './link.js';
 
 /**
  * Why a routing decision passed a host over. The first nine, and `no replica`, are the reasons a
@@ -15,6 +15,8 @@ export const ROUTE_SKIP_REASONS = [
   'no replica',
   // The host's own grant (its `models` caveat) does not allow it the model.
   'model not granted',
+  // The host was meant to serve one of the job's classes and cannot (`video` without ffmpeg; its hello says why).
+  'class unavailable',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 
@@ -68,6 +70,13 @@ export interface HostView {
   connected: boolean;
   draining: boolean;
   classes: string[];
+  /**
+   * Classes it was configured to serve and cannot, by class, with why (`{ video: "ffmpeg not found (…)" }`): left
+   * out of `classes`. Empty when it serves all it was given.
+   */
+  unavailable: Record<string, string>;
+  /** Programs it found for its work: ffmpeg's path, where it came from (`system`, `package`, `configured`), version. */
+  tools: ToolReport[];
   engines: string[];
   /** The models its grant allows it (the `models` caveat of the grant it joined with); null: any. */
   models: string[] | null;
@@ -114,8 +123,11 @@ export interface ExplainView {
     /** Its compatibility group: jobs in it, the size that releases it at once, and when it leaves regardless. */
     batch: { size: number; target: number; releaseBy: string | null } | null;
     retryAt: string | null;
-    /** Hosts by name (the first 16 passed over), whether each could take the job now, and if not why. */
-    hosts: { host: string; class: string | null; canTake: boolean; reason: RouteSkipReason | null }[];
+    /**
+     * Hosts by name (the first 16 passed over), whether each could take the job now, and if not why; `detail` says
+     * more where the host told why (`class unavailable`: `ffmpeg not found (…)`).
+     */
+    hosts: { host: string; class: string | null; canTake: boolean; reason: RouteSkipReason | null; detail?: string | null }[];
     /** The other hosts, counted by why they cannot take it (or were not looked at). */
     unlisted: Partial<Record<RouteSkipReason, number>>;
   } | null;

@@ -37,7 +37,10 @@ function manifest(name: 'gen' | 'gen-video'): { manifest: ModelManifest; path: s
   };
 }
 
-const encoder = (ffmpeg = findFfmpeg()) => new VideoEncoder({ governor, ffmpeg, scratchDir: join(dir, 'video'), log });
+const systemFfmpeg = await findFfmpeg();
+// Found before any FIXTURE_MODE is set: a stand-in that hangs would hang its version check too.
+const brokenFfmpeg = await findFfmpeg({ ...process.env, GPUMESH_FFMPEG: BROKEN_FFMPEG });
+const encoder = (ffmpeg: Awaited<ReturnType<typeof findFfmpeg>> = systemFfmpeg) => new VideoEncoder({ governor, ffmpeg, scratchDir: join(dir, 'video'), log });
 const ok = (output: JobOutput | undefined) => {
   if (!output?.ok) throw new Error(`job failed: ${JSON.stringify(output)}`);
   return output;
@@ -83,13 +86,13 @@ describe('video jobs on the onnx engine (real worker, real ffmpeg)', () => {
   }, 60_000);
 
   it('a host without ffmpeg fails a clip with an error that says so, and runs nothing', async () => {
-    const missing = findFfmpeg({ PATH: '/nonexistent' });
-    expect(missing).toMatchObject({ missing: expect.stringContaining('not found on PATH') });
+    const missing = await findFfmpeg({ GPUMESH_FFMPEG: 'none' });
+    expect(missing).toMatchObject({ missing: expect.stringContaining('ffmpeg turned off on this host (GPUMESH_FFMPEG=none)') });
     const engine = new OnnxEngine(supervisor, encoder(missing));
     const video = manifest('gen-video');
     const loaded = await engine.load(video.manifest, video.path, cpuDevice(1024));
     await expect(loaded.run([{ id: 'c', input: { prompt: 'x', seed: 1, frames: 2, fps: 1, width: 16, height: 16, steps: 1 } }], () => {}))
-      .rejects.toMatchObject({ code: 'ENGINE_FAILED', message: expect.stringMatching(/video jobs need ffmpeg, which this host does not have.*not found on PATH/) });
+      .rejects.toMatchObject({ code: 'ENGINE_FAILED', message: expect.stringMatching(/video jobs need ffmpeg, which this host does not have: ffmpeg turned off.*npm install/) });
     await loaded.unload();
   }, 30_000);
 
@@ -108,7 +111,7 @@ describe('video jobs on the onnx engine (real worker, real ffmpeg)', () => {
   }, 60_000);
 
   it('an ffmpeg that breaks mid-clip fails the clip with its exit and its last stderr line (a real stand-in process)', async () => {
-    const engine = new OnnxEngine(supervisor, encoder(findFfmpeg({ ...process.env, GPUMESH_FFMPEG: BROKEN_FFMPEG })));
+    const engine = new OnnxEngine(supervisor, encoder(brokenFfmpeg));
     const video = manifest('gen-video');
     const loaded = await engine.load(video.manifest, video.path, cpuDevice(1024));
     const { outputs } = await loaded.run([{ id: 'broken', input: { prompt: 'x', seed: 1, frames: 40, fps: 8, width: 64, height: 64, steps: 1 } }], () => {});
@@ -124,7 +127,7 @@ describe('video jobs on the onnx engine (real worker, real ffmpeg)', () => {
   it('an ffmpeg that exits 0 without a clip is an error, not an empty video', async () => {
     process.env.FIXTURE_MODE = 'silent-success';
     try {
-      const engine = new OnnxEngine(supervisor, encoder(findFfmpeg({ ...process.env, GPUMESH_FFMPEG: BROKEN_FFMPEG })));
+      const engine = new OnnxEngine(supervisor, encoder(brokenFfmpeg));
       const video = manifest('gen-video');
       const loaded = await engine.load(video.manifest, video.path, cpuDevice(1024));
       const { outputs } = await loaded.run([{ id: 'empty', input: { prompt: 'x', seed: 1, frames: 40, fps: 8, width: 64, height: 64, steps: 1 } }], () => {});
@@ -140,7 +143,7 @@ describe('a wedged ffmpeg', () => {
   it('a clip cancelled while ffmpeg will not finish ends CANCELLED at once, its ffmpeg stopped, its files gone', async () => {
     process.env.FIXTURE_MODE = 'hang';
     try {
-      const engine = new OnnxEngine(supervisor, encoder(findFfmpeg({ ...process.env, GPUMESH_FFMPEG: BROKEN_FFMPEG })));
+      const engine = new OnnxEngine(supervisor, encoder(brokenFfmpeg));
       const video = manifest('gen-video');
       const loaded = await engine.load(video.manifest, video.path, cpuDevice(1024));
       const started = performance.now();
@@ -167,7 +170,7 @@ describe('ffmpeg is a governed engine process', async () => {
 
   it(needsCgroups('in a process group of its own and, where the host has cgroups, a cgroup of its own with the host\'s ffmpeg ceilings; nothing left after', skip), async () => {
     const own = new Supervisor(log, governed);
-    const engine = new OnnxEngine(own, new VideoEncoder({ governor: governed, ffmpeg: findFfmpeg(), scratchDir: join(dir, 'governed'), limits: governed.config.engines.ffmpeg, log: captured.log }));
+    const engine = new OnnxEngine(own, new VideoEncoder({ governor: governed, ffmpeg: systemFfmpeg, scratchDir: join(dir, 'governed'), limits: governed.config.engines.ffmpeg, log: captured.log }));
     const video = manifest('gen-video');
     const loaded = await engine.load(video.manifest, video.path, cpuDevice(1024));
     let seen: { pid: number; pgid: number; memory: string | null; pids: string | null } | null = null;
@@ -204,7 +207,7 @@ describe('the scratch folder', () => {
       mkdirSync(folder, { recursive: true });
       write(join(folder, 'clip.mp4'), 'partial');
     }
-    const sweeper = new VideoEncoder({ governor, ffmpeg: findFfmpeg(), scratchDir: scratch, log });
+    const sweeper = new VideoEncoder({ governor, ffmpeg: systemFfmpeg, scratchDir: scratch, log });
     expect(await sweeper.sweep()).toBe(1);
     expect(list(scratch)).toEqual([`j_live.${process.pid}.0`]);
   });

@@ -1,6 +1,12 @@
 import { execFileSync } from 'node:child_process';
+import { findFfprobe } from '../../src/agent/video/ffmpeg.js';
 
-/** What ffprobe says about a video file's first video stream (a real ffprobe process; setup-test-deps installs ffmpeg). */
+/** The system's ffprobe, else the one in @ffprobe-installer/ffprobe: the tests run after `npm install` alone. */
+const found = await findFfprobe();
+if ('missing' in found) throw new Error(found.missing);
+const FFPROBE = found.path;
+
+/** What ffprobe says about a video file's first video stream (a real ffprobe process). */
 export interface ProbedVideo {
   codec: string;
   pixFmt: string;
@@ -13,7 +19,7 @@ export interface ProbedVideo {
 }
 
 export function ffprobe(path: string): ProbedVideo {
-  const out = execFileSync('ffprobe', [
+  const out = execFileSync(FFPROBE, [
     '-v', 'error', '-select_streams', 'v:0', '-count_frames',
     '-show_entries', 'stream=codec_name,pix_fmt,width,height,nb_read_frames:format=duration,format_name', '-of', 'json', path,
   ], { encoding: 'utf8' });

@@ -1,29 +1,75 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ApiError } from '../../src/cli/common/client.js';
+import type { ExplainView, HostView } from '../../src/protocol/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
+import { gpumesh, gpumeshRun } from '../helpers/processes.js';
 
-// `gpumesh up` on a machine without ffmpeg (GPUMESH_FFMPEG names a program that is not there): real processes.
-const mesh = meshForFile({ env: { GPUMESH_FFMPEG: '/nonexistent/ffmpeg' } });
+// `gpumesh up` on a machine where the agent finds no ffmpeg: GPUMESH_FFMPEG names a program that is not there, so
+// neither the system's nor the packaged one is used (the lookup is injectable; nothing is uninstalled). Real processes.
+const MISSING = '/nonexistent/ffmpeg';
+const mesh = meshForFile({ env: { GPUMESH_FFMPEG: MISSING } });
+const REASON = `ffmpeg not found (GPUMESH_FFMPEG=${MISSING}: cannot start "${MISSING}": no executable file there)`;
 
-describe('a host without ffmpeg', () => {
-  it('does not serve the video class: it says why once, images still run, and a clip waits for a host that can', async () => {
-    const client = mesh().client();
-    const hosts = await client.request<{ hosts: Array<{ classes: string[] }> }>('GET', '/v1/hosts');
-    expect(hosts.hosts[0]!.classes).toEqual(['image', 'tensor']);
+const hostsNow = async (): Promise<HostView[]> => (await mesh().client().request<{ hosts: HostView[] }>('GET', '/v1/hosts')).hosts;
+
+describe('a host without ffmpeg says so everywhere a person looks', () => {
+  it('the up banner, the agent log, /v1/hosts (the mesh view\'s data) and gpumesh status say video is off and why', async () => {
+    expect(mesh().output()).toContain(`           video: off — ${REASON}`);
+    expect(mesh().output()).toContain('(a clip: refused while video is off here)');
+    expect(mesh().output()).toContain(`export GPUMESH_HOME=${mesh().data}`);
+    const [host] = await hostsNow();
+    expect(host).toMatchObject({ classes: ['image', 'tensor'], unavailable: { video: REASON }, tools: [] });
     const log = readFileSync(join(mesh().data, 'logs', 'agent.log'), 'utf8');
     expect(log.split('not serving the video class').length - 1).toBe(1);
-    expect(log).toContain('not serving the video class: cannot start \\"/nonexistent/ffmpeg\\": no executable file there (install ffmpeg for video jobs)');
 
+    const status = await gpumeshRun(['status', '--data', mesh().data]);
+    expect(status.code, status.output).toBe(0);
+    expect(status.stdout).toContain(`${host!.id}  video: off — ${REASON}`);
+  }, 60_000);
+
+  it('images still run; a clip is refused at once with 422 CLASS_UNAVAILABLE naming the host and the reason, not queued for ever', async () => {
+    const client = mesh().client();
     const image = await client.submit({ type: 'image', input: { prompt: 'still works', width: 32, height: 32, steps: 1 } });
     expect((await client.follow(image.id)).type).toBe('succeeded');
 
+    const refused = await client.submit({ type: 'video', input: { prompt: 'waits', frames: 2, width: 16, height: 16, steps: 1 } }).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(ApiError);
+    expect(refused).toMatchObject({ status: 422, code: 'CLASS_UNAVAILABLE', message: expect.stringContaining(`video: ${REASON}`) });
+    const cli = await gpumeshRun(['submit', '--data', mesh().data, '--frames', '2', '--prompt', 'from the cli']);
+    expect(cli.code).not.toBe(0);
+    expect(cli.output).toContain('No host can run a video job');
+  }, 60_000);
+
+  it('with a video host expected back (it joined and left), a clip queues, and explain says what each host lacks', async () => {
+    const client = mesh().client();
+    const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'videobox', classes: ['video'] });
+    const agent = gpumesh(['agent', '--url', mesh().url, '--host', 'videobox', '--classes', 'video', '--data', join(mesh().data, 'agent-videobox'), '--cpu-budget', '512'], { GPUMESH_GRANT: token });
+    await waitFor(async () => (await hostsNow()).some((host) => host.id === 'videobox' && host.connected), { timeoutMs: 60_000, what: 'videobox to join' });
+    // It drains and leaves (SIGTERM); it may come back, so clips wait for it.
+    await agent.kill('SIGTERM');
+    await waitFor(async () => (await hostsNow()).some((host) => host.id === 'videobox' && !host.connected), { what: 'videobox to leave' });
+
     const clip = await client.submit({ type: 'video', input: { prompt: 'waits', frames: 2, width: 16, height: 16, steps: 1 } });
     const explained = await waitFor(async () => {
-      const answer = await client.request<{ status: string; waiting?: { for: string } }>('GET', `/v1/jobs/${clip.id}/explain`);
+      const answer = await client.request<ExplainView>('GET', `/v1/jobs/${clip.id}/explain`);
       return answer.waiting ? answer : null;
     }, { what: 'the clip to be explained' });
-    expect(explained).toMatchObject({ status: 'queued', waiting: { for: 'a host of its classes' } });
-    expect((await client.job(clip.id)).status).toBe('queued');
-  }, 60_000);
+    const local = (await hostsNow()).find((host) => host.connected)!.id;
+    expect(explained).toMatchObject({
+      status: 'queued',
+      waiting: {
+        for: 'a host of its classes',
+        hosts: expect.arrayContaining([
+          { host: 'videobox', class: 'video', canTake: false, reason: 'disconnected', detail: null },
+          { host: local, class: null, canTake: false, reason: 'class unavailable', detail: `video: ${REASON}` },
+        ]),
+      },
+    });
+    expect(explained.summary).toContain(`${local}: cannot serve video: ${REASON}`);
+    const text = await gpumeshRun(['explain', clip.id, '--data', mesh().data]);
+    expect(text.stdout).toContain(`class unavailable — video: ${REASON}`);
+    await client.request('DELETE', `/v1/jobs/${clip.id}`);
+  }, 90_000);
 });

@@ -1,4 +1,5 @@
 import type { ClipEncoder, ClipEncoding } from './encoder.js';
+import { FFMPEG_HINT } from './ffmpeg.js';
 import { EngineError, type BatchMemory, type BatchResult, type EngineJob, type JobOutput, type Progress } from '../engines/core/engine.js';
 
 /** Takes one frame of a job's clip, in order; resolves when the frame is in its encoder's pipe. */
@@ -43,7 +44,7 @@ export async function encodeClips(batch: ClipBatch): Promise<BatchResult> {
   const { jobs, encoder } = batch;
   const unavailable = encoder ? encoder.unavailable : 'this agent was built without a video encoder';
   if (!encoder || unavailable) {
-    throw new EngineError('ENGINE_FAILED', `video jobs need ffmpeg, which this host does not have: ${unavailable}. Install ffmpeg (Debian: apt-get install ffmpeg) or set GPUMESH_FFMPEG`);
+    throw new EngineError('ENGINE_FAILED', `video jobs need ffmpeg, which this host does not have: ${unavailable}. ${FFMPEG_HINT}`);
   }
   const clips = new Map<string, Clip>();
   const byId = new Map(jobs.map((job) => [job.id, job]));

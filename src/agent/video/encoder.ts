@@ -12,7 +12,7 @@ import type { GovernedProcess } from '../governance/governed-process.js';
 import type { Governor } from '../governance/governor.js';
 import { LogTail } from '../governance/log-tail.js';
 import { ProcessLimits, type EngineLimits } from '../../protocol/engines/process-settings.js';
-import { ffmpegArgs, type ClipShape } from './ffmpeg.js';
+import { FFMPEG_HINT, ffmpegArgs, type ClipShape } from './ffmpeg.js';
 
 export interface VideoEncoderOptions {
   governor: Governor;
@@ -122,7 +122,7 @@ export class VideoEncoder implements ClipEncoder {
   async open(clipId: string, shape: ClipShape): Promise<ClipEncoding> {
     const { ffmpeg, governor, scratchDir, log } = this.#options;
     if ('missing' in ffmpeg) {
-      throw new EngineError('ENGINE_FAILED', `video jobs need ffmpeg, which this host does not have: ${ffmpeg.missing}. Install ffmpeg (Debian: apt-get install ffmpeg) or set GPUMESH_FFMPEG`);
+      throw new EngineError('ENGINE_FAILED', `video jobs need ffmpeg, which this host does not have: ${ffmpeg.missing}. ${FFMPEG_HINT}`);
     }
     const dir = join(scratchDir, `${clipId.replace(/[^A-Za-z0-9_-]/g, '_')}.${process.pid}.${this.#clips++}`);
     await mkdir(dir, { recursive: true });

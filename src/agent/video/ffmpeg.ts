@@ -1,16 +1,20 @@
-import { MissingExecutable, resolveExecutable } from '../governance/executable.js';
+import { checkFfmpeg, checkFfprobe, findTool, packagedBinary, type FoundTool, type MissingTool } from './find-tool.js';
 
 /**
- * Where ffmpeg is on this host, found as execvp would find it (`GPUMESH_FFMPEG` names another program), or why
- * not. Looked up once at agent start: an agent without ffmpeg does not serve the `video` class.
+ * The ffmpeg this host encodes clips with (`GPUMESH_FFMPEG` names another program, or `none`), or why there is
+ * none: the system's when it has libx264, else the one shipped in `@ffmpeg-installer/ffmpeg`. Looked up once at
+ * agent start: an agent without ffmpeg does not serve the `video` class, and says why in its hello.
  */
-export function findFfmpeg(env: NodeJS.ProcessEnv = process.env): { path: string } | { missing: string } {
-  try {
-    return { path: resolveExecutable(env.GPUMESH_FFMPEG ?? 'ffmpeg', env) };
-  } catch (error) {
-    if (error instanceof MissingExecutable) return { missing: error.message };
-    throw error;
-  }
+export function findFfmpeg(env: NodeJS.ProcessEnv = process.env): Promise<FoundTool | MissingTool> {
+  return findTool({ name: 'ffmpeg', env, packaged: () => packagedBinary('@ffmpeg-installer/ffmpeg'), check: checkFfmpeg });
+}
+
+/** What to do on a host without ffmpeg: said with every clip refused there. */
+export const FFMPEG_HINT = 'reinstall gpumesh\'s dependencies (npm install brings a static ffmpeg where the platform has one), install ffmpeg with libx264 (Debian: apt-get install ffmpeg), or set GPUMESH_FFMPEG to one';
+
+/** ffprobe the same way (`GPUMESH_FFPROBE`, the system's, else `@ffprobe-installer/ffprobe`). */
+export function findFfprobe(env: NodeJS.ProcessEnv = process.env): Promise<FoundTool | MissingTool> {
+  return findTool({ name: 'ffprobe', env, packaged: () => packagedBinary('@ffprobe-installer/ffprobe'), check: checkFfprobe });
 }
 
 /** A clip's shape as ffmpeg is told it: raw RGB frames of width × height at fps. */

@@ -32,7 +32,7 @@ function explainText(view: ExplainView): string {
     if (waiting.batch) out.push(`batch: ${waiting.batch.size} of ${waiting.batch.target}${waiting.batch.releaseBy ? `, leaves by ${waiting.batch.releaseBy}` : ''}`);
     if (waiting.hosts.length > 0) {
       out.push('', table(['HOST', 'CLASS', 'CAN TAKE IT', 'WHY NOT'], waiting.hosts.map((host) => [
-        host.host, host.class ?? '-', host.canTake ? 'yes' : 'no', host.reason ?? '-',
+        host.host, host.class ?? '-', host.canTake ? 'yes' : 'no', host.detail ? `${host.reason ?? ''} — ${host.detail}` : host.reason ?? '-',
       ])));
     } else {
       out.push('hosts: none known');

@@ -50,6 +50,18 @@ export async function startOrchestrator(config: MeshConfig, logger: Logger): Pro
   return orchestrator;
 }
 
+/**
+ * How the CLI finds this mesh: the orchestrator records its URL in <data>/listen.json, which the CLI reads for its
+ * data folder (--data, else GPUMESH_HOME, else ./.gpumesh); from anywhere else, name the folder or the URL.
+ */
+export function cliGuidance(data: string, url: string): string[] {
+  const local = data === dataDir(undefined) ? 'gpumesh commands run here find it' : `gpumesh commands find it with --data ${data}`;
+  return [
+    `  cli      ${local} (${join(data, 'listen.json')} says where it listens); from elsewhere:`,
+    `           export GPUMESH_HOME=${data}   or   gpumesh … --url ${url}`,
+  ];
+}
+
 /** Close cleanly on SIGINT/SIGTERM; a second signal exits at once. */
 export function onShutdown(stop: () => Promise<void>): void {
   let stopping = false;
@@ -74,7 +86,10 @@ export function serveCommand(): Command {
       const orchestrator = await startOrchestrator(config, logger);
       orchestrator.adminGrant();
       const tls = orchestrator.tlsCaFingerprint ? { tlsCaFingerprint: orchestrator.tlsCaFingerprint, tlsCa: join(config.data, 'tls', 'ca.crt') } : {};
-      logger.info({ url: orchestrator.url, data: config.data, adminGrant: join(config.data, 'admin.grant'), ...tls }, 'orchestrator listening');
+      logger.info({
+        url: orchestrator.url, data: config.data, adminGrant: join(config.data, 'admin.grant'), ...tls,
+        cli: `the CLI finds this mesh through ${join(config.data, 'listen.json')}: --data ${config.data}, or GPUMESH_HOME=${config.data}, or --url ${orchestrator.url}`,
+      }, 'orchestrator listening');
       onShutdown(() => orchestrator.close());
     });
 }

@@ -36,6 +36,20 @@ function hostsTable(hosts: HostView[]): string {
   );
 }
 
+/**
+ * What each host can and cannot serve beyond its classes: `vm  video: off — ffmpeg not found (…)` for a class it was
+ * meant to serve and cannot, and the ffmpeg it encodes clips with (path, where from, version).
+ */
+export function capabilityLines(hosts: HostView[]): string[] {
+  const width = Math.max(0, ...hosts.map((host) => host.id.length));
+  const lines: string[] = [];
+  for (const host of hosts) {
+    for (const [klass, reason] of Object.entries(host.unavailable ?? {})) lines.push(`${host.id.padEnd(width)}  ${klass}: off — ${reason}`);
+    for (const tool of host.tools ?? []) lines.push(`${host.id.padEnd(width)}  ${tool.name}: ${tool.path} (${tool.source}; ${tool.version})`);
+  }
+  return lines;
+}
+
 function replicasTable(hosts: HostView[]): string {
   const rows = hosts.flatMap((host) => host.replicas.map((replica) => [
     host.id, replica.model, replica.resident ? 'yes' : 'no',
@@ -53,6 +67,8 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
   if (options.json) return printJson({ ...current, hosts });
   const out: string[] = [`mesh at ${client.baseUrl}`, ''];
   out.push(hosts.length === 0 ? 'hosts: none connected' : hostsTable(hosts));
+  const capabilities = capabilityLines(hosts);
+  if (capabilities.length > 0) out.push('', ...capabilities);
   if (hosts.length > 0) out.push('', replicasTable(hosts));
   out.push('', table(['MODEL', 'QUEUED', 'LIMIT', 'REPLICAS', 'WHERE'], Object.entries(current.queues).map(([model, queue]) => {
     const placed = current.models?.[model];

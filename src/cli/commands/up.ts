@@ -6,13 +6,13 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
-import { caveatsFromOptions, DURATION, galleryGrantOptions, meshViewGrantOptions } from '../../orchestrator/auth/options.js';
+import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions } from '../../orchestrator/auth/options.js';
 import { VERSION } from '../../version.js';
 import { gpumeshArgs } from '../common/launch.js';
 import { CliError, parseInteger } from '../common/output.js';
 import type { AgentOptions } from '../../agent/index.js';
 import type { Orchestrator } from '../../orchestrator/index.js';
-import { configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
+import { cliGuidance, configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
 
 
 /**
@@ -157,23 +157,30 @@ export function upCommand(): Command {
           await sleep(50);
         }
       }
+      // What the local agent cannot serve (video without ffmpeg) is said here, not only in its log.
+      const local = orchestrator.hosts().find((entry) => entry.id === host && entry.connected);
+      const off = Object.entries(local?.unavailable ?? {});
+      const ffmpeg = local?.tools.find((tool) => tool.name === 'ffmpeg');
       const lines = [
         `gpumesh ${VERSION} is up`,
         `  gallery  ${url}/#grant=${gallery}`,
-        `           images in album ${config.gallery.albums.join(', ')}, until ${galleryUntil} (\`gpumesh grant gallery\` mints a new link)`,
+        `           ${GALLERY_GRANT_SUMMARY} in album ${config.gallery.albums.join(', ')}, until ${galleryUntil} (\`gpumesh grant gallery\` mints a new link)`,
         `  mesh     ${url}/mesh#grant=${meshView}`,
         `           hosts, devices, breakers, queues (read only), until ${galleryUntil} (\`gpumesh grant mesh\` mints a new link)`,
         `  api      ${url}  (OpenAPI at ${url}/openapi.json)`,
         `  admin    grant in ${join(config.data, 'admin.grant')}`,
         `  agent    ${options.agent ? `${host}, connected${options.agentProcess ? ' (its own process)' : ''}` : 'none (--no-agent)'}`,
+        ...off.map(([klass, reason]) => `           ${klass}: off — ${reason}`),
+        ...(ffmpeg ? [`           video: on — ffmpeg ${ffmpeg.path} (${ffmpeg.source})`] : []),
         ...(orchestrator.tlsCaFingerprint ? [
           `  tls      private CA ${orchestrator.tlsCaFingerprint}`,
           `           (${join(config.data, 'tls', 'ca.crt')}; grants pin it. A browser warns about the gallery until you trust that file, or compare this fingerprint)`,
         ] : []),
         `  logs     ${options.verbose ? 'this terminal' : logs}`,
+        ...cliGuidance(config.data, url),
         '',
         'Try:  npx gpumesh submit --type image --prompt "a lighthouse at dusk" --wait',
-        '      npx gpumesh submit --frames 48 --fps 24 --prompt "waves on a shore" --wait   (a clip: needs ffmpeg)',
+        `      npx gpumesh submit --frames 48 --fps 24 --prompt "waves on a shore" --wait   (a clip${off.some(([klass]) => klass === 'video') ? ': refused while video is off here' : ''})`,
         'Stop: Ctrl-C',
       ];
       process.stdout.write(`${lines.join('\n')}\n`);

@@ -16,7 +16,12 @@ export class ApiError extends Error {
 export interface MeshClientOptions {
   /** CA fingerprints to pin besides those the grant names (`--tls-ca-fingerprint`, a local mesh's ca.crt). */
   pins?: readonly Pin[];
+  /** Where the URL came from (`--url`, a data folder's listen.json, the default), said when it cannot be reached. */
+  urlSource?: string;
 }
+
+/** How to point the CLI at another mesh: said with every failure to reach one. */
+export const WHERE_HINT = 'point the CLI at your mesh with --url <its URL>, or --data <its data folder> (or GPUMESH_HOME=<its data folder>), whose listen.json says where it listens';
 
 /**
  * A small client for the orchestrator's HTTP API, used by the CLI, the tests and the benchmarks.
@@ -26,10 +31,12 @@ export class MeshClient {
   readonly baseUrl: string;
   readonly #grant: string | null;
   readonly #trust: ServerTrust;
+  readonly #urlSource: string | undefined;
 
   constructor(baseUrl: string, grant: string | null, options: MeshClientOptions = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.#grant = grant;
+    this.#urlSource = options.urlSource;
     this.#trust = new ServerTrust(this.baseUrl, [...pinsOfGrant(grant), ...(options.pins ?? [])]);
   }
 
@@ -46,7 +53,8 @@ export class MeshClient {
       if (error instanceof ApiError || (error as Error).name === 'AbortError') throw error;
       if (error instanceof TlsPinError) throw new ApiError(0, 'TLS_PIN_FAILED', error.message);
       const cause = this.#trust.explain(error) ?? (error as Error & { cause?: Error }).cause?.message ?? (error as Error).message;
-      throw new ApiError(0, 'UNREACHABLE', `cannot reach the orchestrator at ${this.baseUrl}: ${cause}`);
+      const from = this.#urlSource ? ` (from ${this.#urlSource})` : '';
+      throw new ApiError(0, 'UNREACHABLE', `cannot reach the orchestrator at ${this.baseUrl}${from}: ${cause}. To use another mesh, ${WHERE_HINT}`);
     }
   }
 

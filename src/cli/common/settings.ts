@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from '../../tls/index.js';
+import { LISTEN_FILE, readListenFile } from '../../orchestrator/listen-file.js';
 import { MeshClient } from './client.js';
 import { CliError } from './output.js';
 
@@ -30,15 +31,44 @@ export function resolveGrant(options: ClientOptions): string | null {
   return existsSync(local) ? readFileSync(local, 'utf8').trim() : null;
 }
 
+/** Whether a process of this pid runs (or exists, as another user's). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** The URL a command talks to and where it came from (said when the orchestrator cannot be reached). */
+export interface ResolvedUrl {
+  url: string;
+  source: string;
+}
+
 /**
- * The orchestrator's URL: --url, then $GPUMESH_URL, then the URL a local mesh
- * wrote to <data>/orchestrator.url when it started, then http://127.0.0.1:7070.
+ * The orchestrator's URL: --url, then $GPUMESH_URL, then where the mesh using the data folder (--data, else
+ * $GPUMESH_HOME, else ./.gpumesh) listens — <data>/listen.json, written by `up` and `serve`, while its process
+ * runs — then http://127.0.0.1:7070.
  */
+export function resolveUrlWithSource(options: ClientOptions): ResolvedUrl {
+  if (options.url) return { url: options.url, source: '--url' };
+  if (process.env.GPUMESH_URL) return { url: process.env.GPUMESH_URL, source: 'GPUMESH_URL' };
+  const data = dataDir(options.data);
+  const folder = options.data ? `--data ${data}` : process.env.GPUMESH_HOME ? `GPUMESH_HOME=${data}` : `the default data folder ${data}`;
+  const file = join(data, LISTEN_FILE);
+  const record = readListenFile(data);
+  if (record && alive(record.pid)) return { url: record.url, source: `${file}, where the mesh of ${folder} (pid ${record.pid}) listens` };
+  const stale = record ? `the mesh recorded in ${file} (pid ${record.pid}) is not running` : `no mesh recorded in ${file}`;
+  // A mesh started before listen.json existed wrote only this.
+  const legacy = join(data, 'orchestrator.url');
+  if (!record && existsSync(legacy)) return { url: readFileSync(legacy, 'utf8').trim(), source: legacy };
+  return { url: 'http://127.0.0.1:7070', source: `the default: ${stale}` };
+}
+
 export function resolveUrl(options: ClientOptions): string {
-  if (options.url) return options.url;
-  if (process.env.GPUMESH_URL) return process.env.GPUMESH_URL;
-  const local = join(dataDir(options.data), 'orchestrator.url');
-  return existsSync(local) ? readFileSync(local, 'utf8').trim() : 'http://127.0.0.1:7070';
+  return resolveUrlWithSource(options).url;
 }
 
 /** A fingerprint from --tls-ca-fingerprint, then $GPUMESH_TLS_CA_FINGERPRINT; a malformed one stops the command. */
@@ -64,7 +94,7 @@ export function resolvePins(options: ClientOptions, url: string, grant: string |
 }
 
 export function clientFrom(options: ClientOptions): MeshClient {
-  const url = resolveUrl(options);
+  const { url, source } = resolveUrlWithSource(options);
   const grant = resolveGrant(options);
-  return new MeshClient(url, grant, { pins: resolvePins(options, url, grant) });
+  return new MeshClient(url, grant, { pins: resolvePins(options, url, grant), urlSource: source });
 }

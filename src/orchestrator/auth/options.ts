@@ -56,6 +56,9 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
  */
 export const GALLERY_ACTIONS = ['jobs:submit', 'jobs:read', 'artifacts:read', 'blobs:read'];
 
+/** The gallery grant in words, the same wherever it is described (README, `up`'s banner, `grant gallery --help`). */
+export const GALLERY_GRANT_SUMMARY = 'may submit and view images and clips';
+
 export function galleryGrantOptions(albums: readonly string[], expires: string): GrantOptions {
   return { actions: [...GALLERY_ACTIONS], types: ['image', 'video'], albums: [...albums], expires };
 }

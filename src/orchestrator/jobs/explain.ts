@@ -1,7 +1,7 @@
 import type { ExplainView, WaitingFor } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
-import type { RouteDecision, Router } from '../routing/index.js';
+import { unavailableFor, type HostInfo, type RouteDecision, type Router } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';
 import type { Db, JobRecord } from '../store/index.js';
 import type { Failover } from './failover.js';
@@ -14,6 +14,8 @@ export interface JobExplainerDeps {
   router: Router;
   failover: Failover;
   model(name: string): RegisteredModel | undefined;
+  /** What a host said of itself (connected or departed): why it cannot serve a class it was meant to. */
+  hostInfo?(id: string): HostInfo | undefined;
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -62,9 +64,16 @@ export class JobExplainer {
     // Hosts in the order of the job's classes (the order routing tries them), those of no class of it last.
     const rank = (klass: string | null): number => (klass === null ? job.classes.length : job.classes.indexOf(klass));
     const skipped = decision ? [...decision.skipped].sort((a, b) => rank(a.class) - rank(b.class)) : [];
+    /** What the host said about a class it cannot serve (no ffmpeg), for `class unavailable`. */
+    const detail = (host: string, reason: string): string | null => {
+      if (reason !== 'class unavailable') return null;
+      const info = this.#deps.hostInfo?.(host);
+      const entry = info ? unavailableFor(info, job.classes) : null;
+      return entry ? `${entry.class}: ${entry.reason}` : null;
+    };
     const hosts = [
-      ...(decision?.host ? [{ host: decision.host.id, class: decision.class, canTake: true, reason: null }] : []),
-      ...skipped.map((skip) => ({ host: skip.host, class: skip.class, canTake: false, reason: skip.reason })),
+      ...(decision?.host ? [{ host: decision.host.id, class: decision.class, canTake: true, reason: null, detail: null }] : []),
+      ...skipped.map((skip) => ({ host: skip.host, class: skip.class, canTake: false, reason: skip.reason, detail: detail(skip.host, skip.reason) })),
     ];
     const retryAt = failover.retryAt(job.id);
     const standing = scheduler.standing(job.model, job.id, now);
@@ -76,7 +85,10 @@ export class JobExplainer {
     if (retryAt !== null) return result('retry backoff', `attempt ${job.attempts} failed (${job.errorCode ?? 'see attempts'}); back in the queue in ${Math.max(0, retryAt - now)} ms`);
     if (!model || !decision) return result('a host of its classes', `model ${job.model} is no longer in the registry`);
     const blockers = skipped.filter((skip) => !['busier', 'not sampled', 'not resident', 'failed this job'].includes(skip.reason));
-    const why = blockers.map((skip) => `${skip.host}: ${skip.reason}`).join('; ');
+    const why = blockers.map((skip) => {
+      const more = detail(skip.host, skip.reason);
+      return `${skip.host}: ${more ? `cannot serve ${more}` : skip.reason}`;
+    }).join('; ');
     if (standing && (!standing.ready || (standing.early && decision.host !== null && decision.host.batches.size > 0))) {
       const by = standing.releaseAt === null ? '' : `; it leaves by ${iso(standing.releaseAt)} whatever the size`;
       return result('a batch to fill', `${standing.group.size} of ${standing.group.target} compatible jobs queued${by}`);

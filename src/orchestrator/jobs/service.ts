@@ -37,6 +37,8 @@ export interface JobServiceDeps {
   pictures: InputImages;
   /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
+  /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
+  classes?: { admit(type: string, classes: readonly string[]): void };
 }
 
 export interface ListQuery {
@@ -198,6 +200,7 @@ export class JobService {
       const job = existing ? states.get(existing.id) : null;
       if (job) return { job, created: false };
     }
+    this.#deps.classes?.admit(body.type, classes);
     this.#deps.memory?.admit(model, input, classes);
     try {
       // Bounds first: a job the queues refuse must not use up the grant's rate.

@@ -174,7 +174,7 @@ export class AgentHub {
     const session = new HostSession(
       {
         id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version,
-        models: grant.models,
+        models: grant.models, unavailable: hello.unavailable, tools: hello.tools,
       },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
       this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,
@@ -197,7 +197,7 @@ export class AgentHub {
       type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION,
       inlineOutputBytes: this.#deps.inlineOutputBytes, staleAfterMs: this.#deps.staleAfterMs,
     });
-    log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length }, 'agent joined');
+    log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length, unavailable: hello.unavailable }, 'agent joined');
     this.#deps.events.publishMesh({ type: 'host:joined', host: hello.host, classes: hello.classes, at: new Date(clock.now()).toISOString() });
     hosts.set(session);
     return session;

@@ -1,4 +1,4 @@
-import { familyOf, type Device, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
+import { familyOf, type Device, type OrchestratorMessage, type ResidentModel, type ToolReport, type UnavailableClass } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 
 /** A batch a host is running: which jobs, on which model, since when. */
@@ -18,6 +18,17 @@ export interface HostInfo {
   version: string;
   /** The models the host's grant allows it (its `models` caveat): it is sent no other, nor may report one. Absent or null: any. */
   models?: readonly string[] | null;
+  /** Classes it was configured to serve and cannot (`video` without ffmpeg), with why; absent: none. */
+  unavailable?: readonly UnavailableClass[];
+  /** The programs it found for its work (ffmpeg), as its hello said. */
+  tools?: readonly ToolReport[];
+}
+
+/** Why `info`'s host cannot serve one of `classes` although it was meant to (the first such class), or null. */
+export function unavailableFor(info: HostInfo, classes: readonly string[]): UnavailableClass | null {
+  if (!info.unavailable) return null;
+  for (const entry of info.unavailable) if (classes.includes(entry.class)) return entry;
+  return null;
 }
 
 /**

@@ -122,6 +122,11 @@ export class HostRegistry {
     return true;
   }
 
+  /** What a host, connected or departed, said of itself in its hello; undefined for one never seen (or forgotten). */
+  info(id: string): HostInfo | undefined {
+    return this.#hosts.get(id)?.info ?? this.#departed.get(id)?.info;
+  }
+
   /** Hosts that were connected and are not now, oldest departure first. */
   departed(): IterableIterator<DepartedHost> {
     return this.#departed.values();

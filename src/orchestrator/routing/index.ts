@@ -1,5 +1,6 @@
-export { HostSession, type HostInfo, type InFlightBatch } from './host.js';
+export { HostSession, unavailableFor, type HostInfo, type InFlightBatch } from './host.js';
 export { HostRegistry, type DepartedHost } from './hosts.js';
+export { ClassAvailability } from './class-availability.js';
 export { Router, SCAN_ALL_UP_TO, TWO_CHOICES_ABOVE, type RouteRequest, type RouterDeps } from './router.js';
 export { encodeRoute, decodeRoute, NAMED_SKIPS, type RouteDecision, type Skip, type Warmth } from './route-log.js';
 export { Breaker, type BreakerTransition } from './breaker.js';

@@ -2,7 +2,7 @@ import type { RouteSkipReason } from '../../protocol/index.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard } from './breakers.js';
 import type { HealthBook } from './health.js';
-import type { HostSession } from './host.js';
+import { unavailableFor, type HostSession } from './host.js';
 import type { HostRegistry } from './hosts.js';
 import type { IndexedSet } from './indexed-set.js';
 import { SkipLog, type RouteDecision, type Warmth } from './route-log.js';
@@ -206,7 +206,7 @@ export class Router {
     for (const departed of this.#deps.hosts.departed()) {
       const index = request.classes.findIndex((name) => departed.info.classes.includes(name));
       const klass = index < 0 ? null : request.classes[index]!;
-      const reason: RouteSkipReason = klass === null ? 'class not granted'
+      const reason: RouteSkipReason = klass === null ? (unavailableFor(departed.info, request.classes) ? 'class unavailable' : 'class not granted')
         : request.hosts && !request.hosts.includes(departed.info.id) ? 'host not granted' : 'disconnected';
       log.add(departed.info.id, klass, reason);
     }
@@ -223,7 +223,7 @@ export class Router {
 
   /** Why `host` cannot take `model` for this request, or null when it can (slots aside). */
   #unusable(host: HostSession, model: RegisteredModel, request: RouteRequest, klass: string | null): RouteSkipReason | null {
-    if (klass === null) return 'class not granted';
+    if (klass === null) return unavailableFor(host.info, request.classes) ? 'class unavailable' : 'class not granted';
     if (request.hosts && !request.hosts.includes(host.id)) return 'host not granted';
     if (!host.mayServe(model.manifest.name)) return 'model not granted';
     if (host.draining) return 'draining';

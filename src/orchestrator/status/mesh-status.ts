@@ -1,7 +1,7 @@
 import type { HostView, ReplicaView } from '../../protocol/index.js';
 import type { ModelReplicasView } from '../autoscale/index.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
-import type { BreakerBoard, DepartedHost, HealthBook, HostRegistry, HostSession, ThroughputBook } from '../routing/index.js';
+import type { BreakerBoard, DepartedHost, HealthBook, HostInfo, HostRegistry, HostSession, ThroughputBook } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';
 
 export interface MeshStatusDeps {
@@ -21,6 +21,12 @@ export interface MeshStatusDeps {
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+
+/** What a host cannot serve, and the programs it uses, as the host view shows them. */
+const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools'> => ({
+  unavailable: Object.fromEntries((info.unavailable ?? []).map((entry) => [entry.class, entry.reason])),
+  tools: [...(info.tools ?? [])],
+});
 
 /**
  * What `GET /v1/status`, `GET /v1/hosts` and `gpumesh status` show: hosts (health, breakers, capacity, speed), queues,
@@ -67,7 +73,7 @@ export class MeshStatus {
   #connected(host: HostSession): HostView {
     const resident = new Set(host.resident.map((entry) => entry.model));
     return {
-      id: host.id, connected: true, draining: host.draining, classes: host.info.classes, engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
+      id: host.id, connected: true, draining: host.draining, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: host.freeSlots, batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
       probesInFlight: host.probes.size, devices: [...host.devices], resident: [...host.resident],
       health: this.#deps.health.hostState(host), breaker: this.#deps.breakers.view(host.id, null),
@@ -78,7 +84,7 @@ export class MeshStatus {
 
   #departed(host: DepartedHost): HostView {
     return {
-      id: host.info.id, connected: false, draining: false, classes: host.info.classes, engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
+      id: host.info.id, connected: false, draining: false, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: 0, batchesInFlight: 0, jobsInFlight: 0, probesInFlight: 0, devices: host.info.devices, resident: [],
       health: 'disconnected', breaker: this.#deps.breakers.view(host.info.id, null), replicas: this.#replicas(host.info.id, new Set()),
       connectedAt: null, lastSeenAt: iso(host.lastSeenAt)!, lostAt: iso(host.lostAt),
