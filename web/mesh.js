@@ -7,6 +7,7 @@
 // during a batch, a host falling late).
 
 import { $, h } from './dom.js';
+import { createPlots } from './plots.js';
 import { createReloader } from './reloader.js';
 import { createApi, GrantChanged, wireGrant } from './session.js';
 
@@ -18,6 +19,8 @@ const SLOW_REFRESH_MS = 15_000;
 const AFTER_HEARTBEAT_MS = 2_500;
 const ACTIVITY_ITEMS = 50;
 const JOBS_SHOWN_PER_HOST = 8;
+/** The orchestrator adds a point to its series every 5 s; the plots follow. */
+const SERIES_EVERY_MS = 5_000;
 
 /** Every event the view listens to: all but `progress`, which changes nothing it shows and is the most frequent. */
 const JOB_EVENTS = ['queued', 'dispatched', 'loading', 'running', 'succeeded', 'failed', 'cancelled', 'expired'];
@@ -40,6 +43,7 @@ const ui = {
   noHosts: $('no-hosts'),
   queues: $('queues').tBodies[0],
   activity: $('activity'),
+  plots: $('plots'),
   noActivity: $('no-activity'),
 };
 
@@ -100,7 +104,8 @@ function tickOne(element) {
 
 // ---- Pieces ---------------------------------------------------------------
 
-const BREAKER_LABELS = { closed: 'closed', open: 'open', 'half-open': 'half-open' };
+/** A replica's breaker: closed is the good state, which the word alone does not say. */
+const BREAKER_LABELS = { closed: 'ok', open: 'open', 'half-open': 'half-open' };
 
 /** A breaker's state as a badge: open ones say until when, and the failure that opened them. */
 function breakerBadge(breaker, what) {
@@ -111,15 +116,38 @@ function breakerBadge(breaker, what) {
   return badge;
 }
 
-/** What state a host is in, most serious first: lost, draining, late (heartbeats overdue), healthy. */
+/**
+ * What state a host is in: gone (left on purpose after draining, or lost), draining, late (heartbeats overdue),
+ * healthy. A host that drained and left did what it was asked: grey, not the red of a lost one.
+ */
 function hostState(host) {
-  if (!host.connected) return 'lost';
+  if (!host.connected) return host.left ? 'left' : 'lost';
   if (host.draining) return 'draining';
   if (host.health === 'late') return 'late';
   return 'healthy';
 }
 
-const HOST_STATE_LABELS = { lost: 'Lost', draining: 'Draining', late: 'Late', healthy: 'Healthy' };
+const HOST_STATE_LABELS = { left: 'left (drained)', lost: 'Lost', draining: 'Draining', late: 'Late', healthy: 'Healthy' };
+
+/**
+ * The host's own breaker counts its link dropping; "closed" means all is well, which reads as the opposite, so the
+ * badge says what each state means for the link.
+ */
+const LINK_LABELS = { closed: 'link ok', 'half-open': 'link retrying', open: 'link failing' };
+
+function linkBadge(host) {
+  const { breaker } = host;
+  const badge = h('span', { class: 'breaker link', 'data-state': breaker.state, title: breaker.lastFailure ? `last drop: ${breaker.lastFailure}` : 'the link to this host' },
+    LINK_LABELS[breaker.state] ?? `link ${breaker.state}`);
+  if (breaker.state === 'open' && breaker.openUntil) badge.append(' · retry ', clock(breaker.openUntil, { until: true }));
+  return badge;
+}
+
+/** The tail of a job id: ids share their time prefix (`j_<ms time><random>`), so the random end tells them apart. */
+const shortId = (id) => `…${id.slice(-6)}`;
+
+/** A prompt cut to fit a chip. */
+const excerpt = (text, length = 28) => (text && text.length > length ? `${text.slice(0, length - 1)}…` : text);
 
 /** One device: its memory in use against the budget the agent keeps, and the models resident on it. */
 function deviceRow(device, resident) {
@@ -155,7 +183,7 @@ function replicaRow(replica) {
  * job events themselves, so a job that runs for less than a reload takes still shows on its host.
  */
 const flight = new Map();
-/** Models of jobs seen queued, for the chips of jobs dispatched before the next reload. */
+/** What jobs seen queued are (type, model, prompt), for the chips of jobs dispatched before the next reload. */
 const modelOf = new Map();
 /**
  * Jobs whose events came while a reload was under way, and what they said: its list of jobs in flight may predate
@@ -168,7 +196,13 @@ function jobChips(hostId) {
   const jobs = [...flight.values()].filter((job) => job.host === hostId);
   const shown = jobs.slice(0, JOBS_SHOWN_PER_HOST);
   return h('ul', { class: 'jobs', 'aria-label': 'Jobs in flight', hidden: jobs.length === 0 },
-    shown.map((job) => h('li', { 'data-job-id': job.id, 'data-status': job.status, title: `${job.id} (${job.status})` }, `${job.id.slice(0, 10)} · ${job.model ?? '…'}`)),
+    shown.map((job) => h('li', {
+      'data-job-id': job.id, 'data-status': job.status,
+      title: [`${job.id} (${job.status})`, [job.type, job.model].filter(Boolean).join(' · '), job.prompt].filter(Boolean).join('\n'),
+    },
+    h('span', { class: 'job-id' }, shortId(job.id)),
+    ` ${[job.type, job.model ?? '…'].filter(Boolean).join(' · ')}`,
+    job.prompt ? h('span', { class: 'job-prompt' }, ` “${excerpt(job.prompt)}”`) : '')),
     jobs.length > shown.length && h('li', { class: 'more' }, `+${jobs.length - shown.length} more`));
 }
 
@@ -178,12 +212,13 @@ function redrawChips(hostId) {
 
 /** A job event, applied to the jobs in flight at once (a reload follows, debounced). */
 function trackJob(event) {
-  if (event.type === 'queued') modelOf.set(event.jobId, event.model);
+  if (event.type === 'queued') modelOf.set(event.jobId, { model: event.model, type: event.jobType, prompt: event.prompt ?? null });
   const known = flight.get(event.jobId);
+  const what = () => (known ? { model: known.model, type: known.type, prompt: known.prompt } : modelOf.get(event.jobId) ?? {});
   if (event.type === 'dispatched') {
-    flight.set(event.jobId, { id: event.jobId, host: event.host, status: 'dispatched', model: known?.model ?? modelOf.get(event.jobId) });
+    flight.set(event.jobId, { id: event.jobId, host: event.host, status: 'dispatched', ...what() });
   } else if (event.type === 'running') {
-    flight.set(event.jobId, { id: event.jobId, host: event.host, status: 'running', model: known?.model ?? modelOf.get(event.jobId) });
+    flight.set(event.jobId, { id: event.jobId, host: event.host, status: 'running', ...what() });
   } else if (['succeeded', 'failed', 'cancelled', 'expired'].includes(event.type)) {
     flight.delete(event.jobId);
     modelOf.delete(event.jobId);
@@ -202,15 +237,20 @@ function hostCard(host) {
   const busy = host.concurrency - host.freeSlots;
   const facts = host.connected
     ? [plural(host.jobsInFlight, 'job'), ' in flight · ', `${busy}/${host.concurrency} slots busy`, host.probesInFlight ? ` · ${plural(host.probesInFlight, 'probe')}` : '']
-    : [lostReasons.get(host.id) ?? 'disconnected', ' · ', host.lostAt ? clock(host.lostAt, { prefix: 'lost ' }) : 'lost'];
+    : host.left
+      ? ['drained and left', ' · ', host.lostAt ? clock(host.lostAt, { prefix: 'left ' }) : 'left']
+      : [lostReasons.get(host.id) ?? 'disconnected', ' · ', host.lostAt ? clock(host.lostAt, { prefix: 'lost ' }) : 'lost'];
+  // A departed host's link says nothing worth a badge, unless its breaker still counts the drops that lost it.
+  const showLink = host.connected || host.breaker.state !== 'closed';
   return h('article', { class: 'host', 'data-host': host.id, 'data-state': state, 'aria-label': `Host ${host.id}` },
     h('header', { class: 'host-head' },
       h('h3', {}, host.id),
       h('span', { class: 'state', 'data-state': state }, HOST_STATE_LABELS[state]),
-      h('span', { class: 'link-breaker' }, 'link ', breakerBadge(host.breaker, 'link'))),
+      showLink && h('span', { class: 'link-breaker' }, linkBadge(host))),
     h('p', { class: 'host-meta' },
       h('span', { class: 'classes' }, host.classes.map((name) => h('span', { class: 'chip' }, name))),
       h('span', { class: 'engines' }, `${host.engines.join(', ')} · v${host.version}`)),
+    unavailableList(host),
     h('p', { class: 'load', 'data-jobs-in-flight': host.jobsInFlight }, facts),
     h('div', { class: 'devices' }, host.devices.map((device) => deviceRow(device, host.resident))),
     host.replicas.length > 0 && h('table', { class: 'replicas' },
@@ -219,19 +259,32 @@ function hostCard(host) {
     jobChips(host.id));
 }
 
+/**
+ * Job types the host cannot serve, and why (`host.unavailable`, e.g. `{ video: 'ffmpeg not found' }`): said on the
+ * card, so a clip that waits is explained where a person looks.
+ */
+function unavailableList(host) {
+  const entries = Object.entries(host.unavailable ?? {});
+  if (entries.length === 0) return null;
+  return h('ul', { class: 'unavailable', 'aria-label': `Not served by ${host.id}` },
+    entries.map(([type, why]) => h('li', { 'data-type': type }, h('strong', {}, `${type}: off`), ` — ${why}`)));
+}
+
 function tile(label, value, attributes = {}) {
   return h('div', { class: 'tile', ...attributes }, h('span', { class: 'value' }, value), h('span', { class: 'label' }, label));
 }
 
 function renderSummary(hosts, status) {
   const connected = hosts.filter((host) => host.connected);
+  // Hosts that drained and left on purpose are not missing: they do not count against the connected ones.
+  const expected = hosts.filter((host) => !host.left);
   const breakers = hosts.flatMap((host) => [host.breaker, ...host.replicas.map((replica) => replica.breaker)]);
   const tripped = breakers.filter((breaker) => breaker.state !== 'closed').length;
   const queued = Object.values(status.queues).reduce((sum, queue) => sum + queue.depth, 0);
   const inFlight = connected.reduce((sum, host) => sum + host.jobsInFlight, 0);
   const jobs = status.jobs ?? {};
   ui.summary.replaceChildren(
-    tile('hosts connected', `${connected.length} / ${hosts.length}`, { 'data-tile': 'hosts' }),
+    tile('hosts connected', `${connected.length} / ${expected.length}`, { 'data-tile': 'hosts' }),
     tile('jobs in flight', number.format(inFlight), { 'data-tile': 'in-flight' }),
     tile('jobs queued', number.format(queued), { 'data-tile': 'queued' }),
     tile('breakers not closed', number.format(tripped), { 'data-tile': 'breakers', 'data-alert': tripped > 0 ? 'yes' : 'no' }),
@@ -244,7 +297,7 @@ function renderHosts(hosts, jobs, changed) {
   flight.clear();
   for (const job of jobs) {
     const host = job.attempts.at(-1)?.host;
-    if (host) flight.set(job.id, { id: job.id, host, status: job.status, model: job.model });
+    if (host) flight.set(job.id, { id: job.id, host, status: job.status, model: job.model, type: job.type, prompt: typeof job.input?.prompt === 'string' ? job.input.prompt : null });
   }
   for (const [id, entry] of changed) {
     if (entry) flight.set(id, entry);
@@ -274,6 +327,26 @@ function renderQueues(status) {
   });
   ui.queues.replaceChildren(...rows);
 }
+
+// ---- Plots ----------------------------------------------------------------
+
+const plots = createPlots(ui.plots);
+let seriesTimer = null;
+
+/** The series, now and every SERIES_EVERY_MS while the page shows the mesh (not while it sits in a hidden tab). */
+async function loadSeries() {
+  clearTimeout(seriesTimer);
+  if (!grant) return;
+  try {
+    if (document.visibilityState !== 'hidden') plots.update(await api('/v1/series'));
+  } catch (error) {
+    failed(error);
+  } finally {
+    if (grant) seriesTimer = setTimeout(loadSeries, SERIES_EVERY_MS);
+  }
+}
+
+document.addEventListener('visibilitychange', () => { if (document.visibilityState === 'visible' && grant) loadSeries(); });
 
 // ---- Reloading ------------------------------------------------------------
 
@@ -404,6 +477,7 @@ function start(value) {
   refresher.start();
   refresher.request(0);
   connect();
+  loadSeries();
 }
 
 // Countdowns and "ago"s move on their own between reloads.

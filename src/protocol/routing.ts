@@ -97,6 +97,8 @@ export interface HostView {
   connectedAt: string | null;
   lastSeenAt: string;
   lostAt: string | null;
+  /** Not connected because it drained and left on purpose (`host:left`), not lost; false while connected. */
+  left: boolean;
 }
 
 /** What a queued job waits for. */

@@ -3,7 +3,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inspectGrant } from '../../src/protocol/grant-token.js';
 import type { HostView } from '../../src/protocol/index.js';
-import { CHROMIUM, hasChromium, launchChromium } from '../helpers/chromium.js';
+import { CHROMIUM, hasChromium, launchChromium, screenshotPath } from '../helpers/chromium.js';
 import { dataKeptOnFailure, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumesh, type Proc } from '../helpers/processes.js';
 import { ScriptedAgent } from '../helpers/scripted-agent.js';
@@ -15,7 +15,8 @@ import { ScriptedAgent } from '../helpers/scripted-agent.js';
  * A breaker opening needs a host whose engine fails: a scripted agent over a real WebSocket (test/helpers/scripted-agent.ts)
  * stands in for a GPU host with a failing engine, since no engine here fails on purpose.
  */
-const SCREENSHOT = '/tmp/mesh-view.png';
+/** Kept under test-artifacts/: the states a person should recognise at a glance. */
+const SCREENSHOT = screenshotPath('mesh-view-breaker-open');
 
 const hostCard = (host: string): string => `.host[data-host="${host}"]`;
 
@@ -35,8 +36,8 @@ describe('the mesh view in a browser', () => {
   const data = dataKeptOnFailure();
 
   const hostsNow = async (): Promise<HostView[]> => (await mesh!.client().request<{ hosts: HostView[] }>('GET', '/v1/hosts')).hosts;
-  const agentGrant = async (host: string): Promise<string> =>
-    (await mesh!.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host, classes: ['image'] })).token;
+  const agentGrant = async (host: string, classes = ['image']): Promise<string> =>
+    (await mesh!.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host, classes })).token;
 
   beforeAll(async () => {
     [mesh, browser] = await Promise.all([
@@ -53,11 +54,14 @@ describe('the mesh view in a browser', () => {
     ]);
     meshUrl = await waitFor(() => /^\s+mesh\s+(\S+)$/m.exec(mesh!.output())?.[1], { what: 'gpumesh up to print the mesh link' });
     localHost = (await hostsNow())[0]!.id;
-    second = gpumesh(['agent', '--url', mesh.url, '--host', 'second', '--classes', 'image', '--data', join(mesh.data, 'agent-second'), '--cpu-budget', '512'],
-      { GPUMESH_GRANT: await agentGrant('second') });
+    // A host meant to serve clips that cannot (ffmpeg turned off): the view must say why.
+    second = gpumesh(['agent', '--url', mesh.url, '--host', 'second', '--classes', 'image,video', '--data', join(mesh.data, 'agent-second'), '--cpu-budget', '512'],
+      { GPUMESH_GRANT: await agentGrant('second', ['image', 'video']), GPUMESH_FFMPEG: 'none' });
     await waitFor(async () => (await hostsNow()).some((host) => host.id === 'second' && host.connected), { timeoutMs: 30_000, what: 'the second agent to join' });
     page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.on('pageerror', (error) => pageErrors.push(error.message));
+    // The page's CSP refuses inline scripts and styles: a refusal is a bug in the page.
+    page.on('console', (message) => { if (message.type() === 'error' && /Content Security Policy/.test(message.text())) pageErrors.push(message.text()); });
     data.ready();
   });
 
@@ -94,6 +98,7 @@ describe('the mesh view in a browser', () => {
       await expect.poll(() => card.getAttribute('data-state')).toBe('healthy');
       expect(await card.locator('.chip').allTextContents()).toEqual(host.classes);
       expect(await card.locator('.link-breaker .breaker').getAttribute('data-state')).toBe('closed');
+      expect(await card.locator('.link-breaker').textContent()).toBe('link ok');
       for (const device of host.devices) {
         const bar = card.locator(`.device[data-device="${device.id}"] .bar[role="meter"]`);
         expect(await bar.getAttribute('aria-valuemax')).toBe(String(Math.round(device.budgetMB)));
@@ -101,6 +106,11 @@ describe('the mesh view in a browser', () => {
         expect(await card.locator(`.device[data-device="${device.id}"] .memory`).textContent()).toMatch(/^[\d,.]+ MB \/ [\d,.]+ MB$/);
       }
     }
+    // The second host cannot serve video, and its card says why, as the API does.
+    const unavailable = (hosts.find((host) => host.id === 'second') as HostView & { unavailable?: Record<string, string> }).unavailable;
+    expect(unavailable?.video).toMatch(/ffmpeg/);
+    expect(await page.locator(`${hostCard('second')} .unavailable li[data-type="video"]`).textContent()).toBe(`video: off — ${unavailable!.video}`);
+    await page.screenshot({ path: screenshotPath('mesh-view-host-without-video-real'), fullPage: true });
     // The second agent's budget is the --cpu-budget it was started with.
     expect(await page.locator(`${hostCard('second')} .device .bar`).first().getAttribute('aria-valuemax')).toBe('512');
     const status = await mesh!.client().request<{ queues: Record<string, { depth: number; limit: number }> }>('GET', '/v1/status');
@@ -114,14 +124,16 @@ describe('the mesh view in a browser', () => {
   it('updates live when a job runs: in flight on its host, its model resident there, the counts', async () => {
     const succeededBefore = Number(await page.locator('[data-tile="succeeded"] .value').textContent());
     await page.evaluate(() => {
-      const win = window as unknown as { __marker: string; __inFlight: string[] };
+      const win = window as unknown as { __marker: string; __inFlight: string[]; __chips: string[] };
       win.__marker = 'no reload';
       win.__inFlight = [];
+      win.__chips = [];
       // A job is in flight for a moment only; watch for it rather than poll.
       new MutationObserver(() => {
         for (const chip of document.querySelectorAll<HTMLElement>('.jobs li[data-job-id]')) {
           const host = chip.closest<HTMLElement>('.host')!.dataset.host!;
           win.__inFlight.push(`${chip.dataset.jobId}@${host}`);
+          win.__chips.push(chip.textContent!);
         }
       }).observe(document.getElementById('hosts')!, { childList: true, subtree: true });
     });
@@ -138,6 +150,10 @@ describe('the mesh view in a browser', () => {
     await expect.poll(() => card.locator('.load').getAttribute('data-jobs-in-flight')).toBe('0');
     const inFlight = await page.evaluate(() => (window as unknown as { __inFlight: string[] }).__inFlight);
     expect(inFlight).toContain(`${id}@${ranOn}`);
+    // Its chip tells it apart from its neighbours (ids share their time prefix: the chip shows the random tail) and
+    // says what it is.
+    const chips = await page.evaluate(() => (window as unknown as { __chips: string[] }).__chips);
+    expect(chips).toContain(`…${id.slice(-6)} image · gen “the mesh view watches this”`);
     // The memory bar of the device holding it shows the model's memory, as the API says once the host's next
     // heartbeat has brought it (the page reloads once more a heartbeat after a load).
     const used = await waitFor(async () => {
@@ -244,6 +260,87 @@ describe('the mesh view in a browser', () => {
     await expect.poll(() => card.getAttribute('data-state')).toBe('draining');
     expect(await card.locator('.state').textContent()).toBe('Draining');
     await page.locator('.activity li[data-type="host:draining"][data-host="flappy"]').waitFor();
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('shows a host that drained and left as grey "left (drained)", not red "Lost", and no longer missing', async () => {
+    // What a real agent does once its work is done: close the link with 1000 (the orchestrator records host:left).
+    flappy!.socket.close(1000);
+    const card = page.locator(hostCard('flappy'));
+    await expect.poll(() => card.getAttribute('data-state')).toBe('left');
+    expect(await card.locator('.state').textContent()).toBe('left (drained)');
+    await expect.poll(() => card.locator('.load').textContent()).toMatch(/^drained and left · left \d+ s ago$/);
+    await page.locator('.activity li[data-type="host:left"][data-host="flappy"]').waitFor();
+    expect((await hostsNow()).find((host) => host.id === 'flappy')).toMatchObject({ connected: false, left: true });
+    // Grey, not the red of a lost host.
+    const colours = await page.evaluate(() => {
+      const of = (selector: string): string => getComputedStyle(document.querySelector(selector)!).borderLeftColor;
+      return { left: of('.host[data-host="flappy"]'), lost: of('.host[data-host="second"]') };
+    });
+    expect(colours.left).not.toBe(colours.lost);
+    // Counted as gone on purpose: the local host of two expected hosts (second was lost, flappy left).
+    expect(await page.locator('[data-tile="hosts"] .value').textContent()).toBe('1 / 2');
+    await page.screenshot({ path: screenshotPath('mesh-view-drained-and-lost'), fullPage: true });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('says which job types a host cannot serve and why (host.unavailable, e.g. video without ffmpeg)', async () => {
+    // The field comes from the host; here the answer is amended in the browser, so the view is tested on its own.
+    await page.route('**/v1/hosts', async (route) => {
+      const response = await route.fetch();
+      const body = await response.json() as { hosts: (HostView & { unavailable?: Record<string, string> })[] };
+      for (const host of body.hosts) if (host.id === localHost) host.unavailable = { ...host.unavailable, video: 'ffmpeg not found' };
+      await route.fulfill({ response, json: body });
+    });
+    try {
+      await page.reload();
+      const note = page.locator(`${hostCard(localHost)} .unavailable li[data-type="video"]`);
+      await note.waitFor();
+      expect(await note.textContent()).toBe('video: off — ffmpeg not found');
+      await page.screenshot({ path: screenshotPath('mesh-view-host-without-video'), fullPage: true });
+    } finally {
+      await page.unroute('**/v1/hosts');
+    }
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('plots the last minutes from /v1/series (jobs/s, queue depth, p50/p99 latency per model, memory per device), live', async () => {
+    const grant = new URL(meshUrl).hash.slice('#grant='.length);
+    const series = await waitFor(async () => {
+      const response = await fetch(`${mesh!.url}/v1/series`, { headers: { authorization: `Bearer ${decodeURIComponent(grant)}` } });
+      expect(response.status).toBe(200);
+      const view = await response.json() as { times: number[]; models: Record<string, { succeededPerSecond: (number | null)[]; p99Ms: (number | null)[] }>; devices: Record<string, unknown> };
+      return view.times.length >= 2 ? view : null;
+    }, { timeoutMs: 15_000, what: 'two points of the series' });
+    // Jobs ran on gen during this file: some step saw them succeed, with a latency.
+    expect(series.models.gen!.succeededPerSecond.some((value) => (value ?? 0) > 0)).toBe(true);
+    expect(series.models.gen!.p99Ms.some((value) => (value ?? 0) > 0)).toBe(true);
+    expect(Object.keys(series.devices)).toContain(`${localHost}/${(await hostsNow()).find((host) => host.id === localHost)!.devices[0]!.id}`);
+    for (const plot of ['jobs', 'queue', 'latency', 'memory']) {
+      const figure = page.locator(`.plot[data-plot="${plot}"]`);
+      await expect.poll(async () => Number(await figure.getAttribute('data-points')), { timeout: 12_000 }).toBeGreaterThanOrEqual(2);
+      expect(await figure.locator('canvas').count()).toBe(1);
+    }
+    expect(await page.locator('.plot[data-plot="latency"]').getAttribute('data-series')).toContain('gen p99');
+    // Live: a new point arrives without a reload.
+    const before = Number(await page.locator('.plot[data-plot="jobs"]').getAttribute('data-points'));
+    await page.evaluate(() => { (window as unknown as { __marker: string }).__marker = 'plots live'; });
+    await expect.poll(async () => Number(await page.locator('.plot[data-plot="jobs"]').getAttribute('data-points')), { timeout: 12_000 })
+      .toBeGreaterThan(Math.min(before, 179));
+    expect(await page.evaluate(() => (window as unknown as { __marker?: string }).__marker)).toBe('plots live');
+    await page.locator('#plots').screenshot({ path: screenshotPath('mesh-view-plots') });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('fits a phone-sized screen: no sideways scrolling', async () => {
+    const phone = await browser!.newPage({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+    phone.on('pageerror', (error) => pageErrors.push(error.message));
+    await phone.goto(meshUrl);
+    await phone.locator(hostCard(localHost)).waitFor();
+    await expect.poll(async () => Number(await phone.locator('.plot[data-plot="jobs"]').getAttribute('data-points'))).toBeGreaterThanOrEqual(1);
+    expect(await phone.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await phone.screenshot({ path: screenshotPath('mesh-view-phone'), fullPage: true });
+    await phone.close();
     expect(pageErrors).toEqual([]);
   });
 

@@ -1,4 +1,6 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { chromium, type Browser } from 'playwright-core';
 
 /** Debian's Chromium (`apt-get install chromium`, done by `npm run setup-tests`); CHROMIUM_PATH overrides where. */
@@ -12,4 +14,14 @@ export function launchChromium(extraArgs: readonly string[] = []): Promise<Brows
     executablePath: CHROMIUM,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-quic', '--disable-sync', ...extraArgs],
   });
+}
+
+/**
+ * Where a browser test keeps a screenshot: `test-artifacts/<name>.png` under the checkout (git-ignored; CI may
+ * upload the folder), or under TEST_ARTIFACTS when set.
+ */
+export function screenshotPath(name: string): string {
+  const dir = process.env.TEST_ARTIFACTS ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'test-artifacts');
+  mkdirSync(dir, { recursive: true });
+  return join(dir, `${name}.png`);
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { MeshError } from '../../protocol/index.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
+import type { MeshSeries } from '../metrics/series.js';
 import { routeText, type ModelRegistry } from '../registry/models.js';
 import type { MeshStatus } from '../status/mesh-status.js';
 import type { RequestAuth } from './auth.js';
@@ -9,13 +10,15 @@ import type { RequestAuth } from './auth.js';
 export interface MeshRouteDeps {
   status: MeshStatus;
   metrics: MeshMetrics;
+  /** The last minutes as time series (the mesh view's plots). */
+  series: MeshSeries;
   registry: ModelRegistry;
   auth: RequestAuth;
 }
 
 /** Health, readiness, mesh status, metrics and models. */
 export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
-  const { status, metrics, registry, auth } = deps;
+  const { status, metrics, series, registry, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.get('/healthz', { schema: { tags: ['health'], summary: 'The process is up' } }, async () => ({ ok: true }));
@@ -38,6 +41,14 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
     schema: { tags: ['mesh'], summary: 'Every known host: connected or not, health, breakers, capacity, and each replica\'s measured throughput' },
     onRequest: auth.require('mesh:read'),
   }, async () => ({ hosts: status.hosts() }));
+
+  routes.get('/v1/series', {
+    schema: {
+      tags: ['mesh'],
+      summary: 'The last 15 minutes in 5 s steps: per model jobs succeeded and failed per second, queue depth, p50 and p99 latency (admission to the end, within 10 %); per device the memory in use. Kept in memory: empty after a restart',
+    },
+    onRequest: auth.require('mesh:read'),
+  }, async () => series.view());
 
   routes.get('/metrics', {
     schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },

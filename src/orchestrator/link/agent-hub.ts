@@ -293,7 +293,7 @@ export class AgentHub {
 
   #left(session: HostSession): void {
     this.#sockets.delete(session);
-    if (!this.#deps.hosts.delete(session, this.#deps.clock.now())) return;
+    if (!this.#deps.hosts.delete(session, this.#deps.clock.now(), true)) return;
     this.#deps.log.info({ host: session.id }, 'agent drained and left');
     // Normally nothing: it left once everything it ran was acknowledged. Anything else fails over as for a lost host.
     if (session.batches.size > 0) this.#deps.failover.hostLost(session);

@@ -44,6 +44,8 @@ export class MeshMetrics {
   readonly #replicaRefusals: Counter<'host' | 'model' | 'code'>;
   readonly #replicas: Gauge<'model'>;
   readonly #replicasDesired: Gauge<'model'>;
+  /** Told of every job that ends (the mesh view's time series, metrics/series.ts). */
+  readonly #finishedListeners: ((model: string, outcome: string, totalMs: number) => void)[] = [];
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -160,6 +162,12 @@ export class MeshMetrics {
     this.#requests.inc({ model, outcome });
     this.#requestSeconds.observe({ model, outcome }, totalMs / 1000);
     if (computeMs !== undefined) this.#computeSeconds.observe({ model }, computeMs / 1000);
+    for (const listener of this.#finishedListeners) listener(model, outcome, totalMs);
+  }
+
+  /** Subscribe to every job that reaches a terminal state: its model, outcome and time from admission. */
+  onJobFinished(listener: (model: string, outcome: string, totalMs: number) => void): void {
+    this.#finishedListeners.push(listener);
   }
 
   rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited'): void {

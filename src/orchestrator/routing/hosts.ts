@@ -18,6 +18,8 @@ export interface DepartedHost {
   info: HostInfo;
   lostAt: number;
   lastSeenAt: number;
+  /** It drained and closed its link on purpose (host:left), rather than being lost. */
+  left: boolean;
 }
 
 /** Departed hosts remembered at most (the oldest is forgotten first). */
@@ -111,12 +113,12 @@ export class HostRegistry {
     this.changed();
   }
 
-  /** Remove a session if it is still the current one for its host; returns whether it was. */
-  delete(session: HostSession, now = session.lastSeenAt): boolean {
+  /** Remove a session if it is still the current one for its host (`left`: it drained and left); returns whether it was. */
+  delete(session: HostSession, now = session.lastSeenAt, left = false): boolean {
     if (this.#hosts.get(session.id) !== session) return false;
     this.#hosts.delete(session.id);
     this.#unindex(session);
-    this.#departed.set(session.id, { info: session.info, lostAt: now, lastSeenAt: session.lastSeenAt });
+    this.#departed.set(session.id, { info: session.info, lostAt: now, lastSeenAt: session.lastSeenAt, left });
     keepNewest(this.#departed, DEPARTED_LIMIT);
     this.changed();
     return true;

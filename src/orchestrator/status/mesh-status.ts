@@ -78,7 +78,7 @@ export class MeshStatus {
       probesInFlight: host.probes.size, devices: [...host.devices], resident: [...host.resident],
       health: this.#deps.health.hostState(host), breaker: this.#deps.breakers.view(host.id, null),
       replicas: this.#replicas(host.id, resident),
-      connectedAt: iso(host.connectedAt), lastSeenAt: iso(host.lastSeenAt)!, lostAt: null,
+      connectedAt: iso(host.connectedAt), lastSeenAt: iso(host.lastSeenAt)!, lostAt: null, left: false,
     };
   }
 
@@ -87,7 +87,7 @@ export class MeshStatus {
       id: host.info.id, connected: false, draining: false, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: 0, batchesInFlight: 0, jobsInFlight: 0, probesInFlight: 0, devices: host.info.devices, resident: [],
       health: 'disconnected', breaker: this.#deps.breakers.view(host.info.id, null), replicas: this.#replicas(host.info.id, new Set()),
-      connectedAt: null, lastSeenAt: iso(host.lastSeenAt)!, lostAt: iso(host.lostAt),
+      connectedAt: null, lastSeenAt: iso(host.lastSeenAt)!, lostAt: iso(host.lostAt), left: host.left,
     };
   }
 
