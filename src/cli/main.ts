@@ -4,6 +4,7 @@ import { MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ApiError } from './common/client.js';
 import { agentCommand } from './commands/agent.js';
+import { auditCommand } from './commands/audit.js';
 import { explainCommand } from './commands/explain.js';
 import { grantCommand } from './commands/grant.js';
 import { jobsCommand } from './commands/jobs.js';
@@ -12,6 +13,7 @@ import { serveCommand } from './commands/serve.js';
 import { statusCommand } from './commands/status.js';
 import { submitCommand } from './commands/submit.js';
 import { upCommand } from './commands/up.js';
+import { applyHelpLayout } from './common/help.js';
 import { CliError } from './common/output.js';
 
 const program = new Command('gpumesh')
@@ -22,9 +24,10 @@ const program = new Command('gpumesh')
   .enablePositionalOptions()
   .exitOverride();
 
-for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), explainCommand(), jobsCommand(), grantCommand(), modelsCommand()]) {
+for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), explainCommand(), jobsCommand(), grantCommand(), modelsCommand(), auditCommand()]) {
   program.addCommand(command);
 }
+applyHelpLayout(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -56,6 +56,37 @@ describe('the CLI finds its mesh', () => {
     expect(stale.output).toContain(`cannot reach the orchestrator at http://127.0.0.1:7070 (from the default: the mesh recorded in ${join(elsewhere, 'listen.json')} (pid ${2 ** 22 + 1}) is not running)`);
   }, 60_000);
 
+  it('gpumesh audit reads the audit log, narrowed by event, actor, grant and time, as a table or JSON', async () => {
+    const minted = await gpumeshRun(['grant', 'create', '--data', data, '--types', 'image', '--note', 'audit test']);
+    expect(minted.code, minted.output).toBe(0);
+    // A request refused for its grant (a client grant may not read the audit log).
+    expect((await fetch(`${url}/v1/audit`, { headers: { authorization: `Bearer ${minted.stdout.trim()}` } })).status).toBe(403);
+
+    type Entries = { entries: Array<{ event: string; grantId: string | null; actor: string | null; code: string | null }> };
+    const all = JSON.parse((await gpumeshRun(['audit', '--data', data, '--json'])).stdout) as Entries;
+    expect(all.entries.map((entry) => entry.event)).toEqual(expect.arrayContaining(['grant:minted', 'request:refused']));
+    const refused = JSON.parse((await gpumeshRun(['audit', '--data', data, '--event', 'request:refused', '--since', '1h', '--json'])).stdout) as Entries;
+    expect(refused.entries).toEqual([expect.objectContaining({ event: 'request:refused', code: 'GRANT_DENIED' })]);
+    // The client grant was minted by the admin grant: that entry's actor.
+    const adminId = all.entries.find((entry) => entry.event === 'grant:minted' && entry.grantId === refused.entries[0]!.grantId)!.actor!;
+    expect(adminId).toMatch(/\S/);
+    const byAdmin = JSON.parse((await gpumeshRun(['audit', '--data', data, '--actor', adminId, '--event', 'grant:minted', '--json'])).stdout) as Entries;
+    expect(byAdmin.entries.length).toBeGreaterThanOrEqual(1);
+    expect(byAdmin.entries.every((entry) => entry.actor === adminId && entry.event === 'grant:minted')).toBe(true);
+    const about = JSON.parse((await gpumeshRun(['audit', '--data', data, '--grant-id', refused.entries[0]!.grantId!, '--json'])).stdout) as Entries;
+    expect(about.entries.map((entry) => entry.event).sort()).toEqual(['grant:minted', 'request:refused']);
+    expect(JSON.parse((await gpumeshRun(['audit', '--data', data, '--limit', '1', '--json'])).stdout).entries).toHaveLength(1);
+    const future = await gpumeshRun(['audit', '--data', data, '--since', '2999-01-01T00:00:00Z']);
+    expect(future.stdout).toBe('no audit entries\n');
+
+    const text = await gpumeshRun(['audit', '--data', data, '--limit', '5']);
+    expect(text.code, text.output).toBe(0);
+    expect(text.stdout.split('\n')[0]).toMatch(/^AT\s+EVENT\s+GRANT\s+ACTOR\s+ROUTE\s+CLIENT\s+CODE\s+DETAIL$/);
+    const bad = await gpumeshRun(['audit', '--data', data, '--since', 'yesterday']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.output).toContain('--since must be a duration such as 90m, 12h or 7d, or a time');
+  }, 60_000);
+
   it('the record goes when the mesh stops', async () => {
     await serve.kill('SIGTERM');
     expect(existsSync(join(data, 'listen.json'))).toBe(false);

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/cli/common/client.js';
+import { GALLERY_GRANT_SUMMARY } from '../../src/orchestrator/auth/options.js';
 import type { ExplainView, HostView } from '../../src/protocol/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun } from '../helpers/processes.js';
@@ -19,6 +20,8 @@ describe('a host without ffmpeg says so everywhere a person looks', () => {
     expect(mesh().output()).toContain(`           video: off — ${REASON}`);
     expect(mesh().output()).toContain('(a clip: refused while video is off here)');
     expect(mesh().output()).toContain(`export GPUMESH_HOME=${mesh().data}`);
+    // The gallery grant, described as everywhere else (test/cli/help-layout.test.ts).
+    expect(mesh().output()).toContain(`${GALLERY_GRANT_SUMMARY} in album default`);
     const [host] = await hostsNow();
     expect(host).toMatchObject({ classes: ['image', 'tensor'], unavailable: { video: REASON }, tools: [] });
     const log = readFileSync(join(mesh().data, 'logs', 'agent.log'), 'utf8');

@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { caveatsFromOptions, DURATION, galleryGrantOptions, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
+import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseList, printJson, table } from '../common/output.js';
@@ -108,7 +108,7 @@ export function grantCommand(): Command {
       else process.stdout.write(`revoked ${revoked.id} (${revoked.kind}${revoked.note ? `, ${revoked.note}` : ''}) at ${revoked.revokedAt}\n`);
     });
   withClientOptions(grant.command('gallery'))
-    .description('Mint a gallery grant and print the gallery link: it may only submit and view images in its albums, and expires soon (needs an admin grant)')
+    .description(`Mint a gallery grant and print the gallery link: it ${GALLERY_GRANT_SUMMARY} in its albums, nothing else, and expires soon (needs an admin grant)`)
     .option('--albums <list>', 'albums the page may submit to and view', 'default')
     .option('--expires <duration>', 'how long the link works: 90m, 12h, 7d', '12h')
     .action(async (flags: ClientOptions & { albums: string; expires: string }) => {

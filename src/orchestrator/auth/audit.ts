@@ -18,7 +18,8 @@ export interface AuditLogDeps {
 }
 
 /** What happened: a grant minted or revoked, a request refused for its grant, an admin-only action. */
-export type AuditEvent = 'grant:minted' | 'grant:revoked' | 'request:refused' | 'admin:action';
+export const AUDIT_EVENTS = ['grant:minted', 'grant:revoked', 'request:refused', 'admin:action'] as const;
+export type AuditEvent = (typeof AUDIT_EVENTS)[number];
 
 /** An entry as the API shows it. */
 export interface AuditView {
@@ -66,9 +67,10 @@ export class AuditLog {
     if (++this.#sinceLastPrune >= Math.max(1, Math.floor(this.#deps.retention.maxRows / 10))) this.prune();
   }
 
-  /** Newest first. */
-  list(query: { limit: number; cursor?: string }): { entries: AuditView[]; nextCursor: string | null } {
-    const records = audit.listAudit(this.#deps.db, { limit: query.limit, beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined });
+  /** Newest first, narrowed by the filter (`gpumesh audit --event … --actor … --grant … --since …`). */
+  list(query: { limit: number; cursor?: string } & audit.AuditFilter): { entries: AuditView[]; nextCursor: string | null } {
+    const { cursor, ...rest } = query;
+    const records = audit.listAudit(this.#deps.db, { ...rest, beforeSeq: cursor ? decodeCursor(cursor) : undefined });
     const last = records.at(-1);
     return { entries: records.map(view), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
   }

@@ -4,7 +4,7 @@ export {
 } from './caveats.js';
 export type { Action, Caveat, Condition, GrantKind, GrantRequest } from './caveats.js';
 export {
-  caveatsFromOptions, galleryGrantOptions, meshViewGrantOptions, parseExpiry, GALLERY_ACTIONS, MESH_VIEW_ACTIONS, DURATION, type GrantOptions,
+  caveatsFromOptions, galleryGrantOptions, meshViewGrantOptions, parseExpiry, GALLERY_ACTIONS, GALLERY_GRANT_SUMMARY, MESH_VIEW_ACTIONS, DURATION, type GrantOptions,
 } from './options.js';
 export { GrantIssuer, type GrantIssuerDeps, type GrantView, type RequestOrigin } from './issuer.js';
 export { GrantLifetimes, type GrantEnd } from './lifetimes.js';

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
-import type { AuditLog } from '../auth/audit.js';
+import { AUDIT_EVENTS, type AuditLog } from '../auth/audit.js';
 import { caveatsFromOptions, narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
 import { grantOf, type RequestAuth } from './auth.js';
@@ -109,12 +109,22 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
   }, async (request) => issuer.revoke(request.params.id, auth.origin(request)));
 
   routes.get('/v1/audit', {
-    schema: { querystring: Page(500, 100), tags: ['grants'], summary: 'The audit log, newest first: grants minted and revoked, refused requests, admin actions (admin)' },
+    schema: {
+      querystring: Page(500, 100).extend({
+        event: z.enum(AUDIT_EVENTS).optional(),
+        actor: z.string().min(1).max(64).optional(),
+        grant: z.string().min(1).max(64).optional(),
+        since: z.iso.datetime({ offset: true }).optional(),
+      }),
+      tags: ['grants'],
+      summary: 'The audit log, newest first: grants minted and revoked, refused requests, admin actions; narrowed by event, actor, grant and since (admin)',
+    },
     onRequest: auth.require('audit:read'),
   }, async (request) => {
-    const page = audit.list(request.query);
+    const { event, actor, grant, since, ...page } = request.query;
+    const found = audit.list({ ...page, event, actor, grantId: grant, since: since === undefined ? undefined : Date.parse(since) });
     // Recorded after reading, so a page never starts with its own reading.
     audit.record({ event: 'admin:action', ...auth.origin(request), detail: 'read the audit log' });
-    return page;
+    return found;
   });
 }

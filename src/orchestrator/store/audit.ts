@@ -37,12 +37,35 @@ export function insertAudit(db: Db, entry: NewAuditRecord): void {
   );
 }
 
-/** Newest first; `beforeSeq` is the page cursor. */
-export function listAudit(db: Db, query: { limit: number; beforeSeq?: number }): AuditRecord[] {
-  const rows = query.beforeSeq === undefined
-    ? stmt(db, 'SELECT * FROM audit ORDER BY seq DESC LIMIT ?').all(query.limit)
-    : stmt(db, 'SELECT * FROM audit WHERE seq < ? ORDER BY seq DESC LIMIT ?').all(query.beforeSeq, query.limit);
-  return (rows as AuditRow[]).map(fromRow);
+/** Which entries a listing keeps: all of them when empty. */
+export interface AuditFilter {
+  event?: string;
+  /** The grant that did it. */
+  actor?: string;
+  /** The grant it is about. */
+  grantId?: string;
+  /** At or after this time (epoch ms). */
+  since?: number;
+}
+
+/**
+ * Newest first; `beforeSeq` is the page cursor. A filter adds conditions (a handful of shapes, each one prepared
+ * statement); the log is bounded (`audit.maxRows`), so a scan from the newest entry stays cheap.
+ */
+export function listAudit(db: Db, query: { limit: number; beforeSeq?: number } & AuditFilter): AuditRecord[] {
+  const where: string[] = [];
+  const values: unknown[] = [];
+  const add = (clause: string, value: unknown): void => {
+    where.push(clause);
+    values.push(value);
+  };
+  if (query.beforeSeq !== undefined) add('seq < ?', query.beforeSeq);
+  if (query.event !== undefined) add('event = ?', query.event);
+  if (query.actor !== undefined) add('actor = ?', query.actor);
+  if (query.grantId !== undefined) add('grant_id = ?', query.grantId);
+  if (query.since !== undefined) add('at >= ?', query.since);
+  const sql = `SELECT * FROM audit${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;
+  return (stmt(db, sql).all(...values, query.limit) as AuditRow[]).map(fromRow);
 }
 
 /** Delete entries older than `before` and all but the newest `keepRows`; returns how many went. */

@@ -5,13 +5,21 @@ import type { EngineDescriptor } from './descriptor.js';
  * `settings` of a model run by a command. The options type is the
  * configuration reference: every field says its default.
  */
+/** What a `command` looks like, for the message when it is missing or malformed. */
+const COMMAND_EXAMPLE = 'command: python3 paint.py --out ${OUTPUT_DIR} (split like a shell splits it, never run by one), or command: [python3, paint.py, --out, ${OUTPUT_DIR}]';
+
 export const ExecSettings = z.strictObject({
   /**
    * The command: an argv array, or one string split into words the way a shell splits them (quotes,
    * backslashes) — but never run by a shell: no pipes, redirections, globs or `$VAR`s. Placeholders
    * `${INPUT}`, `${OUTPUT_DIR}`, `${JOB_ID}` and `${MODEL_PATH}` are filled in each argument.
    */
-  command: z.union([z.array(z.string().min(1)).min(1), z.string().min(1)]),
+  command: z.union([z.array(z.string().min(1)).min(1), z.string().min(1)], {
+    // The union's own message would be "Invalid input": say what is wrong and what to write instead.
+    error: (issue) => (issue.input === undefined
+      ? `missing: the command to run for each batch or job, e.g. ${COMMAND_EXAMPLE}`
+      : `must be the command to run, one string or a list of non-empty strings, e.g. ${COMMAND_EXAMPLE}`),
+  }),
   /** One process for the whole batch (true) or one per job, one after another (false, default). */
   batch: z.boolean().default(false),
   /** Inputs as JSON on stdin (default) or only in the `${INPUT}` file (stdin then gets nothing). */

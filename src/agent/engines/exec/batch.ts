@@ -1,5 +1,5 @@
 import type { ErrorCode } from '../../../protocol/index.js';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EngineJob, JobOutput, Progress } from '../core/engine.js';
 import { BatchProgress } from '../kit/batch-progress.js';
@@ -7,6 +7,7 @@ import { collectOutputs } from './outputs.js';
 import type { CommandResult, CommandRunner } from './runner.js';
 import type { ExecSettings } from '../../../protocol/engines/exec.js';
 import { fill, type Placeholder } from './command.js';
+import { makeScratch } from './scratch.js';
 
 export interface ExecContext {
   settings: ExecSettings;
@@ -81,7 +82,7 @@ export class ExecBatch {
       members.forEach((member) => this.#progress.complete(progressIndex(member)));
       return members.map((member) => this.#failure(member, 'CANCELLED', 'cancelled', false));
     }
-    const scratch = await mkdtemp(join(scratchRoot, 'gpumesh-exec-'));
+    const scratch = await makeScratch(scratchRoot);
     try {
       const outputDir = join(scratch, 'out');
       const dirs = members.map((member, position) => (batch ? join(outputDir, dirName(member.job.id, position)) : outputDir));

@@ -9,6 +9,7 @@ import { ExecBatch } from './batch.js';
 import { LocalCommandRunner, type CommandRunner } from './runner.js';
 import { ExecSettings } from '../../../protocol/engines/exec.js';
 import { commandTemplate, fill } from './command.js';
+import { sweepScratch } from './scratch.js';
 
 export interface ExecEngineOptions {
   /** Runs the processes. Default: the local runner (own process group, bounded output, timeout). */
@@ -40,7 +41,10 @@ export class ExecEngine implements Engine {
   readonly name = 'exec';
   readonly #runner: CommandRunner;
   readonly #scratchRoot: string;
-  readonly #batches = new Set<ExecBatch>();
+  /** Batches running, each with its run: `close` waits for them, so their scratch directories go with them. */
+  readonly #batches = new Map<ExecBatch, Promise<unknown>>();
+  /** The scratch directories of agents killed mid-run, removed once, before this engine's first run. */
+  #swept: Promise<number> | null = null;
 
   constructor(options: ExecEngineOptions = {}) {
     this.#runner = options.runner ?? new LocalCommandRunner();
@@ -50,6 +54,8 @@ export class ExecEngine implements Engine {
   async load(manifest: ModelManifest, file: string | null, device: Device): Promise<LoadedModel> {
     // A model without a file (a script that holds its own weights) gets an empty ${MODEL_PATH}.
     const modelPath = file ?? '';
+    this.#swept ??= sweepScratch(this.#scratchRoot).catch(() => 0);
+    await this.#swept;
     const settings = parseSettings(ExecSettings, manifest, this.name);
     const invalid = (detail: string): EngineError => new EngineError('ENGINE_FAILED', `model "${manifest.name}" (exec): ${detail}`, false);
     let argv: string[];
@@ -75,9 +81,10 @@ export class ExecEngine implements Engine {
         if (unloaded) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" is unloaded`, true);
         const batch = new ExecBatch(context, jobs, onProgress);
         mine.add(batch);
-        this.#batches.add(batch);
+        const running = batch.run();
+        this.#batches.set(batch, running.catch(() => undefined));
         try {
-          return { outputs: await batch.run() };
+          return { outputs: await running };
         } finally {
           mine.delete(batch);
           this.#batches.delete(batch);
@@ -93,8 +100,12 @@ export class ExecEngine implements Engine {
     };
   }
 
-  /** Agent shutdown: end every running command. */
+  /**
+   * Agent shutdown: end every running command and wait for its batch to finish, so that its scratch directory is
+   * removed before the agent exits (a command is stopped within its `killGraceMs`).
+   */
   async close(): Promise<void> {
-    for (const batch of this.#batches) batch.cancelAll();
+    for (const batch of this.#batches.keys()) batch.cancelAll();
+    await Promise.all(this.#batches.values());
   }
 }
