@@ -1,12 +1,18 @@
-// The gpumesh gallery: the newest results, jobs in progress, and a form for new ones.
+// The gpumesh gallery: the newest results, jobs in progress, and a form for new ones; a detail view of each result
+// (detail.js) with "again", variations and delete; albums to switch between and a search by prompt.
 // Plain DOM, no framework. Every piece of data reaches the page through textContent
 // or attributes, never as markup.
 
+import { createDetail } from './detail.js';
 import { $, h } from './dom.js';
 import { createApi, GrantChanged, wireGrant } from './session.js';
 
 const GRANT_KEY = 'gpumesh.grant';
 const PAGE_SIZE = 48;
+/** Cards show a thumbnail this wide (the orchestrator makes it once, with sharp): sharp on a 2× screen at card size. */
+const THUMB_WIDTH = 512;
+const VARIATIONS = 4;
+const SEARCH_DELAY_MS = 250;
 
 const ui = {
   connection: $('connection'),
@@ -21,6 +27,10 @@ const ui = {
   empty: $('empty'),
   loadError: $('load-error'),
   more: $('load-more'),
+  album: $('album'),
+  albumField: $('album').closest('.field'),
+  search: $('search'),
+  detail: $('detail'),
 };
 
 let grant = null;
@@ -36,7 +46,13 @@ const LINK_RENEW_MS = 50 * 60_000;
 let events = null;
 let loaded = false; // the first page of results
 let cursor = null; // the next page's
+let loading = null; // the page being loaded, if one is
 let retryMs = 5_000; // after the event stream is refused
+/** What the grid shows: one album ('' for all the grant may see) and prompts holding `query`. */
+const filter = { album: '', query: '' };
+/** From GET /v1/gallery: the albums to switch between, and what this grant may do. */
+const GALLERY_UNKNOWN = { albums: [], defaultAlbum: 'default', may: { submit: true, delete: false } };
+let gallery = GALLERY_UNKNOWN;
 
 // ---- The grant ------------------------------------------------------------
 
@@ -94,26 +110,33 @@ function frame(width, height, ...children) {
   return box;
 }
 
+/** A URL of the API with the read-only link grant, for what the browser fetches by itself (<img>, <video>, downloads). */
+const withLinkGrant = (url) => `${url}${url.includes('?') ? '&' : '?'}access_token=${encodeURIComponent(linkGrant)}`;
+const thumbnailOf = (artifact) => withLinkGrant(`/v1/blobs/${artifact.digest}/thumbnail?width=${THUMB_WIDTH}`);
+
+/** An image's card: its thumbnail (not the full file), which opens the detail view. */
 function resultCard(artifact) {
   const { prompt, model, width, height } = artifact;
   const img = h('img', {
-    src: `${artifact.url}?access_token=${encodeURIComponent(linkGrant)}`,
+    src: thumbnailOf(artifact),
     alt: prompt ?? `An image by ${model}`,
     width, height, loading: 'lazy', decoding: 'async',
   });
-  img.addEventListener('error', () => img.parentElement.classList.add('broken'), { once: true });
-  return card(artifact, 'card', img);
+  img.addEventListener('error', () => img.closest('.frame').classList.add('broken'), { once: true });
+  const open = h('button', { class: 'open', type: 'button', 'aria-label': `Details: ${prompt ?? `an image by ${model}`}` }, img);
+  return card(artifact, 'card', open);
 }
 
 /** The card around an artifact's media: its frame, then the prompt, who made it and when, and how long it took. */
 function card(artifact, className, media) {
   const { jobId, digest, prompt, model, host, width, height, createdAt } = artifact;
-  return h('article', { class: className, 'data-job-id': jobId, 'data-digest': digest },
+  return h('article', { class: className, 'data-job-id': jobId, 'data-digest': digest, 'data-album': artifact.album },
     frame(width, height, media),
     h('div', { class: 'caption' },
       h('p', { class: 'prompt', title: prompt }, prompt ?? 'No prompt'),
       h('p', { class: 'meta' }, h('span', {}, `${model} · ${host}`), timeAgo(createdAt)),
-      h('p', { class: 'meta' }, timing(artifact))));
+      h('p', { class: 'meta' }, h('span', {}, timing(artifact)),
+        className === 'card' ? '' : h('button', { class: 'quiet details', type: 'button', 'aria-label': `Details: ${prompt ?? model}` }, 'Details'))));
 }
 
 /**
@@ -122,15 +145,14 @@ function card(artifact, className, media) {
  */
 function videoCard(artifact, poster) {
   const { prompt, model, width, height } = artifact;
-  const token = `?access_token=${encodeURIComponent(linkGrant)}`;
   const video = h('video', {
-    src: `${artifact.url}${token}`, poster: poster ? `${poster.url}${token}` : null,
+    src: withLinkGrant(artifact.url), poster: poster ? thumbnailOf(poster) : null,
     width, height, controls: true, loop: true, playsinline: true, preload: 'metadata',
     'aria-label': prompt ? `A clip of ${prompt}` : `A clip by ${model}`,
   });
   // Muted, so a browser lets it play without a gesture of its own.
   video.muted = true;
-  video.addEventListener('error', () => video.parentElement.classList.add('broken'), { once: true });
+  video.addEventListener('error', () => video.closest('.frame').classList.add('broken'), { once: true });
   return card(artifact, 'card video', video);
 }
 
@@ -140,7 +162,7 @@ function videoCard(artifact, poster) {
  */
 function fileCard(artifact) {
   const { digest, mediaType, bytes } = artifact;
-  const link = h('a', { class: 'download', href: `${artifact.url}?access_token=${encodeURIComponent(linkGrant)}`, download: '', rel: 'noopener' },
+  const link = h('a', { class: 'download', href: withLinkGrant(artifact.url), download: '', rel: 'noopener' },
     `Download ${mediaType}${bytes != null ? ` (${bytes} bytes)` : ''}`);
   link.title = digest;
   return card(artifact, 'card file', link);
@@ -197,9 +219,15 @@ const cardsOf = (jobId) => [...ui.grid.querySelectorAll(`[data-job-id="${CSS.esc
 const pendingOf = (jobId) => cardsOf(jobId).find((card) => card.classList.contains('pending'));
 const shown = (artifact) => cardsOf(artifact.jobId).some((card) => card.dataset.digest === artifact.digest);
 
-/** A job's results: they take its placeholder's place, or go first. */
+/** Whether a result belongs in the grid as filtered now (album, search). */
+function matches(artifact) {
+  if (filter.album && artifact.album !== filter.album) return false;
+  return !filter.query || (artifact.prompt ?? '').toLowerCase().includes(filter.query.toLowerCase());
+}
+
+/** A job's results: they take its placeholder's place, or go first (those the grid's filter leaves out: neither). */
 function showResults(jobId, artifacts) {
-  const cards = cardsFor(artifacts.filter((artifact) => !shown(artifact)));
+  const cards = cardsFor(artifacts.filter((artifact) => !shown(artifact) && matches(artifact)));
   const placeholder = pendingOf(jobId);
   if (placeholder) placeholder.replaceWith(...cards);
   else ui.grid.prepend(...cards);
@@ -250,7 +278,7 @@ function applyJob(job) {
 /** Results the page missed while it was not listening: newest first, in place of their placeholders. */
 async function catchUp() {
   if (loaded) {
-    const { artifacts } = await api(`/v1/artifacts?limit=${PAGE_SIZE}`);
+    const { artifacts } = await api(listing(null));
     // A clip's poster travels with its video (the page is newest first, and a job's files are published together).
     for (const artifact of artifacts.reverse()) {
       if (!isPoster(artifact)) showResults(artifact.jobId, [artifact, ...artifacts.filter((other) => other.jobId === artifact.jobId && isPoster(other))]);
@@ -262,21 +290,48 @@ async function catchUp() {
   await Promise.all(Array.from(waiting, (card) => api(`/v1/jobs/${encodeURIComponent(card.dataset.jobId)}`).then(applyJob)));
 }
 
-async function loadMore() {
-  ui.more.disabled = true;
-  try {
-    const page = await api(`/v1/artifacts?limit=${PAGE_SIZE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-    ui.grid.append(...cardsFor(page.artifacts.filter((artifact) => !shown(artifact))));
-    cursor = page.nextCursor;
-    loaded = true;
-    ui.loadError.textContent = '';
-    ui.empty.hidden = false;
-  } catch (error) {
-    if (!(error instanceof GrantChanged)) ui.loadError.textContent = `Could not load results: ${error.message}`;
-  } finally {
-    ui.more.disabled = false;
-    ui.more.hidden = !cursor;
-  }
+/** The listing's URL: a page of the grid's filter, before `after` (a cursor) or from the newest. */
+function listing(after) {
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (after) params.set('cursor', after);
+  if (filter.album) params.set('album', filter.album);
+  if (filter.query) params.set('q', filter.query);
+  return `/v1/artifacts?${params}`;
+}
+
+/** The next page (keyset: the cursor names the last result shown, so page 200 costs what page 1 does). */
+function loadMore() {
+  loading ??= (async () => {
+    ui.more.disabled = true;
+    const asked = { ...filter };
+    try {
+      const page = await api(listing(cursor));
+      // The filter changed while the page was on its way: it is another listing's page.
+      if (asked.album !== filter.album || asked.query !== filter.query) return;
+      ui.grid.append(...cardsFor(page.artifacts.filter((artifact) => !shown(artifact))));
+      cursor = page.nextCursor;
+      loaded = true;
+      ui.loadError.textContent = '';
+      ui.empty.hidden = false;
+      ui.empty.textContent = filter.query ? `No results whose prompt holds “${filter.query}”.` : 'No images yet. Describe one above and it appears here.';
+    } catch (error) {
+      if (!(error instanceof GrantChanged)) ui.loadError.textContent = `Could not load results: ${error.message}`;
+    } finally {
+      ui.more.disabled = false;
+      ui.more.hidden = !cursor;
+      loading = null;
+    }
+  })();
+  return loading;
+}
+
+/** Start the grid again from the newest result of the filter now in force (an album switched, a search typed). */
+function relist() {
+  loaded = false;
+  cursor = null;
+  loading = null;
+  ui.grid.querySelectorAll('.card:not(.pending)').forEach((card) => card.remove());
+  return loadMore();
 }
 
 /** Jobs that were already under way when the page opened. */
@@ -352,28 +407,57 @@ function connect({ missed = false } = {}) {
 
 // ---- The form -------------------------------------------------------------
 
+/** The form's job: an image, or a clip with its frames and frames per second. */
 function readForm() {
   const data = new FormData(ui.form);
+  const type = data.get('type');
   const size = Number(data.get('size'));
   const input = { prompt: data.get('prompt'), width: size, height: size };
-  for (const name of ['seed', 'steps']) {
+  for (const name of type === 'video' ? ['seed', 'steps', 'frames', 'fps'] : ['seed', 'steps']) {
     const value = data.get(name).trim();
     if (value !== '') input[name] = Number(value);
   }
-  return input;
+  return { type, input };
+}
+
+/** The clip's own fields show only when a clip is asked for. */
+function showTypeFields() {
+  const video = ui.form.elements.type.value === 'video';
+  for (const field of ui.form.querySelectorAll('[data-for="video"]')) field.hidden = !video;
+  ui.form.querySelector('button[type=submit]').textContent = video ? 'Make the clip' : 'Generate';
+}
+
+/** The album new jobs go to: the one shown, or the grant's default when all are. */
+const targetAlbum = () => filter.album || gallery.defaultAlbum;
+
+/** Fill the form with a job's parameters (its seed too, so the same picture comes back), and go there. */
+function reuse(job) {
+  const form = ui.form.elements;
+  form.type.value = job.type === 'video' ? 'video' : 'image';
+  showTypeFields();
+  form.prompt.value = job.input.prompt ?? '';
+  form.seed.value = job.input.seed ?? '';
+  form.steps.value = job.input.steps ?? '';
+  if (job.input.width && [...form.size.options].some((option) => option.value === String(job.input.width))) form.size.value = String(job.input.width);
+  if (job.type === 'video') {
+    form.frames.value = job.input.frames ?? form.frames.value;
+    form.fps.value = job.input.fps ?? form.fps.value;
+  }
+  ui.form.scrollIntoView({ block: 'start' });
+  form.prompt.focus();
 }
 
 /** Submit a job; its placeholder appears at once, and the form keeps what was typed whatever happens. */
 async function submit(event) {
   event.preventDefault();
-  const input = readForm();
+  const { type, input } = readForm();
   const button = ui.form.querySelector('button[type=submit]');
-  const card = pendingCard({ ...input, state: 'submitting', label: 'Submitting…' });
+  const card = pendingCard({ ...input, jobType: type, state: 'submitting', label: 'Submitting…' });
   ui.grid.prepend(card);
   ui.formError.textContent = '';
   button.disabled = true;
   try {
-    const { id } = await api('/v1/jobs', { method: 'POST', json: { type: 'image', input } });
+    const { id } = await api('/v1/jobs', { method: 'POST', json: { type, input, album: targetAlbum() } });
     // Its events may have come first and made a card of their own.
     const existing = cardsOf(id);
     if (existing.length) {
@@ -390,6 +474,95 @@ async function submit(event) {
     button.disabled = false;
   }
 }
+
+// ---- The detail view ------------------------------------------------------
+
+/** The same job with a new seed (the pipeline draws one): a sibling, not a copy. */
+const sibling = (job) => {
+  const { seed: _seed, ...input } = job.input;
+  return { type: job.type, model: job.model, album: job.album, input };
+};
+
+const detail = createDetail(ui.detail, {
+  url: withLinkGrant,
+  mayDelete: () => gallery.may.delete,
+  async again(job) {
+    await api('/v1/jobs', { method: 'POST', json: sibling(job) });
+  },
+  async variations(job) {
+    const { results } = await api('/v1/jobs:batch', { method: 'POST', json: { jobs: Array.from({ length: VARIATIONS }, () => sibling(job)) } });
+    const refused = results.find((result) => result.error);
+    if (refused) throw new Error(refused.error.message);
+    return results.length;
+  },
+  reuse,
+  async remove(job) {
+    await api(`/v1/jobs/${encodeURIComponent(job.id)}/artifacts`, { method: 'DELETE' });
+    for (const card of cardsOf(job.id)) card.remove();
+  },
+  go: (step) => go(step),
+});
+
+/** The result cards in grid order (a clip is one card). */
+const resultCards = () => [...ui.grid.querySelectorAll('.card[data-digest]')];
+
+/** Open the detail view of a card's job. */
+async function openDetail(card, from = null) {
+  const job = await api(`/v1/jobs/${encodeURIComponent(card.dataset.jobId)}`);
+  const artifact = job.artifacts.find((entry) => entry.digest === card.dataset.digest) ?? job.artifacts[0];
+  if (!artifact) throw new Error('This result was deleted.');
+  detail.show(job, artifact, from);
+}
+
+/** Move the detail view to the next (1) or previous (-1) result in the grid, loading the next page at its end. */
+async function go(step) {
+  const cards = resultCards();
+  const at = cards.findIndex((card) => card.dataset.jobId === detail.job?.id);
+  if (at + step >= cards.length && cursor) await loadMore();
+  const next = resultCards()[at + step];
+  if (next) await openDetail(next).catch(() => {});
+}
+
+ui.grid.addEventListener('click', (event) => {
+  const button = event.target.closest('button.open, button.details');
+  if (!button) return;
+  openDetail(button.closest('.card'), button).catch((error) => {
+    if (!(error instanceof GrantChanged)) ui.loadError.textContent = error.message;
+  });
+});
+
+// ---- Albums and search ----------------------------------------------------
+
+/** The album switcher, for a grant that may see more than one. */
+function showAlbums() {
+  const many = gallery.albums.length > 1;
+  ui.albumField.hidden = !many;
+  ui.album.replaceChildren(
+    h('option', { value: '' }, 'All albums'),
+    ...gallery.albums.map((name) => h('option', { value: name }, name)));
+  ui.album.value = gallery.albums.includes(filter.album) ? filter.album : '';
+}
+
+ui.album.addEventListener('change', () => {
+  filter.album = ui.album.value;
+  relist();
+});
+
+let searchTimer = null;
+ui.search.addEventListener('input', () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => {
+    const query = ui.search.value.trim();
+    if (query === filter.query) return;
+    filter.query = query;
+    relist();
+  }, SEARCH_DELAY_MS);
+});
+
+// More results as the end of the grid comes into view; the button stays for the keyboard.
+new IntersectionObserver((entries) => {
+  if (entries.some((entry) => entry.isIntersecting) && cursor && !loading && grant) loadMore();
+}, { rootMargin: '600px' }).observe(ui.more);
 
 // ---- Start ----------------------------------------------------------------
 
@@ -416,7 +589,21 @@ async function start(value) {
   if (grant !== value) return;
   loaded = false;
   cursor = null;
+  loading = null;
+  filter.album = '';
+  filter.query = '';
+  ui.search.value = '';
+  detail.close();
   ui.grid.replaceChildren();
+  gallery = GALLERY_UNKNOWN;
+  try {
+    gallery = await api('/v1/gallery');
+  } catch (error) {
+    if (error instanceof GrantChanged || error.status === 401) return;
+    // An orchestrator older than the route: one album, and no delete.
+  }
+  if (grant !== value) return;
+  showAlbums();
   ui.grantPanel.hidden = true;
   ui.app.hidden = false;
   ui.forget.hidden = false;
@@ -427,6 +614,7 @@ async function start(value) {
 }
 
 ui.form.addEventListener('submit', submit);
+ui.form.elements.type.addEventListener('change', showTypeFields);
 ui.more.addEventListener('click', loadMore);
 setInterval(() => {
   for (const time of ui.grid.querySelectorAll('time')) time.textContent = ago(time.dateTime);

@@ -73,6 +73,7 @@ const TABLE: Row[] = [
   { route: 'GET /v1/status', request: () => ({ path: '/v1/status' }), expect: meshRead },
   { route: 'GET /v1/hosts', request: () => ({ path: '/v1/hosts' }), expect: meshRead },
   { route: 'GET /metrics', request: () => ({ path: '/metrics' }), expect: meshRead },
+  { route: 'GET /v1/series', request: () => ({ path: '/v1/series' }), expect: meshRead },
   { route: 'GET /v1/models', request: () => ({ path: '/v1/models' }), expect: meshRead },
   // The registry: read like the mesh; changed only with models:write (admin). A version the body names that does not
   // exist is 404 for an admin, after the grant check.
@@ -117,6 +118,17 @@ const TABLE: Row[] = [
   { route: 'GET /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 200, upload: 401 }) },
   { route: 'HEAD /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 200, upload: 401 }) },
   { route: 'GET /v1/artifacts', request: () => ({ path: '/v1/artifacts?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 200, agent: 403, upload: 401 }) },
+  // The gallery's own routes: what the page asks first, thumbnails (as the blob they shrink), and deleting a job's
+  // results (artifacts:delete; here of a job that does not exist, so the table deletes nothing).
+  { route: 'GET /v1/gallery', request: () => ({ path: '/v1/gallery' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 200, agent: 403, upload: 401 }) },
+  {
+    route: 'GET /v1/blobs/{digest}/thumbnail', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}/thumbnail?width=256` }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 200, upload: 401 }),
+  },
+  {
+    route: 'DELETE /v1/jobs/{id}/artifacts', request: () => ({ path: '/v1/jobs/j_nothing/artifacts' }),
+    expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }),
+  },
   {
     route: 'PUT /v1/jobs/{id}/outputs/{digest}',
     request: (f) => ({ path: `/v1/jobs/${f.jobId}/outputs/${uploadDigest}`, body: uploadBytes, contentType: 'text/plain' }),

@@ -12,13 +12,15 @@ export type GrantKind = (typeof GRANT_KINDS)[number];
 export const ACTIONS = [
   'jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'blobs:write', 'mesh:read',
   'grants:create', 'grants:read', 'grants:revoke', 'audit:read', 'agent:join', 'hosts:drain', 'models:write',
+  // Deleting a job's published results from the gallery (DELETE /v1/jobs/:id/artifacts), within the grant's albums.
+  'artifacts:delete',
 ] as const;
 export type Action = (typeof ACTIONS)[number];
 
 /** What each kind of grant may do at most. Only admin grants may mint, list or revoke grants and read the audit log. */
 export const KIND_ACTIONS: Record<GrantKind, ReadonlySet<Action>> = {
   admin: new Set(ACTIONS),
-  client: new Set(['jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'blobs:read', 'blobs:write', 'mesh:read']),
+  client: new Set(['jobs:submit', 'jobs:read', 'jobs:cancel', 'artifacts:read', 'artifacts:delete', 'blobs:read', 'blobs:write', 'mesh:read']),
   agent: new Set(['agent:join', 'blobs:read']),
 };
 

@@ -93,8 +93,12 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       querystring: z.object({
         limit: z.coerce.number().int().min(1).max(200).default(50),
         cursor: z.string().max(100).optional(),
+        /** One album (of those the grant may see). */
+        album: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i).optional(),
+        /** Prompts holding this text. */
+        q: z.string().trim().max(200).optional(),
       }),
-      tags: ['artifacts'], summary: 'Published results the grant may see, newest first',
+      tags: ['artifacts'], summary: 'Published results the grant may see, newest first (keyset pages: nextCursor), optionally of one album or with prompts holding q',
     },
     onRequest: auth.require('artifacts:read'),
   }, async (request) => jobs.artifacts(grantOf(request), request.query));

@@ -1,12 +1,92 @@
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import fastifyStatic from '@fastify/static';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { assertDigest } from '../../protocol/index.js';
+import type { GalleryService } from '../gallery/gallery-service.js';
+import { THUMBNAIL_WIDTHS, type Thumbnails, type ThumbnailWidth } from '../gallery/thumbnails.js';
+import { defaultAlbumOf, type JobService } from '../jobs/index.js';
+import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
+
+/** uPlot's own files (the mesh view's plots), served as the package ships them: no build step, no copy. */
+const UPLOT_DIST = join(dirname(createRequire(import.meta.url).resolve('uplot/package.json')), 'dist');
+const UPLOT_FILES = new Set(['uPlot.esm.js', 'uPlot.min.css']);
 
 /**
- * The gallery page, the mesh view (`/mesh`) and their assets, from web/. The pages themselves need no grant;
- * everything they fetch does (the gallery's grant and the mesh view's are different ones).
+ * What the pages may load: their own scripts, styles, pictures, clips and API, nothing inline and nothing from
+ * elsewhere; blob: for a download made in the page. A page that never needs an inline script keeps it that way.
  */
-export async function galleryRoutes(app: FastifyInstance, deps: { webRoot: string }): Promise<void> {
+const PAGE_CSP = [
+  "default-src 'self'", "script-src 'self'", "style-src 'self'", "img-src 'self' data: blob:", "media-src 'self' blob:",
+  "connect-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'",
+].join('; ');
+
+export interface GalleryRouteDeps {
+  webRoot: string;
+  gallery: GalleryService;
+  thumbnails: Thumbnails;
+  jobs: JobService;
+  auth: RequestAuth;
+}
+
+/**
+ * The gallery page, the mesh view (`/mesh`) and their assets, from web/, and the gallery's own API: what the page
+ * asks first (albums, what the grant may do), thumbnails, and deleting a job's results. The pages themselves need no
+ * grant; everything they fetch does (the gallery's grant and the mesh view's are different ones).
+ */
+export async function galleryRoutes(app: FastifyInstance, deps: GalleryRouteDeps): Promise<void> {
+  const { gallery, thumbnails, jobs, auth } = deps;
+  const routes = app.withTypeProvider<ZodTypeProvider>();
+
+  routes.get('/v1/gallery', {
+    schema: { tags: ['artifacts'], summary: 'What the gallery page needs first: the albums the grant may switch between, its default album, and whether it may submit and delete' },
+    onRequest: auth.require('artifacts:read'),
+  }, async (request) => {
+    const grant = grantOf(request);
+    return gallery.view(grant, auth.authorizer(request), defaultAlbumOf(grant));
+  });
+
+  routes.get('/v1/blobs/:digest/thumbnail', {
+    schema: {
+      params: z.object({ digest: z.string().max(80) }),
+      querystring: z.object({ width: z.coerce.number().int().refine((width) => (THUMBNAIL_WIDTHS as readonly number[]).includes(width), `one of ${THUMBNAIL_WIDTHS.join(', ')}`).default(512) }),
+      tags: ['blobs'], summary: `A published picture shrunk to fit a square of width (${THUMBNAIL_WIDTHS.join(', ')}; never enlarged), as WebP: made once, kept by digest`,
+    },
+    config: QUERY_GRANT_ALLOWED,
+    onRequest: auth.require('blobs:read'),
+    preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
+  }, async (request, reply) => {
+    const digest = assertDigest(request.params.digest);
+    const bytes = await thumbnails.get(digest, request.query.width as ThumbnailWidth);
+    void reply.headers({
+      'content-type': 'image/webp',
+      'cache-control': 'private, max-age=31536000, immutable',
+      'x-content-type-options': 'nosniff',
+      'content-security-policy': "default-src 'none'; sandbox",
+    });
+    return reply.send(bytes);
+  });
+
+  routes.delete('/v1/jobs/:id/artifacts', {
+    schema: {
+      params: z.object({ id: z.string().min(1).max(100) }),
+      tags: ['artifacts'], summary: "Delete a job's published results from the gallery (the job and its stored bytes stay; artifacts:delete in the job's album)",
+    },
+    onRequest: auth.require('artifacts:delete'),
+  }, async (request) => ({ jobId: request.params.id, deleted: await gallery.remove(grantOf(request), request.params.id, auth.authorizer(request)) }));
+
   await app.register(fastifyStatic, { root: deps.webRoot, prefix: '/web/', index: false, cacheControl: true, maxAge: 0 });
-  app.get('/', { schema: { hide: true } }, (_request, reply) => reply.sendFile('index.html'));
-  app.get('/mesh', { schema: { hide: true } }, (_request, reply) => reply.sendFile('mesh.html'));
+  await app.register(fastifyStatic, {
+    root: UPLOT_DIST, prefix: '/web/vendor/uplot/', index: false, decorateReply: false, cacheControl: true, maxAge: 0,
+    allowedPath: (path) => UPLOT_FILES.has(path.replace(/^\//, '')),
+  });
+  const page = (file: string) => (_request: unknown, reply: { header(name: string, value: string): unknown; sendFile(file: string): unknown }) => {
+    reply.header('content-security-policy', PAGE_CSP);
+    reply.header('x-content-type-options', 'nosniff');
+    return reply.sendFile(file);
+  };
+  app.get('/', { schema: { hide: true } }, page('index.html'));
+  app.get('/mesh', { schema: { hide: true } }, page('mesh.html'));
 }

@@ -290,9 +290,14 @@ export class JobService {
   }
 
   /** Published results the grant may see, newest first. */
-  artifacts(grant: VerifiedGrant, query: { limit: number; cursor?: string }): { artifacts: ArtifactView[]; nextCursor: string | null } {
+  /**
+   * Published results newest first, by keyset (`cursor`: continue before a sequence number), so a page costs the
+   * same at result 10,000 as at result 1; `album` narrows to one album (within the grant's), `q` to prompts holding it.
+   */
+  artifacts(grant: VerifiedGrant, query: { limit: number; cursor?: string; album?: string; q?: string }): { artifacts: ArtifactView[]; nextCursor: string | null } {
+    const albums = query.album === undefined ? grant.albums : grant.albums === null || grant.albums.includes(query.album) ? [query.album] : [];
     const records = artifacts.listArtifacts(this.#deps.db, {
-      types: grant.types, models: grant.models, albums: grant.albums, limit: query.limit,
+      types: grant.types, models: grant.models, albums, limit: query.limit, prompt: query.q || undefined,
       beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
     });
     const last = records.at(-1);

@@ -54,9 +54,14 @@ export interface ArtifactFilter {
   types?: readonly string[] | null;
   models?: readonly string[] | null;
   albums?: readonly string[] | null;
+  /** Only results whose job's prompt holds this text (case-insensitive for ASCII, as SQLite's LIKE). */
+  prompt?: string;
   beforeSeq?: number;
   limit: number;
 }
+
+/** `text` as a LIKE pattern that matches it anywhere, its own % and _ taken literally. */
+const containing = (text: string): string => `%${text.replace(/[\\%_]/g, (char) => `\\${char}`)}%`;
 
 /** Artifacts newest first; `null` lists mean "no restriction". */
 export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] {
@@ -71,6 +76,7 @@ export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] 
       args.push(...models.args);
     } else { where.push(`${column} IN (${values.map(() => '?').join(', ')})`); args.push(...values); }
   }
+  if (filter.prompt) { where.push(`${PROMPT_SQL} LIKE ? ESCAPE '\\'`); args.push(containing(filter.prompt)); }
   if (filter.beforeSeq !== undefined) { where.push('a.seq < ?'); args.push(filter.beforeSeq); }
   const sql = `${SELECT} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY a.seq DESC LIMIT ?`;
   return (db.prepare(sql).all(...args, filter.limit) as ArtifactRow[]).map(fromRow);
@@ -90,4 +96,19 @@ export function digestPublishedIn(db: Db, digest: string, scope: { albums: reado
   }
   // One statement per shape of scope (a handful per mesh), prepared once: galleries ask this for every picture.
   return stmt(db, `SELECT 1 FROM artifacts WHERE ${where.join(' AND ')} LIMIT 1`).get(...args) !== undefined;
+}
+
+/** The albums that hold any result, by name (from the album index alone). */
+export function albumsWithArtifacts(db: Db): string[] {
+  return (stmt(db, 'SELECT DISTINCT album FROM artifacts ORDER BY album').all() as { album: string }[]).map((row) => row.album);
+}
+
+/** Forget a job's published results; returns the digests they named. The blobs stay in the store (see GalleryService.remove). */
+export function deleteArtifactsOfJob(db: Db, jobId: string): string[] {
+  return (stmt(db, 'DELETE FROM artifacts WHERE job_id = ? RETURNING digest').all(jobId) as { digest: string }[]).map((row) => row.digest);
+}
+
+/** Whether any published result still names this digest. */
+export function digestPublished(db: Db, digest: string): boolean {
+  return stmt(db, 'SELECT 1 FROM artifacts WHERE digest = ? LIMIT 1').get(digest) !== undefined;
 }
