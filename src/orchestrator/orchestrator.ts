@@ -17,7 +17,7 @@ import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
 import { ModelRegistry, type RegisteredModel } from './registry/index.js';
 import { BlobReader } from './blobs/blob-reader.js';
-import { LocalBlobStore } from './blobs/local-blob-store.js';
+import { openBlobStore } from './blobs/open-blob-store.js';
 import { unknownEngines } from './config/declared-models.js';
 import { ModelCoverage } from './status/model-coverage.js';
 import { removeListenFile, writeListenFile } from './listen-file.js';
@@ -104,7 +104,9 @@ export class Orchestrator {
     const db = openDb(storePath);
     const checkpointer = Checkpointer.start(db, storePath);
     const commits = new GroupCommit(db);
-    const blobStore = new LocalBlobStore(join(config.data, 'blobs'));
+    // Blob-store hook: a folder under data (default) or a bucket (mesh.yaml's blobs); everything below uses the interface.
+    const blobStore = openBlobStore(config);
+    if (config.blobs.kind !== 'local') log.info({ blobs: blobStore.location }, 'blobs are kept in a bucket');
     const registry = new ModelRegistry(config);
     const recordBlob = (digest: string, bytes: number, mediaType: string): void => commits.write(() => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
     await registry.addBuiltins(blobStore, recordBlob);

@@ -56,6 +56,7 @@ export const ERRORS = {
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
   IMAGE_REFUSED: { status: 400, message: 'Not a picture gpumesh will decode: {detail}' },
   UPLOAD_CONFLICT: { status: 409, message: 'Upload {id} has {offset} bytes ({detail}): send the next chunk from offset {offset}' },
+  BLOB_STORE_UNAVAILABLE: { status: 503, message: 'The blob store {store} could not be used ({detail}); nothing was published under a digest: retry after {retryAfter}s' },
 
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },

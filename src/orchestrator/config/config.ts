@@ -96,6 +96,44 @@ const ModelEntry = ModelPolicy.extend({
   settings: z.record(z.string(), z.unknown()).optional(),
 });
 
+/** Blobs in a folder under `data` (the default). */
+const LocalBlobs = z.strictObject({ kind: z.literal('local') });
+
+/**
+ * Blobs in an S3-compatible bucket (AWS S3, MinIO, Garage, Ceph RGW; docs/operations.md, *Blobs in a bucket*),
+ * keyed `<prefix>sha256/<2 hex>/<64 hex>`.
+ */
+const S3Blobs = z.strictObject({
+  kind: z.literal('s3'),
+  /** The bucket; it must exist. Required. */
+  bucket: z.string().regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'a bucket name (3 to 63 lower-case letters, digits, "." and "-")'),
+  /** Put before every key, to share a bucket: empty, or ending in "/". Default "" (keys start with sha256/). */
+  prefix: z.string().max(512).regex(/^([^/].*\/)?$/, 'empty, or a key prefix that ends in "/" and does not start with one').default(''),
+  /** The server's URL (MinIO, Garage, Ceph RGW: http(s)://host:port). Default: AWS's endpoint for `region`. */
+  endpoint: z.url().optional(),
+  /** The region to sign for. Default us-east-1 (what MinIO and Ceph answer to; Garage's is its `s3_region`, often garage). */
+  region: z.string().min(1).max(64).default('us-east-1'),
+  /** Address the bucket as a path (`endpoint/bucket/key`) instead of a host name. Default: true with an `endpoint`, false without. */
+  forcePathStyle: z.boolean().optional(),
+  /** Static credentials, both or neither. Default neither: the AWS SDK's chain (AWS_ACCESS_KEY_ID, ~/.aws, an instance role). */
+  accessKeyId: z.string().min(1).optional(),
+  secretAccessKey: z.string().min(1).optional(),
+  /**
+   * GET /v1/blobs/:digest answers, after the grant check, with a redirect to a presigned URL of the object, so the
+   * bytes go from the bucket straight to the client. Default false: the orchestrator streams them, verifying.
+   */
+  presign: z.boolean().default(false),
+  /** How long a presigned URL works. Default 300 s. */
+  presignTtlS: z.int().min(1).max(7 * 86_400).default(300),
+  /** Tries of each request to the bucket before it counts as unavailable (the SDK backs off between them). Default 3. */
+  maxAttempts: z.int().min(1).max(20).default(3),
+}).superRefine((blobs, context) => {
+  if ((blobs.accessKeyId === undefined) !== (blobs.secretAccessKey === undefined)) {
+    const missing = blobs.accessKeyId === undefined ? 'accessKeyId' : 'secretAccessKey';
+    context.addIssue({ code: 'custom', path: [missing], message: 'give accessKeyId and secretAccessKey together, or neither (the SDK\'s credential chain)' });
+  }
+});
+
 /** The built-in models each job type uses when a job names none and mesh.yaml sets no `defaultModels`. */
 const BUILTIN_DEFAULT_MODELS: Record<string, string> = { image: 'gen', video: 'gen-video', tensor: 'mlp' };
 
@@ -124,6 +162,8 @@ export const MeshConfigInput = z.strictObject({
   }).prefault({}),
   /** Where the SQLite store and blobs live. Default ./.gpumesh (or $GPUMESH_HOME). */
   data: z.string().optional(),
+  /** Where blobs (outputs, pictures, model files) are kept: `{kind: local}` under `data` (default), or `{kind: s3, bucket, …}`. */
+  blobs: z.discriminatedUnion('kind', [LocalBlobs, S3Blobs]).default({ kind: 'local' }),
   /**
    * Job type → the host classes that may run it, in order of preference: the first class with a usable replica
    * wins, later ones are fallbacks. Default: each type to the class of the same name.
@@ -255,6 +295,7 @@ export interface ResolvedModelPolicy {
 }
 
 export type ModelEntry = z.output<typeof ModelEntry>;
+export type S3BlobsConfig = z.output<typeof S3Blobs>;
 
 export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models'> & {
   data: string;

@@ -103,8 +103,9 @@ export class ResultIntake {
     try {
       for (const artifact of message.artifacts) if (artifact.inline !== undefined) await this.#deps.outputs.keepInline(jobType, { ...artifact, inline: artifact.inline });
     } catch (error) {
-      // Bytes that are not what they claim fail the attempt as corrupt; anything else (a full disk) is the orchestrator's.
-      const code = error instanceof MeshError ? 'INTEGRITY_FAILED' : 'INTERNAL';
+      // Bytes that are not what they claim fail the attempt as corrupt; a bucket that did not answer says so (the
+      // attempt is retried); anything else (a full disk) is the orchestrator's.
+      const code = error instanceof MeshError ? (error.code === 'BLOB_STORE_UNAVAILABLE' ? error.code : 'INTEGRITY_FAILED') : 'INTERNAL';
       failure = { code, message: `an inline output was not kept: ${(error as Error).message}` };
     }
     const job = this.#deps.states.get(message.jobId);

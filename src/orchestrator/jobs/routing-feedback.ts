@@ -46,6 +46,9 @@ export class RoutingFeedback implements AttemptObserver {
       return;
     }
     if (outcome.status !== 'failed' || !outcome.retryable || !this.#first(batchId)) return;
+    // The orchestrator's own bucket not answering is no fault of the replica: counting it would open every breaker
+    // during an outage and keep work off healthy hosts after the bucket is back.
+    if (outcome.error?.code === 'BLOB_STORE_UNAVAILABLE') return;
     this.#deps.breakers.failure(host, job.model, outcome.error ? `${outcome.error.code}: ${outcome.error.message}` : 'failed');
   }
 
