@@ -9,7 +9,7 @@ import { h } from './dom.js';
 const PALETTE = ['#4f46e5', '#1f9d55', '#c27c0e', '#c0262d', '#0e7490', '#9333ea', '#db2777', '#65a30d', '#475569', '#ea580c'];
 
 const PLOTS = [
-  { key: 'jobs', title: 'Jobs per second', unit: 'jobs/s', note: 'succeeded, per model' },
+  { key: 'jobs', title: 'Jobs per second', unit: 'jobs/s', note: 'succeeded per model; failed dotted' },
   { key: 'queue', title: 'Queue depth', unit: 'jobs', note: 'waiting, per model' },
   { key: 'latency', title: 'Latency', unit: 'ms', note: 'admission to result: p50 solid, p99 dashed' },
   { key: 'memory', title: 'Memory in use', unit: 'MB', note: 'per device' },
@@ -21,7 +21,13 @@ const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 function seriesFor(key, view) {
   const models = Object.keys(view.models);
   const colour = (i) => PALETTE[i % PALETTE.length];
-  if (key === 'jobs') return models.map((name, i) => ({ label: name, values: view.models[name].succeededPerSecond, colour: colour(i) }));
+  if (key === 'jobs') {
+    // Failures get a dashed line of their own, only for a model that had some in the window.
+    return models.flatMap((name, i) => [
+      { label: name, values: view.models[name].succeededPerSecond, colour: colour(i) },
+      ...(view.models[name].failedPerSecond.some((value) => value > 0) ? [{ label: `${name} failed`, values: view.models[name].failedPerSecond, colour: colour(i), dash: [2, 3] }] : []),
+    ]);
+  }
   if (key === 'queue') return models.map((name, i) => ({ label: name, values: view.models[name].queueDepth, colour: colour(i) }));
   if (key === 'latency') {
     return models.flatMap((name, i) => [
