@@ -29,7 +29,8 @@ export async function startS3StandIn(bucket = 'gpumesh-test'): Promise<S3StandIn
   const credentials = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' };
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
   const client = new S3Client({
-    endpoint, region: 'us-east-1', forcePathStyle: true, credentials,
+    // A copy: the SDK marks the credentials object it is given (a $source field), and these also go into mesh.yaml.
+    endpoint, region: 'us-east-1', forcePathStyle: true, credentials: { ...credentials },
     requestChecksumCalculation: 'WHEN_REQUIRED', responseChecksumValidation: 'WHEN_REQUIRED',
   });
   await client.send(new CreateBucketCommand({ Bucket: bucket }));
