@@ -79,7 +79,7 @@ const implementations: Implementation[] = [
       const prefix = `mesh-${++buckets}/`;
       const spoolDir = tempDir('gpumesh-spool-');
       dirs.push(spoolDir);
-      const client = s3ClientFor({ kind: 's3', bucket: s3.bucket, prefix, endpoint: s3.endpoint, region: 'us-east-1', ...s3.credentials, presign: false, presignTtlS: 300, maxAttempts: 2 });
+      const client = s3ClientFor({ kind: 's3', bucket: s3.bucket, prefix, endpoint: s3.endpoint, region: 'us-east-1', ...s3.credentials, maxAttempts: 2 });
       const store = new S3BlobStore({ client, bucket: s3.bucket, prefix, spoolDir, ...S3_PARTS });
       const keys = async (under: string): Promise<string[]> =>
         ((await s3.client.send(new ListObjectsV2Command({ Bucket: s3.bucket, Prefix: `${prefix}${under}` }))).Contents ?? []).map((object) => object.Key!);

@@ -30,7 +30,7 @@ beforeAll(async () => {
   spool = tempDir('gpumesh-spool-');
   const client = s3ClientFor({
     kind: 's3', bucket: standIn.bucket, prefix: PREFIX, endpoint: proxy.url, region: 'us-east-1', ...standIn.credentials,
-    presign: false, presignTtlS: 300, maxAttempts: 3,
+    maxAttempts: 3,
   });
   store = new S3BlobStore({ client, bucket: standIn.bucket, prefix: PREFIX, spoolDir: spool, multipartThreshold: 6 * 1024 * 1024, partSize: 5 * 1024 * 1024, retryAfterS: 2 });
 });

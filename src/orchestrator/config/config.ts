@@ -118,13 +118,6 @@ const S3Blobs = z.strictObject({
   /** Static credentials, both or neither. Default neither: the AWS SDK's chain (AWS_ACCESS_KEY_ID, ~/.aws, an instance role). */
   accessKeyId: z.string().min(1).optional(),
   secretAccessKey: z.string().min(1).optional(),
-  /**
-   * GET /v1/blobs/:digest answers, after the grant check, with a redirect to a presigned URL of the object, so the
-   * bytes go from the bucket straight to the client. Default false: the orchestrator streams them, verifying.
-   */
-  presign: z.boolean().default(false),
-  /** How long a presigned URL works. Default 300 s. */
-  presignTtlS: z.int().min(1).max(7 * 86_400).default(300),
   /** Tries of each request to the bucket before it counts as unavailable (the SDK backs off between them). Default 3. */
   maxAttempts: z.int().min(1).max(20).default(3),
 }).superRefine((blobs, context) => {
