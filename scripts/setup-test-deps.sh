@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite drives as real processes:
 # chromium (the gallery's browser test), prometheus (for promtool, which checks /metrics), iproute2
-# (`ip`, which scripts/netns-mesh.sh builds its network namespaces with), ffmpeg (the agent encodes video
-# jobs with it; its ffprobe checks the clips in the tests), and curl and jq (docs/api.md's examples, run as written).
+# (`ip`, which scripts/netns-mesh.sh builds its network namespaces with), and curl and jq (docs/api.md's examples,
+# run as written). Not ffmpeg: the agent and the tests use the system's when there is one, else the static ffmpeg and
+# ffprobe `npm install` brings (@ffmpeg-installer/ffmpeg, @ffprobe-installer/ffprobe), so video is tested as a fresh
+# machine runs it.
 # Skips whatever is already installed; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -10,7 +12,6 @@ need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
-{ command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1; } || need+=(ffmpeg)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 

@@ -10,3 +10,12 @@ export function corkForTick(stream: Writable): void {
   stream.cork();
   process.nextTick(() => stream.uncork());
 }
+
+/**
+ * Release every cork now. Call before ending a stream that may be corked for this tick: Node 22's HTTP response
+ * drops what was written while corked when `end()` comes before the uncork (an SSE stream lost its last event, the
+ * job's `succeeded`, and closed without it); Node 20's flushed it.
+ */
+export function uncorkNow(stream: Writable): void {
+  while (stream.writableCorked) stream.uncork();
+}

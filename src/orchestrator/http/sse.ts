@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { corkForTick } from '../../net/cork.js';
+import { corkForTick, uncorkNow } from '../../net/cork.js';
 
 const KEEPALIVE_MS = 15_000;
 
@@ -45,6 +45,8 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
     },
     close() {
       finish();
+      // The events of this tick first: ending a corked response loses them on Node 22 (see uncorkNow).
+      uncorkNow(raw);
       raw.end();
     },
     get closed() {
