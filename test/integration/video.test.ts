@@ -30,6 +30,8 @@ async function call(method: string, path: string, body?: unknown, headers: Recor
 
 describe('video jobs end to end through a real mesh', () => {
   it('a clip is generated, encoded by ffmpeg, stored, and is what it says: H.264, yuv420p, every frame, the duration, the size', async () => {
+    // The banner says which ffmpeg the local agent encodes with: the system's, else the one npm installed.
+    expect(mesh().output()).toMatch(/ {11}video: on — ffmpeg \S+ \((system|package)\)\n/);
     const client = mesh().client();
     const accepted = await client.submit({ type: 'video', input: { prompt: 'a lighthouse at dusk', seed: 3, frames: 24, fps: 12, width: 96, height: 64, steps: 4 } });
     const events: JobEvent[] = [];
