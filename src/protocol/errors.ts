@@ -58,6 +58,13 @@ export const ERRORS = {
   UPLOAD_CONFLICT: { status: 409, message: 'Upload {id} has {offset} bytes ({detail}): send the next chunk from offset {offset}' },
   BLOB_STORE_UNAVAILABLE: { status: 503, message: 'The blob store {store} could not be used ({detail}); nothing was published under a digest: retry after {retryAfter}s' },
 
+  // The orchestrator's own package, for hosts that join with one line (GET /install/gpumesh.tgz)
+  INSTALL_PACKAGE_UNAVAILABLE: { status: 503, message: 'This orchestrator cannot serve its own package: {detail}' },
+  INSTALL_PACKAGE_CHANGED: {
+    status: 410,
+    message: 'This orchestrator serves gpumesh {version} as sha256:{current} now, not sha256:{asked}: it was rebuilt or upgraded since the join line was printed. Print a new one with `gpumesh grant create --agent`',
+  },
+
   // Agents and execution (carried in job errors and link messages)
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },
   NOT_READY: { status: 503, message: 'Not ready: {detail}' },

@@ -70,6 +70,14 @@ const uploadDigest = `sha256:${createHash('sha256').update(uploadBytes).digest('
 const TABLE: Row[] = [
   { route: 'GET /healthz', request: () => ({ path: '/healthz' }), expect: everyone(200) },
   { route: 'GET /readyz', request: () => ({ path: '/readyz' }), expect: everyone(200) },
+  // The orchestrator's own package, for hosts joining with one line: public code, fetched by npx, which sends no grant.
+  { route: 'GET /install', request: () => ({ path: '/install' }), expect: everyone(200) },
+  { route: 'GET /install/gpumesh.tgz', request: () => ({ path: '/install/gpumesh.tgz' }), expect: everyone(200) },
+  {
+    route: 'GET /install/sha256/{sha256}/gpumesh.tgz',
+    request: async () => ({ path: ((await (await fetch(`${running().url}/install`)).json()) as { path: string }).path }),
+    expect: everyone(200),
+  },
   { route: 'GET /v1/status', request: () => ({ path: '/v1/status' }), expect: meshRead },
   { route: 'GET /v1/hosts', request: () => ({ path: '/v1/hosts' }), expect: meshRead },
   { route: 'GET /metrics', request: () => ({ path: '/metrics' }), expect: meshRead },

@@ -1,6 +1,9 @@
 import { Command } from 'commander';
 import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
+import { pinsOfGrant } from '../../tls/index.js';
+import type { MeshClient } from '../common/client.js';
+import { installedJoinLine, joinLine } from '../common/join-line.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseList, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
@@ -49,8 +52,10 @@ export function grantCommand(): Command {
     .description([
       'Mint a new grant (needs an admin grant). Client grants by default; --agent for an agent join grant.',
       'A TLS mesh adds the fingerprint of its CA (caveat tls-ca sha256:…), which agents and the CLI pin.',
-      'Prints the grant alone on stdout; for --agent it also prints, on stderr, the command that joins the host:',
-      '  gpumesh agent --join <url> --grant <grant>',
+      'Prints the grant alone on stdout; for --agent it also prints, on stderr, the one line that joins a host that',
+      'has only Node (it installs the orchestrator\'s own package with npx and starts the agent):',
+      '  npx --yes --ignore-scripts <url>/install/sha256/<hex>/gpumesh.tgz agent --join <url> --grant <grant>',
+      'and the line for a host where gpumesh is installed: gpumesh agent --join <url> --grant <grant>',
     ].join('\n'))
     .option('--agent', 'an agent join grant (needs --host)')
     .option('--join-url <url>', 'with --agent: the orchestrator URL the join line names (default: the URL this command reached it at)')
@@ -66,12 +71,24 @@ export function grantCommand(): Command {
       const minted = await client.request<{ id: string; token: string; caveats: string[] }>('POST', '/v1/grants', {
         kind, ...grantOptions(flags), note: flags.note,
       });
+      if (!flags.agent) {
+        if (flags.json) return printJson(minted);
+        process.stdout.write(`${minted.token}\n`);
+        return;
+      }
       // The agent reads its host and classes from the grant, so the URL and the grant are all it needs.
-      const join = flags.agent ? `gpumesh agent --join ${flags.joinUrl ?? client.baseUrl} --grant ${minted.token}` : null;
-      if (flags.json) return printJson(join ? { ...minted, join } : minted);
-      // stdout stays the grant alone, for scripts; the join line is for the person at the terminal.
+      const url = flags.joinUrl ?? client.baseUrl;
+      const served = await servedPackage(client);
+      const installed = installedJoinLine({ url, grant: minted.token });
+      const join = typeof served === 'string' ? joinLine({ url, grant: minted.token, sha256: served, tlsCa: pinsOfGrant(minted.token)[0]?.fingerprint ?? null }) : null;
+      if (flags.json) return printJson({ ...minted, join: join ?? installed, joinInstalled: installed });
+      // stdout stays the grant alone, for scripts; the join lines are for the person at the terminal.
       process.stdout.write(`${minted.token}\n`);
-      if (join) process.stderr.write(`# join host ${flags.host} with:\n${join}\n`);
+      if (typeof served === 'string') {
+        process.stderr.write(`# join host ${flags.host} with (needs only Node; installs gpumesh from the orchestrator):\n${join}\n# or, where gpumesh is installed:\n${installed}\n`);
+      } else {
+        process.stderr.write(`# the orchestrator serves no package for hosts to install (${served.error}); install gpumesh on host ${flags.host}, then join with:\n${installed}\n`);
+      }
     });
   withCaveatFlags(grant.command('narrow <grant>'))
     .description('Add caveats to a grant, offline; the result can never do more than the original')
@@ -129,6 +146,19 @@ export function grantCommand(): Command {
       process.stdout.write(`${client.baseUrl}/mesh#grant=${minted.token}\n`);
     });
   return grant;
+}
+
+/**
+ * The hex SHA-256 of the package the orchestrator serves to joining hosts, or why it serves none (an older
+ * orchestrator, or one where `npm pack` failed): then no line that installs from it would work.
+ */
+async function servedPackage(client: MeshClient): Promise<string | { error: string }> {
+  try {
+    const served = await client.request<{ sha256: string }>('GET', '/install');
+    return served.sha256.replace(/^sha256:/, '');
+  } catch (error) {
+    return { error: (error as Error).message };
+  }
 }
 
 /** A grant id as given, or the id inside a grant. */
