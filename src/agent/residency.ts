@@ -275,16 +275,34 @@ export class Residency {
       }
     };
     if (manifest.file === false) return timed('engineMs', () => engine.load(manifest, null, device)); // nothing to pull: the engine's server has its own weights
-    const path = await timed('pullMs', () => this.#deps.cache.path(manifest.digest));
+    const pull = (): Promise<{ path: string; files?: Record<string, string> }> => timed('pullMs', () => this.#pull(manifest));
+    const { path, files } = await pull();
     try {
-      return await timed('engineMs', () => engine.load(manifest, path, device));
+      return await timed('engineMs', () => engine.load(manifest, path, device, files));
     } catch (error) {
       if (!(error instanceof EngineError && error.code === 'INTEGRITY_FAILED')) throw error;
       this.#log.warn({ model: manifest.name, err: error }, 'the model file failed verification at load; pulling it again');
-      await this.#deps.cache.invalidate(manifest.digest, error.message);
-      const again = await timed('pullMs', () => this.#deps.cache.path(manifest.digest));
-      return timed('engineMs', () => engine.load(manifest, again, device));
+      // Which file failed the engine says in words only: every file of the model is checked again (the good ones
+      // cost a hash, not a pull).
+      for (const digest of [manifest.digest, ...Object.values(manifest.files ?? {}).map((member) => member.digest)]) {
+        await this.#deps.cache.invalidate(digest, error.message);
+      }
+      const again = await pull();
+      return timed('engineMs', () => engine.load(manifest, again.path, device, again.files));
     }
+  }
+
+  /**
+   * A model's files on this host, checked: its one file, or for a model of several files every member (by name) and
+   * then its index, so a host that reports the index cached has the whole model.
+   */
+  async #pull(manifest: ModelManifest): Promise<{ path: string; files?: Record<string, string> }> {
+    const { cache } = this.#deps;
+    if (!manifest.files) return { path: await cache.path(manifest.digest) };
+    const members = Object.entries(manifest.files);
+    const paths = await Promise.all(members.map(([, member]) => cache.path(member.digest)));
+    const files = Object.fromEntries(members.map(([name], index) => [name, paths[index]!]));
+    return { path: await cache.path(manifest.digest), files };
   }
 
   /** The engine process holding a model died: forget the model now, so the next batch starts a fresh one. */

@@ -81,11 +81,18 @@ export const TensorInput = z.strictObject({
 });
 export type TensorInput = z.infer<typeof TensorInput>;
 
+/** Text in a picture (`ocr` jobs): the picture, stored first with PUT /v1/blobs, by digest. */
+export const OcrInput = z.strictObject({
+  image: BlobDigest,
+});
+export type OcrInput = z.infer<typeof OcrInput>;
+
 /** Each job type's input schema; a job type is served only if it appears here and in the config. */
 export const INPUT_SCHEMAS = {
   image: ImageInput,
   video: VideoInput,
   tensor: TensorInput,
+  ocr: OcrInput,
 } as const;
 
 export const SubmitJobBody = z.strictObject({

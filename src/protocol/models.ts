@@ -33,8 +33,15 @@ export const ModelManifest = z.object({
    * server that loads its own weights or a URL the person runs: the agent pulls nothing and the engine gets no path.
    */
   file: z.boolean().optional(),
-  /** The file's size (0 without a file). */
+  /** The file's size (0 without a file); a model of several files: their sizes together. */
   bytes: z.number(),
+  /**
+   * A model of several files (a detector, a recogniser and its dictionary): each by the name the engine knows it by,
+   * stored by digest. `digest` then names the version's index — a small JSON listing of these members, stored like
+   * any blob — so a version is still one stored blob by digest; the agent pulls every member, verified, and hands
+   * the engine their paths by name. Absent: one file, `digest` itself.
+   */
+  files: z.record(z.string(), z.object({ digest: z.string(), bytes: z.number() })).optional(),
   /** Resident memory the model needs once loaded (planning figure; the agent measures the real one). */
   memoryMB: z.number(),
   jobTypes: z.array(z.string()),

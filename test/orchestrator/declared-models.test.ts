@@ -56,7 +56,7 @@ describe('models declared in mesh.yaml', () => {
       d: { engine: 'onnx', jobTypes: ['tensor'], settings: { pipeline: 'tensor' }, sha256: 'a'.repeat(64) },
     }, { routing: { image: ['image'] }, defaultModels: { image: 'gen' } })).toEqual([
       'models.a.jobTypes: required: the job types the model serves (e.g. [image])',
-      'models.b.jobTypes: job type "audio" has no input handling in this orchestrator (it has: image, video, tensor)',
+      'models.b.jobTypes: job type "audio" has no input handling in this orchestrator (it has: image, video, tensor, ocr)',
       'models.c.jobTypes: job type "tensor" has no routing entry',
       'models.c.jobTypes: image and tensor take different inputs; one model serves job types of one input kind',
       'models.d.jobTypes: job type "tensor" has no routing entry',

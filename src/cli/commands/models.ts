@@ -26,6 +26,25 @@ function modelFile(path: string): string {
   return join(full, onnx[0]!);
 }
 
+/**
+ * `detector=det.onnx,recognizer=rec.onnx,dictionary=keys.txt` → each member's name and file, a relative file taken
+ * in `base` (the folder `models add` was given, else the working folder).
+ */
+function memberFiles(text: string, base: string): [string, string][] {
+  return parseList(text).map((part) => {
+    const at = part.indexOf('=');
+    if (at <= 0 || at === part.length - 1) throw new CliError(`--files takes name=file pairs, not "${part}"`);
+    const file = resolve(base, part.slice(at + 1));
+    try {
+      if (!statSync(file).isFile()) throw new CliError(`--files: ${part.slice(at + 1)} is not a file`);
+    } catch (error) {
+      if (error instanceof CliError) throw error;
+      throw new CliError(`--files: ${file}: no such file`);
+    }
+    return [part.slice(0, at), file];
+  });
+}
+
 /** `max=8,preferred=4|8,delay=2` → the batching policy. */
 function parseBatching(text: string): Record<string, unknown> {
   const batching: Record<string, unknown> = {};
@@ -51,30 +70,51 @@ function memoryLine(change: ReplicaChange): string {
 export function modelsCommand(): Command {
   const models = new Command('models').description('The model registry: add your own models, their versions, where they are loaded');
 
-  withClientOptions(models.command('add <file>'))
-    .description('Add a model (an ONNX file, or a folder with one) as a new version; its inputs and outputs are read from the file')
+  withClientOptions(models.command('add [path]'))
+    .description('Add a model (an ONNX file, a folder with one, or with --files a model of several files) as a new version; the inputs and outputs of one ONNX file are read from it')
     .requiredOption('--name <name>', 'the model\'s name (jobs name it; a version is <name>@<version>)')
     .option('--version <version>', 'the version (default: the next whole number)')
     .option('--engine <engine>', 'the engine that runs it', 'onnx')
     .option('--types <list>', 'the job types it serves', 'tensor')
+    .option('--files <list>', 'a model of several files: name=file pairs, e.g. detector=det.onnx,recognizer=rec.onnx,dictionary=keys.txt (files relative to [path])')
+    .option('--settings <json>', 'the engine\'s settings, as JSON (default for onnx: the pipeline of the first job type)')
     .option('--memory <MB>', 'the memory it needs once loaded (default: measured at its first load)', parseInteger('--memory'))
     .option('--batching <policy>', 'max=N, preferred=A|B, delay=MS (default: batches of 8 when its first dimension is variable)')
     .option('--json', 'print JSON')
-    .action(async (path: string, options: ClientOptions & { name: string; version?: string; engine: string; types: string; memory?: number; batching?: string; json?: boolean }) => {
+    .action(async (path: string | undefined, options: ClientOptions & { name: string; version?: string; engine: string; types: string; files?: string; settings?: string; memory?: number; batching?: string; json?: boolean }) => {
       const client = clientFrom(options);
-      const file = modelFile(path);
+      if (!path && !options.files) throw new CliError('give the model\'s file (or a folder with one), or its files with --files');
+      let settings: unknown;
+      if (options.settings !== undefined) {
+        try {
+          settings = JSON.parse(options.settings);
+        } catch {
+          throw new CliError('--settings takes a JSON object');
+        }
+      }
       const showProgress = process.stderr.isTTY && !options.json;
-      const stored = await uploadFile(client, file, (sent, total) => {
-        if (showProgress) process.stderr.write(`\ruploading ${file}: ${Math.floor((100 * sent) / total)}%`);
-      });
-      if (showProgress) process.stderr.write('\n');
+      const upload = async (file: string) => {
+        const stored = await uploadFile(client, file, (sent, total) => {
+          if (showProgress) process.stderr.write(`\ruploading ${file}: ${Math.floor((100 * sent) / total)}%`);
+        });
+        if (showProgress) process.stderr.write('\n');
+        return stored;
+      };
+      // Each file is uploaded on its own (resumable, and not sent again if the mesh has it); the version names them.
+      const members = options.files ? memberFiles(options.files, path ? resolve(path) : process.cwd()) : null;
+      const uploads = members ? await Promise.all(members.map(async ([, file]) => upload(file))) : [await upload(modelFile(path!))];
       const added = await client.request<Listed>('POST', '/v1/models', {
-        name: options.name, file: stored.digest, engine: options.engine, types: parseList(options.types),
+        name: options.name, engine: options.engine, types: parseList(options.types),
+        ...(members ? { files: Object.fromEntries(members.map(([name], index) => [name, uploads[index]!.digest])) } : { file: uploads[0]!.digest }),
+        ...(settings !== undefined ? { settings } : {}),
         ...(options.version ? { version: options.version } : {}), ...(options.memory ? { memoryMB: options.memory } : {}),
         ...(options.batching ? { policy: { batching: parseBatching(options.batching) } } : {}),
       });
       if (options.json) return printJson(added);
-      process.stdout.write(`added ${added.name} (${stored.deduplicated ? 'file already stored' : `${stored.bytes} bytes uploaded`}, ${added.digest})\n`
+      const sent = uploads.filter((stored) => !stored.deduplicated).reduce((sum, stored) => sum + stored.bytes, 0);
+      const what = uploads.every((stored) => stored.deduplicated) ? `${uploads.length > 1 ? 'files' : 'file'} already stored` : `${sent} bytes uploaded`;
+      process.stdout.write(`added ${added.name} (${what}, ${added.digest})\n`
+        + (added.files ? `  files:   ${Object.entries(added.files).map(([name, member]) => `${name} ${member.bytes} bytes`).join('; ')}\n` : '')
         + `  inputs:  ${tensors(added.inputs)}\n  outputs: ${tensors(added.outputs)}\n`
         + `  types ${added.jobTypes.join(',')}, batches of up to ${added.policy.batching.maxBatchSize}\n`);
     });

@@ -9,12 +9,14 @@ import type { PIPELINES } from '../pipelines/pipelines.js';
  * command may leave one (JSON, text, or raw bytes such as a `.npy` array: `application/octet-stream`, which claims
  * no type, so there is nothing to check). JSON and plain text are allowed for every type (a command's report). All
  * but images and videos are served as downloads. Anything else — HTML, SVG, a script — is refused: outputs are
- * served from the orchestrator's origin.
+ * served from the orchestrator's origin. OCR answers with its lines in the JSON result and the picture annotated as a PNG.
  */
 export const OUTPUT_MEDIA_TYPES = {
   image: ['image/png', 'image/jpeg', 'image/webp', 'image/gif', 'application/json', 'text/plain'],
   video: ['video/mp4', 'video/webm', 'image/png', 'image/jpeg', 'image/webp', 'image/gif', 'application/json', 'text/plain'],
   tensor: ['application/json', 'text/plain', 'application/octet-stream'],
+  // The lines read are the JSON result; the picture with their boxes drawn is a PNG.
+  ocr: ['image/png', 'application/json', 'text/plain'],
 } as const satisfies Readonly<Record<keyof typeof PIPELINES, readonly string[]>>;
 
 /** What a blob is served as, by the type it was recorded with: only types on some job type's list keep theirs. */

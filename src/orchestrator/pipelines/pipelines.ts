@@ -158,11 +158,26 @@ const tensor: Pipeline = {
   cost: (input) => ('inputs' in input ? namedTensorsCost(input as unknown as NamedTensorInput) : 1),
 };
 
+/**
+ * Text in a picture: the input is the picture's digest alone (admission checks it is stored, decoded and the grant's
+ * to read). Any two pictures may share a batch — the engine pads them to a common size for the detector and pads
+ * every line found to a common width for the recogniser.
+ */
+const ocr: Pipeline = {
+  normalize: (input, manifest) => ({ image: parseInput(INPUT_SCHEMAS.ocr, input, manifest.name).image }),
+  compatKey: () => '',
+  // A probe names no picture: the engine reads a small blank one, which runs both models (and finds no text).
+  probeInput: () => ({}),
+  // The picture's size is not in the input; a batch's time is mostly the detector's, about the same per picture.
+  cost: () => 1,
+};
+
 /** Input handling by job type: a model serves the job types in its manifest, and each type's pipeline checks its jobs. */
 export const PIPELINES = {
   image,
   video,
   tensor,
+  ocr,
 } as const satisfies Readonly<Record<string, Pipeline>>;
 
 /** The pipeline of a job type, if the orchestrator has one. */

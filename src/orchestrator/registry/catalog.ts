@@ -11,14 +11,23 @@ import { onnxSignature } from './onnx-signature.js';
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 const VERSION = /^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$/;
 const MB = 1024 * 1024;
+const DIGEST = /^sha256:[0-9a-f]{64}$/;
+/** A member of a model of several files: a name an engine looks it up by (`detector`, `dictionary`, `det.onnx`). */
+const MEMBER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 
 /** What `POST /v1/models` (and `gpumesh models add`) takes: a file already stored by digest, and what to make of it. */
 export const AddModelBody = z.strictObject({
   name: z.string().regex(NAME, 'a model name: letters, digits, ".", "-" and "_"'),
   /** Default: the next whole number after the model's highest (1 for a new model). */
   version: z.string().regex(VERSION, 'a version: letters, digits, ".", "-" and "_"').optional(),
-  /** The model file's digest (`PUT /v1/blobs` or a resumable upload). */
-  file: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'sha256:<64 hex>'),
+  /** The model file's digest (`PUT /v1/blobs` or a resumable upload). One of `file` and `files`. */
+  file: z.string().regex(DIGEST, 'sha256:<64 hex>').optional(),
+  /**
+   * A model of several files (OCR's detector, recogniser and dictionary): each member's name → its stored digest.
+   * The version's digest is then that of an index listing them (see `bundleIndex`). One of `file` and `files`.
+   */
+  files: z.record(z.string().regex(MEMBER, 'a file name: letters, digits, ".", "-" and "_"'), z.string().regex(DIGEST, 'sha256:<64 hex>'))
+    .refine((files) => Object.keys(files).length >= 1 && Object.keys(files).length <= 16, 'one to 16 files').optional(),
   /** Default onnx. */
   engine: z.string().min(1).max(40).default('onnx'),
   /** The job types it serves. Default [tensor]. */
@@ -33,7 +42,7 @@ export const AddModelBody = z.strictObject({
   /** Its inputs and outputs; default (onnx): read from the file. */
   inputs: z.array(TensorSpec).max(64).optional(),
   outputs: z.array(TensorSpec).max(64).optional(),
-});
+}).refine((body) => (body.file === undefined) !== (body.files === undefined), { message: 'give the model\'s file or its files, not both', path: ['file'] });
 export type AddModelBody = z.input<typeof AddModelBody>;
 
 export interface ModelCatalogDeps {
@@ -100,35 +109,56 @@ export class ModelCatalog {
     for (const type of body.types) {
       if (!config.routing[type]) throw new MeshError('VALIDATION_FAILED', { detail: `types: this mesh routes no job type "${type}" (it routes: ${Object.keys(config.routing).join(', ')})` });
     }
-    const missing = (): MeshError => new MeshError('NOT_FOUND', { what: `Blob ${body.file} (store the file first: PUT /v1/blobs or a resumable upload)` });
-    // Its size from the store's record of it; its bytes only when its inputs and outputs must be read from it.
-    const opened = await blobs.open(body.file);
-    if (!opened) throw missing();
-    const bytes = opened.size;
-    await opened.close();
     const name = `${body.name}${VERSION_SEPARATOR}${version}`;
+    const stored = body.files ? await this.#storeBundle(body.files) : { digest: body.file!, bytes: await this.#sizeOf(body.file!), files: undefined };
     let signature: ReturnType<typeof onnxSignature> = { inputs: [], outputs: [] };
-    if (body.engine === 'onnx' && (!body.inputs || !body.outputs)) {
-      const file = await blobs.read(body.file);
-      if (!file) throw missing();
+    // A single ONNX file declares its inputs and outputs; a model of several files has none of its own (each member has).
+    if (body.engine === 'onnx' && !body.files && (!body.inputs || !body.outputs)) {
+      const file = await blobs.read(stored.digest);
+      if (!file) throw missingBlob(stored.digest);
       signature = onnxSignature(file, name);
     }
     const inputs = body.inputs ?? signature.inputs;
     const outputs = body.outputs ?? signature.outputs;
-    const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: 'tensors' } : {});
+    const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: DEFAULT_ONNX_PIPELINE[body.types[0]!] ?? 'tensors' } : {});
     const checked = engine.settings.safeParse(settings);
     if (!checked.success) throw new MeshError('VALIDATION_FAILED', { detail: checked.error.issues.map((issue) => `settings.${issue.path.join('.')}: ${issue.message}`).join('; ') });
+    const wanted = engine.filesFor?.(settings) ?? [];
+    const lacking = wanted.filter((member) => !stored.files?.[member]);
+    if (lacking.length > 0) {
+      throw new MeshError('VALIDATION_FAILED', { detail: `files: a ${String(settings.pipeline ?? body.engine)} model holds files named ${wanted.join(', ')}; ${stored.files ? `it lacks ${lacking.join(', ')} (it has ${Object.keys(stored.files).join(', ')})` : 'it was given one file'}` });
+    }
     const manifest: ModelManifest = {
-      name, version, engine: body.engine, digest: body.file, file: true, bytes,
-      memoryMB: body.memoryMB ?? Math.max(64, Math.ceil((2 * bytes) / MB)),
+      name, version, engine: body.engine, digest: stored.digest, file: true, bytes: stored.bytes, ...(stored.files ? { files: stored.files } : {}),
+      memoryMB: body.memoryMB ?? Math.max(64, Math.ceil((2 * stored.bytes) / MB)),
       jobTypes: body.types, params: body.params, settings,
       ...(inputs.length ? { inputs } : {}), ...(outputs.length ? { outputs } : {}),
     };
-    const policy = body.policy ?? (batchesAlongFirstDim(inputs) ? { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } } : null);
+    const policy = body.policy ?? (batchesAlongFirstDim(inputs) || FUSING_TYPES.has(body.types[0]!) ? { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } } : null);
     registry.addVersion(body.name, manifest, policy ? policyDefaultsOf(ModelPolicy.parse(policy)) : undefined);
     commits.write(() => storedModels.insertModel(db, body.name, { manifest, policy, createdAt: clock.now() }));
     await commits.durable();
     return registry.get(name)!;
+  }
+
+  /** A stored blob's size, or NOT_FOUND telling how to store it. */
+  async #sizeOf(digest: string): Promise<number> {
+    const opened = await this.#deps.blobs.open(digest);
+    if (!opened) throw missingBlob(digest);
+    const { size } = opened;
+    await opened.close();
+    return size;
+  }
+
+  /**
+   * The members of a model of several files, each checked to be stored, and their index stored as a blob of its own:
+   * the version's digest, so that a changed member is another version and the agent can tell it has them all.
+   */
+  async #storeBundle(files: Record<string, string>): Promise<{ digest: string; bytes: number; files: Record<string, { digest: string; bytes: number }> }> {
+    const members: Record<string, { digest: string; bytes: number }> = {};
+    for (const name of Object.keys(files).sort()) members[name] = { digest: files[name]!, bytes: await this.#sizeOf(files[name]!) };
+    const index = await this.#deps.blobs.putBytes(bundleIndex(members));
+    return { digest: index.digest, bytes: Object.values(members).reduce((sum, member) => sum + member.bytes, 0), files: members };
   }
 
   /** Remove a version; refused (409) while jobs are queued or running on it. */
@@ -172,6 +202,22 @@ export class ModelCatalog {
       }),
     };
   }
+}
+
+const missingBlob = (digest: string): MeshError => new MeshError('NOT_FOUND', { what: `Blob ${digest} (store the file first: PUT /v1/blobs or a resumable upload)` });
+
+/** The ONNX pipeline a model added for a job type gets when its settings name none (else `tensors`). */
+const DEFAULT_ONNX_PIPELINE: Readonly<Record<string, string>> = { ocr: 'ocr' };
+/** Job types whose models batch by default though they declare no batch dimension (their pipeline pads pictures to one). */
+const FUSING_TYPES: ReadonlySet<string> = new Set(['ocr']);
+
+/**
+ * The index of a model of several files: `{"files": {"<name>": {"digest", "bytes"}, …}}` with the names sorted and no
+ * spaces, so the same members always give the same bytes, and so the same digest.
+ */
+export function bundleIndex(members: Readonly<Record<string, { digest: string; bytes: number }>>): Uint8Array {
+  const sorted = Object.fromEntries(Object.keys(members).sort().map((name) => [name, { digest: members[name]!.digest, bytes: members[name]!.bytes }]));
+  return new TextEncoder().encode(JSON.stringify({ files: sorted }));
 }
 
 /** The next whole-number version after the highest whole-number one (1 for none). */

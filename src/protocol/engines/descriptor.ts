@@ -44,6 +44,12 @@ export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
    * Absent: a job that names a picture is refused at admission rather than run as if it named none.
    */
   readonly pictureInputs?: boolean;
+  /**
+   * The files a model must hold for its settings (the ONNX engine's `ocr` pipeline: `detector`, `recognizer`,
+   * `dictionary`): `gpumesh models add` refuses a model that lacks one, naming it, rather than a load failing later.
+   * Absent, or empty: one file of any name will do.
+   */
+  readonly filesFor?: (settings: Record<string, unknown>) => readonly string[];
   /** Markup the engine reads in client text; none: the engine takes text as words (or takes no text). */
   readonly controlMarkup: readonly ControlMarkup[];
 }

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { EngineDescriptor } from './descriptor.js';
 
 /** The ways the ONNX worker turns a batch of job inputs into tensors and the outputs back into results (pipelines.ts). */
-export const ONNX_PIPELINES = ['cppn-image', 'cppn-video', 'tensor', 'tensors'] as const;
+export const ONNX_PIPELINES = ['cppn-image', 'cppn-video', 'tensor', 'tensors', 'ocr'] as const;
 export type OnnxPipeline = (typeof ONNX_PIPELINES)[number];
 
 /**
@@ -16,9 +16,24 @@ export const OnnxSettings = z.strictObject({
    * rendered a chunk at a time and piped to ffmpeg on the agent, `video` jobs); or `tensor`, a plain model with one input `x` of `params.inputDim` values per job and
    * one output `y` (a batch is stacked along axis 0); or `tensors`, any model with the inputs and outputs its manifest
    * names (read from its ONNX file by `gpumesh models add`), batched along the first dimension when every input has a
-   * variable one. Required.
+   * variable one; or `ocr`, text in pictures (`ocr` jobs) from a model of three files named `detector` (a DB text
+   * detector), `recognizer` (a CTC recogniser taking [N, 3, 48, W]) and `dictionary` (its characters, one a line),
+   * such as PaddleOCR's. Required.
    */
   pipeline: z.enum(ONNX_PIPELINES),
+  /** How the `ocr` pipeline reads; every field has PaddleOCR's default. */
+  ocr: z.strictObject({
+    /** The detector sees a picture with its longer side at most this many pixels (shrunk, never enlarged). Default 960. */
+    limitSide: z.int().min(32).max(4096).default(960),
+    /** A pixel of the detector's map is text above this probability. Default 0.3. */
+    threshold: z.number().min(0).max(1).default(0.3),
+    /** A box is kept when the mean probability inside it reaches this. Default 0.6. */
+    boxThreshold: z.number().min(0).max(1).default(0.6),
+    /** How far a box grows back out (DB predicts shrunk regions): its area × this ÷ its perimeter. Default 1.5. */
+    unclipRatio: z.number().min(0).max(10).default(1.5),
+    /** Lines read with less confidence are left out. Default 0.5. */
+    minConfidence: z.number().min(0).max(1).default(0.5),
+  }).prefault({}),
   /**
    * Let onnxruntime's worker threads spin between and within runs instead of sleeping. Spinning makes back-to-back
    * large batches about a quarter faster, but burns the cores while the model waits: on a host where the agent and
@@ -37,7 +52,16 @@ export const OnnxSettings = z.strictObject({
 });
 export type OnnxSettings = z.infer<typeof OnnxSettings>;
 
+/**
+ * The files a model of each ONNX pipeline must hold, by name, and what each is: a `network` (an ONNX file the worker
+ * makes a session of) or `data` it reads as bytes. A model of one file holds no named ones.
+ */
+export const ONNX_PIPELINE_FILES: Readonly<Partial<Record<OnnxPipeline, Readonly<Record<string, 'network' | 'data'>>>>> = {
+  ocr: { detector: 'network', recognizer: 'network', dictionary: 'data' },
+};
+
 /** The built-in ONNX Runtime engine: one worker process per device. Its text is seeds for a generator, never read as instructions. */
 export const onnxDescriptor: EngineDescriptor<typeof OnnxSettings> = {
   name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true, pictureInputs: true, controlMarkup: [],
+  filesFor: (settings) => Object.keys(ONNX_PIPELINE_FILES[settings.pipeline as OnnxPipeline] ?? {}),
 };

@@ -123,11 +123,14 @@ export interface LoadedModel {
  * deletes its cached copy and pulls it again). An engine that can only load by
  * path (a server given a file name) relies on the model cache's check instead.
  * `modelPath` is null for a model without a file (`manifest.file` false): a
- * server that loads its own weights, or a URL the person runs.
+ * server that loads its own weights, or a URL the person runs. A model of
+ * several files (`manifest.files`) has `modelPath` at its index and `files`
+ * giving each member's local path by name (each pulled and checked like a
+ * model file; an engine that reads them hashes them against `manifest.files`).
  */
 export interface Engine {
   readonly name: string;
-  load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel>;
+  load(manifest: ModelManifest, modelPath: string | null, device: Device, files?: Readonly<Record<string, string>>): Promise<LoadedModel>;
   /** Stop everything the engine runs (agent shutdown); `exited` does not fire for it. */
   close(): Promise<void>;
 }

@@ -133,7 +133,7 @@ export class OnnxEngine implements Engine {
     this.#video = video;
   }
 
-  async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
+  async load(manifest: ModelManifest, modelPath: string | null, device: Device, files?: Readonly<Record<string, string>>): Promise<LoadedModel> {
     const { pipeline, spinning, threads } = parseSettings(OnnxSettings, manifest, this.name);
     if (modelPath === null) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" (onnx) has no file: the ONNX engine loads a model file`, false);
     const fresh = !this.#workers.get(device.id)?.alive;
@@ -142,7 +142,7 @@ export class OnnxEngine implements Engine {
     const deviceIndex = device.kind === 'gpu' ? Number(device.id.replace(/^gpu/, '')) || 0 : 0;
     let reply: Extract<Reply, { type: 'loaded' }>;
     try {
-      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, pipeline, spinning, threads, modelPath, provider, deviceIndex });
+      reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, pipeline, spinning, threads, modelPath, ...(files ? { files: { ...files } } : {}), provider, deviceIndex });
     } catch (error) {
       // A worker started for this load alone is not left running idle.
       if (worker.models.size === 0 && worker.alive) await this.#stop(device.id, worker);

@@ -7,7 +7,8 @@ import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
  * with structured-clone serialization, so tensors and PNG bytes cross as typed arrays).
  */
 export type ToWorker =
-  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; threads?: number; modelPath: string; provider: 'cpu' | 'cuda'; deviceIndex: number }
+  /** `files`: a model of several files, each member's local path by name (its digest is in `manifest.files`). */
+  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; threads?: number; modelPath: string; files?: Record<string, string>; provider: 'cpu' | 'cuda'; deviceIndex: number }
   | { type: 'run'; requestId: number; model: string; jobs: EngineJob[] }
   | { type: 'cancel'; jobIds: string[] }
   /** The agent took `count` more frames of a run off the worker's hands (a clip's frames flow under a window of credits). */

@@ -6,9 +6,16 @@ import { EngineError, type EngineJob, type InputPicture, type JobOutput, type Pr
 import { namedTensors } from './named-tensors.js';
 import { encodePng } from './png.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
+import { ocrJobs, ocrModelsOf } from './ocr/jobs.js';
+
+/** A model of several files, as loaded: each member by name, a network as its session, anything else as its bytes. */
+export type ModelParts = Readonly<Record<string, InferenceSession | Uint8Array>>;
 
 export interface PipelineRun {
+  /** The model's network (of a model of several files, its first network by name). */
   session: InferenceSession;
+  /** Every member of a model of several files (empty for a model of one file). */
+  parts: ModelParts;
   manifest: ModelManifest;
   jobs: readonly EngineJob[];
   onProgress(progress: Progress): void;
@@ -223,4 +230,9 @@ export const PIPELINES: Record<OnnxPipeline, (run: PipelineRun) => Promise<JobOu
   tensor,
   // Any model with the inputs and outputs its manifest names (a model added with `gpumesh models add`).
   tensors: (run) => namedTensors(run.session, run.manifest, run.jobs),
+  // Text in pictures: a detector, a recogniser and a dictionary, each a file of the model (ocr/).
+  ocr: (run) => {
+    const { models, options } = ocrModelsOf(run.parts, run.manifest);
+    return ocrJobs(models, options, run.jobs, { isCancelled: run.isCancelled, encodePng });
+  },
 };

@@ -11,11 +11,13 @@ import { pixelsOf, type ModelManifest } from '../../../protocol/index.js';
 import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../governance/process-memory.js';
 import { EngineError, type BatchMemory } from '../core/engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
-import { PIPELINES } from './pipelines.js';
-import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
+import { PIPELINES, type ModelParts } from './pipelines.js';
+import { ONNX_PIPELINE_FILES, type OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
 interface Resident {
   session: InferenceSession;
+  /** A model of several files: each member by name, an ONNX file as its session, any other as its bytes. */
+  parts: ModelParts;
   manifest: ModelManifest;
   pipeline: OnnxPipeline;
   provider: 'cpu' | 'cuda';
@@ -97,14 +99,58 @@ async function createSession(
   return { session: await ort.InferenceSession.create(bytes, { ...options, executionProviders: ['cpu'] }), provider: 'cpu' };
 }
 
+/**
+ * The members of a model of several files, each verified against its digest in the manifest: a network becomes a
+ * session, anything else stays bytes (a dictionary). The model's `session` is its first network by name, for the
+ * pipelines that run one.
+ */
+async function loadParts(
+  files: Record<string, string>, manifest: ModelManifest, pipeline: OnnxPipeline, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number },
+): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda'; parts: ModelParts }> {
+  const parts: Record<string, InferenceSession | Uint8Array> = {};
+  let first: { session: InferenceSession; provider: 'cpu' | 'cuda' } | null = null;
+  try {
+    for (const name of Object.keys(files).sort()) {
+      const member = manifest.files?.[name];
+      if (!member) throw new EngineError('ENGINE_FAILED', `model ${manifest.name} has no file named ${name}`, false);
+      const bytes = await verifiedBytes(files[name]!, member.digest);
+      if (isNetwork(name, pipeline)) {
+        const built = await createSession(bytes, provider, deviceIndex, threading);
+        parts[name] = built.session;
+        first ??= built;
+      } else {
+        parts[name] = bytes;
+      }
+    }
+  } catch (error) {
+    await Promise.all(Object.values(parts).map((part) => (part instanceof Uint8Array ? null : part.release())));
+    throw error;
+  }
+  if (!first) throw new EngineError('ENGINE_FAILED', `model ${manifest.name} holds no ONNX file (${Object.keys(files).join(', ')})`, false);
+  return { ...first, parts };
+}
+
+/**
+ * Whether a member is a network: its pipeline says so (the `ocr` pipeline's `detector` and `recognizer`), or its name
+ * ends in `.onnx` (a protobuf has no signature to sniff).
+ */
+function isNetwork(name: string, pipeline: OnnxPipeline): boolean {
+  const role = ONNX_PIPELINE_FILES[pipeline]?.[name];
+  return role ? role === 'network' : name.endsWith('.onnx');
+}
+
 async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void> {
   settle();
   const beforeRss = rssMB('self') ?? 0;
   const beforeGpu = message.provider === 'cuda' ? (await gpuMemoryMB(process.pid)) ?? 0 : 0;
-  const { session, provider } = await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, { spinning: message.spinning, threads: message.threads });
+  const threading = { spinning: message.spinning, threads: message.threads };
+  const built = message.files
+    ? await loadParts(message.files, message.manifest, message.pipeline, message.provider, message.deviceIndex, threading)
+    : { ...(await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, threading)), parts: {} };
+  const { session, provider, parts } = built;
   settle(); // the file's buffer is garbage now; it is not the model's memory
   const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
-  sessions.set(message.manifest.name, { session, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0, largestPeakMB: residentMB });
+  sessions.set(message.manifest.name, { session, parts, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0, largestPeakMB: residentMB });
   send({ type: 'loaded', requestId: message.requestId, memoryMB: residentMB, provider });
 }
 
@@ -138,6 +184,7 @@ async function run(message: Extract<ToWorker, { type: 'run' }>): Promise<void> {
   let lastStep: { step: number; total: number } | undefined;
   const outputs = await PIPELINES[loaded.pipeline]({
     session: loaded.session,
+    parts: loaded.parts,
     manifest: loaded.manifest,
     jobs: message.jobs,
     onProgress: (progress) => {
@@ -192,7 +239,9 @@ async function measuredMemory(loaded: Resident, window: PeakWindow, gpuBefore: n
 async function unload(message: Extract<ToWorker, { type: 'unload' }>): Promise<void> {
   const loaded = sessions.get(message.model);
   sessions.delete(message.model);
-  await loaded?.session.release();
+  // A model of several files holds its main session among its parts.
+  const held = new Set<InferenceSession>(loaded ? [loaded.session, ...Object.values(loaded.parts).filter((part): part is InferenceSession => !(part instanceof Uint8Array))] : []);
+  await Promise.all([...held].map((session) => session.release()));
   send({ type: 'unloaded', requestId: message.requestId });
 }
 
