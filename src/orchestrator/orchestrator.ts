@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { AuditLog } from './auth/audit.js';
@@ -12,6 +13,9 @@ import { EventBus } from './events/event-bus.js';
 import { RequestAuth } from './http/auth.js';
 import { createJobCore, JobExplainer, JobService } from './jobs/index.js';
 import { MeshMetrics } from './metrics/mesh-metrics.js';
+import { MeshSeries } from './metrics/series.js';
+import { GalleryService } from './gallery/gallery-service.js';
+import { Thumbnails } from './gallery/thumbnails.js';
 import { MemorySocket } from '../net/memory-link.js';
 import { AgentHub } from './link/agent-hub.js';
 import { joinAuthorizer } from './link/join.js';
@@ -37,6 +41,7 @@ import { InputImages } from './blobs/input-images.js';
 import { StagedUploads } from './blobs/staged-uploads.js';
 import { ModelCatalog } from './registry/catalog.js';
 import { ReplicaRequests } from './autoscale/replica-requests.js';
+import { SelfPackage } from './install/self-package.js';
 
 /** A resumable upload not completed within this long is deleted at the next start. */
 const UPLOAD_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
@@ -158,6 +163,11 @@ export class Orchestrator {
       queueDepths: () => scheduler.depths(), hosts, breakers: () => breakers.all(), throughput: () => throughput.all(),
       healthy: (host) => health.hostState(host) === 'healthy',
     });
+    // The last 15 minutes for the mesh view's plots (GET /v1/series).
+    const series = new MeshSeries({
+      clock, queueDepths: () => scheduler.depths(), onJobFinished: (listener) => metrics.onJobFinished(listener),
+      devices: function* () { for (const host of hosts) for (const device of host.devices) yield { host: host.id, device: device.id, usedMB: device.usedMB, budgetMB: device.budgetMB }; },
+    });
     const model = (name: string) => registry.get(name);
     const autoscaler = new Autoscaler({
       clock, hosts, router, events, metrics, log: log.child({ part: 'autoscale' }), intervalMs: config.autoscaler.intervalMs,
@@ -225,12 +235,21 @@ export class Orchestrator {
       hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open, blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(),
     });
+    // The gallery's thumbnails (kept by digest under the data folder) and its albums and deletes.
+    const thumbnails = new Thumbnails({
+      dir: join(config.data, 'thumbnails'),
+      record: (digest) => outputs.blobRecord(digest),
+      open: async (digest) => (await reader.open(digest, outputs.blobRecord(digest)?.bytes ?? null)).read(),
+    });
+    const gallery = new GalleryService({ db, commits, jobs, thumbnails });
     const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs, catalog,
+      jobs, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
+      // This package (the folder above src/ or dist/), served to hosts that join with one line.
+      selfPackage: new SelfPackage({ root: fileURLToPath(new URL('../../', import.meta.url)), dir: join(config.data, 'install') }),
       bodyLimitBytes: config.server.bodyLimitBytes,
       linkFrameBytes: linkFrameLimit(config.agents),
       uploadLimitBytes: config.server.uploadLimitBytes,
@@ -239,7 +258,7 @@ export class Orchestrator {
     const recovered = recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, checkpointer, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, db, checkpointer, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

@@ -10,8 +10,9 @@ import { drainRoutes } from './http/drain.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { eventRoutes } from './http/events.js';
 import { explainRoutes, type ExplainRouteDeps } from './http/explain.js';
-import { galleryRoutes } from './http/gallery.js';
+import { galleryRoutes, type GalleryRouteDeps } from './http/gallery.js';
 import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
+import { installRoutes, type InstallRouteDeps } from './http/install.js';
 import { jobRoutes } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
@@ -25,7 +26,7 @@ import type { JobService } from './jobs/index.js';
 import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
+export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
   jobs: JobService;
   events: EventBus;
   hub: AgentHub;
@@ -85,6 +86,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   drainRoutes(app, parts);
   await galleryRoutes(app, parts);
   if (tls) tlsRoutes(app, tls.caCert);
+  installRoutes(app, parts);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }
