@@ -13,9 +13,10 @@ import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processe
  * The line `gpumesh grant create --agent` prints, run as printed on a "bare host": an empty folder with a HOME of its
  * own, no gpumesh on the PATH and none of the npm or gpumesh variables of the shell the tests run in — only Node and
  * npx. npm reaches its registry and uses this machine's npm cache, as a host that installed anything before would;
- * the cache makes the install a cache hit, which is what keeps the test near half a minute: about 30-35 s from the
- * line to the host in the mesh on a 2-core machine (npx extracting onnxruntime-node, sharp, ffmpeg and the rest),
- * against well over a minute with an empty cache on a fast link.
+ * the cache makes the install a cache hit (the registry is still asked for metadata), which keeps each join to
+ * 15-35 s from the line to the host in the mesh on a shared 2-core machine — most of it npx unpacking
+ * onnxruntime-node, sharp, ffmpeg and the rest — and the file to 45-65 s. Each run's install (npx's folder for that
+ * URL or file, a few hundred MB) is removed afterwards; the npm cache keeps the run's 600 KB tarball entry.
  */
 
 const started: { stop(): Promise<void> }[] = [];
