@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BIN, launchFlags, removeDir, ROOT, tempDir } from '../helpers/mesh.js';
@@ -23,11 +23,15 @@ describe('how gpumesh starts Node', () => {
     }
   });
 
-  it('npm start and the systemd units in docs/operations.md pass the same options', () => {
+  it('npm start and the systemd units in the docs pass the same options (a unit that runs the gpumesh command gets them from it)', () => {
     const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
     expect(start).toBe(`node ${flags.join(' ')} bin/gpumesh.js up`);
-    const units = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8').match(/ExecStart=\/usr\/bin\/node .*/g)!;
-    expect(units.length).toBeGreaterThanOrEqual(3);
-    for (const line of units) expect(line).toContain(`/usr/bin/node ${flags.join(' ')} /`);
+    const docs = [join(ROOT, 'docs/operations.md'), ...readdirSync(join(ROOT, 'docs/systemd')).map((name) => join(ROOT, 'docs/systemd', name))];
+    const units = docs.flatMap((file) => readFileSync(file, 'utf8').match(/ExecStart=\S+.*/g) ?? []);
+    expect(units.filter((line) => line.startsWith('ExecStart=/usr/bin/node ')).length).toBeGreaterThanOrEqual(2);
+    for (const line of units) {
+      if (line.startsWith('ExecStart=/usr/bin/node ')) expect(line).toContain(`/usr/bin/node ${flags.join(' ')} /`);
+      else expect(line).toMatch(/^ExecStart=\/usr\/(local\/)?bin\/gpumesh /);
+    }
   });
 });

@@ -351,7 +351,7 @@ describe('the gallery link (finding 4)', () => {
     // --gallery-ttl 2h on this mesh.
     expect(expires).toBeGreaterThan(Date.now() + 110 * 60_000);
     expect(expires).toBeLessThanOrEqual(Date.now() + 120 * 60_000);
-    expect(running().output()).toContain('images in album default, until');
+    expect(running().output()).toContain('images and clips in album default, until');
   });
 
   it('cannot see, follow, fetch or cancel another album\'s job, nor find it in listings or the event stream', async () => {
