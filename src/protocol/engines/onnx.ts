@@ -33,6 +33,11 @@ export const OnnxSettings = z.strictObject({
     unclipRatio: z.number().min(0).max(10).default(1.5),
     /** Lines read with less confidence are left out. Default 0.5. */
     minConfidence: z.number().min(0).max(1).default(0.5),
+    /**
+     * Lines per recogniser run: the lines of all the batch's pictures, sorted by width, this many at a time (a run of
+     * 4–8 is the cheapest per line on a CPU; every line in one run pads short lines to the longest). Default 6.
+     */
+    linesPerRun: z.int().min(1).max(256).default(6),
   }).prefault({}),
   /**
    * Let onnxruntime's worker threads spin between and within runs instead of sleeping. Spinning makes back-to-back

@@ -30,7 +30,7 @@ export function ocrModelsOf(parts: OcrParts, manifest: ModelManifest): { models:
   const made = {
     models: { detector, recognizer, alphabet: alphabetOf(new TextDecoder().decode(dictionary)) },
     options: {
-      limitSide: settings.limitSide, minConfidence: settings.minConfidence,
+      limitSide: settings.limitSide, minConfidence: settings.minConfidence, linesPerRun: settings.linesPerRun,
       db: { threshold: settings.threshold, boxThreshold: settings.boxThreshold, unclipRatio: settings.unclipRatio, maxCandidates: 1000 },
     },
   };

@@ -21,9 +21,11 @@ export interface OcrOptions {
   db: DbOptions;
   /** Lines read with a lower confidence are left out (PaddleOCR's drop score, 0.5). */
   minConfidence: number;
+  /** Lines per recogniser run (recognize says why not all of them in one). */
+  linesPerRun: number;
 }
 
-export const OCR_DEFAULTS: OcrOptions = { limitSide: 960, db: DB_DEFAULTS, minConfidence: 0.5 };
+export const OCR_DEFAULTS: OcrOptions = { limitSide: 960, db: DB_DEFAULTS, minConfidence: 0.5, linesPerRun: 6 };
 
 export interface OcrLine {
   text: string;
@@ -55,21 +57,32 @@ export async function detect(detector: InferenceSession, pictures: readonly Rgb[
   return { boxes, map: { data, dims: map.dims } };
 }
 
-/** The text of each line picture, from one session.run over all of them (padded to the widest). */
-export async function recognize(recognizer: InferenceSession, lines: readonly Rgb[], alphabet: readonly string[]): Promise<{ text: string; confidence: number }[]> {
-  if (lines.length === 0) return [];
-  const batch = recognitionBatch(lines);
-  const input = new ort.Tensor('float32', batch.tensor, [lines.length, 3, REC_HEIGHT, batch.width]);
-  const outputs = await recognizer.run({ [recognizer.inputNames[0]!]: input });
-  const scores = outputs[recognizer.outputNames[0]!]!;
-  const [, steps, classes] = scores.dims as [number, number, number];
-  const data = scores.data as Float32Array;
-  return lines.map((_, index) => ctcDecode(data, index * steps * classes, steps, classes, alphabet));
+/**
+ * The text of each line picture. Lines are sorted by width and read `perRun` at a time, each run padded to its
+ * widest line — lines of different pictures (different jobs) share runs. Not all in one run: the recogniser's cost
+ * grows faster than its width (its mixing blocks attend across the whole line), so padding a short line to the
+ * longest of a large batch costs more than the batch saves, and on a CPU a run of 4–8 lines is the cheapest per line
+ * (bench/RESULTS.md, *OCR*); PaddleOCR reads 6 at a time, sorted the same way.
+ */
+export async function recognize(recognizer: InferenceSession, lines: readonly Rgb[], alphabet: readonly string[], perRun = 6): Promise<{ text: string; confidence: number }[]> {
+  const order = lines.map((line, index) => ({ index, ratio: line.width / line.height })).sort((a, b) => a.ratio - b.ratio);
+  const decoded: { text: string; confidence: number }[] = new Array(lines.length);
+  for (let from = 0; from < order.length; from += perRun) {
+    const chunk = order.slice(from, from + perRun);
+    const batch = recognitionBatch(chunk.map(({ index }) => lines[index]!));
+    const input = new ort.Tensor('float32', batch.tensor, [chunk.length, 3, REC_HEIGHT, batch.width]);
+    const outputs = await recognizer.run({ [recognizer.inputNames[0]!]: input });
+    const scores = outputs[recognizer.outputNames[0]!]!;
+    const [, steps, classes] = scores.dims as [number, number, number];
+    const data = scores.data as Float32Array;
+    chunk.forEach(({ index }, k) => (decoded[index] = ctcDecode(data, k * steps * classes, steps, classes, alphabet)));
+  }
+  return decoded;
 }
 
 /**
- * Read every picture of a batch: one detector run for all the pictures, every box cut out upright, one recogniser
- * run for all the boxes of all the pictures, lines below the confidence floor dropped. Each picture's lines in
+ * Read every picture of a batch: one detector run for all the pictures, every box cut out upright, the boxes of all
+ * the pictures through the recogniser together (in runs of `linesPerRun`), lines below the confidence floor dropped. Each picture's lines in
  * reading order.
  */
 export async function readText(models: OcrModels, pictures: readonly Rgb[], options: OcrOptions = OCR_DEFAULTS): Promise<OcrLine[][]> {
@@ -82,7 +95,7 @@ export async function readText(models: OcrModels, pictures: readonly Rgb[], opti
       owners.push({ picture, box });
     }
   });
-  const read = await recognize(models.recognizer, crops, models.alphabet);
+  const read = await recognize(models.recognizer, crops, models.alphabet, options.linesPerRun);
   const lines: OcrLine[][] = pictures.map(() => []);
   read.forEach((result, index) => {
     if (result.confidence < options.minConfidence || result.text.trim() === '') return;
