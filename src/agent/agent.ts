@@ -1,14 +1,13 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type Device, type LoadPhases, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, type AgentMessage, type Device, type OrchestratorMessage,
   type ToolReport, type UnavailableClass,
 } from '../protocol/index.js';
 import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
 import { VERSION } from '../version.js';
-import { BatchReports } from './batch-reports.js';
 import { detectDevices } from './devices.js';
-import { EngineError, type Engine, type JobOutput, type LoadedModel } from './engines/core/engine.js';
+import type { Engine } from './engines/core/engine.js';
 import { workClock } from '../protocol/clock.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
@@ -17,16 +16,14 @@ import { AgentLink, type AgentLinkOptions } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
 import { InputPictures } from './input-pictures.js';
+import { BatchRunner, type Result } from './batch-runner.js';
 import { Residency } from './residency.js';
 import { ServerLauncher } from './server-launcher.js';
 import { Supervisor } from './governance/supervisor.js';
-import { uploadFileOutput, uploadOutput } from './uploads.js';
 import { VideoEncoder } from './video/encoder.js';
 import { FFMPEG_HINT, findFfmpeg } from './video/ffmpeg.js';
 import type { FoundTool, MissingTool } from './video/find-tool.js';
 
-type Run = Extract<OrchestratorMessage, { type: 'run' }>;
-type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
 
 export interface AgentOptions {
   /** The orchestrator's base URL (model pulls and large outputs go there over HTTP). */
@@ -77,14 +74,6 @@ function agentPins(options: AgentOptions): Pin[] {
   return pins;
 }
 
-interface RunningBatch {
-  id: string;
-  model: string;
-  jobIds: Set<string>;
-  cancelled: Set<string>;
-  cancel(jobIds: string[]): void;
-}
-
 /**
  * The agent process: one per host. It dials the orchestrator, keeps models
  * resident under the devices' budgets, runs batches on its engines, uploads
@@ -108,8 +97,7 @@ export class Agent {
   readonly #residency: Residency;
   readonly #link: AgentLink;
   readonly #trust: ServerTrust;
-  readonly #running = new Map<string, RunningBatch>();
-  readonly #pictures: InputPictures;
+  readonly #batches: BatchRunner;
   readonly #unacked = new Map<string, Result>();
   #heartbeat: NodeJS.Timeout | null = null;
   #idleSweep: NodeJS.Timeout | null = null;
@@ -153,7 +141,6 @@ export class Agent {
     this.#cache = new ModelCache(join(options.dataDir, 'models'), fetchBlob, {
       onRepair: (digest, reason) => log.warn({ digest, reason }, 'cached model file is corrupt; deleting it and pulling it again'),
     });
-    this.#pictures = new InputPictures(fetchBlob);
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       events: {
@@ -161,9 +148,19 @@ export class Agent {
         unloaded: (model) => this.#link.send({ type: 'unloaded', ...model }),
       },
     });
+    this.#batches = new BatchRunner({
+      residency: this.#residency, pictures: new InputPictures(fetchBlob), log: log.child({ part: 'batches' }), reportDelayMs: this.#options.reportDelayMs,
+      send: (message) => this.#link.send(message),
+      report: (result) => this.#report(result),
+      deliver: { url: options.url, trust: this.#trust, inlineBytes: () => this.#inlineOutputBytes },
+      ended: (model) => {
+        this.#loads.batchEnded(model);
+        this.#checkDrained();
+      },
+    });
     this.#loads = new LoadRequests({
       residency: this.#residency, send: (message) => this.#link.send(message), log: log.child({ part: 'loads' }),
-      busy: (model) => [...this.#running.values()].some((batch) => batch.model === model),
+      busy: (model) => this.#batches.busy(model),
       draining: () => this.#drain !== null,
     });
     this.#link = new AgentLink({
@@ -230,7 +227,7 @@ export class Agent {
 
   /** Batches running and results not yet acknowledged: what a drain waits for. */
   get work(): { batches: number; unacknowledged: number } {
-    return { batches: this.#running.size, unacknowledged: this.#unacked.size };
+    return { batches: this.#batches.size, unacknowledged: this.#unacked.size };
   }
 
   /**
@@ -266,7 +263,7 @@ export class Agent {
   }
 
   #checkDrained(): void {
-    if (this.#drain && this.#running.size === 0 && this.#unacked.size === 0) this.#drain.resolve();
+    if (this.#drain && this.#batches.size === 0 && this.#unacked.size === 0) this.#drain.resolve();
   }
 
   async close(): Promise<void> {
@@ -286,7 +283,7 @@ export class Agent {
       devices: this.#deviceReport(), engines: [...this.#engines.keys()], models: this.#cache.cached,
       // What this host still holds: batches running, and results the orchestrator has not acknowledged (they arrive again after welcome).
       inFlight: [
-        ...[...this.#running.values()].flatMap((batch) => [...batch.jobIds].map((jobId) => ({ jobId, batchId: batch.id }))),
+        ...this.#batches.held(),
         ...[...this.#unacked.values()].map((result) => ({ jobId: result.jobId, batchId: result.batchId })),
       ],
       concurrency: this.#options.concurrency, version: VERSION,
@@ -317,10 +314,10 @@ export class Agent {
   #onMessage(message: OrchestratorMessage): void {
     switch (message.type) {
       case 'run':
-        void this.#run(message);
+        void this.#batches.run(message);
         return;
       case 'cancel':
-        for (const batch of this.#running.values()) if (batch.jobIds.has(message.jobId)) batch.cancel([message.jobId]);
+        this.#batches.cancel(message.jobId);
         // A result the orchestrator will not take (the job moved on or ended) is not worth re-sending.
         this.#unacked.delete(message.jobId);
         this.#checkDrained();
@@ -350,124 +347,6 @@ export class Agent {
   #report(result: Result): void {
     this.#unacked.set(result.jobId, result);
     this.#link.send(result);
-  }
-
-  async #run(message: Run): Promise<void> {
-    const received = performance.now();
-    const jobs = message.jobs;
-    const batch: RunningBatch = {
-      id: message.batchId, model: message.model.name, jobIds: new Set(jobs.map((job) => job.id)), cancelled: new Set(),
-      cancel: (jobIds) => { for (const jobId of jobIds) batch.cancelled.add(jobId); },
-    };
-    this.#running.set(batch.id, batch);
-    this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
-    let acquired: LoadedModel | null = null;
-    const reports = new BatchReports((report) => this.#link.send(report), this.#options.reportDelayMs);
-    try {
-      let loading = false;
-      const { loaded, loadMs, phases } = await this.#residency.acquire(message.model, () => {
-        // The jobs' loading phase: a pull, a server started from zero, a session built.
-        loading = true;
-        this.#link.send({ type: 'loading', batchId: batch.id, jobIds: [...batch.jobIds] });
-      });
-      acquired = loaded;
-      this.#log.debug({ batchId: batch.id, loadMs }, 'model resident');
-      batch.cancel = (jobIds) => {
-        for (const jobId of jobIds) batch.cancelled.add(jobId);
-        loaded.cancel(jobIds);
-      };
-      if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
-      reports.report({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds], ...(loading ? { loadMs, ...(phases ? { phases } : {}) } : {}) });
-      const pictures = await this.#pictures.forJobs(jobs);
-      const computeStart = performance.now();
-      const { outputs, memory } = await loaded.run(
-        jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt, ...(pictures.has(job.id) ? { pictures: pictures.get(job.id)! } : {}) })),
-        ({ previews, ...progress }) => {
-          // A preview goes at once, on its own: it is worth something only while the job runs.
-          for (const preview of previews ?? []) {
-            if (!batch.cancelled.has(preview.jobId)) this.#link.send({ type: 'preview', batchId: batch.id, jobId: preview.jobId, ...progress, png: Buffer.from(preview.png).toString('base64') });
-          }
-          reports.report({ type: 'progress', batchId: batch.id, jobIds: jobs.map((job) => job.id).filter((id) => !batch.cancelled.has(id)), ...progress });
-        },
-      );
-      const computeMs = performance.now() - computeStart;
-      reports.end();
-      // Jobs of one batch share their shape, so the first job's pixels are every job's.
-      const pixels = pixelsOf(jobs[0]?.input ?? {});
-      const measured: BatchMemoryReport = { ...this.#residency.recordBatch(loaded, pixels * jobs.length, memory), pixels, batchSize: jobs.length };
-      this.#log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length, pixels, computeMs: Math.round(computeMs), memory }, 'batch computed');
-      if (memory && memory.peakMB > loaded.device.budgetMB) {
-        this.#log.warn({ batchId: batch.id, peakMB: memory.peakMB, budgetMB: loaded.device.budgetMB }, 'the batch took more than the device budget');
-      }
-      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received, phases: loading ? phases : undefined }, memory ? measured : undefined)));
-    } catch (error) {
-      const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);
-      this.#log.warn({ batchId: batch.id, code: engineError.code, err: error }, 'batch failed');
-      for (const job of jobs) {
-        this.#report({
-          type: 'failed', jobId: job.id, batchId: batch.id, retryable: engineError.retryable,
-          error: { code: engineError.code, message: engineError.message },
-        });
-      }
-    } finally {
-      reports.end();
-      if (acquired) this.#residency.release(acquired);
-      this.#running.delete(batch.id);
-      this.#loads.batchEnded(batch.model);
-      this.#checkDrained();
-    }
-  }
-
-  async #deliver(
-    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
-  ): Promise<void> {
-    if (!output.ok) {
-      this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: output.retryable, error: { code: output.code, message: output.message } });
-      return;
-    }
-    try {
-      await this.#deliverOutputs(message, job, output, timing, memory);
-    } finally {
-      // Files on disk are the engine's scratch: delivered (or failed) now, so gone.
-      await Promise.all((output.onDisk ?? []).map((file) => file.discard().catch((error: unknown) => this.#log.warn({ err: error, path: file.path }, 'could not remove an output file'))));
-    }
-  }
-
-  async #deliverOutputs(
-    message: Run, job: Run['jobs'][number], output: Extract<JobOutput, { ok: true }>, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
-  ): Promise<void> {
-    if (message.probe) {
-      // A health probe: the orchestrator wants to know the model still runs, not its output.
-      this.#report({ type: 'done', jobId: job.id, batchId: message.batchId, artifacts: [], timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received } });
-      return;
-    }
-    try {
-      const artifacts: ArtifactReport[] = [];
-      // Small outputs ride in the report itself (one hop instead of an upload and a report); the rest are uploaded.
-      let inlineBudget = this.#inlineOutputBytes;
-      for (const file of output.files) {
-        const described = { mediaType: file.mediaType, width: file.width, height: file.height };
-        if (file.bytes.length <= inlineBudget) {
-          inlineBudget -= file.bytes.length;
-          artifacts.push({ digest: sha256Digest(file.bytes), bytes: file.bytes.length, ...described, inline: Buffer.from(file.bytes).toString('base64') });
-          continue;
-        }
-        artifacts.push({ ...(await uploadOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file)), ...described });
-      }
-      // Files the engine left on disk (a clip and its poster) are streamed to the upload route, never read whole.
-      for (const file of output.onDisk ?? []) {
-        const uploaded = await uploadFileOutput(this.#options.url, this.#trust, job.id, message.uploadCredential, file);
-        artifacts.push({ ...uploaded, mediaType: file.mediaType, width: file.width, height: file.height });
-      }
-      this.#report({
-        type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,
-        timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received, ...(timing.phases ? { phases: timing.phases } : {}) },
-        ...(memory ? { memory } : {}),
-      });
-    } catch (error) {
-      const engineError = error instanceof EngineError ? error : new EngineError('ENGINE_FAILED', (error as Error).message);
-      this.#report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: engineError.retryable, error: { code: engineError.code, message: engineError.message } });
-    }
   }
 }
 
