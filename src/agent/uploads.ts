@@ -53,16 +53,20 @@ async function send(baseUrl: string, trust: ServerTrust, jobId: string, credenti
   const bytes = 'bytes' in body ? body.bytes.length : body.size;
   const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
   let lastError = '';
+  let storeAway = false;
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
     try {
       const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': mediaType }, body);
       if (response.status >= 200 && response.status < 300) return { digest, bytes };
       lastError = `HTTP ${response.status}: ${response.text.slice(0, 300)}`;
+      storeAway = response.status === 503 && response.text.includes('BLOB_STORE_UNAVAILABLE');
       if (response.status < 500) break;
     } catch (error) {
       lastError = trust.explain(error) ?? (error as Error).message;
     }
   }
-  throw new EngineError('ENGINE_FAILED', `uploading an output of ${jobId} failed: ${lastError}`, true);
+  // The orchestrator's blob store being away (a bucket outage) is not this host's fault: said so, it does not count
+  // against the replica's breaker, and the job is retried.
+  throw new EngineError(storeAway ? 'BLOB_STORE_UNAVAILABLE' : 'ENGINE_FAILED', `uploading an output of ${jobId} failed: ${lastError}`, true);
 }
