@@ -13,6 +13,7 @@ import type { Governor } from '../governance/governor.js';
 import { LogTail } from '../governance/log-tail.js';
 import { ProcessLimits, type EngineLimits } from '../../protocol/engines/process-settings.js';
 import { FFMPEG_HINT, ffmpegArgs, type ClipShape } from './ffmpeg.js';
+import { alive } from '../governance/alive.js';
 
 export interface VideoEncoderOptions {
   governor: Governor;
@@ -57,15 +58,6 @@ export interface ClipEncoder {
 const POSTER = 'poster.png';
 const VIDEO = 'clip.mp4';
 
-/** Whether a process of this pid runs (or exists, as another user's). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /** SHA-256 of a file, streamed: a clip is never read into memory whole. */
 async function digestOf(path: string): Promise<string> {

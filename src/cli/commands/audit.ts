@@ -2,19 +2,10 @@ import { Command } from 'commander';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
+import type { AuditView } from '../../protocol/audit.js';
 
 /** An entry as `GET /v1/audit` answers it. */
-interface AuditEntry {
-  at: string;
-  event: string;
-  grantId: string | null;
-  actor: string | null;
-  route: string | null;
-  client: string | null;
-  status: number | null;
-  code: string | null;
-  detail: string | null;
-}
+type AuditEntry = AuditView;
 
 interface AuditOptions extends ClientOptions {
   event?: string;

@@ -4,6 +4,7 @@ import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from 
 import { LISTEN_FILE, readListenFile } from '../../orchestrator/listen-file.js';
 import { MeshClient } from './client.js';
 import { CliError } from './output.js';
+import { alive } from '../../agent/governance/alive.js';
 
 /** Where the mesh keeps its data: --data, then $GPUMESH_HOME, then ./.gpumesh. */
 export function dataDir(option?: string): string {
@@ -31,15 +32,6 @@ export function resolveGrant(options: ClientOptions): string | null {
   return existsSync(local) ? readFileSync(local, 'utf8').trim() : null;
 }
 
-/** Whether a process of this pid runs (or exists, as another user's). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /** The URL a command talks to and where it came from (said when the orchestrator cannot be reached). */
 export interface ResolvedUrl {

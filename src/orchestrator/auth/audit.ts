@@ -1,5 +1,6 @@
 import type { Clock, Timer } from '../../protocol/clock.js';
 import { audit, decodeCursor, encodeCursor, type AuditRecord, type Db, type GroupCommit, type NewAuditRecord } from '../store/index.js';
+import type { AuditView } from '../../protocol/audit.js';
 
 export interface AuditRetention {
   /** Entries older than this are deleted. */
@@ -21,18 +22,7 @@ export interface AuditLogDeps {
 export const AUDIT_EVENTS = ['grant:minted', 'grant:revoked', 'request:refused', 'admin:action'] as const;
 export type AuditEvent = (typeof AUDIT_EVENTS)[number];
 
-/** An entry as the API shows it. */
-export interface AuditView {
-  at: string;
-  event: string;
-  grantId: string | null;
-  actor: string | null;
-  route: string | null;
-  client: string | null;
-  status: number | null;
-  code: string | null;
-  detail: string | null;
-}
+export type { AuditView };
 
 const PRUNE_EVERY_MS = 10 * 60_000;
 const DAY_MS = 86_400_000;
