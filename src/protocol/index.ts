@@ -6,7 +6,7 @@ export {
 export type { JobStatus, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
 export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';
 export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
-export { ModelManifest, VERSION_SEPARATOR, familyOf } from './models.js';
+export { ModelManifest, VERSION_SEPARATOR, familyOf, modelDigests } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, ResidentModel, ToolReport, UnavailableClass, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';

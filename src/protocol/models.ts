@@ -57,3 +57,7 @@ export const ModelManifest = z.object({
   outputs: z.array(TensorSpec).max(64).optional(),
 });
 export type ModelManifest = z.infer<typeof ModelManifest>;
+
+/** Every blob a model's agent pulls: its file (or its index) and, for a model of several files, each member. */
+export const modelDigests = (manifest: Pick<ModelManifest, 'digest' | 'files'>): string[] =>
+  [manifest.digest, ...Object.values(manifest.files ?? {}).map((member) => member.digest)];

@@ -75,6 +75,15 @@ describe('OCR, a real model through the mesh', () => {
     // The version's digest is its index, a stored blob listing the members.
     const index = await fetch(`${mesh.url}/v1/blobs/${shown.digest}`, { headers: { authorization: `Bearer ${mesh.admin}` } });
     expect(JSON.parse(await index.text())).toEqual({ files: shown.files });
+    // A grant limited to the model (an agent's `models`) may pull its index and every member; one limited to another may not.
+    const read = async (digest: string, grant: string): Promise<number> => (await fetch(`${mesh.url}/v1/blobs/${digest}`, { method: 'HEAD', headers: { authorization: `Bearer ${grant}` } })).status;
+    // (Grants of a lineage of their own: the admin's lineage stored the files, and may read back what it stored.)
+    const mint = async (model: string): Promise<string> => (await call('POST', '/v1/grants', { kind: 'client', models: [model] })).json.token as string;
+    const [ocrOnly, genOnly] = [await mint('ocr'), await mint('gen')];
+    for (const digest of [shown.digest, ...Object.values(shown.files).map((member: any) => member.digest as string)]) {
+      expect(await read(digest, ocrOnly)).toBe(200);
+      expect(await read(digest, genOnly)).toBe(404);
+    }
   }, 120_000);
 
   it('reads back the text of several pictures submitted together (one fused batch), with an annotated PNG', async () => {

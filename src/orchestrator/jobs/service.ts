@@ -8,7 +8,7 @@ import type { MeshConfig } from '../config/config.js';
 import type { EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import { type ModelRegistry, type RegisteredModel } from '../registry/index.js';
-import { assertDigest } from '../../protocol/index.js';
+import { assertDigest, modelDigests, VERSION_SEPARATOR } from '../../protocol/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import { artifacts, clientBlobs, inputImages, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
 import { newId } from '../store/ids.js';
@@ -262,11 +262,22 @@ export class JobService {
     if (clientBlobs.storedBy(this.#deps.db, digest, grant.id)) return;
     // A host reads the pictures of the jobs it was sent (an agent grant limited to models).
     if (grant.kind === 'agent' && inputImages.inputOfJobOn(this.#deps.db, digest, agentHosts(grant))) return;
-    // A model's own file, to a grant that may have the model (an agent pulling it; an album-limited grant never).
-    if (albums === null && types === null && models!.some((name) => this.#deps.registry.get(name)?.manifest.digest === digest)) return;
+    // A model's own files (its file, or its index and members), to a grant that may have the model (an agent pulling
+    // them; an album-limited grant never).
+    if (albums === null && types === null && models!.some((name) => this.#modelHolds(name, digest))) return;
     if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums, types, models })) {
       throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     }
+  }
+
+  /** Whether a blob is one of a model's files (a grant's `models` names models, not versions: every version's count). */
+  #modelHolds(name: string, digest: string): boolean {
+    const { registry } = this.#deps;
+    const versions = registry.family(name)?.versions.map((version) => `${name}${VERSION_SEPARATOR}${version}`) ?? [name];
+    return versions.some((version) => {
+      const manifest = registry.get(version)?.manifest;
+      return manifest !== undefined && modelDigests(manifest).includes(digest);
+    });
   }
 
   /** The events that describe where a job the grant may see stands now. */
