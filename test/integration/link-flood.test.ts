@@ -81,7 +81,11 @@ describe('a flooding link next to a real agent on the LAN settings', () => {
     const frame = JSON.stringify({ type: 'progress', batchId: 'b_nope', jobIds: huge, step: 1, total: 2 });
     expect(frame.length).toBeGreaterThan(4_000_000);
     first.send(frame);
-    expect(await closeCode(first)).toBe(1009);
+    // 1009 is what the orchestrator closes with; on a loaded machine the client may still be writing its 4 MB when the
+    // orchestrator ends the connection, and then sees it reset (1006) before the close frame. Either way none of the
+    // frame was read: no refusal of its 150,000 ids reaches the events.
+    expect([1009, 1006]).toContain(await closeCode(first));
+    expect(seen.join('')).not.toContain('"count":150000');
 
     // 3. Messages as fast as it can send them: the allowance is spent, the rest dropped, the link closed for its rate.
     const second = await flooder('flood-2');
