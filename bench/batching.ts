@@ -7,7 +7,7 @@
  */
 import { parseArgs } from 'node:util';
 import type { EngineJob } from '../src/agent/engines/core/engine.js';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
+import { MLP_INPUT_DIM } from '../src/builtin-models/index.js';
 import { loadBuiltin, printTable, writeResults } from './lib.js';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string', default: '2' } } });

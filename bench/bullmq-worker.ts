@@ -5,7 +5,7 @@
  */
 import { Worker } from 'bullmq';
 import * as ort from 'onnxruntime-node';
-import { builtinModel, MLP_INPUT_DIM } from '../src/models/index.js';
+import { builtinModel, MLP_INPUT_DIM } from '../src/builtin-models/index.js';
 
 const [port, queue] = process.argv.slice(2);
 // The session options gpumesh's ONNX engine gives the built-in mlp (its threads, no spinning), so both run the model alike.

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { createParser } from 'eventsource-parser';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
+import { MLP_INPUT_DIM } from '../src/builtin-models/index.js';
 
 /** The `mlp` tensor model's input number `i`: one 64-value sample, different for each i (every benchmark's tiny job). */
 export const mlpSample = (i: number): number[] => Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.sin(i + k));

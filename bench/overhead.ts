@@ -18,7 +18,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { MLP_INPUT_DIM } from '../src/models/index.js';
+import { MLP_INPUT_DIM } from '../src/builtin-models/index.js';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { loadBuiltin, printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient } from './mesh-client.js';

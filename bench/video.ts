@@ -23,7 +23,7 @@ import { Governor } from '../src/agent/governance/governor.js';
 import { Supervisor } from '../src/agent/governance/supervisor.js';
 import { VideoEncoder, type ClipEncoder, type ClipEncoding } from '../src/agent/video/encoder.js';
 import { findFfmpeg, type ClipShape } from '../src/agent/video/ffmpeg.js';
-import { builtinModel } from '../src/models/index.js';
+import { builtinModel } from '../src/builtin-models/index.js';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { percentile, printTable, writeResults } from './lib.js';
 import { BenchClient } from './mesh-client.js';

@@ -4,7 +4,7 @@ import {
   LINK_PROTOCOL_VERSION, type AgentMessage, type Device, type OrchestratorMessage,
   type ToolReport, type UnavailableClass,
 } from '../protocol/index.js';
-import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls/index.js';
+import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls-client/index.js';
 import { VERSION } from '../version.js';
 import { detectDevices } from './devices.js';
 import type { Engine } from './engines/core/engine.js';

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type LoadPhases, type OrchestratorMessage } from '../protocol/index.js';
-import type { ServerTrust } from '../tls/index.js';
+import type { ServerTrust } from '../tls-client/index.js';
 import { BatchReports } from './batch-reports.js';
 import { EngineError, type JobOutput, type LoadedModel } from './engines/core/engine.js';
 import type { InputPictures } from './input-pictures.js';

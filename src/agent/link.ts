@@ -7,7 +7,7 @@ import {
 } from '../protocol/index.js';
 import { corkForTick } from '../net/cork.js';
 import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../net/memory-link.js';
-import { TlsPinError, type ServerTrust } from '../tls/index.js';
+import { TlsPinError, type ServerTrust } from '../tls-client/index.js';
 import type { Clock } from '../protocol/clock.js';
 import { LinkWatchdog } from './link-watchdog.js';
 

@@ -4,7 +4,7 @@ import https from 'node:https';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256Digest } from '../protocol/index.js';
-import type { ServerTrust } from '../tls/index.js';
+import type { ServerTrust } from '../tls-client/index.js';
 import { EngineError, type OutputFile, type OutputOnDisk } from './engines/core/engine.js';
 
 const ATTEMPTS = 6;

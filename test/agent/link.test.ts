@@ -7,7 +7,7 @@ import { AgentLink } from '../../src/agent/link.js';
 import { LinkWatchdog } from '../../src/agent/link-watchdog.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { LINK_PROTOCOL_VERSION, type AgentMessage } from '../../src/protocol/index.js';
-import { ServerTrust } from '../../src/tls/index.js';
+import { ServerTrust } from '../../src/tls-client/index.js';
 import { waitFor } from '../helpers/mesh.js';
 
 describe('the agent link watchdog (fake clock)', () => {

@@ -6,7 +6,7 @@ import { cpuDevice } from '../../src/agent/devices.js';
 import type { LoadedModel } from '../../src/agent/engines/core/engine.js';
 import { OnnxEngine, workerEnv } from '../../src/agent/engines/onnx/engine.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
-import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
+import { builtinModel, MLP_INPUT_DIM } from '../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir } from '../helpers/mesh.js';
 import { engineContract } from './engine-contract.js';

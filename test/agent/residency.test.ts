@@ -9,7 +9,7 @@ import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { builtinModel, MLP_INPUT_DIM } from '../../src/models/index.js';
+import { builtinModel, MLP_INPUT_DIM } from '../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir, waitFor } from '../helpers/mesh.js';
 

@@ -10,7 +10,7 @@ import { Governor } from '../../src/agent/governance/governor.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { VideoEncoder } from '../../src/agent/video/encoder.js';
 import { findFfmpeg } from '../../src/agent/video/ffmpeg.js';
-import { builtinModel } from '../../src/models/index.js';
+import { builtinModel } from '../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { ffprobe } from '../helpers/ffprobe.js';
 import { tempDir } from '../helpers/mesh.js';

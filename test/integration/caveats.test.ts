@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { CONDITIONS, CONDITIONS_BY_KIND, GRANT_KINDS, narrowGrant, type Condition, type GrantKind } from '../../src/orchestrator/auth/index.js';
 import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
-import { pinsOfGrant, ServerTrust } from '../../src/tls/pinning.js';
+import { pinsOfGrant, ServerTrust } from '../../src/tls-client/pinning.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 
 /**

@@ -161,7 +161,7 @@ describe('gpumesh CLI', () => {
   });
 
   it('models add uploads an ONNX file and registers it (read from the file); ls, show, load, unload, route and rm', { timeout: 120_000 }, async () => {
-    const { GraphBuilder } = await import('../../src/models/index.js');
+    const { GraphBuilder } = await import('../../src/builtin-models/index.js');
     const { writeFileSync } = await import('node:fs');
     const g = new GraphBuilder('cli_double', 'y = 2x');
     const x = g.input('x', 'float32', ['batch', 3]);

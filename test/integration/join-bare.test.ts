@@ -175,7 +175,7 @@ describe('joining a bare machine with the printed line', () => {
     const [, url, pin, digest, file, joinUrl, token] = shape!;
     expect([url, joinUrl, token, file]).toEqual([mesh.url, mesh.url, grant, digest]);
     expect(url!.startsWith('https://')).toBe(true);
-    const { certificateFingerprint } = await import('../../src/tls/index.js');
+    const { certificateFingerprint } = await import('../../src/tls-client/index.js');
     expect(pin).toBe(certificateFingerprint(readFileSync(join(data, 'tls', 'ca.crt'), 'utf8')));
 
     // Another fingerprint in the line: exit 2 before anything is fetched with trust, both fingerprints named, nothing kept.

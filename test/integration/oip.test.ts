@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { GraphBuilder } from '../../src/models/index.js';
+import { GraphBuilder } from '../../src/builtin-models/index.js';
 import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
 
 /**

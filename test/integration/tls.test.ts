@@ -8,7 +8,7 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
-import { certificateFingerprint, TLS_CA_PATH } from '../../src/tls/index.js';
+import { certificateFingerprint, TLS_CA_PATH } from '../../src/tls-client/index.js';
 import { removeDir, startMesh, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun, type Proc } from '../helpers/processes.js';
 

@@ -7,7 +7,7 @@ import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { definitionDigest, modelDefinitions, unknownEngines } from '../../src/orchestrator/config/declared-models.js';
 import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
-import { builtinModel } from '../../src/models/index.js';
+import { builtinModel } from '../../src/builtin-models/index.js';
 import { parse as parseYaml } from 'yaml';
 import { ROOT, tempDir } from '../helpers/mesh.js';
 

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
-import { pinsOfGrant } from '../../tls/index.js';
+import { pinsOfGrant } from '../../tls-client/index.js';
 import type { MeshClient } from '../common/client.js';
 import { installedJoinLine, joinLine } from '../common/join-line.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';

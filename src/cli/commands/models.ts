@@ -181,7 +181,7 @@ export function modelsCommand(): Command {
     .description('Write the built-in ONNX models to files (deterministic: the same digests on every machine)')
     .option('-o, --out <dir>', 'where to write them', 'models')
     .action(async (options: { out: string }) => {
-      const { builtinModels } = await import('../../models/index.js');
+      const { builtinModels } = await import('../../builtin-models/index.js');
       const dir = resolve(options.out);
       mkdirSync(dir, { recursive: true });
       const rows = builtinModels().map((model) => {

@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createParser } from 'eventsource-parser';
 import type { GrantEndedEvent, JobEvent, JobView } from '../../protocol/index.js';
-import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../../tls/index.js';
+import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../../tls-client/index.js';
 
 /** An error the server returned, with its code; the CLI prints the message and exits non-zero. */
 export class ApiError extends Error {

@@ -1,4 +1,4 @@
-import { TLS_CA_PATH } from '../../tls/index.js';
+import { TLS_CA_PATH } from '../../tls-client/index.js';
 
 /** What the one line that joins a host is made of. */
 export interface JoinLineParts {

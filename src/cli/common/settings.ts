@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from '../../tls/index.js';
+import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from '../../tls-client/index.js';
 import { LISTEN_FILE, readListenFile } from '../../orchestrator/listen-file.js';
 import { MeshClient } from './client.js';
 import { CliError } from './output.js';

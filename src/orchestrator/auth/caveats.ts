@@ -1,4 +1,4 @@
-import { isFingerprint } from '../../tls/fingerprint.js';
+import { isFingerprint } from '../../tls-client/fingerprint.js';
 import { familyOf } from '../../protocol/models.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { TLS_CA_PATH } from '../../tls/fingerprint.js';
+import { TLS_CA_PATH } from '../../tls-client/fingerprint.js';
 
 /**
  * The mesh's CA certificate, without a grant: a client fetches it on first contact and trusts it

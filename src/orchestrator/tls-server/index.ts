@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { TLS_CA_CAVEAT } from '../../tls/fingerprint.js';
+import { TLS_CA_CAVEAT } from '../../tls-client/fingerprint.js';
 import type { MeshConfig } from '../config/config.js';
 import type { TlsMaterial } from './material.js';
 import { certificateNamesFor } from '../config/certificate-names.js';

@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { certificateFingerprint } from '../../tls/fingerprint.js';
+import { certificateFingerprint } from '../../tls-client/fingerprint.js';
 import { belongsTo, createCa, expiryOf, issueServerCertificate, namesOf, type KeyAndCertificate } from './certificates.js';
 import { sameNames, type CertificateName } from '../config/certificate-names.js';
 import { MeshError } from '../../protocol/index.js';

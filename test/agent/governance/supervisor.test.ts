@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../../src/agent/devices.js';
 import { OnnxEngine } from '../../../src/agent/engines/onnx/engine.js';
 import { Supervisor } from '../../../src/agent/governance/supervisor.js';
-import { builtinModel } from '../../../src/models/index.js';
+import { builtinModel } from '../../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../../src/protocol/index.js';
 import { tempDir } from '../../helpers/mesh.js';
 import { cgroupFile, cgroupGovernor, expectNothingLeft, needsCgroups, silentLog } from './helpers.js';

@@ -14,7 +14,7 @@ import {
   latentsFor,
   sha256Digest,
   walkLatent,
-} from '../../src/models/index.js';
+} from '../../src/builtin-models/index.js';
 
 const { onnx } = onnxProto;
 
@@ -112,7 +112,7 @@ describe('gen model file', () => {
     // Use the PRNG in between, then build from freshly evaluated modules.
     new Prng(1234).normals(1000, 1);
     vi.resetModules();
-    const fresh = await import('../../src/models/index.js');
+    const fresh = await import('../../src/builtin-models/index.js');
     expect(sha256Digest(fresh.buildGenerator())).toBe(GEN_DIGEST);
     expect(fresh.builtinModels().find((m) => m.name === 'gen')?.digest).toBe(GEN_DIGEST);
   });

@@ -7,7 +7,7 @@ import { ConfigError, resolveConfig } from '../../src/orchestrator/config/config
 import { belongsTo, createCa, issueServerCertificate, namesOf } from '../../src/orchestrator/tls-server/certificates.js';
 import { ensureTlsMaterial } from '../../src/orchestrator/tls-server/material.js';
 import { certificateNamesFor, parseCertificateName, type CertificateName } from '../../src/orchestrator/config/certificate-names.js';
-import { certificateFingerprint, parseFingerprint } from '../../src/tls/index.js';
+import { certificateFingerprint, parseFingerprint } from '../../src/tls-client/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');

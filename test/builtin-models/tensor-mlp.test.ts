@@ -8,7 +8,7 @@ import {
   buildTensorMlp,
   builtinModels,
   sha256Digest,
-} from '../../src/models/index.js';
+} from '../../src/builtin-models/index.js';
 
 const { onnx } = onnxProto;
 
@@ -49,7 +49,7 @@ describe('mlp model file', () => {
     expect(sha256Digest(buildTensorMlp())).toBe(sha256Digest(buildTensorMlp()));
     expect(sha256Digest(buildTensorMlp())).toBe(MLP_DIGEST);
     vi.resetModules();
-    const fresh = await import('../../src/models/index.js');
+    const fresh = await import('../../src/builtin-models/index.js');
     expect(sha256Digest(fresh.buildTensorMlp())).toBe(MLP_DIGEST);
   });
 

@@ -1,7 +1,7 @@
 /**
  * Writes the built-in models as ONNX files:
  *
- *   node dist/models/build.js --out <dir>
+ *   node dist/builtin-models/build.js --out <dir>
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,7 +10,7 @@ import { builtinModels } from './builtin.js';
 
 const { values } = parseArgs({ options: { out: { type: 'string', short: 'o' } } });
 if (values.out === undefined) {
-  process.stderr.write('usage: node dist/models/build.js --out <dir>\n');
+  process.stderr.write('usage: node dist/builtin-models/build.js --out <dir>\n');
   process.exit(2);
 }
 mkdirSync(values.out, { recursive: true });

@@ -10,7 +10,7 @@ import { resolvePins } from '../../src/cli/common/settings.js';
 import { GrantAuthority, narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { createCa, issueServerCertificate, type KeyAndCertificate } from '../../src/orchestrator/tls-server/certificates.js';
 import { parseCertificateName, type CertificateName } from '../../src/orchestrator/config/certificate-names.js';
-import { ServerTrust, TlsPinError, certificateFingerprint, pinsOfGrant, TLS_CA_PATH } from '../../src/tls/index.js';
+import { ServerTrust, TlsPinError, certificateFingerprint, pinsOfGrant, TLS_CA_PATH } from '../../src/tls-client/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 
 const NOW = Date.now();
