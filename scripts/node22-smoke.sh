@@ -39,10 +39,12 @@ if ! "$NODE22" -e "require('$TREE/node_modules/better-sqlite3')(':memory:')" 2>/
   rm -rf "$TREE/node_modules/better-sqlite3"
   cp -r "$ROOT/node_modules/better-sqlite3" "$TREE/node_modules/better-sqlite3"
   rm -rf "$TREE/node_modules/better-sqlite3/build"
-  # The prebuilt addon where it can be downloaded; else compiled (a minute or two) with npm's own node-gyp.
+  # The prebuilt addon where it can be downloaded; else compiled (a minute or two) with the node-gyp npm ships with (npm
+  # builds addons with it too, so a machine that installed better-sqlite3 from source has what it needs; no download).
+  NPM_GYP=$(dirname "$(readlink -f "$(command -v npm)")")/../node_modules/node-gyp/bin/node-gyp.js
   (cd "$TREE/node_modules/better-sqlite3" && export PATH="$NODE_DIR/bin:$PATH" \
     && { "$ROOT/node_modules/.bin/prebuild-install" --runtime node --target "$("$NODE22" -p process.versions.node)" \
-      || npm exec --yes --offline -- node-gyp rebuild --release --nodedir="$NODE_DIR" -j 2; } >"$WORK/build.log" 2>&1) \
+      || "$NODE22" "$NPM_GYP" rebuild --release --nodedir="$NODE_DIR" -j 2; } >"$WORK/build.log" 2>&1) \
     || { tail -20 "$WORK/build.log"; exit 1; }
   "$NODE22" -e "require('$TREE/node_modules/better-sqlite3')(':memory:')"
 fi
@@ -50,7 +52,7 @@ fi
 if [ $# -eq 0 ]; then
   # Unit tests: every folder but integration/ and browser/. Integration: a mesh with images and clips (ffmpeg as
   # found on this host, else the packaged one), another port and data folder with the CLI, and a host without ffmpeg.
-  set -- test/agent test/architecture test/cli test/models test/net test/orchestrator test/protocol test/tls test/web \
+  set -- test/agent test/architecture test/cli test/builtin-models test/net test/orchestrator test/protocol test/tls-client test/web \
     test/integration/video.test.ts test/integration/cli-finds-mesh.test.ts test/integration/video-without-ffmpeg.test.ts
 fi
 cd "$TREE"
