@@ -49,11 +49,16 @@ export class InputImages {
     return mismatch ? { ok: false, refusal: mismatch } : verdict;
   }
 
-  /** Before admission: every picture an input names has a verdict (decoding what was never decoded). */
-  async prepare(input: unknown): Promise<void> {
-    for (const digest of picturesNamed(input)) {
-      if (/^sha256:[0-9a-f]{64}$/.test(digest) && !inputImages.verdictOf(this.#deps.db, digest)) await this.inspect(digest);
-    }
+  /**
+   * Before admission: every picture an input names has a verdict (decoding what was never decoded). Null, at once,
+   * when there is nothing to decode — most jobs name no picture, and a submit should not wait a turn for nothing.
+   */
+  prepare(input: unknown): Promise<void> | null {
+    const undecided = picturesNamed(input).filter((digest) => /^sha256:[0-9a-f]{64}$/.test(digest) && !inputImages.verdictOf(this.#deps.db, digest));
+    if (undecided.length === 0) return null;
+    return (async () => {
+      for (const digest of undecided) await this.inspect(digest);
+    })();
   }
 
   /** A picture's size, if it decoded (admission's `PictureSizes`). */

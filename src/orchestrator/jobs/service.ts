@@ -107,7 +107,8 @@ export class JobService {
    * `created` is false for an idempotent repeat.
    */
   async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
-    await this.#deps.pictures.prepare(body.input);
+    const decoding = this.#deps.pictures.prepare(body.input);
+    if (decoding) await decoding;
     const admitted = this.#admit(grant, body, authorize);
     await this.#deps.commits.durable();
     return admitted;
