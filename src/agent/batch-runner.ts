@@ -101,10 +101,12 @@ export class BatchRunner {
       };
       if (batch.cancelled.size > 0) loaded.cancel([...batch.cancelled]);
       reports.report({ type: 'started', batchId: batch.id, jobIds: [...batch.jobIds], ...(loading ? { loadMs, ...(phases ? { phases } : {}) } : {}) });
-      const pictures = await this.#deps.pictures.forJobs(jobs);
+      // Most batches name no picture: no turn of the loop spent finding that out.
+      const fetching = this.#deps.pictures.forJobs(jobs);
+      const pictures = fetching ? await fetching : null;
       const computeStart = performance.now();
       const { outputs, memory } = await loaded.run(
-        jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt, ...(pictures.has(job.id) ? { pictures: pictures.get(job.id)! } : {}) })),
+        jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt, ...(pictures?.has(job.id) ? { pictures: pictures.get(job.id)! } : {}) })),
         ({ previews, ...progress }) => {
           // A preview goes at once, on its own: it is worth something only while the job runs.
           for (const preview of previews ?? []) {

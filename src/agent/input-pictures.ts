@@ -26,8 +26,13 @@ export class InputPictures {
     this.#options = { maxBytes: 256 * 1024 * 1024, maxPixels: LIMITS.inputImage.maxPixels, fetchTimeoutMs: 60_000, ...options };
   }
 
-  /** Each job's decoded pictures by field (a job naming none gets none). */
-  async forJobs(jobs: readonly { id: string; input: Record<string, unknown> }[]): Promise<Map<string, Record<string, InputPicture>>> {
+  /** Each job's decoded pictures by field (a job naming none gets none); null, at once, when no job names one. */
+  forJobs(jobs: readonly { id: string; input: Record<string, unknown> }[]): Promise<Map<string, Record<string, InputPicture>>> | null {
+    if (!jobs.some((job) => INPUT_IMAGE_FIELDS.some((field) => typeof job.input[field] === 'string'))) return null;
+    return this.#forJobs(jobs);
+  }
+
+  async #forJobs(jobs: readonly { id: string; input: Record<string, unknown> }[]): Promise<Map<string, Record<string, InputPicture>>> {
     const signal = AbortSignal.timeout(this.#options.fetchTimeoutMs);
     const bytesOf = new Map<string, Promise<Buffer>>();
     const result = new Map<string, Record<string, InputPicture>>();
