@@ -9,6 +9,7 @@ import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js
 import { VerifiedMarks } from '../../src/orchestrator/blobs/verified-marks.js';
 import { MeshError } from '../../src/protocol/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
+import { meshRejection } from '../helpers/errors.js';
 
 /** A blob store and reader in a temp folder, counting hashes (the onHashed seam) and corruption reports. */
 function setup(options: { reverifyAfterMs?: number } = {}) {
@@ -47,15 +48,7 @@ async function readAll(reader: BlobReader, digest: string, recorded: number | nu
   return drain(await blob.read(range));
 }
 
-async function rejection(promise: Promise<unknown>): Promise<MeshError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof MeshError) return error;
-    throw error;
-  }
-  throw new Error('expected a MeshError');
-}
+const rejection = meshRejection;
 
 function flipByte(path: string, at: number): void {
   const bytes = readFileSync(path);

@@ -13,6 +13,7 @@ import { MeshError, sha256Digest } from '../../src/protocol/index.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 import { startS3StandIn, type S3StandIn } from '../helpers/s3-stand-in.js';
+import { meshRejection } from '../helpers/errors.js';
 
 /**
  * One suite, every implementation of the blob store: what any store must do (put, get, has, ranges, dedupe, the
@@ -95,15 +96,7 @@ const implementations: Implementation[] = [
   },
 ];
 
-async function rejection(promise: Promise<unknown>): Promise<MeshError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof MeshError) return error;
-    throw error;
-  }
-  throw new Error('expected a MeshError');
-}
+const rejection = meshRejection;
 
 async function drain(stream: Readable): Promise<{ bytes: Buffer; error: unknown }> {
   const chunks: Buffer[] = [];

@@ -11,6 +11,7 @@ import { FakeClock } from '../helpers/fake-clock.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 import { startS3StandIn, type S3StandIn } from '../helpers/s3-stand-in.js';
 import { TcpCut } from '../helpers/tcp-cut.js';
+import { meshRejection } from '../helpers/errors.js';
 
 /**
  * A bucket that goes away mid-upload: the S3 store in front of s3rver (the stand-in S3 server) through a TCP proxy
@@ -41,15 +42,7 @@ afterAll(async () => {
   removeDir(spool);
 });
 
-async function rejection(promise: Promise<unknown>): Promise<MeshError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof MeshError) return error;
-    throw error;
-  }
-  throw new Error('expected a MeshError');
-}
+const rejection = meshRejection;
 
 /** Whether the bucket itself (asked directly, not through the proxy) holds anything under the digest's key. */
 async function published(digest: string): Promise<boolean> {

@@ -4,7 +4,7 @@ import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from 
 import { LISTEN_FILE, readListenFile } from '../../orchestrator/listen-file.js';
 import { MeshClient } from './client.js';
 import { CliError } from './output.js';
-import { alive } from '../../agent/governance/alive.js';
+import { alive } from '../../agent/governance/cgroups/cgroupfs.js';
 
 /** Where the mesh keeps its data: --data, then $GPUMESH_HOME, then ./.gpumesh. */
 export function dataDir(option?: string): string {

@@ -105,7 +105,7 @@ export async function removeTree(dir: string, kill: (dir: string) => Promise<voi
   await remove(dir);
 }
 
-/** Whether a process id is alive (in this PID namespace). */
+/** Whether a process id is alive (in this PID namespace; another user's counts: signalling it is refused, not failed). */
 export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
