@@ -244,7 +244,7 @@ export class Orchestrator {
     const gallery = new GalleryService({ db, commits, jobs, thumbnails });
     const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, explainer, uploads, clientBlobs, catalog,
+      jobs, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,

@@ -130,3 +130,44 @@ describe('gpumesh up with its blobs in a bucket (s3rver as the stand-in S3 serve
     expect(await inBucket(digestOf(bytes))).toBe(true);
   }, 120_000);
 });
+
+describe('blobs.presign: clients read straight from the bucket', () => {
+  it('answers a client 307 to a presigned GET with the same headers; agents, HEAD and ranges stay on the verified path', async () => {
+    const presigning = await startMesh({
+      config: { blobs: { kind: 's3', bucket: standIn.bucket, prefix: 'presign/', endpoint: `http://127.0.0.1:${standIn.port}`, ...standIn.credentials, presign: true, presignSeconds: 60 } },
+    });
+    try {
+      const headers = { authorization: `Bearer ${presigning.admin}` };
+      // The agent pulled gen from the bucket through the orchestrator (no redirect for it) and the picture was made.
+      const made = await fetch(`${presigning.url}/v1/jobs`, {
+        method: 'POST', headers: { ...headers, 'content-type': 'application/json', prefer: 'wait=60' },
+        body: JSON.stringify({ type: 'image', input: { prompt: 'a presigned fox', width: 64, height: 64, steps: 2 } }),
+      });
+      const job = (await made.json()) as { status: string; artifacts: { digest: string }[] };
+      expect(job.status).toBe('succeeded');
+      const { digest } = job.artifacts[0]!;
+
+      const redirect = await fetch(`${presigning.url}/v1/blobs/${digest}`, { headers, redirect: 'manual' });
+      expect(redirect.status).toBe(307);
+      const location = redirect.headers.get('location')!;
+      expect(new URL(location).port).toBe(String(standIn.port));
+      expect(location).toContain('X-Amz-Signature=');
+      // Read from the bucket with no grant at all: the signature is the permission, for a minute.
+      const direct = await fetch(location);
+      expect(direct.status).toBe(200);
+      expect(direct.headers.get('content-type')).toBe('image/png');
+      expect(digestOf(new Uint8Array(await direct.arrayBuffer()))).toBe(digest);
+
+      expect((await fetch(`${presigning.url}/v1/blobs/${digest}`, { method: 'HEAD', headers, redirect: 'manual' })).status).toBe(200);
+      const range = await fetch(`${presigning.url}/v1/blobs/${digest}`, { headers: { ...headers, range: 'bytes=0-7' }, redirect: 'manual' });
+      expect(range.status).toBe(206);
+      // A grant that may not see the blob gets 404 as before, not a URL.
+      const created = await fetch(`${presigning.url}/v1/grants`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'client', albums: ['elsewhere'] }) });
+      const stranger = ((await created.json()) as { token: string }).token;
+      expect((await fetch(`${presigning.url}/v1/blobs/${digest}`, { headers: { authorization: `Bearer ${stranger}` }, redirect: 'manual' })).status).toBe(404);
+    } finally {
+      await presigning.stop();
+      removeDir(presigning.data);
+    }
+  });
+});

@@ -82,6 +82,12 @@ export interface BlobStore {
   /** Delete a blob (one refused after it was stored, that nothing else records); no error when it is not there. */
   remove(digest: string): Promise<void>;
 
+  /**
+   * An optional capability: a short-lived URL from which a client reads the blob straight from where it lives (a
+   * bucket's presigned GET), answered with these headers. Only a store configured to offer it has it.
+   */
+  presignedGet?(digest: string, headers: { contentType: string; contentDisposition: string }): Promise<string>;
+
   /** The newest quarantined copy of `digest` (its name in the store), or null: tells "was corrupt" from "never existed". */
   quarantined(digest: string): Promise<string | null>;
 }

@@ -16,7 +16,10 @@ export function openBlobStore(config: Pick<MeshConfig, 'blobs' | 'data'>): BlobS
     case 'local':
       return new LocalBlobStore(folder);
     case 's3':
-      return new S3BlobStore({ client: s3ClientFor(blobs), bucket: blobs.bucket, prefix: blobs.prefix, spoolDir: join(folder, 'tmp') });
+      return new S3BlobStore({
+        client: s3ClientFor(blobs), bucket: blobs.bucket, prefix: blobs.prefix, spoolDir: join(folder, 'tmp'),
+        ...(blobs.presign ? { presignSeconds: blobs.presignSeconds } : {}),
+      });
     default: {
       const never: never = blobs;
       throw new Error(`unknown blob store ${JSON.stringify(never)}`);

@@ -8,6 +8,7 @@ import {
   type S3Client,
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { assertDigest, MeshError, sha256Digest } from '../../protocol/index.js';
 import type { BlobHandle, BlobStore, StoredBytes } from './blob-store.js';
 import { spoolHashed } from './spool.js';
@@ -28,6 +29,8 @@ export interface S3BlobStoreOptions {
   partSize?: number;
   /** Seconds a client is told to wait (Retry-After) when the bucket is unavailable. Default 5. */
   retryAfterS?: number;
+  /** Offer presigned GETs valid this many seconds (`blobs.presign`); absent, reads go through the orchestrator. */
+  presignSeconds?: number;
 }
 
 /**
@@ -62,7 +65,19 @@ export class S3BlobStore implements BlobStore {
     this.#partSize = options.partSize ?? 8 * 1024 * 1024;
     this.#retryAfterS = options.retryAfterS ?? 5;
     mkdirSync(this.#spoolDir, { recursive: true });
+    const seconds = options.presignSeconds;
+    if (seconds !== undefined) {
+      this.presignedGet = (digest, headers) => getSignedUrl(this.#client, new GetObjectCommand({
+        Bucket: this.#bucket, Key: this.keyOf(digest), ResponseContentType: headers.contentType, ResponseContentDisposition: headers.contentDisposition,
+      }), { expiresIn: seconds });
+    }
   }
+
+  /**
+   * A presigned GET of the blob's object, valid `presignSeconds`, answered with the headers the orchestrator would
+   * send (its type, inline or as a download): the client reads from the bucket's origin, never from ours.
+   */
+  readonly presignedGet?: (digest: string, headers: { contentType: string; contentDisposition: string }) => Promise<string>;
 
   get location(): string {
     return `s3://${this.#bucket}/${this.#prefix}`;

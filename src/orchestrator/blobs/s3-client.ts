@@ -13,7 +13,7 @@ import type { S3BlobsConfig } from '../config/config.js';
  *   the SDK's own retries (`maxAttempts`, with backoff) ride out a short outage.
  * - Path-style addressing with a custom endpoint (what MinIO, Garage and Ceph expect), unless told otherwise.
  */
-export function s3ClientFor(config: S3BlobsConfig): S3Client {
+export function s3ClientFor(config: Omit<S3BlobsConfig, 'presign' | 'presignSeconds'>): S3Client {
   // The SDK warns, once per process, that versions published after January 2027 will need Node 22. gpumesh pins the
   // SDK's version and supports Node 20; the warning would only alarm an operator about a version gpumesh does not use.
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';

@@ -120,6 +120,13 @@ const S3Blobs = z.strictObject({
   secretAccessKey: z.string().min(1).optional(),
   /** Tries of each request to the bucket before it counts as unavailable (the SDK backs off between them). Default 3. */
   maxAttempts: z.int().min(1).max(20).default(3),
+  /**
+   * Send clients (not agents) straight to the bucket: `GET /v1/blobs/:digest` answers, after its grant check, a 307 to
+   * a presigned GET of the object. The bytes then skip the orchestrator — and its verification on read. Default false.
+   */
+  presign: z.boolean().default(false),
+  /** How long a presigned URL is valid (s). Default 300. */
+  presignSeconds: z.int().min(1).max(7 * 24 * 3600).default(300),
 }).superRefine((blobs, context) => {
   if ((blobs.accessKeyId === undefined) !== (blobs.secretAccessKey === undefined)) {
     const missing = blobs.accessKeyId === undefined ? 'accessKeyId' : 'secretAccessKey';

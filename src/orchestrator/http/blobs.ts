@@ -6,6 +6,7 @@ import { MeshError } from '../../protocol/index.js';
 import type { JobOutputs, JobService } from '../jobs/index.js';
 import { assertDigest } from '../../protocol/index.js';
 import { type BlobReader } from '../blobs/blob-reader.js';
+import type { BlobStore } from '../blobs/blob-store.js';
 import { servedAs } from '../blobs/output-media.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
@@ -36,6 +37,8 @@ const firstOf = (value: string | string[] | undefined): string | undefined => (A
 
 export interface BlobRouteDeps {
   reader: BlobReader;
+  /** Where blobs live: a store that offers presigned GETs (a bucket with `blobs.presign`) sends clients there. */
+  blobStore: Pick<BlobStore, 'presignedGet'>;
   outputs: JobOutputs;
   jobs: JobService;
   auth: RequestAuth;
@@ -43,7 +46,7 @@ export interface BlobRouteDeps {
 
 /** GET|HEAD /v1/blobs/:digest, GET /v1/artifacts, PUT /v1/jobs/:id/outputs/:digest. */
 export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
-  const { reader, outputs, jobs, auth } = deps;
+  const { reader, outputs, jobs, auth, blobStore } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.route({
@@ -57,6 +60,13 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const record = outputs.blobRecord(digest);
+      // A bucket that presigns: the client reads from the bucket's origin (agents, which verify and may not follow a
+      // redirect on a pinned connection, and HEAD and ranges stay here).
+      if (blobStore.presignedGet && request.method === 'GET' && !request.headers.range && grantOf(request).kind !== 'agent') {
+        const headers = blobHeaders(digest, record?.mediaType);
+        const location = await blobStore.presignedGet(digest, { contentType: headers['content-type']!, contentDisposition: headers['content-disposition']! });
+        return reply.code(307).header('location', location).header('cache-control', 'private, no-store').send();
+      }
       const blob = await reader.open(digest, record?.bytes ?? null);
       let body: Readable | null = null;
       try {
