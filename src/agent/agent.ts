@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
-  LINK_PROTOCOL_VERSION, type AgentMessage, type Device, type OrchestratorMessage,
+  LINK_PROTOCOL_VERSION, MeshError, type AgentMessage, type Device, type OrchestratorMessage,
   type ToolReport, type UnavailableClass,
 } from '../protocol/index.js';
 import { ServerTrust, parseFingerprint, pinsOfGrant, type Pin } from '../tls-client/index.js';
@@ -68,7 +68,7 @@ function agentPins(options: AgentOptions): Pin[] {
   const pins = pinsOfGrant(options.grant);
   if (options.tlsCaFingerprint) {
     const fingerprint = parseFingerprint(options.tlsCaFingerprint);
-    if (!fingerprint) throw new Error(`"${options.tlsCaFingerprint}" is not a SHA-256 fingerprint (sha256:<64 hex>)`);
+    if (!fingerprint) throw new MeshError('AGENT_OPTIONS_INVALID', { detail: `--tls-ca-fingerprint "${options.tlsCaFingerprint}" is not a SHA-256 fingerprint (sha256:<64 hex>, as \`gpumesh status\` on the orchestrator prints it)` });
     pins.push({ fingerprint, source: '--tls-ca-fingerprint' });
   }
   return pins;

@@ -98,6 +98,7 @@ function valueInfo(name: string, type: ElemType, dims: readonly Dim[]): OnnxType
   };
 }
 
+// Its bare Errors are invariants: a mistake in the code that builds a built-in model (whose graphs are fixed), never input.
 export class GraphBuilder {
   private readonly nodes: OnnxTypes.INodeProto[] = [];
   private readonly initializers: OnnxTypes.ITensorProto[] = [];

@@ -66,6 +66,7 @@ export const ERRORS = {
   },
 
   // Agents and execution (carried in job errors and link messages)
+  AGENT_OPTIONS_INVALID: { status: 400, message: 'The agent cannot start: {detail}' },
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },
   NOT_READY: { status: 503, message: 'Not ready: {detail}' },
   ENGINE_FAILED: { status: 500, message: 'The engine failed: {detail}' },

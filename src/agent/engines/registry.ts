@@ -1,5 +1,6 @@
 import { withFramesFromImages } from '../video/frames-from-images.js';
 import type { Engine } from './core/engine.js';
+import { MeshError } from '../../protocol/index.js';
 import type { EngineModule, EngineServices } from './kit/module.js';
 import { comfyUiEngine } from './comfyui/index.js';
 import { execEngine } from './exec/index.js';
@@ -43,12 +44,13 @@ export function engineModule(name: string): EngineModule | undefined {
 export function buildEngines(services: EngineServices, enabled: readonly string[] = ENGINE_NAMES): Map<string, Engine> {
   const unknown = enabled.filter((name) => !engineModule(name));
   if (unknown.length > 0) {
-    throw new Error(`unknown engine${unknown.length > 1 ? 's' : ''} ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
+    throw new MeshError('AGENT_OPTIONS_INVALID', { detail: `--engines: unknown engine${unknown.length > 1 ? 's' : ''} ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})` });
   }
   const engines = new Map<string, Engine>();
   for (const name of new Set(enabled)) {
     const module = engineModule(name)!;
     const engine = module.create({ ...services, log: services.log.child({ engine: name }) });
+    // An invariant of this file's table (a bug here, never an option): a bare Error.
     if (engine.name !== name) throw new Error(`the engine registered as "${name}" calls itself "${engine.name}"`);
     engines.set(name, module.descriptor.nativeVideo ? engine : withFramesFromImages(engine, services.video));
   }

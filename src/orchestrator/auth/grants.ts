@@ -113,6 +113,7 @@ export class GrantAuthority {
    */
   constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = [], mintedCaveats: readonly string[] = []) {
     // An invariant: the key comes from secret.key, which gpumesh makes 32 bytes long.
+// Invariants: the root key comes from secret.key (made 32 bytes), and the routes refuse out-of-scope caveats before minting.
     if (rootKey.length < 32) throw new Error('the grant root key must be at least 32 bytes');
     parseAll(mintedCaveats);
     this.#rootKey = rootKey;

@@ -49,6 +49,7 @@ export function splitCommand(line: string): string[] {
 const PLACEHOLDER = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
 /** The command's argv, checked: a known placeholder in each `${…}`, and no `${JOB_ID}` when one process runs many jobs. */
+// Its Errors (and splitCommand's) are caught by the exec engine's load, which reports them as ENGINE_FAILED naming settings.command.
 export function commandTemplate(settings: ExecSettings): string[] {
   const argv = typeof settings.command === 'string' ? splitCommand(settings.command) : settings.command;
   if (argv.length === 0) throw new Error('settings.command is empty');
