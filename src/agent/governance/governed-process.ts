@@ -90,7 +90,13 @@ export class GovernedProcess {
 
   /** Start `spec` in its own group (and cgroup, when `driver` is given). Throws an EngineError if it cannot start. */
   static start(spec: SpawnSpec, driver: CgroupDriver | null, log: Logger): GovernedProcess {
-    const cgroup = driver?.create(spec.name, spec.limits) ?? null;
+    let cgroup: ReturnType<CgroupDriver['create']> | null;
+    try {
+      cgroup = driver?.create(spec.name, spec.limits) ?? null;
+    } catch (error) {
+      // This host's cgroups refused (a full or read-only hierarchy): another host may start it.
+      throw new EngineError('ENGINE_FAILED', `cannot start ${spec.name}: its cgroup: ${(error as Error).message}`, true, { cause: error });
+    }
     const gateFd = spec.stdio.length;
     const stdio = [...spec.stdio, ...(cgroup ? ['pipe' as const] : [])] as StdioOptions;
     const options = { detached: true, stdio, env: spec.env, cwd: spec.cwd, serialization: spec.serialization };

@@ -22,6 +22,7 @@ export function openBlobStore(config: Pick<MeshConfig, 'blobs' | 'data'>): BlobS
       });
     default: {
       const never: never = blobs;
+      // An invariant: the config's schema allows only the kinds above (and `never` keeps this switch whole).
       throw new Error(`unknown blob store ${JSON.stringify(never)}`);
     }
   }

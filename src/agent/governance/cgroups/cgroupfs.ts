@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * file never blocks on disk) and asynchronous where they wait for processes.
  */
 
+// The Errors here reach a job as ENGINE_FAILED through GovernedProcess.start, or the agent's log through detect.ts and the sweeps.
 export function write(dir: string, file: string, value: string | number): void {
   try {
     writeFileSync(join(dir, file), String(value));

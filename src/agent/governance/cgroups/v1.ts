@@ -39,6 +39,7 @@ export class CgroupV1Driver implements CgroupDriver {
 
   static async open(options: V1Options): Promise<CgroupV1Driver> {
     const memory = options.bases.get('memory');
+    // Caught by detect.ts, which logs why the agent governs without cgroups.
     if (!memory) throw new Error('the memory controller is not mounted');
     const parents = new Map<V1Controller, string>([['memory', await makeParent(memory, options.agentDir)]]);
     const skipped: string[] = [];

@@ -56,6 +56,7 @@ export function polygonPerimeter(polygon: readonly Point[]): number {
  */
 export function minAreaRect(points: readonly Point[]): { quad: Quad; width: number; height: number } {
   const hull = convexHull(points);
+  // An invariant: regions hold at least one pixel.
   if (hull.length === 0) throw new Error('minAreaRect of no points');
   let best = { area: Infinity, ux: 1, uy: 0, minU: 0, maxU: 0, minV: 0, maxV: 0 };
   const edges = hull.length === 1 ? 1 : hull.length;
