@@ -42,7 +42,9 @@ if ! "$NODE22" -e "require('$TREE/node_modules/better-sqlite3')(':memory:')" 2>/
   # The prebuilt addon where it can be downloaded; else compiled (a minute or two) with the node-gyp npm ships with (npm
   # builds addons with it too, so a machine that installed better-sqlite3 from source has what it needs; no download).
   NPM_GYP=$(dirname "$(readlink -f "$(command -v npm)")")/../node_modules/node-gyp/bin/node-gyp.js
-  (cd "$TREE/node_modules/better-sqlite3" && export PATH="$NODE_DIR/bin:$PATH" \
+  # npm's own config (a Debian npm sets nodedir=/usr, Node 20's headers) reaches node-gyp through npm_config_* when this
+  # runs under `npm run`, and wins over --nodedir: the build must see none of it.
+  (cd "$TREE/node_modules/better-sqlite3" && export PATH="$NODE_DIR/bin:$PATH" && unset $(env | sed -n 's/^\(npm_config_[A-Za-z_]*\)=.*/\1/p') \
     && { "$ROOT/node_modules/.bin/prebuild-install" --runtime node --target "$("$NODE22" -p process.versions.node)" \
       || "$NODE22" "$NPM_GYP" rebuild --release --nodedir="$NODE_DIR" -j 2; } >"$WORK/build.log" 2>&1) \
     || { tail -20 "$WORK/build.log"; exit 1; }
