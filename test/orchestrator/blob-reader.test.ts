@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, renameSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { BlobReader, type CorruptBlob } from '../../src/orchestrator/blobs/blob-reader.js';
@@ -10,6 +9,7 @@ import { VerifiedMarks } from '../../src/orchestrator/blobs/verified-marks.js';
 import { MeshError } from '../../src/protocol/index.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 import { meshRejection } from '../helpers/errors.js';
+import { drain } from '../helpers/streams.js';
 
 /** A blob store and reader in a temp folder, counting hashes (the onHashed seam) and corruption reports. */
 function setup(options: { reverifyAfterMs?: number } = {}) {
@@ -31,17 +31,6 @@ const dirs: string[] = [];
 afterEach(() => {
   for (const dir of dirs.splice(0)) removeDir(dir);
 });
-
-/** Read a stream to its end or its error. */
-async function drain(stream: Readable): Promise<{ bytes: Buffer; error: unknown }> {
-  const chunks: Buffer[] = [];
-  try {
-    for await (const chunk of stream) chunks.push(chunk as Buffer);
-    return { bytes: Buffer.concat(chunks), error: null };
-  } catch (error) {
-    return { bytes: Buffer.concat(chunks), error };
-  }
-}
 
 async function readAll(reader: BlobReader, digest: string, recorded: number | null, range?: { start: number; end: number }) {
   const blob = await reader.open(digest, recorded);

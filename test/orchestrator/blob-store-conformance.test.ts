@@ -14,6 +14,7 @@ import { FakeClock } from '../helpers/fake-clock.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 import { startS3StandIn, type S3StandIn } from '../helpers/s3-stand-in.js';
 import { meshRejection } from '../helpers/errors.js';
+import { drain } from '../helpers/streams.js';
 
 /**
  * One suite, every implementation of the blob store: what any store must do (put, get, has, ranges, dedupe, the
@@ -97,16 +98,6 @@ const implementations: Implementation[] = [
 ];
 
 const rejection = meshRejection;
-
-async function drain(stream: Readable): Promise<{ bytes: Buffer; error: unknown }> {
-  const chunks: Buffer[] = [];
-  try {
-    for await (const chunk of stream) chunks.push(chunk as Buffer);
-    return { bytes: Buffer.concat(chunks), error: null };
-  } catch (error) {
-    return { bytes: Buffer.concat(chunks), error };
-  }
-}
 
 function readerOf(store: BlobStore) {
   const hashed: string[] = [];
