@@ -28,6 +28,12 @@ export function outputInputs(): fc.Arbitrary<OutputInput> {
   return fc.record({ content: fc.constantFrom(...Object.keys(CONTENT)), declared: fc.constantFrom(...DECLARED) });
 }
 
+/**
+ * Tried first on every run: one output the orchestrator must publish as declared and one it must publish only as
+ * text. About one generated input in ten is acceptable, so fifteen generated ones alone publish nothing one run in five.
+ */
+export const OUTPUT_EXAMPLES: OutputInput[] = [{ content: 'png', declared: 'image/png' }, { content: 'html', declared: 'text/plain' }];
+
 /** Content that is UTF-8 text without NUL bytes: acceptable as `text/plain` (served as a download, with nosniff). */
 const TEXT = new Set(['text/plain', 'application/json', 'text/html', 'image/svg+xml']);
 

@@ -4,7 +4,7 @@ import { JOB_STATUSES } from '../../src/protocol/index.js';
 import { anyPathInputs, routeInputs, routesFromOpenApi, runHttp, type GrantChoice, type HttpInput, type HttpTarget, type Outcome, type RouteSpec } from './http.js';
 import { KnownIds, MARKERS } from './known.js';
 import { linkInputs, runLink, type LinkInput, type LinkTarget } from './link.js';
-import { OutputsAgent, outputInputs, type OutputInput } from './outputs.js';
+import { OUTPUT_EXAMPLES, OutputsAgent, outputInputs, type OutputInput } from './outputs.js';
 import { rawInputs, runRaw, type RawInput } from './raw.js';
 import type { Vocabulary } from './schema-arbitrary.js';
 import { Tally } from './tally.js';
@@ -15,6 +15,8 @@ import { OUTPUT_MEDIA_TYPES } from '../../src/orchestrator/blobs/output-media.js
 export interface FuzzTarget<T = unknown> {
   label: string;
   inputs: fc.Arbitrary<T>;
+  /** Inputs always tried first, before the generated ones (so a property that needs one kind of input meets it). */
+  examples?: T[];
   run(input: T): Promise<Outcome>;
 }
 
@@ -135,7 +137,7 @@ export class FuzzSession implements HttpTarget, LinkTarget {
     targets.push({ label: 'any path', inputs: anyPathInputs(this.vocabulary), run: (input) => runHttp(this, input as HttpInput) } satisfies FuzzTarget<HttpInput> as FuzzTarget);
     targets.push({ label: 'raw HTTP', inputs: rawInputs(this.routes), run: (input) => runRaw(this.url, input as RawInput) } satisfies FuzzTarget<RawInput> as FuzzTarget);
     targets.push({ label: 'agent link', inputs: linkInputs(this.vocabulary, this.agentHost), run: (input) => runLink(this, input as LinkInput) } satisfies FuzzTarget<LinkInput> as FuzzTarget);
-    targets.push({ label: 'agent outputs', inputs: outputInputs(), run: (input) => this.#outputs.run(input as OutputInput) } satisfies FuzzTarget<OutputInput> as FuzzTarget);
+    targets.push({ label: 'agent outputs', inputs: outputInputs(), examples: OUTPUT_EXAMPLES, run: (input) => this.#outputs.run(input as OutputInput) } satisfies FuzzTarget<OutputInput> as FuzzTarget);
     return targets as FuzzTarget[];
   }
 

@@ -31,7 +31,7 @@ async function fuzz(targets: FuzzTarget[]): Promise<void> {
     await fc.assert(fc.asyncProperty(target.inputs, async (input) => {
       const outcome = await session.run(target, input);
       if (outcome.problems.length > 0) throw new Error(`${outcome.label}: ${outcome.problems.join('; ')}\n  sent: ${outcome.sent}`);
-    }), { numRuns: RUNS_PER_TARGET, seed, endOnFailure: true });
+    }), { numRuns: RUNS_PER_TARGET, seed, endOnFailure: true, examples: (target.examples ?? []).map((example) => [example]) });
   }
   expect(await session.healthProblems()).toEqual([]);
   expect(running().process.exitCode).toBeNull();
