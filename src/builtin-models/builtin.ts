@@ -46,6 +46,8 @@ export interface BuiltinModel {
   defaultSteps?: number;
   /** Threads for its ONNX session (OnnxSettings.threads); absent: onnxruntime's choice, one per core. */
   threads?: number;
+  /** Run its ONNX session in the agent's own process (OnnxSettings.process `agent`): for models that answer in microseconds. */
+  inAgentProcess?: boolean;
 }
 
 /*
@@ -159,6 +161,8 @@ function makeSimple(): BuiltinModel {
     digest: sha256Digest(bytes),
     memoryMB: MLP_MEMORY_MB,
     threads: 1,
+    // Microseconds of compute: the hop to a worker process and back would be most of its time (OnnxSettings.process).
+    inAgentProcess: true,
     description: 'Triton\'s simple example: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, INT32 [batch, 16].',
     inputs: [int32('INPUT0', 'the first addend'), int32('INPUT1', 'the second')],
     outputs: [int32('OUTPUT0', 'INPUT0 + INPUT1'), int32('OUTPUT1', 'INPUT0 - INPUT1')],

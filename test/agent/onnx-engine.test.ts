@@ -83,6 +83,32 @@ describe('onnx engine: fused batches', () => {
     await expect(engine.load({ ...manifest, name: 'mlp-zero', settings: { ...manifest.settings, threads: 0 } }, path, cpuDevice(512))).rejects.toThrow(/threads/);
   });
 
+  it('a model whose settings say process: agent runs in the agent\'s own process: no worker, the same results, a wrong file refused, unloaded and loaded again', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('mlp');
+    const jobs = Array.from({ length: 5 }, (_, i) => ({ id: `in${i}`, input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.cos(i * k)) } }));
+    const outputsOf = async (loaded: LoadedModel) => (await loaded.run(jobs, () => {})).outputs.map((output) => (output as { result: { y: number[] } }).result.y);
+    const before = supervisor.count;
+    const inAgent = await engine.load({ ...manifest, name: 'mlp-in-agent', settings: { ...manifest.settings, process: 'agent' } }, path, cpuDevice(512));
+    expect(supervisor.count).toBe(before); // nothing forked
+    const here = await outputsOf(inAgent);
+    const inWorker = await engine.load({ ...manifest, name: 'mlp-in-worker' }, path, cpuDevice(512));
+    expect(supervisor.count).toBe(before + 1);
+    const there = await outputsOf(inWorker);
+    here.forEach((row, index) => row.forEach((value, k) => expect(value).toBeCloseTo(there[index]![k]!, 5)));
+    await inWorker.unload();
+    // Its bytes are verified as a worker's are: a file that is not the manifest's is refused, and the agent goes on.
+    const wrong = join(dir, 'not-mlp.onnx');
+    writeFileSync(wrong, Buffer.from('not the model'));
+    await expect(engine.load({ ...manifest, name: 'mlp-wrong', settings: { ...manifest.settings, process: 'agent' } }, wrong, cpuDevice(512)))
+      .rejects.toMatchObject({ code: 'INTEGRITY_FAILED' });
+    await inAgent.unload();
+    const again = await engine.load({ ...manifest, name: 'mlp-in-agent', settings: { ...manifest.settings, process: 'agent' } }, path, cpuDevice(512));
+    expect(await outputsOf(again)).toEqual(here);
+    await engine.close();
+    expect(supervisor.count).toBe(before);
+  });
+
   it('a batch of generator jobs gives each job the image it would get alone', async () => {
     const engine = new OnnxEngine(supervisor);
     const { manifest, path } = fixture('gen');

@@ -82,7 +82,7 @@ export class ModelRegistry {
         name: builtin.name, version: builtin.version, engine: builtin.engine, digest: stored.digest, file: true, bytes: stored.bytes,
         memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
         // How the ONNX engine feeds it is the engine's setting; the job type's input handling is the orchestrator's.
-        settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind], ...(builtin.threads !== undefined ? { threads: builtin.threads } : {}) },
+        settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind], ...(builtin.threads !== undefined ? { threads: builtin.threads } : {}), ...(builtin.inAgentProcess ? { process: 'agent' } : {}) },
         // Only a model whose jobs send named tensors declares them: the others' inputs are the pipeline's own.
         ...(builtin.kind === 'named-tensors' ? { inputs: builtin.inputs.map(specOf), outputs: builtin.outputs.map(specOf) } : {}),
       });

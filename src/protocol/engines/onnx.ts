@@ -54,6 +54,15 @@ export const OnnxSettings = z.strictObject({
    * throughput in batches (bench/RESULTS.md); an image model like `gen` wants every core.
    */
   threads: z.number().int().min(1).max(256).optional(),
+  /**
+   * Where the model's onnxruntime session lives: `worker`, a worker process per device (the agent can reap it and
+   * all its memory by ending it, an onnxruntime crash ends only it, its memory is measured on its own); or `agent`,
+   * the agent's own process, which saves a process hop each way on every batch (about a tenth of a millisecond, a
+   * tenth of a tiny model's round trip through the mesh: bench/RESULTS.md, *Open Inference Protocol infer*). For
+   * models of a few kilobytes that answer in microseconds; what such a model holds is then measured as part of the
+   * agent's memory, and a crash of onnxruntime takes the agent with it. Default `worker`.
+   */
+  process: z.enum(['worker', 'agent']).default('worker'),
 });
 export type OnnxSettings = z.infer<typeof OnnxSettings>;
 

@@ -9,6 +9,7 @@ import { parseSettings } from '../kit/settings.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { OnnxSettings } from '../../../protocol/engines/onnx.js';
 import { encodeClips, type FrameSink } from '../../video/clips.js';
+import { workerCore } from './worker-core.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
 function workerEntry(): { path: string; execArgv: string[] } {
@@ -35,47 +36,111 @@ type Request = Extract<ToWorker, { requestId: number }>;
 type WithoutId<T> = T extends unknown ? Omit<T, 'requestId'> : never;
 type Reply = Extract<FromWorker, { type: 'loaded' | 'result' | 'unloaded' }>;
 
-/** One worker process: requests are matched to replies by id; its death fails what it held. */
+/**
+ * How the engine reaches a worker core: a worker process over Node IPC, or a core in the agent's own process. Either
+ * way the same messages (messages.ts) in the same order; `exited` is told how the worker ended.
+ */
+interface WorkerPort {
+  readonly pid: number | undefined;
+  send(message: ToWorker): void;
+  /** Listeners: every message from the core; the worker's start (the OS ran it); its end, with how. */
+  listen(on: { message(message: FromWorker): void; spawned(): void; exited(how: string): void }): void;
+  /** End it on purpose. */
+  stop(): Promise<void>;
+}
+
+/** A worker process: its end is the process's exit (its cgroup's OOM kill reported as ENGINE_OOM by `oom`). */
+function processPort(child: ChildProcess, supervisor: Supervisor): WorkerPort {
+  return {
+    pid: child.pid,
+    send: (message) => child.send(message),
+    listen(on) {
+      child.once('spawn', on.spawned);
+      child.on('message', on.message);
+      child.once('exit', (code, signal) => on.exited(signal ? `signal ${signal}` : `exit code ${code}`));
+    },
+    stop: () => supervisor.stop(child),
+  };
+}
+
+/**
+ * A worker core in the agent's own process (OnnxSettings.process `agent`): messages are handed over as they are,
+ * a turn of the event loop later as over IPC, except a clip's frames, which are copied (the core may reuse the buffer
+ * for the next frame, which IPC's copy made safe). It ends only when stopped.
+ */
+function inProcessPort(): WorkerPort {
+  let on: Parameters<WorkerPort['listen']>[0] | null = null;
+  const core = workerCore((message) => {
+    const delivered = message.type === 'frame' ? { ...message, rgb: message.rgb.slice() } : message;
+    queueMicrotask(() => on?.message(delivered));
+  });
+  return {
+    pid: process.pid,
+    send: (message) => core.receive(message),
+    listen(listeners) {
+      on = listeners;
+      queueMicrotask(() => {
+        listeners.spawned();
+        listeners.message({ type: 'ready', pid: process.pid });
+      });
+    },
+    async stop() {
+      await core.close();
+      on?.exited('stopped');
+    },
+  };
+}
+
+/** One worker: requests are matched to replies by id; its end fails what it held. */
 class Worker {
-  readonly child: ChildProcess;
+  readonly port: WorkerPort;
   readonly models = new Set<string>();
-  /** Settles with the reason when the process ends without the engine having asked it to. */
+  /** Settles with the reason when the worker ends without the engine having asked it to. */
   readonly crashed: Promise<string>;
   readonly #pending = new Map<number, { resolve(reply: Reply): void; reject(error: Error): void; onProgress?(progress: Progress): void; onFrame?: FrameSink }>();
-  /** When the process was asked for, ran, and reported ready (performance.now(); null until then): its startup's phases. */
+  /** When the worker was asked for, ran, and reported ready (performance.now(); null until then): its startup's phases. */
   readonly forkedAt: number;
   spawnedAt: number | null = null;
   readyAt: number | null = null;
   #nextId = 1;
   #exit: string | null = null;
   #stopping = false;
+  readonly #ended: Array<() => void> = [];
 
   /** `oom` says whether the kernel killed it for its cgroup's memory limit (an ENGINE_OOM error), at its exit. */
-  constructor(child: ChildProcess, forkedAt: number, oom: () => EngineError | null = () => null) {
-    this.child = child;
+  constructor(port: WorkerPort, forkedAt: number, oom: () => EngineError | null = () => null) {
+    this.port = port;
     this.forkedAt = forkedAt;
-    // 'spawn' fires once the OS has started the process; the worker says 'ready' once Node and onnxruntime are up.
-    child.once('spawn', () => (this.spawnedAt = performance.now()));
     let crashed!: (reason: string) => void;
     this.crashed = new Promise((resolve) => (crashed = resolve));
-    child.on('message', (message: FromWorker) => this.#receive(message));
-    child.once('exit', (code, signal) => {
-      this.#exit = signal ? `signal ${signal}` : `exit code ${code}`;
-      const error = oom() ?? new EngineError('ENGINE_CRASHED', `the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
-      for (const pending of this.#pending.values()) pending.reject(error);
-      this.#pending.clear();
-      if (!this.#stopping) crashed(`the onnx worker (pid ${child.pid}) ended: ${this.#exit}`);
+    port.listen({
+      // 'spawned' once the OS has started it; the core says 'ready' once Node and onnxruntime are up.
+      spawned: () => (this.spawnedAt = performance.now()),
+      message: (message) => this.#receive(message),
+      exited: (how) => {
+        this.#exit = how;
+        const error = oom() ?? new EngineError('ENGINE_CRASHED', `the onnx worker (pid ${port.pid}) ended: ${how}`);
+        for (const pending of this.#pending.values()) pending.reject(error);
+        this.#pending.clear();
+        if (!this.#stopping) crashed(`the onnx worker (pid ${port.pid}) ended: ${how}`);
+        for (const ended of this.#ended.splice(0)) ended();
+      },
     });
+  }
+
+  /** Call `listener` once the worker has ended, however. */
+  onEnd(listener: () => void): void {
+    this.#ended.push(listener);
   }
 
   get alive(): boolean {
     return this.#exit === null;
   }
 
-  /** End the process on purpose (its exit is then not a crash). */
-  async stop(supervisor: Supervisor): Promise<void> {
+  /** End the worker on purpose (its end is then not a crash). */
+  async stop(): Promise<void> {
     this.#stopping = true;
-    await supervisor.stop(this.child);
+    await this.port.stop();
   }
 
   request<T extends Reply>(message: WithoutId<Request>, onProgress?: (progress: Progress) => void, onFrame?: FrameSink): Promise<T> {
@@ -83,12 +148,12 @@ class Worker {
     const requestId = this.#nextId++;
     return new Promise<T>((resolve, reject) => {
       this.#pending.set(requestId, { resolve: resolve as (reply: Reply) => void, reject, onProgress, onFrame });
-      this.child.send({ ...message, requestId } as ToWorker);
+      this.port.send({ ...message, requestId } as ToWorker);
     });
   }
 
   notify(message: Extract<ToWorker, { type: 'cancel' | 'frames-taken' }>): void {
-    if (this.alive) this.child.send(message);
+    if (this.alive) this.port.send(message);
   }
 
   #receive(message: FromWorker): void {
@@ -115,7 +180,8 @@ class Worker {
 
 /**
  * The built-in ONNX Runtime engine. Each device gets one worker process
- * holding the sessions of the models resident there; batches run fused (one
+ * holding the sessions of the models resident there (and, for models whose
+ * settings say `process: agent`, a worker core in the agent's own process); batches run fused (one
  * session.run over the batch axis per step). The worker is reaped when its
  * last model is unloaded, so an idle device costs no process and no memory.
  * A worker that dies takes its models with it (`exited`); the next load on
@@ -134,10 +200,11 @@ export class OnnxEngine implements Engine {
   }
 
   async load(manifest: ModelManifest, modelPath: string | null, device: Device, files?: Readonly<Record<string, string>>): Promise<LoadedModel> {
-    const { pipeline, spinning, threads } = parseSettings(OnnxSettings, manifest, this.name);
+    const { pipeline, spinning, threads, process: where } = parseSettings(OnnxSettings, manifest, this.name);
     if (modelPath === null) throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" (onnx) has no file: the ONNX engine loads a model file`, false);
-    const fresh = !this.#workers.get(device.id)?.alive;
-    const worker = this.#workerFor(device);
+    const key = where === 'agent' ? `${device.id}/agent` : device.id;
+    const fresh = !this.#workers.get(key)?.alive;
+    const worker = this.#workerFor(key, where);
     const provider = device.kind === 'gpu' ? 'cuda' : 'cpu';
     const deviceIndex = device.kind === 'gpu' ? Number(device.id.replace(/^gpu/, '')) || 0 : 0;
     let reply: Extract<Reply, { type: 'loaded' }>;
@@ -145,7 +212,7 @@ export class OnnxEngine implements Engine {
       reply = await worker.request<Extract<Reply, { type: 'loaded' }>>({ type: 'load', manifest, pipeline, spinning, threads, modelPath, ...(files ? { files: { ...files } } : {}), provider, deviceIndex });
     } catch (error) {
       // A worker started for this load alone is not left running idle.
-      if (worker.models.size === 0 && worker.alive) await this.#stop(device.id, worker);
+      if (worker.models.size === 0 && worker.alive) await this.#stop(key, worker);
       throw error;
     }
     worker.models.add(manifest.name);
@@ -188,35 +255,41 @@ export class OnnxEngine implements Engine {
         if (unloaded) return;
         unloaded = true;
         worker.models.delete(manifest.name);
-        if (worker.models.size === 0) await this.#stop(device.id, worker);
+        if (worker.models.size === 0) await this.#stop(key, worker);
         else if (worker.alive) await worker.request({ type: 'unload', model: manifest.name });
       },
     };
   }
 
-  #workerFor(device: Device): Worker {
-    const existing = this.#workers.get(device.id);
+  /** The worker of a device (its key: the device, or the device's in-agent core), started if it is not running. */
+  #workerFor(key: string, where: 'worker' | 'agent'): Worker {
+    const existing = this.#workers.get(key);
     if (existing?.alive) return existing;
-    const entry = workerEntry();
     const forkedAt = performance.now();
-    const child = this.#supervisor.fork(entry.path, { name: `onnx/${device.id}`, execArgv: entry.execArgv, env: workerEnv() });
-    const worker = new Worker(child, forkedAt, () => this.#supervisor.oomError(child));
-    worker.child.once('exit', () => this.#forget(device.id, worker));
-    this.#workers.set(device.id, worker);
+    let worker: Worker;
+    if (where === 'agent') {
+      worker = new Worker(inProcessPort(), forkedAt);
+    } else {
+      const entry = workerEntry();
+      const child = this.#supervisor.fork(entry.path, { name: `onnx/${key}`, execArgv: entry.execArgv, env: workerEnv() });
+      worker = new Worker(processPort(child, this.#supervisor), forkedAt, () => this.#supervisor.oomError(child));
+    }
+    worker.onEnd(() => this.#forget(key, worker));
+    this.#workers.set(key, worker);
     return worker;
   }
 
   /** Drop a worker from the device map — only if it is still the device's worker (a fresh one may have replaced it). */
-  #forget(deviceId: string, worker: Worker): void {
-    if (this.#workers.get(deviceId) === worker) this.#workers.delete(deviceId);
+  #forget(key: string, worker: Worker): void {
+    if (this.#workers.get(key) === worker) this.#workers.delete(key);
   }
 
-  async #stop(deviceId: string, worker: Worker): Promise<void> {
-    this.#forget(deviceId, worker);
-    await worker.stop(this.#supervisor);
+  async #stop(key: string, worker: Worker): Promise<void> {
+    this.#forget(key, worker);
+    await worker.stop();
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.#workers.entries()].map(([deviceId, worker]) => this.#stop(deviceId, worker)));
+    await Promise.all([...this.#workers.entries()].map(([key, worker]) => this.#stop(key, worker)));
   }
 }
