@@ -86,6 +86,8 @@ export const ERRORS = {
 
   // Start-up and local files: they stop a command before it serves anything (never an HTTP answer of a route); the
   // message says what to do. The status is what a proxy in front would see were one ever passed on.
+  STORE_UNAVAILABLE: { status: 503, message: 'The store ({store}) cannot be written now ({detail}); this request was not accepted: retry after {retryAfter}s' },
+  NOT_LEADER: { status: 503, message: 'This orchestrator is a standby: the active one is {leader}. Send requests there, or retry here after {retryAfter}s' },
   STORE_TOO_NEW: { status: 500, message: 'The store is at schema version {found}, newer than this gpumesh knows ({known}): upgrade gpumesh, or point --data at another folder' },
   SECRET_FILE_INVALID: { status: 500, message: '{path} is not usable ({detail}); delete it to have a new one made' },
   TLS_MATERIAL_INVALID: { status: 500, message: 'The TLS material is not usable: {detail}' },
