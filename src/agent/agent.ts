@@ -12,7 +12,7 @@ import { workClock } from '../protocol/clock.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
 import type { GovernanceConfigInput } from '../protocol/engines/process-settings.js';
-import { AgentLink, type AgentLinkOptions } from './link.js';
+import { AgentLink, type AgentLinkOptions, type LinkTarget } from './link.js';
 import { LoadRequests } from './load-requests.js';
 import { ModelCache } from './model-cache.js';
 import { InputPictures } from './input-pictures.js';
@@ -26,8 +26,11 @@ import type { FoundTool, MissingTool } from './video/find-tool.js';
 
 
 export interface AgentOptions {
-  /** The orchestrator's base URL (model pulls and large outputs go there over HTTP). */
-  url: string;
+  /**
+   * The orchestrator's base URL, or several: orchestrators sharing one store, one active and the others standbys.
+   * The link goes round them until one welcomes it; model pulls and large outputs go over HTTP to the one linked.
+   */
+  url: string | readonly string[];
   /** Link to an orchestrator in this process instead of dialling `url` (`gpumesh up`): see AgentLinkOptions.connect. */
   connect?: AgentLinkOptions['connect'];
   /** An agent grant (`gpumesh grant create --agent --host <id>`). On a TLS mesh it names the CA to pin (`tls-ca`). */
@@ -96,7 +99,8 @@ export class Agent {
   readonly #cache: ModelCache;
   readonly #residency: Residency;
   readonly #link: AgentLink;
-  readonly #trust: ServerTrust;
+  /** The orchestrators it may link to, each trusted on its own (each serves the mesh's CA at its own URL). */
+  readonly #targets: LinkTarget[];
   readonly #batches: BatchRunner;
   readonly #unacked = new Map<string, Result>();
   #heartbeat: NodeJS.Timeout | null = null;
@@ -135,9 +139,13 @@ export class Agent {
     this.#engines = buildEngines({
       supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }), video,
     }, options.engines);
-    this.#trust = new ServerTrust(options.url, agentPins(options));
-    const fetchBlob = (digest: string, signal: AbortSignal): Promise<Response> =>
-      this.#trust.fetch(new URL(`/v1/blobs/${digest}`, options.url), { headers: { authorization: `Bearer ${options.grant}` }, signal });
+    const pins = agentPins(options);
+    this.#targets = (typeof options.url === 'string' ? [options.url] : options.url).map((url) => ({ url, trust: new ServerTrust(url, pins) }));
+    // Pulls go to the orchestrator linked now (the one dialled, while none is): after a failover, the one taken over.
+    const fetchBlob = (digest: string, signal: AbortSignal): Promise<Response> => {
+      const { url, trust } = this.#link.target;
+      return trust.fetch(new URL(`/v1/blobs/${digest}`, url), { headers: { authorization: `Bearer ${options.grant}` }, signal });
+    };
     this.#cache = new ModelCache(join(options.dataDir, 'models'), fetchBlob, {
       onRepair: (digest, reason) => log.warn({ digest, reason }, 'cached model file is corrupt; deleting it and pulling it again'),
     });
@@ -152,7 +160,7 @@ export class Agent {
       residency: this.#residency, pictures: new InputPictures(fetchBlob), log: log.child({ part: 'batches' }), reportDelayMs: this.#options.reportDelayMs,
       send: (message) => this.#link.send(message),
       report: (result) => this.#report(result),
-      deliver: { url: options.url, trust: this.#trust, inlineBytes: () => this.#inlineOutputBytes },
+      deliver: { target: () => this.#link.target, inlineBytes: () => this.#inlineOutputBytes },
       ended: (model) => {
         this.#loads.batchEnded(model);
         this.#checkDrained();
@@ -164,7 +172,7 @@ export class Agent {
       draining: () => this.#drain !== null,
     });
     this.#link = new AgentLink({
-      url: options.url, connect: options.connect, grant: options.grant, trust: this.#trust, log: log.child({ part: 'link' }),
+      targets: this.#targets, connect: options.connect, grant: options.grant, log: log.child({ part: 'link' }),
       hello: () => this.#hello(),
       onWelcome: (welcome) => {
         this.#inlineOutputBytes = welcome.inlineOutputBytes;
@@ -274,7 +282,7 @@ export class Agent {
     await this.#servers.stopAll();
     await this.#supervisor.stopAll();
     await this.#governor.close();
-    this.#trust.close();
+    for (const target of this.#targets) target.trust.close();
   }
 
   #hello(): Extract<AgentMessage, { type: 'hello' }> {

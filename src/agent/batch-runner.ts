@@ -1,11 +1,10 @@
 import type { Logger } from 'pino';
 import { pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type LoadPhases, type OrchestratorMessage } from '../protocol/index.js';
-import type { ServerTrust } from '../tls-client/index.js';
 import { BatchReports } from './batch-reports.js';
 import { EngineError, type JobOutput, type LoadedModel } from './engines/core/engine.js';
 import type { InputPictures } from './input-pictures.js';
 import type { Residency } from './residency.js';
-import { uploadFileOutput, uploadOutput } from './uploads.js';
+import { uploadFileOutput, uploadOutput, type UploadTarget } from './uploads.js';
 
 type Run = Extract<OrchestratorMessage, { type: 'run' }>;
 export type Result = Extract<AgentMessage, { type: 'done' | 'failed' }>;
@@ -20,8 +19,11 @@ export interface BatchRunnerDeps {
   send(message: AgentMessage): void;
   /** Send a job's result, kept until the orchestrator acknowledges it. */
   report(result: Result): void;
-  /** Where outputs go: small ones inline in the result (up to `inlineBytes()` a job), the rest uploaded. */
-  deliver: { url: string; trust: ServerTrust; inlineBytes(): number };
+  /**
+   * Where outputs go: small ones inline in the result (up to `inlineBytes()` a job), the rest uploaded to `target()`,
+   * the orchestrator linked now (asked again at each try of an upload, so one cut off by a failover goes to the next).
+   */
+  deliver: { target(): UploadTarget; inlineBytes(): number };
   /** A batch ended (its model may unload, a drain may be done). */
   ended(model: string): void;
 }
@@ -170,11 +172,11 @@ export class BatchRunner {
           artifacts.push({ digest: sha256Digest(file.bytes), bytes: file.bytes.length, ...described, inline: Buffer.from(file.bytes).toString('base64') });
           continue;
         }
-        artifacts.push({ ...(await uploadOutput(this.#deps.deliver.url, this.#deps.deliver.trust, job.id, message.uploadCredential, file)), ...described });
+        artifacts.push({ ...(await uploadOutput(this.#deps.deliver.target, job.id, message.uploadCredential, file)), ...described });
       }
       // Files the engine left on disk (a clip and its poster) are streamed to the upload route, never read whole.
       for (const file of output.onDisk ?? []) {
-        const uploaded = await uploadFileOutput(this.#deps.deliver.url, this.#deps.deliver.trust, job.id, message.uploadCredential, file);
+        const uploaded = await uploadFileOutput(this.#deps.deliver.target, job.id, message.uploadCredential, file);
         artifacts.push({ ...uploaded, mediaType: file.mediaType, width: file.width, height: file.height });
       }
       this.#deps.report({

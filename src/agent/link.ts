@@ -29,17 +29,25 @@ export interface AgentSocket {
   on(event: 'close', listener: (code: number, reason: { toString(): string }) => void): unknown;
 }
 
-export interface AgentLinkOptions {
-  /** The orchestrator's base URL (http or https). */
+/** One orchestrator the agent may link to: its base URL (http or https) and how to trust its certificate. */
+export interface LinkTarget {
   url: string;
+  /** An https URL with a pinned CA gives wss: verified against that CA alone (fetched from this URL). */
+  trust: ServerTrust;
+}
+
+export interface AgentLinkOptions {
+  /**
+   * The orchestrators to dial: one, or several sharing one store (one active, the others standbys that refuse the
+   * link). A dial that fails goes on to the next at once; the backoff is waited once per round of them all.
+   */
+  targets: readonly LinkTarget[];
   /**
    * Dial in-process instead: the link's other end is an orchestrator in this process (`gpumesh up`), which
-   * has checked the grant already. Throws if it refuses. Default: a WebSocket to `url`.
+   * has checked the grant already. Throws if it refuses. Default: a WebSocket to the targets.
    */
   connect?: () => AgentSocket;
   grant: string;
-  /** How to trust the orchestrator's certificate (an https URL with a pinned CA gives wss: verified against that CA alone). */
-  trust: ServerTrust;
   log: Logger;
   /** Built fresh for each connection, so it carries the work in flight right now. */
   hello(): Hello;
@@ -53,6 +61,11 @@ export interface AgentLinkOptions {
   onDisconnected?(): void;
   /** The watchdog's time (a fake in tests). Default: the system clock. */
   clock?: Clock;
+  /**
+   * How long one dial may take, up to the upgrade's answer. Default 10 s with one target; 4 s with several, so a
+   * host that went dark (no refusal, only silence) holds up reaching the next for seconds, not ten.
+   */
+  handshakeTimeoutMs?: number;
 }
 
 /** An orchestrator that does not say how long a silent link lasts (older than the field): this many heartbeats. */
@@ -62,11 +75,20 @@ const SILENT_HEARTBEATS = 3;
  * The agent's end of the link: dials out (so it works behind NAT), says
  * hello, and redials with exponential backoff and jitter whenever the
  * connection drops — or goes silent (LinkWatchdog) — until it is closed or refused.
+ *
+ * With several orchestrators it goes round them: a dial that fails (refused, timed out, an upgrade answered with
+ * anything but 101 — a standby's 503 NOT_LEADER —, or closed before the welcome) goes on to the next target at once,
+ * and a link that drops redials starting with the next one. The backoff is waited before each round, not before each
+ * target: a dead first orchestrator costs the time its refusal takes, not a backoff, on the way to a live second.
  */
 export class AgentLink {
   readonly #options: AgentLinkOptions;
   readonly #backoffFactory = new ExponentialBackoff({ initialDelay: 200, maxDelay: 5000 });
   #backoff: IBackoff<unknown> | null = null;
+  /** The target being dialled, or linked to. */
+  #index = 0;
+  /** Dials that failed since the last round began; at the number of targets the round is over. */
+  #failedThisRound = 0;
   #socket: AgentSocket | null = null;
   /** The connection under the WebSocket, corked for a tick at each send. */
   #transport: Writable | null = null;
@@ -77,11 +99,18 @@ export class AgentLink {
   #refused: string | null = null;
 
   constructor(options: AgentLinkOptions) {
+    // An invariant: the CLI parses its URL list and refuses an empty one.
+    if (options.targets.length === 0) throw new Error('AgentLink needs at least one orchestrator to dial');
     this.#options = options;
   }
 
   get connected(): boolean {
     return this.#connected;
+  }
+
+  /** The orchestrator being dialled, or linked to: where model pulls and uploads go. */
+  get target(): LinkTarget {
+    return this.#options.targets[this.#index]!;
   }
 
   start(): void {
@@ -121,32 +150,57 @@ export class AgentLink {
       sendLinkMessage(socket, this.#options.hello());
       return;
     }
-    // The CA is pinned before the first byte of the grant goes out; a CA that is not the pinned one ends the agent.
-    this.#options.trust.ca().then((ca) => this.#open(ca), (error: unknown) => {
+    // The CA is pinned before the first byte of the grant goes out; a CA that is not the pinned one ends the agent
+    // (every target is an orchestrator of the same mesh, pinned by the same grant: one that is not is an impostor or
+    // a mistake, said loudly rather than skipped). A CA that cannot be fetched — a dead host, a standby — is a dial
+    // that failed.
+    const target = this.target;
+    target.trust.ca().then((ca) => this.#open(target, ca), (error: unknown) => {
       if (this.#closed) return;
       if (error instanceof TlsPinError) {
         this.#closed = true;
         this.#options.onRejected(error.message, 'agent');
         return;
       }
-      this.#redial({ reason: (error as Error).message });
+      this.#failed({ reason: (error as Error).message });
     });
   }
 
+  /** A dial failed before the welcome: on to the next target now, or, when every one failed this round, after the backoff. */
+  #failed(why: Record<string, unknown>): void {
+    if (this.#closed) return;
+    const { targets, log } = this.#options;
+    if (targets.length === 1) {
+      this.#redial(why);
+      return;
+    }
+    const failed = this.target.url;
+    this.#index = (this.#index + 1) % targets.length;
+    if (++this.#failedThisRound < targets.length) {
+      log.info({ ...why, url: failed, next: this.target.url }, 'could not link to this orchestrator; trying the next');
+      this.#timer = setTimeout(() => this.#dial(), 0);
+      return;
+    }
+    this.#redial({ ...why, url: failed, tried: targets.length });
+  }
+
+  /** Wait the backoff, then begin a round at the current target. */
   #redial(why: Record<string, unknown>): void {
     if (this.#closed) return;
+    this.#failedThisRound = 0;
     this.#backoff = (this.#backoff ?? this.#backoffFactory).next(undefined);
     const delay = this.#backoff.duration;
-    this.#options.log.info({ ...why, retryInMs: Math.round(delay) }, 'link down; redialling');
+    this.#options.log.info({ ...why, retryInMs: Math.round(delay), ...(this.#options.targets.length > 1 ? { next: this.target.url } : {}) }, 'link down; redialling');
     this.#timer = setTimeout(() => this.#dial(), delay);
   }
 
-  #open(ca: string | undefined): void {
+  #open(target: LinkTarget, ca: string | undefined): void {
     if (this.#closed) return;
-    const { log } = this.#options;
-    const url = new URL(LINK_PATH, this.#options.url);
+    const { log, targets } = this.#options;
+    const url = new URL(LINK_PATH, target.url);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    const socket = new WebSocket(url, { headers: { authorization: `Bearer ${this.#options.grant}` }, handshakeTimeout: 10_000, ca });
+    const handshakeTimeout = this.#options.handshakeTimeoutMs ?? (targets.length > 1 ? 4000 : 10_000);
+    const socket = new WebSocket(url, { headers: { authorization: `Bearer ${this.#options.grant}` }, handshakeTimeout, ca });
     socket.on('upgrade', (response) => {
       this.#transport = response.socket;
     });
@@ -157,15 +211,19 @@ export class AgentLink {
       let body = '';
       response.on('data', (chunk: Buffer) => (body += chunk.toString()));
       response.on('end', () => {
-        const message = (() => {
-          try { return (JSON.parse(body) as { error?: { message?: string } }).error?.message ?? body; } catch { return body; }
+        const error = (() => {
+          try { return (JSON.parse(body) as { error?: { code?: string; message?: string } }).error; } catch { return undefined; }
         })();
+        const message = error?.message ?? body;
         if (response.statusCode === 401 || response.statusCode === 403) {
           this.#refused = `HTTP ${response.statusCode}: ${message}`;
           this.#options.onRejected(this.#refused, 'orchestrator');
           this.#closed = true;
+        } else if (error?.code === 'NOT_LEADER') {
+          // A standby of a mesh whose orchestrators share one store: expected, and the next target is tried.
+          log.info({ url: target.url, status: response.statusCode, code: error.code }, 'this orchestrator is a standby; not linking to it');
         } else {
-          log.warn({ status: response.statusCode, message }, 'orchestrator refused the link; will retry');
+          log.warn({ url: target.url, status: response.statusCode, code: error?.code, message }, 'orchestrator refused the link; will retry');
         }
         socket.terminate();
       });
@@ -173,7 +231,7 @@ export class AgentLink {
     socket.on('error', (error) => {
       // A close event always follows; the redial happens there. A TLS failure (a name the certificate
       // lacks, a chain the pinned CA did not sign) will not mend itself, so it is said loudly.
-      const tls = this.#options.trust.explain(error);
+      const tls = target.trust.explain(error);
       if (tls) log.error({ err: error }, tls);
       else if (!this.#refused) log.debug({ err: error }, 'link error');
     });
@@ -200,7 +258,8 @@ export class AgentLink {
       if (message.type === 'welcome') {
         this.#connected = true;
         this.#backoff = null;
-        log.info({ session: message.session, url: this.#options.url }, 'linked to the orchestrator');
+        this.#failedThisRound = 0;
+        log.info({ session: message.session, url: this.target.url }, 'linked to the orchestrator');
         const silentAfterMs = message.staleAfterMs ?? SILENT_HEARTBEATS * message.heartbeatMs;
         watchdog?.stop();
         watchdog = new LinkWatchdog(socket, {
@@ -221,8 +280,21 @@ export class AgentLink {
         this.#closed = true;
         this.#options.onRejected(reason.toString() || 'rejected', 'orchestrator');
       }
-      if (wasConnected) this.#options.onDisconnected?.();
-      this.#redial({ code, reason: reason.toString() });
+      const why = { code, reason: reason.toString() };
+      if (!wasConnected) {
+        this.#failed(why);
+        return;
+      }
+      this.#options.onDisconnected?.();
+      // The orchestrator it was linked to may be gone: the next round starts with the next one (a standby taking over).
+      const { targets } = this.#options;
+      if (targets.length === 1) {
+        this.#redial(why);
+        return;
+      }
+      const dropped = this.target.url;
+      this.#index = (this.#index + 1) % targets.length;
+      this.#redial({ ...why, url: dropped });
     });
   }
 }

@@ -9,6 +9,12 @@ import { EngineError, type OutputFile, type OutputOnDisk } from './engines/core/
 
 const ATTEMPTS = 6;
 
+/** The orchestrator an output goes to: asked at each try, since a failover may have linked the agent to another. */
+export interface UploadTarget {
+  url: string;
+  trust: ServerTrust;
+}
+
 /** A body to send: bytes in memory, or a file streamed from disk (opened afresh for every attempt). */
 type Body = { bytes: Uint8Array } | { path: string; size: number };
 
@@ -36,26 +42,28 @@ function put(url: URL, agent: http.Agent, headers: Record<string, string>, body:
  * Upload one output of a job with its batch's upload credential. The digest is computed here
  * and named in the URL; the orchestrator recomputes it while storing and
  * refuses a mismatch. Network failures and 5xx are retried with backoff,
- * because an orchestrator restart should not cost a finished result.
+ * because an orchestrator restart — or a standby taking over, where `target()` then
+ * names the new one — should not cost a finished result.
  * Connections come from the trust's keep-alive agent (with the pinned CA on
  * a TLS mesh): a fresh handshake per output would dominate small jobs.
  */
-export async function uploadOutput(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
-  return send(baseUrl, trust, jobId, credential, sha256Digest(file.bytes), file.mediaType, { bytes: file.bytes });
+export async function uploadOutput(target: () => UploadTarget, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
+  return send(target, jobId, credential, sha256Digest(file.bytes), file.mediaType, { bytes: file.bytes });
 }
 
 /** Upload an output the engine left on disk (a video), streamed from the file; the engine hashed it (streaming too) once it was finished. */
-export async function uploadFileOutput(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, file: OutputOnDisk): Promise<{ digest: string; bytes: number }> {
-  return send(baseUrl, trust, jobId, credential, file.digest, file.mediaType, { path: file.path, size: file.size });
+export async function uploadFileOutput(target: () => UploadTarget, jobId: string, credential: string, file: OutputOnDisk): Promise<{ digest: string; bytes: number }> {
+  return send(target, jobId, credential, file.digest, file.mediaType, { path: file.path, size: file.size });
 }
 
-async function send(baseUrl: string, trust: ServerTrust, jobId: string, credential: string, digest: string, mediaType: string, body: Body): Promise<{ digest: string; bytes: number }> {
+async function send(target: () => UploadTarget, jobId: string, credential: string, digest: string, mediaType: string, body: Body): Promise<{ digest: string; bytes: number }> {
   const bytes = 'bytes' in body ? body.bytes.length : body.size;
-  const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
   let lastError = '';
   let storeAway = false;
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
+    const { url: baseUrl, trust } = target();
+    const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
     try {
       const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': mediaType }, body);
       if (response.status >= 200 && response.status < 300) return { digest, bytes };

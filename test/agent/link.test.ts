@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -9,6 +9,8 @@ import { FakeClock } from '../helpers/fake-clock.js';
 import { LINK_PROTOCOL_VERSION, type AgentMessage } from '../../src/protocol/index.js';
 import { ServerTrust } from '../../src/tls-client/index.js';
 import { waitFor } from '../helpers/mesh.js';
+import { freePort } from '../helpers/processes.js';
+import { standbyStandin } from '../helpers/standby-standin.js';
 
 describe('the agent link watchdog (fake clock)', () => {
   it('pings every interval while it hears something; terminates the socket after silentAfterMs of silence', () => {
@@ -99,7 +101,7 @@ describe('the agent link over a real socket', () => {
   async function link(url: string, clock: FakeClock): Promise<{ link: AgentLink; disconnects: number[] }> {
     const disconnects: number[] = [];
     const agentLink = new AgentLink({
-      url, grant: 'g', trust: new ServerTrust(url), log: pino({ level: 'silent' }), hello, clock,
+      targets: [{ url, trust: new ServerTrust(url) }], grant: 'g', log: pino({ level: 'silent' }), hello, clock,
       onWelcome: () => {}, onMessage: () => {}, onRejected: () => {}, onDisconnected: () => disconnects.push(clock.now()),
     });
     agentLink.start();
@@ -141,5 +143,111 @@ describe('the agent link over a real socket', () => {
     expect(agentLink.connected).toBe(true);
     expect(disconnects).toEqual([]);
     expect(orchestrator.connections).toHaveLength(1);
+  });
+});
+
+/** A port that accepts connections and never answers: a host that went dark behind a firewall that drops nothing. */
+async function blackhole(): Promise<{ url: string; accepted(): number; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let accepted = 0;
+  const server = createServer((socket) => {
+    accepted++;
+    sockets.add(socket);
+    socket.on('error', () => {});
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    accepted: () => accepted,
+    async close() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe('the agent link with several orchestrators (real sockets)', () => {
+  const cleanup: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const step of cleanup.splice(0)) await step();
+  });
+
+  function dial(urls: string[], options: { handshakeTimeoutMs?: number } = {}): { link: AgentLink; logs: Record<string, unknown>[] } {
+    const logs: Record<string, unknown>[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) });
+    const agentLink = new AgentLink({
+      targets: urls.map((url) => ({ url, trust: new ServerTrust(url) })), grant: 'g', log, hello, ...options,
+      onWelcome: () => {}, onMessage: () => {}, onRejected: () => {},
+    });
+    agentLink.start();
+    cleanup.push(() => agentLink.close());
+    return { link: agentLink, logs };
+  }
+
+  it('skips a dead URL and a standby (503 NOT_LEADER) without waiting a backoff between them, and links to the live one', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const standby = await standbyStandin();
+    cleanup.push(() => standby.close());
+    const live = await silentOrchestrator({ answerPings: true });
+    cleanup.push(() => live.close());
+    const started = performance.now();
+    const { link: agentLink, logs } = dial([dead, standby.url, live.url]);
+    await waitFor(() => agentLink.connected, { what: 'the link to the live orchestrator' });
+    const tookMs = performance.now() - started;
+    // Each failed dial went on to the next at once: no backoff was waited (it is waited only after a whole round).
+    expect(logs.filter((line) => line.msg === 'could not link to this orchestrator; trying the next').map((line) => [line.url, line.next]))
+      .toEqual([[dead, standby.url], [standby.url, live.url]]);
+    expect(logs.some((line) => line.msg === 'link down; redialling')).toBe(false);
+    expect(tookMs).toBeLessThan(1000); // two refusals on loopback: milliseconds
+    expect(standby.upgrades()).toBe(1);
+    expect(agentLink.target.url).toBe(live.url);
+    expect(logs.find((line) => line.msg === 'linked to the orchestrator')).toMatchObject({ url: live.url });
+    expect(logs.find((line) => line.msg === 'this orchestrator is a standby; not linking to it')).toMatchObject({ url: standby.url, status: 503 });
+  });
+
+  it('goes on to the next after a dial that times out (a host gone dark) or is closed before the welcome', async () => {
+    const dark = await blackhole();
+    cleanup.push(() => dark.close());
+    // Upgrades, then closes on the hello without a welcome: an orchestrator that stops before taking the agent.
+    const closing = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await once(closing, 'listening');
+    closing.on('connection', (socket) => socket.once('message', () => socket.close(1013, 'try later')));
+    cleanup.push(() => new Promise<void>((resolve) => closing.close(() => resolve())));
+    const live = await silentOrchestrator({ answerPings: true });
+    cleanup.push(() => live.close());
+    const { link: agentLink } = dial([dark.url, `http://127.0.0.1:${(closing.address() as AddressInfo).port}`, live.url], { handshakeTimeoutMs: 300 });
+    await waitFor(() => agentLink.connected, { timeoutMs: 5000, what: 'the link to the live orchestrator' });
+    expect(dark.accepted()).toBe(1);
+    expect(agentLink.target.url).toBe(live.url);
+  });
+
+  it('a link that drops redials the next orchestrator first; the backoff is waited once per round of them all', async () => {
+    const first = await silentOrchestrator({ answerPings: true });
+    const second = await silentOrchestrator({ answerPings: true });
+    cleanup.push(() => second.close());
+    const { link: agentLink, logs } = dial([first.url, second.url]);
+    await waitFor(() => agentLink.connected, { what: 'the first link' });
+    expect(agentLink.target.url).toBe(first.url);
+    const dropped = performance.now();
+    await first.close(); // its connections terminated and the port closed: what a killed orchestrator leaves
+    await waitFor(() => second.connections.length === 1 && agentLink.connected, { timeoutMs: 5000, what: 'the link to the second' });
+    const relinkMs = performance.now() - dropped;
+    expect(agentLink.target.url).toBe(second.url);
+    // One backoff (the first of a round: 200 ms or so, with jitter), not one per URL; well under the 5 s cap.
+    expect(relinkMs).toBeLessThan(2000);
+    expect(logs.filter((line) => line.msg === 'linked to the orchestrator').map((line) => line.url)).toEqual([first.url, second.url]);
+  });
+
+  it('with every orchestrator a standby, it tries each once per round, in turn', async () => {
+    const standbys = [await standbyStandin(), await standbyStandin()];
+    for (const standby of standbys) cleanup.push(() => standby.close());
+    const { link: agentLink } = dial(standbys.map((standby) => standby.url));
+    await waitFor(() => standbys[1]!.upgrades() >= 3, { timeoutMs: 15_000, what: 'three rounds' });
+    // Round robin: the first is never more than one dial ahead of the second, nor behind it.
+    const [a, b] = standbys.map((standby) => standby.upgrades()) as [number, number];
+    expect(a - b).toBeGreaterThanOrEqual(0);
+    expect(a - b).toBeLessThanOrEqual(1);
+    expect(agentLink.connected).toBe(false);
   });
 });
