@@ -4,7 +4,8 @@ import { Command, Option } from 'commander';
 import { pino } from 'pino';
 import type { DrainReport } from '../../agent/control.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
-import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrl } from '../common/settings.js';
+import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrls } from '../common/settings.js';
+import { parseUrlList } from '../common/url-list.js';
 import { CliError, parseInteger, parseList } from '../common/output.js';
 
 interface AgentFlags {
@@ -83,12 +84,13 @@ export function agentCommand(): Command {
     .description([
       'Run the agent of this host: dial the orchestrator and run its jobs on local devices.',
       'Join with the line `gpumesh grant create --agent` prints: gpumesh agent --join <url> --grant <grant>.',
+      'Orchestrators sharing one store (one active, the others standing by) are joined with all their URLs, comma-separated: --join http://nas1:7070,http://nas2:7070; the agent links to whichever is active and goes on to the next when its link drops.',
       'SIGTERM (or Ctrl-C, or `gpumesh agent drain`) drains it: it finishes the work in flight, takes no more and exits 0; a second signal exits at once.',
     ].join('\n'))
     // Options after `drain` are the subcommand's own (it has --data and --host too).
     .enablePositionalOptions()
-    .option('--join <url>', 'the orchestrator to join (the same as --url)')
-    .option('--url <url>', 'orchestrator URL, https:// for a TLS mesh (env GPUMESH_URL; default http://127.0.0.1:7070)')
+    .option('--join <urls>', 'the orchestrator to join, or several sharing one store, comma-separated (the same as --url)')
+    .option('--url <urls>', 'orchestrator URL, https:// for a TLS mesh, or several comma-separated, tried in turn (env GPUMESH_URL; default http://127.0.0.1:7070)')
     .option('--grant <grant>', 'agent join grant (env GPUMESH_GRANT); a TLS mesh\'s grant names the CA the agent pins')
     .option('--grant-file <path>', 'read the grant from a file')
     .option('--host <id>', 'this host\'s id (default: the grant\'s host, else this machine\'s hostname)')
@@ -114,7 +116,7 @@ export function agentCommand(): Command {
     ].join('\n'))
     .option('--data <dir>', 'the agent\'s data folder, as given to `gpumesh agent --data` (default <GPUMESH_HOME or ./.gpumesh>/agent)')
     .option('--host <id>', 'drain this host through the orchestrator instead of the local agent')
-    .option('--url <url>', 'with --host: orchestrator URL (env GPUMESH_URL)')
+    .option('--url <urls>', 'with --host: orchestrator URL, or several comma-separated, tried in turn (env GPUMESH_URL)')
     .option('--grant <grant>', 'with --host: an admin grant (env GPUMESH_GRANT; default: <GPUMESH_HOME>/admin.grant)')
     .option('--grant-file <path>', 'with --host: read the grant from a file')
     .option('--tls-ca-fingerprint <sha256>', 'with --host: pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
@@ -136,7 +138,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   const reports = new Set<(line: DrainReport) => void>();
   const agent = await Agent.create({
     log,
-    url: flags.join ?? resolveUrl(flags), grant, host: flags.host ?? fromGrant.host ?? hostname(),
+    url: flags.join === undefined ? resolveUrls(flags) : parseUrlList(flags.join, '--join'), grant, host: flags.host ?? fromGrant.host ?? hostname(),
     classes: flags.classes ? parseList(flags.classes) : fromGrant.classes ?? parseList(DEFAULT_CLASSES),
     dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
     concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,

@@ -4,6 +4,7 @@ import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from 
 import { LISTEN_FILE, readListenFile } from '../../orchestrator/listen-file.js';
 import { MeshClient } from './client.js';
 import { CliError } from './output.js';
+import { parseUrlList } from './url-list.js';
 import { alive } from '../../agent/governance/cgroups/cgroupfs.js';
 
 /** Where the mesh keeps its data: --data, then $GPUMESH_HOME, then ./.gpumesh. */
@@ -12,6 +13,7 @@ export function dataDir(option?: string): string {
 }
 
 export interface ClientOptions {
+  /** One orchestrator URL, or several comma-separated (`--url`). */
   url?: string;
   grant?: string;
   grantFile?: string;
@@ -33,34 +35,39 @@ export function resolveGrant(options: ClientOptions): string | null {
 }
 
 
-/** The URL a command talks to and where it came from (said when the orchestrator cannot be reached). */
+/** The URLs a command talks to and where they came from (said when no orchestrator can be reached). */
 export interface ResolvedUrl {
-  url: string;
+  /**
+   * One orchestrator, or several sharing one store (`--url a,b`): a request goes to the next when one cannot be
+   * reached or answers NOT_LEADER (see MeshClient).
+   */
+  urls: string[];
   source: string;
 }
 
 /**
- * The orchestrator's URL: --url, then $GPUMESH_URL, then where the mesh using the data folder (--data, else
- * $GPUMESH_HOME, else ./.gpumesh) listens — <data>/listen.json, written by `up` and `serve`, while its process
- * runs — then http://127.0.0.1:7070.
+ * The orchestrator's URLs: --url, then $GPUMESH_URL (each one URL or several, comma-separated), then where the mesh
+ * using the data folder (--data, else $GPUMESH_HOME, else ./.gpumesh) listens — <data>/listen.json, written by `up`
+ * and `serve`, while its process runs — then http://127.0.0.1:7070. `flag` names the option for error messages
+ * (`--join` for the agent).
  */
-export function resolveUrlWithSource(options: ClientOptions): ResolvedUrl {
-  if (options.url) return { url: options.url, source: '--url' };
-  if (process.env.GPUMESH_URL) return { url: process.env.GPUMESH_URL, source: 'GPUMESH_URL' };
+export function resolveUrlWithSource(options: ClientOptions, flag = '--url'): ResolvedUrl {
+  if (options.url) return { urls: parseUrlList(options.url, flag), source: flag };
+  if (process.env.GPUMESH_URL) return { urls: parseUrlList(process.env.GPUMESH_URL, 'GPUMESH_URL'), source: 'GPUMESH_URL' };
   const data = dataDir(options.data);
   const folder = options.data ? `--data ${data}` : process.env.GPUMESH_HOME ? `GPUMESH_HOME=${data}` : `the default data folder ${data}`;
   const file = join(data, LISTEN_FILE);
   const record = readListenFile(data);
-  if (record && alive(record.pid)) return { url: record.url, source: `${file}, where the mesh of ${folder} (pid ${record.pid}) listens` };
+  if (record && alive(record.pid)) return { urls: [record.url], source: `${file}, where the mesh of ${folder} (pid ${record.pid}) listens` };
   const stale = record ? `the mesh recorded in ${file} (pid ${record.pid}) is not running` : `no mesh recorded in ${file}`;
   // A mesh started before listen.json existed wrote only this.
   const legacy = join(data, 'orchestrator.url');
-  if (!record && existsSync(legacy)) return { url: readFileSync(legacy, 'utf8').trim(), source: legacy };
-  return { url: 'http://127.0.0.1:7070', source: `the default: ${stale}` };
+  if (!record && existsSync(legacy)) return { urls: [readFileSync(legacy, 'utf8').trim()], source: legacy };
+  return { urls: ['http://127.0.0.1:7070'], source: `the default: ${stale}` };
 }
 
-export function resolveUrl(options: ClientOptions): string {
-  return resolveUrlWithSource(options).url;
+export function resolveUrls(options: ClientOptions, flag?: string): string[] {
+  return resolveUrlWithSource(options, flag).urls;
 }
 
 /** A fingerprint from --tls-ca-fingerprint, then $GPUMESH_TLS_CA_FINGERPRINT; a malformed one stops the command. */
@@ -77,16 +84,17 @@ export function explicitPin(options: { tlsCaFingerprint?: string }): Pin | null 
  * else, for an https URL and a grant that names no CA (an admin.grant minted before TLS was on),
  * the CA of the local mesh in <data>/tls/ca.crt — the data folder is this machine's own.
  */
-export function resolvePins(options: ClientOptions, url: string, grant: string | null): Pin[] {
+export function resolvePins(options: ClientOptions, url: string | readonly string[], grant: string | null): Pin[] {
   const explicit = explicitPin(options);
   if (explicit) return [explicit];
-  if (!url.startsWith('https:') || pinsOfGrant(grant).length > 0) return [];
+  const https = (typeof url === 'string' ? [url] : url).some((one) => one.startsWith('https:'));
+  if (!https || pinsOfGrant(grant).length > 0) return [];
   const local = join(dataDir(options.data), 'tls', 'ca.crt');
   return existsSync(local) ? [{ fingerprint: certificateFingerprint(readFileSync(local, 'utf8')), source: local }] : [];
 }
 
 export function clientFrom(options: ClientOptions): MeshClient {
-  const { url, source } = resolveUrlWithSource(options);
+  const { urls, source } = resolveUrlWithSource(options);
   const grant = resolveGrant(options);
-  return new MeshClient(url, grant, { pins: resolvePins(options, url, grant), urlSource: source });
+  return new MeshClient(urls, grant, { pins: resolvePins(options, urls, grant), urlSource: source });
 }
