@@ -217,8 +217,9 @@ export class MeshClient {
 
   /**
    * Follow one job's events until its terminal event; returns that event. When the stream drops before it (the
-   * orchestrator went away), it is opened again — at the next URL first, for the one that dropped may be gone, each
-   * tried in turn for up to FOLLOW_RECONNECT_MS — with `Last-Event-ID` naming the last event heard. The job's stream
+   * orchestrator went away), or cannot be opened, it is opened again — at the next URL first, for the one that
+   * dropped may be gone, each tried in turn for up to FOLLOW_RECONNECT_MS — with `Last-Event-ID` naming the last
+   * event heard. The job's stream
    * starts with a snapshot of where the job stands (its `queued` event, then where it runs), so after a reconnect
    * `onEvent` may hear an event again.
    */
@@ -235,9 +236,12 @@ export class MeshClient {
         if (heard.lastEventId !== null) headers['last-event-id'] = heard.lastEventId;
         response = await this.#fetch(path, { headers: this.#headers(headers), signal });
       } catch (error) {
-        // Only a reconnect waits for an orchestrator to come back (or a standby to take over); a first try says why at once.
+        // The job exists, so its mesh was there moments ago: one that cannot be reached now, or has only standbys, is
+        // waited for (an orchestrator restarting, a standby taking over), from the first try — the orchestrator may
+        // have died between the submit and this request.
         const away = error instanceof ApiError && (error.code === 'UNREACHABLE' || error.code === 'NOT_LEADER');
-        if (droppedAt === null || !away || Date.now() - droppedAt > FOLLOW_RECONNECT_MS) throw error;
+        droppedAt ??= Date.now();
+        if (!away || Date.now() - droppedAt > FOLLOW_RECONNECT_MS) throw error;
         await sleep(retryMs, undefined, { signal });
         retryMs = Math.min(FOLLOW_RETRY_MAX_MS, retryMs * 2);
         continue;
