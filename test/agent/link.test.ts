@@ -233,6 +233,7 @@ describe('the agent link with several orchestrators (real sockets)', () => {
     await first.close(); // its connections terminated and the port closed: what a killed orchestrator leaves
     await waitFor(() => second.connections.length === 1 && agentLink.connected, { timeoutMs: 5000, what: 'the link to the second' });
     const relinkMs = performance.now() - dropped;
+    process.stdout.write(`link failover: the first orchestrator gone -> linked to the second in ${Math.round(relinkMs)} ms\n`);
     expect(agentLink.target.url).toBe(second.url);
     // One backoff (the first of a round: 200 ms or so, with jitter), not one per URL; well under the 5 s cap.
     expect(relinkMs).toBeLessThan(2000);
