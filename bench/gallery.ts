@@ -67,7 +67,7 @@ mkdirSync(dir, { recursive: true });
 const pixels = Buffer.alloc(512 * 512 * 3);
 for (let i = 0; i < pixels.length; i++) pixels[i] = (i * 2654435761) >>> 24;
 const png = await sharp(pixels, { raw: { width: 512, height: 512, channels: 3 } }).png().toBuffer();
-const thumbnails = new Thumbnails({ dir, record: () => ({ bytes: png.length, mediaType: 'image/png' }), open: async () => Readable.from([png]) });
+const thumbnails = new Thumbnails({ dir, record: async () => ({ bytes: png.length, mediaType: 'image/png' }), open: async () => Readable.from([png]) });
 const thumbRows: { what: string; ms: number; bytes: number }[] = [];
 for (let n = 0; n < 5; n++) {
   const digest = `sha256:${String(n).padStart(64, '0')}`;

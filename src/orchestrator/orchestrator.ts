@@ -32,7 +32,7 @@ import { Admission, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from
 import { buildServer } from './server.js';
 import { secretFile } from './secret-file.js';
 import { MeshStatus } from './status/mesh-status.js';
-import { blobs, Checkpointer, grants, GroupCommit, openDb, type Db } from './store/index.js';
+import { SqliteStore, type MeshStore } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls-server/index.js';
 import { MeshError, type HostView } from '../protocol/index.js';
 import { VERSION } from '../version.js';
@@ -52,16 +52,22 @@ export interface OrchestratorOptions {
   logger?: Logger;
   /** Where the gallery's files are; default: web/ of this package. */
   webRoot?: string;
+  /** The store; default: SQLite in the data folder. Orchestrators sharing PostgreSQL are each given theirs (mesh-runner.ts). */
+  store?: MeshStore;
+  /** The secret grants are signed with, where orchestrators share it (the store's); default: <data>/secret.key. */
+  rootKey?: Buffer;
+  /** The orchestrators sharing the store, for GET /v1/status; absent: this one alone. */
+  orchestrators?: () => Promise<unknown[]>;
+  /** Run once the orchestrator has closed (a shared one lets its lease go). */
+  afterClose?: () => Promise<void>;
 }
 
 /** The parts the facade itself needs after start; everything else lives inside them. */
 interface Parts {
   config: MeshConfig;
   log: Logger;
-  db: Db;
-  commits: GroupCommit;
-  /** WAL checkpoints off the event loop (null for a store that cannot share its file). */
-  checkpointer: Checkpointer | null;
+  store: MeshStore;
+  afterClose?: () => Promise<void>;
   authority: GrantAuthority;
   issuer: GrantIssuer;
   status: MeshStatus;
@@ -105,15 +111,13 @@ export class Orchestrator {
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
 
-    const storePath = join(config.data, 'store.sqlite');
-    const db = openDb(storePath);
-    const checkpointer = Checkpointer.start(db, storePath);
-    const commits = new GroupCommit(db);
+    const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data);
+    const { commits } = store;
     // Blob-store hook: a folder under data (default) or a bucket (mesh.yaml's blobs); everything below uses the interface.
     const blobStore = openBlobStore(config);
     if (config.blobs.kind !== 'local') log.info({ blobs: blobStore.location }, 'blobs are kept in a bucket');
     const registry = new ModelRegistry(config);
-    const recordBlob = (digest: string, bytes: number, mediaType: string): void => commits.write(() => blobs.recordBlob(db, { digest, bytes, mediaType }, clock.now()));
+    const recordBlob = (digest: string, bytes: number, mediaType: string): void => commits.write(() => store.blobs.recordBlob({ digest, bytes, mediaType }, clock.now()));
     await registry.addBuiltins(blobStore, recordBlob);
     // Engine-registry hook: models declared in mesh.yaml (files imported); a model of an engine this orchestrator does not know is said once.
     for (const model of unknownEngines(await registry.addDeclared(blobStore, recordBlob))) {
@@ -122,20 +126,20 @@ export class Orchestrator {
     const hosts = new HostRegistry();
     // Models added at run time (gpumesh models add), back from the store; their unloads once removed go to the hosts.
     const catalog = new ModelCatalog({
-      db, commits, clock, config, registry, blobs: blobStore,
+      store, commits, clock, config, registry, blobs: blobStore,
       unloadEverywhere: (name) => { for (const host of hosts) if (host.hasReplica(name)) host.send({ type: 'unload', model: name }); },
     });
-    const restored = catalog.restore();
+    const restored = await catalog.restore();
     if (restored > 0) log.info({ versions: restored }, 'models added at run time are back');
     registry.checkPolicies();
 
-    const rootKey = Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
+    const rootKey = options.rootKey ?? Buffer.from(secretFile(join(config.data, 'secret.key'), () => randomBytes(32).toString('base64')), 'base64');
     // TLS hook: the private CA and server certificate (null for plain HTTP); every grant minted here names the CA to pin.
     const tls = await loadServerTls(config, clock.now(), log);
     const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
-    const authority = new GrantAuthority(rootKey, location, grants.revokedGrantIds(db), tls ? [tlsCaCaveat(tls)] : []);
-    const audit = new AuditLog({ db, commits, clock, retention: { days: config.audit.retentionDays, maxRows: config.audit.maxRows } });
-    const issuer = new GrantIssuer({ db, commits, clock, authority, audit });
+    const authority = new GrantAuthority(rootKey, location, await store.grants.revokedGrantIds(), tls ? [tlsCaCaveat(tls)] : []);
+    const audit = new AuditLog({ store, commits, clock, retention: { days: config.audit.retentionDays, maxRows: config.audit.maxRows } });
+    const issuer = new GrantIssuer({ store, commits, clock, authority, audit });
     const lifetimes = new GrantLifetimes(authority, clock);
     const uploadCredentials = new UploadCredentials(rootKey);
 
@@ -180,7 +184,7 @@ export class Orchestrator {
     const uploadCredential = (batchId: string, validUntil: number): string => uploadCredentials.mint(batchId, validUntil);
 
     const core = createJobCore({
-      db, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model, uploadCredential,
+      store, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model, uploadCredential,
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
       attemptBudgets: budgets,
@@ -221,28 +225,28 @@ export class Orchestrator {
       },
     });
 
-    const pictures = new InputImages({ db, commits, clock, store: blobStore });
-    const clientBlobs = new ClientBlobs({ db, commits, clock, store: blobStore, limitBytes: config.server.uploadLimitBytes, pictures });
-    const uploads = new StagedUploads({ db, commits, clock, store: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
+    const pictures = new InputImages({ store, commits, clock, blobs: blobStore });
+    const clientBlobs = new ClientBlobs({ store, commits, clock, blobs: blobStore, limitBytes: config.server.uploadLimitBytes, pictures });
+    const uploads = new StagedUploads({ store, commits, clock, blobs: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
     // Uploads abandoned for a week are not coming back: their bytes go.
     const sweptUploads = await uploads.sweep(UPLOAD_MAX_AGE_MS);
     if (sweptUploads > 0) log.info({ uploads: sweptUploads }, 'deleted uploads abandoned for a week');
-    const jobs = new JobService({ db, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
+    const jobs = new JobService({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
       classes: new ClassAvailability(hosts) });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     const status = new MeshStatus({
-      hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => db.open, blocked: (model) => coverage.blocked(model),
-      placement: () => autoscaler.view(),
+      hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
+      placement: () => autoscaler.view(), orchestrators: options.orchestrators,
     });
     // The gallery's thumbnails (kept by digest under the data folder) and its albums and deletes.
     const thumbnails = new Thumbnails({
       dir: join(config.data, 'thumbnails'),
       record: (digest) => outputs.blobRecord(digest),
-      open: async (digest) => (await reader.open(digest, outputs.blobRecord(digest)?.bytes ?? null)).read(),
+      open: async (digest) => (await reader.open(digest, (await outputs.blobRecord(digest))?.bytes ?? null)).read(),
     });
-    const gallery = new GalleryService({ db, commits, jobs, thumbnails });
-    const explainer = new JobExplainer({ db, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
+    const gallery = new GalleryService({ store, commits, jobs, thumbnails });
+    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
     const app = await buildServer({
       jobs, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
@@ -255,10 +259,10 @@ export class Orchestrator {
       uploadLimitBytes: config.server.uploadLimitBytes,
     }, log, VERSION, tls);
 
-    const recovered = recovery.recover();
+    const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, db, checkpointer, commits, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 
@@ -333,13 +337,12 @@ export class Orchestrator {
   }
 
   async close(): Promise<void> {
-    const { hub, stoppables, app, commits, checkpointer, db } = this.#parts;
+    const { hub, stoppables, app, store, afterClose } = this.#parts;
     hub.close();
     for (const part of stoppables) part.close();
     await app.close();
-    commits.flush();
-    await checkpointer?.close();
-    db.close();
+    await store.close();
+    await afterClose?.();
     rmSync(join(this.config.data, 'orchestrator.url'), { force: true });
     removeListenFile(this.config.data);
   }

@@ -16,7 +16,7 @@ import { AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, HostSession, Pr
 import { announceBreakers } from '../../src/orchestrator/metrics/announce-breakers.js';
 import { RoutingFeedback } from '../../src/orchestrator/jobs/routing-feedback.js';
 import { Admission, Scheduler } from '../../src/orchestrator/scheduler/index.js';
-import { GroupCommit, openDb, type Db, type JobRecord } from '../../src/orchestrator/store/index.js';
+import { jobs as jobStore, SqliteStore, type Db, type GroupCommit, type JobRecord } from '../../src/orchestrator/store/index.js';
 
 export interface FakeHost {
   session: HostSession;
@@ -35,6 +35,7 @@ export class JobCoreHarness {
   readonly events = new EventBus();
   readonly seen: ScopedEvent[] = [];
   readonly hosts = new HostRegistry();
+  readonly store: SqliteStore;
   readonly db: Db;
   readonly commits: GroupCommit;
   readonly metrics: MeshMetrics;
@@ -49,13 +50,14 @@ export class JobCoreHarness {
   #seq = 0;
 
   constructor(options: {
-    db?: Db; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number;
+    store?: SqliteStore; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number;
     breakers?: Partial<BreakerPolicy>; attemptTimeout?: Partial<AttemptTimeoutPolicy>; probeIntervalMs?: number; heartbeatMs?: number; random?: () => number;
     clock?: FakeClock;
   } = {}) {
     this.clock = options.clock ?? new FakeClock(1_000_000);
-    this.db = options.db ?? openDb(':memory:');
-    this.commits = new GroupCommit(this.db);
+    this.store = options.store ?? new SqliteStore(':memory:');
+    this.db = this.store.db;
+    this.commits = this.store.commits;
     const config = resolveConfig({ breakers: { replica: options.breakers ?? {}, host: options.breakers ?? {} } }, '/tmp/unused');
     this.models.set('gen', {
       manifest: { name: 'gen', version: '1', engine: 'onnx', digest: `sha256:${'a'.repeat(64)}`, bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
@@ -73,7 +75,7 @@ export class JobCoreHarness {
     this.events.subscribeAll((scoped) => this.seen.push(scoped));
     const log = pino({ level: 'silent' });
     this.core = createJobCore({
-      db: this.db, commits: this.commits, clock: this.clock, events: this.events, metrics: this.metrics, scheduler: this.scheduler,
+      store: this.store, commits: this.commits, clock: this.clock, events: this.events, metrics: this.metrics, scheduler: this.scheduler,
       router: this.router, hosts: this.hosts, admission: new Admission(this.clock),
       blobs: new LocalBlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), log,
       model: (name) => this.models.get(name), uploadCredential: (batchId) => `upload-${batchId}`,
@@ -133,7 +135,12 @@ export class JobCoreHarness {
   }
 
   status(jobId: string): string | undefined {
-    return this.core.states.get(jobId)?.status;
+    return this.job(jobId)?.status;
+  }
+
+  /** A job's record: the one in memory while it is unfinished, else the store's (read at once: SQLite in memory). */
+  job(jobId: string): JobRecord | null {
+    return this.core.states.active(jobId) ?? jobStore.getJob(this.db, jobId);
   }
 
   jobEvents(jobId: string): string[] {

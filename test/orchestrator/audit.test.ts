@@ -2,15 +2,15 @@ import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { AuditLog } from '../../src/orchestrator/auth/audit.js';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { grants, GroupCommit, jobs, migrate, MIGRATIONS, openDb } from '../../src/orchestrator/store/index.js';
+import { grants, jobs, migrate, MIGRATIONS, openDb, SqliteStore } from '../../src/orchestrator/store/index.js';
 
 const DAY = 86_400_000;
 
 function setup(retention = { days: 30, maxRows: 1000 }) {
-  const db = openDb(':memory:');
-  const commits = new GroupCommit(db);
+  const store = new SqliteStore(':memory:');
+  const { db, commits } = store;
   const clock = new FakeClock(Date.parse('2026-12-02T10:00:00Z'));
-  const log = new AuditLog({ db, commits, clock, retention, pruneEveryMs: 60_000 });
+  const log = new AuditLog({ store, commits, clock, retention, pruneEveryMs: 60_000 });
   return { db, commits, clock, log };
 }
 
@@ -25,10 +25,10 @@ describe('the audit log (fake clock, in-memory store)', () => {
     expect(db.inTransaction).toBe(true);
     await commits.durable();
     expect(db.inTransaction).toBe(false);
-    const first = log.list({ limit: 3 });
+    const first = await log.list({ limit: 3 });
     expect(first.entries.map((entry) => entry.grantId)).toEqual(['g4', 'g3', 'g2']);
     expect(first.entries[0]).toMatchObject({ event: 'request:refused', route: 'GET /v1/jobs', status: 401, code: 'GRANT_EXPIRED', at: '2026-12-02T10:00:04.000Z' });
-    const second = log.list({ limit: 3, cursor: first.nextCursor! });
+    const second = await log.list({ limit: 3, cursor: first.nextCursor! });
     expect(second.entries.map((entry) => entry.grantId)).toEqual(['g1', 'g0']);
     expect(second.nextCursor).toBeNull();
     log.close();
@@ -42,7 +42,7 @@ describe('the audit log (fake clock, in-memory store)', () => {
     await commits.durable();
     clock.advance(DAY + 60_000); // 'old' is now two days and a minute old; the next timer tick prunes it
     await commits.durable();
-    expect(log.list({ limit: 10 }).entries.map((entry) => entry.grantId)).toEqual(['newer']);
+    expect((await log.list({ limit: 10 })).entries.map((entry) => entry.grantId)).toEqual(['newer']);
     log.close();
   });
 
@@ -50,13 +50,13 @@ describe('the audit log (fake clock, in-memory store)', () => {
     const { commits, log } = setup({ days: 30, maxRows: 100 });
     for (let i = 0; i < 1000; i++) log.record({ event: 'request:refused', grantId: `g${i}`, status: 401, code: 'GRANT_MISSING' });
     await commits.durable();
-    const all = log.list({ limit: 500 }).entries;
+    const all = (await log.list({ limit: 500 })).entries;
     // Pruned every tenth of maxRows: never more than maxRows plus one tenth.
     expect(all.length).toBeLessThanOrEqual(110);
     expect(all[0]!.grantId).toBe('g999');
     log.prune();
     await commits.durable();
-    expect(log.list({ limit: 500 }).entries).toHaveLength(100);
+    expect((await log.list({ limit: 500 })).entries).toHaveLength(100);
     log.close();
   });
 });

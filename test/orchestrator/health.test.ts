@@ -43,7 +43,7 @@ describe('per-attempt timeout', () => {
     await harness.settle();
     expect(laptop.of('cancel')).toEqual([{ type: 'cancel', jobId: job.id }]);
     expect(harness.status(job.id)).toBe('queued');
-    const [attempt] = jobView(harness.db, harness.core.states.get(job.id)!).attempts;
+    const [attempt] = (await jobView(harness.store, harness.job(job.id)!)).attempts;
     expect(attempt!.error).toEqual({ code: 'AGENT_TIMEOUT', message: 'Host laptop did not finish the batch within 2000 ms (4 × the 500 ms expected for 1 job at the measured speed)' });
     expect(harness.breakers.view('laptop', 'gen').consecutiveFailures).toBe(1);
     expect(await harness.metrics.text()).toMatch(/gpumesh_attempt_timeouts_total\{host="laptop",model="gen"\} 1/);
@@ -76,7 +76,7 @@ describe('per-attempt timeout', () => {
     expect(harness.status(job.id)).toBe('running');
     harness.clock.advance(1);
     await harness.settle();
-    expect(harness.core.states.get(job.id)!.errorMessage).toBe('Host laptop did not finish the batch within 10240 ms (2 × the 5120 ms expected for 1 job at the measured speed)');
+    expect(harness.job(job.id)!.errorMessage).toBe('Host laptop did not finish the batch within 10240 ms (2 × the 5120 ms expected for 1 job at the measured speed)');
   });
 
   it('before a replica is measured it is the model\'s maxTimeoutMs, plus loadMs until the agent starts a model that was not resident', async () => {
@@ -89,8 +89,8 @@ describe('per-attempt timeout', () => {
     expect(harness.status(job.id)).toBe('dispatched');
     harness.clock.advance(1);
     await harness.settle();
-    expect(harness.core.states.get(job.id)).toMatchObject({ status: 'failed', errorCode: 'AGENT_TIMEOUT' });
-    expect(harness.core.states.get(job.id)!.errorMessage).toBe(
+    expect(harness.job(job.id)).toMatchObject({ status: 'failed', errorCode: 'AGENT_TIMEOUT' });
+    expect(harness.job(job.id)!.errorMessage).toBe(
       'Host laptop did not finish the batch within 90000 ms (the model\'s maxTimeoutMs: not measured on laptop yet, plus 30000 ms to load the model)',
     );
     expect(laptop.of('cancel')).toHaveLength(1);
@@ -127,7 +127,7 @@ describe('per-attempt timeout', () => {
     // The retry passes over the host that failed it while another is free.
     const [second] = runs(healthy);
     expect(second!.jobs[0]!.id).toBe(job.id);
-    expect(jobView(harness.db, harness.core.states.get(job.id)!).attempts[1]!.route!.skipped).toContainEqual({ host: 'a-stalls', reason: 'failed this job' });
+    expect((await jobView(harness.store, harness.job(job.id)!)).attempts[1]!.route!.skipped).toContainEqual({ host: 'a-stalls', reason: 'failed this job' });
     finish(healthy, second!);
     await harness.settle();
     expect(harness.status(job.id)).toBe('succeeded');
@@ -289,8 +289,8 @@ describe('breakers fed by real outcomes, with probes as half-open trials', () =>
     expect(harness.breakers.state('a-flaky', 'gen')).toBe('open');
     expect(flakyBatches).toBeLessThan(10);
     expect(runs(steady).length).toBeGreaterThan(20);
-    const retried = jobs.filter((job) => harness.core.states.get(job.id)!.attempts > 1);
+    const retried = jobs.filter((job) => harness.job(job.id)!.attempts > 1);
     expect(retried.length).toBeGreaterThan(0);
-    for (const job of retried) expect(jobView(harness.db, harness.core.states.get(job.id)!).attempts.at(-1)!.host).toBe('b-steady');
+    for (const job of retried) expect((await jobView(harness.store, harness.job(job.id)!)).attempts.at(-1)!.host).toBe('b-steady');
   });
 });

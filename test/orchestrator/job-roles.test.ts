@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { jobView } from '../../src/orchestrator/jobs/views.js';
-import { attempts, openDb } from '../../src/orchestrator/store/index.js';
+import { attempts, SqliteStore } from '../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
 import { scriptedPng } from '../helpers/scripted-agent.js';
 
@@ -107,9 +107,9 @@ describe('failover', () => {
 
     const count = (): number => (harness.db.prepare('SELECT COUNT(*) AS n FROM attempts WHERE job_id = ?').get(job.id) as { n: number }).n;
     expect(count()).toBe(1);
-    const stored = harness.core.states.get(job.id)!; // no longer active: read from the store
+    const stored = harness.job(job.id)!; // no longer active: read from the store
     const finishedAt = new Date(harness.clock.now()).toISOString();
-    expect(jobView(harness.db, stored).attempts).toEqual([
+    expect((await jobView(harness.store, stored)).attempts).toEqual([
       expect.objectContaining({ n: 1, status: 'failed', host: 'laptop', error: { code: 'ENGINE_CRASHED', message: 'boom' } }),
       {
         n: 2, host: 'laptop', replica: 'laptop/gen', batchId: second.batchId, batchSize: 1, status: 'succeeded',
@@ -121,7 +121,7 @@ describe('failover', () => {
     attempts.recordAttempt(harness.db, {
       jobId: job.id, n: 2, host: 'laptop', batchId: second.batchId, batchSize: 1, status: 'succeeded', dispatchedAt: 1, startedAt: 2, finishedAt: 3, computeMs: 5,
     }, 'gen');
-    expect(jobView(harness.db, stored).attempts.map((attempt) => attempt.n)).toEqual([1, 2]);
+    expect((await jobView(harness.store, stored)).attempts.map((attempt) => attempt.n)).toEqual([1, 2]);
   });
 
   it('retries a retryable failure after a doubling backoff, and ends with RETRIES_EXHAUSTED', async () => {
@@ -143,7 +143,7 @@ describe('failover', () => {
     expect(laptop.of('run')).toHaveLength(2);
     fail(laptop.of('run')[1]!.batchId);
     await harness.settle();
-    const record = harness.core.states.get(job.id)!;
+    const record = harness.job(job.id)!;
     expect(record.status).toBe('failed');
     expect(record.errorCode).toBe('RETRIES_EXHAUSTED');
   });
@@ -157,11 +157,11 @@ describe('failover', () => {
     const [run] = laptop.of('run');
     harness.core.intake.failed(laptop.session, { type: 'failed', jobId: bad.id, batchId: run!.batchId, retryable: false, error: { code: 'INVALID_INPUT', message: 'no' } });
     await harness.settle();
-    expect(harness.core.states.get(bad.id)).toMatchObject({ status: 'failed', errorCode: 'INVALID_INPUT' });
+    expect(harness.job(bad.id)).toMatchObject({ status: 'failed', errorCode: 'INVALID_INPUT' });
     const [second] = laptop.of('run').slice(1);
     harness.core.intake.failed(laptop.session, { type: 'failed', jobId: odd.id, batchId: second!.batchId, retryable: false, error: { code: 'WHATEVER', message: 'agent words' } });
     await harness.settle();
-    expect(harness.core.states.get(odd.id)).toMatchObject({ status: 'failed', errorCode: 'ENGINE_FAILED', errorMessage: 'WHATEVER: agent words' });
+    expect(harness.job(odd.id)).toMatchObject({ status: 'failed', errorCode: 'ENGINE_FAILED', errorMessage: 'WHATEVER: agent words' });
   });
 
   it('a lost host fails its attempts over; a reconnecting session that still holds a job keeps it', async () => {
@@ -180,7 +180,7 @@ describe('failover', () => {
     expect(harness.core.inFlight.holds(second.session, keptRun!.batchId, kept.id)).toBe(true);
     harness.core.intake.done(second.session, { type: 'done', jobId: kept.id, batchId: keptRun!.batchId, artifacts: [], result: 7, timings });
     await harness.settle();
-    expect(harness.core.states.get(kept.id)).toMatchObject({ status: 'succeeded', result: 7 });
+    expect(harness.job(kept.id)).toMatchObject({ status: 'succeeded', result: 7 });
     harness.clock.advance(10);
     await harness.settle();
     expect(second.of('run').map((run) => run.jobs[0]!.id)).toEqual([lost.id]);
@@ -198,7 +198,7 @@ describe('deadlines and cancellation', () => {
     expect(laptop.of('run')).toHaveLength(1);
     harness.clock.advance(1_000);
     await harness.settle();
-    expect(harness.core.states.get(waiting.id)).toMatchObject({ status: 'expired', errorCode: 'DEADLINE_EXCEEDED' });
+    expect(harness.job(waiting.id)).toMatchObject({ status: 'expired', errorCode: 'DEADLINE_EXCEEDED' });
     expect(harness.scheduler.totalDepth).toBe(0);
   });
 
@@ -210,10 +210,10 @@ describe('deadlines and cancellation', () => {
     await harness.settle();
     harness.clock.advance(299);
     await harness.settle();
-    expect(harness.core.states.get(waiting.id)?.status).toBe('queued');
+    expect(harness.job(waiting.id)?.status).toBe('queued');
     harness.clock.advance(1);
     await harness.settle();
-    expect(harness.core.states.get(waiting.id)).toMatchObject({ status: 'expired', finishedAt: 1_000_300 });
+    expect(harness.job(waiting.id)).toMatchObject({ status: 'expired', finishedAt: 1_000_300 });
   });
 
   it('cancelling a running job tells its host and frees the slot', async () => {
@@ -232,8 +232,8 @@ describe('deadlines and cancellation', () => {
 
 describe('recovery after a restart', () => {
   it('requeues queued jobs at once; dispatched ones wait for their host to claim them, else are requeued', async () => {
-    const db = openDb(':memory:');
-    const before = new JobCoreHarness({ db });
+    const store = new SqliteStore(':memory:');
+    const before = new JobCoreHarness({ store });
     const laptop = before.host('laptop', { concurrency: 2 });
     const claimed = before.submit();
     await before.settle();
@@ -244,8 +244,8 @@ describe('recovery after a restart', () => {
     const [claimedRun] = laptop.of('run');
     before.close();
 
-    harness = new JobCoreHarness({ db, reconnectGraceMs: 5_000 });
-    expect(harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2 });
+    harness = new JobCoreHarness({ store, reconnectGraceMs: 5_000 });
+    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2 });
     const back = harness.host('laptop', { concurrency: 2, join: false });
     harness.core.recovery.claim(back.session, [{ jobId: claimed.id, batchId: claimedRun!.batchId }]);
     harness.hosts.set(back.session);

@@ -1,5 +1,5 @@
 import type { Clock, Timer } from '../../protocol/clock.js';
-import { audit, decodeCursor, encodeCursor, type AuditRecord, type Db, type GroupCommit, type NewAuditRecord } from '../store/index.js';
+import { decodeCursor, encodeCursor, type AuditFilter, type AuditRecord, type Commits, type MeshStore, type NewAuditRecord } from '../store/index.js';
 import type { AuditView } from '../../protocol/audit.js';
 
 export interface AuditRetention {
@@ -10,8 +10,8 @@ export interface AuditRetention {
 }
 
 export interface AuditLogDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
   retention: AuditRetention;
   /** How often old entries are pruned. Default: every 10 minutes. */
@@ -49,27 +49,27 @@ export class AuditLog {
   }
 
   record(entry: { event: AuditEvent } & Partial<Omit<NewAuditRecord, 'at' | 'event'>>): void {
-    const { db, commits, clock } = this.#deps;
+    const { store, commits, clock } = this.#deps;
     const full: NewAuditRecord = {
       at: clock.now(), grantId: null, actor: null, route: null, client: null, status: null, code: null, detail: null, ...entry,
     };
-    commits.write(() => audit.insertAudit(db, full));
+    commits.write(() => store.audit.insertAudit(full));
     if (++this.#sinceLastPrune >= Math.max(1, Math.floor(this.#deps.retention.maxRows / 10))) this.prune();
   }
 
   /** Newest first, narrowed by the filter (`gpumesh audit --event … --actor … --grant … --since …`). */
-  list(query: { limit: number; cursor?: string } & audit.AuditFilter): { entries: AuditView[]; nextCursor: string | null } {
+  async list(query: { limit: number; cursor?: string } & AuditFilter): Promise<{ entries: AuditView[]; nextCursor: string | null }> {
     const { cursor, ...rest } = query;
-    const records = audit.listAudit(this.#deps.db, { ...rest, beforeSeq: cursor ? decodeCursor(cursor) : undefined });
+    const records = await this.#deps.store.audit.listAudit({ ...rest, beforeSeq: cursor ? decodeCursor(cursor) : undefined });
     const last = records.at(-1);
     return { entries: records.map(view), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
   }
 
   /** Delete what the retention no longer keeps. */
   prune(): void {
-    const { db, commits, clock, retention } = this.#deps;
+    const { store, commits, clock, retention } = this.#deps;
     this.#sinceLastPrune = 0;
-    commits.write(() => audit.pruneAudit(db, clock.now() - retention.days * DAY_MS, retention.maxRows));
+    commits.write(() => store.audit.pruneAudit(clock.now() - retention.days * DAY_MS, retention.maxRows));
   }
 
   close(): void {

@@ -1,13 +1,13 @@
 import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from './audit.js';
 import type { Clock } from '../../protocol/clock.js';
-import { grants, type Db, type GrantRecord, type GroupCommit } from '../store/index.js';
+import type { Commits, GrantRecord, MeshStore } from '../store/index.js';
 import type { GrantAuthority } from './grants.js';
 import type { GrantKind } from './caveats.js';
 
 export interface GrantIssuerDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
   authority: GrantAuthority;
   audit: AuditLog;
@@ -71,10 +71,10 @@ export class GrantIssuer {
 
   /** Mint without waiting for the commit (start-up, where the next write flushes it). */
   mintNow(kind: GrantKind, caveats: readonly string[], note: string | null, origin: RequestOrigin = SELF): { id: string; token: string; caveats: string[] } {
-    const { db, commits, clock, authority, audit } = this.#deps;
+    const { store, commits, clock, authority, audit } = this.#deps;
     const minted = authority.mint(kind, caveats);
     const lines = minted.caveats;
-    commits.write(() => grants.recordGrant(db, { id: minted.id, kind, note, caveats: lines }, clock.now()));
+    commits.write(() => store.grants.recordGrant({ id: minted.id, kind, note, caveats: lines }, clock.now()));
     audit.record({ event: 'grant:minted', grantId: minted.id, actor: origin.actor, route: origin.route, client: origin.client, detail: `${lines.join('; ')}${note ? ` (note: ${note})` : ''}` });
     return minted;
   }
@@ -86,12 +86,12 @@ export class GrantIssuer {
    * and agent links on it are closed by their watchers.
    */
   async revoke(id: string, origin: RequestOrigin = SELF): Promise<GrantView> {
-    const { db, commits, clock, authority, audit } = this.#deps;
-    const record = grants.getGrant(db, id);
+    const { store, commits, clock, authority, audit } = this.#deps;
+    const record = await store.grants.getGrant(id);
     if (!record) throw new MeshError('NOT_FOUND', { what: `Grant ${id}` });
     if (record.revokedAt !== null) return view(record);
     const now = clock.now();
-    commits.write(() => grants.revokeGrant(db, id, now));
+    commits.write(() => store.grants.revokeGrant(id, now));
     audit.record({ event: 'grant:revoked', grantId: id, actor: origin.actor, route: origin.route, client: origin.client, detail: `kind ${record.kind}${record.note ? ` (note: ${record.note})` : ''}` });
     authority.revoke(id);
     await commits.durable();
@@ -99,8 +99,8 @@ export class GrantIssuer {
   }
 
   /** Recorded grants, newest first. */
-  list(query: { limit: number; cursor?: string }): { grants: GrantView[]; nextCursor: string | null } {
-    const records = grants.listGrants(this.#deps.db, { limit: query.limit, before: query.cursor ? decodeGrantCursor(query.cursor) : undefined });
+  async list(query: { limit: number; cursor?: string }): Promise<{ grants: GrantView[]; nextCursor: string | null }> {
+    const records = await this.#deps.store.grants.listGrants({ limit: query.limit, before: query.cursor ? decodeGrantCursor(query.cursor) : undefined });
     const last = records.at(-1);
     return { grants: records.map(view), nextCursor: records.length === query.limit && last ? encodeGrantCursor(last) : null };
   }

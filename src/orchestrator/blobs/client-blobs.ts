@@ -1,17 +1,17 @@
 import type { Readable } from 'node:stream';
 import { fileTypeFromBuffer } from 'file-type';
 import type { Clock } from '../../protocol/clock.js';
-import { blobs, clientBlobs, type Db, type GroupCommit } from '../store/index.js';
+import type { Commits, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
 import type { InputImages } from './input-images.js';
 import type { DeclaredType } from './picture-check.js';
 import { MeshError } from '../../protocol/index.js';
 
 export interface ClientBlobsDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
-  store: BlobStore;
+  blobs: BlobStore;
   /** The largest blob a client may store in one request. */
   limitBytes: number;
   /** Pictures are decoded when they are stored, so a bad one is refused then, not when a job names it. */
@@ -43,7 +43,7 @@ export class ClientBlobs {
 
   /** Store a stream (hashed as it is written, refused past the limit). */
   async put(grantId: string, body: Readable, declared: DeclaredType = {}): Promise<StoredBlob> {
-    const stored = await this.#deps.store.putStream(body, { limit: this.#deps.limitBytes });
+    const stored = await this.#deps.blobs.putStream(body, { limit: this.#deps.limitBytes });
     return this.record(grantId, stored, declared);
   }
 
@@ -52,31 +52,32 @@ export class ClientBlobs {
    * declared) must decode (IMAGE_REFUSED otherwise, and the bytes are not kept unless something else holds them).
    */
   async record(grantId: string, stored: { digest: string; bytes: number }, declared: DeclaredType = {}): Promise<StoredBlob> {
-    const { db, commits, clock } = this.#deps;
-    const mediaType = blobs.getBlob(db, stored.digest)?.mediaType ?? await this.#sniff(stored.digest);
+    const { store, commits, clock } = this.#deps;
+    const known = await store.blobs.getBlob(stored.digest);
+    const mediaType = known?.mediaType ?? await this.#sniff(stored.digest);
     if (mediaType.startsWith('image/') || declared.mediaType?.startsWith('image/')) {
       const verdict = await this.#deps.pictures.inspect(stored.digest, declared);
       if (verdict && !verdict.ok) {
-        if (!blobs.getBlob(db, stored.digest)) await this.#deps.store.remove(stored.digest);
+        if (!known) await this.#deps.blobs.remove(stored.digest);
         throw new MeshError('IMAGE_REFUSED', { detail: verdict.refusal });
       }
     }
     const now = clock.now();
     commits.write(() => {
-      blobs.recordBlob(db, { digest: stored.digest, bytes: stored.bytes, mediaType }, now);
-      clientBlobs.recordClientBlob(db, stored.digest, grantId, now);
+      store.blobs.recordBlob({ digest: stored.digest, bytes: stored.bytes, mediaType }, now);
+      store.clientBlobs.recordClientBlob(stored.digest, grantId, now);
     });
     await commits.durable();
     return { digest: stored.digest, bytes: stored.bytes, mediaType };
   }
 
   /** Whether grants of this lineage stored the blob. */
-  storedBy(digest: string, grantId: string): boolean {
-    return clientBlobs.storedBy(this.#deps.db, digest, grantId);
+  storedBy(digest: string, grantId: string): Promise<boolean> {
+    return this.#deps.store.clientBlobs.storedBy(digest, grantId);
   }
 
   async #sniff(digest: string): Promise<string> {
-    const head = await this.#deps.store.read(digest, { start: 0, end: SNIFF_BYTES });
+    const head = await this.#deps.blobs.read(digest, { start: 0, end: SNIFF_BYTES });
     if (!head) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     return (await fileTypeFromBuffer(head))?.mime ?? 'application/octet-stream';
   }

@@ -1,14 +1,15 @@
 import { INPUT_IMAGE_FIELDS, MeshError } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import { inputImages, type Db, type GroupCommit, type ImageVerdict } from '../store/index.js';
+import { LRUCache } from 'lru-cache';
+import type { Commits, ImageVerdict, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
 import { checkPicture, declaredMismatch, type DeclaredType } from './picture-check.js';
 
 export interface InputImagesDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
-  store: BlobStore;
+  blobs: BlobStore;
 }
 
 /** The digests of the pictures an input names (its `image`, `mask`), whatever else it holds. */
@@ -21,10 +22,12 @@ export function picturesNamed(input: unknown): string[] {
 /**
  * Pictures jobs start from, by digest: each is decoded once (picture-check.ts) and its verdict kept, so admission —
  * which is synchronous, many jobs in one commit — reads a verdict instead of decoding; a bomb is refused by its
- * header once, not once per job that names it.
+ * header once, not once per job that names it. Verdicts are kept in the store and, once read, in memory: a digest's
+ * verdict never changes, and admission reads them without waiting for the store.
  */
 export class InputImages {
   readonly #deps: InputImagesDeps;
+  readonly #verdicts = new LRUCache<string, ImageVerdict>({ max: 10_000 });
 
   constructor(deps: InputImagesDeps) {
     this.#deps = deps;
@@ -35,26 +38,28 @@ export class InputImages {
    * for it; undefined when no such blob is stored.
    */
   async inspect(digest: string, declared: DeclaredType = {}): Promise<ImageVerdict | undefined> {
-    const { db, commits, clock, store } = this.#deps;
-    let verdict = inputImages.verdictOf(db, digest);
+    const { store, commits, clock, blobs } = this.#deps;
+    let verdict = this.#verdicts.get(digest) ?? await store.inputImages.verdictOf(digest);
     if (!verdict) {
-      const bytes = await store.read(digest);
+      const bytes = await blobs.read(digest);
       if (!bytes) return undefined;
       const decided = await checkPicture(bytes);
-      commits.write(() => inputImages.recordVerdict(db, digest, decided, clock.now()));
+      commits.write(() => store.inputImages.recordVerdict(digest, decided, clock.now()));
       verdict = decided;
     }
+    this.#verdicts.set(digest, verdict);
     // A wrong declared type is this request's mistake, not the file's: it is not kept.
     const mismatch = verdict.ok ? declaredMismatch(verdict.format, declared) : null;
     return mismatch ? { ok: false, refusal: mismatch } : verdict;
   }
 
   /**
-   * Before admission: every picture an input names has a verdict (decoding what was never decoded). Null, at once,
-   * when there is nothing to decode — most jobs name no picture, and a submit should not wait a turn for nothing.
+   * Before admission: every picture an input names has its verdict in memory (read from the store, or decoding what
+   * was never decoded). Null, at once, when there is nothing to do — most jobs name no picture, and a submit should
+   * not wait a turn for nothing.
    */
   prepare(input: unknown): Promise<void> | null {
-    const undecided = picturesNamed(input).filter((digest) => /^sha256:[0-9a-f]{64}$/.test(digest) && !inputImages.verdictOf(this.#deps.db, digest));
+    const undecided = picturesNamed(input).filter((digest) => /^sha256:[0-9a-f]{64}$/.test(digest) && !this.#verdicts.has(digest));
     if (undecided.length === 0) return null;
     return (async () => {
       for (const digest of undecided) await this.inspect(digest);
@@ -63,7 +68,7 @@ export class InputImages {
 
   /** A picture's size, if it decoded (admission's `PictureSizes`). */
   sizeOf(digest: string): { width: number; height: number } | null {
-    const verdict = inputImages.verdictOf(this.#deps.db, digest);
+    const verdict = this.#verdicts.get(digest);
     return verdict?.ok ? { width: verdict.width, height: verdict.height } : null;
   }
 
@@ -83,7 +88,7 @@ export class InputImages {
         }
         throw error;
       }
-      const verdict = inputImages.verdictOf(this.#deps.db, digest);
+      const verdict = this.#verdicts.get(digest);
       if (!verdict) throw new MeshError('INVALID_INPUT', { model, detail: `${field}: no blob ${digest} is stored (store the picture with PUT /v1/blobs first)` });
       if (!verdict.ok) throw new MeshError('IMAGE_REFUSED', { detail: `${field} ${digest}: ${verdict.refusal}` });
     }
@@ -93,6 +98,6 @@ export class InputImages {
   recordJob(jobId: string, input: Record<string, unknown>): void {
     const digests = picturesNamed(input);
     if (digests.length === 0) return;
-    this.#deps.commits.write(() => { for (const digest of digests) inputImages.recordJobInput(this.#deps.db, digest, jobId); });
+    this.#deps.commits.write(() => { for (const digest of digests) this.#deps.store.inputImages.recordJobInput(digest, jobId); });
   }
 }

@@ -7,14 +7,14 @@ import { pipeline } from 'node:stream/promises';
 import { MeshError } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { newId } from '../store/ids.js';
-import { stagedUploads, type Db, type GroupCommit } from '../store/index.js';
+import type { Commits, MeshStore, StagedUploadRecord } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
 
 export interface StagedUploadsDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
-  store: BlobStore;
+  blobs: BlobStore;
   /** Where the bytes so far are kept: on the blob store's filesystem, so completing is a rename. */
   dir: string;
   /** The largest file one upload may make. */
@@ -51,14 +51,14 @@ export class StagedUploads {
   async create(grantId: string, total: number | null): Promise<UploadState> {
     if (total !== null && total > this.#deps.limitBytes) throw new MeshError('PAYLOAD_TOO_LARGE', { limit: this.#deps.limitBytes });
     const id = newId('u');
-    this.#deps.commits.write(() => stagedUploads.insertStagedUpload(this.#deps.db, { id, grantId, total, createdAt: this.#deps.clock.now() }));
+    this.#deps.commits.write(() => this.#deps.store.stagedUploads.insertStagedUpload({ id, grantId, total, createdAt: this.#deps.clock.now() }));
     await this.#deps.commits.durable();
     this.#hashes.set(id, { hash: createHash('sha256'), bytes: 0 });
     return { id, offset: 0, total };
   }
 
   async state(id: string, grantId: string): Promise<UploadState> {
-    const record = this.#record(id, grantId);
+    const record = await this.#record(id, grantId);
     return { id, offset: await this.#size(id), total: record.total };
   }
 
@@ -68,7 +68,7 @@ export class StagedUploads {
    * resumes at the offset the state says).
    */
   async append(id: string, grantId: string, offset: number, body: Readable): Promise<UploadState> {
-    const record = this.#record(id, grantId);
+    const record = await this.#record(id, grantId);
     if (this.#busy.has(id)) throw new MeshError('UPLOAD_CONFLICT', { id, offset: await this.#size(id), detail: 'another chunk of it is being received' });
     this.#busy.add(id);
     try {
@@ -102,37 +102,37 @@ export class StagedUploads {
 
   /** Take the upload into the store; resolves with its digest. A total announced and not reached is 409. */
   async complete(id: string, grantId: string): Promise<{ digest: string; bytes: number }> {
-    const record = this.#record(id, grantId);
+    const record = await this.#record(id, grantId);
     if (this.#busy.has(id)) throw new MeshError('UPLOAD_CONFLICT', { id, offset: await this.#size(id), detail: 'a chunk of it is still being received' });
     const size = await this.#size(id);
     if (record.total !== null && size !== record.total) throw new MeshError('UPLOAD_CONFLICT', { id, offset: size, detail: `it was announced as ${record.total} bytes` });
     const progress = await this.#hashOf(id, size);
     const digest = `sha256:${progress.hash.digest('hex')}`;
     this.#hashes.delete(id);
-    await this.#deps.store.adopt(this.#path(id), digest);
-    this.#deps.commits.write(() => stagedUploads.deleteStagedUpload(this.#deps.db, id));
+    await this.#deps.blobs.adopt(this.#path(id), digest);
+    this.#deps.commits.write(() => this.#deps.store.stagedUploads.deleteStagedUpload(id));
     await this.#deps.commits.durable();
     return { digest, bytes: size };
   }
 
   /** Give an upload up: its bytes are deleted. */
   async abort(id: string, grantId: string): Promise<void> {
-    this.#record(id, grantId);
+    await this.#record(id, grantId);
     this.#hashes.delete(id);
     await rm(this.#path(id), { force: true });
-    this.#deps.commits.write(() => stagedUploads.deleteStagedUpload(this.#deps.db, id));
+    this.#deps.commits.write(() => this.#deps.store.stagedUploads.deleteStagedUpload(id));
     await this.#deps.commits.durable();
   }
 
   /** Delete uploads started more than `maxAgeMs` ago and never completed; returns how many. */
   async sweep(maxAgeMs: number): Promise<number> {
-    const stale = stagedUploads.stagedUploadsBefore(this.#deps.db, this.#deps.clock.now() - maxAgeMs);
+    const stale = await this.#deps.store.stagedUploads.stagedUploadsBefore(this.#deps.clock.now() - maxAgeMs);
     for (const upload of stale) await this.abort(upload.id, upload.grantId);
     return stale.length;
   }
 
-  #record(id: string, grantId: string): stagedUploads.StagedUploadRecord {
-    const record = /^u_[0-9a-f]{1,64}$/.test(id) ? stagedUploads.getStagedUpload(this.#deps.db, id) : null;
+  async #record(id: string, grantId: string): Promise<StagedUploadRecord> {
+    const record = /^u_[0-9a-f]{1,64}$/.test(id) ? await this.#deps.store.stagedUploads.getStagedUpload(id) : null;
     // Another lineage's upload is not found: it does not learn the upload exists.
     if (!record || record.grantId !== grantId) throw new MeshError('NOT_FOUND', { what: `Upload ${id.slice(0, 80)}` });
     return record;

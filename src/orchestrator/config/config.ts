@@ -134,6 +134,26 @@ const S3Blobs = z.strictObject({
   }
 });
 
+/** The store in SQLite under `data` (the default): one orchestrator. */
+const SqliteStoreConfig = z.strictObject({ kind: z.literal('sqlite') });
+
+/**
+ * The store in PostgreSQL, shared by any number of orchestrators: one runs the mesh, the others stand by and take over
+ * when it stops (docs/operations.md, *Scaling out*). `GPUMESH_DATABASE_URL` sets the URL (and this kind) too.
+ */
+const PostgresStoreConfig = z.strictObject({
+  kind: z.literal('postgres'),
+  /** postgres://user:password@host:port/database. Required. */
+  url: z.string().regex(/^postgres(ql)?:\/\/./, 'a postgres:// URL (postgres://user:password@host:5432/database)'),
+  /** Connections each orchestrator keeps. Default 10. */
+  poolSize: z.int().min(2).max(100).default(10),
+  /**
+   * How long the mesh lease holds without being renewed (ms; renewed every third of it): a standby takes over this
+   * long after the active orchestrator stops. Default 5000.
+   */
+  leaseMs: z.int().min(1000).max(600_000).default(5000),
+});
+
 /** The built-in models each job type uses when a job names none and mesh.yaml sets no `defaultModels`. */
 const BUILTIN_DEFAULT_MODELS: Record<string, string> = { image: 'gen', video: 'gen-video', tensor: 'mlp' };
 
@@ -162,6 +182,8 @@ export const MeshConfigInput = z.strictObject({
   }).prefault({}),
   /** Where the SQLite store and blobs live. Default ./.gpumesh (or $GPUMESH_HOME). */
   data: z.string().optional(),
+  /** Where jobs, grants and results are recorded: `{kind: sqlite}` under `data` (default), or `{kind: postgres, url}`, shared by several orchestrators. */
+  store: z.discriminatedUnion('kind', [SqliteStoreConfig, PostgresStoreConfig]).default({ kind: 'sqlite' }),
   /** Where blobs (outputs, pictures, model files) are kept: `{kind: local}` under `data` (default), or `{kind: s3, bucket, …}`. */
   blobs: z.discriminatedUnion('kind', [LocalBlobs, S3Blobs]).default({ kind: 'local' }),
   /**
@@ -297,6 +319,7 @@ export interface ResolvedModelPolicy {
 
 export type ModelEntry = z.output<typeof ModelEntry>;
 export type S3BlobsConfig = z.output<typeof S3Blobs>;
+export type PostgresStoreSettings = z.output<typeof PostgresStoreConfig>;
 
 export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models'> & {
   data: string;

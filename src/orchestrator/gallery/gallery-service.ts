@@ -1,12 +1,11 @@
 import type { VerifiedGrant } from '../auth/index.js';
 import type { Authorize, JobService } from '../jobs/index.js';
-import * as artifacts from '../store/artifacts.js';
-import type { Db, GroupCommit } from '../store/db.js';
+import type { Commits, MeshStore } from '../store/index.js';
 import type { Thumbnails } from './thumbnails.js';
 
 export interface GalleryServiceDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   jobs: JobService;
   thumbnails: Thumbnails;
 }
@@ -31,7 +30,7 @@ export class GalleryService {
     this.#deps = deps;
   }
 
-  view(grant: VerifiedGrant, authorize: Authorize, defaultAlbum: string): GalleryView {
+  async view(grant: VerifiedGrant, authorize: Authorize, defaultAlbum: string): Promise<GalleryView> {
     const may = (action: 'jobs:submit' | 'artifacts:delete'): boolean => {
       try {
         authorize({ action });
@@ -40,7 +39,7 @@ export class GalleryService {
         return false;
       }
     };
-    const present = artifacts.albumsWithArtifacts(this.#deps.db);
+    const present = await this.#deps.store.artifacts.albumsWithArtifacts();
     const albums = grant.albums === null ? [...new Set([defaultAlbum, ...present])].sort() : [...grant.albums].sort();
     return { albums, defaultAlbum, may: { submit: may('jobs:submit'), delete: may('artifacts:delete') } };
   }
@@ -51,10 +50,14 @@ export class GalleryService {
    * input may name the same bytes; their thumbnails go once no result names them. Returns the digests removed.
    */
   async remove(grant: VerifiedGrant, jobId: string, authorize: Authorize): Promise<string[]> {
-    const job = this.#deps.jobs.record(grant, jobId);
+    const job = await this.#deps.jobs.record(grant, jobId);
     authorize({ action: 'artifacts:delete', jobType: job.type, model: job.model, album: job.album });
-    const digests = this.#deps.commits.write(() => artifacts.deleteArtifactsOfJob(this.#deps.db, jobId));
-    const orphans = digests.filter((digest) => !artifacts.digestPublished(this.#deps.db, digest));
+    const { store, commits } = this.#deps;
+    const digests = [...new Set((await store.artifacts.artifactsOfJob(jobId)).map((artifact) => artifact.digest))];
+    commits.write(() => store.artifacts.deleteArtifactsOfJob(jobId));
+    await commits.durable();
+    const published = await Promise.all(digests.map((digest) => store.artifacts.digestPublished(digest)));
+    const orphans = digests.filter((_, index) => !published[index]);
     await Promise.all(orphans.map((digest) => this.#deps.thumbnails.forget(digest)));
     return digests;
   }

@@ -20,7 +20,7 @@ export interface ThumbnailDeps {
   dir: string;
   /** The blob's bytes, verified (BlobReader), and its recorded size and media type, or null if none was stored. */
   open(digest: string): Promise<Readable>;
-  record(digest: string): { bytes: number; mediaType: string } | null;
+  record(digest: string): Promise<{ bytes: number; mediaType: string } | null>;
 }
 
 /**
@@ -40,7 +40,7 @@ export class Thumbnails {
 
   /** The WebP thumbnail of a stored picture at `width` (never wider than the picture); NOT_FOUND if it is not one. */
   async get(digest: string, width: ThumbnailWidth): Promise<Buffer> {
-    const record = this.#deps.record(digest);
+    const record = await this.#deps.record(digest);
     if (!record || !PICTURES.has(record.mediaType)) throw new MeshError('NOT_FOUND', { what: `A picture ${digest}` });
     const path = this.#path(digest, width);
     const cached = await readFile(path).catch(() => null);

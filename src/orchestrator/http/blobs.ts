@@ -59,7 +59,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
-      const record = outputs.blobRecord(digest);
+      const record = await outputs.blobRecord(digest);
       // A bucket that presigns: the client reads from the bucket's origin (agents, which verify and may not follow a
       // redirect on a pinned connection, and HEAD and ranges stay here).
       if (blobStore.presignedGet && request.method === 'GET' && !request.headers.range && grantOf(request).kind !== 'agent') {

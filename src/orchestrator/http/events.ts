@@ -49,7 +49,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
   }, async (request, reply) => {
     const grant = grantOf(request);
     const { id } = request.params;
-    jobs.record(grant, id); // 404 before the stream opens
+    await jobs.record(grant, id); // 404 before the stream opens
     let live = false;
     const stream = openSse(request, reply, () => {
       unsubscribe();
@@ -63,7 +63,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
     // Subscribe before reading the state so nothing falls between the two.
     const buffered: { event: JobEvent; id: string }[] = [];
     const unsubscribe = events.subscribeJob(id, ({ event, id: eventId }) => (live ? deliver(event, eventId) : buffered.push({ event, id: eventId })));
-    for (const event of jobs.snapshot(grant, id)) deliver(event);
+    for (const event of await jobs.snapshot(grant, id)) deliver(event);
     live = true;
     for (const { event, id: eventId } of buffered) deliver(event, eventId);
   });

@@ -19,5 +19,5 @@ export function explainRoutes(app: FastifyInstance, deps: ExplainRouteDeps): voi
       summary: 'Each attempt with the routing decision behind it; for a queued job, its place in the queue, what it waits for and why each host cannot take it yet',
     },
     onRequest: auth.require('jobs:read'),
-  }, async (request) => explainer.explain(jobs.record(grantOf(request), request.params.id)));
+  }, async (request) => explainer.explain(await jobs.record(grantOf(request), request.params.id)));
 }

@@ -122,7 +122,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     onRequest: auth.require('audit:read'),
   }, async (request) => {
     const { event, actor, grant, since, ...page } = request.query;
-    const found = audit.list({ ...page, event, actor, grantId: grant, since: since === undefined ? undefined : Date.parse(since) });
+    const found = await audit.list({ ...page, event, actor, grantId: grant, since: since === undefined ? undefined : Date.parse(since) });
     // Recorded after reading, so a page never starts with its own reading.
     audit.record({ event: 'admin:action', ...auth.origin(request), detail: 'read the audit log' });
     return found;

@@ -25,14 +25,14 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
     void reply.header('location', links.self);
     // `Prefer: wait=N`: answer with the finished job (200, as GET /v1/jobs/:id) if it ends within N seconds — one
     // request for a quick job instead of a 202 and an event stream. A grant that may not read jobs gets the 202.
-    if (wait !== null && jobs.canRead(grant, job.id)) {
+    if (wait !== null && jobs.mayRead(grant, job)) {
       const gone = new AbortController();
       reply.raw.once('close', () => gone.abort());
       // The job's own record, which its end updates in place: read back from the store, it would cost a query and a parse.
-      const record = jobs.record(grant, job.id);
+      const record = job;
       const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(record.status), gone.signal);
       void reply.header('preference-applied', `wait=${wait}`);
-      if (ended) return reply.code(200).send(jobs.viewOf(record));
+      if (ended) return reply.code(200).send(await jobs.viewOf(record));
       return reply.code(202).send({ id: job.id, status: record.status, links, created });
     }
     void reply.code(created ? 202 : 200);

@@ -104,7 +104,7 @@ export class AttemptTimeouts implements AttemptObserver {
     log.warn({ host: watched.host, model: watched.model.manifest.name, batchId, jobs: watched.jobIds.size, budgetMs: budget.ms }, 'a batch outlived its attempt timeout');
     metrics.attemptTimedOut(watched.host, watched.model.manifest.name);
     for (const jobId of watched.jobIds) {
-      const job = states.get(jobId);
+      const job = states.active(jobId);
       if (!job || job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) continue;
       // Where it runs must be read before the attempt fails: failing it forgets the placement.
       if (inFlight.of(jobId)?.batch.id === batchId) dispatcher.cancelOnHost(jobId);

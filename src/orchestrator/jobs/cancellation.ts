@@ -49,7 +49,7 @@ export class Cancellation {
   }
 
   #end(jobId: string, status: 'cancelled' | 'expired', error?: MeshError): boolean {
-    const job = this.#deps.states.get(jobId);
+    const job = this.#deps.states.active(jobId);
     if (!job) return false;
     // Where it runs must be read before the job ends: ending it forgets its placement.
     const placement = this.#deps.inFlight.of(jobId);

@@ -8,7 +8,7 @@ import type { RegisteredModel } from '../registry/index.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import type { AttemptBudgets, HostRegistry, Router } from '../routing/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import type { Db, GroupCommit } from '../store/index.js';
+import type { Commits, MeshStore } from '../store/index.js';
 import { AttemptTimeouts } from './attempt-timeouts.js';
 import { Cancellation } from './cancellation.js';
 import { Dispatcher } from './dispatcher.js';
@@ -20,8 +20,8 @@ import { ResultIntake } from './results.js';
 import { JobStates } from './states.js';
 
 export interface JobCoreDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
   events: EventBus;
   metrics: MeshMetrics;
@@ -60,8 +60,8 @@ export interface JobCore {
 }
 
 export function createJobCore(deps: JobCoreDeps): JobCore {
-  const { db, commits, clock, events, metrics, log, model } = deps;
-  const states = new JobStates({ db, commits, clock, events, metrics, log: log.child({ part: 'jobs' }) });
+  const { store, commits, clock, events, metrics, log, model } = deps;
+  const states = new JobStates({ store, commits, clock, events, metrics, log: log.child({ part: 'jobs' }) });
   const inFlight = new InFlight();
   const dispatcher = new Dispatcher({
     clock, scheduler: deps.scheduler, router: deps.router, hosts: deps.hosts, states, inFlight, admission: deps.admission, metrics, model,
@@ -70,7 +70,7 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const failover = new Failover({ clock, states, inFlight, dispatcher, model, retryBackoffMs: deps.retryBackoffMs, log: log.child({ part: 'failover' }) });
   const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
   const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
-  const outputs = new JobOutputs({ db, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
+  const outputs = new JobOutputs({ store, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
   const refusals = new LinkRefusals({ clock, events, metrics, log: log.child({ part: 'link' }) });
   const intake = new ResultIntake({
     clock, states, inFlight, failover, outputs, commits, refusals, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,

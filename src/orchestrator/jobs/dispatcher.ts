@@ -109,7 +109,7 @@ export class Dispatcher {
     const now = clock.now();
     const batchId = newId('b');
     const name = model.manifest.name;
-    const records = queued.map((entry) => states.get(entry.id)).filter((job): job is JobRecord => job?.status === 'queued');
+    const records = queued.map((entry) => states.active(entry.id)).filter((job): job is JobRecord => job?.status === 'queued');
     const route = this.#decision?.host === host ? encodeRoute(this.#decision) : null;
     this.#decision = null;
     const jobs = states.dispatched(records, { batchId, host: host.id, replica: `${host.id}/${name}`, route });

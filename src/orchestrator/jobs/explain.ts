@@ -3,12 +3,12 @@ import type { Clock } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
 import { unavailableFor, type HostInfo, type RouteDecision, type Router } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';
-import type { Db, JobRecord } from '../store/index.js';
+import type { JobRecord, MeshStore } from '../store/index.js';
 import type { Failover } from './failover.js';
 import { jobView } from './views.js';
 
 export interface JobExplainerDeps {
-  db: Db;
+  store: MeshStore;
   clock: Clock;
   scheduler: Scheduler;
   router: Router;
@@ -35,11 +35,12 @@ export class JobExplainer {
     this.#deps = deps;
   }
 
-  explain(job: JobRecord): ExplainView {
-    const attempts = jobView(this.#deps.db, job).attempts.map((attempt) => ({
+  async explain(job: JobRecord): Promise<ExplainView> {
+    const attempts = (await jobView(this.#deps.store, job)).attempts.map((attempt) => ({
       n: attempt.n, host: attempt.host, status: attempt.status, error: attempt.error, route: attempt.route,
     }));
     const base = { id: job.id, status: job.status, model: job.model, classes: job.classes, hosts: job.hosts, attempts };
+    // Read the job's state after the attempts: the await may have let it move on, and a queued job is explained as it is now.
     if (job.status !== 'queued') return { ...base, summary: this.#summary(job, attempts.length), waiting: null };
     const waiting = this.#waiting(job);
     return { ...base, summary: `waiting for ${waiting.for}: ${waiting.detail}`, waiting };

@@ -95,7 +95,7 @@ export class Failover {
         this.#deps.inFlight.move(jobId, successor.session, batch.id, batch.model, batch.dispatchedAt);
         continue;
       }
-      const job = this.#deps.states.get(jobId);
+      const job = this.#deps.states.active(jobId);
       if (job) this.attemptFailed(job, batch.id, 'lost', new MeshError('AGENT_LOST', { host: host.id }).toJSON(), true);
     }
     host.batches.clear();

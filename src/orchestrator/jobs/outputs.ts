@@ -3,12 +3,12 @@ import { MeshError, sha256Digest, type ArtifactReport } from '../../protocol/ind
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { checkOutput, OutputCheck, outputTypesOf } from '../blobs/output-media.js';
-import { blobs, type Db, type GroupCommit } from '../store/index.js';
+import type { Commits, MeshStore } from '../store/index.js';
 import type { JobStates } from './states.js';
 
 export interface JobOutputsDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
   blobs: BlobStore;
   states: JobStates;
@@ -37,9 +37,9 @@ export class JobOutputs {
   async receive(
     upload: { jobId: string; batchId: string; digest: string; mediaType: string }, body: Readable,
   ): Promise<{ digest: string; bytes: number; mediaType: string }> {
-    const { db, commits, clock } = this.#deps;
+    const { store, commits, clock } = this.#deps;
     const { jobId, batchId, digest, mediaType } = upload;
-    const job = this.#deps.states.get(jobId);
+    const job = this.#deps.states.active(jobId) ?? await this.#deps.states.get(jobId);
     if (!job) throw new MeshError('NOT_FOUND', { what: `Job ${jobId}` });
     if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) {
       throw new MeshError('GRANT_DENIED', { caveat: `batch ${batchId}`, detail: `job ${jobId} is not running in that batch` });
@@ -48,11 +48,11 @@ export class JobOutputs {
     // — before the blob is renamed into place, so neither the blob nor the upload is recorded.
     const check = new OutputCheck(job.type, mediaType);
     const stored = await this.#deps.blobs.putStream(Readable.from(checked(body, check), { objectMode: false }), { expected: digest, limit: this.#deps.limitBytes });
-    this.#assertSameType(digest, mediaType);
+    await this.#assertSameType(digest, mediaType);
     const now = clock.now();
     commits.write(() => {
-      blobs.recordBlob(db, { digest, bytes: stored.bytes, mediaType }, now);
-      blobs.recordUpload(db, jobId, digest, now);
+      store.blobs.recordBlob({ digest, bytes: stored.bytes, mediaType }, now);
+      store.blobs.recordUpload(jobId, digest, now);
     });
     await commits.durable();
     return { digest, bytes: stored.bytes, mediaType };
@@ -69,12 +69,12 @@ export class JobOutputs {
     const digest = sha256Digest(bytes);
     if (digest !== artifact.digest) throw new MeshError('DIGEST_MISMATCH', { expected: artifact.digest, actual: digest });
     await checkOutput(jobType, artifact.mediaType, bytes);
-    this.#assertSameType(digest, artifact.mediaType);
+    await this.#assertSameType(digest, artifact.mediaType);
     // The local store keeps these without leaving the event loop; a store that cannot (a bucket) puts them asynchronously.
     const store = this.#deps.blobs;
     if (store.putSmallSync) store.putSmallSync(bytes, digest);
     else await store.putBytes(bytes, digest);
-    this.#deps.commits.writeOne(() => blobs.recordBlob(this.#deps.db, { digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
+    this.#deps.commits.writeOne(() => this.#deps.store.blobs.recordBlob({ digest, bytes: bytes.length, mediaType: artifact.mediaType }, this.#deps.clock.now()));
   }
 
   /**
@@ -82,10 +82,10 @@ export class JobOutputs {
    * have been stored (checked) with the media type the report gives it, one the job type may produce — the type the
    * bytes were checked against is what counts, not what the report says. Outputs never uploaded are not this check's.
    */
-  mislabelled(jobType: string, artifacts: readonly ArtifactReport[]): string | null {
+  async mislabelled(jobType: string, artifacts: readonly ArtifactReport[]): Promise<string | null> {
     for (const artifact of artifacts) {
       if (artifact.inline !== undefined) continue;
-      const record = blobs.getBlob(this.#deps.db, artifact.digest);
+      const record = await this.#deps.store.blobs.getBlob(artifact.digest);
       if (!record) continue;
       if (record.mediaType !== artifact.mediaType) {
         return `output ${artifact.digest} was reported as ${artifact.mediaType.slice(0, 100)} but stored as ${record.mediaType}`;
@@ -96,20 +96,20 @@ export class JobOutputs {
   }
 
   /** A blob is recorded with one media type, the first it was stored with: another for the same bytes is refused. */
-  #assertSameType(digest: string, mediaType: string): void {
-    const record = blobs.getBlob(this.#deps.db, digest);
+  async #assertSameType(digest: string, mediaType: string): Promise<void> {
+    const record = await this.#deps.store.blobs.getBlob(digest);
     if (record && record.mediaType !== mediaType) {
       throw new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: `the blob ${digest} is stored as ${record.mediaType}, not ${mediaType.slice(0, 100)}` });
     }
   }
 
-  wasUploaded(jobId: string, digest: string): boolean {
-    return blobs.wasUploadedFor(this.#deps.db, jobId, digest);
+  wasUploaded(jobId: string, digest: string): Promise<boolean> {
+    return this.#deps.store.blobs.wasUploadedFor(jobId, digest);
   }
 
   /** The size and media type recorded for a blob when it was stored. */
-  blobRecord(digest: string): { bytes: number; mediaType: string } | null {
-    return blobs.getBlob(this.#deps.db, digest);
+  blobRecord(digest: string): Promise<{ bytes: number; mediaType: string } | null> {
+    return this.#deps.store.blobs.getBlob(digest);
   }
 }
 

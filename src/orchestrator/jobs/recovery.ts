@@ -37,12 +37,12 @@ export class Recovery {
     });
   }
 
-  recover(): { queued: number; orphaned: number } {
+  async recover(): Promise<{ queued: number; orphaned: number }> {
     const { states, clock, cancellation, dispatcher } = this.#deps;
     const now = clock.now();
     let queued = 0;
     let orphaned = 0;
-    for (const job of states.restore()) {
+    for (const job of await states.restore()) {
       if (job.deadlineAt !== null && job.deadlineAt <= now) {
         cancellation.expire(job.id);
         continue;
@@ -67,7 +67,7 @@ export class Recovery {
       if (!orphan || orphan.host !== host.id || orphan.batchId !== batchId) continue;
       orphan.timer.cancel();
       this.#orphans.delete(jobId);
-      const job = this.#deps.states.get(jobId);
+      const job = this.#deps.states.active(jobId);
       if (job) this.#deps.inFlight.move(jobId, host, batchId, job.model, job.updatedAt);
     }
   }
@@ -81,7 +81,7 @@ export class Recovery {
     const orphan = this.#orphans.get(jobId);
     this.#orphans.delete(jobId);
     const { states, dispatcher, log } = this.#deps;
-    const job = states.get(jobId);
+    const job = states.active(jobId);
     if (!job || (job.status !== 'dispatched' && job.status !== 'running')) return;
     if (orphan?.batchId) {
       states.attemptEnded(job, orphan.batchId, 'lost', new MeshError('AGENT_LOST', { host: `${orphan.host ?? '?'} (not reclaimed after a restart)` }).toJSON());

@@ -4,7 +4,7 @@ import { isErrorCode, isTerminal, MeshError, type AgentMessage, type BatchMemory
 import type { Clock } from '../../protocol/clock.js';
 import type { LinkRefusals } from './refusals.js';
 import type { HostSession } from '../routing/index.js';
-import type { GroupCommit, JobRecord } from '../store/index.js';
+import type { Commits, JobRecord } from '../store/index.js';
 import type { Failover } from './failover.js';
 import type { InFlight } from './in-flight.js';
 import type { JobOutputs } from './outputs.js';
@@ -23,7 +23,7 @@ export interface ResultIntakeDeps {
   failover: Failover;
   outputs: JobOutputs;
   /** Acknowledgements wait for the commit that recorded what they acknowledge. */
-  commits: GroupCommit;
+  commits: Commits;
   log: Logger;
   /** Tells of refused reports, once per message. */
   refusals: LinkRefusals;
@@ -47,6 +47,12 @@ export class ResultIntake {
    * Kept in memory, so a report about jobs a host does not hold never reads the store, however many it names.
    */
   readonly #ended = new LRUCache<string, true>({ max: 16_384 });
+  /**
+   * Jobs whose result is being checked (its outputs against the store, its inline files stored): the first result of
+   * an attempt wins, so a duplicate or a late failure of the same job that arrives meanwhile is ignored, as it would
+   * be a moment later when the job has ended.
+   */
+  readonly #settling = new Set<string>();
 
   constructor(deps: ResultIntakeDeps) {
     this.#deps = deps;
@@ -76,42 +82,42 @@ export class ResultIntake {
 
   done(host: HostSession, message: Done): void {
     const job = this.#settled(host, message, 'done');
-    if (!job) return;
+    if (!job || this.#settling.has(job.id)) return;
     if (job.status === 'dispatched') this.#startedByResult(host, message);
     if (message.memory) this.#deps.observeMemory?.(job.model, message.memory);
-    // Uploaded outputs were checked against the media type they were uploaded with: that type counts, not the report's.
-    const mislabelled = this.#deps.outputs.mislabelled(job.type, message.artifacts);
-    if (mislabelled) {
-      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', { code: 'INTEGRITY_FAILED', message: mislabelled }, true);
-      this.#ack(host, job.id);
-      return;
-    }
-    if (!message.artifacts.some((artifact) => artifact.inline !== undefined)) return this.#publish(host, job, message);
-    this.#keepInline(host, job.type, message).catch((error: unknown) => {
-      this.#deps.log.error({ err: error, jobId: job.id, host: host.id }, 'a result with inline outputs could not be settled');
-    });
+    // A result without files (a tensor's) is published in this turn; files are checked against the store first.
+    if (message.artifacts.length === 0) return this.#publish(host, job, message);
+    this.#settling.add(job.id);
+    this.#keepOutputs(host, job.type, message).catch((error: unknown) => {
+      this.#deps.log.error({ err: error, jobId: job.id, host: host.id }, 'a result with outputs could not be settled');
+    }).finally(() => this.#settling.delete(job.id));
   }
 
   /**
-   * Outputs that came inline are hashed, their bytes checked against their media type and the job type's list
-   * (registry/output-media.ts), and stored, before the job is published with them. The check is asynchronous: the
-   * job is read again after it, and a job that ended or moved on meanwhile (cancelled, expired, its link lost) is not
-   * published — one that ended is acknowledged, as any result for a finished job.
+   * A result's outputs before its job is published with them. Uploaded outputs were checked against the media type
+   * they were uploaded with (that type counts, not the report's) and must have been uploaded for this job. Outputs
+   * that came inline are hashed, their bytes checked against their media type and the job type's list
+   * (registry/output-media.ts), and stored. The checks are asynchronous: the job is looked up again after them, and a
+   * job that ended or moved on meanwhile (cancelled, expired, its link lost) is not published — one that ended is
+   * acknowledged, as any result for a finished job.
    */
-  async #keepInline(host: HostSession, jobType: string, message: Done): Promise<void> {
+  async #keepOutputs(host: HostSession, jobType: string, message: Done): Promise<void> {
     let failure: ErrorBody | null = null;
     try {
-      for (const artifact of message.artifacts) if (artifact.inline !== undefined) await this.#deps.outputs.keepInline(jobType, { ...artifact, inline: artifact.inline });
+      failure = await this.#uploadedProblem(jobType, message);
+      if (!failure) {
+        for (const artifact of message.artifacts) if (artifact.inline !== undefined) await this.#deps.outputs.keepInline(jobType, { ...artifact, inline: artifact.inline });
+      }
     } catch (error) {
       // Bytes that are not what they claim fail the attempt as corrupt; a bucket that did not answer says so (the
       // attempt is retried); anything else (a full disk) is the orchestrator's.
-      const code = error instanceof MeshError ? (error.code === 'BLOB_STORE_UNAVAILABLE' ? error.code : 'INTEGRITY_FAILED') : 'INTERNAL';
+      const code = error instanceof MeshError ? (error.code === 'BLOB_STORE_UNAVAILABLE' || error.code === 'STORE_UNAVAILABLE' ? error.code : 'INTEGRITY_FAILED') : 'INTERNAL';
       failure = { code, message: `an inline output was not kept: ${(error as Error).message}` };
     }
-    const job = this.#deps.states.get(message.jobId);
-    if (!job || isTerminal(job.status) || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
-      if (job && isTerminal(job.status)) this.#ack(host, job.id);
-      else this.#deps.log.debug({ jobId: message.jobId, batchId: message.batchId, host: host.id }, 'the attempt ended while its inline outputs were checked; result ignored');
+    const job = this.#deps.states.active(message.jobId);
+    if (!job || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
+      if (!job && this.#ended.has(message.jobId)) this.#ack(host, message.jobId);
+      else this.#deps.log.debug({ jobId: message.jobId, batchId: message.batchId, host: host.id }, 'the attempt ended while its outputs were checked; result ignored');
       return;
     }
     if (failure) {
@@ -122,34 +128,39 @@ export class ResultIntake {
     this.#publish(host, job, message);
   }
 
+  /** Why the uploaded outputs a report names cannot be published as reported (INTEGRITY_FAILED), or null. */
+  async #uploadedProblem(jobType: string, message: Done): Promise<ErrorBody | null> {
+    const mislabelled = await this.#deps.outputs.mislabelled(jobType, message.artifacts);
+    if (mislabelled) return { code: 'INTEGRITY_FAILED', message: mislabelled };
+    for (const artifact of message.artifacts) {
+      if (artifact.inline === undefined && !(await this.#deps.outputs.wasUploaded(message.jobId, artifact.digest))) {
+        return { code: 'INTEGRITY_FAILED', message: `output ${artifact.digest} was reported but never uploaded for the job` };
+      }
+    }
+    return null;
+  }
+
   /**
    * A batch that ended within the agent's report delay was never reported started (agent/batch-reports.ts): its first
    * result starts it, dated back by its compute time, so the record and the event stream read as for any batch.
    */
   #startedByResult(host: HostSession, message: Done): void {
     const batch = this.#deps.inFlight.of(message.jobId)?.batch;
-    const jobs = [...(batch?.jobIds ?? [])].map((jobId) => this.#deps.states.get(jobId)).filter((job): job is JobRecord => job !== null);
+    const jobs = [...(batch?.jobIds ?? [])].map((jobId) => this.#deps.states.active(jobId)).filter((job): job is JobRecord => job !== null);
     const { loadMs, computeMs, phases } = message.timings;
     this.#deps.states.started(message.batchId, jobs, host.id, loadMs > 0 ? loadMs : undefined, { startedAt: this.#deps.clock.now() - computeMs }, phases);
   }
 
   #publish(host: HostSession, job: JobRecord, message: Done): void {
-    const missing = message.artifacts.find((artifact) => artifact.inline === undefined && !this.#deps.outputs.wasUploaded(job.id, artifact.digest));
-    if (missing) {
-      this.#deps.failover.attemptFailed(job, message.batchId, 'failed', {
-        code: 'INTEGRITY_FAILED', message: `output ${missing.digest} was reported but never uploaded for the job`,
-      }, true);
-    } else {
-      this.#deps.states.succeeded(job, {
-        batchId: message.batchId, host: host.id, artifacts: message.artifacts, result: message.result, computeMs: message.timings.computeMs,
-      });
-    }
+    this.#deps.states.succeeded(job, {
+      batchId: message.batchId, host: host.id, artifacts: message.artifacts, result: message.result, computeMs: message.timings.computeMs,
+    });
     this.#ack(host, job.id);
   }
 
   failed(host: HostSession, message: Failed): void {
     const job = this.#settled(host, message, 'failed');
-    if (!job) return;
+    if (!job || this.#settling.has(job.id)) return;
     this.#deps.failover.attemptFailed(job, message.batchId, 'failed', registered(message.error), message.retryable);
     this.#ack(host, job.id);
   }
@@ -160,20 +171,35 @@ export class ResultIntake {
    * was lost) and nothing changes.
    */
   #settled(host: HostSession, message: Done | Failed, what: 'done' | 'failed'): JobRecord | null {
-    const job = this.#deps.states.get(message.jobId);
-    if (job && isTerminal(job.status)) {
-      this.#deps.log.debug({ jobId: job.id, status: job.status, host: host.id }, 'result for a finished job; acknowledged, ignored');
-      this.#ack(host, job.id);
+    const job = this.#deps.states.active(message.jobId);
+    if (job && this.#deps.inFlight.holds(host, message.batchId, message.jobId)) return job;
+    if (!job && this.#ended.has(message.jobId)) {
+      this.#finishedJob(host, message.jobId);
       return null;
     }
-    if (!job || !this.#deps.inFlight.holds(host, message.batchId, message.jobId)) {
-      this.#deps.refusals.refuse(host, what, [message.jobId]);
-      // The agent may be an honest one whose job has moved on (it was lost and the job retried elsewhere): tell it to
-      // let go — unless it holds the job in another batch now, which a cancel would stop.
-      if (this.#deps.inFlight.of(message.jobId)?.host !== host) host.send({ type: 'cancel', jobId: message.jobId });
+    if (job) {
+      this.#refuse(host, message.jobId, what);
       return null;
     }
-    return job;
+    // Neither unfinished nor ended lately: the store says whether it is a job that finished long ago (a result re-sent
+    // after a restart, acknowledged) or one this session has no business with.
+    void this.#deps.states.get(message.jobId).then((stored) => {
+      if (stored && isTerminal(stored.status)) this.#finishedJob(host, stored.id);
+      else this.#refuse(host, message.jobId, what);
+    }, (error: unknown) => this.#deps.log.warn({ err: error, jobId: message.jobId }, 'a result could not be looked up; the agent will send it again'));
+    return null;
+  }
+
+  #finishedJob(host: HostSession, jobId: string): void {
+    this.#deps.log.debug({ jobId, host: host.id }, 'result for a finished job; acknowledged, ignored');
+    this.#ack(host, jobId);
+  }
+
+  #refuse(host: HostSession, jobId: string, what: 'done' | 'failed'): void {
+    this.#deps.refusals.refuse(host, what, [jobId]);
+    // The agent may be an honest one whose job has moved on (it was lost and the job retried elsewhere): tell it to
+    // let go — unless it holds the job in another batch now, which a cancel would stop.
+    if (this.#deps.inFlight.of(jobId)?.host !== host) host.send({ type: 'cancel', jobId });
   }
 
   /**
@@ -185,7 +211,7 @@ export class ResultIntake {
     const jobs: JobRecord[] = [];
     let refused: string[] | null = null;
     for (const jobId of jobIds) {
-      const job = this.#deps.inFlight.holds(host, batchId, jobId) ? this.#deps.states.get(jobId) : null;
+      const job = this.#deps.inFlight.holds(host, batchId, jobId) ? this.#deps.states.active(jobId) : null;
       if (job) jobs.push(job);
       // Progress can race a cancellation: a report about a job that just ended is not an intrusion.
       else if (!this.#ended.has(jobId)) (refused ??= []).push(jobId);

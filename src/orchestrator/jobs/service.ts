@@ -10,11 +10,11 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import { type ModelRegistry, type RegisteredModel } from '../registry/index.js';
 import { assertDigest, modelDigests, VERSION_SEPARATOR } from '../../protocol/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
-import { artifacts, clientBlobs, inputImages, decodeCursor, encodeCursor, jobs as jobStore, type Db, type GroupCommit, type JobRecord } from '../store/index.js';
+import { decodeCursor, encodeCursor, type Commits, type JobRecord, type MeshStore } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
-import type { InputImages } from '../blobs/input-images.js';
+import { picturesNamed, type InputImages } from '../blobs/input-images.js';
 import type { JobStates } from './states.js';
 import { artifactView, jobView, snapshotEvents } from './views.js';
 
@@ -22,8 +22,8 @@ const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 export const DEFAULT_ALBUM = 'default';
 
 export interface JobServiceDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
   config: MeshConfig;
   registry: ModelRegistry;
@@ -94,6 +94,17 @@ export function requestHash(request: { type: string; model: string; priority: nu
   return `sha256:${createHash('sha256').update(canonical).digest('hex')}`;
 }
 
+/**
+ * What admission needs from the store, read before the job is admitted (admission itself is synchronous, so the jobs
+ * of one request are admitted in one turn): the job an idempotency key names, and the pictures the grant may not read.
+ */
+interface Looked {
+  keyed: { entry: { id: string; requestHash: string | null } | null; job: JobRecord | null; stale: JobRecord | null } | null;
+  hidden: ReadonlySet<string>;
+}
+
+const NOTHING_LOOKED: Looked = { keyed: null, hidden: new Set() };
+
 /** What clients do with jobs: submit, read, list, cancel, follow — each checked against the caller's grant. */
 export class JobService {
   readonly #deps: JobServiceDeps;
@@ -109,7 +120,8 @@ export class JobService {
   async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
     const decoding = this.#deps.pictures.prepare(body.input);
     if (decoding) await decoding;
-    const admitted = this.#admit(grant, body, authorize);
+    const looking = this.#look(grant, body);
+    const admitted = this.#admit(grant, body, authorize, looking ? await looking : NOTHING_LOOKED);
     await this.#deps.commits.durable();
     return admitted;
   }
@@ -120,9 +132,10 @@ export class JobService {
    */
   async submitAll(grant: VerifiedGrant, bodies: readonly SubmitJobBody[], authorize: Authorize): Promise<JobRecord[]> {
     for (const body of bodies) await this.#deps.pictures.prepare(body.input);
+    const looked = await Promise.all(bodies.map((body) => this.#look(grant, body) ?? NOTHING_LOOKED));
     const admitted: JobRecord[] = [];
     try {
-      for (const body of bodies) admitted.push(this.#admit(grant, body, authorize).job);
+      for (const [index, body] of bodies.entries()) admitted.push(this.#admit(grant, body, authorize, looked[index]!).job);
     } catch (error) {
       for (const job of admitted) this.#deps.cancellation.cancel(job.id);
       await this.#deps.commits.durable();
@@ -139,14 +152,21 @@ export class JobService {
    */
   async submitMany(grant: VerifiedGrant, items: readonly unknown[], authorize: Authorize): Promise<BulkItemResult[]> {
     for (const item of items) await this.#deps.pictures.prepare((item as { input?: unknown } | null)?.input);
-    const results = items.map((item, index): BulkItemResult => {
-      const parsed = SubmitJobBody.safeParse(item);
-      if (!parsed.success) {
-        const detail = parsed.error.issues.map((issue) => `jobs.${index}${issue.path.map((part) => `.${String(part)}`).join('')}: ${issue.message}`).join('; ');
+    const parsed = items.map((item) => SubmitJobBody.safeParse(item));
+    // Everything the items need from the store is read first, so they are all admitted in one turn (and can share a
+    // batch); an item may name the idempotency key of one before it, which the store has not seen yet: `keyed`.
+    const looked = await Promise.all(parsed.map((item) => (item.success ? this.#look(grant, item.data) : null) ?? NOTHING_LOOKED));
+    const keyed = new Map<string, NonNullable<Looked['keyed']>>();
+    const results = parsed.map((item, index): BulkItemResult => {
+      if (!item.success) {
+        const detail = item.error.issues.map((issue) => `jobs.${index}${issue.path.map((part) => `.${String(part)}`).join('')}: ${issue.message}`).join('; ');
         return { status: 400, error: new MeshError('VALIDATION_FAILED', { detail }).toJSON() };
       }
+      const key = item.data.idempotencyKey;
+      const earlier = key ? keyed.get(key) : undefined;
       try {
-        const { job, created } = this.#admit(grant, parsed.data, authorize);
+        const { job, created, hash } = this.#admit(grant, item.data, authorize, earlier ? { ...looked[index]!, keyed: earlier } : looked[index]!);
+        if (key && created) keyed.set(key, { entry: { id: job.id, requestHash: hash }, job, stale: null });
         return { status: created ? 202 : 200, id: job.id, jobStatus: job.status, created };
       } catch (error) {
         if (error instanceof MeshError && error.status < 500) return { status: error.status, error: error.toJSON() };
@@ -157,8 +177,40 @@ export class JobService {
     return results;
   }
 
-  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): { job: JobRecord; created: boolean } {
-    const { db, clock, config, registry, scheduler, admission, states } = this.#deps;
+  /** What admitting `body` needs from the store (Looked); null, at once, when it needs nothing (no key, no picture). */
+  #look(grant: VerifiedGrant, body: SubmitJobBody): Promise<Looked> | null {
+    const key = body.idempotencyKey;
+    const pictures = picturesNamed(body.input);
+    if (!key && pictures.length === 0) return null;
+    return (async () => {
+      const { store, states, clock } = this.#deps;
+      let keyed: Looked['keyed'] = null;
+      if (key) {
+        const entry = await store.jobs.idempotencyEntry(grant.id, key, clock.now() - IDEMPOTENCY_WINDOW_MS);
+        const job = entry ? await states.get(entry.id) : null;
+        // A key older than the window is free again: the old job gives it up so the unique index allows the new one.
+        const stale = entry ? null : await store.jobs.getJobByIdempotencyKey(grant.id, key, 0);
+        keyed = { entry, job, stale };
+      }
+      const hidden = new Set<string>();
+      for (const digest of pictures) {
+        try {
+          await this.assertBlobVisible(grant, digest);
+        } catch (error) {
+          if (!(error instanceof MeshError && (error.code === 'NOT_FOUND' || error.code === 'BAD_DIGEST'))) throw error;
+          hidden.add(digest);
+        }
+      }
+      return { keyed, hidden };
+    })();
+  }
+
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked): { job: JobRecord; created: boolean; hash: string | null } {
+    const { clock, config, registry, scheduler, admission, states, store } = this.#deps;
+    // A store that cannot take writes now (PostgreSQL away) takes no new job: a 202 must be a promise kept.
+    if (!store.isOpen()) {
+      throw new MeshError('STORE_UNAVAILABLE', { store: store.location, detail: 'it does not answer', retryAfter: 2 }, { headers: { 'retry-after': '2' } });
+    }
     const now = clock.now();
     const routing = config.routing[body.type];
     if (!routing) {
@@ -181,7 +233,9 @@ export class JobService {
     }
     const { pictures } = this.#deps;
     const input = model.pipeline.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
-    pictures.check(input, name, (digest) => this.assertBlobVisible(grant, digest));
+    pictures.check(input, name, (digest) => {
+      if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+    });
 
     // Idempotency keys live per grant lineage (the grant id, shared by every narrowing). A key names one
     // request: the same request gets its job back (200); any other request with the key is refused with
@@ -193,13 +247,13 @@ export class JobService {
       ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
       : null;
     if (body.idempotencyKey) {
-      const existing = jobStore.idempotencyEntry(db, grant.id, body.idempotencyKey, now - IDEMPOTENCY_WINDOW_MS);
+      const existing = looked.keyed?.entry ?? null;
       // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
       if (existing && existing.requestHash !== null && existing.requestHash !== hash) {
         throw new MeshError('IDEMPOTENCY_MISMATCH', { key: body.idempotencyKey });
       }
-      const job = existing ? states.get(existing.id) : null;
-      if (job) return { job, created: false };
+      const job = existing ? (states.active(existing.id) ?? looked.keyed?.job ?? null) : null;
+      if (job) return { job, created: false, hash };
     }
     this.#deps.classes?.admit(body.type, classes);
     this.#deps.memory?.admit(model, input, classes);
@@ -213,8 +267,7 @@ export class JobService {
       }
       throw error;
     }
-    // A key older than the window is free again: the old job gives it up so the unique index allows the new one.
-    const stale = body.idempotencyKey ? jobStore.getJobByIdempotencyKey(db, grant.id, body.idempotencyKey, 0) : null;
+    const stale = looked.keyed?.stale ?? null;
     const job = states.create({
       id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
@@ -223,29 +276,40 @@ export class JobService {
     pictures.recordJob(job.id, input);
     this.#deps.cancellation.arm(job);
     this.#deps.dispatcher.enqueue(job);
-    return { job, created: true };
+    return { job, created: true, hash };
   }
 
   /** A job the grant may see; 404 otherwise (a grant does not learn what it cannot see). */
-  get(grant: VerifiedGrant, id: string): JobView {
-    return jobView(this.#deps.db, this.record(grant, id));
+  async get(grant: VerifiedGrant, id: string): Promise<JobView> {
+    return jobView(this.#deps.store, await this.record(grant, id));
   }
 
   /** The view of a job record in hand (one `record` gave), without reading the job from the store again. */
-  viewOf(job: JobRecord): JobView {
-    return jobView(this.#deps.db, job);
+  viewOf(job: JobRecord): Promise<JobView> {
+    return jobView(this.#deps.store, job);
+  }
+
+  /** Whether the grant may read a job in hand (GET /v1/jobs/:id would show it). */
+  mayRead(grant: VerifiedGrant, job: JobRecord): boolean {
+    return canSee(grant, job, this.#deps.clock.now());
+  }
+
+  /** A job in hand (one `submit` gave), if the grant may read it; NOT_FOUND otherwise, as `record`. */
+  readable(grant: VerifiedGrant, job: JobRecord): JobRecord {
+    if (!this.mayRead(grant, job)) throw new MeshError('NOT_FOUND', { what: `Job ${job.id}` });
+    return job;
   }
 
   /** Whether the grant may read the job (GET /v1/jobs/:id would show it). */
-  canRead(grant: VerifiedGrant, id: string): boolean {
-    const job = this.#deps.states.get(id);
+  async canRead(grant: VerifiedGrant, id: string): Promise<boolean> {
+    const job = await this.#deps.states.get(id);
     return job !== null && canSee(grant, job, this.#deps.clock.now());
   }
 
-  record(grant: VerifiedGrant, id: string): JobRecord {
-    const job = this.#deps.states.get(id);
-    if (!job || !canSee(grant, job, this.#deps.clock.now())) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
-    return job;
+  async record(grant: VerifiedGrant, id: string): Promise<JobRecord> {
+    const job = await this.#deps.states.get(id);
+    if (!job) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
+    return this.readable(grant, job);
   }
 
   /**
@@ -255,18 +319,19 @@ export class JobService {
    * anything else is 404, as if it did not exist. Grants with none of the three
    * (agents, admin, unscoped clients) read any blob.
    */
-  assertBlobVisible(grant: VerifiedGrant, digest: string): void {
+  async assertBlobVisible(grant: VerifiedGrant, digest: string): Promise<void> {
     const { albums, types, models } = grant;
     if (albums === null && types === null && models === null) return;
     assertDigest(digest);
+    const { store } = this.#deps;
     // What its own lineage stored (an input it uploaded), it may read back.
-    if (clientBlobs.storedBy(this.#deps.db, digest, grant.id)) return;
+    if (await store.clientBlobs.storedBy(digest, grant.id)) return;
     // A host reads the pictures of the jobs it was sent (an agent grant limited to models).
-    if (grant.kind === 'agent' && inputImages.inputOfJobOn(this.#deps.db, digest, agentHosts(grant))) return;
+    if (grant.kind === 'agent' && await store.inputImages.inputOfJobOn(digest, agentHosts(grant))) return;
     // A model's own files (its file, or its index and members), to a grant that may have the model (an agent pulling
     // them; an album-limited grant never).
     if (albums === null && types === null && models!.some((name) => this.#modelHolds(name, digest))) return;
-    if (!artifacts.digestPublishedIn(this.#deps.db, digest, { albums, types, models })) {
+    if (!(await store.artifacts.digestPublishedIn(digest, { albums, types, models }))) {
       throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     }
   }
@@ -282,13 +347,13 @@ export class JobService {
   }
 
   /** The events that describe where a job the grant may see stands now. */
-  snapshot(grant: VerifiedGrant, id: string): JobEvent[] {
-    return snapshotEvents(this.#deps.db, this.record(grant, id));
+  async snapshot(grant: VerifiedGrant, id: string): Promise<JobEvent[]> {
+    return snapshotEvents(this.#deps.store, await this.record(grant, id));
   }
 
-  list(grant: VerifiedGrant, query: ListQuery): { jobs: JobView[]; nextCursor: string | null } {
-    const { db } = this.#deps;
-    const records = jobStore.listJobs(db, {
+  async list(grant: VerifiedGrant, query: ListQuery): Promise<{ jobs: JobView[]; nextCursor: string | null }> {
+    const { store } = this.#deps;
+    const records = await store.jobs.listJobs({
       statuses: query.statuses,
       types: grant.types, models: grant.models, albums: grant.albums,
       beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
@@ -296,7 +361,7 @@ export class JobService {
     });
     const last = records.at(-1);
     return {
-      jobs: records.map((record) => jobView(db, record)),
+      jobs: await Promise.all(records.map((record) => jobView(store, record))),
       nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null,
     };
   }
@@ -306,9 +371,9 @@ export class JobService {
    * Published results newest first, by keyset (`cursor`: continue before a sequence number), so a page costs the
    * same at result 10,000 as at result 1; `album` narrows to one album (within the grant's), `q` to prompts holding it.
    */
-  artifacts(grant: VerifiedGrant, query: { limit: number; cursor?: string; album?: string; q?: string }): { artifacts: ArtifactView[]; nextCursor: string | null } {
+  async artifacts(grant: VerifiedGrant, query: { limit: number; cursor?: string; album?: string; q?: string }): Promise<{ artifacts: ArtifactView[]; nextCursor: string | null }> {
     const albums = query.album === undefined ? grant.albums : grant.albums === null || grant.albums.includes(query.album) ? [query.album] : [];
-    const records = artifacts.listArtifacts(this.#deps.db, {
+    const records = await this.#deps.store.artifacts.listArtifacts({
       types: grant.types, models: grant.models, albums, limit: query.limit, prompt: query.q || undefined,
       beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
     });
@@ -316,17 +381,17 @@ export class JobService {
     return { artifacts: records.map(artifactView), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
   }
 
-  cancel(grant: VerifiedGrant, id: string, authorize: Authorize): JobView {
-    const job = this.record(grant, id);
+  async cancel(grant: VerifiedGrant, id: string, authorize: Authorize): Promise<JobView> {
+    const job = await this.record(grant, id);
     authorize({ action: 'jobs:cancel', jobType: job.type, model: job.model, album: job.album });
     if (isTerminal(job.status) || !this.#deps.cancellation.cancel(id)) {
-      throw new MeshError('JOB_NOT_CANCELLABLE', { id, status: this.#deps.states.get(id)?.status ?? job.status });
+      throw new MeshError('JOB_NOT_CANCELLABLE', { id, status: (await this.#deps.states.get(id))?.status ?? job.status });
     }
-    return jobView(this.#deps.db, this.#deps.states.get(id)!);
+    return jobView(this.#deps.store, job);
   }
 
   /** Jobs in each state (for status views). */
-  counts(): Record<string, number> {
-    return jobStore.countByStatus(this.#deps.db);
+  counts(): Promise<Record<string, number>> {
+    return this.#deps.store.jobs.countByStatus();
   }
 }

@@ -3,13 +3,13 @@ import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent, type Loa
 import type { Clock } from '../../protocol/clock.js';
 import type { EventBus, EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
-import { artifacts, attempts, jobs as jobStore, type Db, type EndedAttempt, type GroupCommit, type JobRecord, type NewJob } from '../store/index.js';
+import type { Commits, EndedAttempt, JobRecord, MeshStore, NewJob } from '../store/index.js';
 import { artifactView } from './views.js';
 
 export interface JobStatesDeps {
-  db: Db;
+  store: MeshStore;
   /** Every write joins the current group commit. */
-  commits: GroupCommit;
+  commits: Commits;
   clock: Clock;
   events: EventBus;
   metrics: MeshMetrics;
@@ -74,8 +74,20 @@ export class JobStates {
   }
 
   /** A job's current record: from memory while it is active, else from the store. */
-  get(id: string): JobRecord | null {
-    return this.#active.get(id) ?? jobStore.getJob(this.#deps.db, id);
+  async get(id: string): Promise<JobRecord | null> {
+    return this.#active.get(id) ?? this.#deps.store.jobs.getJob(id);
+  }
+
+  /** A job's record while it is not finished (the hot path's: no store read); null once it ended, or if unknown. */
+  active(id: string): JobRecord | null {
+    return this.#active.get(id) ?? null;
+  }
+
+  /** How many unfinished jobs use a model (queued, dispatched or running). */
+  activeOn(model: string): number {
+    let count = 0;
+    for (const job of this.#active.values()) if (job.model === model) count++;
+    return count;
   }
 
   /** Run `listener` once for every job that reaches a terminal state. */
@@ -92,18 +104,18 @@ export class JobStates {
   create(job: NewJob, staleKeyOf?: string): JobRecord {
     const record = staleKeyOf
       ? this.#deps.commits.write(() => {
-        jobStore.releaseIdempotencyKey(this.#deps.db, staleKeyOf);
-        return jobStore.insertJob(this.#deps.db, job);
+        this.#deps.store.jobs.releaseIdempotencyKey(staleKeyOf);
+        return this.#deps.store.jobs.insertJob(job);
       })
-      : this.#deps.commits.writeOne(() => jobStore.insertJob(this.#deps.db, job));
+      : this.#deps.commits.writeOne(() => this.#deps.store.jobs.insertJob(job));
     this.#active.set(record.id, record);
     this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, at: iso(record.createdAt) });
     return record;
   }
 
   /** At start: the jobs the store holds as not finished, made active again. */
-  restore(): JobRecord[] {
-    const records = jobStore.jobsInStates(this.#deps.db, ['queued', 'dispatched', 'running']);
+  async restore(): Promise<JobRecord[]> {
+    const records = await this.#deps.store.jobs.jobsInStates(['queued', 'dispatched', 'running']);
     for (const record of records) this.#active.set(record.id, record);
     return records;
   }
@@ -113,11 +125,13 @@ export class JobStates {
    * ends, and lives on the job's row until then). Returns those that were still queued.
    */
   dispatched(jobs: readonly JobRecord[], place: Omit<AttemptPlace, 'batchSize'>): JobRecord[] {
-    const { db, clock } = this.#deps;
+    const { store, clock } = this.#deps;
     const now = clock.now();
     const route = place.route ?? null;
-    const still = this.#deps.commits.write(() => jobStore.markDispatched(db, jobs.map((job) => job.seq), place.batchId, place.host, now, route));
-    const moved = jobs.filter((job) => still.has(job.seq));
+    // Only jobs this orchestrator holds as queued leave; the statement's own condition is the second line.
+    const queued = jobs.filter((job) => job.status === 'queued' && this.#active.get(job.id) === job);
+    const still = this.#deps.commits.write(() => store.jobs.markDispatched(queued.map((job) => job.seq), place.batchId, place.host, now, route));
+    const moved = queued.filter((job) => still.has(job.seq));
     for (const job of moved) {
       Object.assign(job, {
         status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
@@ -145,12 +159,12 @@ export class JobStates {
    * this same tick, and their attempts record the start.
    */
   started(batchId: string, jobs: readonly JobRecord[], host: string, loadMs?: number, byResult?: { startedAt: number }, phases?: LoadPhases): void {
-    const { db, clock } = this.#deps;
+    const { store, clock } = this.#deps;
     const starting = jobs.filter((job) => job.status === 'dispatched');
     if (starting.length === 0) return;
     const now = Math.round(byResult?.startedAt ?? clock.now());
     const waited = loadMs === undefined ? undefined : Math.round(loadMs);
-    if (!byResult) this.#deps.commits.write(() => jobStore.markRunning(db, starting.map((job) => job.seq), now));
+    if (!byResult) this.#deps.commits.write(() => store.jobs.markRunning(starting.map((job) => job.seq), now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
@@ -200,7 +214,7 @@ export class JobStates {
   /** Write the attempt in flight, now that it has ended. */
   #recordAttempt(job: JobRecord, status: EndedAttempt['status'], now: number, outcome: Pick<EndedAttempt, 'computeMs' | 'errorCode' | 'errorMessage'>): void {
     if (!job.batchId || !job.leaseHost) return;
-    attempts.recordAttempt(this.#deps.db, {
+    this.#deps.store.attempts.recordAttempt({
       jobId: job.id, n: job.attempts, host: job.leaseHost, batchId: job.batchId, batchSize: job.batchSize ?? 1, status,
       dispatchedAt: job.dispatchedAt ?? now, startedAt: job.startedAt, finishedAt: now, loadMs: job.loadMs ?? null, route: job.route, ...outcome,
     }, job.model);
@@ -208,15 +222,17 @@ export class JobStates {
 
   /** A job whose attempt failed goes back to waiting; returns false if it had already finished. */
   requeued(job: JobRecord): boolean {
+    if (!this.#holds(job, ['dispatched', 'running'])) return false;
     const now = this.#deps.clock.now();
-    const changed = this.#deps.commits.writeOne(() => jobStore.requeueJob(this.#deps.db, job.seq, now));
+    const changed = this.#deps.commits.writeOne(() => this.#deps.store.jobs.requeueJob(job.seq, now));
     if (changed) Object.assign(job, { status: 'queued', leaseHost: null, updatedAt: now });
     return changed;
   }
 
   /** The attempt in `batchId` delivered: record its artifacts and finish the job. Returns false if it had already finished. */
   succeeded(job: JobRecord, outcome: { batchId: string; host: string; artifacts: readonly ArtifactReport[]; result: unknown; computeMs: number }): boolean {
-    const { db, clock } = this.#deps;
+    if (!this.#holds(job, ['queued', 'dispatched', 'running'])) return false;
+    const { store, clock } = this.#deps;
     const now = clock.now();
     const published = outcome.artifacts.map((artifact) => ({
       digest: artifact.digest, jobId: job.id, type: job.type, model: job.model, host: outcome.host, album: job.album,
@@ -227,11 +243,11 @@ export class JobStates {
     const kept = job.batchId === outcome.batchId && job.leaseHost
       ? { host: job.leaseHost, startedAt: job.startedAt, loadMs: job.loadMs ?? null, computeMs: outcome.computeMs }
       : undefined;
-    const finish = (): boolean => jobStore.finishJob(db, job.seq, 'succeeded', now, { result: outcome.result ?? null, attempt: kept });
+    const finish = (): boolean => store.jobs.finishJob(job.seq, 'succeeded', now, { result: outcome.result ?? null, attempt: kept });
     // A result without artifacts (a tensor's) is one statement, which needs no savepoint of its own.
     const finished = published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
       if (!finish()) return false;
-      for (const artifact of published) artifacts.insertArtifact(db, artifact);
+      for (const artifact of published) store.artifacts.insertArtifact(artifact);
       return true;
     });
     if (!finished) return false;
@@ -258,11 +274,12 @@ export class JobStates {
    * Returns false if the job had already finished.
    */
   ended(job: JobRecord, status: EndStatus, error?: ErrorBody | MeshError, attemptBatchId?: string): boolean {
-    const { db, clock } = this.#deps;
+    if (!this.#holds(job, ['queued', 'dispatched', 'running'])) return false;
+    const { store, clock } = this.#deps;
     const now = clock.now();
     const body = error instanceof MeshError ? error.toJSON() : error;
     const changed = this.#deps.commits.write(() => {
-      if (!jobStore.finishJob(db, job.seq, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
+      if (!store.jobs.finishJob(job.seq, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
       if (attemptBatchId && attemptBatchId === job.batchId) this.#recordAttempt(job, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
       return true;
     });
@@ -276,6 +293,14 @@ export class JobStates {
     if (status === 'failed') this.#emit(job, { type: 'failed', jobId: job.id, error: body ?? new MeshError('INTERNAL', { detail: 'failed without an error' }).toJSON(), at });
     else this.#emit(job, { type: status, jobId: job.id, at });
     return true;
+  }
+
+  /**
+   * Whether `job` is the record this orchestrator holds for an unfinished job, in one of `statuses`: the state in
+   * memory decides a transition (a store that writes behind cannot answer its conditional update at once).
+   */
+  #holds(job: JobRecord, statuses: readonly JobRecord['status'][]): boolean {
+    return this.#active.get(job.id) === job && statuses.includes(job.status);
   }
 
   #terminated(job: JobRecord, status: JobRecord['status'], now: number): void {

@@ -1,6 +1,6 @@
 import type { ArtifactView, AttemptView, JobEvent, JobView } from '../../protocol/index.js';
 import { decodeRoute } from '../routing/index.js';
-import { artifacts, attempts, type ArtifactRecord, type Db, type JobRecord } from '../store/index.js';
+import type { ArtifactRecord, JobRecord, MeshStore } from '../store/index.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
@@ -21,8 +21,8 @@ export function artifactView(record: ArtifactRecord): ArtifactView {
  * A job's attempts: those that ended without success, from the store; the one in flight, and the one that
  * succeeded, from the job's own row (each is kept there, migration 11).
  */
-function attemptsOf(db: Db, job: JobRecord): AttemptView[] {
-  const ended = attempts.listAttempts(db, job.id, decodeRoute);
+async function attemptsOf(store: MeshStore, job: JobRecord): Promise<AttemptView[]> {
+  const ended = await store.attempts.listAttempts(job.id, decodeRoute);
   if (!job.batchId || ended.some((attempt) => attempt.n === job.attempts)) return ended;
   if ((job.status === 'dispatched' || job.status === 'running') && job.leaseHost) ended.push(attemptOnRow(job, job.leaseHost, 'running'));
   else if (job.status === 'succeeded' && job.attemptHost) ended.push(attemptOnRow(job, job.attemptHost, 'succeeded'));
@@ -40,14 +40,17 @@ function attemptOnRow(job: JobRecord, host: string, status: 'running' | 'succeed
 }
 
 /** The API's view of a job: the row, its attempts and, once it succeeded, its artifacts. */
-export function jobView(db: Db, job: JobRecord): JobView {
+export async function jobView(store: MeshStore, job: JobRecord): Promise<JobView> {
+  const [attempts, artifacts] = await Promise.all([
+    attemptsOf(store, job), job.status === 'succeeded' ? store.artifacts.artifactsOfJob(job.id) : [],
+  ]);
   return {
     id: job.id, type: job.type, model: job.model, status: job.status, priority: job.priority, album: job.album,
     input: job.input, createdAt: new Date(job.createdAt).toISOString(), updatedAt: new Date(job.updatedAt).toISOString(),
     finishedAt: iso(job.finishedAt), deadlineAt: iso(job.deadlineAt),
-    attempts: attemptsOf(db, job),
+    attempts,
     batch: job.batchId ? { id: job.batchId, size: job.batchSize ?? 1 } : null,
-    artifacts: job.status === 'succeeded' ? artifacts.artifactsOfJob(db, job.id).map(artifactView) : [],
+    artifacts: artifacts.map(artifactView),
     result: job.result,
     error: job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
     links: { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` },
@@ -55,7 +58,7 @@ export function jobView(db: Db, job: JobRecord): JobView {
 }
 
 /** The events that describe where a job stands now, for a client that connects late. */
-export function snapshotEvents(db: Db, job: JobRecord): JobEvent[] {
+export async function snapshotEvents(store: MeshStore, job: JobRecord): Promise<JobEvent[]> {
   const at = new Date(job.updatedAt).toISOString();
   const events: JobEvent[] = [{ type: 'queued', jobId: job.id, model: job.model, jobType: job.type, prompt: job.prompt, at: new Date(job.createdAt).toISOString() }];
   if ((job.status === 'dispatched' || job.status === 'running') && job.leaseHost && job.batchId) {
@@ -68,7 +71,7 @@ export function snapshotEvents(db: Db, job: JobRecord): JobEvent[] {
   }
   const finishedAt = new Date(job.finishedAt ?? job.updatedAt).toISOString();
   if (job.status === 'succeeded') {
-    events.push({ type: 'succeeded', jobId: job.id, result: job.result, at: finishedAt, artifacts: artifacts.artifactsOfJob(db, job.id).map(artifactView) });
+    events.push({ type: 'succeeded', jobId: job.id, result: job.result, at: finishedAt, artifacts: (await store.artifacts.artifactsOfJob(job.id)).map(artifactView) });
   } else if (job.status === 'failed') {
     events.push({ type: 'failed', jobId: job.id, at: finishedAt, error: { code: job.errorCode ?? 'INTERNAL', message: job.errorMessage ?? '' } });
   } else if (job.status === 'cancelled' || job.status === 'expired') {

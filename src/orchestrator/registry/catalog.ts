@@ -4,7 +4,7 @@ import { batchesAlongFirstDim, MeshError, TensorSpec, VERSION_SEPARATOR, type Mo
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
-import { jobs as jobStore, storedModels, type Db, type GroupCommit } from '../store/index.js';
+import type { Commits, MeshStore } from '../store/index.js';
 import { routeText, type ModelRegistry, type RegisteredModel } from './models.js';
 import { onnxSignature } from './onnx-signature.js';
 
@@ -46,8 +46,8 @@ export const AddModelBody = z.strictObject({
 export type AddModelBody = z.input<typeof AddModelBody>;
 
 export interface ModelCatalogDeps {
-  db: Db;
-  commits: GroupCommit;
+  store: MeshStore;
+  commits: Commits;
   clock: Clock;
   config: MeshConfig;
   registry: ModelRegistry;
@@ -80,13 +80,13 @@ export class ModelCatalog {
   }
 
   /** At start: the stored models into the registry, and their routes. */
-  restore(): number {
-    const { db, registry } = this.#deps;
-    const stored = storedModels.listModels(db);
+  async restore(): Promise<number> {
+    const { store, registry } = this.#deps;
+    const stored = await store.models.listModels();
     for (const { model, record } of stored) {
       registry.addVersion(model, record.manifest, record.policy ? policyDefaultsOf(ModelPolicy.parse(record.policy)) : undefined);
     }
-    for (const route of storedModels.listModelRoutes(db)) {
+    for (const route of await store.models.listModelRoutes()) {
       if (registry.family(route.name)) registry.setRoute(route.name, { pinned: route.pinned, split: route.split });
     }
     return stored.length;
@@ -97,7 +97,7 @@ export class ModelCatalog {
     const parsed = AddModelBody.safeParse(input);
     if (!parsed.success) throw new MeshError('VALIDATION_FAILED', { detail: parsed.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; ') });
     const body = parsed.data;
-    const { registry, config, blobs, db, commits, clock } = this.#deps;
+    const { registry, config, blobs, store, commits, clock } = this.#deps;
     if (registry.get(body.name) && !registry.family(body.name)) {
       throw new MeshError('MODEL_EXISTS', { model: body.name, detail: 'a built-in or mesh.yaml model has that name; choose another' });
     }
@@ -136,7 +136,7 @@ export class ModelCatalog {
     };
     const policy = body.policy ?? (batchesAlongFirstDim(inputs) || FUSING_TYPES.has(body.types[0]!) ? { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } } : null);
     registry.addVersion(body.name, manifest, policy ? policyDefaultsOf(ModelPolicy.parse(policy)) : undefined);
-    commits.write(() => storedModels.insertModel(db, body.name, { manifest, policy, createdAt: clock.now() }));
+    commits.write(() => store.models.insertModel(body.name, { manifest, policy, createdAt: clock.now() }));
     await commits.durable();
     return registry.get(name)!;
   }
@@ -163,19 +163,19 @@ export class ModelCatalog {
 
   /** Remove a version; refused (409) while jobs are queued or running on it. */
   async remove(model: string, version: string): Promise<void> {
-    const { registry, db, commits } = this.#deps;
+    const { registry, store, commits } = this.#deps;
     const name = `${model}${VERSION_SEPARATOR}${version}`;
     if (!registry.family(model)?.versions.includes(version)) {
       throw new MeshError('NOT_FOUND', { what: registry.get(model) ? `Model ${model} (a built-in or mesh.yaml model, not removable)` : `Model ${name}` });
     }
-    const busy = jobStore.jobsInStates(db, ['queued', 'dispatched', 'running']).filter((job) => job.model === name).length;
+    const busy = (await store.jobs.jobsInStates(['queued', 'dispatched', 'running'])).filter((job) => job.model === name).length;
     if (busy > 0) throw new MeshError('MODEL_IN_USE', { model: name, jobs: busy });
     registry.removeVersion(model, version);
     const family = registry.family(model);
     commits.write(() => {
-      storedModels.deleteModel(db, model, version);
-      if (family) storedModels.setModelRoute(db, { name: model, pinned: family.pinned, split: family.split });
-      else storedModels.deleteModelRoute(db, model);
+      store.models.deleteModel(model, version);
+      if (family) store.models.setModelRoute({ name: model, pinned: family.pinned, split: family.split });
+      else store.models.deleteModelRoute(model);
     });
     await commits.durable();
     this.#deps.unloadEverywhere(name);
@@ -184,7 +184,7 @@ export class ModelCatalog {
   /** Which version the model's bare name runs: `pinned`, or a traffic split by share; both null: the newest. */
   async route(model: string, route: { pinned: string | null; split: Record<string, number> | null }): Promise<ModelFamilyView> {
     this.#deps.registry.setRoute(model, route);
-    this.#deps.commits.write(() => storedModels.setModelRoute(this.#deps.db, { name: model, ...route }));
+    this.#deps.commits.write(() => this.#deps.store.models.setModelRoute({ name: model, ...route }));
     await this.#deps.commits.durable();
     return this.view(model);
   }

@@ -12,12 +12,14 @@ export interface MeshStatusDeps {
   health: HealthBook;
   throughput: ThroughputBook;
   /** Jobs in each state. */
-  counts(): Record<string, number>;
+  counts(): Promise<Record<string, number>>;
   storeOpen(): boolean;
   /** Why no connected host can run a model (ModelCoverage), or null. */
   blocked?(model: RegisteredModel): string | null;
   /** Each model's replicas: where the autoscaler placed them, and how many it wants. */
   placement?(): ModelReplicasView[];
+  /** The orchestrators sharing the store (PostgreSQL): which runs the mesh, which stand by. */
+  orchestrators?(): Promise<unknown[]>;
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -51,8 +53,9 @@ export class MeshStatus {
     return reasons;
   }
 
-  view() {
+  async view() {
     const { hosts, registry, scheduler } = this.#deps;
+    const [jobs, orchestrators] = await Promise.all([this.#deps.counts(), this.#deps.orchestrators?.()]);
     return {
       hosts: [...hosts].map((host) => this.#connected(host)),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
@@ -61,7 +64,8 @@ export class MeshStatus {
         blocked: this.#deps.blocked?.(model) ?? null,
       }])),
       models: Object.fromEntries((this.#deps.placement?.() ?? []).map(({ model, ...view }) => [model, view])),
-      jobs: this.#deps.counts(),
+      jobs,
+      ...(orchestrators ? { orchestrators } : {}),
     };
   }
 

@@ -21,13 +21,13 @@ export interface ArtifactRecord {
   createdAt: number;
 }
 
-interface ArtifactRow {
+export interface ArtifactRow {
   seq: number; digest: string; job_id: string; type: string; model: string; host: string; album: string; prompt: string | null;
   media_type: string; bytes: number; width: number | null; height: number | null; compute_ms: number | null; total_ms: number | null;
   created_at: number;
 }
 
-function fromRow(row: ArtifactRow): ArtifactRecord {
+export function artifactFromRow(row: ArtifactRow): ArtifactRecord {
   return {
     seq: row.seq, digest: row.digest, jobId: row.job_id, type: row.type, model: row.model, host: row.host, album: row.album,
     prompt: row.prompt, mediaType: row.media_type, bytes: row.bytes, width: row.width, height: row.height,
@@ -47,7 +47,7 @@ export function insertArtifact(db: Db, artifact: Omit<ArtifactRecord, 'seq' | 'p
 const SELECT = `SELECT a.*, ${PROMPT_SQL} AS prompt FROM artifacts a JOIN jobs j ON j.id = a.job_id`;
 
 export function artifactsOfJob(db: Db, jobId: string): ArtifactRecord[] {
-  return (stmt(db, `${SELECT} WHERE a.job_id = ? ORDER BY a.seq`).all(jobId) as ArtifactRow[]).map(fromRow);
+  return (stmt(db, `${SELECT} WHERE a.job_id = ? ORDER BY a.seq`).all(jobId) as ArtifactRow[]).map(artifactFromRow);
 }
 
 export interface ArtifactFilter {
@@ -79,7 +79,7 @@ export function listArtifacts(db: Db, filter: ArtifactFilter): ArtifactRecord[] 
   if (filter.prompt) { where.push(`${PROMPT_SQL} LIKE ? ESCAPE '\\'`); args.push(containing(filter.prompt)); }
   if (filter.beforeSeq !== undefined) { where.push('a.seq < ?'); args.push(filter.beforeSeq); }
   const sql = `${SELECT} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY a.seq DESC LIMIT ?`;
-  return (db.prepare(sql).all(...args, filter.limit) as ArtifactRow[]).map(fromRow);
+  return (db.prepare(sql).all(...args, filter.limit) as ArtifactRow[]).map(artifactFromRow);
 }
 
 /** Whether some artifact with this digest lies in one of `albums` (and, when given, has one of `types` and `models`). */

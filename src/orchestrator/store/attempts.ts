@@ -29,7 +29,7 @@ export function recordAttempt(db: Db, attempt: EndedAttempt, model: string): voi
   );
 }
 
-interface AttemptRow {
+export interface AttemptRow {
   n: number; host: string; replica: string; batch_id: string; batch_size: number; status: string; dispatched_at: number;
   started_at: number | null; finished_at: number | null; load_ms: number | null; compute_ms: number | null; error_code: string | null; error_message: string | null;
   route: string | null;
@@ -40,11 +40,16 @@ const iso = (ms: number | null): string | null => (ms === null ? null : new Date
 /** A job's ended attempts, oldest first; `decodeRoute` reads the stored routing decision. */
 export function listAttempts(db: Db, jobId: string, decodeRoute: (text: string | null) => RouteView | null = () => null): AttemptView[] {
   const rows = stmt(db, 'SELECT * FROM attempts WHERE job_id = ? ORDER BY n').all(jobId) as AttemptRow[];
-  return rows.map((row) => ({
+  return rows.map((row) => attemptFromRow(row, decodeRoute));
+}
+
+/** An ended attempt's row as the API shows it; `decodeRoute` reads the stored routing decision. */
+export function attemptFromRow(row: AttemptRow, decodeRoute: (text: string | null) => RouteView | null): AttemptView {
+  return ({
     n: row.n, host: row.host, replica: row.replica, batchId: row.batch_id, batchSize: row.batch_size,
     status: row.status as AttemptView['status'], dispatchedAt: new Date(row.dispatched_at).toISOString(),
     startedAt: iso(row.started_at), finishedAt: iso(row.finished_at), loadMs: row.load_ms, computeMs: row.compute_ms,
     error: row.error_code ? { code: row.error_code, message: row.error_message ?? '' } : null,
     route: decodeRoute(row.route),
-  }));
+  });
 }

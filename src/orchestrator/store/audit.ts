@@ -20,12 +20,12 @@ export interface AuditRecord {
 
 export type NewAuditRecord = Omit<AuditRecord, 'seq'>;
 
-interface AuditRow {
+export interface AuditRow {
   seq: number; at: number; event: string; grant_id: string | null; actor: string | null; route: string | null;
   client: string | null; status: number | null; code: string | null; detail: string | null;
 }
 
-const fromRow = (row: AuditRow): AuditRecord => ({
+export const auditFromRow = (row: AuditRow): AuditRecord => ({
   seq: row.seq, at: row.at, event: row.event, grantId: row.grant_id, actor: row.actor, route: row.route,
   client: row.client, status: row.status, code: row.code, detail: row.detail,
 });
@@ -65,7 +65,7 @@ export function listAudit(db: Db, query: { limit: number; beforeSeq?: number } &
   if (query.grantId !== undefined) add('grant_id = ?', query.grantId);
   if (query.since !== undefined) add('at >= ?', query.since);
   const sql = `SELECT * FROM audit${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;
-  return (stmt(db, sql).all(...values, query.limit) as AuditRow[]).map(fromRow);
+  return (stmt(db, sql).all(...values, query.limit) as AuditRow[]).map(auditFromRow);
 }
 
 /** Delete entries older than `before` and all but the newest `keepRows`; returns how many went. */

@@ -11,9 +11,9 @@ export interface GrantRecord {
   revokedAt: number | null;
 }
 
-interface GrantRow { id: string; kind: string; note: string | null; caveats: string | null; created_at: number; revoked_at: number | null }
+export interface GrantRow { id: string; kind: string; note: string | null; caveats: string | null; created_at: number; revoked_at: number | null }
 
-const fromRow = (row: GrantRow): GrantRecord => ({
+export const grantFromRow = (row: GrantRow): GrantRecord => ({
   id: row.id, kind: row.kind, note: row.note, caveats: row.caveats === null ? null : (JSON.parse(row.caveats) as string[]),
   createdAt: row.created_at, revokedAt: row.revoked_at,
 });
@@ -26,7 +26,7 @@ export function recordGrant(db: Db, grant: { id: string; kind: string; note: str
 
 export function getGrant(db: Db, id: string): GrantRecord | null {
   const row = stmt(db, 'SELECT * FROM grants WHERE id = ?').get(id) as GrantRow | undefined;
-  return row ? fromRow(row) : null;
+  return row ? grantFromRow(row) : null;
 }
 
 /** Returns false when the grant was already revoked (or is unknown). */
@@ -44,5 +44,5 @@ export function listGrants(db: Db, query: { limit: number; before?: { createdAt:
     ? stmt(db, 'SELECT * FROM grants WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?')
       .all(query.before.createdAt, query.before.id, query.limit)
     : stmt(db, 'SELECT * FROM grants ORDER BY created_at DESC, id DESC LIMIT ?').all(query.limit);
-  return (rows as GrantRow[]).map(fromRow);
+  return (rows as GrantRow[]).map(grantFromRow);
 }

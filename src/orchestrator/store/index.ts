@@ -1,4 +1,6 @@
 export { openDb, migrate, GroupCommit, type Db } from './db.js';
+export type { MeshStore, Commits } from './mesh-store.js';
+export { SqliteStore } from './sqlite-store.js';
 export { Checkpointer } from './checkpointer.js';
 export { encodeCursor, decodeCursor } from './cursors.js';
 export { MIGRATIONS, type Migration } from './migrations.js';
@@ -16,7 +18,7 @@ export type { JobRecord, NewJob } from './jobs.js';
 export type { ArtifactRecord } from './artifacts.js';
 export type { EndedAttempt } from './attempts.js';
 export type { GrantRecord } from './grants.js';
-export type { AuditRecord, NewAuditRecord } from './audit.js';
+export type { AuditFilter, AuditRecord, NewAuditRecord } from './audit.js';
 export type { StagedUploadRecord } from './staged-uploads.js';
 export type { ModelRecord, ModelRoute } from './models.js';
 export type { ImageVerdict } from './input-images.js';

@@ -54,7 +54,8 @@ export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'alb
   requestHash?: string | null;
 };
 
-interface JobRow {
+/** A row of `jobs` as both stores read it (JSON in text columns, times in epoch ms). */
+export interface JobRow {
   seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; hosts: string | null; input: string;
   grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
   deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
@@ -62,7 +63,7 @@ interface JobRow {
   attempt_host: string | null; load_ms: number | null; compute_ms: number | null;
 }
 
-function fromRow(row: JobRow): JobRecord {
+export function jobFromRow(row: JobRow): JobRecord {
   const input = JSON.parse(row.input) as Record<string, unknown>;
   return {
     seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
@@ -104,12 +105,12 @@ export function insertJob(db: Db, job: NewJob): JobRecord {
 
 export function getJob(db: Db, id: string): JobRecord | null {
   const row = stmt(db, 'SELECT * FROM jobs WHERE id = ?').get(id) as JobRow | undefined;
-  return row ? fromRow(row) : null;
+  return row ? jobFromRow(row) : null;
 }
 
 export function getJobByIdempotencyKey(db: Db, grantId: string, key: string, since: number): JobRecord | null {
   const row = stmt(db, 'SELECT * FROM jobs WHERE grant_id = ? AND idempotency_key = ? AND created_at >= ?').get(grantId, key, since) as JobRow | undefined;
-  return row ? fromRow(row) : null;
+  return row ? jobFromRow(row) : null;
 }
 
 /** The job an idempotency key names within the window, with the hash of the request that created it (null for jobs stored before hashes were kept). */
@@ -155,12 +156,12 @@ export function listJobs(db: Db, filter: JobFilter): JobRecord[] {
   restrict('album', filter.albums);
   if (filter.beforeSeq !== undefined) { where.push('seq < ?'); args.push(filter.beforeSeq); }
   const sql = `SELECT * FROM jobs ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY seq DESC LIMIT ?`;
-  return (db.prepare(sql).all(...args, filter.limit) as JobRow[]).map(fromRow);
+  return (db.prepare(sql).all(...args, filter.limit) as JobRow[]).map(jobFromRow);
 }
 
 /** Jobs in any of these states, oldest first (used to rebuild queues and leases at start). */
 export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[] {
-  return (db.prepare(`SELECT * FROM jobs WHERE status IN (${placeholders(statuses)}) ORDER BY seq`).all(...statuses) as JobRow[]).map(fromRow);
+  return (db.prepare(`SELECT * FROM jobs WHERE status IN (${placeholders(statuses)}) ORDER BY seq`).all(...statuses) as JobRow[]).map(jobFromRow);
 }
 
 /**

@@ -135,12 +135,12 @@ async function infer(request: FastifyRequest, reply: FastifyReply, model: Regist
 
   const grant = grantOf(request);
   const { job } = await deps.jobs.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request));
-  const record = deps.jobs.record(grant, job.id);
+  const record = deps.jobs.readable(grant, job);
   const gone = new AbortController();
   reply.raw.once('close', () => gone.abort());
   const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), gone.signal);
   if (!ended) throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
-  const view = deps.jobs.viewOf(record);
+  const view = await deps.jobs.viewOf(record);
   if (view.status !== 'succeeded') {
     const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
     const status = error.code === 'INVALID_INPUT' ? 400 : error.code === 'CANCELLED' ? 409 : 500;

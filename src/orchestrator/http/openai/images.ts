@@ -73,7 +73,7 @@ export async function runImages(request: FastifyRequest, reply: FastifyReply, as
   if (ended.includes(false)) {
     throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: IMAGES_WAIT_MS, basis: `the jobs go on: ${records.map((record) => record.id).join(', ')}` });
   }
-  const views = records.map((record) => deps.jobs.viewOf(record));
+  const views = await Promise.all(records.map((record) => deps.jobs.viewOf(record)));
   const failed = views.find((view) => view.status !== 'succeeded');
   if (failed) throw jobFailure(failed);
   const pictures = await Promise.all(views.map((view) => pictureOf(view, ask, deps)));
@@ -171,9 +171,9 @@ async function streamImages(request: FastifyRequest, reply: FastifyReply, ask: I
             ...common, partial_image_index: partials++, ...(records.length > 1 ? { image_index: index } : {}),
           });
         }
-        if (isTerminal(record.status)) void end(deps.jobs.viewOf(record));
+        if (isTerminal(record.status)) void deps.jobs.viewOf(record).then(end);
       }));
-      if (isTerminal(record.status)) void end(deps.jobs.viewOf(record));
+      if (isTerminal(record.status)) void deps.jobs.viewOf(record).then(end);
     }
   });
 }
