@@ -72,6 +72,13 @@ export interface AgentLinkOptions {
 const SILENT_HEARTBEATS = 3;
 
 /**
+ * The longest wait before another round when a standby answered in the last one. A standby takes over within its
+ * lease (seconds) once the active orchestrator stops, and asking it again costs it one small answer; the backoff,
+ * grown to 5 s by then, would add up to that much to a takeover.
+ */
+const STANDBY_ROUND_MS = 1000;
+
+/**
  * The agent's end of the link: dials out (so it works behind NAT), says
  * hello, and redials with exponential backoff and jitter whenever the
  * connection drops — or goes silent (LinkWatchdog) — until it is closed or refused.
@@ -79,7 +86,8 @@ const SILENT_HEARTBEATS = 3;
  * With several orchestrators it goes round them: a dial that fails (refused, timed out, an upgrade answered with
  * anything but 101 — a standby's 503 NOT_LEADER —, or closed before the welcome) goes on to the next target at once,
  * and a link that drops redials starting with the next one. The backoff is waited before each round, not before each
- * target: a dead first orchestrator costs the time its refusal takes, not a backoff, on the way to a live second.
+ * target: a dead first orchestrator costs the time its refusal takes, not a backoff, on the way to a live second;
+ * and after a round in which a standby answered, at most a second, since that standby is about to take over.
  */
 export class AgentLink {
   readonly #options: AgentLinkOptions;
@@ -89,6 +97,8 @@ export class AgentLink {
   #index = 0;
   /** Dials that failed since the last round began; at the number of targets the round is over. */
   #failedThisRound = 0;
+  /** A standby (503 NOT_LEADER) answered in this round: the next one comes soon (STANDBY_ROUND_MS). */
+  #standbyThisRound = false;
   #socket: AgentSocket | null = null;
   /** The connection under the WebSocket, corked for a tick at each send. */
   #transport: Writable | null = null;
@@ -184,12 +194,13 @@ export class AgentLink {
     this.#redial({ ...why, url: failed, tried: targets.length });
   }
 
-  /** Wait the backoff, then begin a round at the current target. */
+  /** Wait the backoff (at most STANDBY_ROUND_MS after a round that met a standby), then begin a round at the current target. */
   #redial(why: Record<string, unknown>): void {
     if (this.#closed) return;
     this.#failedThisRound = 0;
     this.#backoff = (this.#backoff ?? this.#backoffFactory).next(undefined);
-    const delay = this.#backoff.duration;
+    const delay = this.#standbyThisRound ? Math.min(STANDBY_ROUND_MS, this.#backoff.duration) : this.#backoff.duration;
+    this.#standbyThisRound = false;
     this.#options.log.info({ ...why, retryInMs: Math.round(delay), ...(this.#options.targets.length > 1 ? { next: this.target.url } : {}) }, 'link down; redialling');
     this.#timer = setTimeout(() => this.#dial(), delay);
   }
@@ -221,6 +232,7 @@ export class AgentLink {
           this.#closed = true;
         } else if (error?.code === 'NOT_LEADER') {
           // A standby of a mesh whose orchestrators share one store: expected, and the next target is tried.
+          this.#standbyThisRound = true;
           log.info({ url: target.url, status: response.statusCode, code: error.code }, 'this orchestrator is a standby; not linking to it');
         } else {
           log.warn({ url: target.url, status: response.statusCode, code: error?.code, message }, 'orchestrator refused the link; will retry');

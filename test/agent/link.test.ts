@@ -240,15 +240,20 @@ describe('the agent link with several orchestrators (real sockets)', () => {
     expect(logs.filter((line) => line.msg === 'linked to the orchestrator').map((line) => line.url)).toEqual([first.url, second.url]);
   });
 
-  it('with every orchestrator a standby, it tries each once per round, in turn', async () => {
+  it('with every orchestrator a standby, it tries each once per round, in turn, a round at least every second', async () => {
     const standbys = [await standbyStandin(), await standbyStandin()];
     for (const standby of standbys) cleanup.push(() => standby.close());
     const { link: agentLink } = dial(standbys.map((standby) => standby.url));
-    await waitFor(() => standbys[1]!.upgrades() >= 3, { timeoutMs: 15_000, what: 'three rounds' });
+    // Seven rounds: the backoff alone (200 ms growing to 5 s) would be past a second by the fifth.
+    await waitFor(() => standbys[1]!.upgrades() >= 7, { timeoutMs: 15_000, what: 'seven rounds' });
     // Round robin: the first is never more than one dial ahead of the second, nor behind it.
     const [a, b] = standbys.map((standby) => standby.upgrades()) as [number, number];
     expect(a - b).toBeGreaterThanOrEqual(0);
     expect(a - b).toBeLessThanOrEqual(1);
+    // A standby answered in every round, so none waited more than STANDBY_ROUND_MS (1 s, plus the dials themselves).
+    const times = standbys[0]!.upgradeTimes;
+    const gaps = times.slice(1).map((time, index) => time - times[index]!);
+    expect(Math.max(...gaps)).toBeLessThan(1300);
     expect(agentLink.connected).toBe(false);
   });
 });

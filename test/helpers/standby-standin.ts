@@ -9,6 +9,8 @@ export interface StandbyStandin {
   requests: string[];
   /** The WebSocket upgrades among them (agents dialling the link). */
   upgrades(): number;
+  /** When each upgrade arrived (performance.now()). */
+  upgradeTimes: number[];
   close(): Promise<void>;
 }
 
@@ -26,20 +28,21 @@ export async function standbyStandin(options: { port?: number; code?: 'NOT_LEADE
     : new MeshError('STORE_UNAVAILABLE', { store: 'postgres (a stand-in)', detail: 'the database is away', retryAfter: 5 });
   const body = JSON.stringify({ error: error.toJSON() });
   const requests: string[] = [];
-  let upgrades = 0;
+  const upgradeTimes: number[] = [];
   const seen = (request: IncomingMessage): void => {
     requests.push(`${request.method} ${request.url}`);
   };
   const server: Server = createServer((request, response) => {
     seen(request);
     request.resume();
-    response.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': '5', 'content-length': Buffer.byteLength(body) });
+    // connection: close, as a standby's answers say: a client keeps no connection to an orchestrator that turned it away.
+    response.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': '5', 'content-length': Buffer.byteLength(body), connection: 'close' });
     response.end(request.method === 'HEAD' ? undefined : body);
   });
   // An upgrade is answered as the link route's refusal is: an HTTP answer instead of 101, then the socket closed.
   server.on('upgrade', (request: IncomingMessage, socket: Socket) => {
     seen(request);
-    upgrades++;
+    upgradeTimes.push(performance.now());
     socket.end([
       `HTTP/1.1 503 ${STATUS_CODES[503]}`, 'content-type: application/json; charset=utf-8', 'retry-after: 5',
       `content-length: ${Buffer.byteLength(body)}`, 'connection: close', '', body,
@@ -50,7 +53,8 @@ export async function standbyStandin(options: { port?: number; code?: 'NOT_LEADE
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     requests,
-    upgrades: () => upgrades,
+    upgrades: () => upgradeTimes.length,
+    upgradeTimes,
     async close() {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
