@@ -67,7 +67,8 @@ export class MeshLease {
         WHERE mesh_lease.expires_at < now()
       RETURNING epoch`, [id, url, ttlMs]);
     if (rows.length === 0) return false;
-    this.#epoch = rows[0]!.epoch;
+    // BIGINT arrives as text from a pool without the store's type parsers.
+    this.#epoch = Number(rows[0]!.epoch);
     this.#options.log.info({ epoch: this.#epoch, orchestrator: id }, 'took the mesh lease: this orchestrator runs the mesh');
     return true;
   }
@@ -98,7 +99,7 @@ export class MeshLease {
     const { rows } = await this.#options.pool.query<{ holder: string; holder_url: string | null; epoch: number; expired: boolean }>(
       "SELECT holder, holder_url, epoch, expires_at < now() AS expired FROM mesh_lease WHERE name = 'mesh'");
     const row = rows[0];
-    return row ? { holder: row.holder, url: row.holder_url, epoch: row.epoch, expired: row.expired } : null;
+    return row ? { holder: row.holder, url: row.holder_url, epoch: Number(row.epoch), expired: row.expired } : null;
   }
 
   /** Say this orchestrator is alive, and in which role (GET /v1/status lists those seen lately). */

@@ -1,0 +1,90 @@
+import pg from 'pg';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { MeshLease } from '../../src/orchestrator/store/postgres/mesh-lease.js';
+import { FencedError } from '../../src/orchestrator/store/postgres/pg-commits.js';
+import { PostgresStore } from '../../src/orchestrator/store/postgres/postgres-store.js';
+import { postgresForFile } from '../helpers/postgres.js';
+
+/**
+ * What only a shared store does, against a real PostgreSQL (a throwaway cluster): migrations taken by two
+ * orchestrators at once run once; the lease fences a stale holder's writes in the database; writes made while the
+ * database restarts wait and are committed, in order, once it is back.
+ */
+const log = pino({ level: 'silent' });
+const cluster = postgresForFile();
+let databases = 0;
+const fresh = (): Promise<string> => cluster().createDatabase(`only_${++databases}`);
+const grant = (id: string) => ({ id, kind: 'client', note: null, caveats: [] as string[] });
+
+describe('the PostgreSQL store', () => {
+  it('two orchestrators starting at once on a fresh database migrate it once (an advisory lock)', async () => {
+    const url = await fresh();
+    const [a, b] = await Promise.all([PostgresStore.open({ url, log }), PostgresStore.open({ url, log })]);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    expect((await client.query('SELECT version FROM schema_migrations')).rows).toEqual([{ version: 1 }]);
+    await client.end();
+    // Each reserved its own block of job numbers: their jobs never share a number.
+    const one = a.commits.write(() => a.jobs.insertJob({ id: 'j_a', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {}, grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null }));
+    const two = b.commits.write(() => b.jobs.insertJob({ id: 'j_b', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {}, grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null }));
+    expect(one.seq).not.toBe(two.seq);
+    await Promise.all([a.commits.durable(), b.commits.durable()]);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('a holder whose lease was taken over cannot write: its transaction is refused by the database, and it is told', async () => {
+    const url = await fresh();
+    const pool = new pg.Pool({ connectionString: url, max: 2 });
+    pool.on('error', () => {}); // an idle connection a later test's restart ends
+    const probe = await PostgresStore.open({ url, log }); // migrates
+    await probe.close();
+    const first = new MeshLease({ pool, log, id: 'o_first', url: 'http://nas1:7070', version: 't', ttlMs: 60_000 });
+    const second = new MeshLease({ pool, log, id: 'o_second', url: 'http://nas2:7070', version: 't', ttlMs: 60_000 });
+    expect(await first.tryAcquire()).toBe(true);
+    expect(await second.tryAcquire()).toBe(false);
+    expect(await second.holder()).toMatchObject({ holder: 'o_first', url: 'http://nas1:7070', epoch: 1, expired: false });
+    const fenced: FencedError[] = [];
+    const store = await PostgresStore.open({ url, log, fence: () => first.fence(), onFenced: (error) => fenced.push(error) });
+    store.commits.write(() => store.grants.recordGrant(grant('before'), 1));
+    await store.commits.durable();
+    // The first holder stops renewing (paused, cut off); its lease runs out and the second takes it over.
+    await pool.query("UPDATE mesh_lease SET expires_at = now() - interval '1 second'");
+    expect(await second.tryAcquire()).toBe(true);
+    expect(second.fence()).toEqual({ holder: 'o_second', epoch: 2 });
+    // The first still believes it holds the lease: its late write is refused by the database.
+    store.commits.write(() => store.grants.recordGrant(grant('late'), 2));
+    await expect(store.commits.durable()).rejects.toBeInstanceOf(FencedError);
+    expect(fenced).toHaveLength(1);
+    expect(await first.renew()).toBe(false);
+    const ids = (await pool.query<{ id: string }>('SELECT id FROM grants ORDER BY id')).rows.map((row) => row.id);
+    expect(ids).toEqual(['before']);
+    // A lease that ran out but that nobody took is still its holder's: the epoch decides, not the clock.
+    await pool.query("UPDATE mesh_lease SET expires_at = now() - interval '1 second'");
+    expect(await second.renew()).toBe(true);
+    await second.release();
+    expect((await first.holder())!.expired).toBe(true);
+    await store.close().catch(() => {});
+    await pool.end();
+  });
+
+  it('writes made while PostgreSQL restarts wait, in order, and are committed once it is back; reads wait with them', async () => {
+    const url = await fresh();
+    const availability: boolean[] = [];
+    const store = await PostgresStore.open({ url, log });
+    store.commits.write(() => store.grants.recordGrant(grant('g0'), 0));
+    await store.commits.durable();
+    const restarting = cluster().restart({ downMs: 1500 });
+    await new Promise((resolve) => setTimeout(resolve, 300)); // the server is down now
+    for (let i = 1; i <= 5; i++) store.commits.write(() => store.grants.recordGrant(grant(`g${i}`), i));
+    const committed = store.commits.durable();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    availability.push(store.isOpen());
+    await restarting;
+    await committed;
+    availability.push(store.isOpen());
+    expect(availability).toEqual([false, true]);
+    expect((await store.grants.listGrants({ limit: 10 })).map((record) => record.id).sort()).toEqual(['g0', 'g1', 'g2', 'g3', 'g4', 'g5']);
+    await store.close();
+  });
+});
