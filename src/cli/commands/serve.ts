@@ -22,6 +22,11 @@ export async function configFrom(options: ServeOptions): Promise<MeshConfig> {
   const file = options.config ?? (existsSync(join(data, 'mesh.yaml')) ? join(data, 'mesh.yaml') : null);
   const config = file ? loadConfigFile(file, data) : resolveConfig({}, data);
   if (options.data) config.data = data;
+  // The store's URL may come from the environment (it holds a password, which a config file in a repository should not).
+  const databaseUrl = process.env.GPUMESH_DATABASE_URL;
+  if (databaseUrl) {
+    config.store = config.store.kind === 'postgres' ? { ...config.store, url: databaseUrl } : resolveConfig({ store: { kind: 'postgres', url: databaseUrl } }, data).store;
+  }
   if (options.host) config.server.host = options.host;
   if (options.port !== undefined) config.server.port = options.port;
   if (options.tls) config.server.tls.enabled = true;
@@ -43,6 +48,12 @@ export function withServerOptions(command: Command): Command {
 }
 
 export async function startOrchestrator(config: MeshConfig, logger: Logger): Promise<Orchestrator> {
+  if (config.store.kind === 'postgres') {
+    // Several orchestrators on one PostgreSQL: this one stands by until it holds the mesh lease, and stops if it loses
+    // it (exit code 75, EX_TEMPFAIL: a supervisor such as systemd starts it again, as a standby).
+    const { startSharedOrchestrator } = await import('../../orchestrator/shared/shared-mesh.js');
+    return startSharedOrchestrator({ config, logger, onLeaseLost: () => process.exit(75) });
+  }
   // Loaded on demand: commands that only talk HTTP start faster without Fastify and SQLite.
   const { Orchestrator } = await import('../../orchestrator/index.js');
   const orchestrator = await Orchestrator.create({ config, logger });

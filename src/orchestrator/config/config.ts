@@ -148,10 +148,11 @@ const PostgresStoreConfig = z.strictObject({
   /** Connections each orchestrator keeps. Default 10. */
   poolSize: z.int().min(2).max(100).default(10),
   /**
-   * How long the mesh lease holds without being renewed (ms; renewed every third of it): a standby takes over this
-   * long after the active orchestrator stops. Default 5000.
+   * How long the mesh lease holds without being renewed (ms; renewed every third of it). A standby takes over once it
+   * has seen the lease run out for half of this more (at most about 1.8 × this after the active orchestrator stopped;
+   * at once after a clean shutdown). Default 2000.
    */
-  leaseMs: z.int().min(1000).max(600_000).default(5000),
+  leaseMs: z.int().min(1000).max(600_000).default(2000),
 });
 
 /** The built-in models each job type uses when a job names none and mesh.yaml sets no `defaultModels`. */

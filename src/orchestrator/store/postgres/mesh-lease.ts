@@ -14,6 +14,9 @@ export interface MeshLeaseOptions {
   ttlMs: number;
 }
 
+/** The holder of a lease let go on purpose (a clean shutdown): a standby takes it at its next look. */
+const RELEASED = '';
+
 /** Who holds the mesh now, as the lease says. */
 export interface LeaseHolder {
   holder: string;
@@ -44,6 +47,8 @@ export interface OrchestratorRow {
 export class MeshLease {
   readonly #options: MeshLeaseOptions;
   #epoch: number | null = null;
+  /** The run-out lease seen last, and when (performance.now()): taken over only if it is still the same half a lease later. */
+  #sawExpired: { holder: string; epoch: number; at: number } | null = null;
 
   constructor(options: MeshLeaseOptions) {
     this.#options = options;
@@ -58,14 +63,33 @@ export class MeshLease {
     return this.#options.id;
   }
 
-  /** Take the lease if nobody holds it or its holder's has run out; true if this orchestrator holds it now. */
+  /**
+   * Take the lease if nobody holds it, its holder let it go, or its holder's has been seen run out for half a lease of
+   * this orchestrator's own time; true if this orchestrator holds it now. Seeing it run out once is not enough: when
+   * PostgreSQL comes back from a restart every lease has run out by the database's clock, and a holder that is alive
+   * renews within a third of a lease — it should not lose the mesh to a database restart.
+   */
   async tryAcquire(): Promise<boolean> {
     const { pool, id, url, ttlMs } = this.#options;
-    const { rows } = await pool.query<{ epoch: number }>(`
+    const current = await this.holder();
+    if (current && current.holder !== RELEASED) {
+      if (!current.expired) {
+        this.#sawExpired = null;
+        return false;
+      }
+      const seen = this.#sawExpired;
+      if (!seen || seen.holder !== current.holder || seen.epoch !== current.epoch) {
+        this.#sawExpired = { holder: current.holder, epoch: current.epoch, at: performance.now() };
+        return false;
+      }
+      if (performance.now() - seen.at < ttlMs / 2) return false;
+    }
+    const { rows } = await pool.query<{ epoch: string }>(`
       INSERT INTO mesh_lease (name, holder, holder_url, epoch, expires_at) VALUES ('mesh', $1, $2, 1, now() + $3 * interval '1 millisecond')
       ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, holder_url = excluded.holder_url, epoch = mesh_lease.epoch + 1, expires_at = excluded.expires_at
-        WHERE mesh_lease.expires_at < now()
-      RETURNING epoch`, [id, url, ttlMs]);
+        WHERE mesh_lease.expires_at < now() AND mesh_lease.epoch = $4
+      RETURNING epoch`, [id, url, ttlMs, current?.epoch ?? 0]);
+    this.#sawExpired = null;
     if (rows.length === 0) return false;
     // BIGINT arrives as text from a pool without the store's type parsers.
     this.#epoch = Number(rows[0]!.epoch);
@@ -92,7 +116,8 @@ export class MeshLease {
     if (this.#epoch === null) return;
     const epoch = this.#epoch;
     this.#epoch = null;
-    await this.#options.pool.query(`UPDATE mesh_lease SET expires_at = now() - interval '1 millisecond' WHERE name = 'mesh' AND holder = $1 AND epoch = $2`, [this.#options.id, epoch]);
+    await this.#options.pool.query(`UPDATE mesh_lease SET holder = $3, holder_url = NULL, expires_at = now() - interval '1 millisecond'
+      WHERE name = 'mesh' AND holder = $1 AND epoch = $2`, [this.#options.id, epoch, RELEASED]);
   }
 
   async holder(): Promise<LeaseHolder | null> {
