@@ -17,14 +17,11 @@
  * measures the JIT's warm-up, not the steady state of a running mesh (bench/RESULTS.md).
  * Needs redis-server (Debian: apt-get install redis-server); the benchmark starts and stops its own.
  */
-import { fork, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { parseArgs } from 'node:util';
-import { Queue, QueueEvents } from 'bullmq';
-import { freePort } from '../test/helpers/processes.js';
-import { removeDir, startMesh, tempDir, waitFor } from '../test/helpers/mesh.js';
+import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { percentile, printTable, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient, mlpSample } from './mesh-client.js';
+import { bullmq, closedLoop, type Result, type System } from './systems.js';
 
 const { values } = parseArgs({
   options: {
@@ -37,36 +34,6 @@ const JOBS = Number(values.jobs);
 const ROUNDS = Number(values.rounds);
 const INFLIGHT = Number(values.inflight);
 const WARMUP = Number(values.warmup);
-
-interface Result { name: string; seconds: number; jobsPerSecond: number; latencies: number[] }
-
-/** One system under test, up and connected: a single submit that resolves at its job's completion, and a bulk submit. */
-interface System {
-  name: string;
-  /** Submit one job; resolves when it has completed. */
-  single(i: number): Promise<void>;
-  /** Submit these jobs in one request; resolves once they are accepted, with each one's completion time. */
-  bulk(indices: number[]): Promise<Promise<number>[]>;
-  close(): Promise<void>;
-}
-
-/** Keep INFLIGHT jobs outstanding until `jobs` are done; `submit` resolves when its job completes. */
-async function closedLoop(name: string, jobs: number, submit: (i: number) => Promise<void>): Promise<Result> {
-  const latencies: number[] = [];
-  let next = 0;
-  const start = performance.now();
-  const lane = async (): Promise<void> => {
-    while (next < jobs) {
-      const i = next++;
-      const t0 = performance.now();
-      await submit(i);
-      latencies.push(performance.now() - t0);
-    }
-  };
-  await Promise.all(Array.from({ length: INFLIGHT }, lane));
-  const seconds = (performance.now() - start) / 1000;
-  return { name, seconds, jobsPerSecond: jobs / seconds, latencies };
-}
 
 /**
  * Send all JOBS in chunks of CHUNK, one chunk after another as soon as the last was accepted; `submit`
@@ -112,57 +79,6 @@ async function gpumesh(): Promise<System> {
   };
 }
 
-async function bullmq(): Promise<System> {
-  const port = await freePort();
-  const dir = tempDir('gpumesh-redis-');
-  // Durability like gpumesh's (every job written to a log the OS flushes, fsync about once a second): Redis's AOF with everysec.
-  const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir], { stdio: 'ignore' });
-  const worker = fork(new URL('./bullmq-worker.ts', import.meta.url).pathname, [String(port), 'bench'], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
-  const connection = { host: '127.0.0.1', port };
-  await waitFor(async () => {
-    const probe = new Queue('probe', { connection });
-    try { await probe.waitUntilReady(); return true; } catch { return false; } finally { await probe.close().catch(() => {}); }
-  }, { what: 'redis-server' });
-  const queue = new Queue('bench', { connection });
-  const events = new QueueEvents('bench', { connection });
-  await events.waitUntilReady();
-  await once(worker, 'message');
-  const waiting = new Map<string, (at: number) => void>();
-  const early = new Map<string, number>();
-  const settle = ({ jobId }: { jobId: string }): void => {
-    const at = performance.now();
-    const resolve = waiting.get(jobId);
-    if (resolve) { waiting.delete(jobId); resolve(at); } else early.set(jobId, at);
-  };
-  const completion = (id: string): Promise<number> => {
-    const at = early.get(id);
-    if (at !== undefined) { early.delete(id); return Promise.resolve(at); }
-    return new Promise<number>((resolve) => waiting.set(id, resolve));
-  };
-  events.on('completed', settle);
-  events.on('failed', settle);
-  const options = { removeOnComplete: true, removeOnFail: true };
-  return {
-    name: 'BullMQ + Redis',
-    single: async (i) => {
-      const job = await queue.add('tensor', { x: mlpSample(i) }, options);
-      await completion(job.id!);
-    },
-    bulk: async (indices) => {
-      const jobs = await queue.addBulk(indices.map((i) => ({ name: 'tensor', data: { x: mlpSample(i) }, opts: options })));
-      return jobs.map((job) => completion(job.id!));
-    },
-    close: async () => {
-      await events.close();
-      await queue.close();
-      worker.kill('SIGTERM');
-      redis.kill('SIGTERM');
-      await Promise.all([once(worker, 'exit'), once(redis, 'exit')]);
-      removeDir(dir);
-    },
-  };
-}
-
 const median = (values: readonly number[]): number => percentile(values, 50);
 
 /** Each system's rounds of one mode, pooled: the median round's jobs/s, latency over every job of every round. */
@@ -178,10 +94,10 @@ const [ours, theirs] = systems as [System, System];
 const rounds = { single: new Map<System, Result[]>(), bulk: new Map<System, Result[]>() };
 try {
   // Warm-up (model load, connections, V8's JIT): WARMUP jobs each, unmeasured.
-  for (const system of systems) await closedLoop('warm-up', WARMUP, (i) => system.single(-1 - i));
+  for (const system of systems) await closedLoop('warm-up', WARMUP, INFLIGHT, (i) => system.single(-1 - i));
   for (let round = 0; round < ROUNDS; round++) {
     for (const system of round % 2 === 0 ? systems : [...systems].reverse()) {
-      const result = await closedLoop(system.name, JOBS, (i) => system.single(i));
+      const result = await closedLoop(system.name, JOBS, INFLIGHT, (i) => system.single(i));
       rounds.single.set(system, [...(rounds.single.get(system) ?? []), result]);
       process.stderr.write(`round ${round + 1}, single: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s\n`);
     }

@@ -23,7 +23,7 @@ describe('the PostgreSQL store', () => {
     const [a, b] = await Promise.all([PostgresStore.open({ url, log }), PostgresStore.open({ url, log })]);
     const client = new pg.Client({ connectionString: url });
     await client.connect();
-    expect((await client.query('SELECT version FROM schema_migrations')).rows).toEqual([{ version: 1 }]);
+    expect((await client.query('SELECT version FROM schema_migrations ORDER BY version')).rows).toEqual([{ version: 1 }, { version: 2 }]);
     await client.end();
     // Each reserved its own block of job numbers: their jobs never share a number.
     const one = a.commits.write(() => a.jobs.insertJob({ id: 'j_a', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {}, grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null }));
@@ -92,5 +92,18 @@ describe('the PostgreSQL store', () => {
     expect(availability).toEqual([false, true]);
     expect((await store.grants.listGrants({ limit: 10 })).map((record) => record.id).sort()).toEqual(['g0', 'g1', 'g2', 'g3', 'g4', 'g5']);
     await store.close();
+  });
+});
+
+describe('coalesced writes', () => {
+  it('consecutive one-row INSERTs of one text become one INSERT of their rows, in order; anything else is left alone', async () => {
+    const { coalesced } = await import('../../src/orchestrator/store/postgres/pg-commits.js');
+    const insert = (a: number) => ({ text: 'INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT DO NOTHING', values: [a, `b${a}`] });
+    const update = { text: 'UPDATE t SET b = $1 WHERE a = $2', values: ['x', 1] };
+    const literal = { text: "INSERT INTO t (a, b) VALUES ($1, 'fixed')", values: [9] };
+    expect(coalesced([insert(1), insert(2), insert(3), update, insert(4), literal])).toEqual([
+      { text: 'INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4), ($5, $6) ON CONFLICT DO NOTHING', values: [1, 'b1', 2, 'b2', 3, 'b3'], oneOff: true },
+      update, insert(4), literal,
+    ]);
   });
 });

@@ -1,11 +1,18 @@
 import type { Logger } from 'pino';
-import type { Pool, PoolClient } from 'pg';
+import pg, { type Pool, type PoolClient } from 'pg';
 import type { Commits } from '../mesh-store.js';
 
 /** One statement, as sent. */
 export interface Statement {
   text: string;
   values: unknown[];
+  /** Made for one transaction (a coalesced INSERT): not worth preparing. */
+  oneOff?: boolean;
+  /**
+   * A row of a statement that several of its kind share (`key`): consecutive ones are sent as one, `sql` given the
+   * rows as `(…), (…)` with the parameters cast to `types` (an UPDATE … FROM (VALUES …)). Alone, `text` is sent.
+   */
+  rows?: { key: string; types: readonly string[]; sql(tuples: string): string };
 }
 
 /** The epoch this orchestrator holds the mesh's lease with: every transaction checks it first. */
@@ -13,6 +20,9 @@ export interface Fence {
   holder: string;
   epoch: number;
 }
+
+/** The SQLSTATE gpumesh_hold_lease raises when the lease moved on (schema.ts, migration 2). */
+const FENCED = 'GM001';
 
 /** The lease moved to another orchestrator: this one's writes are refused by the database. */
 export class FencedError extends Error {
@@ -22,7 +32,10 @@ export class FencedError extends Error {
 }
 
 export interface PgCommitsDeps {
+  /** The pool (a transaction made again write by write takes a connection of it). */
   pool: Pool;
+  /** How to open the connection writes go on (the pool's settings). */
+  connection: pg.ClientConfig;
   log: Logger;
   /** The lease's fence, checked by every transaction; null: none (a store used alone, as the conformance suite does). */
   fence(): Fence | null;
@@ -66,16 +79,17 @@ export class PgCommits implements Commits {
   #last: Promise<void> = Promise.resolve();
   #inFlight = 0;
   #down = false;
+  #client: pg.Client | null = null;
 
   constructor(deps: PgCommitsDeps) {
     this.#deps = deps;
   }
 
   /** Queue a statement in the write under way (a store's write methods call this; only inside `write`). */
-  statement(text: string, values: unknown[]): void {
+  statement(text: string, values: unknown[], rows?: Statement['rows']): void {
     // Every store write runs inside commits.write; one outside would never be committed.
     if (!this.#current) throw new Error(`a write outside commits.write: ${text.slice(0, 60)}`);
-    this.#current.push({ text, values });
+    this.#current.push(rows ? { text, values, rows } : { text, values });
   }
 
   write<T>(fn: () => T): T {
@@ -165,17 +179,68 @@ export class PgCommits implements Commits {
   }
 
   async #transaction(units: readonly Unit[], savepoints: boolean): Promise<void> {
+    if (savepoints) return this.#savepointed(units);
+    // The check, the writes and the COMMIT leave together on the writing connection (pipeline mode): one round trip.
+    // A statement that fails aborts the transaction, and the server answers the COMMIT with a ROLLBACK.
+    const fence = this.#deps.fence();
+    const writer = await this.#writer();
+    const statements: Statement[] = [
+      { text: 'BEGIN', values: [] },
+      ...(fence ? [{ text: 'SELECT gpumesh_hold_lease($1, $2)', values: [fence.holder, fence.epoch] }] : []),
+      ...coalesced(units.flat()),
+      { text: 'COMMIT', values: [] },
+    ];
+    const results = await Promise.allSettled(statements.map((statement) => writer.query(prepared(statement))));
+    const failed = results.find((result): result is PromiseRejectedResult => result.status === 'rejected');
+    if (!failed) return;
+    const error = failed.reason as Error & { code?: string };
+    if (fence && error.code === FENCED) throw new FencedError(fence);
+    if (!isRefusal(error)) this.#dropWriter();
+    throw error;
+  }
+
+  /** The connection writes go on: its own, pipelined (the pool's serve reads); made again after it broke. */
+  async #writer(): Promise<pg.Client> {
+    if (this.#client) return this.#client;
+    const client = new pg.Client({ ...this.#deps.connection, pipeline: true } as pg.ClientConfig);
+    client.on('error', (error) => {
+      this.#deps.log.warn({ err: error }, 'the writing connection to PostgreSQL broke');
+      if (this.#client === client) this.#client = null;
+    });
+    await client.connect();
+    this.#client = client;
+    return client;
+  }
+
+  #dropWriter(): void {
+    const client = this.#client;
+    this.#client = null;
+    void client?.end().catch(() => {});
+  }
+
+  /** End the writing connection (the store closes). */
+  async end(): Promise<void> {
+    const client = this.#client;
+    this.#client = null;
+    await client?.end().catch(() => {});
+  }
+
+  /** The transaction made again with a savepoint per write, on a connection of the pool: one the database refuses is dropped alone. */
+  async #savepointed(units: readonly Unit[]): Promise<void> {
     const client = await this.#deps.pool.connect();
     let broken = false;
     try {
       await client.query('BEGIN');
       const fence = this.#deps.fence();
       if (fence) {
-        const held = await client.query('SELECT 1 FROM mesh_lease WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE', ['mesh', fence.holder, fence.epoch]);
-        if (held.rowCount !== 1) throw new FencedError(fence);
+        try {
+          await client.query('SELECT gpumesh_hold_lease($1, $2)', [fence.holder, fence.epoch]);
+        } catch (error) {
+          if ((error as { code?: string }).code === FENCED) throw new FencedError(fence);
+          throw error;
+        }
       }
-      if (savepoints) await this.#oneByOne(client, units);
-      else await pipelined(client, units.flat());
+      await this.#oneByOne(client, units);
       await client.query('COMMIT');
     } catch (error) {
       broken = !isRefusal(error) && !(error instanceof FencedError);
@@ -202,18 +267,72 @@ export class PgCommits implements Commits {
   }
 }
 
-/** Send every statement at once (the client queues them in order): one round trip's wait for the lot. */
-async function pipelined(client: PoolClient, statements: readonly Statement[]): Promise<void> {
-  const results = await Promise.allSettled(statements.map((statement) => client.query(statement.text, statement.values)));
-  const failed = results.find((result): result is PromiseRejectedResult => result.status === 'rejected');
-  if (failed) throw failed.reason;
+/** Most rows one coalesced INSERT carries (PostgreSQL takes at most 65,535 parameters a statement). */
+const MAX_ROWS = 1000;
+// An INSERT of one row of parameters, nothing or ON CONFLICT DO NOTHING after (DO UPDATE may not meet a row twice).
+const INSERT = /^(INSERT INTO [^(]+\([^)]*\) VALUES )\((\$\d+(?:, \$\d+)*)\)((?: ON CONFLICT DO NOTHING)?)$/s;
+
+/**
+ * Consecutive INSERTs of the same text, each of one row of parameters `$1…$n` in order, as one INSERT of many rows
+ * (`VALUES (…), (…)`): a turn's jobs, artifacts or audit entries cost the server one statement instead of one each,
+ * in the same order. Anything else is left as it is.
+ */
+export function coalesced(statements: readonly Statement[]): Statement[] {
+  const out: Statement[] = [];
+  for (let i = 0; i < statements.length;) {
+    const first = statements[i]!;
+    if (first.rows) {
+      let end = i + 1;
+      while (end < statements.length && end - i < MAX_ROWS && statements[end]!.rows?.key === first.rows.key) end++;
+      if (end - i > 1) {
+        const rows = statements.slice(i, end);
+        const { types } = first.rows;
+        const tuples = rows.map((_, row) => `(${types.map((type, k) => `$${row * types.length + k + 1}::${type}`).join(', ')})`);
+        out.push({ text: first.rows.sql(tuples.join(', ')), values: rows.flatMap((row) => row.values), oneOff: true });
+        i = end;
+        continue;
+      }
+    }
+    const match = INSERT.exec(first.text);
+    const width = match ? match[2]!.split(', ').length : 0;
+    if (!match || !match[2]!.split(', ').every((mark, k) => mark === `$${k + 1}`)) {
+      out.push(first);
+      i++;
+      continue;
+    }
+    let end = i + 1;
+    while (end < statements.length && end - i < MAX_ROWS && statements[end]!.text === first.text) end++;
+    if (end - i === 1) {
+      out.push(first);
+      i++;
+      continue;
+    }
+    const rows = statements.slice(i, end);
+    const tuples = rows.map((_, row) => `(${Array.from({ length: width }, (_, k) => `$${row * width + k + 1}`).join(', ')})`);
+    out.push({ text: `${match[1]}${tuples.join(', ')}${match[3]}`, values: rows.flatMap((row) => row.values), oneOff: true });
+    i = end;
+  }
+  return out;
+}
+
+/** Statement names by text: a write of a text seen before is executed without being parsed again. */
+const names = new Map<string, string>();
+
+/** A write as pg's query config: named (prepared once per connection) unless its text is one of a kind (a coalesced INSERT). */
+function prepared(statement: Statement): pg.QueryConfig {
+  if (statement.values.length === 0 || statement.oneOff) return { text: statement.text, values: statement.values };
+  let name = names.get(statement.text);
+  if (!name && names.size < 500) names.set(statement.text, (name = `gpumesh_write_${names.size + 1}`));
+  return name ? { name, text: statement.text, values: statement.values } : { text: statement.text, values: statement.values };
 }
 
 /**
- * A statement the database refused for what it says (SQLSTATE class 22, data; 23, a constraint), as opposed to a
- * database that could not be reached or went away mid-way, which is worth trying again as it was.
+ * A statement the database refused for what it says — a constraint, a value, anything but the connection — as opposed
+ * to a database that could not be reached, went away mid-way or asked to be tried again, which is worth trying again
+ * as it was. SQLSTATE classes 08 (connection), 40 (rolled back: a deadlock, a serialization failure), 53 (out of
+ * resources) and 57 (an operator: a shutdown, a restart) are tried again; an error without a SQLSTATE is the socket's.
  */
 export function isRefusal(error: unknown): boolean {
   const code = (error as { code?: unknown }).code;
-  return typeof code === 'string' && /^(22|23)/.test(code);
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|40|53|57)/.test(code);
 }

@@ -18,6 +18,16 @@ const SEQ_BLOCK = 4096;
 const PROMPT_SQL = `(CASE WHEN jsonb_typeof(j.input::jsonb -> 'prompt') = 'string' THEN j.input::jsonb ->> 'prompt' END)`;
 const ARTIFACTS = `SELECT a.*, ${PROMPT_SQL} AS prompt FROM artifacts a JOIN jobs j ON j.id = a.job_id`;
 
+/** Jobs finished with their attempt, many at once: the rows of finishJob's statement, in its parameters' order. */
+const SUCCEEDED_ROWS = {
+  key: 'jobs:succeeded',
+  types: ['bigint', 'text', 'bigint', 'text', 'text', 'bigint', 'double precision', 'double precision'],
+  sql: (tuples: string): string => `UPDATE jobs SET status = v.status, finished_at = v.now, updated_at = v.now, lease_host = NULL, result = v.result,
+      error_code = NULL, error_message = NULL, attempt_host = v.host, started_at = v.started_at, load_ms = v.load_ms, compute_ms = v.compute_ms
+    FROM (VALUES ${tuples}) AS v (seq, status, now, result, host, started_at, load_ms, compute_ms)
+    WHERE jobs.seq = v.seq AND jobs.status IN ('queued', 'dispatched', 'running')`,
+} as const;
+
 /** BIGINT columns (times in ms, sizes) read as numbers: every one of them fits a double exactly. */
 const TYPES = {
   getTypeParser: ((oid: number, format?: string) => (oid === 20 ? (text: string) => Number(text) : pg.types.getTypeParser(oid, format as 'text'))) as typeof pg.types.getTypeParser,
@@ -58,11 +68,12 @@ export class PostgresStore implements MeshStore {
   private constructor(options: PostgresStoreOptions) {
     this.location = redacted(options.url);
     this.#log = options.log;
-    this.pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 10, types: TYPES, connectionTimeoutMillis: 5000 });
+    const connection = { connectionString: options.url, types: TYPES, connectionTimeoutMillis: 5000 };
+    this.pool = new pg.Pool({ ...connection, max: options.poolSize ?? 10 });
     // An idle connection the server dropped (a restart) is an error event on the pool; the next query takes another.
     this.pool.on('error', (error) => this.#log.warn({ err: error }, 'a PostgreSQL connection was lost'));
     this.commits = new PgCommits({
-      pool: this.pool, log: options.log, fence: options.fence ?? (() => null),
+      pool: this.pool, connection, log: options.log, fence: options.fence ?? (() => null),
       onFenced: options.onFenced ?? ((error) => this.#log.error({ err: error }, 'fenced')),
       onAvailability: (down, detail) => {
         this.#downDetail = down ? detail : null;
@@ -70,17 +81,18 @@ export class PostgresStore implements MeshStore {
         else this.#log.info('PostgreSQL answers again: the writes that waited are committed');
       },
     });
-    const statement = (text: string, values: unknown[]): void => this.commits.statement(text, values);
+    const statement = (text: string, values: unknown[], rows?: Parameters<PgCommits['statement']>[2]): void => this.commits.statement(text, values, rows);
     const query = <T>(text: string, values: unknown[] = []): Promise<T[]> => this.#query<T>(text, values);
 
     this.jobs = {
       insertJob: (job) => {
         const seq = this.#nextSeq();
         const hosts = job.hosts ?? null;
+        // Every value a parameter (none twice, no literal): a turn's inserts are sent as one (pg-commits.ts, coalesced).
         statement(`INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
-            request_hash, created_at, updated_at, deadline_at) VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14)`, [
-          seq, job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
-          JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.deadlineAt,
+            request_hash, created_at, updated_at, deadline_at) VALUES (${marks(16)})`, [
+          seq, job.id, job.type, job.model, 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
+          JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
         ]);
         return {
           seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
@@ -105,9 +117,10 @@ export class PostgresStore implements MeshStore {
         const result = outcome.result === undefined ? null : JSON.stringify(outcome.result);
         const { attempt } = outcome;
         if (attempt) {
-          statement(`UPDATE jobs SET status = $1, finished_at = $2, updated_at = $2, lease_host = NULL, result = $3, error_code = NULL,
-              error_message = NULL, attempt_host = $4, started_at = $5, load_ms = $6, compute_ms = $7
-            WHERE seq = $8 AND status IN ('queued', 'dispatched', 'running')`, [status, now, result, attempt.host, attempt.startedAt, attempt.loadMs, attempt.computeMs, seq]);
+          // A turn's successes (a batch's jobs) are one UPDATE of many rows (pg-commits.ts, coalesced).
+          statement(`UPDATE jobs SET status = $2, finished_at = $3, updated_at = $3, lease_host = NULL, result = $4, error_code = NULL,
+              error_message = NULL, attempt_host = $5, started_at = $6, load_ms = $7, compute_ms = $8
+            WHERE seq = $1 AND status IN ('queued', 'dispatched', 'running')`, [seq, status, now, result, attempt.host, attempt.startedAt, attempt.loadMs, attempt.computeMs], SUCCEEDED_ROWS);
         } else {
           statement(`UPDATE jobs SET status = $1, finished_at = $2, updated_at = $2, lease_host = NULL, result = $3, error_code = $4, error_message = $5
             WHERE seq = $6 AND status IN ('queued', 'dispatched', 'running')`, [status, now, result, outcome.errorCode ?? null, outcome.errorMessage ?? null, seq]);
@@ -316,6 +329,7 @@ export class PostgresStore implements MeshStore {
     if (this.#closed) return;
     this.#closed = true;
     await this.commits.flush().catch(() => {});
+    await this.commits.end();
     await this.pool.end();
   }
 

@@ -190,4 +190,20 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 2,
+    // The fence as one statement that fails when the lease moved on (SQLSTATE GM001), so a transaction's check, its
+    // writes and its COMMIT go to the server together, one round trip (pg-commits.ts), instead of a SELECT whose
+    // answer the orchestrator must wait for before it sends the rest.
+    name: 'the lease check as a function that raises',
+    sql: `
+      CREATE FUNCTION gpumesh_hold_lease(wanted_holder TEXT, wanted_epoch BIGINT) RETURNS VOID LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM 1 FROM mesh_lease WHERE name = 'mesh' AND holder = wanted_holder AND epoch = wanted_epoch FOR SHARE;
+        IF NOT FOUND THEN
+          RAISE EXCEPTION 'the mesh lease is not held by % at epoch %', wanted_holder, wanted_epoch USING ERRCODE = 'GM001';
+        END IF;
+      END $$;
+    `,
+  },
 ];
