@@ -58,7 +58,8 @@ interface Batch {
 
 /**
  * Group commit on PostgreSQL, writing behind. A write queues its statements; when the turn of the event loop ends
- * (setImmediate) the turn's writes go to the database as one transaction, after the one before has committed — so a
+ * (setImmediate) the turn's writes go to the database as one transaction — or, while one is out, they wait and go
+ * with every later turn's as one transaction when it is back — so a
  * write's effect is in memory at once (the job roles keep what they need) and durable a round trip later, which is
  * what `durable` (a 202) and `afterCommit` (an agent's acknowledgement) wait for.
  *
@@ -126,7 +127,11 @@ export class PgCommits implements Commits {
     if (!batch) return this.#last;
     this.#batch = null;
     this.#inFlight++;
-    const committed = this.#last.catch(() => {}).then(() => this.#commit(batch)).finally(() => this.#inFlight--);
+    const committed = this.#last.catch(() => {}).then(() => this.#commit(batch)).finally(() => {
+      this.#inFlight--;
+      // What was written while this transaction was out goes next, all of it in one.
+      if (this.#inFlight === 0 && this.#batch) void this.flush().catch(() => {});
+    });
     this.#last = committed;
     return committed;
   }
@@ -139,7 +144,11 @@ export class PgCommits implements Commits {
   #open(): Batch {
     if (!this.#batch) {
       this.#batch = { units: [], waiters: [], after: [] };
-      setImmediate(() => void this.flush().catch(() => {}));
+      // At the end of the turn — unless a transaction is out: then the writes of every turn until it is back go
+      // together in the next (group commit proper: the busier the mesh, the larger and fewer the transactions).
+      setImmediate(() => {
+        if (this.#inFlight === 0) void this.flush().catch(() => {});
+      });
     }
     return this.#batch;
   }
