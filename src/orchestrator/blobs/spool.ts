@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -15,8 +16,10 @@ export async function spoolHashed(source: Readable, temp: string, options: { exp
   const hash = createHash('sha256');
   let bytes = 0;
   const limit = options.limit ?? Infinity;
-  await pipeline(
-    source,
+  const file = createWriteStream(temp);
+  try {
+    await pipeline(
+      source,
     async function* (chunks: AsyncIterable<Buffer>) {
       for await (const chunk of chunks) {
         bytes += chunk.length;
@@ -25,8 +28,14 @@ export async function spoolHashed(source: Readable, temp: string, options: { exp
         yield chunk;
       }
     },
-    createWriteStream(temp),
-  );
+      file,
+    );
+  } catch (error) {
+    // The file may still be opening when the pipeline fails (a body refused at its first chunk): the caller removes
+    // it once this settles, so settle only once the stream has closed — else the file appears after its removal.
+    if (!file.closed) await once(file, 'close');
+    throw error;
+  }
   const digest = `sha256:${hash.digest('hex')}`;
   if (options.expected !== undefined && options.expected !== digest) {
     throw new MeshError('DIGEST_MISMATCH', { expected: options.expected, actual: digest });

@@ -93,10 +93,15 @@ export function insertJob(db: Db, job: NewJob): JobRecord {
     job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
     JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ).lastInsertRowid);
+  return queuedRecord(job, seq);
+}
+
+/** The record of a job just stored as queued under `seq` (either store's insert answers it). */
+export function queuedRecord(job: NewJob, seq: number): JobRecord {
   // Every field written out, in one literal: spreading the new job and adding the rest costs V8 about 25 µs an object.
   return {
     seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
-    classes: job.classes, hosts, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
+    classes: job.classes, hosts: job.hosts ?? null, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
     createdAt: job.createdAt, updatedAt: job.createdAt, finishedAt: null, deadlineAt: job.deadlineAt, attempts: 0, batchId: null,
     batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, attemptHost: null, computeMs: null,
     result: null, errorCode: null, errorMessage: null,

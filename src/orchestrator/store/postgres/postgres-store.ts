@@ -5,7 +5,7 @@ import { artifactFromRow, type ArtifactRow } from '../artifacts.js';
 import { attemptFromRow, type AttemptRow } from '../attempts.js';
 import { auditFromRow, type AuditRow } from '../audit.js';
 import { grantFromRow, type GrantRow } from '../grants.js';
-import { jobFromRow, promptOf, type JobRecord, type JobRow } from '../jobs.js';
+import { jobFromRow, queuedRecord, type JobRow } from '../jobs.js';
 import type { MeshStore } from '../mesh-store.js';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { migratePostgres } from './migrate.js';
@@ -94,13 +94,7 @@ export class PostgresStore implements MeshStore {
           seq, job.id, job.type, job.model, 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
           JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
         ]);
-        return {
-          seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
-          classes: job.classes, hosts, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
-          createdAt: job.createdAt, updatedAt: job.createdAt, finishedAt: null, deadlineAt: job.deadlineAt, attempts: 0, batchId: null,
-          batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, attemptHost: null, computeMs: null,
-          result: null, errorCode: null, errorMessage: null,
-        } satisfies JobRecord;
+        return queuedRecord(job, seq);
       },
       releaseIdempotencyKey: (id) => statement('UPDATE jobs SET idempotency_key = NULL WHERE id = $1', [id]),
       markDispatched: (seqs, batchId, host, now, route = null) => {
