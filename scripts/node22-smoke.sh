@@ -54,7 +54,7 @@ fi
 if [ $# -eq 0 ]; then
   # Unit tests: every folder but integration/ and browser/. Integration: a mesh with images and clips (ffmpeg as
   # found on this host, else the packaged one), another port and data folder with the CLI, and a host without ffmpeg.
-  set -- test/agent test/architecture test/cli test/builtin-models test/net test/orchestrator test/protocol test/tls-client test/web \
+  set -- test/agent test/architecture test/cli test/builtin-models test/net test/orchestrator test/protocol test/store test/tls-client test/web \
     test/integration/video.test.ts test/integration/cli-finds-mesh.test.ts test/integration/video-without-ffmpeg.test.ts
 fi
 cd "$TREE"

@@ -88,6 +88,10 @@ describe('several orchestrators on one PostgreSQL', () => {
     const body = (await refused.json()) as { error: { code: string; message: string } };
     expect(body.error.code).toBe('NOT_LEADER');
     expect(body.error.message).toContain(urls[0]);
+    // A bookmark of the gallery on a standby is sent on to the gallery where the mesh runs, its query kept.
+    const page = await fetch(`${urls[2]}/?grant=g`, { redirect: 'manual' });
+    expect(page.status).toBe(307);
+    expect(page.headers.get('location')).toBe(`${urls[0]}/?grant=g`);
     const client = new MeshClient(urls, admin);
     const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'gpu-box', classes: ['image', 'tensor'] });
     agent = gpumesh(['agent', '--join', urls.join(','), '--grant', token, '--data', join(datas[0]!, 'agent')], { GPUMESH_LOG_LEVEL: 'info' });

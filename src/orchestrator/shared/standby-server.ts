@@ -2,6 +2,9 @@ import { createServer, STATUS_CODES, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { MeshError } from '../../protocol/index.js';
 
+/** The web pages (gallery, mesh view) and their files, which a standby sends on to the active orchestrator. */
+const PAGES = /^\/(mesh)?$|^\/web\//;
+
 /** Who runs the mesh now, as a standby tells a client it turns away. */
 export interface ActiveOrchestrator {
   /** Its URL, if it said where it listens; null: unknown (or nobody holds the lease yet). */
@@ -10,7 +13,8 @@ export interface ActiveOrchestrator {
 
 /**
  * What a standby orchestrator answers while another runs the mesh: `/healthz` 200 (the process is up, and says it
- * stands by), `/readyz` and every other request 503 NOT_LEADER with Retry-After (the lease's length) naming the
+ * stands by), the gallery and mesh view pages a 307 to the same page on the active orchestrator (once it is known),
+ * `/readyz` and every other request 503 NOT_LEADER with Retry-After (the lease's length) naming the
  * active orchestrator, and the agent link's upgrade the same — so a client or an agent that knows several URLs goes
  * on to the next. The port is the one the orchestrator will serve on once it takes the lease over.
  */
@@ -32,9 +36,16 @@ export class StandbyServer {
       return { status: error.status, body: JSON.stringify({ error: error.toJSON() }), headers: { 'retry-after': String(options.retryAfterS) } };
     };
     const server = createServer((request, response) => {
-      const path = (request.url ?? '/').split('?')[0];
+      const path = (request.url ?? '/').split('?')[0]!;
       if (path === '/healthz') {
         response.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify({ ok: true, role: 'standby', active: options.active().url }));
+        return;
+      }
+      // A person's bookmark of the gallery or the mesh view on this machine: sent on to the same page where the mesh
+      // runs now (the query with it, and the fragment, which the browser keeps), rather than an error page.
+      const active = options.active().url;
+      if (active && request.method === 'GET' && PAGES.test(path)) {
+        response.writeHead(307, { location: new URL(request.url ?? '/', active).toString(), 'cache-control': 'no-store' }).end();
         return;
       }
       const { status, body, headers } = refusal();
