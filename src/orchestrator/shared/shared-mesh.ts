@@ -37,7 +37,8 @@ export async function startSharedOrchestrator(options: SharedMeshOptions): Promi
   const { config, logger } = options;
   const settings = config.store as PostgresStoreSettings;
   const log = logger.child({ part: 'lease' });
-  const pool = new pg.Pool({ connectionString: settings.url, max: 2, connectionTimeoutMillis: 5000 });
+  // The lease's own connections: its renewals never wait behind the store's, and give up on a dead server quickly.
+  const pool = new pg.Pool({ connectionString: settings.url, max: 2, connectionTimeoutMillis: 1000, query_timeout: 2000 });
   pool.on('error', (error) => log.warn({ err: error }, 'a PostgreSQL connection of the lease was lost'));
   const standby = await StandbyServer.listen({
     host: config.server.host, port: config.server.port, retryAfterS: Math.ceil(settings.leaseMs / 1000), active: () => ({ url: activeUrl }),
@@ -82,24 +83,36 @@ export async function startSharedOrchestrator(options: SharedMeshOptions): Promi
     url: settings.url, log: logger.child({ part: 'store' }), poolSize: settings.poolSize,
     fence: () => lease.fence(), onFenced: (error) => loseLease(error.message),
   });
-  let renewing: NodeJS.Timeout | null = null;
+  let stopped = false;
   const orchestrator = await Orchestrator.create({
     config, logger, store, rootKey,
     orchestrators: () => lease.orchestrators(3 * settings.leaseMs),
     afterClose: async () => {
-      if (renewing) clearInterval(renewing);
+      stopped = true;
       await lease.release().catch(() => {});
       await pool.end().catch(() => {});
     },
   });
   await orchestrator.listen();
   await lease.heartbeat('active').catch(() => {});
-  renewing = setInterval(() => {
-    lease.renew().then((held) => {
-      if (!held) return loseLease('another orchestrator took the lease over');
-      return lease.heartbeat('active');
-    }).catch((error: unknown) => log.warn({ err: error }, 'could not renew the mesh lease (PostgreSQL does not answer); writes wait, fenced by the lease'));
-  }, settings.leaseMs / 3);
-  renewing.unref();
+  // Renewed every third of the lease; a renewal that fails (the database away) is tried again every 100 ms, so once
+  // the database is back the holder renews well before a standby may take the lease over (half a lease after it saw
+  // it run out).
+  void (async () => {
+    let failing = false;
+    while (!stopped && !lost) {
+      try {
+        if (!(await lease.renew())) return loseLease('another orchestrator took the lease over');
+        if (failing) log.info('renewed the mesh lease again');
+        failing = false;
+        await lease.heartbeat('active');
+        await sleep(settings.leaseMs / 3);
+      } catch (error) {
+        if (!failing) log.warn({ err: error }, 'could not renew the mesh lease (PostgreSQL does not answer); trying every 100 ms, writes wait, fenced by the lease');
+        failing = true;
+        await sleep(100);
+      }
+    }
+  })();
   return orchestrator;
 }
