@@ -36,7 +36,7 @@ export interface MeshProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-function spawnLogged(argv: string[], label: string, logs: string, env: NodeJS.ProcessEnv = {}): MeshProcess {
+export function spawnLogged(argv: string[], label: string, logs: string, env: NodeJS.ProcessEnv = {}): MeshProcess {
   mkdirSync(logs, { recursive: true });
   const log = createWriteStream(join(logs, `${label}.log`), { flags: 'a' });
   // `ip netns exec` execs its command, so the pid is the gpumesh process itself: a signal reaches it directly.

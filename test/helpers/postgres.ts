@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
@@ -67,7 +67,11 @@ process.on('exit', () => {
   }
 });
 
-export async function startPostgres(options: { database?: string } = {}): Promise<RunningPostgres> {
+export async function startPostgres(options: {
+  database?: string;
+  /** Another address to listen on besides 127.0.0.1 (a network namespace's), and the network allowed from it (CIDR). */
+  also?: { listen: string; allow: string };
+} = {}): Promise<RunningPostgres> {
   const bin = binaries();
   const dir = mkdtempSync(join(tmpdir(), 'gpumesh-pg-'));
   const data = join(dir, 'data');
@@ -80,9 +84,10 @@ export async function startPostgres(options: { database?: string } = {}): Promis
   }
   chmodSync(dir, 0o755);
   run(join(bin, 'initdb'), ['-D', data, '--auth=trust', '--username=gpumesh', '--encoding=UTF8', '--no-sync']);
+  if (options.also) appendFileSync(join(data, 'pg_hba.conf'), `host all all ${options.also.allow} trust\n`);
   const port = await freePort();
   const settings = [
-    `-p ${port}`, `-k ${socket}`, '-c listen_addresses=127.0.0.1', '-c fsync=off', '-c synchronous_commit=off',
+    `-p ${port}`, `-k ${socket}`, `-c listen_addresses=127.0.0.1${options.also ? `,${options.also.listen}` : ''}`, '-c fsync=off', '-c synchronous_commit=off',
     '-c full_page_writes=off', '-c max_connections=200', '-c shared_buffers=64MB',
   ].join(' ');
   const start = async (): Promise<void> => {

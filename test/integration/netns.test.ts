@@ -45,4 +45,20 @@ describe('the mesh in network namespaces (scripts/netns-mesh.sh)', () => {
     const left = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout;
     expect(left).not.toContain(run!);
   }, 240_000);
+
+  it('a second NAS: the first one\'s cable pulled, the second takes the mesh over, clients and the agent ride through, every job once; the first, back, stops', async (context) => {
+    const reason = whyNot();
+    if (reason) context.skip(`network namespaces are not available here: ${reason}`);
+    const child = spawn('bash', [SCRIPT, '--hosts', 'db,nas1,nas2,laptop', '--driver', 'scripts/netns/second-nas.ts'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const [code] = await once(child, 'exit') as [number | null];
+    expect(code, output).toBe(0);
+    expect(output).not.toMatch(/^\s+FAIL /m);
+    expect(output).toMatch(/nas2 took the mesh over/);
+    expect(output).toMatch(/nas1 stopped with exit code 75/);
+    expect(output).toMatch(/^all 3 steps held/m);
+    process.stdout.write(`${output.split('\n').filter((line) => /took the mesh over|every accepted job/.test(line)).join('\n')}\n`);
+  }, 240_000);
 });

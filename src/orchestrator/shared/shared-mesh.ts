@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import pg from 'pg';
@@ -45,7 +46,10 @@ export async function startSharedOrchestrator(options: SharedMeshOptions): Promi
   });
   let activeUrl: string | null = null;
   config.server.port = standby.port;
-  const url = config.server.publicUrl ?? `${config.server.tls.enabled ? 'https' : 'http'}://${config.server.host}:${standby.port}`;
+  // What the others and the clients a standby turns away are told: publicUrl, else this host by name when it listens
+  // on every address (0.0.0.0 is nobody's address), else the address it listens on.
+  const everywhere = config.server.host === '0.0.0.0' || config.server.host === '::';
+  const url = config.server.publicUrl ?? `${config.server.tls.enabled ? 'https' : 'http'}://${everywhere ? hostname() : config.server.host}:${standby.port}`;
   const lease = new MeshLease({ pool, log, id: newId('o'), url, version: VERSION, ttlMs: settings.leaseMs });
   let standingBy = false;
   try {
