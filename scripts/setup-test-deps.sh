@@ -15,9 +15,7 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-# Debian keeps initdb and pg_ctl off PATH, under /usr/lib/postgresql/<version>/bin; elsewhere they are on PATH.
-# test/helpers/postgres.ts looks in the same places.
-{ ls /usr/lib/postgresql/*/bin/initdb || command -v pg_ctl; } >/dev/null 2>&1 || need+=(postgresql)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "test dependencies present"
