@@ -16,6 +16,7 @@ import { writeFileSync, mkdirSync } from 'node:fs';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { gpumeshArgs } from '../../src/cli/common/launch.js';
 import { startPostgres } from '../../test/helpers/postgres.js';
+import { orchestratorRole as role } from '../../test/helpers/processes.js';
 import { sleep, spawnLogged, until, type MeshProcess } from './mesh.js';
 import { Topology } from './topology.js';
 
@@ -33,14 +34,6 @@ function check(what: string, ok: boolean, detail = ''): void {
   process.stdout.write(`  ${ok ? 'ok  ' : 'FAIL'} ${what}${detail ? `: ${detail}` : ''}\n`);
 }
 
-async function role(url: string): Promise<'active' | 'standby' | null> {
-  try {
-    const body = (await (await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(1000) })).json()) as { role?: string };
-    return body.role === 'standby' ? 'standby' : 'active';
-  } catch {
-    return null;
-  }
-}
 
 const postgres = await startPostgres({ also: { listen: db.address, allow: '10.77.0.0/16' } });
 const procs: MeshProcess[] = [];

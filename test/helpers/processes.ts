@@ -65,3 +65,16 @@ export async function waitHealthy(url: string): Promise<void> {
     }
   }, { timeoutMs: 30_000, what: `${url} to answer /healthz` });
 }
+
+/**
+ * What an orchestrator sharing a PostgreSQL store says it is (`/healthz`): `active` (it runs the mesh), `standby`, or
+ * null when it does not answer within a second (killed, or its cable pulled).
+ */
+export async function orchestratorRole(url: string): Promise<'active' | 'standby' | null> {
+  try {
+    const body = (await (await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(1000) })).json()) as { role?: string };
+    return body.role === 'standby' ? 'standby' : 'active';
+  } catch {
+    return null;
+  }
+}

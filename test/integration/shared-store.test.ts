@@ -5,7 +5,7 @@ import { stringify } from 'yaml';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { startPostgres, type RunningPostgres } from '../helpers/postgres.js';
-import { freePort, gpumesh, type Proc } from '../helpers/processes.js';
+import { freePort, gpumesh, orchestratorRole as role, type Proc } from '../helpers/processes.js';
 import { startS3StandIn, type S3StandIn } from '../helpers/s3-stand-in.js';
 
 /**
@@ -31,15 +31,6 @@ function serve(index: number): Proc {
   return proc;
 }
 
-/** The role an orchestrator says it has: `active`, `standby`, or null when it does not answer. */
-async function role(url: string): Promise<'active' | 'standby' | null> {
-  try {
-    const body = (await (await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2000) })).json()) as { role?: string };
-    return body.role === 'standby' ? 'standby' : 'active';
-  } catch {
-    return null;
-  }
-}
 
 const activeIndex = async (): Promise<number | null> => {
   const roles = await Promise.all(urls.map(role));
