@@ -107,6 +107,41 @@ describe('MeshClient with several orchestrator URLs (real sockets)', () => {
     expect(breaking.requests).toEqual(['POST /v1/jobs', 'GET /v1/jobs/j1']);
   });
 
+  it('gives up on an orchestrator that accepts a request and never answers (a pulled cable): a GET goes on, a POST says so', async () => {
+    // The stand-in reads each request and says nothing back, as a host whose cable was pulled (the kept-alive
+    // connection takes the request; no answer ever comes).
+    const silent = await active(() => {});
+    const live = await active((request, response) => json(response, 200, { path: request.url }));
+    const client = new MeshClient([silent.url, live.url], 'grant', { answerWithinMs: 300 });
+    const started = Date.now();
+    expect(await client.request('GET', '/v1/status')).toEqual({ path: '/v1/status' });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(silent.requests).toEqual(['GET /v1/status']);
+    // A POST the silent one may have carried out is not sent on, and the error says why.
+    const stuck = new MeshClient([silent.url, live.url], 'grant', { answerWithinMs: 300 });
+    const error = await rejection(stuck.request('POST', '/v1/jobs', { type: 'image' }));
+    expect(error.code).toBe('UNREACHABLE');
+    expect(error.message).toContain('no answer within 0.3 s to POST /v1/jobs');
+    expect(error.message).toContain('may have carried it out');
+    expect(live.requests).toEqual(['GET /v1/status']);
+    // One URL: the error names it and how to point elsewhere.
+    const alone = await rejection(new MeshClient(silent.url, 'grant', { answerWithinMs: 300 }).request('GET', '/v1/status'));
+    expect(alone.message).toContain(`the orchestrator at ${silent.url} sent no answer within 0.3 s to GET /v1/status`);
+    expect(alone.message).toContain('--url');
+  });
+
+  it('times only the beginning of an answer: a body that streams past the limit is read whole, and a slow route gets its own limit', async () => {
+    const slowBody = await active((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.write('{"path":');
+      setTimeout(() => response.end('"late"}'), 600);
+    });
+    expect(await new MeshClient(slowBody.url, 'grant', { answerWithinMs: 200 }).request('GET', '/v1/x')).toEqual({ path: 'late' });
+    const slowStart = await active((request, response) => setTimeout(() => json(response, 200, { path: request.url }), 500));
+    expect(await new MeshClient(slowStart.url, 'grant', { answerWithinMs: 200 }).request('POST', '/v1/models/m/load', {}, { answerWithinMs: 5_000 }))
+      .toEqual({ path: '/v1/models/m/load' });
+  });
+
   it('follows a job on the next orchestrator when its event stream drops, with Last-Event-ID', async () => {
     const queued = { type: 'queued', jobId: 'j1', at: new Date().toISOString() };
     const running = { type: 'running', jobId: 'j1', host: 'h', at: new Date().toISOString() };

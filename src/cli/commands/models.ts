@@ -11,6 +11,9 @@ type Listed = ModelManifest & { policy: { batching: { maxBatchSize: number } } }
 interface Family { name: string; route: string; versions: Listed[] }
 interface ReplicaChange { host: string; model: string; device: string | null; before: Device[]; after: Device[] }
 
+/** A load or unload answers once the agent did it: the orchestrator waits up to 10 minutes, and so does the CLI. */
+const MODEL_CHANGE_WITHIN_MS = 10 * 60_000 + 30_000;
+
 /** `model.onnx`, or the one ONNX file in a folder. */
 function modelFile(path: string): string {
   const full = resolve(path);
@@ -165,7 +168,7 @@ export function modelsCommand(): Command {
     .description('Make a model resident on a host now (default: the host the mesh would choose); prints its device\'s memory before and after')
     .option('--host <id>', 'the host')
     .action(async (model: string, options: ClientOptions & { host?: string }) => {
-      const change = await clientFrom(options).request<ReplicaChange>('POST', `/v1/models/${encodeURIComponent(model)}/load`, options.host ? { host: options.host } : {});
+      const change = await clientFrom(options).request<ReplicaChange>('POST', `/v1/models/${encodeURIComponent(model)}/load`, options.host ? { host: options.host } : {}, { answerWithinMs: MODEL_CHANGE_WITHIN_MS });
       process.stdout.write(`loaded ${change.model} on ${change.host}: ${memoryLine(change)}\n`);
     });
 
@@ -173,7 +176,7 @@ export function modelsCommand(): Command {
     .description('Let a model go on a host (default: every host that holds it); prints the device\'s memory before and after')
     .option('--host <id>', 'the host')
     .action(async (model: string, options: ClientOptions & { host?: string }) => {
-      const { unloaded } = await clientFrom(options).request<{ unloaded: ReplicaChange[] }>('POST', `/v1/models/${encodeURIComponent(model)}/unload`, options.host ? { host: options.host } : {});
+      const { unloaded } = await clientFrom(options).request<{ unloaded: ReplicaChange[] }>('POST', `/v1/models/${encodeURIComponent(model)}/unload`, options.host ? { host: options.host } : {}, { answerWithinMs: MODEL_CHANGE_WITHIN_MS });
       for (const change of unloaded) process.stdout.write(`unloaded ${change.model} on ${change.host}: ${memoryLine(change)}\n`);
     });
 

@@ -19,7 +19,22 @@ export interface MeshClientOptions {
   pins?: readonly Pin[];
   /** Where the URL came from (`--url`, a data folder's listen.json, the default), said when it cannot be reached. */
   urlSource?: string;
+  /**
+   * How long a request waits for an answer to begin (its status and headers; a body then streams for as long as it
+   * takes) before the orchestrator counts as gone: default ANSWER_WITHIN_MS, more for a request with a large body.
+   */
+  answerWithinMs?: number;
 }
+
+/**
+ * How long an answer may take to begin. An orchestrator whose cable was pulled never refuses a kept-alive
+ * connection: the request goes into the socket and nothing comes back (undici would wait five minutes), so with
+ * several URLs a hung request must end for the next one to be asked. Every route answers at once except a model's
+ * load (which waits for the agent: models load passes its own limit).
+ */
+export const ANSWER_WITHIN_MS = 30_000;
+/** A request's body is allowed this many bytes a second on top (an 8 MB upload chunk over a slow link). */
+const BODY_BYTES_PER_SECOND = 64 * 1024;
 
 /** How to point the CLI at another mesh: said with every failure to reach one. */
 export const WHERE_HINT = 'point the CLI at your mesh with --url <its URL>, or --data <its data folder> (or GPUMESH_HOME=<its data folder>), whose listen.json says where it listens';
@@ -58,6 +73,22 @@ function errorCodeOf(text: string): { code: string; message: string } | null {
   }
 }
 
+/** The reason a request is aborted when its answer does not begin in time. */
+class AnswerTimeout extends Error {
+  override readonly name = 'AnswerTimeout';
+  constructor(limitMs: number) {
+    super(`no answer within ${formatSeconds(limitMs)}`);
+  }
+}
+
+const formatSeconds = (ms: number): string => `${Math.round(ms / 100) / 10} s`;
+
+/** The size of a request body this client sends (always in memory: a string or bytes). */
+function bodyBytes(body: TrustedRequestInit['body']): number {
+  if (typeof body === 'string') return Buffer.byteLength(body);
+  return body instanceof Uint8Array ? body.byteLength : 0;
+}
+
 /** After an event stream drops, how long `follow` keeps trying the orchestrators for it (a standby takes over in seconds). */
 const FOLLOW_RECONNECT_MS = 30_000;
 const FOLLOW_RETRY_MIN_MS = 250;
@@ -78,6 +109,7 @@ export class MeshClient {
   #current = 0;
   readonly #grant: string | null;
   readonly #urlSource: string | undefined;
+  readonly #answerWithinMs: number;
 
   constructor(baseUrl: string | readonly string[], grant: string | null, options: MeshClientOptions = {}) {
     const urls = typeof baseUrl === 'string' ? [baseUrl] : baseUrl;
@@ -89,6 +121,7 @@ export class MeshClient {
     });
     this.#grant = grant;
     this.#urlSource = options.urlSource;
+    this.#answerWithinMs = options.answerWithinMs ?? ANSWER_WITHIN_MS;
   }
 
   /** The orchestrator this client talks to: the one that answered last, else the first it was given. */
@@ -114,9 +147,10 @@ export class MeshClient {
    * never as a stream), so any request can be sent again. What limits going elsewhere is whether the first
    * orchestrator may have acted on it: a connection that was never made, or a NOT_LEADER answer, means it did not,
    * for any method; a connection that broke after it was made may have carried a POST or PATCH that was carried
-   * out (a job submitted, a chunk stored), so only an idempotent method (GET, HEAD, PUT, DELETE) goes on then.
+   * out (a job submitted, a chunk stored), so only an idempotent method (GET, HEAD, PUT, DELETE) goes on then. An
+   * answer that does not begin within the limit (answerWithinMs) counts as a connection that broke.
    */
-  async #fetch(path: string, init: TrustedRequestInit): Promise<Response> {
+  async #fetch(path: string, init: TrustedRequestInit, answerWithinMs = this.#answerWithinMs): Promise<Response> {
     const count = this.#endpoints.length;
     const start = this.#current;
     const method = (init.method ?? 'GET').toUpperCase();
@@ -127,10 +161,25 @@ export class MeshClient {
       const index = (start + step) % count;
       const endpoint = this.#endpoints[index]!;
       let response: Response;
+      const limit = answerWithinMs + Math.ceil((1000 * bodyBytes(init.body)) / BODY_BYTES_PER_SECOND);
+      const silence = new AbortController();
+      const timer = setTimeout(() => silence.abort(new AnswerTimeout(limit)), limit);
       try {
-        response = await endpoint.trust.fetch(new URL(path, `${endpoint.url}/`), init);
+        const signal = init.signal ? AbortSignal.any([init.signal, silence.signal]) : silence.signal;
+        response = await endpoint.trust.fetch(new URL(path, `${endpoint.url}/`), { ...init, signal });
       } catch (error) {
-        if (error instanceof ApiError || (error as Error).name === 'AbortError') throw error;
+        if (error instanceof ApiError || init.signal?.aborted) throw error;
+        if (silence.signal.aborted) {
+          const late = `no answer within ${formatSeconds(limit)}`;
+          if (count === 1 || !IDEMPOTENT.has(method)) {
+            throw new ApiError(0, 'UNREACHABLE', `the orchestrator at ${endpoint.url} sent ${late} to ${method} ${path}`
+              + (IDEMPOTENT.has(method) ? '' : '; it was not sent to another orchestrator, since this one may have carried it out: check before trying again')
+              + (count === 1 ? `. If it is gone, ${WHERE_HINT}` : ''));
+          }
+          tried.push(`${endpoint.url}: ${late}`);
+          continue;
+        }
+        if ((error as Error).name === 'AbortError') throw error;
         // A CA that is not the pinned one is not an orchestrator of this mesh, or an impostor: said, never skipped.
         if (error instanceof TlsPinError) throw new ApiError(0, 'TLS_PIN_FAILED', error.message);
         const cause = endpoint.trust.explain(error) ?? (error as Error & { cause?: Error }).cause?.message ?? (error as Error).message;
@@ -147,6 +196,9 @@ export class MeshClient {
         }
         tried.push(`${endpoint.url}: cannot connect (${cause})`);
         continue;
+      } finally {
+        // Only the answer's beginning is timed: its body (an event stream, a clip) streams for as long as it takes.
+        clearTimeout(timer);
       }
       if (response.status === 503) {
         if (method === 'HEAD') {
@@ -191,13 +243,16 @@ export class MeshClient {
     return this.#grant ? { authorization: `Bearer ${this.#grant}`, ...extra } : extra;
   }
 
-  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-    return this.send<T>(method, path, body === undefined ? undefined : JSON.stringify(body), body === undefined ? {} : { 'content-type': 'application/json' });
+  /** A JSON request; `options.answerWithinMs` for a route that answers only once something slow happened (a model's load). */
+  async request<T>(method: string, path: string, body?: unknown, options: { answerWithinMs?: number } = {}): Promise<T> {
+    return this.send<T>(method, path, body === undefined ? undefined : JSON.stringify(body), body === undefined ? {} : { 'content-type': 'application/json' }, options);
   }
 
   /** A request with a body as given (raw bytes: an upload's chunk) and its headers; the answer read as JSON. */
-  async send<T>(method: string, path: string, body: string | Uint8Array<ArrayBuffer> | undefined, headers: Record<string, string> = {}): Promise<T> {
-    const response = await this.#fetch(path, { method, headers: this.#headers(headers), body });
+  async send<T>(
+    method: string, path: string, body: string | Uint8Array<ArrayBuffer> | undefined, headers: Record<string, string> = {}, options: { answerWithinMs?: number } = {},
+  ): Promise<T> {
+    const response = await this.#fetch(path, { method, headers: this.#headers(headers), body }, options.answerWithinMs);
     const text = await response.text();
     const parsed = text ? (JSON.parse(text) as unknown) : null;
     if (!response.ok) {
