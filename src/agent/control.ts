@@ -104,7 +104,7 @@ export function requestDrain(path: string, onReport: (report: DrainReport) => vo
         const line = buffer.slice(0, end);
         buffer = buffer.slice(end + 1);
         const parsed = JSON.parse(line) as DrainReport | { error: string };
-// `gpumesh agent drain` prints these as they are: the agent's own words, or that it went away.
+        // `gpumesh agent drain` prints these as they are: the agent's own words, or that it went away.
         if ('error' in parsed) return reject(new Error(parsed.error));
         onReport(parsed);
         if (parsed.state === 'left') left = parsed;

@@ -21,7 +21,7 @@ export function parseNvidiaSmi(csv: string, fraction: number): Device[] {
   return csv.split('\n').map((line) => line.trim()).filter(Boolean).map((line) => {
     const [index, name, total, used] = line.split(',').map((field) => field.trim());
     const memoryTotalMB = Number(total);
-// Caught by detectDevices, which logs it and falls back to the CPU.
+    // Caught by detectDevices, which logs it and falls back to the CPU.
     if (!index || !name || !Number.isFinite(memoryTotalMB)) throw new Error(`unexpected nvidia-smi line: ${line}`);
     return {
       id: `gpu${index}`, kind: 'gpu' as const, name, memoryTotalMB,

@@ -54,7 +54,7 @@ export class InputPictures {
     let body: Buffer;
     try {
       const response = await this.#fetch(digest, signal);
-// Both caught below and reported as ENGINE_FAILED (retryable), naming the picture.
+      // Both caught below and reported as ENGINE_FAILED (retryable), naming the picture.
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       const declared = Number(response.headers.get('content-length') ?? 0);
       if (declared > this.#options.maxBytes) throw new Error(`${declared} bytes is more than the ${this.#options.maxBytes} a picture may have`);

@@ -71,7 +71,7 @@ export class ModelCache {
 
   /** Give up every pull in progress (the orchestrator they come from went away). */
   abortPulls(reason: string): void {
-// Abort reasons: the pull's catch reports them as ENGINE_FAILED (retryable), naming the model.
+    // Abort reasons: the pull's catch reports them as ENGINE_FAILED (retryable), naming the model.
     for (const controller of this.#aborts) controller.abort(new Error(reason));
   }
 

@@ -115,8 +115,7 @@ interface MessageSchema<T> {
 export function readLinkMessage<T>(data: { toString(): string } | ClonedMessage, schema: MessageSchema<T>): T {
   if (data instanceof ClonedMessage) return data.value as T;
   const parsed = schema.safeParse(JSON.parse(data.toString()));
-  // An invariant: both ends are this program, typed by the same union (see the comment above).
-// An invariant: both ends of an in-memory link are this program; the WebSocket link checks what a remote agent sends.
+  // An invariant: both ends of an in-memory link are this program; the WebSocket link checks what a remote agent sends.
   if (!parsed.success) throw new Error(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '));
   return parsed.data;
 }

@@ -288,7 +288,6 @@ export class Orchestrator {
 
   get url(): string {
     // An invariant: callers ask for the URL after listen().
-// An invariant: callers ask for the URL after start().
     if (!this.#url) throw new Error('the orchestrator is not listening yet');
     return this.#url;
   }

@@ -174,7 +174,7 @@ function getUnverified(url: URL): Promise<{ status: number; text: string }> {
       response.setEncoding('utf8');
       response.on('data', (chunk: string) => {
         text += chunk;
-// Both become TLS_CA_UNAVAILABLE in fetchCa's catch.
+        // Both become TLS_CA_UNAVAILABLE in fetchCa's catch.
         if (text.length > CA_MAX_BYTES) request.destroy(new Error(`the answer is larger than ${CA_MAX_BYTES} bytes`));
       });
       response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));

@@ -14,7 +14,7 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
   const address = server.address();
   server.close();
   await once(server, 'close');
-// An invariant of node:net (a listening TCP server has an address).
+  // An invariant of node:net (a listening TCP server has an address).
   if (typeof address !== 'object' || !address) throw new Error('the system gave no port');
   return address.port;
 }

@@ -101,7 +101,7 @@ function output(path: string, args: string[]): Promise<string> {
     child.once('error', reject);
     child.once('close', (code, signal) => {
       if (code === 0) resolve(Buffer.concat(chunks).toString('utf8'));
-// Caught by the lookups above: a tool that does not run is 'not usable', with this as the reason.
+      // Caught by the lookups above: a tool that does not run is 'not usable', with this as the reason.
       else reject(new Error(signal ? `killed by ${signal}` : `exited with code ${code}`));
     });
   });

@@ -73,7 +73,7 @@ async function buildInput(options: SubmitOptions, client: MeshClient): Promise<R
 function parseJson(text: string): Record<string, unknown> {
   try {
     const value = JSON.parse(text) as unknown;
-// Caught below: a CliError naming --input.
+    // Caught below: a CliError naming --input.
     if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('not an object');
     return value as Record<string, unknown>;
   } catch (error) {

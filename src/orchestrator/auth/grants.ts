@@ -112,8 +112,7 @@ export class GrantAuthority {
    * `tls-ca sha256:<hex>`, so each grant tells its holder which CA to pin.
    */
   constructor(rootKey: Uint8Array, location: string, revokedIds: Iterable<string> = [], mintedCaveats: readonly string[] = []) {
-    // An invariant: the key comes from secret.key, which gpumesh makes 32 bytes long.
-// Invariants: the root key comes from secret.key (made 32 bytes), and the routes refuse out-of-scope caveats before minting.
+    // Invariants: the root key comes from secret.key (made 32 bytes), and the routes refuse out-of-scope caveats before minting.
     if (rootKey.length < 32) throw new Error('the grant root key must be at least 32 bytes');
     parseAll(mintedCaveats);
     this.#rootKey = rootKey;

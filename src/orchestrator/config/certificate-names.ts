@@ -56,7 +56,7 @@ export function certificateNamesFor(server: { host: string; publicUrl?: string; 
   }
   for (const extra of server.tls.names) {
     const name = parseCertificateName(extra);
-// An invariant: the config's schema checked every name with parseCertificateName at load.
+    // An invariant: the config's schema checked every name with parseCertificateName at load.
     if (typeof name === 'string') throw new Error(`server.tls.names: ${name}`);
     names.push(name);
   }

@@ -29,7 +29,7 @@ export const npmPack: Packer = (root, destination) => new Promise((resolve, reje
     cwd: root, shell: windows, timeout: 120_000, maxBuffer: 16 * 1024 * 1024,
   }, (error, stdout, stderr) => {
     if (error) {
-// These Errors become INSTALL_PACKAGE_UNAVAILABLE (503) where the package is asked for (below).
+      // These Errors become INSTALL_PACKAGE_UNAVAILABLE (503) where the package is asked for (below).
       reject(new Error(`npm pack failed in ${root}: ${(stderr || error.message).trim().split('\n').slice(-3).join(' ')}`));
       return;
     }

@@ -58,7 +58,7 @@ export class ModelFiles {
 
   async #download(url: string): Promise<Readable> {
     const response = await this.#fetch(url);
-// Caught by ModelRegistry.addDeclared, which reports it as a ConfigError naming models.<name>.file.
+    // Caught by ModelRegistry.addDeclared, which reports it as a ConfigError naming models.<name>.file.
     if (!response.ok || !response.body) throw new Error(`the download answered HTTP ${response.status}`);
     return Readable.fromWeb(response.body as import('node:stream/web').ReadableStream);
   }

@@ -139,7 +139,7 @@ export class ModelRegistry {
    * model unless another is pinned.
    */
   addVersion(model: string, manifest: ModelManifest, defaults?: ModelPolicyDefaults): void {
-// An invariant: the catalog names every version it adds this way.
+    // An invariant: the catalog names every version it adds this way.
     if (manifest.name !== `${model}${VERSION_SEPARATOR}${manifest.version}`) throw new Error(`a version's manifest is named ${model}@${manifest.version}, not ${manifest.name}`);
     this.add(manifest, defaults);
     let family = this.#families.get(model);

@@ -68,7 +68,7 @@ export class ComfySocket {
       };
       const opened = (): void => settle();
       const refused = (_request: unknown, response: { statusCode?: number }): void => {
-// The engine reports a socket that does not open as the server being unreachable (ServerError).
+        // The engine reports a socket that does not open as the server being unreachable (ServerError).
         settle(new Error(`the WebSocket upgrade was refused with HTTP ${response.statusCode}`));
         socket.terminate();
       };

@@ -33,7 +33,7 @@ export async function collectOutputs(dir: string, limits: CollectLimits): Promis
   let result: unknown;
   const files: OutputFile[] = [];
   const fileNames = names.filter((name) => name !== RESULT_FILE);
-// These Errors are caught by the batch (batch.ts), which fails the job with ENGINE_FAILED quoting them.
+  // These Errors are caught by the batch (batch.ts), which fails the job with ENGINE_FAILED quoting them.
   if (fileNames.length > limits.maxFiles) throw new Error(`it wrote ${fileNames.length} files, more than settings.maxFiles (${limits.maxFiles})`);
   if (names.includes(RESULT_FILE)) {
     const text = await readFile(join(dir, RESULT_FILE), 'utf8');

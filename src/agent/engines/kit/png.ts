@@ -16,7 +16,7 @@ export function pngFromBase64(encoded: string): OutputFile & { width: number; he
 export function checkedPng(bytes: Buffer): OutputFile & { width: number; height: number } {
   // Signature (8) + IHDR length (4) + "IHDR" (4) + width (4) + height (4).
   if (bytes.length < 24 || !bytes.subarray(0, 8).equals(SIGNATURE)) {
-// Caught by the server engines that read a server's picture, which fail the job naming the server (ServerError).
+    // Caught by the server engines that read a server's picture, which fail the job naming the server (ServerError).
     throw new Error(`not a PNG (${bytes.length} bytes starting ${bytes.subarray(0, 8).toString('hex') || 'with nothing'})`);
   }
   if (bytes.toString('latin1', 12, 16) !== 'IHDR') throw new Error('a PNG without its IHDR header chunk');

@@ -76,7 +76,7 @@ interface ResponseOutput {
 /** Read an infer response: JSON, or a JSON header whose binary outputs follow it in order. */
 export function decodeInferResponse(body: Uint8Array, headerLength: number | null): Tensor[] {
   const jsonEnd = headerLength ?? body.byteLength;
-// Caught by the engine's request, which reports a malformed answer as the server's protocol error (ServerError).
+  // Caught by the engine's request, which reports a malformed answer as the server's protocol error (ServerError).
   if (jsonEnd > body.byteLength) throw new Error(`the response header claims ${jsonEnd} bytes of ${body.byteLength}`);
   const header = JSON.parse(new TextDecoder().decode(body.subarray(0, jsonEnd))) as { outputs?: ResponseOutput[] };
   let offset = jsonEnd;

@@ -21,7 +21,7 @@ function halfToNumber(bits: number): number {
 }
 
 const readOnly = (): never => {
-// The Errors of this module are caught by the OIP engine's request and reported as the server's protocol error (ServerError).
+  // The Errors of this module are caught by the OIP engine's request and reported as the server's protocol error (ServerError).
   throw new Error('encoding this datatype is not supported');
 };
 

@@ -43,7 +43,7 @@ export class CgroupV2Driver implements CgroupDriver {
     const available = new Set(fs.read(options.base, 'cgroup.controllers').trim().split(/\s+/).filter(Boolean));
     const missing = required.filter((controller) => !available.has(controller));
     if (missing.length > 0) {
-// Caught by detect.ts, which logs why the agent governs without cgroups (v2.ts's other Error too).
+      // Caught by detect.ts, which logs why the agent governs without cgroups (v2.ts's other Error too).
       throw new Error(`${options.base} offers controllers [${[...available].join(', ')}], not ${missing.join(', ')}` +
         ' (bound to a cgroup v1 hierarchy, or not delegated)');
     }
