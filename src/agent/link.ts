@@ -8,7 +8,7 @@ import {
 import { corkForTick } from '../net/cork.js';
 import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../net/memory-link.js';
 import { TlsPinError, type ServerTrust } from '../tls-client/index.js';
-import type { Clock } from '../protocol/clock.js';
+import { workClock, type Clock, type Timer } from '../protocol/clock.js';
 import { LinkWatchdog } from './link-watchdog.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
@@ -59,7 +59,7 @@ export interface AgentLinkOptions {
    */
   onRejected(reason: string, by: 'orchestrator' | 'agent'): void;
   onDisconnected?(): void;
-  /** The watchdog's time (a fake in tests). Default: the system clock. */
+  /** Time for the redial backoff and the watchdog (a fake in tests). Default: real time. */
   clock?: Clock;
   /**
    * How long one dial may take, up to the upgrade's answer. Default 10 s with one target; 4 s with several, so a
@@ -102,7 +102,8 @@ export class AgentLink {
   #socket: AgentSocket | null = null;
   /** The connection under the WebSocket, corked for a tick at each send. */
   #transport: Writable | null = null;
-  #timer: NodeJS.Timeout | null = null;
+  /** The next dial, when one waits (a backoff, or the next target's turn). */
+  #timer: Timer | null = null;
   #closed = false;
   #connected = false;
   /** Why the orchestrator refused the last dial (its HTTP answer), if it did. */
@@ -112,6 +113,11 @@ export class AgentLink {
     // An invariant: the CLI parses its URL list and refuses an empty one.
     if (options.targets.length === 0) throw new Error('AgentLink needs at least one orchestrator to dial');
     this.#options = options;
+  }
+
+  /** Redial timers keep the process alive (workClock): an agent waiting to relink is an agent at work. */
+  get #clock(): Clock {
+    return this.#options.clock ?? workClock;
   }
 
   get connected(): boolean {
@@ -139,7 +145,7 @@ export class AgentLink {
 
   close(): void {
     this.#closed = true;
-    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer?.cancel();
     this.#socket?.close(1000, 'agent shutting down');
   }
 
@@ -188,7 +194,7 @@ export class AgentLink {
     this.#index = (this.#index + 1) % targets.length;
     if (++this.#failedThisRound < targets.length) {
       log.info({ ...why, url: failed, next: this.target.url }, 'could not link to this orchestrator; trying the next');
-      this.#timer = setTimeout(() => this.#dial(), 0);
+      this.#timer = this.#clock.setTimer(0, () => this.#dial());
       return;
     }
     this.#redial({ ...why, url: failed, tried: targets.length });
@@ -202,7 +208,7 @@ export class AgentLink {
     const delay = this.#standbyThisRound ? Math.min(STANDBY_ROUND_MS, this.#backoff.duration) : this.#backoff.duration;
     this.#standbyThisRound = false;
     this.#options.log.info({ ...why, retryInMs: Math.round(delay), ...(this.#options.targets.length > 1 ? { next: this.target.url } : {}) }, 'link down; redialling');
-    this.#timer = setTimeout(() => this.#dial(), delay);
+    this.#timer = this.#clock.setTimer(delay, () => this.#dial());
   }
 
   #open(target: LinkTarget, ca: string | undefined): void {
