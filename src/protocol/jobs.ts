@@ -82,10 +82,9 @@ export const TensorInput = z.strictObject({
 export type TensorInput = z.infer<typeof TensorInput>;
 
 /** Text in a picture (`ocr` jobs): the picture, stored first with PUT /v1/blobs, by digest. */
-export const OcrInput = z.strictObject({
+const OcrInput = z.strictObject({
   image: BlobDigest,
 });
-export type OcrInput = z.infer<typeof OcrInput>;
 
 /** Each job type's input schema; a job type is served only if it appears here and in the config. */
 export const INPUT_SCHEMAS = {

@@ -30,7 +30,7 @@ export interface SpawnSpec {
  * EOF without the line means the agent gave up (or died): exit, don't run.
  */
 const gateScript = (fd: number): string => `read -r go <&${fd} || exit 125; exec ${fd}<&-; exec "$@"`;
-export const GATE_SHELL = '/bin/sh';
+const GATE_SHELL = '/bin/sh';
 /** How long to wait for the pipes of an exited process to drain. */
 const PIPE_DRAIN_MS = 1000;
 

@@ -14,7 +14,7 @@ const MB = 1024 * 1024;
 export type Pid = number | 'self';
 
 /** A `Vm*` line of /proc/<pid>/status in MB, or null where there is no procfs (not Linux) or the process is gone. */
-export function procStatusMB(pid: Pid, field: 'VmRSS' | 'VmHWM'): number | null {
+function procStatusMB(pid: Pid, field: 'VmRSS' | 'VmHWM'): number | null {
   try {
     const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((entry) => entry.startsWith(`${field}:`));
     const kB = line ? Number.parseInt(line.slice(field.length + 1), 10) : Number.NaN;

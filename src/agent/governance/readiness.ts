@@ -20,7 +20,7 @@ function probe(url: URL, timeoutMs: number): Promise<boolean> {
 }
 
 /** The first pause between readiness polls; each further one doubles, up to the configured interval. */
-export const FIRST_POLL_PAUSE_MS = 5;
+const FIRST_POLL_PAUSE_MS = 5;
 
 /**
  * The pauses between polls, adaptive: 5, 10, 20 … ms up to `intervalMs`. A server that is ready in 30 ms is seen

@@ -25,7 +25,7 @@ export interface ToolSearch {
 }
 
 /** The env variable that overrides a tool: GPUMESH_FFMPEG, GPUMESH_FFPROBE. */
-export const overrideVariable = (name: string): string => `GPUMESH_${name.toUpperCase()}`;
+const overrideVariable = (name: string): string => `GPUMESH_${name.toUpperCase()}`;
 
 /**
  * Find a tool: the one the override names, else the system's (on PATH) when it is fit, else the one shipped in

@@ -5,7 +5,7 @@ import { encodeClips, type FrameSink } from './clips.js';
 import type { ClipEncoder } from './encoder.js';
 
 /** Whether a model serves clips: a manifest that lists the `video` job type. */
-export const servesVideo = (manifest: ModelManifest): boolean => manifest.jobTypes.includes('video');
+const servesVideo = (manifest: ModelManifest): boolean => manifest.jobTypes.includes('video');
 
 /**
  * Video from an engine that makes images (sd.cpp, ComfyUI, an OpenAI-style server, a command): models of it that
@@ -30,7 +30,7 @@ export function withFramesFromImages(engine: Engine, encoder: ClipEncoder | unde
  * with a video model of its own (ComfyUI with an animation workflow) should be fed video jobs by its own workflow.
  * A frame the engine refuses fails its clip with the engine's error; a crash fails the batch (failover retries it).
  */
-export function framesFromImages(model: LoadedModel, encoder: ClipEncoder | undefined): LoadedModel {
+function framesFromImages(model: LoadedModel, encoder: ClipEncoder | undefined): LoadedModel {
   const cancelListeners = new Set<(jobIds: readonly string[]) => void>();
   /** Clips whose frames must stop (cancelled, or their encoder failed), and the frame request each clip has out. */
   const stopped = new Set<string>();

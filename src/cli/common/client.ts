@@ -32,12 +32,12 @@ export interface MeshClientOptions {
  * several URLs a hung request must end for the next one to be asked. Every route answers at once except a model's
  * load (which waits for the agent: models load passes its own limit).
  */
-export const ANSWER_WITHIN_MS = 30_000;
+const ANSWER_WITHIN_MS = 30_000;
 /** A request's body is allowed this many bytes a second on top (an 8 MB upload chunk over a slow link). */
 const BODY_BYTES_PER_SECOND = 64 * 1024;
 
 /** How to point the CLI at another mesh: said with every failure to reach one. */
-export const WHERE_HINT = 'point the CLI at your mesh with --url <its URL>, or --data <its data folder> (or GPUMESH_HOME=<its data folder>), whose listen.json says where it listens';
+const WHERE_HINT = 'point the CLI at your mesh with --url <its URL>, or --data <its data folder> (or GPUMESH_HOME=<its data folder>), whose listen.json says where it listens';
 
 /** One orchestrator the client may send to: its base URL and how it is trusted (each serves its own CA at its own URL). */
 interface Endpoint {

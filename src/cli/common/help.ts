@@ -6,7 +6,7 @@ import type { Command, HelpConfiguration } from 'commander';
  * whole description. (Commander lists the whole description otherwise, and leaves one that has an indented line
  * unwrapped, so a long description ran across the column layout.)
  */
-export const HELP_LAYOUT: HelpConfiguration = {
+const HELP_LAYOUT: HelpConfiguration = {
   subcommandDescription: (command) => command.summary() || (command.description().split('\n')[0] ?? ''),
   boxWrap: (text, width) => wrapParagraphs(text, width),
 };

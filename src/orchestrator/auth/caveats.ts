@@ -31,7 +31,7 @@ export const READ_ACTIONS: ReadonlySet<Action> = new Set(['jobs:read', 'artifact
 export const RATE_UNITS = { s: 1000, m: 60_000, h: 3_600_000 } as const;
 export type RateUnit = keyof typeof RATE_UNITS;
 /** The most jobs one rate caveat may name: each admitted job is remembered until it leaves the window. */
-export const MAX_RATE_COUNT = 100_000;
+const MAX_RATE_COUNT = 100_000;
 
 export type Caveat =
   | { condition: 'kind'; value: GrantKind }

@@ -10,7 +10,7 @@ export interface InstallRouteDeps {
 }
 
 /** Where the package with this digest is served: a URL that names its content, so npx never reuses another build. */
-export const installPath = (sha256: string): string => `/install/sha256/${sha256}/gpumesh.tgz`;
+const installPath = (sha256: string): string => `/install/sha256/${sha256}/gpumesh.tgz`;
 
 const InstallInfo = z.object({
   version: z.string(),

@@ -23,7 +23,7 @@ export type Packer = (root: string, destination: string) => Promise<string>;
  * `--ignore-scripts`: the orchestrator runs from built files, and `prepare` (tsc) is neither needed nor, in an
  * installed copy, possible. npm is where Node is (it ships with it); Windows names it npm.cmd, which needs a shell.
  */
-export const npmPack: Packer = (root, destination) => new Promise((resolve, reject) => {
+const npmPack: Packer = (root, destination) => new Promise((resolve, reject) => {
   const windows = process.platform === 'win32';
   execFile(windows ? 'npm.cmd' : 'npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', destination], {
     cwd: root, shell: windows, timeout: 120_000, maxBuffer: 16 * 1024 * 1024,

@@ -82,7 +82,7 @@ const image: Pipeline = {
 };
 
 /** The refinement steps an image job runs: all of them, or for image-to-image the last `strength` of them (at least one). */
-export function refinementSteps(input: Record<string, unknown>): number {
+function refinementSteps(input: Record<string, unknown>): number {
   const steps = Number(input.steps);
   return input.image === undefined ? steps : Math.max(1, Math.ceil(steps * Number(input.strength)));
 }

@@ -317,7 +317,7 @@ const queuedFirst = (states: readonly PromptState[]): PromptState[] =>
   [...states.filter((state) => state.phase !== 'running'), ...states.filter((state) => state.phase === 'running')];
 
 /** The files a finished prompt wrote: `output` files of every node (or of the chosen nodes), in node order. */
-export function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): ComfyFileRef[] {
+function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): ComfyFileRef[] {
   const nodes = outputNodes ?? Object.keys(entry.outputs ?? {}).sort((a, b) => a.localeCompare(b, 'en', { numeric: true }));
   const refs: ComfyFileRef[] = [];
   for (const node of nodes) {
@@ -335,14 +335,14 @@ export function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): 
 }
 
 /** `execution_error` → "node 3 (KSampler): RuntimeError: …". */
-export function describeExecutionError(data: { node_id?: unknown; node_type?: unknown; exception_type?: unknown; exception_message?: unknown }): string {
+function describeExecutionError(data: { node_id?: unknown; node_type?: unknown; exception_type?: unknown; exception_message?: unknown }): string {
   const type = data.exception_type ? `${String(data.exception_type)}: ` : '';
   const message = String(data.exception_message ?? 'failed').trim();
   return `node ${String(data.node_id ?? '?')} (${String(data.node_type ?? '?')}) failed: ${type}${message}`;
 }
 
 /** A 400 from POST /prompt: `{error: {message, details}, node_errors: {id: {class_type, errors: [{message, details}]}}}`. */
-export function describeRefusal(body: unknown, fallback: string): string {
+function describeRefusal(body: unknown, fallback: string): string {
   const nodeErrors = (body as { node_errors?: unknown })?.node_errors;
   const parts: string[] = [];
   if (nodeErrors && typeof nodeErrors === 'object' && !Array.isArray(nodeErrors)) {

@@ -16,7 +16,7 @@ const MiB = 1024 * 1024;
  * ComfyUI loads checkpoints lazily, so at load time this is often small; the
  * manifest's figure stays the floor.
  */
-export function torchMemoryMB(stats: SystemStats | undefined): number {
+function torchMemoryMB(stats: SystemStats | undefined): number {
   const device = stats?.devices?.[0];
   if (!device) return 0;
   const held = (device.torch_vram_total ?? 0) - (device.torch_vram_free ?? 0);

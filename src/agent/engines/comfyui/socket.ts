@@ -18,7 +18,7 @@ export type ComfyMessage =
 const KNOWN = new Set(['status', 'execution_start', 'execution_cached', 'executing', 'progress', 'executed', 'execution_success', 'execution_error', 'execution_interrupted']);
 
 /** The WebSocket URL of a ComfyUI base URL: `ws://host/ws?clientId=<id>`. */
-export function socketUrl(baseUrl: string, clientId: string): string {
+function socketUrl(baseUrl: string, clientId: string): string {
   const url = new URL(baseUrl);
   url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
   url.pathname = `${url.pathname.replace(/\/+$/, '')}/ws`;

@@ -23,7 +23,7 @@ type JobError = Extract<JobOutput, { ok: false }>;
 interface Member { job: EngineJob; index: number }
 
 /** A command that fails this way says "try again" (EX_TEMPFAIL from sysexits.h). */
-export const EXIT_TEMPFAIL = 75;
+const EXIT_TEMPFAIL = 75;
 
 /** The last lines of a command's stderr, short enough for a job error. */
 function lastLines(text: string, lines = 10, chars = 2000): string {

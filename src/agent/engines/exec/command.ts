@@ -1,6 +1,6 @@
 import type { ExecSettings } from '../../../protocol/engines/exec.js';
 
-export const PLACEHOLDERS = ['INPUT', 'OUTPUT_DIR', 'JOB_ID', 'MODEL_PATH'] as const;
+const PLACEHOLDERS = ['INPUT', 'OUTPUT_DIR', 'JOB_ID', 'MODEL_PATH'] as const;
 export type Placeholder = (typeof PLACEHOLDERS)[number];
 
 /**

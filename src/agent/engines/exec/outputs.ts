@@ -4,7 +4,7 @@ import type { OutputFile } from '../core/engine.js';
 import { describeOutput } from '../kit/media.js';
 
 /** The JSON result a command may leave next to its files. */
-export const RESULT_FILE = 'result.json';
+const RESULT_FILE = 'result.json';
 
 export interface CollectLimits {
   maxFiles: number;

@@ -64,7 +64,7 @@ export interface EndpointRequest {
 export type EndpointProvider = (request: EndpointRequest) => Promise<ServerEndpoint>;
 
 /** A server someone else runs: nothing to start, nothing to stop, no log to read. */
-export function frontedUrl(url: string): ServerEndpoint {
+function frontedUrl(url: string): ServerEndpoint {
   return { url: url.replace(/\/+$/, ''), release: async () => {} };
 }
 

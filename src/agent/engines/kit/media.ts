@@ -14,7 +14,7 @@ const ascii = (bytes: Uint8Array, start: number, text: string): boolean =>
   bytes.length >= start + text.length && [...text].every((char, i) => bytes[start + i] === char.charCodeAt(0));
 
 /** The media type the first bytes announce, or null. */
-export function sniffMediaType(bytes: Uint8Array): string | null {
+function sniffMediaType(bytes: Uint8Array): string | null {
   if (bytes[0] === 0x89 && ascii(bytes, 1, 'PNG')) return 'image/png';
   if (bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff) return 'image/jpeg';
   if (ascii(bytes, 0, 'GIF8')) return 'image/gif';
@@ -31,7 +31,7 @@ export function sniffMediaType(bytes: Uint8Array): string | null {
  * A file's media type: the bytes' own signature first (a server may name a
  * file wrongly, never its bytes), then the extension, then a declared type.
  */
-export function mediaTypeOf(name: string, bytes: Uint8Array, declared?: string | null): string {
+function mediaTypeOf(name: string, bytes: Uint8Array, declared?: string | null): string {
   const sniffed = sniffMediaType(bytes);
   if (sniffed) return sniffed;
   const byName = BY_EXTENSION[extname(name).toLowerCase()];

@@ -148,7 +148,7 @@ async function render(
  * Pixels rendered in one session.run of a clip: frames go through the network a chunk at a time (a batch of
  * frames, as images of one batch would), so memory stays that of a four-image batch of 256×256 however long the clip.
  */
-export const FRAME_CHUNK_PIXELS = 4 * 256 * 256;
+const FRAME_CHUNK_PIXELS = 4 * 256 * 256;
 
 /**
  * A clip per job (`video` jobs of `gen-video`), one job after another: frame f of n renders walkLatent(prompt,

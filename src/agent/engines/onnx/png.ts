@@ -9,7 +9,7 @@ import sharp from 'sharp';
  * Not fast-png: its pure-JS deflate allocates about 200 KB of typed arrays a picture, and the worker's garbage
  * collections every 65 pictures showed as the mesh's latency tail.
  */
-export const IN_THREAD_PNG_PIXELS = 128 * 128;
+const IN_THREAD_PNG_PIXELS = 128 * 128;
 
 /** A PNG of `rgb` (8-bit RGB, row by row); `inThreadPixels` moves the line between the two encoders (tests). */
 export async function encodePng(rgb: Uint8Array, width: number, height: number, inThreadPixels = IN_THREAD_PNG_PIXELS): Promise<Uint8Array> {

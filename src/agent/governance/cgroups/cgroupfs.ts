@@ -63,7 +63,7 @@ export function makeDirectory(dir: string): void {
   }
 }
 
-export function childDirectories(dir: string): string[] {
+function childDirectories(dir: string): string[] {
   try {
     return readdirSync(dir, { withFileTypes: true }).filter((entry) => entry.isDirectory()).map((entry) => join(dir, entry.name));
   } catch {

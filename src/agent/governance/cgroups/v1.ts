@@ -13,7 +13,7 @@ export interface V1Options {
 }
 
 /** cgroup v1 `cpu.shares` for a v2-style weight: proportional, so the default weight 100 is the default 1024 shares. */
-export function sharesForWeight(weight: number): number {
+function sharesForWeight(weight: number): number {
   return Math.min(262_144, Math.max(2, Math.round((weight * 1024) / 100)));
 }
 

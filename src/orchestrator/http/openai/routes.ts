@@ -8,7 +8,7 @@ import { EditFields, GenerationBody, readImagesRequest } from './image-requests.
 import { runImages, type EditStart, type OpenAiImagesDeps } from './images.js';
 
 /** Where the OpenAI-compatible API lives: clients take it as their base URL (`baseURL: <mesh>/openai/v1`). */
-export const OPENAI_BASE = '/openai/v1';
+const OPENAI_BASE = '/openai/v1';
 
 export interface OpenAiRouteDeps extends OpenAiImagesDeps {
   registry: ModelRegistry;

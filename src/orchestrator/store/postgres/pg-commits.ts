@@ -341,7 +341,7 @@ function prepared(statement: Statement): pg.QueryConfig {
  * as it was. SQLSTATE classes 08 (connection), 40 (rolled back: a deadlock, a serialization failure), 53 (out of
  * resources) and 57 (an operator: a shutdown, a restart) are tried again; an error without a SQLSTATE is the socket's.
  */
-export function isRefusal(error: unknown): boolean {
+function isRefusal(error: unknown): boolean {
   const code = (error as { code?: unknown }).code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|40|53|57)/.test(code);
 }

@@ -103,7 +103,7 @@ export function connectedOutlines(map: ProbabilityMap, threshold: number): Point
 }
 
 /** The mean of the map over the pixels whose centre lies inside the (convex) quad; 0 for a quad holding none. */
-export function meanInside(map: ProbabilityMap, quad: Quad): number {
+function meanInside(map: ProbabilityMap, quad: Quad): number {
   const xs = quad.map((point) => point[0]);
   const ys = quad.map((point) => point[1]);
   const x0 = clamp(Math.floor(Math.min(...xs)), 0, map.width - 1), x1 = clamp(Math.ceil(Math.max(...xs)), 0, map.width - 1);

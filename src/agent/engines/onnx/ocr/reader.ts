@@ -25,7 +25,7 @@ export interface OcrOptions {
   linesPerRun: number;
 }
 
-export const OCR_DEFAULTS: OcrOptions = { limitSide: 960, db: DB_DEFAULTS, minConfidence: 0.5, linesPerRun: 6 };
+const OCR_DEFAULTS: OcrOptions = { limitSide: 960, db: DB_DEFAULTS, minConfidence: 0.5, linesPerRun: 6 };
 
 export interface OcrLine {
   text: string;
@@ -64,7 +64,7 @@ export async function detect(detector: InferenceSession, pictures: readonly Rgb[
  * longest of a large batch costs more than the batch saves, and on a CPU a run of 4–8 lines is the cheapest per line
  * (bench/RESULTS.md, *OCR*); PaddleOCR reads 6 at a time, sorted the same way.
  */
-export async function recognize(recognizer: InferenceSession, lines: readonly Rgb[], alphabet: readonly string[], perRun = 6): Promise<{ text: string; confidence: number }[]> {
+async function recognize(recognizer: InferenceSession, lines: readonly Rgb[], alphabet: readonly string[], perRun = 6): Promise<{ text: string; confidence: number }[]> {
   const order = lines.map((line, index) => ({ index, ratio: line.width / line.height })).sort((a, b) => a.ratio - b.ratio);
   const decoded: { text: string; confidence: number }[] = new Array(lines.length);
   for (let from = 0; from < order.length; from += perRun) {
