@@ -128,4 +128,22 @@ describe('images.edit with the openai client', () => {
     expect((notPicture as BadRequestError).code).toBe('IMAGE_REFUSED');
     expect((notPicture as BadRequestError).param).toBe('image');
   });
+
+  it('streams an edit (image[] of one picture, partial_images 1) as image_edit events, and refuses two pictures naming the field', async () => {
+    const png = await sharp({ create: { width: 64, height: 64, channels: 3, background: '#c04030' } }).png().toBuffer();
+    // An array of files: the client sends them as image[] parts, as OpenAI's multi-picture edit does.
+    const stream = await client.images.edit({ image: [await toFile(png, 'one.png', { type: 'image/png' })], prompt: 'the same in blue', stream: true, partial_images: 1 });
+    const events: { type: string; b64_json: string; partial_image_index?: number }[] = [];
+    for await (const event of stream) events.push(event as never);
+    expect(events.map((event) => event.type)).toEqual(['image_edit.partial_image', 'image_edit.completed']);
+    expect(events[0]!.partial_image_index).toBe(0);
+    for (const event of events) expect(await sharp(Buffer.from(event.b64_json, 'base64')).metadata()).toMatchObject({ format: 'png', width: 64, height: 64 });
+
+    const two = await client.images.edit({
+      image: [await toFile(png, 'one.png', { type: 'image/png' }), await toFile(png, 'two.png', { type: 'image/png' })], prompt: 'x',
+    }).catch((error: unknown) => error);
+    expect(two).toBeInstanceOf(BadRequestError);
+    expect((two as BadRequestError).param).toBe('image');
+    expect((two as BadRequestError).message).toContain('2 pictures');
+  });
 });
