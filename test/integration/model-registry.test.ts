@@ -127,11 +127,35 @@ describe('the model registry', () => {
     expect((await call('POST', '/v1/models', { name: 'x', file: `sha256:${'0'.repeat(64)}` }, client)).status).toBe(403);
   });
 
+  it('adds of one model at once: the next versions each, or one 201 and 409s for one version; what jobs run is what the API answered and what comes back after a restart', async () => {
+    const files = await Promise.all([5, 7, 11, 13, 17].map(async (scale) => [scale, (await call('PUT', '/v1/blobs', scaler(scale))).json.digest as string] as const));
+    const scaleOf = new Map(files.map(([scale, digest]) => [digest, scale]));
+    // Without a version: each add takes the next number, in the order they were answered.
+    const unnamed = await Promise.all(files.slice(0, 3).map(async ([, digest]) => call('POST', '/v1/models', { name: 'race', file: digest })));
+    expect(unnamed.map((added) => added.status)).toEqual([201, 201, 201]);
+    expect(unnamed.map((added) => added.json.name).sort()).toEqual(['race@1', 'race@2', 'race@3']);
+    // One version asked twice at once: one add wins, the other is a 409 naming it.
+    const same = await Promise.all(files.slice(3).map(async ([, digest]) => call('POST', '/v1/models', { name: 'race', version: '9', file: digest })));
+    expect(same.map((added) => added.status).sort()).toEqual([201, 409]);
+    expect(same.find((added) => added.status === 409)!.json.error).toMatchObject({ code: 'MODEL_EXISTS', message: expect.stringContaining('race@9') });
+    const winner = same.find((added) => added.status === 201)!.json;
+    const answered = [...unnamed.map((added) => added.json), winner];
+    const shown = (await call('GET', '/v1/models/race')).json;
+    expect(shown.versions.map((version: { name: string; digest: string }) => [version.name, version.digest]).sort())
+      .toEqual(answered.map((manifest) => [manifest.name, manifest.digest]).sort());
+    expect(shown.route).toBe('newest (9)');
+    for (const manifest of answered) {
+      expect((await runJob(manifest.name, [1, 1, 1, 1])).result.outputs.y.data).toEqual(Array(4).fill(scaleOf.get(manifest.digest)));
+    }
+  });
+
   it('is all back after a restart', async () => {
     const before = (await call('GET', '/v1/models/scaler')).json;
+    const race = (await call('GET', '/v1/models/race')).json;
     await mesh.stop();
     mesh = await startMesh({ data: mesh.data });
     expect((await call('GET', '/v1/models/scaler')).json).toEqual(before);
+    expect((await call('GET', '/v1/models/race')).json).toEqual(race);
     expect((await runJob('scaler', [2, 2, 2, 2])).result.outputs.y.data).toEqual([6, 6, 6, 6]);
   }, 120_000);
 });

@@ -3,7 +3,7 @@ import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js'
 import { batchesAlongFirstDim, MeshError, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
-import { ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
+import { ConfigError, ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import { routeText, type ModelRegistry, type RegisteredModel } from './models.js';
 import { onnxSignature } from './onnx-signature.js';
@@ -74,6 +74,8 @@ export interface ModelFamilyView {
  */
 export class ModelCatalog {
   readonly #deps: ModelCatalogDeps;
+  /** Each model's add in progress: adds of one model run one after the other, so a version is chosen and written whole. */
+  readonly #adding = new Map<string, Promise<unknown>>();
 
   constructor(deps: ModelCatalogDeps) {
     this.#deps = deps;
@@ -92,11 +94,26 @@ export class ModelCatalog {
     return stored.length;
   }
 
-  /** Add a version; resolves with it once stored. */
+  /**
+   * Add a version; resolves with it once stored, then registered. Adds of the same model wait for each other: the
+   * version is chosen from what is registered after the awaits of the add before it (two adds without a version get
+   * 1 and 2; two of the same version: the second is MODEL_EXISTS), and nothing is registered before the store has it.
+   */
   async add(input: AddModelBody): Promise<RegisteredModel> {
     const parsed = AddModelBody.safeParse(input);
     if (!parsed.success) throw new MeshError('VALIDATION_FAILED', { detail: parsed.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`).join('; ') });
     const body = parsed.data;
+    const before = this.#adding.get(body.name) ?? Promise.resolve();
+    const adding = before.catch(() => undefined).then(async () => this.#add(body));
+    this.#adding.set(body.name, adding);
+    try {
+      return await adding;
+    } finally {
+      if (this.#adding.get(body.name) === adding) this.#adding.delete(body.name);
+    }
+  }
+
+  async #add(body: z.output<typeof AddModelBody>): Promise<RegisteredModel> {
     const { registry, config, blobs, store, commits, clock } = this.#deps;
     if (registry.get(body.name) && !registry.family(body.name)) {
       throw new MeshError('MODEL_EXISTS', { model: body.name, detail: 'a built-in or mesh.yaml model has that name; choose another' });
@@ -135,9 +152,24 @@ export class ModelCatalog {
       ...(inputs.length ? { inputs } : {}), ...(outputs.length ? { outputs } : {}),
     };
     const policy = body.policy ?? (batchesAlongFirstDim(inputs) || FUSING_TYPES.has(body.types[0]!) ? { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } } : null);
-    registry.addVersion(body.name, manifest, policy ? policyDefaultsOf(ModelPolicy.parse(policy)) : undefined);
-    commits.write(() => store.models.insertModel(body.name, { manifest, policy, createdAt: clock.now() }));
+    const defaults = policy ? policyDefaultsOf(ModelPolicy.parse(policy)) : undefined;
+    // Everything that can refuse runs before the store write, and the registry takes the version only once the store
+    // has it: a refused add leaves neither, and jobs never run a version the API did not answer 201 for.
+    try {
+      registry.check(manifest);
+    } catch (error) {
+      if (error instanceof ConfigError) throw new MeshError('VALIDATION_FAILED', { detail: error.message });
+      throw error;
+    }
+    try {
+      commits.write(() => store.models.insertModel(body.name, { manifest, policy, createdAt: clock.now() }));
+    } catch (error) {
+      // Only another orchestrator sharing the store (or a row this one forgot) can hold the version by now.
+      if (/unique|duplicate/i.test((error as Error).message)) throw new MeshError('MODEL_EXISTS', { model: name, detail: 'the store holds that version already; add another version' });
+      throw error;
+    }
     await commits.durable();
+    registry.addVersion(body.name, manifest, defaults);
     return registry.get(name)!;
   }
 

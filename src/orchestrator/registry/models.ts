@@ -124,14 +124,23 @@ export class ModelRegistry {
    * policy it was added with (mesh.yaml's entry for its model still wins).
    */
   add(manifest: ModelManifest, defaults?: ModelPolicyDefaults): void {
+    this.#models.set(manifest.name, this.#entry(manifest, defaults));
+  }
+
+  /** Throws what `add` would throw for the manifest, registering nothing (the catalog checks before it stores). */
+  check(manifest: ModelManifest): void {
+    this.#entry(manifest);
+  }
+
+  #entry(manifest: ModelManifest, defaults?: ModelPolicyDefaults): RegisteredModel {
     const pipeline = pipelineFor(manifest.jobTypes[0] ?? '');
     if (!pipeline) throw new ConfigError(`model "${manifest.name}": no input handling for job type "${manifest.jobTypes[0] ?? '(none)'}"`);
-    this.#models.set(manifest.name, {
+    return {
       manifest,
       policy: policyFor(this.#config, familyOf(manifest.name), defaults ?? BUILTIN_POLICIES[manifest.name]),
       // An engine this orchestrator does not know (one only some agents run) has no markup it could refuse.
       pipeline: pipelineForEngine(pipeline, engineDescriptor(manifest.engine)),
-    });
+    };
   }
 
   /**
