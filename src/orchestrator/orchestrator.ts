@@ -200,7 +200,7 @@ export class Orchestrator {
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes, ackDelayMs: ACK_DELAY_MS,
       refusals,
-      budget: { perSecond: config.agents.link.messagesPerSecond, burst: config.agents.link.burst, closeAfterMs: config.agents.link.overBudgetCloseMs },
+      budget: { perSecond: config.agents.link.messagesPerSecond, burst: config.agents.link.burst, closeAfterMs: config.agents.link.overBudgetCloseMs ?? Math.min(2000, config.agents.staleAfterMs / 2) },
       onLinkClosed: (_host, reason) => metrics.linkClosed(reason),
       authorizeJoin: joinAuthorizer(authority, clock, audit),
       watchGrant: (grant, onEnd) => lifetimes.watch(grant, onEnd),

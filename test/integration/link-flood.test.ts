@@ -10,10 +10,12 @@ import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh
  * agent a real process over the WebSocket link (`--agent-process`), and a scripted agent next to it that floods:
  * a frame naming every job a message may name (none of them its own), a 4 MB frame naming 150,000, and then
  * messages as fast as it can send them. The real host is never dropped and its jobs run once each; the flood costs
- * one event per message, is cut at the frame limit, and its link is closed for its rate.
+ * one event per message, is cut at the frame limit, and its link is closed for its rate — and so is a link that sends
+ * few messages but names by the thousand jobs it does not hold, for each refusal is charged to its budget.
  */
 let mesh: RunningMesh;
-const LAN = { heartbeatMs: 300, staleAfterMs: 1500, link: { messagesPerSecond: 2000, burst: 2000, overBudgetCloseMs: 500 } };
+// The link's own budget is left at its defaults (10,000 messages a second, a burst of 20,000, closed after 2 s over).
+const LAN = { heartbeatMs: 300, staleAfterMs: 1500 };
 
 beforeAll(async () => {
   mesh = await startMesh({ args: ['--agent-process'], config: { agents: LAN } });
@@ -98,6 +100,21 @@ describe('a flooding link next to a real agent on the LAN settings', () => {
     }
     expect(await closed).toBe(LINK_CLOSE.overBudget);
 
+    // 4. Few messages, each naming the most ids a message may, none its own: about 100,000 refusals a second at 100
+    // messages a second. Each refusal costs as a message would: the link is closed for its rate all the same.
+    const third = await flooder('flood-3');
+    const closedToo = closeCode(third);
+    const paced = JSON.stringify({ type: 'progress', batchId: 'b_nope', jobIds: ids, step: 1, total: 2 });
+    const pacedFrom = Date.now();
+    while (third.readyState === WebSocket.OPEN && Date.now() - pacedFrom < 20_000) {
+      third.send(paced);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect(await closedToo).toBe(LINK_CLOSE.overBudget);
+    const pacedMs = Date.now() - pacedFrom;
+    console.log(`a link naming ${ids.length} ids it does not hold 100 times a second was closed after ${pacedMs} ms`);
+    expect(pacedMs).toBeLessThan(10_000);
+
     // The real host's jobs all finished, each on its first attempt, and the host was never lost or replaced.
     for (const id of submitted) {
       const job = await waitFor(async () => {
@@ -111,7 +128,7 @@ describe('a flooding link next to a real agent on the LAN settings', () => {
     expect(now).toMatchObject({ connected: true, connectedAt: realHost.connectedAt });
     expect(seen.join('')).not.toMatch(new RegExp(`"type":"host:lost","host":"${realHost.id}"`));
     const metrics = (await call('GET', '/metrics')).text;
-    expect(metrics).toMatch(/gpumesh_link_closed_total\{reason="over-budget"\} 1/);
+    expect(metrics).toMatch(/gpumesh_link_closed_total\{reason="over-budget"\} 2/);
     expect(metrics).toMatch(new RegExp(`gpumesh_link_reports_refused_total\\{host="flood-1",message="progress"\\} ${ids.length}`));
     events.abort();
   }, 120_000);

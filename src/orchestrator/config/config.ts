@@ -232,8 +232,13 @@ export const MeshConfigInput = z.strictObject({
       messagesPerSecond: z.int().min(1).default(10_000),
       /** Messages a link may send at once, above that average. Default 20,000. */
       burst: z.int().min(1).default(20_000),
-      /** A link that keeps exceeding its allowance this long is closed (4429) and counted in /metrics. Default 2 s. */
-      overBudgetCloseMs: z.int().min(0).default(2000),
+      /**
+       * A link that keeps exceeding its allowance this long is closed (4429) and counted in /metrics. Default 2 s, or
+       * half of staleAfterMs when that is less: a flood's dropped messages are not read, so they do not keep the link
+       * alive, and on short stale settings the flooder would otherwise be dropped as silent — the right outcome under
+       * the wrong name in the metrics and the log.
+       */
+      overBudgetCloseMs: z.int().min(0).optional(),
     }).prefault({}),
   }).prefault({}),
   batching: z.strictObject({

@@ -21,9 +21,15 @@ export interface LinkRefusalsDeps {
  */
 export class LinkRefusals {
   readonly #deps: LinkRefusalsDeps;
+  readonly #listeners: ((session: string, count: number) => void)[] = [];
 
   constructor(deps: LinkRefusalsDeps) {
     this.#deps = deps;
+  }
+
+  /** Be told how much each link session had refused: the hub charges it to that link's budget. */
+  onRefused(listener: (session: string, count: number) => void): void {
+    this.#listeners.push(listener);
   }
 
   /** `what`: the message type (and why, where it is not "a job this host does not hold"); `ids`: what it named. */
@@ -35,5 +41,6 @@ export class LinkRefusals {
     this.#deps.events.publishMesh({
       type: 'link:refused', host: host.id, what, count: ids.length, jobIds: named, jobId: named[0] ?? null, at: new Date(this.#deps.clock.now()).toISOString(),
     });
+    for (const listener of this.#listeners) listener(host.session, ids.length);
   }
 }

@@ -83,12 +83,15 @@ const SWEEP_MIN_MS = 20;
 export class AgentHub {
   readonly #deps: AgentHubDeps;
   readonly #sockets = new Map<HostSession, LinkSocket>();
+  /** Each admitted link's budget, by session id: what it had refused is charged to it. */
+  readonly #budgets = new Map<string, LinkBudget>();
   #sweep: Timer;
   #closed = false;
 
   constructor(deps: AgentHubDeps) {
     this.#deps = deps;
     this.#sweep = this.#armSweep();
+    deps.refusals.onRefused((session, count) => this.#budgets.get(session)?.charge(deps.clock.now(), count));
   }
 
   /**
@@ -136,6 +139,7 @@ export class AgentHub {
         helloTimer.cancel();
         if (message.type !== 'hello') return socket.close(LINK_CLOSE.rejected, 'the first message must be hello');
         session = this.#admit(socket, grant, message, transport);
+        if (session && budget) this.#budgets.set(session.session, budget);
         return;
       }
       this.#handle(session, message);
@@ -144,6 +148,7 @@ export class AgentHub {
       helloTimer.cancel();
       stopWatching();
       if (!session) return;
+      this.#budgets.delete(session.session);
       // A draining agent closes normally once its results are acknowledged: it left on purpose.
       if (session.draining && code === 1000) this.#left(session);
       // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
