@@ -1,7 +1,10 @@
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GraphBuilder } from '../../src/builtin-models/index.js';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { gpumeshRun } from '../helpers/processes.js';
 
 /**
  * People's own models while the mesh runs, against a real `gpumesh up` (its agent and ONNX worker): an ONNX file
@@ -158,4 +161,44 @@ describe('the model registry', () => {
     expect((await call('GET', '/v1/models/race')).json).toEqual(race);
     expect((await runJob('scaler', [2, 2, 2, 2])).result.outputs.y.data).toEqual([6, 6, 6, 6]);
   }, 120_000);
+
+  it('a mesh.yaml pin is the route everywhere a bare name is used, the API may not change it, and the API\'s route is back once it goes', async () => {
+    // Version 3 (×5) beside 2 (×3), and the API's pin on 3; then mesh.yaml pins 2.
+    const v3 = await call('PUT', '/v1/blobs', scaler(5));
+    expect((await call('POST', '/v1/models', { name: 'scaler', file: v3.json.digest })).json.name).toBe('scaler@3');
+    expect((await call('PUT', '/v1/models/scaler/route', { pinned: '3' })).json.route).toBe('pinned to 3');
+    await mesh.stop();
+    mesh = await startMesh({ data: mesh.data, config: { models: { scaler: { version: '2' } } } });
+
+    expect((await call('GET', '/v1/models/scaler')).json).toMatchObject({ pinned: '2', split: null, pinnedIn: 'mesh.yaml', route: 'pinned to 2 (mesh.yaml)' });
+    const ls = await gpumeshRun(['models', 'ls'], { GPUMESH_HOME: mesh.data, GPUMESH_URL: mesh.url });
+    expect(ls.stdout).toMatch(/scaler\s+2,3\s+pinned to 2 \(mesh\.yaml\)/);
+    for (let i = 0; i < 3; i++) expect((await runJob('scaler', [1, 1, 1, 1])).model).toBe('scaler@2');
+    const oip = await call('POST', '/v2/models/scaler/infer', { inputs: [{ name: 'x', shape: [1, 4], datatype: 'FP32', data: [1, 1, 1, 1] }] });
+    expect(oip.json).toMatchObject({ model_version: '2', outputs: [{ data: [3, 3, 3, 3] }] });
+    const loaded = await call('POST', '/v1/models/scaler/load', {});
+    expect(loaded.json.model).toBe('scaler@2');
+    await call('POST', '/v1/models/scaler/unload', {});
+
+    const rerouted = await call('PUT', '/v1/models/scaler/route', { split: { 2: 0, 3: 100 } });
+    expect(rerouted.status).toBe(409);
+    expect(rerouted.json.error).toMatchObject({ code: 'MODEL_PINNED', message: expect.stringContaining('pinned to version 2 in mesh.yaml') });
+    expect((await call('DELETE', '/v1/models/scaler@2')).json.error.code).toBe('MODEL_PINNED');
+    expect((await runJob('scaler', [1, 1, 1, 1])).model).toBe('scaler@2');
+
+    // The pin gone from mesh.yaml: the API's own pin, kept in the store, is the route again.
+    await mesh.stop();
+    rmSync(join(mesh.data, 'mesh.yaml'));
+    mesh = await startMesh({ data: mesh.data });
+    expect((await call('GET', '/v1/models/scaler')).json).toMatchObject({ pinned: '3', pinnedIn: 'api', route: 'pinned to 3' });
+    expect((await runJob('scaler', [1, 1, 1, 1])).model).toBe('scaler@3');
+  }, 180_000);
+
+  it('a mesh.yaml pin naming a version the model does not have stops the start, naming it', async () => {
+    await mesh.stop();
+    await expect(startMesh({ data: mesh.data, config: { models: { scaler: { version: '8' } } } }))
+      .rejects.toThrow(/models\.scaler\.version: model scaler has no version "8" \(it has: 2, 3\)/);
+    rmSync(join(mesh.data, 'mesh.yaml'));
+    mesh = await startMesh({ data: mesh.data });
+  }, 180_000);
 });

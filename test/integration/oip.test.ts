@@ -131,4 +131,58 @@ describe('Open Inference Protocol v2', () => {
     expect(answer.json).toMatchObject({ model_name: 'neg', model_version: '1', outputs: [{ name: 'y', shape: [2, 2], data: [-1, -2, -3, -4] }] });
     expect((await call('GET', '/v2/models/neg/versions/7')).status).toBe(404);
   });
+
+  it('routes a bare name as /v1/jobs does: the traffic split, the pin, the version recorded on the job; metadata describes the version mainly served', async () => {
+    // Both versions take x FP32 [batch, 2]; version 1 negates into `neg`, version 2 doubles into `twice`: each answer
+    // and each metadata says which version it came from.
+    const model = (op: 'Neg' | 'Add', output: string) => {
+      const g = new GraphBuilder(`canary_${output}`, op);
+      const x = g.input('x', 'float32', ['batch', 2]);
+      g.op(op, op === 'Neg' ? [x] : [x, x], {}, output);
+      g.output(output, 'float32', ['batch', 2]);
+      return new Uint8Array(g.toBytes());
+    };
+    const json = { 'content-type': 'application/json' };
+    for (const bytes of [model('Neg', 'neg'), model('Add', 'twice')]) {
+      const stored = await call('PUT', '/v1/blobs', { body: bytes, headers: { 'content-type': 'application/octet-stream' } });
+      expect((await call('POST', '/v1/models', { body: JSON.stringify({ name: 'canary', file: stored.json.digest }), headers: json })).status).toBe(201);
+    }
+    const route = async (body: unknown) => expect((await call('PUT', '/v1/models/canary/route', { body: JSON.stringify(body), headers: json })).status).toBe(200);
+    const inferBare = async () => {
+      const answer = await call('POST', '/v2/models/canary/infer', { headers: json, body: JSON.stringify({ inputs: [{ name: 'x', shape: [1, 2], datatype: 'FP32', data: [1, 2] }] }) });
+      expect(answer.status, JSON.stringify(answer.json)).toBe(200);
+      const job = await call('GET', `/v1/jobs/${String(answer.json.id)}`);
+      const [output] = answer.json.outputs;
+      return { version: answer.json.model_version as string, output: `${String(output.name)} ${String(output.data)}`, jobModel: job.json.model as string };
+    };
+    const V1 = 'neg -1,-2';
+    const V2 = 'twice 2,4';
+    const described = async () => (await call('GET', '/v2/models/canary')).json;
+
+    // The newest by default.
+    expect(await described()).toMatchObject({ name: 'canary', versions: ['1', '2'], outputs: [{ name: 'twice' }] });
+    expect(await inferBare()).toEqual({ version: '2', output: V2, jobModel: 'canary@2' });
+
+    // A split: both versions serve bare requests, each answer is its version's, and the job records it.
+    await route({ split: { 1: 50, 2: 50 } });
+    const seen = new Map<string, number>();
+    for (let i = 0; i < 16; i++) {
+      const served = await inferBare();
+      expect(served.jobModel).toBe(`canary@${served.version}`);
+      expect(served.output).toBe(served.version === '1' ? V1 : V2);
+      seen.set(served.version, (seen.get(served.version) ?? 0) + 1);
+    }
+    expect([...seen.keys()].sort()).toEqual(['1', '2']);
+
+    // Metadata describes the version the split sends most to.
+    await route({ split: { 1: 90, 2: 10 } });
+    expect(await described()).toMatchObject({ versions: ['1', '2'], outputs: [{ name: 'neg' }] });
+
+    // A pin: every bare request, and the metadata; a version by path stays exact.
+    await route({ pinned: '1' });
+    for (let i = 0; i < 4; i++) expect(await inferBare()).toEqual({ version: '1', output: V1, jobModel: 'canary@1' });
+    expect((await described()).outputs).toEqual([{ name: 'neg', datatype: 'FP32', shape: [-1, 2] }]);
+    const exact = await call('POST', '/v2/models/canary/versions/2/infer', { headers: json, body: JSON.stringify({ inputs: [{ name: 'x', shape: [1, 2], datatype: 'FP32', data: [1, 2] }] }) });
+    expect(exact.json).toMatchObject({ model_version: '2', outputs: [{ name: 'twice', data: [2, 4] }] });
+  });
 });

@@ -82,10 +82,9 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
   }, async (request) => ({ unloaded: await replicas.unload(resolve(registry, request.params.name).manifest.name, request.body?.host) }));
 }
 
-/** A model by its name (a model with versions: the version its name runs now) or by `<name>@<version>`. */
+/** A model by its name (a model with versions: the version its name is mainly served by now) or by `<name>@<version>`. */
 function resolve(registry: ModelRegistry, name: string) {
-  const family = registry.family(name);
-  const model = family ? registry.get(`${name}${VERSION_SEPARATOR}${family.pinned ?? family.versions.at(-1)}`) : registry.get(name);
+  const model = registry.described(name);
   if (!model) throw new MeshError('NOT_FOUND', { what: `Model ${name}${registry.family(familyOf(name)) ? ` (versions: ${registry.family(familyOf(name))!.versions.join(', ')})` : ''}` });
   return model;
 }

@@ -59,9 +59,12 @@ export interface ModelCatalogDeps {
 /** One model as `gpumesh models show` and `GET /v1/models/:name` show it. */
 export interface ModelFamilyView {
   name: string;
+  /** The route in effect (mesh.yaml's pin, else the API's route). */
   pinned: string | null;
   split: Record<string, number> | null;
-  /** Which version a job that names only the model runs now: pinned, split, or newest. */
+  /** Where the pin comes from: `mesh.yaml` (the API may not change it), `api`, or null (no pin). */
+  pinnedIn: 'mesh.yaml' | 'api' | null;
+  /** Which version a job that names only the model runs now, in words: pinned, split, or newest. */
   route: string;
   versions: (ModelManifest & { policy: RegisteredModel['policy'] })[];
 }
@@ -89,7 +92,15 @@ export class ModelCatalog {
       registry.addVersion(model, record.manifest, record.policy ? policyDefaultsOf(ModelPolicy.parse(record.policy)) : undefined);
     }
     for (const route of await store.models.listModelRoutes()) {
-      if (registry.family(route.name)) registry.setRoute(route.name, { pinned: route.pinned, split: route.split });
+      // A model mesh.yaml pins keeps its stored route for the day the pin leaves the file.
+      const family = registry.family(route.name);
+      if (family?.pinnedIn !== null) continue;
+      // Only versions still there (one removed while mesh.yaml pinned the model left the stored route as it was).
+      const split = Object.fromEntries(Object.entries(route.split ?? {}).filter(([version]) => family.versions.includes(version)));
+      registry.setRoute(route.name, {
+        pinned: route.pinned !== null && family.versions.includes(route.pinned) ? route.pinned : null,
+        split: Object.values(split).some((share) => share > 0) ? split : null,
+      });
     }
     return stored.length;
   }
@@ -200,14 +211,19 @@ export class ModelCatalog {
     if (!registry.family(model)?.versions.includes(version)) {
       throw new MeshError('NOT_FOUND', { what: registry.get(model) ? `Model ${model} (a built-in or mesh.yaml model, not removable)` : `Model ${name}` });
     }
+    const family = registry.family(model)!;
+    if (family.pinnedIn === 'mesh.yaml' && family.pinned === version) {
+      throw new MeshError('MODEL_PINNED', { model, version, detail: 'remove the pin from mesh.yaml and restart, then remove the version' });
+    }
     const busy = (await store.jobs.jobsInStates(['queued', 'dispatched', 'running'])).filter((job) => job.model === name).length;
     if (busy > 0) throw new MeshError('MODEL_IN_USE', { model: name, jobs: busy });
     registry.removeVersion(model, version);
-    const family = registry.family(model);
+    const left = registry.family(model);
     commits.write(() => {
       store.models.deleteModel(model, version);
-      if (family) store.models.setModelRoute({ name: model, pinned: family.pinned, split: family.split });
-      else store.models.deleteModelRoute(model);
+      // A mesh.yaml pin is the file's, not the store's: the stored route stays as the API left it.
+      if (left && left.pinnedIn !== 'mesh.yaml') store.models.setModelRoute({ name: model, pinned: left.pinned, split: left.split });
+      else if (!left) store.models.deleteModelRoute(model);
     });
     await commits.durable();
     this.#deps.unloadEverywhere(name);
@@ -226,7 +242,7 @@ export class ModelCatalog {
     const family = registry.family(model);
     if (!family) throw new MeshError('NOT_FOUND', { what: `Model ${model}` });
     return {
-      name: model, pinned: family.pinned, split: family.split,
+      name: model, pinned: family.pinned, split: family.split, pinnedIn: family.pinnedIn,
       route: routeText(family),
       versions: family.versions.map((version) => {
         const registered = registry.get(`${model}${VERSION_SEPARATOR}${version}`)!;

@@ -18,21 +18,45 @@ export interface RegisteredModel {
 
 
 /**
- * A model added at run time, with its versions (each registered as `<name>@<version>`, added in order) and which one
- * a job that names only the model runs: the pinned one, else one drawn by the traffic split's shares, else the newest.
+ * A model added at run time, with its versions (each registered as `<name>@<version>`, added in order) and the route
+ * in effect for its bare name: `pinned`, else a traffic `split` by share, else the newest. `pinnedIn` says where a pin
+ * comes from: mesh.yaml's `models.<name>.version` (then the API may not change the route: the file is the whole truth,
+ * and the route stored through the API waits in the store until the pin leaves the file) or the API.
  */
 export interface ModelFamily {
   name: string;
   versions: string[];
   pinned: string | null;
   split: Record<string, number> | null;
+  pinnedIn: 'mesh.yaml' | 'api' | null;
 }
 
-/** Which version a model's bare name runs, in words: `pinned to 1`, `split 1: 90, 2: 10`, `newest (2)`. */
+/** Which version a model's bare name runs, in words: `pinned to 1 (mesh.yaml)`, `split 1: 90, 2: 10`, `newest (2)`. */
 export function routeText(family: ModelFamily): string {
-  if (family.pinned) return `pinned to ${family.pinned}`;
+  if (family.pinned) return `pinned to ${family.pinned}${family.pinnedIn === 'mesh.yaml' ? ' (mesh.yaml)' : ''}`;
   if (family.split) return `split ${Object.entries(family.split).map(([version, share]) => `${version}: ${share}`).join(', ')}`;
   return `newest (${family.versions.at(-1)})`;
+}
+
+/**
+ * The one answer to "which version does this bare name mean", used by jobs, OIP, `models load` and what `models ls`
+ * shows. With `random`, a draw by the split's shares (each job, each OIP infer); without, the version the split sends
+ * most to, the newer on a tie (what metadata and `models load` describe: a canary is the smaller share).
+ */
+export function versionOf(family: ModelFamily, random?: () => number): string {
+  if (family.pinned !== null && family.versions.includes(family.pinned)) return family.pinned;
+  const shares = Object.entries(family.split ?? {}).filter(([version, share]) => share > 0 && family.versions.includes(version));
+  if (shares.length > 0 && random) {
+    let draw = random() * shares.reduce((sum, [, share]) => sum + share, 0);
+    for (const [version, share] of shares) {
+      if ((draw -= share) < 0) return version;
+    }
+  }
+  if (shares.length > 0) {
+    const order = (version: string) => family.versions.indexOf(version);
+    return shares.reduce((best, next) => (next[1] > best[1] || (next[1] === best[1] && order(next[0]) > order(best[0])) ? next : best))[0];
+  }
+  return family.versions.at(-1)!;
 }
 
 /** How the ONNX engine feeds each kind of built-in model (its `settings.pipeline`). */
@@ -152,7 +176,11 @@ export class ModelRegistry {
     if (manifest.name !== `${model}${VERSION_SEPARATOR}${manifest.version}`) throw new Error(`a version's manifest is named ${model}@${manifest.version}, not ${manifest.name}`);
     this.add(manifest, defaults);
     let family = this.#families.get(model);
-    if (!family) this.#families.set(model, (family = { name: model, versions: [], pinned: null, split: null }));
+    if (!family) {
+      const configPin = this.configPin(model);
+      family = { name: model, versions: [], pinned: configPin, split: null, pinnedIn: configPin === null ? null : 'mesh.yaml' };
+      this.#families.set(model, family);
+    }
     if (!family.versions.includes(manifest.version)) family.versions.push(manifest.version);
   }
 
@@ -162,15 +190,25 @@ export class ModelRegistry {
     const family = this.#families.get(model);
     if (!family) return;
     family.versions = family.versions.filter((known) => known !== version);
-    if (family.pinned === version) family.pinned = null;
+    // The catalog refuses to remove a version mesh.yaml pins, so only an API pin can go with its version.
+    if (family.pinned === version) {
+      family.pinned = null;
+      family.pinnedIn = null;
+    }
     if (family.split) delete family.split[version];
     if (family.versions.length === 0) this.#families.delete(model);
   }
 
-  /** Which version the model's bare name means: pinned, or a split by share (null: the newest). */
+  /**
+   * Which version the model's bare name means: pinned, or a split by share (both null: the newest). Refused (409
+   * MODEL_PINNED) while mesh.yaml pins the model: the file decides, and a route that silently did nothing would lie.
+   */
   setRoute(model: string, route: { pinned: string | null; split: Record<string, number> | null }): void {
     const family = this.#families.get(model);
     if (!family) throw new MeshError('NOT_FOUND', { what: `Model ${model}` });
+    if (family.pinnedIn === 'mesh.yaml') {
+      throw new MeshError('MODEL_PINNED', { model, version: family.pinned!, detail: 'remove models.' + model + '.version from mesh.yaml and restart to route it through the API' });
+    }
     for (const version of [route.pinned, ...Object.keys(route.split ?? {})]) {
       if (version !== null && !family.versions.includes(version)) {
         throw new MeshError('VALIDATION_FAILED', { detail: `model ${model} has no version "${version}" (it has: ${family.versions.join(', ')})` });
@@ -178,7 +216,13 @@ export class ModelRegistry {
     }
     if (route.split && !Object.values(route.split).some((share) => share > 0)) throw new MeshError('VALIDATION_FAILED', { detail: 'a split needs a positive share for some version' });
     family.pinned = route.pinned;
+    family.pinnedIn = route.pinned === null ? null : 'api';
     family.split = route.split;
+  }
+
+  /** The version mesh.yaml pins a model added at run time to (`models.<name>.version`), or null. */
+  configPin(model: string): string | null {
+    return (this.#config.models[model]?.version as string | undefined) ?? null;
   }
 
   family(model: string): ModelFamily | undefined {
@@ -195,6 +239,11 @@ export class ModelRegistry {
     if (unknown.length > 0) {
       const known = [...this.#models.keys()].join(', ');
       throw new ConfigError(`invalid mesh config:\n${unknown.map((name) => `  models.${name}: no model "${name}" in the registry (it has: ${known})`).join('\n')}`);
+    }
+    // A pin naming no version would be ignored in silence (the catalog keeps a pinned version from being removed).
+    const unpinnable = this.families().filter((family) => family.pinnedIn === 'mesh.yaml' && !family.versions.includes(family.pinned!));
+    if (unpinnable.length > 0) {
+      throw new ConfigError(`invalid mesh config:\n${unpinnable.map((family) => `  models.${family.name}.version: model ${family.name} has no version "${family.pinned}" (it has: ${family.versions.join(', ')})`).join('\n')}`);
     }
   }
 
@@ -214,25 +263,28 @@ export class ModelRegistry {
     const requested = name ?? this.#config.defaultModels[jobType];
     const known = [...new Set([...this.#families.keys(), ...this.#models.keys()])].join(', ');
     if (!requested) throw new MeshError('UNKNOWN_MODEL', { model: '(none)', known });
-    const family = this.#families.get(requested);
-    const modelName = family ? `${requested}${VERSION_SEPARATOR}${this.#versionOf(family)}` : requested;
-    const model = this.#models.get(modelName);
+    const model = this.served(requested);
+    const modelName = model?.manifest.name ?? requested;
     if (!model) throw new MeshError('UNKNOWN_MODEL', { model: modelName, known });
     if (!model.manifest.jobTypes.includes(jobType)) throw new MeshError('MODEL_TYPE_MISMATCH', { model: modelName, type: jobType });
     return model;
   }
 
-  #versionOf(family: ModelFamily): string {
-    const pinned = family.pinned ?? (this.#config.models[family.name]?.version as string | undefined);
-    if (pinned !== undefined && family.versions.includes(pinned)) return pinned;
-    if (family.split) {
-      const shares = Object.entries(family.split).filter(([version, share]) => share > 0 && family.versions.includes(version));
-      const total = shares.reduce((sum, [, share]) => sum + share, 0);
-      let draw = this.#random() * total;
-      for (const [version, share] of shares) {
-        if ((draw -= share) < 0) return version;
-      }
-    }
-    return family.versions.at(-1)!;
+  /**
+   * The model a name runs on now: a version by `<model>@<version>`, a model with versions by its route (a draw of its
+   * split: call once per job), any other model by its name; undefined when there is none. OIP infer uses it as jobs do.
+   */
+  served(name: string): RegisteredModel | undefined {
+    const family = this.#families.get(name);
+    return this.#models.get(family ? `${name}${VERSION_SEPARATOR}${versionOf(family, this.#random)}` : name);
+  }
+
+  /**
+   * The model a name describes, without a draw: a model with versions by its pin, else the version its split sends
+   * most to, else its newest (OIP metadata, `models load`). Undefined when there is none.
+   */
+  described(name: string): RegisteredModel | undefined {
+    const family = this.#families.get(name);
+    return this.#models.get(family ? `${name}${VERSION_SEPARATOR}${versionOf(family)}` : name);
   }
 }

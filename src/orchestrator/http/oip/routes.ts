@@ -81,7 +81,8 @@ export function oipRoutes(app: FastifyInstance, deps: OipRouteDeps): void {
         return { name: nameOf(model.manifest), ready: status.notReady().length === 0 };
       });
       scope.post(`${path}/infer`, { schema: { tags: ['oip'], summary: 'OIP: run the model (JSON or the binary tensor data extension); a job like any other' }, onRequest: auth.require('jobs:submit') }, async (request, reply) => {
-        return infer(request, reply, tensorModel(registry, request.params as ModelParams), deps);
+        // The version is drawn here, by the registry's one rule, and the job names it: the job records what served it.
+        return infer(request, reply, tensorModel(registry, request.params as ModelParams, true), deps);
       });
     }
   });
@@ -89,11 +90,16 @@ export function oipRoutes(app: FastifyInstance, deps: OipRouteDeps): void {
 
 interface ModelParams { model: string; version?: string }
 
-/** A tensor model by OIP name and version: `<model>@<version>` for a model with versions, else the model itself. */
-function tensorModel(registry: ModelRegistry, params: ModelParams): RegisteredModel {
+/**
+ * A tensor model by OIP name and version: `versions/{v}` that version exactly; a bare name as a job naming it runs
+ * (`draw`: its route's draw, the split included — each infer is one job's draw) or, for metadata and readiness, the
+ * version the name is mainly served by (its pin, the version its split sends most to, else the newest).
+ */
+function tensorModel(registry: ModelRegistry, params: ModelParams, draw = false): RegisteredModel {
   const family = registry.family(params.model);
-  const name = family ? `${params.model}${VERSION_SEPARATOR}${params.version ?? family.pinned ?? family.versions.at(-1)}` : params.model;
-  const model = registry.get(name);
+  const model = params.version === undefined
+    ? (draw ? registry.served(params.model) : registry.described(params.model))
+    : registry.get(family ? `${params.model}${VERSION_SEPARATOR}${params.version}` : params.model);
   if (!model || (!family && params.version !== undefined && params.version !== model.manifest.version)) {
     throw new MeshError('NOT_FOUND', { what: `Model ${params.model}${params.version ? ` version ${params.version}` : ''}` });
   }
