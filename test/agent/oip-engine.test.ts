@@ -12,7 +12,7 @@ const IN = 8;
 const OUT = 4;
 const DEFAULT_KNOBS = { binary: true, failInfer: null, dropConnections: null, notReady: false, slowMs: 4000 };
 
-interface StandInState { infers: { model: string; rows: number; binaryInput: boolean; binaryOutput: boolean }[] }
+interface StandInState { infers: { model: string; rows: number; binaryInput: boolean; binaryOutput: boolean; header: string }[] }
 
 let oip: StandIn;
 beforeAll(async () => {
@@ -193,5 +193,37 @@ describe('oip engine: errors and a server that misbehaves', () => {
     expectLinear(jobs[0]!, ((await loaded.run(jobs, () => {})).outputs)[0]!);
     await loaded.unload();
     expect(calls).toEqual(['start linear', 'release linear']);
+  });
+});
+
+describe('oip engine: input hygiene (issue 19)', () => {
+  it('Open Inference Protocol fields in a job\'s input (parameters, outputs, model, id) never reach the server: it receives only what gpumesh builds', async () => {
+    const engine = new OipEngine();
+    const loaded = await engine.load(manifest(), '', cpuDevice(512));
+    try {
+      const clean = tensorJob('clean', 1);
+      // What a client might try to smuggle upstream: Triton's sequence and priority controls, another output, another model.
+      const smuggled: EngineJob = {
+        id: 'smuggled',
+        input: {
+          ...clean.input, parameters: { sequence_id: 7, sequence_start: true, priority: 1, timeout: 1, binary_data_output: true },
+          outputs: [{ name: 'secret_output' }], model_name: 'other_model', model_version: '9', id: 'client-chosen', inputs: [{ name: 'INPUT1', datatype: 'BYTES', shape: [1], data: ['x'] }],
+        },
+      };
+      const before = (await infers()).length;
+      const outputs = (await loaded.run([clean, smuggled], () => {})).outputs;
+      // The engine reads x and nothing else: both jobs are the same computation.
+      expectLinear(clean, outputs[0]!);
+      expectLinear(smuggled, outputs[1]!);
+      const sent = (await infers()).slice(before);
+      expect(sent.length).toBeGreaterThan(0);
+      for (const infer of sent) {
+        expect(infer.model).toBe('linear');
+        for (const word of ['sequence', 'priority', 'timeout', 'secret_output', 'other_model', 'client-chosen', 'INPUT1', 'BYTES']) expect(infer.header).not.toContain(word);
+      }
+    } finally {
+      await loaded.unload();
+      await engine.close();
+    }
   });
 });

@@ -86,6 +86,15 @@ describe('client text with an engine\'s control markup is refused at admission',
     expect(await sent()).toBe(before);
   });
 
+  it('a tensor job carries tensors and nothing else: Open Inference Protocol fields beside them are refused at admission, naming them', async () => {
+    const x = Array.from({ length: 64 }, () => 0.5);
+    for (const extra of [{ parameters: { sequence_id: 7, priority: 1 } }, { outputs: [{ name: 'secret' }] }, { model_name: 'other' }]) {
+      const answer = await post('/v1/jobs', { type: 'tensor', input: { x, ...extra } });
+      expect(answer.status, JSON.stringify(answer.json)).toBe(400);
+      expect(answer.json.error.message).toContain(Object.keys(extra)[0]);
+    }
+  });
+
   it('the same words are only words to an engine that does not read them: sd.cpp markup passes to ComfyUI, embedding: to sd.cpp', async () => {
     const jobs = [
       await post('/v1/jobs', { type: 'image', model: 'comfy', input: { prompt: 'a poster that reads <lora:x:1>', width: 64, height: 64, steps: 2 } }),
