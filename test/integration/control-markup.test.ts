@@ -91,7 +91,7 @@ describe('client text with an engine\'s control markup is refused at admission',
     for (const extra of [{ parameters: { sequence_id: 7, priority: 1 } }, { outputs: [{ name: 'secret' }] }, { model_name: 'other' }]) {
       const answer = await post('/v1/jobs', { type: 'tensor', input: { x, ...extra } });
       expect(answer.status, JSON.stringify(answer.json)).toBe(400);
-      expect(answer.json.error.message).toContain(Object.keys(extra)[0]);
+      expect((answer.json.error as { message: string }).message).toContain(Object.keys(extra)[0]);
     }
   });
 
