@@ -144,6 +144,11 @@ export class Orchestrator {
     const uploadCredentials = new UploadCredentials(rootKey);
 
     const events = new EventBus();
+    // Memory measured at a model's first load replaces the guess of a model added without one (the catalog decides which).
+    events.subscribeAll(({ kind, event }) => {
+      if (kind !== 'mesh' || event.type !== 'replica:loaded') return;
+      catalog.measured(event.model, event.memoryMB).catch((error: unknown) => log.warn({ err: error, model: event.model }, 'could not record the memory measured for the model'));
+    });
     const admission = new Admission(clock);
     // What routing knows of each host and replica: breakers, health, measured speed.
     const breakers = new BreakerBoard({ clock, policies: config.breakers });

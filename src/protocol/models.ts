@@ -44,6 +44,11 @@ export const ModelManifest = z.object({
   files: z.record(z.string(), z.object({ digest: z.string(), bytes: z.number() })).optional(),
   /** Resident memory the model needs once loaded (planning figure; the agent measures the real one). */
   memoryMB: z.number(),
+  /**
+   * Where `memoryMB` comes from, for a model added at run time: `given` (`--memory`), `estimate` (a guess from the file's
+   * size, replaced by the agent's measure at the model's first load), `measured`. Absent: declared or built in.
+   */
+  memoryFrom: z.enum(['given', 'estimate', 'measured']).optional(),
   jobTypes: z.array(z.string()),
   /** Parameters the orchestrator's pipeline and the engine read: input defaults (`defaultSteps`, `defaultWidth`, …), the tensor width (`inputDim`). */
   params: z.record(z.string(), z.union([z.number(), z.string()])).default({}),

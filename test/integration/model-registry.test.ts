@@ -130,6 +130,27 @@ describe('the model registry', () => {
     expect((await call('POST', '/v1/models', { name: 'x', file: `sha256:${'0'.repeat(64)}` }, client)).status).toBe(403);
   });
 
+  it('memory measured at a version\'s first load replaces the guess of a version added without one, a given figure stays', async () => {
+    const guessed = (await call('POST', '/v1/models', { name: 'sized', file: (await call('PUT', '/v1/blobs', scaler(19))).json.digest })).json;
+    expect(guessed).toMatchObject({ name: 'sized@1', memoryMB: 64, memoryFrom: 'estimate' });
+    const given = (await call('POST', '/v1/models', { name: 'sized', memoryMB: 500, file: (await call('PUT', '/v1/blobs', scaler(23))).json.digest })).json;
+    expect(given).toMatchObject({ name: 'sized@2', memoryMB: 500, memoryFrom: 'given' });
+    const versions = async () => Object.fromEntries((await call('GET', '/v1/models/sized')).json.versions.map((version: { version: string; memoryMB: number; memoryFrom: string }) => [version.version, [version.memoryMB, version.memoryFrom]]));
+
+    const first = await call('POST', '/v1/models/sized@1/load', {});
+    expect(first.status, JSON.stringify(first.json)).toBe(200);
+    expect(first.json.memoryMB).toBeGreaterThan(0);
+    expect(await versions()).toEqual({ 1: [Math.ceil(first.json.memoryMB), 'measured'], 2: [500, 'given'] });
+    expect((await call('POST', '/v1/models/sized@2/load', {})).json.memoryMB).toBeGreaterThan(0);
+    expect((await versions())['2']).toEqual([500, 'given']);
+    // Only the first measure counts: a later load leaves the recorded figure.
+    await call('POST', '/v1/models/sized@1/unload', {});
+    await call('POST', '/v1/models/sized@2/unload', {});
+    await call('POST', '/v1/models/sized@1/load', {});
+    expect((await versions())['1']).toEqual([Math.ceil(first.json.memoryMB), 'measured']);
+    await call('POST', '/v1/models/sized@1/unload', {});
+  });
+
   it('adds of one model at once: the next versions each, or one 201 and 409s for one version; what jobs run is what the API answered and what comes back after a restart', async () => {
     const files = await Promise.all([5, 7, 11, 13, 17].map(async (scale) => [scale, (await call('PUT', '/v1/blobs', scaler(scale))).json.digest as string] as const));
     const scaleOf = new Map(files.map(([scale, digest]) => [digest, scale]));
@@ -155,10 +176,13 @@ describe('the model registry', () => {
   it('is all back after a restart', async () => {
     const before = (await call('GET', '/v1/models/scaler')).json;
     const race = (await call('GET', '/v1/models/race')).json;
+    const sized = (await call('GET', '/v1/models/sized')).json;
+    expect(sized.versions[0].memoryFrom).toBe('measured');
     await mesh.stop();
     mesh = await startMesh({ data: mesh.data });
     expect((await call('GET', '/v1/models/scaler')).json).toEqual(before);
     expect((await call('GET', '/v1/models/race')).json).toEqual(race);
+    expect((await call('GET', '/v1/models/sized')).json).toEqual(sized);
     expect((await runJob('scaler', [2, 2, 2, 2])).result.outputs.y.data).toEqual([6, 6, 6, 6]);
   }, 120_000);
 

@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
-import { batchesAlongFirstDim, MeshError, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
+import { batchesAlongFirstDim, familyOf, MeshError, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { ConfigError, ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
-import type { Commits, MeshStore } from '../store/index.js';
+import type { Commits, MeshStore, ModelRecord } from '../store/index.js';
 import { routeText, type ModelRegistry, type RegisteredModel } from './models.js';
 import { onnxSignature } from './onnx-signature.js';
 
@@ -79,6 +79,8 @@ export class ModelCatalog {
   readonly #deps: ModelCatalogDeps;
   /** Each model's add in progress: adds of one model run one after the other, so a version is chosen and written whole. */
   readonly #adding = new Map<string, Promise<unknown>>();
+  /** Each stored version's record (by `<model>@<version>`): a measured memory rewrites it whole. */
+  readonly #records = new Map<string, ModelRecord>();
 
   constructor(deps: ModelCatalogDeps) {
     this.#deps = deps;
@@ -90,6 +92,7 @@ export class ModelCatalog {
     const stored = await store.models.listModels();
     for (const { model, record } of stored) {
       registry.addVersion(model, record.manifest, record.policy ? policyDefaultsOf(ModelPolicy.parse(record.policy)) : undefined);
+      this.#records.set(record.manifest.name, record);
     }
     for (const route of await store.models.listModelRoutes()) {
       // A model mesh.yaml pins keeps its stored route for the day the pin leaves the file.
@@ -158,7 +161,7 @@ export class ModelCatalog {
     }
     const manifest: ModelManifest = {
       name, version, engine: body.engine, digest: stored.digest, file: true, bytes: stored.bytes, ...(stored.files ? { files: stored.files } : {}),
-      memoryMB: body.memoryMB ?? Math.max(64, Math.ceil((2 * stored.bytes) / MB)),
+      memoryMB: body.memoryMB ?? Math.max(64, Math.ceil((2 * stored.bytes) / MB)), memoryFrom: body.memoryMB === undefined ? 'estimate' : 'given',
       jobTypes: body.types, params: body.params, settings,
       ...(inputs.length ? { inputs } : {}), ...(outputs.length ? { outputs } : {}),
     };
@@ -172,8 +175,9 @@ export class ModelCatalog {
       if (error instanceof ConfigError) throw new MeshError('VALIDATION_FAILED', { detail: error.message });
       throw error;
     }
+    const record: ModelRecord = { manifest, policy, createdAt: clock.now() };
     try {
-      commits.write(() => store.models.insertModel(body.name, { manifest, policy, createdAt: clock.now() }));
+      commits.write(() => store.models.insertModel(body.name, record));
     } catch (error) {
       // Only another orchestrator sharing the store (or a row this one forgot) can hold the version by now.
       if (/unique|duplicate/i.test((error as Error).message)) throw new MeshError('MODEL_EXISTS', { model: name, detail: 'the store holds that version already; add another version' });
@@ -181,7 +185,28 @@ export class ModelCatalog {
     }
     await commits.durable();
     registry.addVersion(body.name, manifest, defaults);
+    this.#records.set(name, record);
     return registry.get(name)!;
+  }
+
+  /**
+   * An agent measured a version's memory as it loaded it: a version added without `memoryMB` takes the first measure
+   * in place of its size-based guess — in the registry, so routing, residency and `models show` use it, and in the
+   * store, so it outlasts a restart. A given or already measured figure stays.
+   */
+  async measured(name: string, memoryMB: number): Promise<void> {
+    const { registry, store, commits } = this.#deps;
+    const record = this.#records.get(name);
+    if (!record || record.manifest.memoryFrom !== 'estimate' || !(memoryMB > 0)) return;
+    const model = familyOf(name);
+    const updated: ModelRecord = { ...record, manifest: { ...record.manifest, memoryMB: Math.ceil(memoryMB), memoryFrom: 'measured' } };
+    this.#records.set(name, updated);
+    commits.write(() => {
+      store.models.deleteModel(model, updated.manifest.version);
+      store.models.insertModel(model, updated);
+    });
+    registry.addVersion(model, updated.manifest, updated.policy ? policyDefaultsOf(ModelPolicy.parse(updated.policy)) : undefined);
+    await commits.durable();
   }
 
   /** A stored blob's size, or NOT_FOUND telling how to store it. */
@@ -218,6 +243,7 @@ export class ModelCatalog {
     const busy = (await store.jobs.jobsInStates(['queued', 'dispatched', 'running'])).filter((job) => job.model === name).length;
     if (busy > 0) throw new MeshError('MODEL_IN_USE', { model: name, jobs: busy });
     registry.removeVersion(model, version);
+    this.#records.delete(name);
     const left = registry.family(model);
     commits.write(() => {
       store.models.deleteModel(model, version);
