@@ -1,11 +1,27 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { removeDir, ROOT, tempDir, waitFor } from '../helpers/mesh.js';
 
 const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+
+/**
+ * PATH as this machine has it, less some programs: each folder that holds one is replaced by a folder of links to
+ * everything else in it. The tour then runs as on a machine without ffmpeg (issue 22: video after `npm install`
+ * alone), though this one has it installed.
+ */
+function pathWithout(programs: readonly string[]): string {
+  const shadow = tempDir('gpumesh-path-');
+  return (process.env.PATH ?? '').split(':').map((dir, index) => {
+    if (!programs.some((program) => existsSync(join(dir, program)))) return dir;
+    const own = join(shadow, String(index));
+    mkdirSync(own);
+    for (const entry of readdirSync(dir)) if (!programs.includes(entry)) symlinkSync(join(dir, entry), join(own, entry));
+    return own;
+  }).join(':');
+}
 const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => match[1]!);
 
 describe('the README', () => {
@@ -25,10 +41,12 @@ describe('the README', () => {
   });
 
   // Eight CLI processes and a mesh start: give it room on a loaded machine.
-  it('runs its tour as written against `npm start` on a fresh data folder', { timeout: 180_000 }, async () => {
-    // `npm start` exactly as the README says, on a free port instead of 7070 so it cannot clash.
+  it('runs its tour as written against `npm start` on a fresh data folder, on a machine without ffmpeg', { timeout: 180_000 }, async () => {
+    // `npm start` exactly as the README says, on a free port instead of 7070 so it cannot clash; no ffmpeg or ffprobe
+    // on PATH, so the clip is made with the ones `npm install` brought.
+    const env = { ...process.env, GPUMESH_HOME: data, PATH: pathWithout(['ffmpeg', 'ffprobe']) };
     const up = spawn('npm', ['start', '--', '--port', '0'], {
-      cwd: ROOT, env: { ...process.env, GPUMESH_HOME: data }, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+      cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
     });
     let upOutput = '';
     up.stdout!.on('data', (chunk: Buffer) => (upOutput += chunk.toString()));
@@ -47,7 +65,7 @@ describe('the README', () => {
 
     const tour = blocks[1]!.replaceAll('http://127.0.0.1:7070', url);
     const shell = spawn('bash', ['-euo', 'pipefail', '-c', tour], {
-      cwd: ROOT, env: { ...process.env, GPUMESH_HOME: data }, stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
     shell.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -62,6 +80,8 @@ describe('the README', () => {
     expect(output).toMatch(/url\s+http:\/\/127\.0\.0\.1:\d+\/v1\/blobs\/sha256:[0-9a-f]{64}/);
     expect(saved && existsSync(saved)).toBe(true);
     expect(output).toMatch(/HOST\s+CLASSES\s+DEVICE/);
+    // `status` says which ffmpeg made the clip: the one shipped in the npm package.
+    expect(output).toMatch(/ffmpeg: \S+ \(package; /);
     expect(output).toContain('cpu');
     expect(output).toMatch(/event: succeeded/);
     expect(output).toContain('GRANT_DENIED');
