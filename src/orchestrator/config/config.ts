@@ -78,7 +78,7 @@ const ModelEntry = ModelPolicy.extend({
   engine: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,39}$/, 'an engine name (lower case letters, digits, - and _)').optional(),
   /** The job types it serves (each needs a routing entry). Required in a declaration. */
   jobTypes: z.array(z.string().min(1).max(40)).min(1).optional(),
-  /** A declared model: its version label, shown in /v1/models (default "1"). A model added at run time (`gpumesh models add`): the version a job that names only the model runs (default: the newest). */
+  /** A declared model: its version label, shown in /v1/models (default "1"). A model added at run time (`gpumesh models add`): the version a job that names only the model runs (default: the newest); while set, the API may not change the route (409 MODEL_PINNED). */
   version: z.string().min(1).max(100).optional(),
   /** A first guess of the memory it takes once loaded (MB), to place it before it has run anywhere. Default 1024. */
   memoryMB: z.int().min(1).max(10_000_000).optional(),
