@@ -8,7 +8,7 @@
  *
  * Both meshes are up for the whole run and measured in alternating rounds (one policy then the other, then the
  * other way round), after a long warm-up of each: the VM's speed drifts by tens of percent within a minute, and
- * V8 is still compiling the hot path after a few hundred jobs (bench/RESULTS.md). Medians of the rounds.
+ * V8 is still compiling the hot path after a few hundred jobs (bench/NOTES.md, "Why 5,000 warm-up runs"). Medians of the rounds.
  *
  *   npm run bench:batching-policy -- [--lone 500] [--jobs 5000] [--inflight 64] [--rounds 3] [--warmup 3000]
  */

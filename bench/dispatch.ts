@@ -14,7 +14,7 @@
  *   npm run bench:dispatch -- [--jobs 10000] [--rounds 3] [--inflight 64] [--warmup 5000] [--chunk 500]
  *                              [--node-args="--trace-gc-nvp"]  (Node's options for `gpumesh up`, as for bench:overhead)
  * The warm-up is long because V8 is still compiling the orchestrator's hot path after a few hundred jobs: a short one
- * measures the JIT's warm-up, not the steady state of a running mesh (bench/RESULTS.md).
+ * measures the JIT's warm-up, not the steady state of a running mesh (bench/NOTES.md, "Why 5,000 warm-up runs").
  * Needs redis-server (Debian: apt-get install redis-server); the benchmark starts and stops its own.
  */
 import { parseArgs } from 'node:util';

@@ -7,7 +7,7 @@
  *
  * With `--allocations` it samples the heap instead (every allocation, collected or not) during one-at-a-time jobs and
  * under the dispatch load, and prints the bytes allocated per job by part of the code and by site: what sets how often
- * the young generation is scavenged (bench/RESULTS.md, "The young generation"). `--survivors` keeps only what
+ * the young generation is scavenged (bench/NOTES.md, "The young generation"). `--survivors` keeps only what
  * outlived the young generation (promoted, or allocated old).
  *
  *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles] [--keep-profiles] [--allocations | --survivors]
