@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { GraphBuilder } from '../../src/builtin-models/index.js';
-import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { meshForFile } from '../helpers/mesh.js';
 
 /**
  * The Open Inference Protocol v2 (REST) in front of a real `gpumesh up`, written from the spec's own examples
@@ -8,18 +8,11 @@ import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
  * metadata, infer on the built-in `simple` (Triton's example) in JSON and in binary, a model added with versions, and
  * requests that do not fit answered 4xx with `{"error": "…"}`.
  */
-let mesh: RunningMesh;
-beforeAll(async () => {
-  mesh = await startMesh();
-}, 120_000);
-afterAll(async () => {
-  await mesh?.stop();
-  if (mesh) removeDir(mesh.data);
-});
+const mesh = meshForFile();
 
 async function call(method: string, path: string, options: { body?: string | Uint8Array<ArrayBuffer>; headers?: Record<string, string>; grant?: string | null } = {}): Promise<{ status: number; json: any; bytes: Buffer; headers: Headers }> {
-  const grant = options.grant === undefined ? mesh.admin : options.grant;
-  const response = await fetch(`${mesh.url}${path}`, {
+  const grant = options.grant === undefined ? mesh().admin : options.grant;
+  const response = await fetch(`${mesh().url}${path}`, {
     method, body: options.body, headers: { ...(grant ? { authorization: `Bearer ${grant}` } : {}), ...options.headers },
   });
   const bytes = Buffer.from(await response.arrayBuffer());

@@ -1,6 +1,6 @@
 import onnxProto from 'onnx-proto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { describe, expect, it } from 'vitest';
+import { meshForFile } from '../helpers/mesh.js';
 
 /**
  * Every datatype a tensor job and an OIP infer may carry, through a real `gpumesh up` (its agent, its ONNX worker, a
@@ -34,19 +34,12 @@ const VALUES: Record<Datatype, unknown[]> = {
   INT8: [-128, 127], UINT8: [0, 255], BOOL: [true, false], BYTES: ['hello', 'wörld'],
 };
 
-let mesh: RunningMesh;
-beforeAll(async () => {
-  mesh = await startMesh();
-}, 120_000);
-afterAll(async () => {
-  await mesh?.stop();
-  if (mesh) removeDir(mesh.data);
-});
+const mesh = meshForFile();
 
 async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: any }> {
   const raw = body instanceof Uint8Array;
-  const response = await fetch(`${mesh.url}${path}`, {
-    method, headers: { authorization: `Bearer ${mesh.admin}`, ...(body === undefined ? {} : { 'content-type': raw ? 'application/octet-stream' : 'application/json' }), ...headers },
+  const response = await fetch(`${mesh().url}${path}`, {
+    method, headers: { authorization: `Bearer ${mesh().admin}`, ...(body === undefined ? {} : { 'content-type': raw ? 'application/octet-stream' : 'application/json' }), ...headers },
     body: body === undefined ? undefined : raw ? (body as Uint8Array<ArrayBuffer>) : JSON.stringify(body),
   });
   const text = await response.text();
