@@ -10,7 +10,7 @@ const { satisfies, minVersion } = createRequire(import.meta.url)('semver') as {
 };
 
 interface Locked { engines?: { node?: string } | string[]; dev?: boolean; optional?: boolean; os?: string[]; cpu?: string[] }
-const packageJson = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string } };
+const packageJson = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string }; overrides?: unknown };
 const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, Locked> };
 
 /** What npm installs here: packages for another OS or CPU are skipped, and so is their engines check. */
@@ -20,10 +20,14 @@ const nodeRange = (entry: Locked): string | undefined => (Array.isArray(entry.en
 /**
  * `npm install` warns (EBADENGINE) for every installed package whose engines exclude the running Node: gpumesh
  * supports the Node its package.json names (the oldest, and the current LTS), so none may (issue 22: cookie@2.0.2,
- * through Fastify, wanted Node 22 while the README said 20 — now held at cookie 1.1.1 by an override).
+ * through Fastify's light-my-request 6.8, wanted Node 22 while the README said 20 — now light-my-request is pinned
+ * at 6.6.0, which takes cookie 1.x, as a direct dependency).
  */
 describe('dependencies install on every Node gpumesh supports', () => {
   const oldest = minVersion(packageJson.engines.node)!.version;
+  it('steers with direct pins, not overrides: npm applies overrides only to the root project, and a host that joins installs gpumesh as a package', () => {
+    expect(packageJson.overrides).toBeUndefined();
+  });
   it.each([
     ['what gpumesh needs to run', false, [oldest, '22.12.0']],
     ['what its tests and builds need', true, [process.versions.node, '22.12.0']],
