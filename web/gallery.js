@@ -313,7 +313,7 @@ function loadMore() {
       loaded = true;
       ui.loadError.textContent = '';
       ui.empty.hidden = false;
-      ui.empty.textContent = filter.query ? `No results whose prompt holds “${filter.query}”.` : 'No images yet. Describe one above and it appears here.';
+      ui.empty.textContent = filter.query ? `No results whose prompt holds “${filter.query}”.` : 'Nothing here yet. Describe a picture or a clip above and it appears here.';
     } catch (error) {
       if (!(error instanceof GrantChanged)) ui.loadError.textContent = `Could not load results: ${error.message}`;
     } finally {

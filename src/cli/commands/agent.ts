@@ -109,7 +109,7 @@ export function agentCommand(): Command {
       engineLimit, {})
     .action((flags: AgentFlags) => runAgent(flags));
   agent.command('drain')
-    .summary('drain the agent on this machine, or with --host any host through the orchestrator')
+    .summary('Drain the agent on this machine, or with --host any host through the orchestrator')
     .description([
       'Drain the agent running on this machine (through its control socket in --data): it finishes its work in flight, takes no more, leaves the mesh and exits; this command prints its progress until it has left.',
       'With --host, ask the orchestrator to drain that host instead (an admin grant; POST /v1/hosts/:id/drain).',

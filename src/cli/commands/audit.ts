@@ -53,7 +53,7 @@ export function auditCommand(): Command {
     .option('--actor <grant id>', 'only what this grant did (minted, revoked, read)')
     .option('--grant-id <grant id>', 'only entries about this grant (minted, revoked, or presented with a refused request)')
     .option('--since <when>', 'only entries since then: a duration ago (90m, 12h, 7d) or a time (2025-01-31T12:00:00Z)')
-    .option('--limit <n>', 'at most this many entries (default 50)', parseInteger('--limit'), 50)
+    .option('--limit <n>', 'at most this many entries', parseInteger('--limit'), 50)
     .option('--json', 'print JSON')
     .action(async (options: AuditOptions) => {
       if (options.limit < 1) throw new CliError('--limit must be at least 1');

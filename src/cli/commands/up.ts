@@ -117,7 +117,7 @@ export function upCommand(): Command {
       const orchestrator = await startOrchestrator(config, logger);
       const url = orchestrator.url;
       orchestrator.adminGrant();
-      // The gallery link carries its grant in the URL: it may only submit and read images in its albums, briefly.
+      // The gallery link carries its grant in the URL: it may only submit and read images and clips in its albums, briefly.
       const galleryTtl = options.galleryTtl ?? config.gallery.grantTtl;
       const galleryCaveats = caveatsFromOptions(galleryGrantOptions(config.gallery.albums, galleryTtl), Date.now());
       const gallery = orchestrator.mint('client', galleryCaveats, 'gallery page');
