@@ -74,5 +74,12 @@ describe('a host without ffmpeg says so everywhere a person looks', () => {
     const text = await gpumeshRun(['explain', clip.id, '--data', mesh().data]);
     expect(text.stdout).toContain(`class unavailable — video: ${REASON}`);
     await client.request('DELETE', `/v1/jobs/${clip.id}`);
+
+    // `submit --wait` does not just say "queued": after a moment its progress line gives the same reason.
+    const waiting = gpumesh(['submit', '--data', mesh().data, '--frames', '2', '--prompt', 'waits too', '--wait']);
+    // The progress line is cut at the terminal's width (80 columns without one): the reason's start is what shows.
+    await waitFor(() => /queued: waiting for a host of its classes: no usable host serves video \(.*cannot serve video/.test(waiting.output()), { timeoutMs: 30_000, what: 'submit --wait to say why its clip waits' });
+    await waiting.kill('SIGTERM');
+    for (const job of (await client.request<{ jobs: { id: string; status: string }[] }>('GET', '/v1/jobs?status=queued')).jobs) await client.request('DELETE', `/v1/jobs/${job.id}`);
   }, 90_000);
 });

@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
 import cliProgress from 'cli-progress';
-import type { JobEvent } from '../../protocol/index.js';
+import type { ExplainView, JobEvent } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseSize, printJson } from '../common/output.js';
 import { withClientOptions } from './shared.js';
@@ -105,6 +105,31 @@ function outputNames(jobId: string, mediaTypes: readonly string[]): string[] {
   });
 }
 
+/** After QUEUED_QUIET_MS still queued, and every QUEUED_EXPLAIN_MS after, the job's explain summary; stop() ends it. */
+const QUEUED_QUIET_MS = 2000;
+const QUEUED_EXPLAIN_MS = 5000;
+
+function explainWhileQueued(client: MeshClient, id: string, say: (summary: string) => void): { stop(): void } {
+  let stopped = false;
+  let timer: NodeJS.Timeout | null = null;
+  const look = async (): Promise<void> => {
+    try {
+      const view = await client.request<ExplainView>('GET', `/v1/jobs/${encodeURIComponent(id)}/explain`);
+      if (!stopped && view.status === 'queued' && view.summary) say(view.summary);
+    } catch {
+      // Only a hint: the event stream says what happens, and reports a mesh that went away.
+    }
+    if (!stopped) timer = setTimeout(() => void look(), QUEUED_EXPLAIN_MS).unref();
+  };
+  timer = setTimeout(() => void look(), QUEUED_QUIET_MS).unref();
+  return {
+    stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+    },
+  };
+}
+
 async function submit(options: SubmitOptions): Promise<void> {
   const client = clientFrom(options);
   const accepted = await client.submit({
@@ -121,8 +146,12 @@ async function submit(options: SubmitOptions): Promise<void> {
     stream: process.stderr,
   }, cliProgress.Presets.shades_classic);
   bar?.start(1, 0, { state: 'queued' });
+  // A job still queued after a moment says why, in the orchestrator's words (its explain summary: a host it waits for,
+  // a class no connected host can serve), so a clip waiting for a host that has no ffmpeg does not just say "queued".
+  const why = bar ? explainWhileQueued(client, accepted.id, (summary) => bar.update({ state: `queued: ${summary}` })) : null;
   const terminal = await client.follow(accepted.id, (event: JobEvent) => {
     if (!bar) return;
+    if (event.type !== 'queued') why?.stop();
     if (event.type === 'dispatched') bar.update({ state: `on ${event.host} (batch of ${event.batchSize})` });
     if (event.type === 'loading') bar.update({ state: event.loadMs === undefined ? `loading ${event.model} on ${event.host}` : `${event.model} loaded in ${(event.loadMs / 1000).toFixed(1)} s` });
     if (event.type === 'running') bar.update({ state: `running on ${event.host}` });
@@ -131,6 +160,7 @@ async function submit(options: SubmitOptions): Promise<void> {
       bar.update(event.step);
     }
   });
+  why?.stop();
   bar?.stop();
   if (terminal.type !== 'succeeded') {
     const detail = terminal.type === 'failed' ? `${terminal.error.code}: ${terminal.error.message}` : terminal.type;
