@@ -35,19 +35,19 @@ export class InputPictures {
   async #forJobs(jobs: readonly { id: string; input: Record<string, unknown> }[]): Promise<Map<string, Record<string, InputPicture>>> {
     const signal = AbortSignal.timeout(this.#options.fetchTimeoutMs);
     const bytesOf = new Map<string, Promise<Buffer>>();
-    const result = new Map<string, Record<string, InputPicture>>();
-    for (const job of jobs) {
-      const pictures: Record<string, InputPicture> = {};
-      for (const field of INPUT_IMAGE_FIELDS) {
-        const digest = job.input[field];
-        if (typeof digest !== 'string') continue;
+    // Every picture of the batch is fetched and decoded at once, not job after job: sharp decodes on the thread pool,
+    // and the engine waits for the last picture of the batch, not the first.
+    const decoded = jobs.map(async (job): Promise<[string, Record<string, InputPicture>]> => {
+      const fields = INPUT_IMAGE_FIELDS.filter((field) => typeof job.input[field] === 'string');
+      const size = typeof job.input.width === 'number' && typeof job.input.height === 'number' ? { width: job.input.width, height: job.input.height } : null;
+      const pictures = await Promise.all(fields.map(async (field) => {
+        const digest = job.input[field] as string;
         if (!bytesOf.has(digest)) bytesOf.set(digest, this.#fetchVerified(digest, signal));
-        const size = typeof job.input.width === 'number' && typeof job.input.height === 'number' ? { width: job.input.width, height: job.input.height } : null;
-        pictures[field] = await this.#decode(await bytesOf.get(digest)!, field === 'mask' ? 1 : 3, size, `${field} ${digest}`);
-      }
-      if (Object.keys(pictures).length > 0) result.set(job.id, pictures);
-    }
-    return result;
+        return [field, await this.#decode(await bytesOf.get(digest)!, field === 'mask' ? 1 : 3, size, `${field} ${digest}`)] as const;
+      }));
+      return [job.id, Object.fromEntries(pictures)];
+    });
+    return new Map((await Promise.all(decoded)).filter(([, pictures]) => Object.keys(pictures).length > 0));
   }
 
   async #fetchVerified(digest: string, signal: AbortSignal): Promise<Buffer> {
