@@ -108,6 +108,8 @@ export class Agent {
   #rejected: ((reason: string) => void) | null = null;
   /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
   #inlineOutputBytes = 0;
+  /** Whether the orchestrator linked now frees a batch's slot on `computed` (its welcome says; an older one does not). */
+  #freesSlotOnComputed = false;
   readonly #loads: LoadRequests;
   /** Set once the agent drains: resolved when nothing runs and every result is acknowledged. */
   #drain: { done: Promise<void>; resolve: () => void } | null = null;
@@ -161,6 +163,9 @@ export class Agent {
       send: (message) => this.#link.send(message),
       report: (result) => this.#report(result),
       deliver: { target: () => this.#link.target, inlineBytes: () => this.#inlineOutputBytes },
+      computed: (batchId) => {
+        if (this.#freesSlotOnComputed) this.#link.send({ type: 'computed', batchId });
+      },
       ended: (model) => {
         this.#loads.batchEnded(model);
         this.#checkDrained();
@@ -176,6 +181,7 @@ export class Agent {
       hello: () => this.#hello(),
       onWelcome: (welcome) => {
         this.#inlineOutputBytes = welcome.inlineOutputBytes;
+        this.#freesSlotOnComputed = welcome.freesSlotOnComputed === true;
         this.#onWelcome(welcome.heartbeatMs);
       },
       onMessage: (message) => this.#onMessage(message),

@@ -24,6 +24,11 @@ export interface BatchRunnerDeps {
    * the orchestrator linked now (asked again at each try of an upload, so one cut off by a failover goes to the next).
    */
   deliver: { target(): UploadTarget; inlineBytes(): number };
+  /**
+   * The engine is done with a batch that has files to deliver: the orchestrator may send the next batch while they
+   * travel (the agent tells it, if it listens).
+   */
+  computed(batchId: string): void;
   /** A batch ended (its model may unload, a drain may be done). */
   ended(model: string): void;
 }
@@ -119,6 +124,9 @@ export class BatchRunner {
       );
       const computeMs = performance.now() - computeStart;
       reports.end();
+      // Outputs that travel (files to upload, or inline for the orchestrator to check and store) keep the batch open
+      // a while after the engine is done with it; the engine need not wait for that. Results without files follow at once.
+      if (!message.probe && outputs.some((output) => output.ok && (output.files.length > 0 || (output.onDisk?.length ?? 0) > 0))) this.#deps.computed(batch.id);
       // Jobs of one batch share their shape, so the first job's pixels are every job's.
       const pixels = pixelsOf(jobs[0]?.input ?? {});
       const measured: BatchMemoryReport = { ...this.#deps.residency.recordBatch(loaded, pixels * jobs.length, memory), pixels, batchSize: jobs.length };

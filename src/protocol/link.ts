@@ -198,6 +198,13 @@ export const AgentMessage = z.discriminatedUnion('type', [
     phases: LoadPhases.optional(),
   }),
   z.object({ type: z.literal('progress'), batchId: Id, jobIds: JobIds, step: z.number(), total: z.number() }),
+  /**
+   * The engine is done with a batch and its outputs are on their way (uploads, or inline results the orchestrator
+   * still has to check and store): its slot may take the next batch, whose inputs then arrive while these outputs
+   * travel. Sent only to an orchestrator whose welcome said `freesSlotOnComputed`, and only for a batch with files
+   * to deliver; without it the slot is freed by the batch's last result.
+   */
+  z.object({ type: z.literal('computed'), batchId: Id }),
   /** A picture of one job's work so far (its input asked for previews): PNG, base64. */
   z.object({ type: z.literal('preview'), batchId: Id, jobId: Id, step: z.number(), total: z.number(), png: z.string().max(LINK_LIMITS.previewChars) }),
   z.object({
@@ -244,6 +251,8 @@ export const OrchestratorMessage = z.discriminatedUnion('type', [
      * redialled. Optional (an older orchestrator does not send it): the agent then takes 3 heartbeats.
      */
     staleAfterMs: z.number().int().positive().optional(),
+    /** It frees a batch's slot on the agent's `computed` report. Optional: an older orchestrator neither says it nor takes the report. */
+    freesSlotOnComputed: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob),

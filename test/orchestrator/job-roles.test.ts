@@ -40,6 +40,51 @@ describe('dispatch and result intake', () => {
     expect(harness.jobEvents(job.id).filter((type) => type === 'succeeded')).toHaveLength(1);
   });
 
+  it('frees a slot when the engine is done with its batch (computed): the next batch leaves while the outputs travel', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const first = harness.submit();
+    await harness.settle();
+    const second = harness.submit();
+    await harness.settle();
+    const [run] = laptop.of('run');
+    expect(laptop.of('run')).toHaveLength(1);
+    expect(laptop.session.freeSlots).toBe(0);
+
+    const { intake } = harness.core;
+    intake.computed(laptop.session, 'b_not_here');
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(1);
+
+    intake.computed(laptop.session, run!.batchId);
+    await harness.settle();
+    const runs = laptop.of('run');
+    expect(runs).toHaveLength(2);
+    expect(runs[1]!.jobs.map((job) => job.id)).toEqual([second.id]);
+    // The first batch is still held (its result has not come) but computes no more; the second takes the one slot.
+    expect(laptop.session.batches.size).toBe(2);
+    expect(laptop.session.computing).toBe(1);
+    expect(laptop.session.freeSlots).toBe(0);
+    expect(harness.status(first.id)).toBe('dispatched');
+    // Said twice, it frees nothing more.
+    intake.computed(laptop.session, run!.batchId);
+    const fourth = harness.submit();
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(2);
+
+    const png = scriptedPng('png bytes');
+    const digest = await harness.upload(first.id, run!.batchId, png);
+    intake.done(laptop.session, { type: 'done', jobId: first.id, batchId: run!.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: png.length }], timings });
+    await harness.settle();
+    expect(harness.status(first.id)).toBe('succeeded');
+    // The first batch's end gives back no slot it had given back already: the fourth job still waits for the second.
+    expect(laptop.session.batches.size).toBe(1);
+    expect(harness.status(fourth.id)).toBe('queued');
+    intake.computed(laptop.session, runs[1]!.batchId);
+    await harness.settle();
+    expect(laptop.of('run').at(-1)!.jobs.map((job) => job.id)).toEqual([fourth.id]);
+  });
+
   it('refuses, logs and counts reports from a host that does not hold the job, and tells it to let go', async () => {
     harness = new JobCoreHarness();
     const laptop = harness.host('laptop');

@@ -58,7 +58,7 @@ describe('Scheduler.next', () => {
 
   function harness(batching: typeof policy, hold: 'while-arriving' | 'always' = 'always') {
     const registered = model(batching);
-    const host = { freeSlots: 1, batches: new Map() };
+    const host = { freeSlots: 1, computing: 0 };
     const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: hold });
     const pickHost = () => (host.freeSlots > 0 ? (host as unknown as HostSession) : null);
     /** What a dispatcher would do at `now`: take every batch it can; returns the sizes and when to look again. */
@@ -104,7 +104,7 @@ describe('Scheduler.next', () => {
     const high = job({ priority: 1 });
     scheduler.enqueue(low);
     scheduler.enqueue(high);
-    const first = scheduler.next(0, () => ({ batches: new Map() }) as HostSession);
+    const first = scheduler.next(0, () => ({ computing: 0 }) as HostSession);
     expect('release' in first && first.release.jobs[0]!.id).toBe(high.id);
     expect(scheduler.remove('m', low.id)).toBe(true);
     expect(scheduler.remove('m', low.id)).toBe(false);
@@ -140,7 +140,7 @@ describe('work-conserving batching', () => {
     policy: { ...policyFor(config, 'm'), batching },
     pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
   };
-  const idle = { freeSlots: 1, batches: new Map() } as unknown as HostSession;
+  const idle = { freeSlots: 1, computing: 0 } as unknown as HostSession;
 
   it('sends a lone job to an idle replica at once instead of waiting out the delay; the old rule waits', () => {
     for (const [hold, expected] of [['while-arriving', 1], ['always', 0]] as const) {
@@ -155,7 +155,7 @@ describe('work-conserving batching', () => {
     const scheduler = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: 'while-arriving' });
     for (let at = 0; at < 5; at++) scheduler.enqueue(job({ enqueuedAt: at * 0.2 }));
     expect('wakeAt' in scheduler.next(1, () => idle)).toBe(true); // 5 queued, one every 0.2 ms: 8 is near
-    const busy = { freeSlots: 1, batches: new Map([['b', {}]]) } as unknown as HostSession;
+    const busy = { freeSlots: 1, computing: 1 } as unknown as HostSession;
     const slow = new Scheduler({ agingMs: 30_000, model: () => registered, holdPartialBatches: 'while-arriving' });
     slow.enqueue(job({ enqueuedAt: 0 }));
     expect('wakeAt' in slow.next(0, () => busy)).toBe(true);

@@ -90,7 +90,7 @@ export class JobExplainer {
       const more = detail(skip.host, skip.reason);
       return `${skip.host}: ${more ? `cannot serve ${more}` : skip.reason}`;
     }).join('; ');
-    if (standing && (!standing.ready || (standing.early && decision.host !== null && decision.host.batches.size > 0))) {
+    if (standing && (!standing.ready || (standing.early && decision.host !== null && decision.host.computing > 0))) {
       const by = standing.releaseAt === null ? '' : `; it leaves by ${iso(standing.releaseAt)} whatever the size`;
       return result('a batch to fill', `${standing.group.size} of ${standing.group.target} compatible jobs queued${by}`);
     }

@@ -54,7 +54,18 @@ export class InFlight {
     placement.batch.jobIds.delete(jobId);
     if (placement.batch.jobIds.size > 0 || placement.host.batches.get(placement.batch.id) !== placement.batch) return;
     placement.host.batches.delete(placement.batch.id);
-    if (notify) for (const listener of this.#slotFreed) listener(placement.host);
+    // A computed batch gave its slot back already.
+    if (notify && !placement.batch.computed) for (const listener of this.#slotFreed) listener(placement.host);
+  }
+
+  /**
+   * The host's engine is done with a batch it holds (its outputs are on their way): its slot is free now, though its
+   * jobs stay placed until their results. False when the host holds no such batch.
+   */
+  computed(host: HostSession, batchId: string): boolean {
+    if (!host.batchComputed(batchId)) return false;
+    for (const listener of this.#slotFreed) listener(host);
+    return true;
   }
 
   onSlotFreed(listener: (host: HostSession) => void): void {

@@ -74,6 +74,14 @@ export class ResultIntake {
     for (const job of this.#held(host, batchId, jobIds, 'progress')) this.#deps.states.progress(job, step, total);
   }
 
+  /**
+   * The host's engine is done with a batch; its outputs are on their way. Its slot takes the next batch now. A batch
+   * the host no longer holds (its jobs ended meanwhile) is no intrusion: the report is dropped.
+   */
+  computed(host: HostSession, batchId: string): void {
+    this.#deps.inFlight.computed(host, batchId);
+  }
+
   /** A preview from the host that holds the job, if it is a PNG (what it shows is the engine's; what it is, ours to check). */
   preview(host: HostSession, batchId: string, jobId: string, step: number, total: number, png: string): void {
     if (!png.startsWith(PNG_BASE64_SIGNATURE)) return this.#deps.refusals.refuse(host, 'preview', [jobId], 'that is not a PNG');

@@ -200,7 +200,7 @@ export class AgentHub {
     recovery.claim(session, hello.inFlight);
     send({
       type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION,
-      inlineOutputBytes: this.#deps.inlineOutputBytes, staleAfterMs: this.#deps.staleAfterMs,
+      inlineOutputBytes: this.#deps.inlineOutputBytes, staleAfterMs: this.#deps.staleAfterMs, freesSlotOnComputed: true,
     });
     log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length, unavailable: hello.unavailable }, 'agent joined');
     this.#deps.events.publishMesh({ type: 'host:joined', host: hello.host, classes: hello.classes, at: new Date(clock.now()).toISOString() });
@@ -218,6 +218,8 @@ export class AgentHub {
         session.resident = this.#granted(session, 'heartbeat', message.resident);
         session.devices = message.devices;
         return;
+      case 'computed':
+        return this.#deps.intake.computed(session, message.batchId);
       case 'preview':
         return this.#deps.intake.preview(session, message.batchId, message.jobId, message.step, message.total, message.png);
       case 'loading':

@@ -7,6 +7,8 @@ export interface InFlightBatch {
   model: string;
   jobIds: Set<string>;
   dispatchedAt: number;
+  /** The engine is done with it and its outputs are on their way (the agent said `computed`): it holds no slot. */
+  computed?: boolean;
 }
 
 export interface HostInfo {
@@ -129,8 +131,28 @@ export class HostSession {
     return models;
   }
 
+  /**
+   * Slots are for computing: a batch whose outputs are still on their way (`computed`) holds none, so the next batch's
+   * inputs travel while the last one's outputs do, and the engine does not wait for both.
+   */
   get freeSlots(): number {
-    return Math.max(0, this.info.concurrency - this.batches.size - this.probes.size);
+    return Math.max(0, this.info.concurrency - this.computing - this.probes.size);
+  }
+
+  /** Batches the engine has not finished (sent, loading, running); those delivering their outputs are not counted. */
+  get computing(): number {
+    let count = 0;
+    for (const batch of this.batches.values()) if (!batch.computed) count++;
+    return count;
+  }
+
+  /** The agent's engine is done with a batch it holds: its slot is free. False when it holds no such batch (or said so already). */
+  batchComputed(batchId: string): boolean {
+    const batch = this.batches.get(batchId);
+    if (!batch || batch.computed) return false;
+    batch.computed = true;
+    this.#changed();
+    return true;
   }
 
   get jobsInFlight(): number {

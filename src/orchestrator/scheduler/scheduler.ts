@@ -106,7 +106,7 @@ export class Scheduler {
     for (const candidate of ready) {
       const host = pickHost(candidate.model, candidate.best);
       // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
-      if (!host || (candidate.early && host.batches.size > 0)) continue;
+      if (!host || (candidate.early && host.computing > 0)) continue;
       // A batch that would swap the host's model out while that model has batches ready waits for them (bounded).
       const held = levels && this.#deps.swaps!.hold(candidate.model, effectivePriority(candidate.best, now, agingMs), host, now, levels);
       if (held) {
