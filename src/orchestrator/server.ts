@@ -1,7 +1,7 @@
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
 import { installGrantRules } from './http/auth.js';
@@ -18,6 +18,7 @@ import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
 import { modelRoutes, type ModelRouteDeps } from './http/models.js';
+import { openApiTransform } from './http/openapi.js';
 import { oipRoutes } from './http/oip/routes.js';
 import { openAiRoutes } from './http/openai/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
@@ -69,7 +70,8 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
       components: { securitySchemes: { grant: { type: 'http', scheme: 'bearer', description: 'A gpumesh grant (macaroon)' } } },
       security: [{ grant: [] }],
     },
-    transform: jsonSchemaTransform,
+    // The zod schemas, and what the routes that read their own bodies declare of them (http/openapi.ts).
+    transform: openApiTransform,
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: parts.linkFrameBytes } });
   meshRoutes(app, parts);

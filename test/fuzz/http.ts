@@ -22,6 +22,13 @@ export interface RouteSpec {
   body: JsonSchema | null;
 }
 
+/**
+ * Routes that answer only once their jobs have ended (OIP infer, OpenAI images): a request whose body fits waits for
+ * an agent, and the fuzzed mesh has none, so it would be no answer after 15 s. They are fuzzed as routes without a
+ * JSON body (any JSON, bytes), which they refuse before submitting a job.
+ */
+const ANSWERS_WHEN_JOBS_END = /^POST \/(?:v2\/models\/.+\/infer|openai\/v1\/images\/)/;
+
 /** Every route and method the server's OpenAPI document lists: a new route is fuzzed without editing this file. */
 export function routesFromOpenApi(document: { paths: Record<string, Record<string, OpenApiOperation>> }): RouteSpec[] {
   const routes: RouteSpec[] = [];
@@ -29,10 +36,11 @@ export function routesFromOpenApi(document: { paths: Record<string, Record<strin
     for (const [method, operation] of Object.entries(operations)) {
       const parameters = operation.parameters ?? [];
       const pick = (where: string): ParamSpec[] => parameters.filter((parameter) => parameter.in === where).map(({ name, schema }) => ({ name, schema: schema ?? {} }));
+      const label = `${method.toUpperCase()} ${template}`;
       routes.push({
-        label: `${method.toUpperCase()} ${template}`, method: method.toUpperCase(), template,
+        label, method: method.toUpperCase(), template,
         path: pick('path'), query: pick('query'),
-        body: operation.requestBody?.content?.['application/json']?.schema ?? null,
+        body: ANSWERS_WHEN_JOBS_END.test(label) ? null : operation.requestBody?.content?.['application/json']?.schema ?? null,
       });
     }
   }

@@ -9,6 +9,7 @@ import { type BlobReader } from '../blobs/blob-reader.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { servedAs } from '../blobs/output-media.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
+import { BINARY, errorResponses, MeshErrorBody, StoredBlobBody } from './openapi.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
 const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
@@ -121,6 +122,19 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       schema: {
         params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
         tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the upload credential of the job's batch)",
+      },
+      config: {
+        openapi: {
+          body: { '*/*': { ...BINARY, description: 'The output\'s bytes, streamed to disk and hashed on the way; Content-Type is its media type (image/png, video/mp4, application/json, …), which the job type must be able to produce and the bytes must be' } },
+          responses: {
+            201: { description: 'The output, stored by digest', content: { 'application/json': StoredBlobBody } },
+            ...errorResponses(MeshErrorBody, {
+              400: 'Not a digest, or the bytes hash to another (DIGEST_MISMATCH)', 401: 'No upload credential, or one that is not valid',
+              403: 'The job is not running in the credential\'s batch', 404: 'No such job', 413: 'The output is larger than the limit',
+              415: 'A media type the job may not produce, or bytes that are not of it',
+            }),
+          },
+        },
       },
       onRequest: auth.requireUpload(),
     }, async (request, reply) => {

@@ -5,6 +5,7 @@ import { MeshError } from '../../protocol/index.js';
 import type { ClientBlobs } from '../blobs/client-blobs.js';
 import type { StagedUploads, UploadState } from '../blobs/staged-uploads.js';
 import { grantOf, type RequestAuth } from './auth.js';
+import { BINARY, errorResponses, MeshErrorBody, StoredBlobBody, type DocResponse } from './openapi.js';
 
 export interface UploadRouteDeps {
   uploads: StagedUploads;
@@ -14,6 +15,18 @@ export interface UploadRouteDeps {
 
 const UploadParams = z.object({ id: z.string().min(1).max(100) });
 const OFFSET_HEADER = 'upload-offset';
+
+/** An upload's state as `answer` gives it (for the document). */
+const UploadAnswer = z.object({
+  id: z.string(),
+  offset: z.int().min(0).describe('the bytes received: send the next chunk from here'),
+  total: z.int().min(0).nullable().describe('the size given at the start, if one was'),
+  url: z.string().describe('/v1/uploads/<id>'),
+});
+const OFFSET_ANSWER = { 'Upload-Offset': { description: 'The offset reached (as `offset`)', schema: { type: 'integer', minimum: 0 } } };
+const uploadAnswer = (status: number, description: string): Record<number, DocResponse> =>
+  ({ [status]: { description, content: { 'application/json': UploadAnswer }, headers: OFFSET_ANSWER } });
+const GRANT_ERRORS = { 401: 'No grant, or one that is not valid', 403: 'The grant does not allow blobs:write' };
 
 /** The state in the answer and in `Upload-Offset` (the header tus clients read). */
 function answer(reply: FastifyReply, state: UploadState): { id: string; offset: number; total: number | null; url: string } {
@@ -34,6 +47,14 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
     schema: {
       body: z.strictObject({ bytes: z.int().min(0).optional() }).optional(), tags: ['blobs'],
       summary: 'Start a resumable upload (a large file, e.g. a model); `bytes`: its size, if known. Answers its id and offset 0',
+    },
+    config: {
+      openapi: {
+        responses: {
+          ...uploadAnswer(201, 'The upload, at offset 0'),
+          ...errorResponses(MeshErrorBody, { 400: 'The body is not the shape above', ...GRANT_ERRORS, 413: '`bytes` is over the upload limit' }),
+        },
+      },
     },
     onRequest: auth.require('blobs:write'),
   }, async (request, reply) => {
@@ -58,6 +79,17 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
 
   routes.post('/v1/uploads/:id/complete', {
     schema: { params: UploadParams, tags: ['blobs'], summary: 'Finish a resumable upload: its bytes become a blob, by digest (deduplicated). Answers {digest, bytes, mediaType}' },
+    config: {
+      openapi: {
+        responses: {
+          200: { description: 'The file, stored by digest', content: { 'application/json': StoredBlobBody } },
+          ...errorResponses(MeshErrorBody, {
+            400: 'A picture that is not one gpumesh will decode (IMAGE_REFUSED)', ...GRANT_ERRORS,
+            404: 'No upload of that id started by this grant', 409: 'Fewer bytes than the size given at the start (UPLOAD_CONFLICT)',
+          }),
+        },
+      },
+    },
     onRequest: auth.require('blobs:write'),
   }, async (request) => {
     const grant = grantOf(request);
@@ -75,6 +107,19 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
         params: UploadParams, tags: ['blobs'],
         summary: 'Append a chunk to a resumable upload; `Upload-Offset` must be where the upload stands (409 UPLOAD_CONFLICT names it otherwise)',
       },
+      config: {
+        openapi: {
+          body: { 'application/octet-stream': { ...BINARY, description: 'The next bytes of the file, streamed to disk (any Content-Type: the bytes are taken as they are)' } },
+          headers: z.object({ 'Upload-Offset': z.string().regex(/^\d{1,15}$/).describe('Where this chunk starts: the offset the upload has reached (GET /v1/uploads/:id)') }),
+          responses: {
+            ...uploadAnswer(200, 'The chunk is in: the offset reached'),
+            ...errorResponses(MeshErrorBody, {
+              400: 'No Upload-Offset, or not a number', ...GRANT_ERRORS, 404: 'No upload of that id started by this grant',
+              409: 'Upload-Offset is not where the upload stands (UPLOAD_CONFLICT names the offset)', 413: 'More bytes than the size given at the start, or than the upload limit',
+            }),
+          },
+        },
+      },
       onRequest: auth.require('blobs:write'),
     }, async (request, reply) => {
       const header = request.headers[OFFSET_HEADER];
@@ -87,6 +132,21 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
       schema: {
         tags: ['blobs'],
         summary: 'Store a file by digest in one request (an image a job starts from, …): {digest, bytes, mediaType}, the type as its bytes say. A picture (PNG, JPEG, WebP) is decoded under limits first: a bomb, a truncated or polyglot file, or one whose Content-Type or Content-Disposition filename disagrees with its bytes is 400 IMAGE_REFUSED. Jobs of the same grant lineage may name it as an input',
+      },
+      config: {
+        openapi: {
+          body: Object.fromEntries(['application/octet-stream', 'image/png', 'image/jpeg', 'image/webp'].map((type) => [type, {
+            ...BINARY, description: 'The file, streamed to disk and hashed on the way. Any Content-Type is taken; a picture\'s (and a Content-Disposition filename\'s) must agree with its bytes',
+          }])),
+          headers: z.object({ 'Content-Disposition': z.string().optional().describe('attachment; filename="…": a picture\'s name must agree with its bytes') }),
+          responses: {
+            201: { description: 'The file, stored by digest (the type as its bytes say)', content: { 'application/json': StoredBlobBody } },
+            ...errorResponses(MeshErrorBody, {
+              400: 'A picture that is not one gpumesh will decode, or whose Content-Type or filename disagrees with its bytes (IMAGE_REFUSED)',
+              ...GRANT_ERRORS, 413: 'The file is larger than the upload limit',
+            }),
+          },
+        },
       },
       onRequest: auth.require('blobs:write'),
     }, async (request, reply) => {

@@ -6,6 +6,7 @@ import type { JobService } from '../../jobs/index.js';
 import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
 import type { MeshStatus } from '../../status/mesh-status.js';
 import { grantOf, type RequestAuth } from '../auth.js';
+import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
 import { jobEnd } from '../prefer-wait.js';
 import { decodeTensor, encodeTensor, splitBody } from './binary.js';
 
@@ -39,6 +40,52 @@ const InferRequest = z.object({
   outputs: z.array(z.object({ name: z.string().min(1).max(200), parameters: Parameters })).max(64).optional(),
 });
 type InferRequest = z.infer<typeof InferRequest>;
+
+/** What infer answers (built by `answer` below; for the document). */
+const InferResponse = z.object({
+  model_name: z.string(),
+  model_version: z.string(),
+  id: z.string().describe("the request's id, else the job's"),
+  outputs: z.array(z.object({
+    name: z.string(),
+    datatype: z.enum(DATATYPES),
+    shape: z.array(z.int().min(0)),
+    data: z.array(z.union([z.number(), z.boolean(), z.string()])).optional().describe('row-major; absent when the output is sent as binary data'),
+    parameters: z.object({ binary_data_size: z.int().min(0) }).optional().describe('an output sent as binary data: its bytes follow the JSON header, in the order of outputs'),
+  })),
+});
+/** OIP's error shape (see the error handler below). */
+const OipError = z.object({ error: z.string() });
+const BINARY_TENSORS = 'The binary tensor data extension: the first Inference-Header-Content-Length bytes are the JSON inference header (as application/json), then the raw bytes of each tensor flagged with parameters.binary_data_size, in order — little-endian, row-major; a BYTES element as a 4-byte little-endian length and its bytes';
+
+/** The infer route's body, headers and answers in /openapi.json: it reads its body itself (`infer`). */
+const INFER_DOCS: RouteDocs = {
+  body: {
+    'application/json': InferRequest,
+    'application/octet-stream': { ...BINARY, description: `${BINARY_TENSORS}. Any Content-Type is read this way when Inference-Header-Content-Length is sent.` },
+  },
+  headers: z.object({
+    'Inference-Header-Content-Length': z.string().regex(/^\d+$/).optional().describe('The binary tensor data extension: how many bytes of the body are the JSON inference header; without it the whole body is JSON'),
+  }),
+  responses: {
+    200: {
+      description: 'The outputs asked for (all when none is named): JSON, or with binary_data(_output) parameters the JSON header and the outputs\' bytes',
+      content: { 'application/json': InferResponse, 'application/octet-stream': { ...BINARY, description: BINARY_TENSORS.replace('inference header', 'inference response') } },
+      headers: { 'Inference-Header-Content-Length': { description: 'With an application/octet-stream answer: the bytes of its JSON header', schema: { type: 'integer', minimum: 0 } } },
+    },
+    ...errorResponses(OipError, {
+      400: 'The request is malformed (not the shape above, binary sizes that do not add up, an output the model lacks), or the job failed on its input (INVALID_INPUT)',
+      401: 'No grant, or one that is not valid',
+      403: 'The grant does not allow jobs:submit, or this model or type',
+      404: 'No tensor model of that name (and version)',
+      409: 'The job was cancelled',
+      413: 'The body is larger than the body limit',
+      429: "The model's or the mesh's queue is full, or the grant's rate is spent",
+      500: 'The job failed: `<CODE>: <message>`',
+      504: 'The job did not end within 60 s; it goes on (GET /v1/jobs/:id)',
+    }),
+  },
+};
 
 /**
  * The Open Inference Protocol v2, REST (KServe's `inference_rest.md`; Triton speaks it): health, server and model
@@ -80,7 +127,11 @@ export function oipRoutes(app: FastifyInstance, deps: OipRouteDeps): void {
         const model = tensorModel(registry, request.params as ModelParams);
         return { name: nameOf(model.manifest), ready: status.notReady().length === 0 };
       });
-      scope.post(`${path}/infer`, { schema: { tags: ['oip'], summary: 'OIP: run the model (JSON or the binary tensor data extension); a job like any other' }, onRequest: auth.require('jobs:submit') }, async (request, reply) => {
+      scope.post(`${path}/infer`, {
+        schema: { tags: ['oip'], summary: 'OIP: run the model (JSON or the binary tensor data extension); a job like any other' },
+        config: { openapi: INFER_DOCS },
+        onRequest: auth.require('jobs:submit'),
+      }, async (request, reply) => {
         // The version is drawn here, by the registry's one rule, and the job names it: the job records what served it.
         return infer(request, reply, tensorModel(registry, request.params as ModelParams, true), deps);
       });

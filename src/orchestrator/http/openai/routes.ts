@@ -4,6 +4,7 @@ import { MeshError, VERSION_SEPARATOR } from '../../../protocol/index.js';
 import type { ModelRegistry } from '../../registry/index.js';
 import { grantOf } from '../auth.js';
 import { installOpenAiErrors } from './errors.js';
+import { EDIT_DOCS, GENERATION_DOCS } from './docs.js';
 import { EditFields, GenerationBody, readImagesRequest } from './image-requests.js';
 import { runImages, type EditStart, type OpenAiImagesDeps } from './images.js';
 
@@ -32,6 +33,7 @@ export function openAiRoutes(app: FastifyInstance, deps: OpenAiRouteDeps): void 
 
     scope.post('/images/generations', {
       schema: { tags: ['openai'], summary: 'OpenAI images API: generate n pictures from a prompt (url or b64_json; stream: true with partial_images for previews of the refinement)' },
+      config: { openapi: GENERATION_DOCS },
       onRequest: auth.require('jobs:submit'),
     }, async (request, reply) => runImages(request, reply, readImagesRequest(GenerationBody, request.body ?? {}), null, deps));
 
@@ -40,6 +42,7 @@ export function openAiRoutes(app: FastifyInstance, deps: OpenAiRouteDeps): void 
         tags: ['openai'], consumes: ['multipart/form-data'],
         summary: 'OpenAI images API: edit a picture (multipart: image or image[], optional mask whose transparent pixels are repainted, prompt, n, size, …) by image-to-image',
       },
+      config: { openapi: EDIT_DOCS },
       onRequest: auth.require('jobs:submit'),
     }, async (request, reply) => {
       if (!request.isMultipart()) throw new MeshError('VALIDATION_FAILED', { detail: 'image: an edit is multipart/form-data with the picture as a file part' });
