@@ -246,6 +246,48 @@ describe('replicas across hosts (real agent processes)', () => {
     expect(mesh.agents.get(draining)!.output()).toContain('draining: finishing the work in flight, taking no more');
   });
 
+  it('`models load` without --host makes a model resident on its minReplicas hosts and prints each one\'s memory; --replicas is capped by maxReplicas', { timeout: 120_000 }, async () => {
+    const mesh = await Mesh.start({ models: { gen: { minReplicas: 2 }, mlp: { maxReplicas: 1 } }, autoscaler: { intervalMs: 200 } });
+    await Promise.all(['m1', 'm2'].map((host) => mesh.join(host, { classes: ['image', 'tensor'], budgetMB: 1000 })));
+    const env = { GPUMESH_URL: mesh.url, GPUMESH_GRANT: mesh.admin };
+    // Asked at once, while the autoscaler's floor may still be loading: the answer waits until both hold it.
+    const loaded = await gpumeshRun(['models', 'load', 'gen'], env);
+    expect(loaded.code, loaded.output).toBe(0);
+    const lines = loaded.stdout.trim().split('\n');
+    expect(lines).toHaveLength(2);
+    for (const host of ['m1', 'm2']) expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^loaded gen on ${host}: cpu \\d+ → \\d+ MB of 1000 MB$`)));
+    expect((await mesh.replicas('gen')).map((replica) => `${replica.host} ${replica.state} ${replica.held}`).sort()).toEqual(['m1 ready true', 'm2 ready true']);
+    const answer = await mesh.client().request<{ model: string; wanted: number; note: string | null; loaded: { host: string; device: string; before: { usedMB: number }[]; after: { usedMB: number }[] }[] }>('POST', '/v1/models/gen/load', {});
+    expect(answer).toMatchObject({ model: 'gen', wanted: 2, note: null });
+    expect(answer.loaded.map((change) => change.host).sort()).toEqual(['m1', 'm2']);
+    for (const change of answer.loaded) {
+      expect(change.before).toEqual([expect.objectContaining({ id: 'cpu', usedMB: expect.any(Number), budgetMB: 1000 })]);
+      expect(change.after).toEqual([expect.objectContaining({ id: 'cpu', usedMB: expect.any(Number), budgetMB: 1000 })]);
+    }
+
+    // mlp: no floor, at most one replica; two asked → one, and the answer says why.
+    const capped = await gpumeshRun(['models', 'load', 'mlp', '--replicas', '2'], env);
+    expect(capped.code, capped.output).toBe(0);
+    expect(capped.stdout).toMatch(/^loaded mlp on m[12]: cpu \d+ → \d+ MB of 1000 MB\n1 replica \(2 asked; maxReplicas is 1\)\n$/);
+    const both = await gpumeshRun(['models', 'load', 'mlp', '--replicas', '2', '--host', 'm1'], env);
+    expect(both.code).not.toBe(0);
+    expect(both.output).toContain('give --host or --replicas, not both');
+    const help = await gpumeshRun(['models', 'load', '--help'], env);
+    expect(help.stdout).toContain('--replicas <n>');
+    expect(help.stdout).toContain('minReplicas');
+  });
+
+  it('`models load` with minReplicas 3 and two hosts loads both and says 2 of 3, and why', { timeout: 120_000 }, async () => {
+    const mesh = await Mesh.start({ models: { gen: { minReplicas: 3 } }, autoscaler: { intervalMs: 200 } });
+    await Promise.all(['n1', 'n2'].map((host) => mesh.join(host, { budgetMB: 1000 })));
+    const loaded = await gpumeshRun(['models', 'load', 'gen'], { GPUMESH_URL: mesh.url, GPUMESH_GRANT: mesh.admin });
+    expect(loaded.code, loaded.output).toBe(0);
+    const lines = loaded.stdout.trim().split('\n');
+    expect(lines.slice(0, 2).sort()).toEqual([expect.stringMatching(/^loaded gen on n1: cpu \d+ → \d+ MB of 1000 MB$/), expect.stringMatching(/^loaded gen on n2: /)]);
+    expect(lines[2]).toBe('2 of 3 replicas: only 2 hosts can serve it');
+    expect((await mesh.replicas('gen')).filter((replica) => replica.state === 'ready')).toHaveLength(2);
+  });
+
   it('the join line `grant create --agent` prints works as printed; `gpumesh agent drain` on the host drains it', { timeout: 120_000 }, async () => {
     const mesh = await Mesh.start({ autoscaler: { intervalMs: 200 } });
     const minted = await gpumeshRun(['grant', 'create', '--agent', '--host', 'joined', '--classes', 'image'], { GPUMESH_URL: mesh.url, GPUMESH_GRANT: mesh.admin });

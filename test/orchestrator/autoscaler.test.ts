@@ -1,7 +1,9 @@
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { systemClock } from '../../src/protocol/clock.js';
 import type { MeshEvent, OrchestratorMessage } from '../../src/protocol/index.js';
 import { Autoscaler } from '../../src/orchestrator/autoscale/index.js';
+import { loadNote, ReplicaRequests } from '../../src/orchestrator/autoscale/replica-requests.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestrator/config/config.js';
 import { EventBus } from '../../src/orchestrator/events/event-bus.js';
@@ -33,6 +35,8 @@ class Mesh {
   readonly autoscaler: Autoscaler;
   /** Hosts that leave `load` unanswered (the test answers for them). */
   readonly silent = new Set<string>();
+  /** Hosts that answer `load` with `load-refused` (NO_ROOM), as the agent hub reports it. */
+  readonly refusing = new Set<string>();
   /** The classes gen's jobs route to, most preferred first. */
   classes = ['image'];
 
@@ -66,6 +70,10 @@ class Mesh {
       options.cached ?? [], id, this.clock.now(), (message) => {
         sent.push(message);
         if (this.silent.has(id)) return;
+        if (message.type === 'load' && this.refusing.has(id)) {
+          queueMicrotask(() => this.autoscaler.refused(session, 'gen', { code: 'NO_ROOM', message: 'the models there are busy' }));
+          return;
+        }
         if (message.type === 'load') queueMicrotask(() => this.loaded(session));
         if (message.type === 'unload') queueMicrotask(() => {
           session.unloaded(message.model);
@@ -81,6 +89,7 @@ class Mesh {
   loaded(session: HostSession): void {
     session.loaded({ model: 'gen', digest: 'sha256:gen', device: 'cpu', memoryMB: 100, lastUsedAt: this.clock.now() });
     this.hosts.changed();
+    this.events.publishMesh({ type: 'replica:loaded', host: session.id, model: 'gen', device: 'cpu', memoryMB: 100, at: new Date(this.clock.now()).toISOString() });
   }
 
   /** A batch of `jobs` jobs of a model (gen unless said) running on a host. */
@@ -348,5 +357,114 @@ describe('Autoscaler (fake clock)', () => {
     expect(mesh.where()).toEqual([]);
     expect(mesh.of('back', 'unload')).toHaveLength(1);
     expect(back.isResident('gen')).toBe(false);
+  });
+});
+
+describe('loads asked for (gpumesh models load)', () => {
+  /** ReplicaRequests over the fake mesh; real time for its short wait for the next heartbeat (1 ms here). */
+  const requests = () => new ReplicaRequests({ autoscaler: mesh.autoscaler, hosts: mesh.hosts, events: mesh.events, clock: systemClock, heartbeatMs: 1 });
+  const hostsOf = (answer: { loaded: { host: string }[] }) => answer.loaded.map((change) => change.host).sort();
+
+  it('plans max(1, minReplicas) hosts: those holding it first, then the autoscaler\'s order, hosts it passes over for now last', async () => {
+    mesh = new Mesh({ min: 0 });
+    mesh.host('big', { budgetMB: 4000 });
+    mesh.host('small', { budgetMB: 200 });
+    mesh.host('cached', { budgetMB: 4000, cached: ['sha256:gen'] });
+    mesh.host('paused', { budgetMB: 150 });
+    mesh.host('video', { classes: ['video'] });
+    mesh.host('tiny', { budgetMB: 50 });
+    const holder = mesh.host('holder', { budgetMB: 4000, resident: true });
+    mesh.silent.add('paused');
+    // A refusal puts paused in the autoscaler's pause: it would not place a replica there now.
+    mesh.autoscaler.refused(mesh.hosts.get('paused')!, 'gen', { code: 'NO_ROOM', message: 'busy' });
+    await mesh.settle();
+    const plan = mesh.autoscaler.planLoad(mesh.model);
+    expect(plan).toMatchObject({ wanted: 1, asked: 1, max: null });
+    // Not video (another class) nor tiny (a budget too small); cached before small (best fit comes after the cache).
+    expect(plan.hosts.map((host) => host.id)).toEqual(['holder', 'cached', 'small', 'big', 'paused']);
+    expect(plan.hosts[0]).toBe(holder);
+
+    mesh.model.policy.replicas.min = 3;
+    expect(mesh.autoscaler.planLoad(mesh.model).wanted).toBe(3);
+    expect(mesh.autoscaler.planLoad(mesh.model, { replicas: 2 }).wanted).toBe(2);
+    mesh.model.policy.replicas.max = 4;
+    expect(mesh.autoscaler.planLoad(mesh.model, { replicas: 9 })).toMatchObject({ wanted: 4, asked: 9, max: 4 });
+    // A named host: that one alone, whatever the policy.
+    expect(mesh.autoscaler.planLoad(mesh.model, { host: 'big' })).toMatchObject({ wanted: 1, hosts: [mesh.hosts.get('big')] });
+    expect(() => mesh.autoscaler.planLoad(mesh.model, { host: 'tiny' })).toThrow(/tiny that can load gen/);
+  });
+
+  it('leaves out hosts whose breaker blocks the model; none left is NOT_FOUND', async () => {
+    mesh = new Mesh({});
+    mesh.host('a');
+    for (let i = 0; i < 3; i++) mesh.breakers.failure('a', 'gen', 'ENGINE_CRASHED');
+    expect(() => mesh.autoscaler.planLoad(mesh.model)).toThrow(expect.objectContaining({ code: 'NOT_FOUND' }));
+  });
+
+  it('minReplicas 2 on two hosts: resident on both, each with its memory before and after; a held replica stays held', async () => {
+    mesh = new Mesh({ min: 2 });
+    mesh.host('a');
+    mesh.host('b');
+    mesh.silent.add('a');
+    mesh.silent.add('b');
+    await mesh.settle();
+    // The autoscaler's floor is on its way (held) but not answered: the asked load waits for it.
+    expect(mesh.where()).toEqual(['a', 'b']);
+    mesh.silent.clear();
+    const answer = await requests().load(mesh.model);
+    expect(answer).toMatchObject({ model: 'gen', wanted: 2, note: null });
+    expect(hostsOf(answer)).toEqual(['a', 'b']);
+    for (const change of answer.loaded) expect(change).toMatchObject({ change: 'loaded', device: 'cpu', memoryMB: 100, before: [expect.objectContaining({ id: 'cpu' })], after: [expect.objectContaining({ id: 'cpu' })] });
+    // The asked load keeps the floor's hold: a load without it would let the agent's idle unload take the replica.
+    expect(mesh.of('a', 'load').map((message) => message.hold)).toEqual([true, true]);
+    expect(mesh.of('b', 'load').map((message) => message.hold)).toEqual([true, true]);
+  });
+
+  it('minReplicas 3 with two hosts: loads both and says 2 of 3, and why', async () => {
+    mesh = new Mesh({ min: 3 });
+    mesh.host('a');
+    mesh.host('b');
+    const answer = await requests().load(mesh.model);
+    expect(hostsOf(answer)).toEqual(['a', 'b']);
+    expect(answer).toMatchObject({ wanted: 3, note: '2 of 3 replicas: only 2 hosts can serve it' });
+  });
+
+  it('a host that refuses is replaced by the next in line; refusals everywhere keep the NO_ROOM error', async () => {
+    mesh = new Mesh({});
+    mesh.host('small', { budgetMB: 150 });
+    mesh.host('mid', { budgetMB: 400 });
+    mesh.host('big', { budgetMB: 4000 });
+    mesh.refusing.add('small');
+    const answer = await requests().load(mesh.model, { replicas: 2 });
+    expect(hostsOf(answer)).toEqual(['big', 'mid']);
+    expect(answer.note).toBeNull();
+    expect(mesh.of('small', 'load')).toHaveLength(1);
+
+    mesh.refusing.add('mid');
+    mesh.refusing.add('big');
+    for (const host of mesh.hosts) host.unloaded('gen');
+    await expect(requests().load(mesh.model, { host: 'mid' })).rejects.toMatchObject({ code: 'NO_ROOM', message: expect.stringContaining('mid refused: NO_ROOM: the models there are busy') });
+    mesh.refusing.delete('big');
+    const partial = await requests().load(mesh.model, { replicas: 3 });
+    expect(hostsOf(partial)).toEqual(['big']);
+    expect(partial.note).toMatch(/^1 of 3 replicas: (small|mid) refused: NO_ROOM: the models there are busy; (small|mid) refused: NO_ROOM/);
+  });
+
+  it('the count asked is capped by maxReplicas, and the answer says so', async () => {
+    mesh = new Mesh({ max: 2 });
+    for (const id of ['a', 'b', 'c']) mesh.host(id);
+    const answer = await requests().load(mesh.model, { replicas: 3 });
+    expect(answer.loaded).toHaveLength(2);
+    expect(answer.note).toBe('2 replicas (3 asked; maxReplicas is 2)');
+  });
+
+  it('notes: how many of how many, and every reason', () => {
+    const plan = { wanted: 3, asked: 3, max: null, hosts: ['a', 'b'] };
+    expect(loadNote(plan, 2, [], [])).toBe('2 of 3 replicas: only 2 hosts can serve it');
+    expect(loadNote({ ...plan, hosts: ['a'] }, 1, [], [])).toBe('1 of 3 replicas: only 1 host can serve it');
+    expect(loadNote(plan, 1, ['b refused: NO_ROOM: full'], [])).toBe('1 of 3 replicas: only 2 hosts can serve it; b refused: NO_ROOM: full');
+    expect(loadNote({ ...plan, hosts: ['a', 'b', 'c'] }, 2, [], ['c'])).toBe('2 of 3 replicas: c did not answer in time (still loading: see gpumesh status)');
+    expect(loadNote({ ...plan, asked: 5, max: 3, hosts: ['a', 'b', 'c'] }, 3, [], [])).toBe('3 replicas (5 asked; maxReplicas is 3)');
+    expect(loadNote(plan, 3, [], [])).toBeNull();
   });
 });

@@ -10,6 +10,7 @@ import { withClientOptions } from './shared.js';
 type Listed = ModelManifest & { policy: { batching: { maxBatchSize: number } } };
 interface Family { name: string; route: string; versions: Listed[] }
 interface ReplicaChange { host: string; model: string; device: string | null; before: Device[]; after: Device[] }
+interface LoadAnswer { model: string; wanted: number; loaded: ReplicaChange[]; note: string | null }
 
 /** A load or unload answers once the agent did it: the orchestrator waits up to 10 minutes, and so does the CLI. */
 const MODEL_CHANGE_WITHIN_MS = 10 * 60_000 + 30_000;
@@ -165,11 +166,15 @@ export function modelsCommand(): Command {
     });
 
   withClientOptions(models.command('load <model>'))
-    .description('Make a model resident on a host now (default: the host the mesh would choose); prints its device\'s memory before and after')
-    .option('--host <id>', 'the host')
-    .action(async (model: string, options: ClientOptions & { host?: string }) => {
-      const change = await clientFrom(options).request<ReplicaChange>('POST', `/v1/models/${encodeURIComponent(model)}/load`, options.host ? { host: options.host } : {}, { answerWithinMs: MODEL_CHANGE_WITHIN_MS });
-      process.stdout.write(`loaded ${change.model} on ${change.host}: ${memoryLine(change)}\n`);
+    .description('Make a model resident now: on as many hosts as its minReplicas (at least one; hosts that hold it count, then those the mesh would choose), or --replicas, or --host; prints each host\'s device memory before and after, and how many of how many when fewer hosts can take it')
+    .option('--host <id>', 'this host only')
+    .option('--replicas <n>', 'on this many hosts (default: max(1, minReplicas); capped by the model\'s maxReplicas)', parseInteger('--replicas'))
+    .action(async (model: string, options: ClientOptions & { host?: string; replicas?: number }) => {
+      if (options.host !== undefined && options.replicas !== undefined) throw new CliError('give --host or --replicas, not both');
+      const body = options.host !== undefined ? { host: options.host } : options.replicas !== undefined ? { replicas: options.replicas } : {};
+      const answer = await clientFrom(options).request<LoadAnswer>('POST', `/v1/models/${encodeURIComponent(model)}/load`, body, { answerWithinMs: MODEL_CHANGE_WITHIN_MS });
+      for (const change of answer.loaded) process.stdout.write(`loaded ${change.model} on ${change.host}: ${memoryLine(change)}\n`);
+      if (answer.note) process.stdout.write(`${answer.note}\n`);
     });
 
   withClientOptions(models.command('unload <model>'))

@@ -6,6 +6,7 @@ import type { EventBus } from '../events/event-bus.js';
 import { PerTurn } from '../events/per-turn.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostRegistry, HostSession, Router } from '../routing/index.js';
+import { placementOrder } from './placement.js';
 
 export interface AutoscalerDeps {
   clock: Clock;
@@ -30,6 +31,18 @@ export interface AutoscalerDeps {
   log: Logger;
   /** How often every model is looked at, besides the looks that changes trigger. */
   intervalMs: number;
+}
+
+/** Where a load someone asked for goes (`Autoscaler.planLoad`). */
+export interface LoadPlan {
+  /** How many hosts should hold the model once the load is done: max(1, minReplicas), or the count asked, capped by maxReplicas. */
+  wanted: number;
+  /** The count asked for (the default, max(1, minReplicas), when none was). */
+  asked: number;
+  /** The model's maxReplicas (null: no limit), which capped `asked` to `wanted` if it is lower. */
+  max: number | null;
+  /** Every host that could take it, in the order to ask them: the first `wanted` at once, the next one for each that refuses. */
+  hosts: HostSession[];
 }
 
 export type ReplicaState = 'loading' | 'ready' | 'unloading' | 'draining';
@@ -293,25 +306,47 @@ export class Autoscaler {
   }
 
   /**
-   * Load `model` on a host now (someone asked: `gpumesh models load`): the named one, else the host the autoscaler would
-   * choose for a replica. An ordinary replica, not held: the residency rules (idle unload, eviction) stay as they are.
-   * Returns the host asked; NOT_FOUND naming why when none may take it.
+   * Where a load someone asked for (`gpumesh models load`) goes. A named host: that one, if it could hold the model at
+   * all (one of its classes, its engine, a budget it fits, not draining). Otherwise the hosts that can serve the model
+   * (a router candidate with a budget it fits, not draining, no breaker blocking it there), in the order to ask them:
+   * those already holding a replica first — they count —, then those the autoscaler would place a replica on next, in
+   * its order; a host it passes over for now (a refusal's pause, a load that would evict a model with work) is still
+   * asked, since someone asked, but last. `wanted`: max(1, minReplicas), or the count asked, capped by maxReplicas.
+   * NOT_FOUND naming why when no host may take it.
    */
-  loadNow(model: RegisteredModel, hostId?: string): HostSession {
+  planLoad(model: RegisteredModel, ask: { host?: string; replicas?: number } = {}): LoadPlan {
     const name = model.manifest.name;
-    const now = this.#deps.clock.now();
     const classes = this.#deps.classesOf(model);
-    const candidates = this.#deps.router.candidates(model, classes).filter((host) => !host.draining && host.largestBudgetMB >= model.manifest.memoryMB);
-    const host = hostId === undefined
-      ? candidates.sort((a, b) => Number(b.isResident(name)) - Number(a.isResident(name)) || a.jobsInFlight - b.jobsInFlight || a.id.localeCompare(b.id))[0]
-      : candidates.find((candidate) => candidate.id === hostId);
-    if (!host) {
-      throw new MeshError('NOT_FOUND', { what: hostId === undefined ? `A connected host that can load ${name}` : `A connected host ${hostId} that can load ${name} (one of its classes, its engine, a budget it fits, not draining)` });
+    const fits = this.#deps.router.candidates(model, classes).filter((host) => !host.draining && host.largestBudgetMB >= model.manifest.memoryMB);
+    if (ask.host !== undefined) {
+      const host = fits.find((candidate) => candidate.id === ask.host);
+      if (!host) throw new MeshError('NOT_FOUND', { what: `A connected host ${ask.host} that can load ${name} (one of its classes, its engine, a budget it fits, not draining)` });
+      return { wanted: 1, asked: 1, max: model.policy.replicas.max, hosts: [host] };
     }
-    host.replicaChanges.set(name, { change: 'load', at: now });
-    host.send({ type: 'load', model: model.manifest, hold: false });
-    this.#deps.log.info({ model: name, host: host.id }, 'loading a replica (asked for)');
-    return host;
+    const now = this.#deps.clock.now();
+    const refusals = this.#models.get(name)?.refusals;
+    const rank = (host: HostSession): number => host.hasReplica(name) ? 0
+      : (refusals?.get(host)?.until ?? 0) > now || this.#deps.displacesWork?.(host, model) ? 2 : 1;
+    const order = placementOrder(model, classes);
+    const hosts = fits.filter((host) => !this.#deps.blocked?.(host.id, name)).sort((a, b) => rank(a) - rank(b) || order(a, b));
+    if (hosts.length === 0) throw new MeshError('NOT_FOUND', { what: `A connected host that can load ${name}` });
+    const policy = model.policy.replicas;
+    const asked = ask.replicas ?? Math.max(1, policy.min);
+    return { wanted: Math.min(asked, policy.max ?? Infinity), asked, max: policy.max, hosts };
+  }
+
+  /**
+   * Send the load someone asked for to one host of a `planLoad`. A replica the autoscaler holds stays held (a load
+   * without `hold` would let the agent's idle unload take one of the model's minReplicas); any other is an ordinary
+   * replica: the residency rules (idle unload, eviction) stay as they are, and the autoscaler holds it if the floor
+   * needs it.
+   */
+  loadOn(model: RegisteredModel, host: HostSession): void {
+    const name = model.manifest.name;
+    const hold = host.held.has(name);
+    host.replicaChanges.set(name, { change: 'load', at: this.#deps.clock.now() });
+    host.send({ type: 'load', model: model.manifest, hold });
+    this.#deps.log.info({ model: name, host: host.id, hold }, 'loading a replica (asked for)');
   }
 
   /** Unload `model` from the named host, or from every host that holds it (asked for); returns the hosts asked. */
@@ -334,19 +369,12 @@ export class Autoscaler {
 
   #scaleOut(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
-    const { digest, memoryMB } = model.manifest;
     const classes = this.#deps.classesOf(model);
-    const classRank = (host: HostSession): number => classes.findIndex((klass) => host.info.classes.includes(klass));
     const candidates = this.#deps.router.candidates(model, classes)
-      .filter((host) => !host.draining && host.largestBudgetMB >= memoryMB && !host.hasReplica(name)
+      .filter((host) => !host.draining && host.largestBudgetMB >= model.manifest.memoryMB && !host.hasReplica(name)
         && !this.#deps.blocked?.(host.id, name) && (state.refusals.get(host)?.until ?? 0) <= now
         && !this.#deps.displacesWork?.(host, model))
-      .sort((a, b) => classRank(a) - classRank(b)
-        || Number(b.isResident(name)) - Number(a.isResident(name))
-        || Number(b.cached.has(digest)) - Number(a.cached.has(digest))
-        || a.jobsInFlight - b.jobsInFlight
-        || a.largestBudgetMB - b.largestBudgetMB
-        || a.id.localeCompare(b.id));
+      .sort(placementOrder(model, classes));
     const chosen = candidates.slice(0, count);
     if (chosen.length < count) this.#deps.log.debug({ model: name, wanted: count, eligible: chosen.length }, 'not enough eligible hosts for more replicas');
     let held = serving.filter((host) => host.held.has(name)).length;

@@ -3,10 +3,10 @@ import type { Clock } from '../../protocol/clock.js';
 import type { EventBus } from '../events/event-bus.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostRegistry, HostSession } from '../routing/index.js';
-import type { Autoscaler } from './autoscaler.js';
+import type { Autoscaler, LoadPlan } from './autoscaler.js';
 
 export interface ReplicaRequestsDeps {
-  autoscaler: Pick<Autoscaler, 'loadNow' | 'unloadNow'>;
+  autoscaler: Pick<Autoscaler, 'planLoad' | 'loadOn' | 'unloadNow'>;
   hosts: HostRegistry;
   events: EventBus;
   clock: Clock;
@@ -27,8 +27,19 @@ export interface ReplicaChange {
   after: Device[];
 }
 
+/** What a load asked for did: each host's change, and how far it fell short of what was wanted. */
+export interface LoadAnswer {
+  model: string;
+  /** How many hosts should hold the model: max(1, minReplicas), or the count asked, capped by maxReplicas. */
+  wanted: number;
+  /** The hosts that hold it now, each with its devices' memory before and after (one that held it already included). */
+  loaded: ReplicaChange[];
+  /** `2 of 3 replicas: only 2 hosts can serve it`, or why the count asked was cut; null when it went as asked. */
+  note: string | null;
+}
+
 /**
- * Make a model resident on a host, or let it go, because someone asked (`gpumesh models load|unload`,
+ * Make a model resident on its hosts, or let it go, because someone asked (`gpumesh models load|unload`,
  * `POST /v1/models/:name/load|unload`), and answer once it happened, with the devices' memory before and after: the
  * agent's `loaded` (or `load-refused`, the refusal's words) or `unloaded`, then its next heartbeat, which carries the
  * memory it now uses.
@@ -40,21 +51,58 @@ export class ReplicaRequests {
     this.#deps = deps;
   }
 
-  async load(model: RegisteredModel, hostId?: string): Promise<ReplicaChange> {
+  /**
+   * Load the model where `ask` says (see `Autoscaler.planLoad`): on the named host, else on as many hosts as its
+   * minReplicas (at least one) or the count asked. Every host is asked at once; one that refuses is replaced by the next
+   * in the plan's order, if there is one. Answers once each has answered, with what was loaded and, when that is fewer
+   * than wanted (or maxReplicas cut the count asked), a note saying how many of how many and why. Fails only when
+   * nothing was loaded: NO_ROOM with the refusals, or NOT_READY when no host answered in time.
+   */
+  async load(model: RegisteredModel, ask: { host?: string; replicas?: number } = {}): Promise<LoadAnswer> {
     const name = model.manifest.name;
     const waiting = this.#await((event) => (event.type === 'replica:loaded' || event.type === 'replica:refused') && event.model === name, name);
-    let host: HostSession;
+    let plan: LoadPlan;
     try {
-      host = this.#deps.autoscaler.loadNow(model, hostId);
+      plan = this.#deps.autoscaler.planLoad(model, ask);
     } catch (error) {
       waiting.cancel();
       throw error;
     }
-    const before = [...host.devices];
-    const event = await waiting.until((candidate) => 'host' in candidate && candidate.host === host.id);
-    if (event.type === 'replica:refused') throw new MeshError('NO_ROOM', { model: name, detail: `${host.id} refused: ${event.code}: ${event.message}` });
-    const loaded = event as Extract<MeshEvent, { type: 'replica:loaded' }>;
-    return { host: host.id, model: name, change: 'loaded', device: loaded.device, memoryMB: loaded.memoryMB, before, after: await this.#nextReport(host) };
+    const standby = plan.hosts.slice(plan.wanted);
+    const asked = new Map<string, { host: HostSession; before: Device[] }>();
+    const askHost = (host: HostSession): void => {
+      asked.set(host.id, { host, before: [...host.devices] });
+      this.#deps.autoscaler.loadOn(model, host);
+    };
+    for (const host of plan.hosts.slice(0, plan.wanted)) askHost(host);
+    const loaded: { host: HostSession; before: Device[]; event: Extract<MeshEvent, { type: 'replica:loaded' }> }[] = [];
+    const refusals: string[] = [];
+    let unanswered: string[] = [];
+    try {
+      while (asked.size > 0) {
+        const event = await waiting.until((candidate) => 'host' in candidate && asked.has(candidate.host)) as Extract<MeshEvent, { type: 'replica:loaded' | 'replica:refused' }>;
+        const { host, before } = asked.get(event.host)!;
+        asked.delete(event.host);
+        if (event.type === 'replica:loaded') {
+          loaded.push({ host, before, event });
+          continue;
+        }
+        refusals.push(`${host.id} refused: ${event.code}: ${event.message}`);
+        const next = standby.shift();
+        if (next) askHost(next);
+      }
+    } catch (error) {
+      // Out of time: what was loaded is the answer, the hosts still loading are named (the loads go on).
+      if (loaded.length === 0) throw error;
+      unanswered = [...asked.keys()];
+    } finally {
+      waiting.cancel();
+    }
+    if (loaded.length === 0) throw new MeshError('NO_ROOM', { model: name, detail: refusals.join('; ') });
+    const changes = await Promise.all(loaded.map(async ({ host, before, event }): Promise<ReplicaChange> => ({
+      host: host.id, model: name, change: 'loaded', device: event.device, memoryMB: event.memoryMB, before, after: await this.#nextReport(host),
+    })));
+    return { model: name, wanted: plan.wanted, loaded: changes, note: loadNote(plan, changes.length, refusals, unanswered) };
   }
 
   async unload(name: string, hostId?: string): Promise<ReplicaChange[]> {
@@ -121,4 +169,18 @@ export class ReplicaRequests {
     }
     return [...host.devices];
   }
+}
+
+/**
+ * How far a load fell short of what was wanted, and why: `2 of 3 replicas: only 2 hosts can serve it`, refusals and
+ * hosts that did not answer in time; or that maxReplicas cut the count asked. Null when it went as asked.
+ */
+export function loadNote(plan: Pick<LoadPlan, 'wanted' | 'asked' | 'max'> & { hosts: readonly unknown[] }, loaded: number, refusals: string[], unanswered: string[]): string | null {
+  const capped = plan.asked > plan.wanted ? ` (${plan.asked} asked; maxReplicas is ${plan.max})` : '';
+  if (loaded >= plan.wanted) return capped ? `${loaded} ${loaded === 1 ? 'replica' : 'replicas'}${capped}` : null;
+  const why: string[] = [];
+  if (plan.hosts.length < plan.wanted) why.push(`only ${plan.hosts.length} ${plan.hosts.length === 1 ? 'host' : 'hosts'} can serve it`);
+  why.push(...refusals);
+  if (unanswered.length > 0) why.push(`${unanswered.join(', ')} did not answer in time (still loading: see gpumesh status)`);
+  return `${loaded} of ${plan.wanted} replicas${capped}: ${why.join('; ')}`;
 }

@@ -16,6 +16,10 @@ export interface ModelRouteDeps {
 
 const ModelParams = z.object({ name: z.string().min(1).max(150) });
 const HostBody = z.strictObject({ host: z.string().min(1).max(100).optional() }).optional();
+const LoadBody = z.strictObject({
+  host: z.string().min(1).max(100).optional(),
+  replicas: z.number().int().min(1).max(1000).optional(),
+}).optional();
 
 /**
  * The model registry over HTTP (`gpumesh models …`): add a version of a model from a file stored by digest, show a
@@ -72,9 +76,16 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
   }, async (request) => catalog.route(request.params.name, request.body));
 
   routes.post('/v1/models/:name/load', {
-    schema: { params: ModelParams, body: HostBody, tags: ['models'], summary: 'Make a model resident on a host (the named one, else the one the autoscaler would choose); answers once it is, with the devices\' memory before and after' },
+    schema: {
+      params: ModelParams, body: LoadBody, tags: ['models'],
+      summary: 'Make a model resident: on the named host, else on max(1, minReplicas) hosts or `replicas` (capped by maxReplicas), those holding it first, then where the autoscaler would place replicas; answers once each is, with every host\'s devices\' memory before and after, and a note when fewer could be loaded',
+    },
     onRequest: auth.require('models:write'),
-  }, async (request) => replicas.load(resolve(registry, request.params.name), request.body?.host));
+  }, async (request) => {
+    const { host, replicas: count } = request.body ?? {};
+    if (host !== undefined && count !== undefined) throw new MeshError('VALIDATION_FAILED', { detail: 'give host (one host) or replicas (how many hosts), not both' });
+    return replicas.load(resolve(registry, request.params.name), { host, replicas: count });
+  });
 
   routes.post('/v1/models/:name/unload', {
     schema: { params: ModelParams, body: HostBody, tags: ['models'], summary: 'Let a model go on a host (the named one, else every host that holds it); answers once it has, with the devices\' memory before and after' },
