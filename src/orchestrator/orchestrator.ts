@@ -43,8 +43,10 @@ import { ModelCatalog } from './registry/catalog.js';
 import { ReplicaRequests } from './autoscale/replica-requests.js';
 import { SelfPackage } from './install/self-package.js';
 
-/** A resumable upload not completed within this long is deleted at the next start. */
+/** A resumable upload not completed within this long is deleted (at the start, and by the hourly sweep). */
 const UPLOAD_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+/** How often a running orchestrator looks for abandoned uploads. */
+const UPLOAD_SWEEP_EVERY_MS = 3600 * 1000;
 
 export interface OrchestratorOptions {
   config: MeshConfig;
@@ -231,11 +233,17 @@ export class Orchestrator {
     });
 
     const pictures = new InputImages({ store, commits, clock, blobs: blobStore });
-    const clientBlobs = new ClientBlobs({ store, commits, clock, blobs: blobStore, limitBytes: config.server.uploadLimitBytes, pictures });
+    const clientBlobs = new ClientBlobs({
+      store, commits, clock, blobs: blobStore, limitBytes: config.server.uploadLimitBytes, pictures, incomingDir: join(config.data, 'blobs', 'incoming'),
+    });
     const uploads = new StagedUploads({ store, commits, clock, blobs: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
-    // Uploads abandoned for a week are not coming back: their bytes go.
+    // Uploads abandoned for a week are not coming back: their bytes go, at the start and every hour after.
     const sweptUploads = await uploads.sweep(UPLOAD_MAX_AGE_MS);
     if (sweptUploads > 0) log.info({ uploads: sweptUploads }, 'deleted uploads abandoned for a week');
+    uploads.sweepEvery(UPLOAD_SWEEP_EVERY_MS, UPLOAD_MAX_AGE_MS, (count, error) => {
+      if (error) log.warn({ err: error }, 'could not delete abandoned uploads; trying again in an hour');
+      else if (count > 0) log.info({ uploads: count }, 'deleted uploads abandoned for a week');
+    });
     const jobs = new JobService({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
       classes: new ClassAvailability(hosts) });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
@@ -267,7 +275,7 @@ export class Orchestrator {
     const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series, uploads], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

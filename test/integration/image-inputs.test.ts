@@ -6,6 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { removeDir, startMesh, tempDir, type RunningMesh } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
+import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
 
 /**
  * Pictures as job inputs, through a real `gpumesh up` and its agent: a client stores a picture by digest, an image
@@ -139,6 +140,7 @@ describe('pictures gpumesh will not decode', () => {
       ['a PNG named .jpg', good, { 'content-disposition': 'attachment; filename="holiday.jpg"' }, /name ends in \.jpg but its bytes are image\/png/],
       ['text sent as a PNG', Buffer.from('just words, not a picture'), { 'content-type': 'image/png' }, /pictures must be PNG, JPEG or WebP/],
     ];
+    const before = blobDirEntries(mesh.data);
     for (const [what, bytes, headers, message] of cases) {
       const answer = await put(Uint8Array.from(bytes), { 'content-type': 'application/octet-stream', ...headers });
       expect(answer.status, what).toBe(400);
@@ -147,11 +149,15 @@ describe('pictures gpumesh will not decode', () => {
       // Nothing was kept: the digest is not a blob anyone may read or name.
       expect((await call('GET', `/v1/blobs/${digestOf(bytes)}`)).status, what).toBe(404);
     }
+    // Judged before it is stored: not a byte of any of them reached the blob folder, not even for a moment's spool.
+    expect(blobDirEntries(mesh.data)).toEqual(before);
     // The mesh still answers, and a good picture is still taken.
     expect((await put(good, { 'content-type': 'image/png' })).status).toBe(201);
+    expect(blobDirEntries(mesh.data)).toContain(blobEntry(digestOf(good), good.length));
   });
 
   it('a job naming no stored picture, or one its grant may not read, is a 400 naming the field', async () => {
+    const before = blobDirEntries(mesh.data);
     const missing = await submitAndWait({ prompt: 'x', image: `sha256:${'0'.repeat(64)}` });
     expect(missing.status).toBe(400);
     expect(missing.json.error).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining('image: no blob') });
@@ -169,6 +175,8 @@ describe('pictures gpumesh will not decode', () => {
     const theirs = await submitAndWait({ prompt: 'x', image: mine.digest }, stranger);
     expect(theirs.status).toBe(400);
     expect(theirs.json.error.message).toContain('that this grant may read');
+    // The refused jobs wrote nothing to the blob folder: it holds what it did, and the picture stored on purpose.
+    expect(blobDirEntries(mesh.data)).toEqual([...new Set([...before, blobEntry(mine.digest, mine.bytes)])].sort());
   });
 });
 
@@ -190,6 +198,31 @@ describe('gpumesh submit --input image=./photo.png', () => {
       const wrong = await gpumeshRun(['submit', '--prompt', 'x', '--input', 'image=' + join(dir, 'photo.jpg')], env);
       expect(wrong.code).toBe(1);
       expect(wrong.output).toContain('name ends in .jpg but its bytes are image/png');
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  it('a command refused on the spot — a bad --input, --size, or a file it cannot read — uploads none of its pictures', async () => {
+    const dir = tempDir();
+    const env = { GPUMESH_HOME: mesh.data, GPUMESH_URL: mesh.url };
+    try {
+      // A picture the mesh has never seen: uploading it would add a blob.
+      const fresh = await sharp({ create: { width: 40, height: 24, channels: 3, background: '#2a7f5c' } }).png().toBuffer();
+      writeFileSync(join(dir, 'fresh.png'), fresh);
+      const image = 'image=' + join(dir, 'fresh.png');
+      const before = blobDirEntries(mesh.data);
+      const refusals: [string[], string][] = [
+        [['--input', image, '--input', '{"strength": 0.4'], '--input must be a JSON object'],
+        [['--input', image, '--size', 'big'], '--size must look like 256x256, not "big"'],
+        [['--input', image, '--input', 'mask=' + join(dir, 'missing.png')], `--input mask=${join(dir, 'missing.png')}: cannot read the file`],
+      ];
+      for (const [args, message] of refusals) {
+        const refused = await gpumeshRun(['submit', '--prompt', 'x', ...args], env);
+        expect(refused.code, refused.output).toBe(1);
+        expect(refused.output).toContain(message);
+        expect(blobDirEntries(mesh.data), message).toEqual(before);
+      }
     } finally {
       removeDir(dir);
     }

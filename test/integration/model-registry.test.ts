@@ -5,6 +5,7 @@ import { GraphBuilder } from '../../src/builtin-models/index.js';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
+import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
 
 /**
  * People's own models while the mesh runs, against a real `gpumesh up` (its agent and ONNX worker): an ONNX file
@@ -151,6 +152,54 @@ describe('the model registry', () => {
     await call('POST', '/v1/models/sized@1/load', {});
     expect((await versions())['1']).toEqual([Math.ceil(measured), 'measured']);
     await call('POST', '/v1/models/sized@1/unload', {});
+  });
+
+  it('a refused add of a model of several files stores nothing (its index is stored only with the version), and a stored index outlives a request that sends its bytes as a picture', async () => {
+    const members = {
+      detector: (await call('PUT', '/v1/blobs', scaler(29))).json.digest as string,
+      recognizer: (await call('PUT', '/v1/blobs', scaler(31))).json.digest as string,
+      dictionary: (await call('PUT', '/v1/blobs', new TextEncoder().encode('a\nb\nc\n'))).json.digest as string,
+    };
+    const client = (await call('POST', '/v1/grants', { kind: 'client' })).json.token;
+    const before = blobDirEntries(mesh.data);
+    const refusals: [string, unknown, string | undefined, number, Record<string, unknown>][] = [
+      ['a member lacking', { name: 'reader', types: ['ocr'], files: { detector: members.detector, dictionary: members.dictionary } }, undefined,
+        400, { code: 'VALIDATION_FAILED', message: expect.stringContaining('files: a ocr model holds files named detector, recognizer, dictionary; it lacks recognizer') }],
+      ['settings the engine refuses', { name: 'reader', types: ['ocr'], files: members, settings: { pipeline: 'no-such-pipeline' } }, undefined,
+        400, { code: 'VALIDATION_FAILED', message: expect.stringContaining('settings.pipeline') }],
+      ['a job type the mesh does not route', { name: 'reader', types: ['no-such-type'], files: members }, undefined,
+        400, { code: 'VALIDATION_FAILED', message: expect.stringContaining('this mesh routes no job type "no-such-type"') }],
+      ['a member not stored', { name: 'reader', types: ['ocr'], files: { ...members, recognizer: `sha256:${'0'.repeat(64)}` } }, undefined,
+        404, { code: 'NOT_FOUND', message: expect.stringContaining(`Blob sha256:${'0'.repeat(64)}`) }],
+      ['a built-in model\'s name', { name: 'gen', types: ['ocr'], files: members }, undefined,
+        409, { code: 'MODEL_EXISTS' }],
+      ['a grant without models:write', { name: 'reader', types: ['ocr'], files: members }, client,
+        403, { code: expect.stringMatching(/^GRANT_/) }],
+    ];
+    for (const [what, body, grant, status, error] of refusals) {
+      const refused = await call('POST', '/v1/models', body, grant);
+      expect(refused.status, what).toBe(status);
+      expect(refused.json.error, what).toMatchObject(error);
+      expect(blobDirEntries(mesh.data), what).toEqual(before);
+    }
+    // A tensor job or an OIP infer with a wrong tensor is refused at admission, writing nothing either.
+    expect((await call('POST', '/v2/models/scaler/infer', { inputs: [{ name: 'x', shape: [1, 5], datatype: 'FP32', data: [1, 2, 3, 4, 5] }] })).status).toBe(400);
+    expect((await call('POST', '/v1/jobs', { type: 'tensor', model: 'scaler', input: { inputs: { x: { shape: [1, 5], data: [1, 2, 3, 4, 5] } } } })).status).toBe(400);
+    expect(blobDirEntries(mesh.data)).toEqual(before);
+
+    // Taken: now, and only now, the index is stored.
+    const added = await call('POST', '/v1/models', { name: 'reader', types: ['ocr'], files: members });
+    expect(added.status, JSON.stringify(added.json)).toBe(201);
+    const index = new Uint8Array(await (await fetch(`${mesh.url}/v1/blobs/${String(added.json.digest)}`, { headers: { authorization: `Bearer ${mesh.admin}` } })).arrayBuffer());
+    expect(JSON.parse(new TextDecoder().decode(index))).toEqual({ files: added.json.files });
+    const withIndex = blobDirEntries(mesh.data);
+    expect(withIndex.filter((entry) => !before.includes(entry) && !entry.endsWith('/'))).toEqual([blobEntry(added.json.digest, index.length)]);
+    // The index's bytes sent as a picture are refused before they are stored; the index the version needs stays.
+    const refused = await fetch(`${mesh.url}/v1/blobs`, { method: 'PUT', headers: { authorization: `Bearer ${client}`, 'content-type': 'image/png' }, body: index as Uint8Array<ArrayBuffer> });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('IMAGE_REFUSED');
+    expect(blobDirEntries(mesh.data)).toEqual(withIndex);
+    expect((await call('DELETE', '/v1/models/reader@1')).status).toBe(204);
   });
 
   it('adds of one model at once: the next versions each, or one 201 and 409s for one version; what jobs run is what the API answered and what comes back after a restart', async () => {

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import OpenAI, { PermissionDeniedError, BadRequestError, toFile } from 'openai';
+import { createHash } from 'node:crypto';
+import OpenAI, { PermissionDeniedError, BadRequestError, RateLimitError, toFile } from 'openai';
 import sharp from 'sharp';
 import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
 
 /**
  * OpenAI's images API on the mesh, driven by the official `openai` npm client as a user's script would drive it
@@ -145,5 +147,60 @@ describe('images.edit with the openai client', () => {
     expect(two).toBeInstanceOf(BadRequestError);
     expect((two as BadRequestError).param).toBe('image');
     expect((two as BadRequestError).message).toContain('2 pictures');
+  });
+});
+
+describe('a refused request leaves nothing behind', () => {
+  /** A small PNG of one colour, one the mesh has not seen: storing it would add a blob. */
+  const png = (colour: string) => sharp({ create: { width: 32, height: 32, channels: 3, background: colour } }).png().toBuffer();
+  const file = async (bytes: Buffer, name = 'photo.png') => toFile(bytes, name, { type: 'image/png' });
+  const digestOf = (bytes: Buffer): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+
+  it('an edit refused for any reason — two pictures, a bad mask, a bad size, an unknown model, a grant that may not, a rate — stores none of its pictures', async () => {
+    const videoOnly = new OpenAI({ apiKey: await mint({ kind: 'client', types: ['video'] }), baseURL: `${mesh.url}/openai/v1`, maxRetries: 0 });
+    const twoPerMinute = new OpenAI({ apiKey: await mint({ kind: 'client', types: ['image'], rate: '2/m' }), baseURL: `${mesh.url}/openai/v1`, maxRetries: 0 });
+    const before = blobDirEntries(mesh.data);
+    const cases: [string, () => Promise<unknown>, new (...args: never[]) => Error, Record<string, unknown>][] = [
+      ['two pictures', async () => client.images.edit({ image: [await file(await png('#101010')), await file(await png('#202020'))], prompt: 'x' }),
+        BadRequestError, { param: 'image', message: expect.stringContaining('2 pictures; gpumesh\'s image-to-image starts from one') }],
+      ['a mask that is no picture', async () => client.images.edit({ image: await file(await png('#303030')), mask: await file(Buffer.from('%PDF-1.4 not a mask'), 'mask.png'), prompt: 'x' }),
+        BadRequestError, { param: 'mask', code: 'IMAGE_REFUSED', message: expect.stringContaining('mask: its bytes are application/pdf') }],
+      ['a size beyond the limits', async () => client.images.edit({ image: await file(await png('#404040')), prompt: 'x', size: '4096x4096' as never }),
+        BadRequestError, { param: 'size', message: expect.stringContaining('each side from 8 to 1024') }],
+      ['an unknown model', async () => client.images.edit({ image: await file(await png('#505050')), prompt: 'x', model: 'no-such-model' }),
+        BadRequestError, { code: 'UNKNOWN_MODEL', message: expect.stringContaining('Unknown model "no-such-model"') }],
+      ['a grant that may not run it', async () => videoOnly.images.edit({ image: await file(await png('#606060')), prompt: 'x' }),
+        PermissionDeniedError, { type: 'permission_error' }],
+      ['more pictures than the grant\'s rate allows', async () => twoPerMinute.images.edit({ image: await file(await png('#707070')), prompt: 'x', n: 3 }),
+        RateLimitError, { code: 'RATE_LIMITED' }],
+    ];
+    for (const [what, edit, kind, fields] of cases) {
+      const error = await edit().then(() => null, (caught: unknown) => caught);
+      expect(error, what).toBeInstanceOf(kind);
+      expect(error, what).toMatchObject(fields);
+      expect(blobDirEntries(mesh.data), what).toEqual(before);
+    }
+
+    // The same grant's two pictures fit its rate: the edit runs, and only then are its picture and mask stored.
+    const picture = await png('#808080');
+    const mask = await sharp({ create: { width: 32, height: 32, channels: 4, background: { r: 0, g: 0, b: 0, alpha: 0 } } }).png().toBuffer();
+    const done = await twoPerMinute.images.edit({ image: await file(picture), mask: await file(mask, 'mask.png'), prompt: 'x', n: 2, response_format: 'b64_json' });
+    expect(done.data).toHaveLength(2);
+    const after = blobDirEntries(mesh.data);
+    expect(after).toContain(blobEntry(digestOf(picture), picture.length));
+    expect(after).toContain(blobEntry(digestOf(mask), mask.length));
+  });
+
+  it('n pictures refused together write no job at all (not jobs admitted, then cancelled)', async () => {
+    const jobs = async (): Promise<string[]> => {
+      const listed = await fetch(`${mesh.url}/v1/jobs?limit=50`, { headers: { authorization: `Bearer ${mesh.admin}` } });
+      return ((await listed.json()) as { jobs: { id: string }[] }).jobs.map((job) => job.id);
+    };
+    const onePerMinute = new OpenAI({ apiKey: await mint({ kind: 'client', types: ['image'], rate: '1/m' }), baseURL: `${mesh.url}/openai/v1`, maxRetries: 0 });
+    const before = await jobs();
+    const refused = await onePerMinute.images.generate({ prompt: 'three at once', n: 3, size: '64x64' }).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(RateLimitError);
+    expect((refused as RateLimitError).message).toContain('1 job per minute');
+    expect(await jobs()).toEqual(before);
   });
 });

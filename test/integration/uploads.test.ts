@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import sharp from 'sharp';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
 
 /**
  * A client's files by digest, against a real `gpumesh up --no-agent` (upload limit 1 MiB): a resumable upload that
@@ -120,5 +121,56 @@ describe('PUT /v1/blobs', () => {
     const readOnly = narrowGrant(client, ['actions blobs:read']);
     expect((await call('PUT', '/v1/blobs', { grant: readOnly, body: png, headers: { 'content-type': 'image/png' } })).status).toBe(403);
     expect((await call('PUT', '/v1/blobs', { body: randomBytes(LIMIT + 1), headers: { 'content-type': 'application/octet-stream' } })).status).toBe(413);
+  });
+});
+
+describe('a refused or abandoned file leaves nothing', () => {
+  const chunk = (id: string, offset: number, bytes: Uint8Array<ArrayBuffer>) =>
+    call('PATCH', `/v1/uploads/${id}`, { body: bytes, headers: { 'upload-offset': String(offset), 'content-type': 'application/octet-stream' } });
+
+  it('an upload of a picture that does not decode is refused at completion and goes, bytes and all; nothing reaches the store', async () => {
+    const before = blobDirEntries(mesh.data);
+    const good = await sharp({ create: { width: 64, height: 64, channels: 3, background: '#345', noise: { type: 'gaussian', mean: 128, sigma: 50 } } }).png().toBuffer();
+    // A PNG cut short: its signature says picture, its rows end early.
+    const truncated = Uint8Array.from(good.subarray(0, Math.floor(good.length / 2)));
+    const { json } = await call('POST', '/v1/uploads', { body: JSON.stringify({ bytes: truncated.length }), headers: { 'content-type': 'application/json' } });
+    expect((await chunk(json.id, 0, truncated)).status).toBe(200);
+    const refused = await call('POST', `/v1/uploads/${json.id}/complete`);
+    expect(refused.status).toBe(400);
+    expect(refused.json.error).toMatchObject({ code: 'IMAGE_REFUSED', message: expect.stringContaining('does not decode') });
+    expect((await call('GET', `/v1/uploads/${json.id}`)).status).toBe(404);
+    expect((await call('GET', `/v1/blobs/${digestOf(truncated)}`)).status).toBe(404);
+    expect(blobDirEntries(mesh.data)).toEqual(before);
+  });
+
+  it('an upload given up is gone whole; one past the limit keeps what it took, to resume, until it is given up', async () => {
+    const before = blobDirEntries(mesh.data);
+    const file = randomBytes(300 * 1024);
+    const { json } = await call('POST', '/v1/uploads', { body: JSON.stringify({ bytes: file.length }), headers: { 'content-type': 'application/json' } });
+    expect((await chunk(json.id, 0, Uint8Array.from(file.subarray(0, 100 * 1024)))).status).toBe(200);
+    expect(blobDirEntries(mesh.data)).toContain(`staging/${json.id} ${100 * 1024}`);
+    expect((await call('DELETE', `/v1/uploads/${json.id}`)).status).toBe(204);
+    expect(blobDirEntries(mesh.data)).toEqual(before);
+
+    const open = await call('POST', '/v1/uploads', { body: '{}', headers: { 'content-type': 'application/json' } });
+    const tooMuch = await chunk(open.json.id, 0, Uint8Array.from(randomBytes(LIMIT + 10)));
+    expect(tooMuch.status).toBe(413);
+    // No blob: only the upload's own bytes so far, which a resumed upload would go on from.
+    expect(blobDirEntries(mesh.data).filter((entry) => !before.includes(entry)).every((entry) => entry.startsWith(`staging/${open.json.id} `))).toBe(true);
+    expect((await call('DELETE', `/v1/uploads/${open.json.id}`)).status).toBe(204);
+    expect(blobDirEntries(mesh.data)).toEqual(before);
+  });
+
+  it('a file sent as a picture that is not one is refused before it is stored, and a blob of the same bytes stored before stays', async () => {
+    const bytes = Uint8Array.from(Buffer.from('{"files":{"detector":{"digest":"sha256:00","bytes":1}}}'));
+    const stored = await call('PUT', '/v1/blobs', { body: bytes, headers: { 'content-type': 'application/octet-stream' } });
+    expect(stored.status).toBe(201);
+    const before = blobDirEntries(mesh.data);
+    expect(before).toContain(blobEntry(stored.json.digest, bytes.length));
+    const refused = await call('PUT', '/v1/blobs', { body: bytes, headers: { 'content-type': 'image/png' } });
+    expect(refused.status).toBe(400);
+    expect(refused.json.error).toMatchObject({ code: 'IMAGE_REFUSED', message: expect.stringContaining('pictures must be PNG, JPEG or WebP') });
+    expect(blobDirEntries(mesh.data)).toEqual(before);
+    expect((await call('GET', `/v1/blobs/${stored.json.digest}`)).status).toBe(200);
   });
 });

@@ -124,4 +124,21 @@ describe('rate caveats (fake clock, no sleeps)', () => {
     admission.takeRate(limited.rates);
     expect(meshErrorOf(() => admission.takeRate(limited.rates)).code).toBe('RATE_LIMITED');
   });
+
+  it('check(rates, n) says whether n more jobs fit, taking nothing: a request of several jobs refused whole (Retry-After for when they fit)', () => {
+    const clock = new FakeClock(0);
+    const limiter = new GrantRateLimiter(clock);
+    const grant = verified(authority.mint('client', ['rate 3/m']).token, clock);
+    limiter.take(grant.rates);
+    clock.advance(10_000);
+    expect(() => limiter.check(grant.rates, 2)).not.toThrow();
+    const three = meshErrorOf(() => limiter.check(grant.rates, 3));
+    expect(three.code).toBe('RATE_LIMITED');
+    // One of the three must leave first: the job taken at 0 leaves the minute at 60 s.
+    expect(three.headers['retry-after']).toBe('50');
+    // More than the rate allows at all never fits: a whole window is the hint.
+    expect(meshErrorOf(() => limiter.check(grant.rates, 4)).headers['retry-after']).toBe('60');
+    // Nothing was taken by the checks: two more still fit, and a third does not.
+    expect(admit(limiter, grant, 3)).toBe(2);
+  });
 });

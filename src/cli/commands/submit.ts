@@ -1,4 +1,5 @@
-import { mkdirSync } from 'node:fs';
+import { constants, mkdirSync } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
 import cliProgress from 'cli-progress';
@@ -42,17 +43,41 @@ const EXTENSIONS: Record<string, string> = { 'image/png': 'png', 'video/mp4': 'm
 
 /**
  * The job's input: `--input` JSON objects merged in order, `--input field=./file` uploading the file and naming its
- * digest (pictures a job starts from: `image`, `mask`), then the flags.
+ * digest (pictures a job starts from: `image`, `mask`), then the flags. Everything that can be found wrong here — a
+ * JSON item, a flag, a file that cannot be read — is, before the first file is uploaded: a command refused on the spot
+ * stores nothing.
  */
 async function buildInput(options: SubmitOptions, client: MeshClient): Promise<Record<string, unknown>> {
   const input: Record<string, unknown> = {};
+  // Each field's file, in the order given: a later item or a flag naming the field wins, as when merged in turn.
+  const files = new Map<string, string>();
+  const set = (values: Record<string, unknown>): void => {
+    for (const field of Object.keys(values)) files.delete(field);
+    Object.assign(input, values);
+  };
   for (const item of options.input) {
     const file = /^([A-Za-z_][\w-]*)=(.+)$/.exec(item);
     if (item.trimStart().startsWith('{') || !file) {
-      Object.assign(input, parseJson(item));
+      set(parseJson(item));
       continue;
     }
     const [, field, path] = file as unknown as [string, string, string];
+    try {
+      if (!(await stat(path)).isFile()) throw new Error('not a file');
+      await access(path, constants.R_OK);
+    } catch (error) {
+      throw new CliError(`--input ${field}=${path}: cannot read the file (${(error as Error).message})`);
+    }
+    delete input[field];
+    files.delete(field);
+    files.set(field, path);
+  }
+  const flags: Record<string, unknown> = {
+    strength: options.strength, prompt: options.prompt, seed: options.seed, steps: options.steps, frames: options.frames, fps: options.fps,
+    ...(options.size ? parseSize(options.size) : {}),
+  };
+  set(Object.fromEntries(Object.entries(flags).filter(([, value]) => value !== undefined)));
+  for (const [field, path] of files) {
     try {
       input[field] = (await uploadPicture(client, path)).digest;
     } catch (error) {
@@ -60,13 +85,6 @@ async function buildInput(options: SubmitOptions, client: MeshClient): Promise<R
       throw new CliError(`--input ${field}=${path}: cannot read the file (${(error as Error).message})`);
     }
   }
-  if (options.strength !== undefined) input.strength = options.strength;
-  if (options.prompt !== undefined) input.prompt = options.prompt;
-  if (options.seed !== undefined) input.seed = options.seed;
-  if (options.steps !== undefined) input.steps = options.steps;
-  if (options.frames !== undefined) input.frames = options.frames;
-  if (options.fps !== undefined) input.fps = options.fps;
-  if (options.size) Object.assign(input, parseSize(options.size));
   return input;
 }
 

@@ -34,19 +34,27 @@ export async function uploadFile(client: MeshClient, path: string, onProgress: (
     if (!(error instanceof ApiError) || error.status !== 404) throw error;
   }
   const started = await client.request<{ id: string; offset: number }>('POST', '/v1/uploads', { bytes: size });
-  const file = await open(path);
+  let stored: { digest: string; bytes: number; mediaType: string };
   try {
-    let offset = 0;
-    while (offset < size) {
-      const chunk = Buffer.alloc(Math.min(CHUNK_BYTES, size - offset));
-      await file.read(chunk, 0, chunk.length, offset);
-      offset = await sendChunk(client, started.id, offset, new Uint8Array(chunk));
-      onProgress(offset, size);
+    const file = await open(path);
+    try {
+      let offset = 0;
+      while (offset < size) {
+        const chunk = Buffer.alloc(Math.min(CHUNK_BYTES, size - offset));
+        await file.read(chunk, 0, chunk.length, offset);
+        offset = await sendChunk(client, started.id, offset, new Uint8Array(chunk));
+        onProgress(offset, size);
+      }
+    } finally {
+      await file.close();
     }
-  } finally {
-    await file.close();
+    stored = await client.request<{ digest: string; bytes: number; mediaType: string }>('POST', `/v1/uploads/${started.id}/complete`);
+  } catch (error) {
+    // This command will not resume the upload (another run starts a new one): its bytes so far go now, not after a
+    // week. Best effort — an orchestrator out of reach keeps them until its next start after that week.
+    await client.send('DELETE', `/v1/uploads/${started.id}`, undefined).catch(() => undefined);
+    throw error;
   }
-  const stored = await client.request<{ digest: string; bytes: number; mediaType: string }>('POST', `/v1/uploads/${started.id}/complete`);
   if (stored.digest !== digest) throw new ApiError(0, 'DIGEST_MISMATCH', `the orchestrator stored ${stored.digest}, not ${digest}: the file changed while it was sent`);
   return { ...stored, deduplicated: false };
 }

@@ -39,27 +39,56 @@ export class InputImages {
    */
   async inspect(digest: string, declared: DeclaredType = {}): Promise<ImageVerdict | undefined> {
     const { store, commits, clock, blobs } = this.#deps;
-    let verdict = this.#verdicts.get(digest) ?? await store.inputImages.verdictOf(digest);
-    if (!verdict) {
-      const bytes = await blobs.read(digest);
-      if (!bytes) return undefined;
-      const decided = await checkPicture(bytes);
-      commits.write(() => store.inputImages.recordVerdict(digest, decided, clock.now()));
-      verdict = decided;
-    }
+    const known = await this.#known(digest);
+    if (known) return this.#held(digest, known, declared);
+    const bytes = await blobs.read(digest);
+    if (!bytes) return undefined;
+    const decided = await this.#decide(digest, bytes);
+    commits.write(() => store.inputImages.recordVerdict(digest, decided, clock.now()));
+    return this.#held(digest, decided, declared);
+  }
+
+  /**
+   * Decode bytes a request carries that are not stored yet (a client's file, judged before it is kept): the verdict
+   * is kept in memory only, so a refused picture leaves nothing in the store; `keep` writes it once the bytes are
+   * stored.
+   */
+  async judge(digest: string, bytes: () => Promise<Uint8Array>, declared: DeclaredType = {}): Promise<ImageVerdict> {
+    const verdict = await this.#known(digest) ?? await this.#decide(digest, await bytes());
+    return this.#held(digest, verdict, declared);
+  }
+
+  /** Record the verdict `judge` gave a picture now stored (call inside `commits.write`), so a restart need not decode it again. */
+  keep(digest: string): void {
+    const verdict = this.#verdicts.get(digest);
+    if (verdict) this.#deps.store.inputImages.recordVerdict(digest, verdict, this.#deps.clock.now());
+  }
+
+  /** The verdict already reached for a digest (in memory, else in the store), or undefined. */
+  async #known(digest: string): Promise<ImageVerdict | undefined> {
+    return this.#verdicts.get(digest) ?? await this.#deps.store.inputImages.verdictOf(digest);
+  }
+
+  async #decide(digest: string, bytes: Uint8Array): Promise<ImageVerdict> {
+    const verdict = await checkPicture(bytes);
     this.#verdicts.set(digest, verdict);
-    // A wrong declared type is this request's mistake, not the file's: it is not kept.
+    return verdict;
+  }
+
+  /** A verdict, remembered, as it stands for what the client declared: a wrong declared type is this request's mistake, not the file's, and is not kept. */
+  #held(digest: string, verdict: ImageVerdict, declared: DeclaredType): ImageVerdict {
+    this.#verdicts.set(digest, verdict);
     const mismatch = verdict.ok ? declaredMismatch(verdict.format, declared) : null;
     return mismatch ? { ok: false, refusal: mismatch } : verdict;
   }
 
   /**
-   * Before admission: every picture an input names has its verdict in memory (read from the store, or decoding what
-   * was never decoded). Null, at once, when there is nothing to do — most jobs name no picture, and a submit should
-   * not wait a turn for nothing.
+   * Before admission: every picture in `digests` (those an input names that the grant may read) has its verdict in
+   * memory (read from the store, or decoding what was never decoded). Null, at once, when there is nothing to do —
+   * most jobs name no picture, and a submit should not wait a turn for nothing.
    */
-  prepare(input: unknown): Promise<void> | null {
-    const undecided = picturesNamed(input).filter((digest) => /^sha256:[0-9a-f]{64}$/.test(digest) && !this.#verdicts.has(digest));
+  prepare(digests: readonly string[]): Promise<void> | null {
+    const undecided = digests.filter((digest) => /^sha256:[0-9a-f]{64}$/.test(digest) && !this.#verdicts.has(digest));
     if (undecided.length === 0) return null;
     return (async () => {
       for (const digest of undecided) await this.inspect(digest);

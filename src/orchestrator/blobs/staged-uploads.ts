@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { MeshError } from '../../protocol/index.js';
-import type { Clock } from '../../protocol/clock.js';
+import type { Clock, Timer } from '../../protocol/clock.js';
 import { newId } from '../store/ids.js';
 import type { Commits, MeshStore, StagedUploadRecord } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
@@ -42,6 +42,8 @@ export class StagedUploads {
   readonly #hashes = new Map<string, { hash: Hash; bytes: number }>();
   /** An upload receives one chunk at a time; a second, racing the first, is refused rather than interleaved. */
   readonly #busy = new Set<string>();
+  /** The next periodic sweep (`sweepEvery`); null once closed. */
+  #sweeper: Timer | null = null;
 
   constructor(deps: StagedUploadsDeps) {
     this.#deps = deps;
@@ -100,35 +102,80 @@ export class StagedUploads {
     }
   }
 
-  /** Take the upload into the store; resolves with its digest. A total announced and not reached is 409. */
-  async complete(id: string, grantId: string): Promise<{ digest: string; bytes: number }> {
+  /**
+   * Finish an upload: its bytes, hashed, go to `take` (which judges them and, if it accepts them, stores them) and the
+   * upload is done; resolves with what `take` answered. A total announced and not reached is 409. Bytes `take` refuses
+   * (a 4xx: a picture that does not decode) are refused for good, and the upload goes with them, so nothing of it is
+   * left; a failure of the store (5xx) leaves the upload to complete again.
+   */
+  async complete<T>(id: string, grantId: string, take: (file: { path: string; digest: string; bytes: number }) => Promise<T>): Promise<T> {
     const record = await this.#record(id, grantId);
     if (this.#busy.has(id)) throw new MeshError('UPLOAD_CONFLICT', { id, offset: await this.#size(id), detail: 'a chunk of it is still being received' });
-    const size = await this.#size(id);
-    if (record.total !== null && size !== record.total) throw new MeshError('UPLOAD_CONFLICT', { id, offset: size, detail: `it was announced as ${record.total} bytes` });
-    const progress = await this.#hashOf(id, size);
-    const digest = `sha256:${progress.hash.digest('hex')}`;
-    this.#hashes.delete(id);
-    await this.#deps.blobs.adopt(this.#path(id), digest);
+    // No chunk may be appended to the bytes being judged and stored.
+    this.#busy.add(id);
+    let taken: T;
+    try {
+      const size = await this.#size(id);
+      if (record.total !== null && size !== record.total) throw new MeshError('UPLOAD_CONFLICT', { id, offset: size, detail: `it was announced as ${record.total} bytes` });
+      const progress = await this.#hashOf(id, size);
+      const digest = `sha256:${progress.hash.copy().digest('hex')}`;
+      try {
+        taken = await take({ path: this.#path(id), digest, bytes: size });
+      } catch (error) {
+        if (error instanceof MeshError && error.status < 500) await this.#drop(id);
+        throw error;
+      }
+      this.#hashes.delete(id);
+    } finally {
+      this.#busy.delete(id);
+    }
     this.#deps.commits.write(() => this.#deps.store.stagedUploads.deleteStagedUpload(id));
     await this.#deps.commits.durable();
-    return { digest, bytes: size };
+    return taken;
   }
 
   /** Give an upload up: its bytes are deleted. */
   async abort(id: string, grantId: string): Promise<void> {
     await this.#record(id, grantId);
+    if (this.#busy.has(id)) throw new MeshError('UPLOAD_CONFLICT', { id, offset: await this.#size(id), detail: 'a chunk of it is being received, or it is being completed' });
+    await this.#drop(id);
+  }
+
+  /** Delete uploads started more than `maxAgeMs` ago and never completed (one receiving a chunk now aside); returns how many. */
+  async sweep(maxAgeMs: number): Promise<number> {
+    const stale = await this.#deps.store.stagedUploads.stagedUploadsBefore(this.#deps.clock.now() - maxAgeMs);
+    let swept = 0;
+    for (const upload of stale) {
+      if (this.#busy.has(upload.id)) continue;
+      await this.#drop(upload.id);
+      swept++;
+    }
+    return swept;
+  }
+
+  /**
+   * `sweep` every `everyMs` until `close`: an orchestrator that runs for weeks does not keep abandoned uploads' bytes
+   * until its next start. `swept` hears each sweep's count, or why it failed (the next one tries again).
+   */
+  sweepEvery(everyMs: number, maxAgeMs: number, swept: (count: number, error?: unknown) => void): void {
+    this.#sweeper = this.#deps.clock.setTimer(everyMs, () => {
+      void this.sweep(maxAgeMs).then((count) => swept(count), (error: unknown) => swept(0, error)).finally(() => {
+        if (this.#sweeper) this.sweepEvery(everyMs, maxAgeMs, swept);
+      });
+    });
+  }
+
+  close(): void {
+    this.#sweeper?.cancel();
+    this.#sweeper = null;
+  }
+
+  /** An upload's bytes and record, gone. */
+  async #drop(id: string): Promise<void> {
     this.#hashes.delete(id);
     await rm(this.#path(id), { force: true });
     this.#deps.commits.write(() => this.#deps.store.stagedUploads.deleteStagedUpload(id));
     await this.#deps.commits.durable();
-  }
-
-  /** Delete uploads started more than `maxAgeMs` ago and never completed; returns how many. */
-  async sweep(maxAgeMs: number): Promise<number> {
-    const stale = await this.#deps.store.stagedUploads.stagedUploadsBefore(this.#deps.clock.now() - maxAgeMs);
-    for (const upload of stale) await this.abort(upload.id, upload.grantId);
-    return stale.length;
   }
 
   async #record(id: string, grantId: string): Promise<StagedUploadRecord> {

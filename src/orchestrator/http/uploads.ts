@@ -93,7 +93,8 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
     onRequest: auth.require('blobs:write'),
   }, async (request) => {
     const grant = grantOf(request);
-    return clientBlobs.record(grant.id, await uploads.complete(request.params.id, grant.id));
+    // Judged before it is stored: bytes refused (a picture that does not decode) are never kept, and the upload goes.
+    return uploads.complete(request.params.id, grant.id, (file) => clientBlobs.take(grant.id, file));
   });
 
   // Raw bodies, streamed: no parser reads them whole.

@@ -14,6 +14,7 @@ import { decodeCursor, encodeCursor, type Commits, type JobRecord, type MeshStor
 import { newId } from '../store/ids.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
+import type { CarriedPictures } from '../blobs/client-blobs.js';
 import { picturesNamed, type InputImages } from '../blobs/input-images.js';
 import type { JobStates } from './states.js';
 import { artifactView, jobView, snapshotEvents } from './views.js';
@@ -104,6 +105,18 @@ interface Looked {
 }
 
 const NOTHING_LOOKED: Looked = { keyed: null, hidden: new Set() };
+const NO_PICTURES: ReadonlySet<string> = new Set();
+
+/** One job through every check of admission (`#vet`): what admitting it takes, or the job an idempotent repeat gets back. */
+interface Vetted {
+  model: RegisteredModel;
+  priority: number;
+  album: string;
+  classes: string[];
+  input: Record<string, unknown>;
+  hash: string | null;
+  repeat: JobRecord | null;
+}
 
 /** What clients do with jobs: submit, read, list, cancel, follow — each checked against the caller's grant. */
 export class JobService {
@@ -118,8 +131,6 @@ export class JobService {
    * `created` is false for an idempotent repeat.
    */
   async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
-    const decoding = this.#deps.pictures.prepare(body.input);
-    if (decoding) await decoding;
     const looking = this.#look(grant, body);
     const admitted = this.#admit(grant, body, authorize, looking ? await looking : NOTHING_LOOKED);
     await this.#deps.commits.durable();
@@ -128,21 +139,52 @@ export class JobService {
 
   /**
    * Admit several jobs as one request (`n` images of one prompt): all in one turn, so they can share a batch, and all
-   * or none — the first refusal cancels those admitted before it and is thrown.
+   * or none. Every check is made for all of them before any is admitted, so a refused request writes no job; only a
+   * refusal that a concurrent request brought about meanwhile (a queue that filled while `carried` pictures were
+   * stored) cancels those admitted before it. `carried`: pictures the request brings itself (an OpenAI edit), judged
+   * but not stored — stored only once every check has passed, recorded with the jobs, taken back on that late refusal.
    */
-  async submitAll(grant: VerifiedGrant, bodies: readonly SubmitJobBody[], authorize: Authorize): Promise<JobRecord[]> {
-    for (const body of bodies) await this.#deps.pictures.prepare(body.input);
-    const looked = await Promise.all(bodies.map((body) => this.#look(grant, body) ?? NOTHING_LOOKED));
+  async submitAll(grant: VerifiedGrant, bodies: readonly SubmitJobBody[], authorize: Authorize, carried?: CarriedPictures): Promise<JobRecord[]> {
+    const carrying = new Set(carried?.digests ?? []);
+    const looked = await Promise.all(bodies.map((body) => this.#look(grant, body, carrying) ?? NOTHING_LOOKED));
+    this.#vetAll(grant, bodies, authorize, looked);
+    const stored = carried ? await carried.store() : null;
     const admitted: JobRecord[] = [];
     try {
       for (const [index, body] of bodies.entries()) admitted.push(this.#admit(grant, body, authorize, looked[index]!).job);
+      // In the jobs' turn, so their commit records the pictures with them.
+      stored?.admitted();
     } catch (error) {
-      for (const job of admitted) this.#deps.cancellation.cancel(job.id);
-      await this.#deps.commits.durable();
+      try {
+        for (const job of admitted) this.#deps.cancellation.cancel(job.id);
+        await this.#deps.commits.durable();
+      } finally {
+        await stored?.refused();
+      }
       throw error;
     }
     await this.#deps.commits.durable();
     return admitted;
+  }
+
+  /**
+   * Every check admission would make of these jobs together, taking and writing nothing: each job's own (`#vet`), then
+   * the queues' bounds and the grant's rates with room for all of them.
+   */
+  #vetAll(grant: VerifiedGrant, bodies: readonly SubmitJobBody[], authorize: Authorize, looked: readonly Looked[]): void {
+    const { scheduler, admission, config } = this.#deps;
+    const ahead = new Map<string, number>();
+    let total = 0;
+    for (const [index, body] of bodies.entries()) {
+      const vetted = this.#vet(grant, body, authorize, looked[index]!);
+      if (vetted.repeat) continue;
+      const name = vetted.model.manifest.name;
+      const before = ahead.get(name) ?? 0;
+      this.#counted(name, () => admission.checkBounds(name, scheduler.depth(name) + before, vetted.model.policy.maxQueueSize, scheduler.totalDepth + total, config.queues.maxTotal));
+      ahead.set(name, before + 1);
+      total++;
+    }
+    if (total > 0) this.#counted([...ahead.keys()][0]!, () => admission.checkRate(grant.rates, total));
   }
 
   /**
@@ -151,7 +193,6 @@ export class JobService {
    * group commit; resolves once the admitted ones are committed.
    */
   async submitMany(grant: VerifiedGrant, items: readonly unknown[], authorize: Authorize): Promise<BulkItemResult[]> {
-    for (const item of items) await this.#deps.pictures.prepare((item as { input?: unknown } | null)?.input);
     const parsed = items.map((item) => SubmitJobBody.safeParse(item));
     // Everything the items need from the store is read first, so they are all admitted in one turn (and can share a
     // batch); an item may name the idempotency key of one before it, which the store has not seen yet: `keyed`.
@@ -177,8 +218,12 @@ export class JobService {
     return results;
   }
 
-  /** What admitting `body` needs from the store (Looked); null, at once, when it needs nothing (no key, no picture). */
-  #look(grant: VerifiedGrant, body: SubmitJobBody): Promise<Looked> | null {
+  /**
+   * What admitting `body` needs from the store (Looked), and the verdicts of the pictures it names that the grant may
+   * read (a picture it may not read is never decoded for it); null, at once, when it needs nothing (no key, no
+   * picture). `carried`: pictures the request brings itself, not stored yet, which it may name.
+   */
+  #look(grant: VerifiedGrant, body: SubmitJobBody, carried: ReadonlySet<string> = NO_PICTURES): Promise<Looked> | null {
     const key = body.idempotencyKey;
     const pictures = picturesNamed(body.input);
     if (!key && pictures.length === 0) return null;
@@ -194,6 +239,7 @@ export class JobService {
       }
       const hidden = new Set<string>();
       for (const digest of pictures) {
+        if (carried.has(digest)) continue;
         try {
           await this.assertBlobVisible(grant, digest);
         } catch (error) {
@@ -201,17 +247,21 @@ export class JobService {
           hidden.add(digest);
         }
       }
+      await this.#deps.pictures.prepare(pictures.filter((digest) => !hidden.has(digest) && !carried.has(digest)));
       return { keyed, hidden };
     })();
   }
 
-  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked): { job: JobRecord; created: boolean; hash: string | null } {
-    const { clock, config, registry, scheduler, admission, states, store } = this.#deps;
+  /**
+   * Every check of one job's admission, in its order, taking and writing nothing (the queues' bounds and the rates
+   * aside: `#admit` and `#vetAll` check those): what admitting it needs, or the job an idempotent repeat gets back.
+   */
+  #vet(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked): Vetted {
+    const { config, registry, states, store } = this.#deps;
     // A store that cannot take writes now (PostgreSQL away) takes no new job: a 202 must be a promise kept.
     if (!store.isOpen()) {
       throw new MeshError('STORE_UNAVAILABLE', { store: store.location, detail: 'it does not answer', retryAfter: 2 }, { headers: { 'retry-after': '2' } });
     }
-    const now = clock.now();
     const routing = config.routing[body.type];
     if (!routing) {
       throw new MeshError('UNKNOWN_JOB_TYPE', { type: body.type, known: Object.keys(config.routing).join(', ') });
@@ -246,6 +296,7 @@ export class JobService {
     const hash = body.idempotencyKey
       ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
       : null;
+    const vetted = { model, priority, album, classes, input, hash, repeat: null };
     if (body.idempotencyKey) {
       const existing = looked.keyed?.entry ?? null;
       // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
@@ -253,30 +304,46 @@ export class JobService {
         throw new MeshError('IDEMPOTENCY_MISMATCH', { key: body.idempotencyKey });
       }
       const job = existing ? (states.active(existing.id) ?? looked.keyed?.job ?? null) : null;
-      if (job) return { job, created: false, hash };
+      if (job) return { ...vetted, repeat: job };
     }
     this.#deps.classes?.admit(body.type, classes);
     this.#deps.memory?.admit(model, input, classes);
-    try {
-      // Bounds first: a job the queues refuse must not use up the grant's rate.
+    return vetted;
+  }
+
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked): { job: JobRecord; created: boolean; hash: string | null } {
+    const { clock, config, scheduler, admission, states } = this.#deps;
+    const { model, priority, album, classes, input, hash, repeat } = this.#vet(grant, body, authorize, looked);
+    if (repeat) return { job: repeat, created: false, hash };
+    const name = model.manifest.name;
+    // Bounds first: a job the queues refuse must not use up the grant's rate.
+    this.#counted(name, () => {
       admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);
       admission.takeRate(grant.rates);
-    } catch (error) {
-      if (error instanceof MeshError && error.status === 429) {
-        this.#deps.metrics.rejected(name, error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full');
-      }
-      throw error;
-    }
+    });
+    const now = clock.now();
     const stale = looked.keyed?.stale ?? null;
     const job = states.create({
       id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
     }, stale?.id);
-    pictures.recordJob(job.id, input);
+    this.#deps.pictures.recordJob(job.id, input);
     this.#deps.cancellation.arm(job);
     this.#deps.dispatcher.enqueue(job);
     return { job, created: true, hash };
+  }
+
+  /** Run an admission check of `model`'s; a 429 it throws is counted in the metrics by its reason. */
+  #counted(model: string, check: () => void): void {
+    try {
+      check();
+    } catch (error) {
+      if (error instanceof MeshError && error.status === 429) {
+        this.#deps.metrics.rejected(model, error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full');
+      }
+      throw error;
+    }
   }
 
   /** A job the grant may see; 404 otherwise (a grant does not learn what it cannot see). */

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
-import { batchesAlongFirstDim, familyOf, MeshError, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
+import { batchesAlongFirstDim, familyOf, MeshError, sha256Digest, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { ConfigError, ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
@@ -141,7 +141,9 @@ export class ModelCatalog {
       if (!config.routing[type]) throw new MeshError('VALIDATION_FAILED', { detail: `types: this mesh routes no job type "${type}" (it routes: ${Object.keys(config.routing).join(', ')})` });
     }
     const name = `${body.name}${VERSION_SEPARATOR}${version}`;
-    const stored = body.files ? await this.#storeBundle(body.files) : { digest: body.file!, bytes: await this.#sizeOf(body.file!), files: undefined };
+    // A model of several files: its index is made here but stored only once every check has passed (below).
+    const bundle = body.files ? await this.#bundle(body.files) : null;
+    const stored = bundle ?? { digest: body.file!, bytes: await this.#sizeOf(body.file!), files: undefined, index: null };
     let signature: ReturnType<typeof onnxSignature> = { inputs: [], outputs: [] };
     // A single ONNX file declares its inputs and outputs; a model of several files has none of its own (each member has).
     if (body.engine === 'onnx' && !body.files && (!body.inputs || !body.outputs)) {
@@ -167,14 +169,19 @@ export class ModelCatalog {
     };
     const policy = body.policy ?? (batchesAlongFirstDim(inputs) || FUSING_TYPES.has(body.types[0]!) ? { batching: { maxBatchSize: 8, preferredBatchSizes: [8], maxQueueDelayMs: 2 } } : null);
     const defaults = policy ? policyDefaultsOf(ModelPolicy.parse(policy)) : undefined;
-    // Everything that can refuse runs before the store write, and the registry takes the version only once the store
-    // has it: a refused add leaves neither, and jobs never run a version the API did not answer 201 for.
+    // Everything that can refuse runs before any write — the index blob, the store — and the registry takes the
+    // version only once the store has it: a refused add leaves nothing, and jobs never run a version the API did not
+    // answer 201 for.
     try {
       registry.check(manifest);
     } catch (error) {
       if (error instanceof ConfigError) throw new MeshError('VALIDATION_FAILED', { detail: error.message });
       throw error;
     }
+    // Before the version's row, so a stored version always finds its index. The insert below fails only when the
+    // store does, or another orchestrator sharing it holds the version; the index is then kept, not deleted, since
+    // that version (or another of the same members) may name the same bytes.
+    if (stored.index) await blobs.putBytes(stored.index, stored.digest);
     const record: ModelRecord = { manifest, policy, createdAt: clock.now() };
     try {
       commits.write(() => store.models.insertModel(body.name, record));
@@ -219,14 +226,14 @@ export class ModelCatalog {
   }
 
   /**
-   * The members of a model of several files, each checked to be stored, and their index stored as a blob of its own:
-   * the version's digest, so that a changed member is another version and the agent can tell it has them all.
+   * The members of a model of several files, each checked to be stored, and their index — not stored here: the
+   * version's digest, so that a changed member is another version and the agent can tell it has them all.
    */
-  async #storeBundle(files: Record<string, string>): Promise<{ digest: string; bytes: number; files: Record<string, { digest: string; bytes: number }> }> {
+  async #bundle(files: Record<string, string>): Promise<{ digest: string; bytes: number; files: Record<string, { digest: string; bytes: number }>; index: Uint8Array }> {
     const members: Record<string, { digest: string; bytes: number }> = {};
     for (const name of Object.keys(files).sort()) members[name] = { digest: files[name]!, bytes: await this.#sizeOf(files[name]!) };
-    const index = await this.#deps.blobs.putBytes(bundleIndex(members));
-    return { digest: index.digest, bytes: Object.values(members).reduce((sum, member) => sum + member.bytes, 0), files: members };
+    const index = bundleIndex(members);
+    return { digest: sha256Digest(index), bytes: Object.values(members).reduce((sum, member) => sum + member.bytes, 0), files: members, index };
   }
 
   /** Remove a version; refused (409) while jobs are queued or running on it. */

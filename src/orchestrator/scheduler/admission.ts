@@ -62,6 +62,11 @@ export class Admission {
     this.#rates.take(rates);
   }
 
+  /** Whether `count` more jobs fit every rate caveat of the grant now, taking nothing: 429 as `takeRate` when not. */
+  checkRate(rates: readonly GrantRate[], count: number): void {
+    this.#rates.check(rates, count);
+  }
+
   /** Drop the times at or before `since`: a window of a minute holds what happened in the last 60 s, exclusive. */
   #prune(times: number[], since: number): number[] {
     let drop = 0;

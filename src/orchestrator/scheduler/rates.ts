@@ -38,12 +38,29 @@ export class GrantRateLimiter {
   take(rates: readonly GrantRate[]): void {
     if (rates.length === 0) return;
     const now = this.#clock.now();
+    const windows = this.#fitting(rates, 1, now);
+    rates.forEach((rate, index) => {
+      const times = windows[index]!;
+      times.push(now);
+      this.#admitted.set(rate.key, times);
+    });
+  }
+
+  /** Throws as `take` would if `count` more jobs were taken now, taking nothing (a request of several jobs, checked before any is admitted). */
+  check(rates: readonly GrantRate[], count: number): void {
+    if (rates.length > 0 && count > 0) this.#fitting(rates, count, this.#clock.now());
+  }
+
+  /** Each rate's admission times in its window, once `count` more are known to fit in every one; RATE_LIMITED otherwise. */
+  #fitting(rates: readonly GrantRate[], count: number, now: number): number[][] {
     let refusal: { rate: GrantRate; retryAfterMs: number } | null = null;
     const windows = rates.map((rate) => {
       const times = this.#inWindow(rate, now);
-      if (times.length >= rate.count) {
-        // The oldest job in the window leaves it at times[length - count] + window; then one more fits.
-        const retryAfterMs = times[times.length - rate.count]! + rate.windowMs - now;
+      const excess = times.length + count - rate.count;
+      if (excess > 0) {
+        // The excess-th oldest job in the window leaves it at times[excess - 1] + window; then the count fits. More
+        // than the rate allows at all never fits: a whole window is the honest hint.
+        const retryAfterMs = excess <= times.length ? times[excess - 1]! + rate.windowMs - now : rate.windowMs;
         if (!refusal || retryAfterMs > refusal.retryAfterMs) refusal = { rate, retryAfterMs };
       }
       return times;
@@ -53,11 +70,7 @@ export class GrantRateLimiter {
       const retryAfter = Math.max(1, Math.ceil(retryAfterMs / 1000));
       throw new MeshError('RATE_LIMITED', { rate: describe(rate), retryAfter }, { headers: { 'retry-after': String(retryAfter) } });
     }
-    rates.forEach((rate, index) => {
-      const times = windows[index]!;
-      times.push(now);
-      this.#admitted.set(rate.key, times);
-    });
+    return windows;
   }
 
   /** The admission times still inside this rate's window (the window is (now - windowMs, now]). */

@@ -1,5 +1,9 @@
+import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { LIMITS, MeshError } from '../../../protocol/index.js';
+import type { ClientBlobs, Incoming } from '../../blobs/client-blobs.js';
+import { grantOf } from '../auth.js';
+import type { EditStart } from './images.js';
 
 /**
  * What an OpenAI images request asks for, once read (JSON for generations, multipart for edits): the one shape the
@@ -98,4 +102,75 @@ export function readImagesRequest(schema: typeof GenerationBody | typeof EditFie
     ...(body.negative_prompt !== undefined ? { negativePrompt: body.negative_prompt } : {}),
     ...('strength' in body && typeof body.strength === 'number' ? { strength: body.strength } : {}),
   };
+}
+
+/** An edit, read whole: what it asks, where it starts (its pictures judged, not stored), and how to let go of them. */
+export interface EditRequest {
+  ask: ImagesRequest;
+  start: EditStart;
+  /** Remove the pictures' files in hand (nothing once they are stored): call when the request is done, however it ended. */
+  discard(): Promise<void>;
+}
+
+/** A picture part of an edit, in hand. */
+interface Received {
+  field: 'image' | 'mask';
+  incoming: Incoming;
+  declared: { mediaType: string; filename?: string };
+}
+
+/**
+ * An edit's multipart body, read and checked whole before anything is stored: its text fields, and one picture to
+ * start from (`image` or `image[]`: gpumesh's image-to-image starts from one) and at most one `mask`, each hashed into
+ * a file in hand — further pictures are counted and drained, never kept — and decoded (IMAGE_REFUSED naming the
+ * field). The pictures are stored only once the jobs are admitted (`CarriedPictures`), so a refused edit stores
+ * nothing.
+ */
+export async function readEdit(request: FastifyRequest, clientBlobs: ClientBlobs): Promise<EditRequest> {
+  const fields: Record<string, string> = {};
+  const received: Received[] = [];
+  const counts = { image: 0, mask: 0 };
+  const discard = async (): Promise<void> => {
+    await Promise.all(received.map(({ incoming }) => clientBlobs.discard(incoming)));
+  };
+  try {
+    for await (const part of request.parts()) {
+      if (part.type === 'field') {
+        fields[part.fieldname] = String(part.value);
+        continue;
+      }
+      const field = part.fieldname.replace(/\[\]$/, '');
+      if (field !== 'image' && field !== 'mask') {
+        part.file.resume();
+        throw new MeshError('VALIDATION_FAILED', { detail: `${part.fieldname}: not a file this route takes (image, image[], mask)` });
+      }
+      if (counts[field]++ > 0) {
+        part.file.resume();
+        continue;
+      }
+      const declared = { mediaType: part.mimetype, ...(part.filename ? { filename: part.filename } : {}) };
+      received.push({ field, incoming: await clientBlobs.receive(part.file), declared });
+    }
+    const ask = readImagesRequest(EditFields, fields);
+    if (counts.image !== 1) {
+      throw new MeshError('VALIDATION_FAILED', { detail: `image: ${counts.image === 0 ? 'an edit needs the picture to start from' : `${counts.image} pictures; gpumesh's image-to-image starts from one`}` });
+    }
+    if (counts.mask > 1) throw new MeshError('VALIDATION_FAILED', { detail: `mask: ${counts.mask} masks; an edit takes one` });
+    const judged: (Received & { mediaType: string })[] = [];
+    for (const { field, incoming, declared } of received) {
+      try {
+        judged.push({ field, incoming, declared, mediaType: await clientBlobs.judge(incoming, declared, true) });
+      } catch (error) {
+        if (error instanceof MeshError && error.code === 'IMAGE_REFUSED') throw new MeshError('IMAGE_REFUSED', { detail: `${field}: ${String(error.params.detail)}` });
+        throw error;
+      }
+    }
+    const digestOf = (field: Received['field']): string | undefined => judged.find((picture) => picture.field === field)?.incoming.digest;
+    const mask = digestOf('mask');
+    const start: EditStart = { image: digestOf('image')!, ...(mask ? { mask } : {}), carried: clientBlobs.carry(grantOf(request).id, judged) };
+    return { ask, start, discard };
+  } catch (error) {
+    await discard();
+    throw error;
+  }
 }

@@ -5,7 +5,7 @@ import sharp from 'sharp';
 import { isTerminal, MeshError, type JobView, type SubmitJobBody } from '../../../protocol/index.js';
 import { narrowGrant } from '../../auth/index.js';
 import type { BlobReader } from '../../blobs/blob-reader.js';
-import type { ClientBlobs } from '../../blobs/client-blobs.js';
+import type { CarriedPictures, ClientBlobs } from '../../blobs/client-blobs.js';
 import type { EventBus } from '../../events/event-bus.js';
 import type { JobService } from '../../jobs/index.js';
 import type { JobRecord } from '../../store/index.js';
@@ -32,10 +32,11 @@ const URL_GRANT_MS = 3600_000;
 /** OpenAI's model names: clients send them by habit; each means the mesh's default image model unless one has the name. */
 const OPENAI_MODEL_NAMES = new Set(['dall-e-2', 'dall-e-3', 'gpt-image-1', 'gpt-image-1-mini', 'gpt-image-1.5']);
 
-/** Where an edit starts: the pictures the request carried, stored by digest. */
+/** Where an edit starts: the pictures the request carries, by digest — stored only once its jobs are admitted. */
 export interface EditStart {
   image: string;
   mask?: string;
+  carried: CarriedPictures;
 }
 
 type Operation = 'image_generation' | 'image_edit';
@@ -63,7 +64,7 @@ export async function runImages(request: FastifyRequest, reply: FastifyReply, as
     },
   }));
   for (const body of bodies) if (body.input.strength === undefined) delete body.input.strength;
-  const records = await deps.jobs.submitAll(grant, bodies, deps.auth.authorizer(request));
+  const records = await deps.jobs.submitAll(grant, bodies, deps.auth.authorizer(request), start?.carried);
   const operation: Operation = start ? 'image_edit' : 'image_generation';
   if (ask.stream) return streamImages(request, reply, ask, records, operation, deps);
 

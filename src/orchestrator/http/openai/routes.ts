@@ -5,8 +5,8 @@ import type { ModelRegistry } from '../../registry/index.js';
 import { grantOf } from '../auth.js';
 import { installOpenAiErrors } from './errors.js';
 import { EDIT_DOCS, GENERATION_DOCS } from './docs.js';
-import { EditFields, GenerationBody, readImagesRequest } from './image-requests.js';
-import { runImages, type EditStart, type OpenAiImagesDeps } from './images.js';
+import { GenerationBody, readEdit, readImagesRequest } from './image-requests.js';
+import { runImages, type OpenAiImagesDeps } from './images.js';
 
 /** Where the OpenAI-compatible API lives: clients take it as their base URL (`baseURL: <mesh>/openai/v1`). */
 const OPENAI_BASE = '/openai/v1';
@@ -46,8 +46,12 @@ export function openAiRoutes(app: FastifyInstance, deps: OpenAiRouteDeps): void 
       onRequest: auth.require('jobs:submit'),
     }, async (request, reply) => {
       if (!request.isMultipart()) throw new MeshError('VALIDATION_FAILED', { detail: 'image: an edit is multipart/form-data with the picture as a file part' });
-      const { fields, start } = await readEdit(request, deps);
-      return runImages(request, reply, readImagesRequest(EditFields, fields), start, deps);
+      const edit = await readEdit(request, deps.clientBlobs);
+      try {
+        return await runImages(request, reply, edit.ask, edit.start, deps);
+      } finally {
+        await edit.discard();
+      }
     });
 
     scope.get('/models', {
@@ -81,40 +85,4 @@ function modelsFor(request: FastifyRequest, registry: ModelRegistry): { id: stri
     out.push({ id: name, object: 'model', created: 0, owned_by: 'gpumesh' });
   }
   return out;
-}
-
-/**
- * An edit's parts: text fields, and its pictures stored by digest as the caller's (decoded, IMAGE_REFUSED otherwise).
- * One picture to start from (`image` or `image[]`): gpumesh's image-to-image starts from one.
- */
-async function readEdit(request: FastifyRequest, deps: OpenAiRouteDeps): Promise<{ fields: Record<string, string>; start: EditStart }> {
-  const grant = grantOf(request);
-  const fields: Record<string, string> = {};
-  const images: string[] = [];
-  let mask: string | undefined;
-  for await (const part of request.parts()) {
-    if (part.type === 'field') {
-      fields[part.fieldname] = String(part.value);
-      continue;
-    }
-    const field = part.fieldname.replace(/\[\]$/, '');
-    if (field !== 'image' && field !== 'mask') {
-      part.file.resume();
-      throw new MeshError('VALIDATION_FAILED', { detail: `${part.fieldname}: not a file this route takes (image, image[], mask)` });
-    }
-    const declared = { mediaType: part.mimetype, ...(part.filename ? { filename: part.filename } : {}) };
-    let stored: { digest: string };
-    try {
-      stored = await deps.clientBlobs.put(grant.id, part.file, declared);
-    } catch (error) {
-      if (error instanceof MeshError && error.code === 'IMAGE_REFUSED') throw new MeshError('IMAGE_REFUSED', { detail: `${field}: ${String(error.params.detail)}` });
-      throw error;
-    }
-    if (field === 'mask') mask = stored.digest;
-    else images.push(stored.digest);
-  }
-  if (images.length !== 1) {
-    throw new MeshError('VALIDATION_FAILED', { detail: `image: ${images.length === 0 ? 'an edit needs the picture to start from' : `${images.length} pictures; gpumesh's image-to-image starts from one`}` });
-  }
-  return { fields, start: { image: images[0]!, ...(mask ? { mask } : {}) } };
 }
