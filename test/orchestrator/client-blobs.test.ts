@@ -138,7 +138,9 @@ describe('resumable uploads', () => {
     // Hour after hour: each sweep arms the next once it is done.
     for (let hour = 1; hour <= 7 * 24 + 1; hour++) {
       clock.advance(3600_000);
-      await new Promise((resolve) => setTimeout(resolve, 1));
+      // A sweep reads and removes files (real I/O): the next hour is advanced only once it has been counted and re-armed.
+      for (let waited = 0; counts.length < hour && waited < 5_000; waited++) await new Promise((resolve) => setTimeout(resolve, 1));
+      await new Promise((resolve) => setImmediate(resolve));
       if (hour === 1) expect((await uploads.state(old.id, 'g1')).offset).toBe('half a file'.length);
     }
     uploads.close();
