@@ -5,40 +5,89 @@
  * (the dispatch benchmark's single submits) — the way to tell a change of a few per cent from the VM's drift, which
  * moves a whole run by tens of per cent (bench/RESULTS.md). Prints each round and the medians, writes bench/out/ab.json.
  *
+ * `--work pictures` measures picture jobs instead: the built-in generator at 512×512 (PNGs of about 600 KiB, over the
+ * inline limit, so each is uploaded), from an agent in a process of its own (`up --agent-process`, linked over its
+ * WebSocket as a remote host is), 16 in flight with `Prefer: wait`; besides jobs/s it reports how long the engine sat
+ * idle between batches (the run's time less its batches' compute times, per batch): what the agent's `computed`
+ * report gives back.
+ *
  *   git worktree add /tmp/base HEAD~1 && (cd /tmp/base && npm ci --ignore-scripts && npm run build)
- *   npm run bench:ab -- --base /tmp/base [--jobs 10000] [--rounds 6] [--inflight 64] [--warmup 5000]
+ *   npm run bench:ab -- --base /tmp/base [--work mlp|pictures] [--jobs 10000|48] [--rounds 6] [--inflight 64|16] [--warmup 5000|16]
  *   npm run bench:ab -- --node-args=--max-semi-space-size=16 --base-node-args=--max-semi-space-size=4
  */
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { removeDir, startMesh, type RunningMesh } from '../test/helpers/mesh.js';
+import { removeDir, startMesh, waitFor, type RunningMesh } from '../test/helpers/mesh.js';
 import { percentile, printTable, writeResults } from './lib.js';
 import { BenchClient, closedLoop } from './mesh-client.js';
 
 const { values } = parseArgs({
   options: {
-    base: { type: 'string' }, 'node-args': { type: 'string' }, 'base-node-args': { type: 'string' }, jobs: { type: 'string', default: '10000' }, rounds: { type: 'string', default: '6' },
-    inflight: { type: 'string', default: '64' }, warmup: { type: 'string', default: '5000' },
+    base: { type: 'string' }, 'node-args': { type: 'string' }, 'base-node-args': { type: 'string' }, jobs: { type: 'string' }, rounds: { type: 'string', default: '6' },
+    inflight: { type: 'string' }, warmup: { type: 'string' }, work: { type: 'string', default: 'mlp' },
   },
 });
+if (values.work !== 'mlp' && values.work !== 'pictures') {
+  process.stderr.write(`bench:ab --work is mlp or pictures, not ${values.work}\n`);
+  process.exit(2);
+}
+const PICTURES = values.work === 'pictures';
 if (!values.base && values['node-args'] === values['base-node-args']) {
   process.stderr.write('bench:ab needs --base <another checkout, built>, or Node options that differ (--node-args, --base-node-args)\n');
   process.exit(2);
 }
 const words = (text: string | undefined): string[] => text?.split(' ').filter(Boolean) ?? [];
-const JOBS = Number(values.jobs);
+const JOBS = Number(values.jobs ?? (PICTURES ? 48 : 10_000));
 const ROUNDS = Number(values.rounds);
-const INFLIGHT = Number(values.inflight);
-const WARMUP = Number(values.warmup);
+const INFLIGHT = Number(values.inflight ?? (PICTURES ? 16 : 64));
+const WARMUP = Number(values.warmup ?? (PICTURES ? 16 : 5000));
+const SIDE = 512;
 
-interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[] }
+interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[] }
 
 async function up(name: string, bin: string | undefined, nodeArgs: string[]): Promise<Build> {
-  const mesh = await startMesh({ bin, nodeArgs, env: { GPUMESH_LOG_LEVEL: 'warn' }, config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } } });
+  const mesh = await startMesh({
+    bin, nodeArgs, env: { GPUMESH_LOG_LEVEL: 'warn' }, args: PICTURES ? ['--agent-process'] : [],
+    config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } },
+  });
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   await client.listen();
-  return { name, mesh, client, rounds: [] };
+  if (PICTURES) await waitFor(async () => ((await client.request('GET', '/v1/hosts')).text.includes('"connected":true') ? true : null), { what: `${name}'s agent to link` });
+  return { name, mesh, client, rounds: [], idleMs: [] };
 }
+
+/**
+ * `count` picture jobs, `inflight` at a time, each waited for: jobs/s, and the engine's idle time per batch (the run's
+ * time less the compute times of the batches its jobs ran in).
+ */
+async function pictureRound(client: BenchClient, count: number, inflight: number): Promise<{ rate: number; idleMsPerBatch: number }> {
+  const batches = new Map<string, number>();
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(Array.from({ length: inflight }, async () => {
+    for (let i = next++; i < count; i = next++) {
+      const body = JSON.stringify({ type: 'image', model: 'gen', input: { prompt: `a round of pictures ${i}`, seed: i, width: SIDE, height: SIDE, steps: 4 } });
+      let reply = await client.request('POST', '/v1/jobs', body, { prefer: 'wait=60' });
+      let job = JSON.parse(reply.text);
+      while (job.status !== 'succeeded') {
+        if (reply.status >= 300 || job.status === 'failed') throw new Error(`picture job: ${reply.status} ${reply.text.slice(0, 300)}`);
+        reply = await client.request('GET', `/v1/jobs/${String(job.id)}`);
+        job = JSON.parse(reply.text);
+      }
+      batches.set(job.batch.id, job.attempts.at(-1).computeMs);
+    }
+  }));
+  const elapsed = performance.now() - started;
+  const computed = [...batches.values()].reduce((sum, ms) => sum + ms, 0);
+  return { rate: (1000 * count) / elapsed, idleMsPerBatch: (elapsed - computed) / batches.size };
+}
+
+const measure = async (build: Build, count: number): Promise<number> => {
+  if (!PICTURES) return closedLoop(build.client, count, INFLIGHT);
+  const { rate, idleMsPerBatch } = await pictureRound(build.client, count, INFLIGHT);
+  build.idleMs.push(idleMsPerBatch);
+  return rate;
+};
 
 const median = (values: readonly number[]): number => percentile(values, 50);
 
@@ -48,13 +97,17 @@ const builds = [
   await up(named(values.base ? `base (${values.base})` : 'base', values['base-node-args']), values.base && join(values.base, 'bin/gpumesh.js'), words(values['base-node-args'])),
 ];
 try {
-  for (const build of builds) await closedLoop(build.client, WARMUP, INFLIGHT);
+  for (const build of builds) {
+    await measure(build, WARMUP);
+    build.idleMs.length = 0;
+  }
   for (let round = 0; round < ROUNDS; round++) {
     // ABBA order: each build goes first as often as second.
     const order = round % 2 === 0 ? builds : [...builds].reverse();
     for (const build of order) {
-      build.rounds.push(await closedLoop(build.client, JOBS, INFLIGHT));
-      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(0)} jobs/s\n`);
+      build.rounds.push(await measure(build, JOBS));
+      const idle = PICTURES ? `, engine idle ${build.idleMs.at(-1)!.toFixed(1)} ms a batch` : '';
+      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(PICTURES ? 2 : 0)} jobs/s${idle}\n`);
     }
   }
 } finally {
@@ -66,6 +119,10 @@ try {
 }
 const [mine, base] = builds as [Build, Build];
 const ratios = mine.rounds.map((rate, index) => rate / base.rounds[index]!);
-printTable(`\n${JOBS} mlp jobs per round, ${INFLIGHT} in flight, ${ROUNDS} rounds in turn (jobs/s)`, ['build', 'median', 'rounds'], builds.map((build) => [build.name, median(build.rounds).toFixed(0), build.rounds.map((rate) => rate.toFixed(0)).join(' / ')]));
+const work = PICTURES ? `${SIDE}×${SIDE} picture jobs (uploaded outputs, agent in its own process)` : 'mlp jobs';
+const digits = PICTURES ? 2 : 0;
+printTable(`\n${JOBS} ${work} per round, ${INFLIGHT} in flight, ${ROUNDS} rounds in turn (jobs/s)`, ['build', 'median', 'rounds', ...(PICTURES ? ['engine idle a batch (median ms)', 'rounds'] : [])],
+  builds.map((build) => [build.name, median(build.rounds).toFixed(digits), build.rounds.map((rate) => rate.toFixed(digits)).join(' / '),
+    ...(PICTURES ? [median(build.idleMs).toFixed(1), build.idleMs.map((ms) => ms.toFixed(1)).join(' / ')] : [])]));
 process.stdout.write(`\nthis checkout / base: ${(median(mine.rounds) / median(base.rounds)).toFixed(3)}× (median of the rounds' ratios ${median(ratios).toFixed(3)}×: ${ratios.map((ratio) => ratio.toFixed(2)).join(', ')})\n`);
-writeResults('ab', { base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds })), ratios });
+writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}) })), ratios });

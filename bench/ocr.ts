@@ -64,7 +64,13 @@ function checkRead(results: unknown[]): number {
   return right / (results.length * 2);
 }
 
-interface Run { seconds: number; results: unknown[]; batches: number }
+interface Run {
+  seconds: number;
+  results: unknown[];
+  batches: number;
+  /** The mesh: the share of the run its engine was computing (its batches' compute times over the run's time). */
+  engineBusy?: number;
+}
 
 // The engine alone: its worker process, given the decoded pages as the agent hands them.
 const decoded = await Promise.all(pages.map(async (png) => {
@@ -104,7 +110,7 @@ try {
   for (const png of pages) digests.push((await call('PUT', '/v1/blobs', png)).digest);
   const meshRun = async (): Promise<Run> => {
     const results: unknown[] = new Array(PAGES);
-    const batches = new Set<string>();
+    const batches = new Map<string, number>();
     let next = 0;
     const started = performance.now();
     await Promise.all(Array.from({ length: INFLIGHT }, async () => {
@@ -113,10 +119,12 @@ try {
         while (job.status !== 'succeeded' && job.status !== 'failed') job = await call('GET', `/v1/jobs/${String(job.id)}`, undefined);
         if (job.status !== 'succeeded') throw new Error(`page ${i}: ${JSON.stringify(job.error)}`);
         results[i] = job.result;
-        batches.add(job.batch.id);
+        batches.set(job.batch.id, job.attempts.at(-1).computeMs);
       }
     }));
-    return { seconds: (performance.now() - started) / 1000, results, batches: batches.size };
+    const seconds = (performance.now() - started) / 1000;
+    const computed = [...batches.values()].reduce((sum, ms) => sum + ms, 0) / 1000;
+    return { seconds, results, batches: batches.size, engineBusy: computed / seconds };
   };
   // Warm-up: the sessions' first runs allocate their arenas; the mesh loads the model and forms its first batches.
   await engineRun(BATCH);
@@ -151,12 +159,14 @@ const perRound = rounds.map((round) => ({ fusedOverSequential: rate(round.fused)
 const verdict = (value: number, target: number): string => `${value.toFixed(2)}× (target ≥ ${target}×) — ${value >= target ? 'met' : 'NOT met'}`;
 process.stdout.write(`\nfused ÷ sequential, of the medians: ${verdict(measured.fusedOverSequential, TARGETS.fusedOverSequential)}; each round ${perRound.map((r) => r.fusedOverSequential.toFixed(2)).join(' / ')}\n`);
 process.stdout.write(`mesh ÷ engine fused, of the medians: ${verdict(measured.meshOverEngine, TARGETS.meshOverEngine)}; each round ${perRound.map((r) => r.meshOverEngine.toFixed(2)).join(' / ')}\n`);
+const busy = rounds.map((round) => round.mesh.engineBusy!);
+process.stdout.write(`the mesh's engine was computing ${busy.map((share) => `${(100 * share).toFixed(1)} %`).join(' / ')} of each round's time\n`);
 
 // Where a page's time goes: the pipeline in this process, its two networks' runs timed apart from the rest.
 const stages = await stageTimes();
 printTable(`Where a page's time goes (this process; ms a page, median of ${ROUNDS})`, ['threads', 'batch', 'detector', 'recogniser', 'the rest', 'total', 'total ÷ batch 1'],
   stages.map((row) => [row.threads, String(row.batch), row.detectorMs.toFixed(1), row.recognizerMs.toFixed(1), row.restMs.toFixed(1), row.totalMs.toFixed(1), `${row.speedup.toFixed(2)}×`]));
-process.stdout.write(`wrote ${writeResults('ocr', { machine: machine(), pages: PAGES, batch: BATCH, inflight: INFLIGHT, rounds: ROUNDS, targets: TARGETS, measured, perRound, rows, stages })}\n`);
+process.stdout.write(`wrote ${writeResults('ocr', { machine: machine(), pages: PAGES, batch: BATCH, inflight: INFLIGHT, rounds: ROUNDS, targets: TARGETS, measured, perRound, meshEngineBusy: busy, rows, stages })}\n`);
 
 /**
  * The OCR pipeline (ocrJobs: detection, crops, recognition, the annotated PNG) over the pages at batch 1 and fused,
