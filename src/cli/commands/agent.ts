@@ -97,7 +97,7 @@ export function agentCommand(): Command {
     .option('--classes <list>', `routing classes this host serves (default: the grant's classes, else ${DEFAULT_CLASSES})`)
     .option('--data <dir>', 'model cache and control socket folder (default <GPUMESH_HOME or ./.gpumesh>/agent)')
     .option('--cpu-budget <MB>', 'memory for models on the CPU (default: half the RAM, at most 8192)', parseInteger('--cpu-budget'))
-    .option('--concurrency <n>', 'batches run at once', parseInteger('--concurrency'), 1)
+    .option('--concurrency <n>', 'batches computed at once (one whose outputs are still uploading does not count)', parseInteger('--concurrency'), 1)
     .option('--idle-unload <seconds>', 'unload a model idle this long unless the orchestrator holds it for its minReplicas; engine processes end with the last one', parseInteger('--idle-unload'), 300)
     .option('--drain-timeout <seconds>', 'when draining, how long to wait for the work in flight before leaving anyway (exit 1)', parseInteger('--drain-timeout'), 300)
     .addOption(new Option('--cgroups <mode>', 'limit engine processes with cgroups: auto (v2, else v1), v2, v1 or off (process groups only)')
