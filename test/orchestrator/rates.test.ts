@@ -24,6 +24,12 @@ function admit(limiter: GrantRateLimiter, grant: VerifiedGrant, n: number): numb
   return admitted;
 }
 
+/** A limiter on a fake clock at 0, and a grant that carries one rate caveat. */
+function limiterFor(caveat: string) {
+  const clock = new FakeClock(0);
+  return { clock, limiter: new GrantRateLimiter(clock), grant: verified(authority.mint('client', [caveat]).token, clock) };
+}
+
 describe('rate caveats (fake clock, no sleeps)', () => {
   it('are stored as a count and a window in their own unit, and written back as they were', () => {
     for (const [text, count, windowMs] of [['rate 1/h', 1, 3_600_000], ['rate 2/m', 2, 60_000], ['rate 10/s', 10, 1000]] as const) {
@@ -36,9 +42,7 @@ describe('rate caveats (fake clock, no sleeps)', () => {
   });
 
   it('rate 1/h allows one job in any sliding hour, not one a minute (finding 3)', () => {
-    const clock = new FakeClock(0);
-    const limiter = new GrantRateLimiter(clock);
-    const grant = verified(authority.mint('client', ['rate 1/h']).token, clock);
+    const { clock, limiter, grant } = limiterFor('rate 1/h');
     limiter.take(grant.rates);
     clock.advance(61_000);
     const limited = meshErrorOf(() => limiter.take(grant.rates));
@@ -126,9 +130,7 @@ describe('rate caveats (fake clock, no sleeps)', () => {
   });
 
   it('check(rates, n) says whether n more jobs fit, taking nothing: a request of several jobs refused whole (Retry-After for when they fit)', () => {
-    const clock = new FakeClock(0);
-    const limiter = new GrantRateLimiter(clock);
-    const grant = verified(authority.mint('client', ['rate 3/m']).token, clock);
+    const { clock, limiter, grant } = limiterFor('rate 3/m');
     limiter.take(grant.rates);
     clock.advance(10_000);
     expect(() => limiter.check(grant.rates, 2)).not.toThrow();
