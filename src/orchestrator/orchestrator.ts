@@ -34,9 +34,11 @@ import { secretFile } from './secret-file.js';
 import { MeshStatus } from './status/mesh-status.js';
 import { SqliteStore, type MeshStore } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls-server/index.js';
-import { MeshError, type HostView } from '../protocol/index.js';
+import { MeshError, modelDigests, type HostView } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ClientBlobs } from './blobs/client-blobs.js';
+import { DigestLocks } from './blobs/digest-locks.js';
+import { BlobReclaimer } from './blobs/reclaim.js';
 import { InputImages } from './blobs/input-images.js';
 import { StagedUploads } from './blobs/staged-uploads.js';
 import { ModelCatalog } from './registry/catalog.js';
@@ -190,8 +192,10 @@ export class Orchestrator {
     });
     const uploadCredential = (batchId: string, validUntil: number): string => uploadCredentials.mint(batchId, validUntil);
 
+    // Everything that stores, records or gives back a blob does so under its digest's lock (blobs/digest-locks.ts).
+    const locks = new DigestLocks();
     const core = createJobCore({
-      store, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, log, model, uploadCredential,
+      store, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, locks, log, model, uploadCredential,
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
       attemptBudgets: budgets,
@@ -234,7 +238,7 @@ export class Orchestrator {
 
     const pictures = new InputImages({ store, commits, clock, blobs: blobStore });
     const clientBlobs = new ClientBlobs({
-      store, commits, clock, blobs: blobStore, limitBytes: config.server.uploadLimitBytes, pictures, incomingDir: join(config.data, 'blobs', 'incoming'),
+      store, commits, clock, blobs: blobStore, locks, limitBytes: config.server.uploadLimitBytes, pictures, incomingDir: join(config.data, 'blobs', 'incoming'),
     });
     const uploads = new StagedUploads({ store, commits, clock, blobs: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
     // Uploads abandoned for a week are not coming back: their bytes go, at the start and every hour after.
@@ -258,7 +262,10 @@ export class Orchestrator {
       record: (digest) => outputs.blobRecord(digest),
       open: async (digest) => (await reader.open(digest, (await outputs.blobRecord(digest))?.bytes ?? null)).read(),
     });
-    const gallery = new GalleryService({ store, commits, jobs, thumbnails });
+    const reclaimer = new BlobReclaimer({
+      store, commits, blobs: blobStore, locks, modelFile: (digest) => registry.all().some((registered) => modelDigests(registered.manifest).includes(digest)),
+    });
+    const gallery = new GalleryService({ store, commits, jobs, thumbnails, reclaimer });
     const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
     const app = await buildServer({
       jobs, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,

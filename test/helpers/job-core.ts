@@ -10,6 +10,7 @@ import { EventBus, type ScopedEvent } from '../../src/orchestrator/events/event-
 import { createJobCore, type JobCore } from '../../src/orchestrator/jobs/index.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
 import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
+import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
 import { AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, HostSession, Prober, Router, ThroughputBook, type AttemptTimeoutPolicy } from '../../src/orchestrator/routing/index.js';
@@ -77,7 +78,7 @@ export class JobCoreHarness {
     this.core = createJobCore({
       store: this.store, commits: this.commits, clock: this.clock, events: this.events, metrics: this.metrics, scheduler: this.scheduler,
       router: this.router, hosts: this.hosts, admission: new Admission(this.clock),
-      blobs: new LocalBlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), log,
+      blobs: new LocalBlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), locks: new DigestLocks(), log,
       model: (name) => this.models.get(name), uploadCredential: (batchId) => `upload-${batchId}`,
       retryBackoffMs: options.retryBackoffMs ?? 100, reconnectGraceMs: options.reconnectGraceMs ?? 5_000, uploadLimitBytes: 1 << 20,
       attemptBudgets: budgets,

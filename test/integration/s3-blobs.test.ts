@@ -84,6 +84,11 @@ describe('gpumesh up with its blobs in a bucket (s3rver as the stand-in S3 serve
     const range = await call('GET', `/v1/blobs/${digest}`, { headers: { range: 'bytes=0-7' } });
     expect(range.status).toBe(206);
     expect(range.bytes.equals(served.bytes.subarray(0, 8))).toBe(true);
+    // Its result deleted, nothing else names the bytes: they leave the bucket.
+    const deleted = await call('DELETE', `/v1/jobs/${job.id}/artifacts`);
+    expect(JSON.parse(deleted.bytes.toString())).toMatchObject({ deleted: [digest], freed: [digest], freedBytes: served.bytes.length });
+    expect(await inBucket(digest)).toBe(false);
+    expect((await call('GET', `/v1/blobs/${digest}`)).status).toBe(404);
   }, 90_000);
 
   it('a client\'s picture goes into the bucket and image-to-image reads it back from there', async () => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { MeshLease } from '../../src/orchestrator/store/postgres/mesh-lease.js';
 import { FencedError } from '../../src/orchestrator/store/postgres/pg-commits.js';
 import { PostgresStore } from '../../src/orchestrator/store/postgres/postgres-store.js';
+import { PG_MIGRATIONS } from '../../src/orchestrator/store/postgres/schema.js';
 import { postgresForFile } from '../helpers/postgres.js';
 
 /**
@@ -23,7 +24,7 @@ describe('the PostgreSQL store', () => {
     const [a, b] = await Promise.all([PostgresStore.open({ url, log }), PostgresStore.open({ url, log })]);
     const client = new pg.Client({ connectionString: url });
     await client.connect();
-    expect((await client.query('SELECT version FROM schema_migrations ORDER BY version')).rows).toEqual([{ version: 1 }, { version: 2 }]);
+    expect((await client.query('SELECT version FROM schema_migrations ORDER BY version')).rows).toEqual(PG_MIGRATIONS.map(({ version }) => ({ version })));
     await client.end();
     // Each reserved its own block of job numbers: their jobs never share a number.
     const one = a.commits.write(() => a.jobs.insertJob({ id: 'j_a', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {}, grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null }));

@@ -223,6 +223,37 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('tells whether any row names a blob (a result, an upload for a job, a client file, a job input); forgets uploads and blob records', async () => {
+    const store = await backend.open();
+    const { commits, jobs, blobs, clientBlobs, inputImages, artifacts } = store;
+    const job = commits.write(() => jobs.insertJob(newJob()));
+    const artifact = (digest: string) => ({
+      digest, jobId: job.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1, width: 8, height: 8, computeMs: 1, totalMs: 2, createdAt: tick(),
+    });
+    commits.write(() => {
+      for (const digest of ['sha256:result', 'sha256:upload', 'sha256:client', 'sha256:input', 'sha256:none']) blobs.recordBlob({ digest, bytes: 1, mediaType: 'image/png' }, tick());
+      artifacts.insertArtifact(artifact('sha256:result'));
+      blobs.recordUpload(job.id, 'sha256:upload', tick());
+      blobs.recordUpload(job.id, 'sha256:result', tick());
+      clientBlobs.recordClientBlob('sha256:client', 'g1', tick());
+      inputImages.recordJobInput('sha256:input', job.id);
+    });
+    const named = async () => Object.fromEntries(await Promise.all(['result', 'upload', 'client', 'input', 'none'].map(async (name) => [name, await blobs.blobNamed(`sha256:${name}`)])));
+    expect(await named()).toEqual({ result: true, upload: true, client: true, input: true, none: false });
+    // The job's results deleted and its uploads of them forgotten: nothing names the result any more.
+    commits.write(() => {
+      artifacts.deleteArtifactsOfJob(job.id);
+      blobs.forgetUploads(job.id, ['sha256:result']);
+    });
+    expect(await named()).toEqual({ result: false, upload: true, client: true, input: true, none: false });
+    expect(await blobs.wasUploadedFor(job.id, 'sha256:upload')).toBe(true);
+    commits.write(() => blobs.forgetUploads(job.id, []));
+    commits.write(() => blobs.deleteBlob('sha256:result'));
+    expect(await blobs.getBlob('sha256:result')).toBeNull();
+    expect(await blobs.getBlob('sha256:upload')).not.toBeNull();
+    await store.close();
+  });
+
   it('records grants and revocations, pages grants newest first; audit entries listed by filter and pruned', async () => {
     const store = await backend.open();
     const { commits, grants, audit } = store;

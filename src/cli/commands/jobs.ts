@@ -5,7 +5,7 @@ import { parseInteger, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 
 export function jobsCommand(): Command {
-  const jobs = new Command('jobs').description('List, inspect and cancel jobs');
+  const jobs = new Command('jobs').description('List, inspect and cancel jobs, and delete their results');
   withClientOptions(jobs.command('list', { isDefault: true }))
     .description('Jobs newest first')
     .option('--status <status>', 'only jobs in this state')
@@ -29,5 +29,31 @@ export function jobsCommand(): Command {
       const job = await clientFrom(options).request<JobView>('DELETE', `/v1/jobs/${encodeURIComponent(id)}`);
       process.stdout.write(`${job.id} ${job.status}\n`);
     });
+  withClientOptions(jobs.command('delete-results <id...>'))
+    .description("Delete jobs' published results, as the gallery's Delete does; their bytes leave the store once nothing else names them")
+    .option('--json', 'print JSON, one answer per job')
+    .action(async (ids: string[], options: ClientOptions & { json?: boolean }) => {
+      const client = clientFrom(options);
+      const answers: RemovedResults[] = [];
+      for (const id of ids) answers.push(await client.request<RemovedResults>('DELETE', `/v1/jobs/${encodeURIComponent(id)}/artifacts`));
+      if (options.json) return printJson(answers);
+      for (const answer of answers) process.stdout.write(`${removedLine(answer)}\n`);
+    });
   return jobs;
+}
+
+/** What DELETE /v1/jobs/:id/artifacts answers. */
+interface RemovedResults {
+  jobId: string;
+  deleted: string[];
+  freed: string[];
+  freedBytes: number;
+}
+
+/** `j_… 2 results deleted, 1 freed (184,320 bytes); 1 still named elsewhere`. */
+export function removedLine({ jobId, deleted, freed, freedBytes }: RemovedResults): string {
+  if (deleted.length === 0) return `${jobId} had no results to delete`;
+  const kept = deleted.length - freed.length;
+  return `${jobId} ${deleted.length} ${deleted.length === 1 ? 'result' : 'results'} deleted, ${freed.length} freed (${freedBytes.toLocaleString('en')} bytes)`
+    + (kept > 0 ? `; ${kept} still named elsewhere (another result, a client's file or a job's input: same bytes)` : '');
 }

@@ -7,6 +7,7 @@ import { fileTypeFromBuffer } from 'file-type';
 import type { Clock } from '../../protocol/clock.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
+import type { DigestLocks } from './digest-locks.js';
 import type { InputImages } from './input-images.js';
 import type { DeclaredType } from './picture-check.js';
 import { spoolHashed } from './spool.js';
@@ -26,6 +27,8 @@ export interface ClientBlobsDeps {
    * keeping it is a rename. Emptied at start (what is there was left by requests the process did not finish).
    */
   incomingDir: string;
+  /** The locks every writer that stores, records or removes a digest takes (shared with outputs and reclaiming). */
+  locks: DigestLocks;
 }
 
 /** What a client learns of a blob it stored. */
@@ -64,15 +67,12 @@ const SNIFF_BYTES = 4100;
  * recorded with the grant lineage that stored it, so jobs of that lineage may name it as an input (`"image":
  * "sha256:…"`) and read it back; the same bytes stored twice are one blob.
  *
- * Storing and recording one digest is done under that digest's lock (in this process, the only one that writes the
- * mesh): a request that takes back bytes it stored (`CarriedPictures.refused`) then knows no other request stored or
- * recorded the same bytes in between. Outputs of jobs are stored elsewhere (`JobOutputs`), without the lock; an output
- * whose bytes equal a client's picture being taken back in the same millisecond is the one case it does not cover.
+ * Storing and recording one digest is done under that digest's lock (`DigestLocks`, shared with the outputs of jobs
+ * and with reclaiming): a request that takes back bytes it stored (`CarriedPictures.refused`) then knows nothing else
+ * stored, recorded or removed the same bytes in between.
  */
 export class ClientBlobs {
   readonly #deps: ClientBlobsDeps;
-  /** Per digest: the tail of the chain of requests storing it (see `#lock`). */
-  readonly #locks = new Map<string, Promise<void>>();
 
   constructor(deps: ClientBlobsDeps) {
     this.#deps = deps;
@@ -127,7 +127,7 @@ export class ClientBlobs {
    */
   async take(grantId: string, incoming: Incoming, declared: DeclaredType = {}): Promise<StoredBlob> {
     const mediaType = await this.judge(incoming, declared);
-    const release = await this.#lock(incoming.digest);
+    const release = await this.#deps.locks.lock(incoming.digest);
     try {
       await this.#deps.blobs.adopt(incoming.path, incoming.digest);
       this.#deps.commits.write(() => this.#record(grantId, incoming, mediaType));
@@ -157,7 +157,7 @@ export class ClientBlobs {
         };
         try {
           for (const { incoming } of unique) {
-            releases.push(await this.#lock(incoming.digest));
+            releases.push(await this.#deps.locks.lock(incoming.digest));
             if (!(await this.#deps.blobs.has(incoming.digest))) fresh.push(incoming.digest);
             await this.#deps.blobs.adopt(incoming.path, incoming.digest);
           }
@@ -207,26 +207,12 @@ export class ClientBlobs {
 
   /**
    * Delete what a refused request stored (`fresh`: digests not in the store before it, still under its locks) unless
-   * something records them by now — the one writer outside the locks, a job's output of the same bytes.
+   * something records them by now.
    */
   async #giveBack(fresh: readonly string[]): Promise<void> {
     for (const digest of fresh) {
       if (!(await this.#deps.store.blobs.getBlob(digest))) await this.#deps.blobs.remove(digest);
     }
-  }
-
-  /** Wait for every request before this one that stores `digest`; resolves with the function that lets the next go. */
-  async #lock(digest: string): Promise<() => void> {
-    const before = this.#locks.get(digest) ?? Promise.resolve();
-    let release!: () => void;
-    const mine = new Promise<void>((resolve) => (release = resolve));
-    const tail = before.then(() => mine);
-    this.#locks.set(digest, tail);
-    await before;
-    return () => {
-      release();
-      if (this.#locks.get(digest) === tail) this.#locks.delete(digest);
-    };
   }
 }
 

@@ -1,4 +1,5 @@
 import type { VerifiedGrant } from '../auth/index.js';
+import type { BlobReclaimer, Reclaimed } from '../blobs/reclaim.js';
 import type { Authorize, JobService } from '../jobs/index.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { Thumbnails } from './thumbnails.js';
@@ -8,6 +9,12 @@ export interface GalleryServiceDeps {
   commits: Commits;
   jobs: JobService;
   thumbnails: Thumbnails;
+  reclaimer: BlobReclaimer;
+}
+
+/** What deleting a job's results did: the digests that left its view, and those whose bytes left the store. */
+export interface RemovedResults extends Reclaimed {
+  deleted: string[];
 }
 
 /** What the gallery page asks first: the albums it may switch between, and whether this grant may delete. */
@@ -45,20 +52,23 @@ export class GalleryService {
   }
 
   /**
-   * Delete a job's published results: they leave the gallery, its listings and the job's view, and a grant limited
-   * to albums no longer reads their blobs. The blobs themselves stay in the store, where another result or a job's
-   * input may name the same bytes; their thumbnails go once no result names them. Returns the digests removed.
+   * Delete a job's published results: they leave the gallery, its listings and the job's view, and the job no longer
+   * names them; their thumbnails go once no result names them, and their bytes once nothing does (BlobReclaimer:
+   * another result, a client's file or a job's input may be the same bytes). The job itself stays.
    */
-  async remove(grant: VerifiedGrant, jobId: string, authorize: Authorize): Promise<string[]> {
+  async remove(grant: VerifiedGrant, jobId: string, authorize: Authorize): Promise<RemovedResults> {
     const job = await this.#deps.jobs.record(grant, jobId);
     authorize({ action: 'artifacts:delete', jobType: job.type, model: job.model, album: job.album });
     const { store, commits } = this.#deps;
     const digests = [...new Set((await store.artifacts.artifactsOfJob(jobId)).map((artifact) => artifact.digest))];
-    commits.write(() => store.artifacts.deleteArtifactsOfJob(jobId));
+    commits.write(() => {
+      store.artifacts.deleteArtifactsOfJob(jobId);
+      store.blobs.forgetUploads(jobId, digests);
+    });
     await commits.durable();
     const published = await Promise.all(digests.map((digest) => store.artifacts.digestPublished(digest)));
     const orphans = digests.filter((_, index) => !published[index]);
     await Promise.all(orphans.map((digest) => this.#deps.thumbnails.forget(digest)));
-    return digests;
+    return { deleted: digests, ...await this.#deps.reclaimer.release(orphans) };
   }
 }

@@ -72,10 +72,11 @@ export async function galleryRoutes(app: FastifyInstance, deps: GalleryRouteDeps
   routes.delete('/v1/jobs/:id/artifacts', {
     schema: {
       params: z.object({ id: z.string().min(1).max(100) }),
-      tags: ['artifacts'], summary: "Delete a job's published results from the gallery (the job and its stored bytes stay; artifacts:delete in the job's album)",
+      tags: ['artifacts'],
+      summary: "Delete a job's published results (artifacts:delete in the job's album): they leave the gallery and the job's view, and their bytes leave the store once nothing else names them (freed, freedBytes); the job stays",
     },
     onRequest: auth.require('artifacts:delete'),
-  }, async (request) => ({ jobId: request.params.id, deleted: await gallery.remove(grantOf(request), request.params.id, auth.authorizer(request)) }));
+  }, async (request) => ({ jobId: request.params.id, ...await gallery.remove(grantOf(request), request.params.id, auth.authorizer(request)) }));
 
   await app.register(fastifyStatic, { root: deps.webRoot, prefix: '/web/', index: false, cacheControl: true, maxAge: 0 });
   await app.register(fastifyStatic, {

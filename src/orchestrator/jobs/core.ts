@@ -6,6 +6,7 @@ import { LinkRefusals } from './refusals.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { BlobStore } from '../blobs/blob-store.js';
+import type { DigestLocks } from '../blobs/digest-locks.js';
 import type { AttemptBudgets, HostRegistry, Router } from '../routing/index.js';
 import type { Admission, Scheduler } from '../scheduler/index.js';
 import type { Commits, MeshStore } from '../store/index.js';
@@ -30,6 +31,8 @@ export interface JobCoreDeps {
   hosts: HostRegistry;
   admission: Admission;
   blobs: BlobStore;
+  /** The per-digest locks the blob services share (outputs are stored and published under them). */
+  locks: DigestLocks;
   log: Logger;
   model(name: string): RegisteredModel | undefined;
   uploadCredential(batchId: string, validUntil: number): string;
@@ -70,7 +73,7 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const failover = new Failover({ clock, states, inFlight, dispatcher, model, retryBackoffMs: deps.retryBackoffMs, log: log.child({ part: 'failover' }) });
   const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
   const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
-  const outputs = new JobOutputs({ store, commits, clock, blobs: deps.blobs, states, limitBytes: deps.uploadLimitBytes });
+  const outputs = new JobOutputs({ store, commits, clock, blobs: deps.blobs, locks: deps.locks, states, limitBytes: deps.uploadLimitBytes });
   const refusals = new LinkRefusals({ clock, events, metrics, log: log.child({ part: 'link' }) });
   const intake = new ResultIntake({
     clock, states, inFlight, failover, outputs, commits, refusals, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,

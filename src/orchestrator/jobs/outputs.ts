@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import { MeshError, sha256Digest, type ArtifactReport } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
+import type { DigestLocks } from '../blobs/digest-locks.js';
 import { checkOutput, OutputCheck, outputTypesOf } from '../blobs/output-media.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { JobStates } from './states.js';
@@ -14,6 +15,8 @@ export interface JobOutputsDeps {
   states: JobStates;
   /** Largest output accepted. */
   limitBytes: number;
+  /** Storing an output and recording it is done under its digest's lock (see DigestLocks). */
+  locks: DigestLocks;
 }
 
 /**
@@ -33,6 +36,11 @@ export class JobOutputs {
     this.#deps = deps;
   }
 
+  /** The locks outputs are stored and published under (ResultIntake holds a result's from its checks to its publishing). */
+  get locks(): DigestLocks {
+    return this.#deps.locks;
+  }
+
   /** Store one uploaded output of a job in `batchId` (the batch the credential was minted for); resolves once committed. */
   async receive(
     upload: { jobId: string; batchId: string; digest: string; mediaType: string }, body: Readable,
@@ -47,12 +55,16 @@ export class JobOutputs {
     // A type the job may not produce is refused before a byte is read; bytes that are not of their type, once all are in
     // — before the blob is renamed into place, so neither the blob nor the upload is recorded.
     const check = new OutputCheck(job.type, mediaType);
-    const stored = await this.#deps.blobs.putStream(Readable.from(checked(body, check), { objectMode: false }), { expected: digest, limit: this.#deps.limitBytes });
-    await this.#assertSameType(digest, mediaType);
-    const now = clock.now();
-    commits.write(() => {
-      store.blobs.recordBlob({ digest, bytes: stored.bytes, mediaType }, now);
-      store.blobs.recordUpload(jobId, digest, now);
+    // Held from the first byte stored to the record: bytes of this digest are not reclaimed in between.
+    const stored = await this.#deps.locks.holding([digest], async () => {
+      const kept = await this.#deps.blobs.putStream(Readable.from(checked(body, check), { objectMode: false }), { expected: digest, limit: this.#deps.limitBytes });
+      await this.#assertSameType(digest, mediaType);
+      const now = clock.now();
+      commits.write(() => {
+        store.blobs.recordBlob({ digest, bytes: kept.bytes, mediaType }, now);
+        store.blobs.recordUpload(jobId, digest, now);
+      });
+      return kept;
     });
     await commits.durable();
     return { digest, bytes: stored.bytes, mediaType };
@@ -61,7 +73,8 @@ export class JobOutputs {
   /**
    * Keep an output of a `jobType` job that came inline in a report (small: stored at once once checked); DIGEST_MISMATCH
    * if its bytes are not what it claims, UNSUPPORTED_MEDIA_TYPE if they are not of its media type or the type is not
-   * one the job type may produce. Nothing is stored unless all holds.
+   * one the job type may produce. Nothing is stored unless all holds. The caller holds the digest's lock until the
+   * job is published with it (ResultIntake): until then, nothing but that lock keeps the bytes from being reclaimed.
    */
   async keepInline(jobType: string, artifact: ArtifactReport & { inline: string }): Promise<void> {
     const bytes = Buffer.from(artifact.inline, 'base64');

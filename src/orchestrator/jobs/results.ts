@@ -96,7 +96,10 @@ export class ResultIntake {
     // A result without files (a tensor's) is published in this turn; files are checked against the store first.
     if (message.artifacts.length === 0) return this.#publish(host, job, message);
     this.#settling.add(job.id);
-    this.#keepOutputs(host, job.type, message).catch((error: unknown) => {
+    // The outputs' digests stay locked from the checks to the publishing: bytes the job is about to name are not
+    // reclaimed (deleted results whose bytes are the same) in between.
+    const digests = message.artifacts.map((artifact) => artifact.digest);
+    this.#deps.outputs.locks.holding(digests, () => this.#keepOutputs(host, job.type, message)).catch((error: unknown) => {
       this.#deps.log.error({ err: error, jobId: job.id, host: host.id }, 'a result with outputs could not be settled');
     }).finally(() => this.#settling.delete(job.id));
   }

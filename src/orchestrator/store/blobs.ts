@@ -26,3 +26,23 @@ export function recordUpload(db: Db, jobId: string, digest: string, now: number)
 export function wasUploadedFor(db: Db, jobId: string, digest: string): boolean {
   return stmt(db, 'SELECT 1 FROM uploads WHERE job_id = ? AND digest = ?').get(jobId, digest) !== undefined;
 }
+
+/** Forget that a job's outputs were uploaded for it (its published results were deleted: it names them no more). */
+export function forgetUploads(db: Db, jobId: string, digests: readonly string[]): void {
+  const forget = stmt(db, 'DELETE FROM uploads WHERE job_id = ? AND digest = ?');
+  for (const digest of digests) forget.run(jobId, digest);
+}
+
+/**
+ * Whether any row names the blob: a published result, an output uploaded for a job, a client's stored file, a job's
+ * input. Models name theirs in the registry (BlobReclaimer asks it).
+ */
+export function blobNamed(db: Db, digest: string): boolean {
+  return stmt(db, `SELECT 1 WHERE EXISTS (SELECT 1 FROM artifacts WHERE digest = @digest) OR EXISTS (SELECT 1 FROM uploads WHERE digest = @digest)
+    OR EXISTS (SELECT 1 FROM client_blobs WHERE digest = @digest) OR EXISTS (SELECT 1 FROM job_inputs WHERE digest = @digest)`).get({ digest }) !== undefined;
+}
+
+/** The blob's record goes with its bytes (reclaimed). */
+export function deleteBlob(db: Db, digest: string): void {
+  stmt(db, 'DELETE FROM blobs WHERE digest = ?').run(digest);
+}

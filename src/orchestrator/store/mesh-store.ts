@@ -80,6 +80,10 @@ export interface MeshStore {
     recordUpload(jobId: string, digest: string, now: number): void;
     getBlob(digest: string): Promise<BlobRecord | null>;
     wasUploadedFor(jobId: string, digest: string): Promise<boolean>;
+    forgetUploads(jobId: string, digests: readonly string[]): void;
+    /** Whether a row names the blob: a published result, an upload for a job, a client's file, a job's input. */
+    blobNamed(digest: string): Promise<boolean>;
+    deleteBlob(digest: string): void;
   };
   readonly grants: {
     recordGrant(grant: { id: string; kind: string; note: string | null; caveats: readonly string[] }, now: number): void;

@@ -267,4 +267,12 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX artifacts_by_album ON artifacts (album, seq);
     `,
   },
+  {
+    version: 15,
+    // Deleted results give their bytes back once nothing names them (BlobReclaimer): is an output uploaded for any job?
+    name: 'uploads by digest',
+    sql: `
+      CREATE INDEX uploads_by_digest ON uploads (digest);
+    `,
+  },
 ];

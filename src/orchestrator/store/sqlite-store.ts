@@ -64,6 +64,9 @@ export class SqliteStore implements MeshStore {
       recordUpload: (jobId, digest, now) => blobs.recordUpload(db, jobId, digest, now),
       getBlob: async (digest) => blobs.getBlob(db, digest),
       wasUploadedFor: async (jobId, digest) => blobs.wasUploadedFor(db, jobId, digest),
+      forgetUploads: (jobId, digests) => blobs.forgetUploads(db, jobId, digests),
+      blobNamed: async (digest) => blobs.blobNamed(db, digest),
+      deleteBlob: (digest) => blobs.deleteBlob(db, digest),
     };
     this.grants = {
       recordGrant: (grant, now) => grants.recordGrant(db, grant, now),

@@ -193,6 +193,10 @@ export class PostgresStore implements MeshStore {
         return row ? { digest: row.digest, bytes: row.bytes, mediaType: row.media_type } : null;
       },
       wasUploadedFor: async (jobId, digest) => (await query('SELECT 1 FROM uploads WHERE job_id = $1 AND digest = $2', [jobId, digest])).length > 0,
+      forgetUploads: (jobId, digests) => { if (digests.length > 0) statement('DELETE FROM uploads WHERE job_id = $1 AND digest = ANY($2)', [jobId, [...digests]]); },
+      blobNamed: async (digest) => (await query<{ named: boolean }>(`SELECT EXISTS (SELECT 1 FROM artifacts WHERE digest = $1) OR EXISTS (SELECT 1 FROM uploads WHERE digest = $1)
+        OR EXISTS (SELECT 1 FROM client_blobs WHERE digest = $1) OR EXISTS (SELECT 1 FROM job_inputs WHERE digest = $1) AS named`, [digest]))[0]?.named === true,
+      deleteBlob: (digest) => statement('DELETE FROM blobs WHERE digest = $1', [digest]),
     };
 
     this.grants = {

@@ -206,4 +206,12 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       END $$;
     `,
   },
+  {
+    version: 3,
+    // SQLite's version 15: deleted results give their bytes back once nothing names them (BlobReclaimer).
+    name: 'uploads by digest',
+    sql: `
+      CREATE INDEX uploads_by_digest ON uploads (digest);
+    `,
+  },
 ];

@@ -1,0 +1,105 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
+import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { gpumeshRun } from '../helpers/processes.js';
+
+/**
+ * Deleting results gives their bytes back, through a real `gpumesh up` and its agent: the built-in generator makes the
+ * same bytes for the same prompt, seed and size, so two jobs can publish one blob. Its bytes leave the store with the
+ * last thing that names it — the other job's result, a client's stored file, a job that starts from it — and not before.
+ */
+let mesh: RunningMesh;
+
+beforeAll(async () => {
+  mesh = await startMesh();
+});
+afterAll(async () => {
+  await mesh?.stop();
+  if (mesh) removeDir(mesh.data);
+});
+
+async function call(method: string, path: string, options: { body?: Uint8Array<ArrayBuffer> | string; headers?: Record<string, string> } = {}): Promise<{ status: number; json: any }> {
+  const response = await fetch(`${mesh.url}${path}`, { method, body: options.body, headers: { authorization: `Bearer ${mesh.admin}`, ...options.headers } });
+  const text = await response.text();
+  let json: any = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: response.status, json };
+}
+
+/** An image job, waited for: its id and its one result's digest and size. */
+async function picture(input: Record<string, unknown>): Promise<{ id: string; digest: string; bytes: number }> {
+  const { status, json } = await call('POST', '/v1/jobs', {
+    body: JSON.stringify({ type: 'image', input: { width: 64, height: 64, steps: 2, ...input } }), headers: { 'content-type': 'application/json', prefer: 'wait=30' },
+  });
+  expect(status, JSON.stringify(json)).toBe(200);
+  expect(json.status, JSON.stringify(json.error)).toBe('succeeded');
+  return { id: json.id, digest: json.artifacts[0].digest, bytes: json.artifacts[0].bytes };
+}
+
+const stored = (digest: string, bytes: number): boolean => blobDirEntries(mesh.data).includes(blobEntry(digest, bytes));
+const thumbnailsOf = (digest: string): string[] => {
+  const dir = join(mesh.data, 'thumbnails');
+  return existsSync(dir) ? readdirSync(dir).filter((name) => name.startsWith(digest.slice('sha256:'.length))) : [];
+};
+
+describe('deleted results give their bytes back', () => {
+  it('the bytes of two jobs’ one result stay until both are deleted; then the blob, its record and its thumbnails are gone, and the same bytes can come again', async () => {
+    const first = await picture({ prompt: 'twins', seed: 11 });
+    const second = await picture({ prompt: 'twins', seed: 11 });
+    const other = await picture({ prompt: 'twins', seed: 12 });
+    expect(second.digest).toBe(first.digest);
+    expect(other.digest).not.toBe(first.digest);
+    expect((await fetch(`${mesh.url}/v1/blobs/${first.digest}/thumbnail?width=256`, { headers: { authorization: `Bearer ${mesh.admin}` } })).status).toBe(200);
+    expect(thumbnailsOf(first.digest)).toHaveLength(1);
+
+    const once = await call('DELETE', `/v1/jobs/${first.id}/artifacts`);
+    expect(once).toEqual({ status: 200, json: { jobId: first.id, deleted: [first.digest], freed: [], freedBytes: 0 } });
+    expect(stored(first.digest, first.bytes)).toBe(true);
+    expect((await call('GET', `/v1/blobs/${first.digest}`)).status).toBe(200);
+    expect(thumbnailsOf(first.digest)).toHaveLength(1);
+
+    const twice = await call('DELETE', `/v1/jobs/${second.id}/artifacts`);
+    expect(twice).toEqual({ status: 200, json: { jobId: second.id, deleted: [first.digest], freed: [first.digest], freedBytes: first.bytes } });
+    expect(stored(first.digest, first.bytes)).toBe(false);
+    expect(thumbnailsOf(first.digest)).toEqual([]);
+    const gone = await call('GET', `/v1/blobs/${first.digest}`);
+    expect(gone.status).toBe(404);
+    expect(gone.json.error.code).toBe('NOT_FOUND');
+    // Deleting again finds nothing to delete; the job itself stays, without results.
+    expect(await call('DELETE', `/v1/jobs/${second.id}/artifacts`)).toEqual({ status: 200, json: { jobId: second.id, deleted: [], freed: [], freedBytes: 0 } });
+    expect((await call('GET', `/v1/jobs/${second.id}`)).json).toMatchObject({ status: 'succeeded', artifacts: [] });
+    // The other job's bytes were never in question.
+    expect(stored(other.digest, other.bytes)).toBe(true);
+
+    // The same bytes made again are stored and served again, with their media type.
+    const again = await picture({ prompt: 'twins', seed: 11 });
+    expect(again.digest).toBe(first.digest);
+    expect(stored(first.digest, first.bytes)).toBe(true);
+    const served = await fetch(`${mesh.url}/v1/blobs/${first.digest}`, { headers: { authorization: `Bearer ${mesh.admin}` } });
+    expect(served.status).toBe(200);
+    expect(served.headers.get('content-type')).toBe('image/png');
+  });
+
+  it('a result a client also stored as a file, or that a job started from, keeps its bytes', async () => {
+    // Stored by a client too: PUT /v1/blobs of the same bytes.
+    const kept = await picture({ prompt: 'kept by a client', seed: 21 });
+    const bytes = new Uint8Array(await (await fetch(`${mesh.url}/v1/blobs/${kept.digest}`, { headers: { authorization: `Bearer ${mesh.admin}` } })).arrayBuffer());
+    expect((await call('PUT', '/v1/blobs', { body: bytes, headers: { 'content-type': 'image/png' } })).json).toMatchObject({ digest: kept.digest });
+    expect((await call('DELETE', `/v1/jobs/${kept.id}/artifacts`)).json).toMatchObject({ deleted: [kept.digest], freed: [] });
+    expect(stored(kept.digest, kept.bytes)).toBe(true);
+    expect((await call('GET', `/v1/blobs/${kept.digest}`)).status).toBe(200);
+
+    // Named as a later job's input (image-to-image from a result).
+    const start = await picture({ prompt: 'a start', seed: 31 });
+    const derived = await picture({ prompt: 'from it', seed: 32, image: start.digest, strength: 0.5 });
+    expect((await call('DELETE', `/v1/jobs/${start.id}/artifacts`)).json).toMatchObject({ deleted: [start.digest], freed: [] });
+    expect(stored(start.digest, start.bytes)).toBe(true);
+    // The derived job's own result has nothing else naming it: it goes (here from the command line).
+    const cli = await gpumeshRun(['jobs', 'delete-results', derived.id, kept.id, '--url', mesh.url], { GPUMESH_GRANT: mesh.admin });
+    expect(cli.code, cli.output).toBe(0);
+    expect(cli.stdout).toBe(`${derived.id} 1 result deleted, 1 freed (${derived.bytes.toLocaleString('en')} bytes)\n${kept.id} had no results to delete\n`);
+    expect(stored(derived.digest, derived.bytes)).toBe(false);
+  });
+});
