@@ -237,8 +237,11 @@ export class Orchestrator {
     });
 
     const pictures = new InputImages({ store, commits, clock, blobs: blobStore });
+    const reclaimer = new BlobReclaimer({
+      store, commits, blobs: blobStore, locks, pictures, modelFile: (digest) => registry.all().some((registered) => modelDigests(registered.manifest).includes(digest)),
+    });
     const clientBlobs = new ClientBlobs({
-      store, commits, clock, blobs: blobStore, locks, limitBytes: config.server.uploadLimitBytes, pictures, incomingDir: join(config.data, 'blobs', 'incoming'),
+      store, commits, clock, blobs: blobStore, locks, reclaimer, limitBytes: config.server.uploadLimitBytes, pictures, incomingDir: join(config.data, 'blobs', 'incoming'),
     });
     const uploads = new StagedUploads({ store, commits, clock, blobs: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
     // Uploads abandoned for a week are not coming back: their bytes go, at the start and every hour after.
@@ -261,9 +264,6 @@ export class Orchestrator {
       dir: join(config.data, 'thumbnails'),
       record: (digest) => outputs.blobRecord(digest),
       open: async (digest) => (await reader.open(digest, (await outputs.blobRecord(digest))?.bytes ?? null)).read(),
-    });
-    const reclaimer = new BlobReclaimer({
-      store, commits, blobs: blobStore, locks, modelFile: (digest) => registry.all().some((registered) => modelDigests(registered.manifest).includes(digest)),
     });
     const gallery = new GalleryService({ store, commits, jobs, thumbnails, reclaimer });
     const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });

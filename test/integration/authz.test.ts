@@ -146,6 +146,8 @@ const TABLE: Row[] = [
   },
   // A client's files: grants that may write blobs (admin, client; not the gallery's, the mesh view's or an agent's).
   { route: 'PUT /v1/blobs', request: () => ({ path: '/v1/blobs', body: uploadBytes, contentType: 'text/plain' }), expect: granted({ admin: 201, client: 201, gallery: 403, mesh: 403, album: 201, agent: 403, upload: 401 }) },
+  // A lineage deletes only what it stored: a result's digest none of these stored is 404 to those that may write blobs.
+  { route: 'DELETE /v1/blobs/{digest}', request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   { route: 'POST /v1/uploads', request: () => ({ path: '/v1/uploads', body: '{}' }), expect: granted({ admin: 201, client: 201, gallery: 403, mesh: 403, album: 201, agent: 403, upload: 401 }) },
   // An upload is its lineage's: another's id is 404 (this one exists for no grant); a chunk without its offset is 400.
   { route: 'GET /v1/uploads/{id}', request: () => ({ path: '/v1/uploads/u_0' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },

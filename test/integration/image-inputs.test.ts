@@ -203,7 +203,7 @@ describe('gpumesh submit --input image=./photo.png', () => {
     }
   });
 
-  it('a command refused on the spot — a bad --input, --size, or a file it cannot read — uploads none of its pictures', async () => {
+  it('a command refused on the spot — a bad --input, --size, or a file it cannot read — uploads none of its pictures; one refused later deletes those it stored', async () => {
     const dir = tempDir();
     const env = { GPUMESH_HOME: mesh.data, GPUMESH_URL: mesh.url };
     try {
@@ -222,6 +222,25 @@ describe('gpumesh submit --input image=./photo.png', () => {
         expect(refused.code, refused.output).toBe(1);
         expect(refused.output).toContain(message);
         expect(blobDirEntries(mesh.data), message).toEqual(before);
+      }
+      // Refused by the orchestrator once the pictures were stored — a mask it will not take after the image, a job
+      // it will not take — the command deletes what it stored: the folder is as it was.
+      const jpegNamedPng = join(dir, 'mask.png');
+      writeFileSync(jpegNamedPng, await sharp(fresh).jpeg().toBuffer());
+      const garbage = join(dir, 'garbage.png');
+      writeFileSync(garbage, Buffer.from('not a picture at all'));
+      const late: [string[], string][] = [
+        [['--input', image, '--input', 'mask=' + jpegNamedPng], `--input mask=${jpegNamedPng}: Not a picture gpumesh will decode: its name ends in .png but its bytes are image/jpeg`],
+        [['--input', image, '--input', 'mask=' + garbage], 'Not a picture gpumesh will decode: mask'],
+        [['--input', image, '--model', 'no-such-model'], 'no-such-model'],
+      ];
+      for (const [args, message] of late) {
+        const refused = await gpumeshRun(['submit', '--prompt', 'x', ...args], env);
+        expect(refused.code, refused.output).toBe(1);
+        expect(refused.output).toContain(message);
+        // Files only: the store keeps the folder a deleted blob was in (another may be renamed into it at that moment).
+        const files = (entries: string[]) => entries.filter((entry) => !entry.endsWith('/'));
+        expect(files(blobDirEntries(mesh.data)), message).toEqual(files(before));
       }
     } finally {
       removeDir(dir);

@@ -1,5 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
 import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
@@ -101,5 +102,50 @@ describe('deleted results give their bytes back', () => {
     expect(cli.code, cli.output).toBe(0);
     expect(cli.stdout).toBe(`${derived.id} 1 result deleted, 1 freed (${derived.bytes.toLocaleString('en')} bytes)\n${kept.id} had no results to delete\n`);
     expect(stored(derived.digest, derived.bytes)).toBe(false);
+  });
+
+  it('a client deletes a file it stored: its jobs may no longer name it; the bytes go unless a job took it as input or another grant stored them too', async () => {
+    const grant = (await call('POST', '/v1/grants', { body: JSON.stringify({ kind: 'client', note: "one person" }), headers: { "content-type": "application/json" } })).json.token as string;
+    const other = (await call('POST', '/v1/grants', { body: JSON.stringify({ kind: 'client', note: "another" }), headers: { "content-type": "application/json" } })).json.token as string;
+    const as = (who: string) => ({ authorization: `Bearer ${who}` });
+    const upload = async (who: string, shade: number) => {
+      const png = await sharp({ create: { width: 32, height: 32, channels: 3, background: { r: shade, g: 90, b: 160 } } }).png().toBuffer();
+      const response = await fetch(`${mesh.url}/v1/blobs`, { method: 'PUT', body: Uint8Array.from(png), headers: { ...as(who), 'content-type': 'image/png' } });
+      expect(response.status).toBe(201);
+      return (await response.json() as { digest: string; bytes: number });
+    };
+    const forget = async (who: string, digest: string) => {
+      const response = await fetch(`${mesh.url}/v1/blobs/${digest}`, { method: 'DELETE', headers: as(who) });
+      return { status: response.status, json: await response.json() as any };
+    };
+
+    // Never used: gone at once, and the lineage can no longer read it or start a job from it.
+    const unused = await upload(grant, 10);
+    expect(await forget(grant, unused.digest)).toEqual({ status: 200, json: { digest: unused.digest, freed: true, freedBytes: unused.bytes } });
+    expect(stored(unused.digest, unused.bytes)).toBe(false);
+    expect((await fetch(`${mesh.url}/v1/blobs/${unused.digest}`, { headers: as(grant) })).status).toBe(404);
+    expect((await forget(grant, unused.digest)).json.error.code).toBe('NOT_FOUND');
+    const refused = await fetch(`${mesh.url}/v1/jobs`, {
+      method: 'POST', body: JSON.stringify({ type: 'image', input: { prompt: 'x', image: unused.digest } }), headers: { ...as(grant), 'content-type': 'application/json' },
+    });
+    expect(refused.status).toBe(400);
+    expect((await refused.json() as any).error).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining(`no blob ${unused.digest}`) });
+
+    // Stored by two lineages: one deleting it leaves the other's.
+    const shared = await upload(grant, 20);
+    expect((await upload(other, 20)).digest).toBe(shared.digest);
+    expect((await forget(grant, shared.digest)).json).toEqual({ digest: shared.digest, freed: false, freedBytes: 0 });
+    expect((await fetch(`${mesh.url}/v1/blobs/${shared.digest}`, { headers: as(other) })).status).toBe(200);
+    expect((await forget(other, shared.digest)).json).toEqual({ digest: shared.digest, freed: true, freedBytes: shared.bytes });
+
+    // Taken as a job's input: the job names it, so the bytes stay with the job's record.
+    const used = await upload(grant, 30);
+    const job = await fetch(`${mesh.url}/v1/jobs`, {
+      method: 'POST', body: JSON.stringify({ type: 'image', input: { prompt: 'from my picture', image: used.digest, strength: 0.4 } }),
+      headers: { ...as(grant), 'content-type': 'application/json', prefer: 'wait=30' },
+    });
+    expect((await job.json() as { status: string }).status).toBe('succeeded');
+    expect((await forget(grant, used.digest)).json).toEqual({ digest: used.digest, freed: false, freedBytes: 0 });
+    expect(stored(used.digest, used.bytes)).toBe(true);
   });
 });

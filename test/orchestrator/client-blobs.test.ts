@@ -12,6 +12,7 @@ import { FakeClock } from '../helpers/fake-clock.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 import { meshRejection } from '../helpers/errors.js';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
+import { BlobReclaimer } from '../../src/orchestrator/blobs/reclaim.js';
 
 /**
  * Clients' files judged before they are stored, on a real folder and an in-memory SQLite (fake clock): the pictures a
@@ -32,7 +33,9 @@ function setup() {
   const clock = new FakeClock(Date.parse('2026-12-02T10:00:00Z'));
   const blobs = new LocalBlobStore(join(dir, 'blobs'));
   const pictures = new InputImages({ store, commits, clock, blobs });
-  const clientBlobs = new ClientBlobs({ store, commits, clock, blobs, locks: new DigestLocks(), limitBytes: 1024 * 1024, pictures, incomingDir: join(dir, 'blobs', 'incoming') });
+  const locks = new DigestLocks();
+  const reclaimer = new BlobReclaimer({ store, commits, blobs, locks, pictures, modelFile: () => false });
+  const clientBlobs = new ClientBlobs({ store, commits, clock, blobs, locks, reclaimer, limitBytes: 1024 * 1024, pictures, incomingDir: join(dir, 'blobs', 'incoming') });
   const uploads = new StagedUploads({ store, commits, clock, blobs, dir: join(dir, 'blobs', 'staging'), limitBytes: 1024 * 1024 });
   /** The digests the folder holds. */
   const held = (): string[] => {

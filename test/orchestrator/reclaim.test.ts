@@ -1,9 +1,11 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
+import { InputImages } from '../../src/orchestrator/blobs/input-images.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { BlobReclaimer } from '../../src/orchestrator/blobs/reclaim.js';
 import { SqliteStore } from '../../src/orchestrator/store/index.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { removeDir, tempDir } from '../helpers/mesh.js';
 
 /**
@@ -24,7 +26,7 @@ function setup() {
   const blobs = new LocalBlobStore(join(dir, 'blobs'));
   const locks = new DigestLocks();
   const modelFiles = new Set<string>();
-  const reclaimer = new BlobReclaimer({ store, commits, blobs, locks, modelFile: (digest) => modelFiles.has(digest) });
+  const reclaimer = new BlobReclaimer({ store, commits, blobs, locks, pictures: new InputImages({ store, commits, clock: new FakeClock(1), blobs }), modelFile: (digest) => modelFiles.has(digest) });
   const put = async (text: string): Promise<string> => {
     const { digest, bytes } = await blobs.putBytes(Buffer.from(text));
     commits.write(() => store.blobs.recordBlob({ digest, bytes, mediaType: 'text/plain' }, 1));
@@ -34,7 +36,7 @@ function setup() {
 }
 
 describe('BlobReclaimer', () => {
-  it('gives back bytes nothing names, with their record; bytes a row or a model names stay', async () => {
+  it('gives back bytes nothing names, with their record and a picture’s verdict; bytes a row or a model names stay', async () => {
     const { store, commits, blobs, reclaimer, put } = setup();
     const free = await put('nothing names me');
     const uploaded = await put('an output uploaded for a running job');
@@ -44,10 +46,12 @@ describe('BlobReclaimer', () => {
       store.blobs.recordUpload('j_1', uploaded, 1);
       store.clientBlobs.recordClientBlob(client, 'g1', 1);
       store.inputImages.recordJobInput(input, 'j_2');
+      store.inputImages.recordVerdict(free, { ok: true, format: 'png', width: 1, height: 1 }, 1);
     });
     expect(await reclaimer.release([free, uploaded, client, input, free])).toEqual({ freed: [free], freedBytes: 'nothing names me'.length });
     expect(await blobs.has(free)).toBe(false);
     expect(await store.blobs.getBlob(free)).toBeNull();
+    expect(await store.inputImages.verdictOf(free)).toBeUndefined(); // admission finds no picture there
     for (const digest of [uploaded, client, input]) expect(await blobs.has(digest)).toBe(true);
     // A digest neither stored nor recorded frees nothing.
     expect(await reclaimer.release([free])).toEqual({ freed: [], freedBytes: 0 });

@@ -223,7 +223,7 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
-  it('tells whether any row names a blob (a result, an upload for a job, a client file, a job input); forgets uploads and blob records', async () => {
+  it('tells whether any row names a blob (a result, an upload for a job, a client file, a job input); forgets uploads, client files and blob records', async () => {
     const store = await backend.open();
     const { commits, jobs, blobs, clientBlobs, inputImages, artifacts } = store;
     const job = commits.write(() => jobs.insertJob(newJob()));
@@ -248,7 +248,19 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     expect(await named()).toEqual({ result: false, upload: true, client: true, input: true, none: false });
     expect(await blobs.wasUploadedFor(job.id, 'sha256:upload')).toBe(true);
     commits.write(() => blobs.forgetUploads(job.id, []));
-    commits.write(() => blobs.deleteBlob('sha256:result'));
+    // The client's lineage lets its file go: its record goes, another lineage's of the same bytes stays.
+    commits.write(() => clientBlobs.recordClientBlob('sha256:client', 'g2', tick()));
+    commits.write(() => clientBlobs.forgetClientBlob('sha256:client', 'g1'));
+    expect(await clientBlobs.storedBy('sha256:client', 'g1')).toBe(false);
+    expect(await blobs.blobNamed('sha256:client')).toBe(true);
+    commits.write(() => clientBlobs.forgetClientBlob('sha256:client', 'g2'));
+    expect(await blobs.blobNamed('sha256:client')).toBe(false);
+    commits.write(() => {
+      inputImages.recordVerdict('sha256:result', { ok: true, format: 'png', width: 8, height: 8 }, tick());
+      inputImages.forgetVerdict('sha256:result');
+      blobs.deleteBlob('sha256:result');
+    });
+    expect(await inputImages.verdictOf('sha256:result')).toBeUndefined();
     expect(await blobs.getBlob('sha256:result')).toBeNull();
     expect(await blobs.getBlob('sha256:upload')).not.toBeNull();
     await store.close();

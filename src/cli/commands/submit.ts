@@ -8,7 +8,7 @@ import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseSize, printJson } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 import { ApiError, type MeshClient } from '../common/client.js';
-import { uploadPicture } from '../common/upload.js';
+import { deleteStored, uploadPicture, type UploadedFile } from '../common/upload.js';
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
 
@@ -45,9 +45,10 @@ const EXTENSIONS: Record<string, string> = { 'image/png': 'png', 'video/mp4': 'm
  * The job's input: `--input` JSON objects merged in order, `--input field=./file` uploading the file and naming its
  * digest (pictures a job starts from: `image`, `mask`), then the flags. Everything that can be found wrong here — a
  * JSON item, a flag, a file that cannot be read — is, before the first file is uploaded: a command refused on the spot
- * stores nothing.
+ * stores nothing. A picture the orchestrator refuses deletes those this command stored before it, and the files it
+ * stored come back with the input, so that a job the orchestrator refuses deletes them too.
  */
-async function buildInput(options: SubmitOptions, client: MeshClient): Promise<Record<string, unknown>> {
+async function buildInput(options: SubmitOptions, client: MeshClient): Promise<{ input: Record<string, unknown>; stored: UploadedFile[] }> {
   const input: Record<string, unknown> = {};
   // Each field's file, in the order given: a later item or a flag naming the field wins, as when merged in turn.
   const files = new Map<string, string>();
@@ -77,15 +78,19 @@ async function buildInput(options: SubmitOptions, client: MeshClient): Promise<R
     ...(options.size ? parseSize(options.size) : {}),
   };
   set(Object.fromEntries(Object.entries(flags).filter(([, value]) => value !== undefined)));
+  const stored: UploadedFile[] = [];
   for (const [field, path] of files) {
     try {
-      input[field] = (await uploadPicture(client, path)).digest;
+      const file = await uploadPicture(client, path);
+      stored.push(file);
+      input[field] = file.digest;
     } catch (error) {
+      await deleteStored(client, stored);
       if (error instanceof ApiError) throw new CliError(`--input ${field}=${path}: ${error.message}`);
       throw new CliError(`--input ${field}=${path}: cannot read the file (${(error as Error).message})`);
     }
   }
-  return input;
+  return { input, stored };
 }
 
 function parseJson(text: string): Record<string, unknown> {
@@ -150,10 +155,19 @@ function explainWhileQueued(client: MeshClient, id: string, say: (summary: strin
 
 async function submit(options: SubmitOptions): Promise<void> {
   const client = clientFrom(options);
-  const accepted = await client.submit({
-    type: jobType(options), model: options.model, input: await buildInput(options, client), priority: options.priority,
-    timeoutMs: options.timeout, idempotencyKey: options.idempotencyKey, album: options.album,
-  });
+  const { input, stored } = await buildInput(options, client);
+  let accepted: Awaited<ReturnType<MeshClient['submit']>>;
+  try {
+    accepted = await client.submit({
+      type: jobType(options), model: options.model, input, priority: options.priority,
+      timeoutMs: options.timeout, idempotencyKey: options.idempotencyKey, album: options.album,
+    });
+  } catch (error) {
+    // Refused (or not known to be taken): the pictures stored for it go. A job the orchestrator took without the
+    // answer arriving names them still — deleting a picture a job named keeps its bytes for that job.
+    await deleteStored(client, stored);
+    throw error;
+  }
   if (!options.wait) {
     if (options.json) printJson(accepted);
     else process.stdout.write(`${accepted.id} ${accepted.status}\n${client.url(accepted.links.self)}\n`);

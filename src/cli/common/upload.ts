@@ -27,12 +27,7 @@ export async function uploadFile(client: MeshClient, path: string, onProgress: (
   const hash = createHash('sha256');
   for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
   const digest = `sha256:${hash.digest('hex')}`;
-  try {
-    await client.send('HEAD', `/v1/blobs/${digest}`, undefined);
-    return { digest, bytes: size, mediaType: 'application/octet-stream', deduplicated: true };
-  } catch (error) {
-    if (!(error instanceof ApiError) || error.status !== 404) throw error;
-  }
+  if (await readable(client, digest)) return { digest, bytes: size, mediaType: 'application/octet-stream', deduplicated: true };
   const started = await client.request<{ id: string; offset: number }>('POST', '/v1/uploads', { bytes: size });
   let stored: { digest: string; bytes: number; mediaType: string };
   try {
@@ -64,17 +59,43 @@ const ONE_REQUEST_BYTES = CHUNK_BYTES;
 
 /**
  * Store a picture a job starts from (`--input image=./photo.png`): one request with its name when it is small,
- * else a resumable upload. The orchestrator decodes it and refuses it (IMAGE_REFUSED) if it is not a picture it takes.
+ * else a resumable upload (sent only when the grant cannot read the same bytes already). The orchestrator decodes it,
+ * and refuses it (IMAGE_REFUSED) if it is not a picture it takes or its name says another type — so a small one is
+ * sent with its name even when the bytes are known; `deduplicated` then says they were.
  */
 export async function uploadPicture(client: MeshClient, path: string): Promise<UploadedFile> {
   const { size } = await stat(path);
   if (size > ONE_REQUEST_BYTES) return uploadFile(client, path);
   const bytes = new Uint8Array(await readFile(path));
+  const known = await readable(client, createDigest(bytes));
   const name = basename(path).replace(/["\\\r\n]/g, '_');
   const stored = await client.send<{ digest: string; bytes: number; mediaType: string }>('PUT', '/v1/blobs', bytes, {
     'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename="${name}"`,
   });
-  return { ...stored, deduplicated: false };
+  return { ...stored, deduplicated: known };
+}
+
+const createDigest = (bytes: Uint8Array): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+
+/** Whether the grant can read a blob of this digest already (then its bytes need not be sent). */
+async function readable(client: MeshClient, digest: string): Promise<boolean> {
+  try {
+    await client.send('HEAD', `/v1/blobs/${digest}`, undefined);
+    return true;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) return false;
+    throw error;
+  }
+}
+
+/**
+ * Delete files this command stored (not those the mesh had already) once what they were for was refused: a job the
+ * orchestrator did not take. Best effort: one that cannot be deleted now stays, and a retry finds it by digest.
+ */
+export async function deleteStored(client: MeshClient, files: readonly UploadedFile[]): Promise<void> {
+  for (const file of files) {
+    if (!file.deduplicated) await client.send('DELETE', `/v1/blobs/${file.digest}`, undefined).catch(() => undefined);
+  }
 }
 
 /** Send one chunk; after a drop, ask where the upload stands and send the rest of the chunk from there. */

@@ -8,6 +8,7 @@ import type { Clock } from '../../protocol/clock.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
 import type { DigestLocks } from './digest-locks.js';
+import type { BlobReclaimer, Reclaimed } from './reclaim.js';
 import type { InputImages } from './input-images.js';
 import type { DeclaredType } from './picture-check.js';
 import { spoolHashed } from './spool.js';
@@ -29,6 +30,8 @@ export interface ClientBlobsDeps {
   incomingDir: string;
   /** The locks every writer that stores, records or removes a digest takes (shared with outputs and reclaiming). */
   locks: DigestLocks;
+  /** Gives back the bytes of a file a client deleted, once nothing else names them. */
+  reclaimer: BlobReclaimer;
 }
 
 /** What a client learns of a blob it stored. */
@@ -189,6 +192,18 @@ export class ClientBlobs {
         };
       },
     };
+  }
+
+  /**
+   * A lineage deletes a file it stored: it may no longer name it or read it back by that right, and the bytes go
+   * once nothing else names them (another lineage's copy, a job that took it as its input, a result of the same
+   * bytes). NOT_FOUND when this lineage did not store it.
+   */
+  async forget(grantId: string, digest: string): Promise<Reclaimed> {
+    if (!(await this.storedBy(digest, grantId))) throw new MeshError('NOT_FOUND', { what: `A file ${digest} stored by this grant` });
+    this.#deps.commits.writeOne(() => this.#deps.store.clientBlobs.forgetClientBlob(digest, grantId));
+    await this.#deps.commits.durable();
+    return this.#deps.reclaimer.release([digest]);
   }
 
   /** Whether grants of this lineage stored the blob. */

@@ -64,6 +64,15 @@ export class InputImages {
     if (verdict) this.#deps.store.inputImages.recordVerdict(digest, verdict, this.#deps.clock.now());
   }
 
+  /**
+   * The picture's bytes left the store (inside `commits.write`): its verdict goes, here and in the store, so admission
+   * — which takes a verdict as the sign that the picture is there — refuses a job that names it.
+   */
+  forget(digest: string): void {
+    this.#verdicts.delete(digest);
+    this.#deps.store.inputImages.forgetVerdict(digest);
+  }
+
   /** The verdict already reached for a digest (in memory, else in the store), or undefined. */
   async #known(digest: string): Promise<ImageVerdict | undefined> {
     return this.#verdicts.get(digest) ?? await this.#deps.store.inputImages.verdictOf(digest);

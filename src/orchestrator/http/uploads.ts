@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { MeshError } from '../../protocol/index.js';
+import { assertDigest, MeshError } from '../../protocol/index.js';
 import type { ClientBlobs } from '../blobs/client-blobs.js';
 import type { StagedUploads, UploadState } from '../blobs/staged-uploads.js';
 import { grantOf, type RequestAuth } from './auth.js';
@@ -159,4 +159,32 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
       return stored;
     });
   });
+
+  routes.delete('/v1/blobs/:digest', {
+    schema: {
+      params: z.object({ digest: z.string().max(80) }),
+      tags: ['blobs'],
+      summary: 'Delete a file this grant lineage stored (PUT /v1/blobs, an upload): its jobs may no longer name it, and its bytes leave the store once nothing else names them (another lineage\'s copy, a job that took it as input, a result of the same bytes). Answers {digest, freed, freedBytes}',
+    },
+    config: {
+      openapi: {
+        responses: {
+          200: { description: 'The lineage\'s record is gone; `freed` says whether the bytes went too', content: { 'application/json': ForgottenBody } },
+          ...errorResponses(MeshErrorBody, { 400: 'Not a digest', ...GRANT_ERRORS, 404: 'This grant lineage stored no such file' }),
+        },
+      },
+    },
+    onRequest: auth.require('blobs:write'),
+  }, async (request) => {
+    const digest = assertDigest(request.params.digest);
+    const { freedBytes, freed } = await clientBlobs.forget(grantOf(request).id, digest);
+    return { digest, freed: freed.length > 0, freedBytes };
+  });
 }
+
+/** What deleting a client's file answers. */
+const ForgottenBody = z.object({
+  digest: z.string(),
+  freed: z.boolean().describe('whether the bytes left the store (false: something else still names them)'),
+  freedBytes: z.int().min(0),
+});

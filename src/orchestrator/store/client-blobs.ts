@@ -8,3 +8,8 @@ export function recordClientBlob(db: Db, digest: string, grantId: string, now: n
 export function storedBy(db: Db, digest: string, grantId: string): boolean {
   return stmt(db, 'SELECT 1 FROM client_blobs WHERE digest = ? AND grant_id = ?').get(digest, grantId) !== undefined;
 }
+
+/** The lineage no longer keeps the file (it deleted it): its record goes. */
+export function forgetClientBlob(db: Db, digest: string, grantId: string): void {
+  stmt(db, 'DELETE FROM client_blobs WHERE digest = ? AND grant_id = ?').run(digest, grantId);
+}

@@ -27,6 +27,11 @@ export function recordVerdict(db: Db, digest: string, verdict: ImageVerdict, now
   );
 }
 
+/** The picture's bytes left the store (reclaimed): its verdict goes with them, so admission finds no picture there. */
+export function forgetVerdict(db: Db, digest: string): void {
+  stmt(db, 'DELETE FROM input_images WHERE digest = ?').run(digest);
+}
+
 /** The job names this picture as an input (the host that runs it may then read it). */
 export function recordJobInput(db: Db, digest: string, jobId: string): void {
   stmt(db, 'INSERT OR IGNORE INTO job_inputs (digest, job_id) VALUES (?, ?)').run(digest, jobId);

@@ -100,6 +100,7 @@ export interface MeshStore {
   readonly clientBlobs: {
     recordClientBlob(digest: string, grantId: string, now: number): void;
     storedBy(digest: string, grantId: string): Promise<boolean>;
+    forgetClientBlob(digest: string, grantId: string): void;
   };
   readonly stagedUploads: {
     insertStagedUpload(upload: StagedUploadRecord): void;
@@ -111,6 +112,7 @@ export interface MeshStore {
     recordVerdict(digest: string, verdict: ImageVerdict, now: number): void;
     recordJobInput(digest: string, jobId: string): void;
     verdictOf(digest: string): Promise<ImageVerdict | undefined>;
+    forgetVerdict(digest: string): void;
     inputOfJobOn(digest: string, hosts: readonly string[] | null): Promise<boolean>;
   };
   readonly models: {

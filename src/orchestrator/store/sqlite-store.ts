@@ -83,6 +83,7 @@ export class SqliteStore implements MeshStore {
     this.clientBlobs = {
       recordClientBlob: (digest, grantId, now) => clientBlobs.recordClientBlob(db, digest, grantId, now),
       storedBy: async (digest, grantId) => clientBlobs.storedBy(db, digest, grantId),
+      forgetClientBlob: (digest, grantId) => clientBlobs.forgetClientBlob(db, digest, grantId),
     };
     this.stagedUploads = {
       insertStagedUpload: (upload) => stagedUploads.insertStagedUpload(db, upload),
@@ -94,6 +95,7 @@ export class SqliteStore implements MeshStore {
       recordVerdict: (digest, verdict, now) => inputImages.recordVerdict(db, digest, verdict, now),
       recordJobInput: (digest, jobId) => inputImages.recordJobInput(db, digest, jobId),
       verdictOf: async (digest) => inputImages.verdictOf(db, digest),
+      forgetVerdict: (digest) => inputImages.forgetVerdict(db, digest),
       inputOfJobOn: async (digest, hosts) => inputImages.inputOfJobOn(db, digest, hosts),
     };
     this.models = {

@@ -236,6 +236,7 @@ export class PostgresStore implements MeshStore {
     this.clientBlobs = {
       recordClientBlob: (digest, grantId, now) => statement('INSERT INTO client_blobs (digest, grant_id, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING', [digest, grantId, now]),
       storedBy: async (digest, grantId) => (await query('SELECT 1 FROM client_blobs WHERE digest = $1 AND grant_id = $2', [digest, grantId])).length > 0,
+      forgetClientBlob: (digest, grantId) => statement('DELETE FROM client_blobs WHERE digest = $1 AND grant_id = $2', [digest, grantId]),
     };
 
     type UploadRow = { id: string; grant_id: string; total: number | null; created_at: number };
@@ -253,6 +254,7 @@ export class PostgresStore implements MeshStore {
         verdict.ok ? [digest, verdict.format, verdict.width, verdict.height, null, now] : [digest, null, null, null, verdict.refusal, now],
       ),
       recordJobInput: (digest, jobId) => statement('INSERT INTO job_inputs (digest, job_id) VALUES ($1, $2) ON CONFLICT DO NOTHING', [digest, jobId]),
+      forgetVerdict: (digest) => statement('DELETE FROM input_images WHERE digest = $1', [digest]),
       verdictOf: async (digest) => {
         const [row] = await query<{ format: string | null; width: number | null; height: number | null; refusal: string | null }>(
           'SELECT format, width, height, refusal FROM input_images WHERE digest = $1', [digest]);
