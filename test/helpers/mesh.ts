@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { afterAll, beforeAll, beforeEach } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { launchFlags } from '../../src/cli/common/launch.js';
 
@@ -80,6 +80,22 @@ export async function startMesh(options: {
       child.kill(signal);
       await exited;
     },
+  };
+}
+
+/**
+ * Temporary folders that last one test: call at the top of a test file; the function it returns makes a folder, and
+ * every folder made during a test is removed after it.
+ */
+export function tempDirsPerTest(): (prefix?: string) => string {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const dir of dirs.splice(0)) removeDir(dir);
+  });
+  return (prefix) => {
+    const dir = tempDir(prefix);
+    dirs.push(dir);
+    return dir;
   };
 }
 

@@ -1,9 +1,9 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
-import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { meshForFile } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
 
 /**
@@ -11,18 +11,10 @@ import { gpumeshRun } from '../helpers/processes.js';
  * same bytes for the same prompt, seed and size, so two jobs can publish one blob. Its bytes leave the store with the
  * last thing that names it — the other job's result, a client's stored file, a job that starts from it — and not before.
  */
-let mesh: RunningMesh;
-
-beforeAll(async () => {
-  mesh = await startMesh();
-});
-afterAll(async () => {
-  await mesh?.stop();
-  if (mesh) removeDir(mesh.data);
-});
+const mesh = meshForFile();
 
 async function call(method: string, path: string, options: { body?: Uint8Array<ArrayBuffer> | string; headers?: Record<string, string> } = {}): Promise<{ status: number; json: any }> {
-  const response = await fetch(`${mesh.url}${path}`, { method, body: options.body, headers: { authorization: `Bearer ${mesh.admin}`, ...options.headers } });
+  const response = await fetch(`${mesh().url}${path}`, { method, body: options.body, headers: { authorization: `Bearer ${mesh().admin}`, ...options.headers } });
   const text = await response.text();
   let json: any = null;
   try { json = JSON.parse(text); } catch { /* not JSON */ }
@@ -39,9 +31,9 @@ async function picture(input: Record<string, unknown>): Promise<{ id: string; di
   return { id: json.id, digest: json.artifacts[0].digest, bytes: json.artifacts[0].bytes };
 }
 
-const stored = (digest: string, bytes: number): boolean => blobDirEntries(mesh.data).includes(blobEntry(digest, bytes));
+const stored = (digest: string, bytes: number): boolean => blobDirEntries(mesh().data).includes(blobEntry(digest, bytes));
 const thumbnailsOf = (digest: string): string[] => {
-  const dir = join(mesh.data, 'thumbnails');
+  const dir = join(mesh().data, 'thumbnails');
   return existsSync(dir) ? readdirSync(dir).filter((name) => name.startsWith(digest.slice('sha256:'.length))) : [];
 };
 
@@ -52,7 +44,7 @@ describe('deleted results give their bytes back', () => {
     const other = await picture({ prompt: 'twins', seed: 12 });
     expect(second.digest).toBe(first.digest);
     expect(other.digest).not.toBe(first.digest);
-    expect((await fetch(`${mesh.url}/v1/blobs/${first.digest}/thumbnail?width=256`, { headers: { authorization: `Bearer ${mesh.admin}` } })).status).toBe(200);
+    expect((await fetch(`${mesh().url}/v1/blobs/${first.digest}/thumbnail?width=256`, { headers: { authorization: `Bearer ${mesh().admin}` } })).status).toBe(200);
     expect(thumbnailsOf(first.digest)).toHaveLength(1);
 
     const once = await call('DELETE', `/v1/jobs/${first.id}/artifacts`);
@@ -78,7 +70,7 @@ describe('deleted results give their bytes back', () => {
     const again = await picture({ prompt: 'twins', seed: 11 });
     expect(again.digest).toBe(first.digest);
     expect(stored(first.digest, first.bytes)).toBe(true);
-    const served = await fetch(`${mesh.url}/v1/blobs/${first.digest}`, { headers: { authorization: `Bearer ${mesh.admin}` } });
+    const served = await fetch(`${mesh().url}/v1/blobs/${first.digest}`, { headers: { authorization: `Bearer ${mesh().admin}` } });
     expect(served.status).toBe(200);
     expect(served.headers.get('content-type')).toBe('image/png');
   });
@@ -86,7 +78,7 @@ describe('deleted results give their bytes back', () => {
   it('a result a client also stored as a file, or that a job started from, keeps its bytes', async () => {
     // Stored by a client too: PUT /v1/blobs of the same bytes.
     const kept = await picture({ prompt: 'kept by a client', seed: 21 });
-    const bytes = new Uint8Array(await (await fetch(`${mesh.url}/v1/blobs/${kept.digest}`, { headers: { authorization: `Bearer ${mesh.admin}` } })).arrayBuffer());
+    const bytes = new Uint8Array(await (await fetch(`${mesh().url}/v1/blobs/${kept.digest}`, { headers: { authorization: `Bearer ${mesh().admin}` } })).arrayBuffer());
     expect((await call('PUT', '/v1/blobs', { body: bytes, headers: { 'content-type': 'image/png' } })).json).toMatchObject({ digest: kept.digest });
     expect((await call('DELETE', `/v1/jobs/${kept.id}/artifacts`)).json).toMatchObject({ deleted: [kept.digest], freed: [] });
     expect(stored(kept.digest, kept.bytes)).toBe(true);
@@ -98,7 +90,7 @@ describe('deleted results give their bytes back', () => {
     expect((await call('DELETE', `/v1/jobs/${start.id}/artifacts`)).json).toMatchObject({ deleted: [start.digest], freed: [] });
     expect(stored(start.digest, start.bytes)).toBe(true);
     // The derived job's own result has nothing else naming it: it goes (here from the command line).
-    const cli = await gpumeshRun(['jobs', 'delete-results', derived.id, kept.id, '--url', mesh.url], { GPUMESH_GRANT: mesh.admin });
+    const cli = await gpumeshRun(['jobs', 'delete-results', derived.id, kept.id, '--url', mesh().url], { GPUMESH_GRANT: mesh().admin });
     expect(cli.code, cli.output).toBe(0);
     expect(cli.stdout).toBe(`${derived.id} 1 result deleted, 1 freed (${derived.bytes.toLocaleString('en')} bytes)\n${kept.id} had no results to delete\n`);
     expect(stored(derived.digest, derived.bytes)).toBe(false);
@@ -110,12 +102,12 @@ describe('deleted results give their bytes back', () => {
     const as = (who: string) => ({ authorization: `Bearer ${who}` });
     const upload = async (who: string, shade: number) => {
       const png = await sharp({ create: { width: 32, height: 32, channels: 3, background: { r: shade, g: 90, b: 160 } } }).png().toBuffer();
-      const response = await fetch(`${mesh.url}/v1/blobs`, { method: 'PUT', body: Uint8Array.from(png), headers: { ...as(who), 'content-type': 'image/png' } });
+      const response = await fetch(`${mesh().url}/v1/blobs`, { method: 'PUT', body: Uint8Array.from(png), headers: { ...as(who), 'content-type': 'image/png' } });
       expect(response.status).toBe(201);
       return (await response.json() as { digest: string; bytes: number });
     };
     const forget = async (who: string, digest: string) => {
-      const response = await fetch(`${mesh.url}/v1/blobs/${digest}`, { method: 'DELETE', headers: as(who) });
+      const response = await fetch(`${mesh().url}/v1/blobs/${digest}`, { method: 'DELETE', headers: as(who) });
       return { status: response.status, json: await response.json() as any };
     };
 
@@ -123,9 +115,9 @@ describe('deleted results give their bytes back', () => {
     const unused = await upload(grant, 10);
     expect(await forget(grant, unused.digest)).toEqual({ status: 200, json: { digest: unused.digest, freed: true, freedBytes: unused.bytes } });
     expect(stored(unused.digest, unused.bytes)).toBe(false);
-    expect((await fetch(`${mesh.url}/v1/blobs/${unused.digest}`, { headers: as(grant) })).status).toBe(404);
+    expect((await fetch(`${mesh().url}/v1/blobs/${unused.digest}`, { headers: as(grant) })).status).toBe(404);
     expect((await forget(grant, unused.digest)).json.error.code).toBe('NOT_FOUND');
-    const refused = await fetch(`${mesh.url}/v1/jobs`, {
+    const refused = await fetch(`${mesh().url}/v1/jobs`, {
       method: 'POST', body: JSON.stringify({ type: 'image', input: { prompt: 'x', image: unused.digest } }), headers: { ...as(grant), 'content-type': 'application/json' },
     });
     expect(refused.status).toBe(400);
@@ -135,12 +127,12 @@ describe('deleted results give their bytes back', () => {
     const shared = await upload(grant, 20);
     expect((await upload(other, 20)).digest).toBe(shared.digest);
     expect((await forget(grant, shared.digest)).json).toEqual({ digest: shared.digest, freed: false, freedBytes: 0 });
-    expect((await fetch(`${mesh.url}/v1/blobs/${shared.digest}`, { headers: as(other) })).status).toBe(200);
+    expect((await fetch(`${mesh().url}/v1/blobs/${shared.digest}`, { headers: as(other) })).status).toBe(200);
     expect((await forget(other, shared.digest)).json).toEqual({ digest: shared.digest, freed: true, freedBytes: shared.bytes });
 
     // Taken as a job's input: the job names it, so the bytes stay with the job's record.
     const used = await upload(grant, 30);
-    const job = await fetch(`${mesh.url}/v1/jobs`, {
+    const job = await fetch(`${mesh().url}/v1/jobs`, {
       method: 'POST', body: JSON.stringify({ type: 'image', input: { prompt: 'from my picture', image: used.digest, strength: 0.4 } }),
       headers: { ...as(grant), 'content-type': 'application/json', prefer: 'wait=30' },
     });

@@ -1,20 +1,19 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, renameSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { BlobReader, type CorruptBlob } from '../../src/orchestrator/blobs/blob-reader.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { VerifiedMarks } from '../../src/orchestrator/blobs/verified-marks.js';
 import { MeshError } from '../../src/protocol/index.js';
-import { removeDir, tempDir } from '../helpers/mesh.js';
+import { tempDirsPerTest } from '../helpers/mesh.js';
 import { meshRejection } from '../helpers/errors.js';
 import { drain } from '../helpers/streams.js';
 
 /** A blob store and reader in a temp folder, counting hashes (the onHashed seam) and corruption reports. */
 function setup(options: { reverifyAfterMs?: number } = {}) {
-  const root = tempDir('gpumesh-blobs-');
-  dirs.push(root);
+  const root = newDir('gpumesh-blobs-');
   const clock = new FakeClock();
   const store = new LocalBlobStore(root);
   const hashed: string[] = [];
@@ -27,10 +26,7 @@ function setup(options: { reverifyAfterMs?: number } = {}) {
   return { root, clock, store, reader, hashed, corrupt };
 }
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir);
-});
+const newDir = tempDirsPerTest();
 
 async function readAll(reader: BlobReader, digest: string, recorded: number | null, range?: { start: number; end: number }) {
   const blob = await reader.open(digest, recorded);

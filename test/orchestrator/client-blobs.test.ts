@@ -2,14 +2,14 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ClientBlobs } from '../../src/orchestrator/blobs/client-blobs.js';
 import { InputImages } from '../../src/orchestrator/blobs/input-images.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { StagedUploads } from '../../src/orchestrator/blobs/staged-uploads.js';
 import { SqliteStore } from '../../src/orchestrator/store/index.js';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { removeDir, tempDir } from '../helpers/mesh.js';
+import { tempDirsPerTest } from '../helpers/mesh.js';
 import { meshRejection } from '../helpers/errors.js';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
 import { BlobReclaimer } from '../../src/orchestrator/blobs/reclaim.js';
@@ -20,14 +20,10 @@ import { BlobReclaimer } from '../../src/orchestrator/blobs/reclaim.js';
  * without touching bytes that were there before it or that another request stored meanwhile; an upload refused at
  * completion gone whole; abandoned uploads swept while the orchestrator runs.
  */
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir);
-});
+const newDir = tempDirsPerTest();
 
 function setup() {
-  const dir = tempDir();
-  dirs.push(dir);
+  const dir = newDir();
   const store = new SqliteStore(':memory:');
   const { commits } = store;
   const clock = new FakeClock(Date.parse('2026-12-02T10:00:00Z'));

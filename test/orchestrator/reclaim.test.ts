@@ -1,26 +1,22 @@
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
 import { InputImages } from '../../src/orchestrator/blobs/input-images.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { BlobReclaimer } from '../../src/orchestrator/blobs/reclaim.js';
 import { SqliteStore } from '../../src/orchestrator/store/index.js';
 import { FakeClock } from '../helpers/fake-clock.js';
-import { removeDir, tempDir } from '../helpers/mesh.js';
+import { tempDirsPerTest } from '../helpers/mesh.js';
 
 /**
  * Giving bytes back, on a real folder and an in-memory SQLite: bytes nothing names go with their record; bytes a row
  * or a model names stay; and a writer holding a digest's lock (an output arriving) is waited for, so what it records
  * meanwhile counts.
  */
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir);
-});
+const newDir = tempDirsPerTest();
 
 function setup() {
-  const dir = tempDir();
-  dirs.push(dir);
+  const dir = newDir();
   const store = new SqliteStore(':memory:');
   const { commits } = store;
   const blobs = new LocalBlobStore(join(dir, 'blobs'));

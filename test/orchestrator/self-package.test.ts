@@ -1,20 +1,16 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SelfPackage, type Packer } from '../../src/orchestrator/install/self-package.js';
 import { MeshError } from '../../src/protocol/index.js';
-import { removeDir, tempDir } from '../helpers/mesh.js';
+import { tempDirsPerTest } from '../helpers/mesh.js';
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir);
-});
+const newDir = tempDirsPerTest();
 
 /** A package folder with package.json's `files` and a packer that writes the folder's files as the "tarball". */
 function fixture(): { root: string; dir: string; packs: string[]; packer: Packer } {
-  const root = tempDir('gpumesh-self-package-');
-  dirs.push(root);
+  const root = newDir('gpumesh-self-package-');
   writeFileSync(join(root, 'package.json'), JSON.stringify({ name: 'gpumesh', version: '9.8.7', files: ['dist', 'README.md'] }));
   mkdirSync(join(root, 'dist'));
   writeFileSync(join(root, 'dist', 'main.js'), 'one');

@@ -11,7 +11,7 @@ import type { ModelRegistry } from '../../src/orchestrator/registry/index.js';
 import { Admission } from '../../src/orchestrator/scheduler/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
 import { meshRejection } from '../helpers/errors.js';
-import { removeDir, tempDir } from '../helpers/mesh.js';
+import { tempDirsPerTest } from '../helpers/mesh.js';
 
 /**
  * `JobService.submitAll` (an OpenAI request's `n` jobs) on the job roles' harness (fake clock, in-memory store): every
@@ -20,17 +20,15 @@ import { removeDir, tempDir } from '../helpers/mesh.js';
  * while they were being stored.
  */
 const harnesses: JobCoreHarness[] = [];
-const dirs: string[] = [];
+const newDir = tempDirsPerTest();
 afterEach(() => {
   for (const harness of harnesses.splice(0)) harness.close();
-  for (const dir of dirs.splice(0)) removeDir(dir);
 });
 
 function setup(maxQueueSize: number) {
   const harness = new JobCoreHarness({ policy: { maxQueueSize } });
   harnesses.push(harness);
-  const dir = tempDir();
-  dirs.push(dir);
+  const dir = newDir();
   const { store, commits, clock, scheduler, core } = harness;
   const config = resolveConfig({}, dir);
   const registry = { resolve: () => harness.models.get('gen')! } as unknown as ModelRegistry;
