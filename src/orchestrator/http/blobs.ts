@@ -9,6 +9,7 @@ import { type BlobReader } from '../blobs/blob-reader.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { servedAs } from '../blobs/output-media.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
+import { ArtifactPageSchema, bytesOf, jobErrors, json } from './answers.js';
 import { BINARY, errorResponses, MeshErrorBody, StoredBlobBody } from './openapi.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
@@ -33,6 +34,13 @@ function blobHeaders(digest: string, mediaType: string | undefined): Record<stri
   };
 }
 
+/** The headers of a blob's answer, for the document. */
+const BLOB_HEADERS = {
+  ETag: { description: '"<digest>"', schema: { type: 'string' } },
+  'Cache-Control': { description: 'private, max-age=31536000, immutable', schema: { type: 'string' } },
+  'Content-Security-Policy': { description: "default-src 'none'; sandbox", schema: { type: 'string' } },
+};
+
 /** A header Node does not know (If-Range) may arrive as a list; the first is the one that counts. */
 const firstOf = (value: string | string[] | undefined): string | undefined => (Array.isArray(value) ? value[0] : value);
 
@@ -54,7 +62,21 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     method: ['GET', 'HEAD'],
     url: '/v1/blobs/:digest',
     schema: { params: DigestParams, tags: ['blobs'], summary: 'The bytes of a blob, by digest (immutable, verified, byte ranges)' },
-    config: QUERY_GRANT_ALLOWED,
+    config: {
+      ...QUERY_GRANT_ALLOWED,
+      openapi: {
+        responses: {
+          200: { ...bytesOf('The bytes, verified against the digest; served with the media type they were stored with (or as a download), never able to script this origin', ['*/*']), headers: BLOB_HEADERS },
+          206: { ...bytesOf('The range asked for (Range: bytes=…)', ['*/*']), headers: { 'Content-Range': { description: 'bytes start-end/size', schema: { type: 'string' } } } },
+          304: { description: 'If-None-Match matched: the digest names the same bytes for ever' },
+          307: { description: 'Read it from the bucket: a presigned GET (blobs.presign), for a client GET without a range', headers: { Location: { description: 'the presigned URL', schema: { type: 'string' } } } },
+          ...errorResponses(MeshErrorBody, {
+            400: 'Not a digest', 401: 'No grant, or one that is not valid', 403: 'The grant does not allow blobs:read',
+            404: 'No such blob that this grant may read', 416: 'The range is outside the blob', 502: 'The stored bytes failed their check (quarantined)',
+          }),
+        },
+      },
+    },
     onRequest: auth.require('blobs:read'),
     // A grant limited to albums reads only the blobs published in them (see JobService.assertBlobVisible).
     preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
@@ -111,6 +133,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first (keyset pages: nextCursor), optionally of one album or with prompts holding q',
     },
+    config: { openapi: { responses: { 200: json('A page of results; nextCursor asks for the next one', ArtifactPageSchema), ...jobErrors({ 400: 'A query parameter is invalid' }) } } },
     onRequest: auth.require('artifacts:read'),
   }, async (request) => jobs.artifacts(grantOf(request), request.query));
 

@@ -6,6 +6,7 @@ import type { Action, GrantEnd, VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
 import type { EventBus, ScopedEvent } from '../events/event-bus.js';
 import { canSee, type JobService } from '../jobs/index.js';
+import { jobErrors } from './answers.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { openSse, type SseStream } from './sse.js';
 
@@ -38,13 +39,22 @@ function endForGrant(stream: SseStream, reason: GrantEnd, grant: VerifiedGrant, 
  * their grant from `?access_token=` too (EventSource cannot send headers), and
  * both end with a `grant:ended` event when that grant is revoked or expires.
  */
+/** An event stream's answer, for the document: each event's `event:` is its type and `data:` its JSON (docs/api.md). */
+const EVENT_STREAM = {
+  description: 'Server-Sent Events: `event: <type>`, `data: <the event as JSON>`, `id:` to resume from (Last-Event-ID); comments keep the connection alive',
+  content: { 'text/event-stream': { type: 'string' } },
+};
+
 export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; events: EventBus; auth: RequestAuth }): void {
   const { jobs, events, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.get('/v1/jobs/:id/events', {
     schema: { params: z.object({ id: z.string().min(1).max(100) }), tags: ['events'], summary: "One job's events (SSE); ends after the terminal event" },
-    config: QUERY_GRANT_ALLOWED,
+    config: {
+      ...QUERY_GRANT_ALLOWED,
+      openapi: { responses: { 200: EVENT_STREAM, ...jobErrors({ 404: 'No such job that this grant may see' }) } },
+    },
     onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
@@ -73,7 +83,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
       querystring: z.object({ types: EventTypeList.optional() }),
       tags: ['events'], summary: 'Every job event the grant may see, and mesh events for grants that may read mesh status (SSE); honours Last-Event-ID',
     },
-    config: QUERY_GRANT_ALLOWED,
+    config: { ...QUERY_GRANT_ALLOWED, openapi: { responses: { 200: EVENT_STREAM, ...jobErrors({ 400: 'An unknown event type in `types`' }) } } },
     onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);
