@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import {
-  ArtifactPageSchema, BulkResultsSchema, ErrorBodySchema, JobAcceptedSchema, JobPageSchema, JobViewSchema, RemovedResultsSchema,
+  ArtifactPageSchema, BulkResultsSchema, ErrorBodySchema, ExplainViewSchema, HostsSchema, JobAcceptedSchema, JobPageSchema, JobViewSchema, RemovedResultsSchema,
 } from '../../src/orchestrator/http/answers.js';
 import { meshForFile } from '../helpers/mesh.js';
 
 /**
- * The jobs API's answers as `/openapi.json` documents them, held to what a real `gpumesh up` (its agent making
+ * The jobs API's answers (and the hosts', and a job's explanation) as `/openapi.json` documents them, held to what a real `gpumesh up` (its agent making
  * pictures) answers: each answer parses, strictly (no field missing, none undocumented), with the zod schema the
  * document was made from, and the document shows each of those schemas' fields. The build already fails when a
  * schema and the type its answer is built from drift apart (http/answers.ts); this holds the wire to them.
@@ -75,11 +75,32 @@ describe('the jobs API answers as /openapi.json says', () => {
     expect((await documented('delete', '/v1/jobs/{id}', 409)).description).toMatch(/JOB_NOT_CANCELLABLE/);
   });
 
+  it('hosts, and a job explained — one that ran, one that waits for a host its grant allows — answer as documented', async () => {
+    const hosts = await call('GET', '/v1/hosts');
+    expect((hosts.json as { hosts: { replicas: unknown[] }[] }).hosts[0]!.replicas.length).toBeGreaterThan(0);
+    await holds('GET', '/v1/hosts', hosts, HostsSchema);
+
+    const ran = await call('POST', '/v1/jobs', { ...picture, input: { ...picture.input, seed: 9 } }, { prefer: 'wait=30' });
+    await holds('GET', '/v1/jobs/{id}/explain', await call('GET', `/v1/jobs/${(ran.json as { id: string }).id}/explain`), ExplainViewSchema);
+
+    // A grant limited to a host that is not there: its job waits, and says for what.
+    const minted = await call('POST', '/v1/grants', { kind: 'client', hosts: ['elsewhere'], note: 'waits' });
+    const waiting = await fetch(`${mesh().url}/v1/jobs`, {
+      method: 'POST', body: JSON.stringify(picture), headers: { authorization: `Bearer ${(minted.json as { token: string }).token}`, 'content-type': 'application/json' },
+    });
+    const { id } = await waiting.json() as { id: string };
+    const explained = await call('GET', `/v1/jobs/${id}/explain`);
+    expect(explained.json).toMatchObject({ status: 'queued', waiting: { for: 'a host of its classes', hosts: [{ canTake: false }] } });
+    await holds('GET', '/v1/jobs/{id}/explain', explained, ExplainViewSchema);
+    expect((await call('DELETE', `/v1/jobs/${id}`)).status).toBe(200);
+  });
+
   it('blobs, thumbnails and event streams say what they send: bytes, WebP, Server-Sent Events', async () => {
     expect((await documented('get', '/v1/blobs/{digest}', 200)).content).toEqual({ '*/*': { schema: { type: 'string', format: 'binary' } } });
     expect(Object.keys((await documented('get', '/v1/blobs/{digest}/thumbnail', 200)).content ?? {})).toEqual(['image/webp']);
     for (const path of ['/v1/jobs/{id}/events', '/v1/events']) {
       expect(Object.keys((await documented('get', path, 200)).content ?? {}), path).toEqual(['text/event-stream']);
     }
+    expect(Object.keys((await documented('get', '/metrics', 200)).content ?? {})).toEqual(['text/plain']);
   });
 });

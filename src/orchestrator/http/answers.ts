@@ -1,10 +1,13 @@
 import { z } from 'zod';
-import { JOB_STATUSES, ROUTE_SKIP_REASONS, type ArtifactView, type AttemptView, type BulkItemResult, type ErrorBody, type JobView, type RouteView } from '../../protocol/index.js';
+import {
+  Device, JOB_STATUSES, ResidentModel, ROUTE_SKIP_REASONS, ToolReport,
+  type ArtifactView, type AttemptView, type BreakerView, type BulkItemResult, type ErrorBody, type ExplainView, type HostView, type JobView, type ReplicaView, type RouteView,
+} from '../../protocol/index.js';
 import type { RemovedResults } from '../gallery/gallery-service.js';
 import { BINARY, errorResponses, MeshErrorBody, type DocResponse } from './openapi.js';
 
 /**
- * What the jobs API answers, as zod schemas for `/openapi.json` (the routes' `config.openapi`): a client generated
+ * What the jobs API (and the mesh's hosts, and a job's explanation) answers, as zod schemas for `/openapi.json` (the routes' `config.openapi`): a client generated
  * from the document gets typed jobs, attempts and results. The answers themselves are built from the protocol's
  * types (protocol/jobs.ts), not parsed with these: `Same` below fails the build when the two drift apart, and
  * `test/integration/openapi.test.ts` holds real answers of a running mesh to these schemas, strictly.
@@ -99,6 +102,75 @@ export const RemovedResultsSchema = z.strictObject({
   freedBytes: z.int(),
 });
 
+export const BreakerViewSchema = z.strictObject({
+  state: z.enum(['closed', 'open', 'half-open']),
+  consecutiveFailures: z.int(),
+  openUntil: Time.nullable().describe('while open: when it half-opens to let a trial through'),
+  opens: z.int().describe('times it opened in a row (the open period doubles with each)'),
+  lastFailure: z.string().nullable(),
+  trialSuccesses: z.int(),
+});
+
+export const ReplicaViewSchema = z.strictObject({
+  model: z.string(),
+  resident: z.boolean(),
+  throughput: z.number().nullable().describe('jobs per second measured on this host (EWMA over batches); null until measured'),
+  samples: z.int(),
+  health: z.enum(['healthy', 'unhealthy', 'unknown']),
+  lastProbeAt: Time.nullable(),
+  healthDetail: z.string().nullable(),
+  breaker: BreakerViewSchema,
+});
+
+export const HostViewSchema = z.strictObject({
+  id: z.string(),
+  connected: z.boolean(),
+  draining: z.boolean(),
+  classes: z.array(z.string()),
+  unavailable: z.record(z.string(), z.string()).describe('classes it was given and cannot serve, with why'),
+  tools: z.array(ToolReport),
+  engines: z.array(z.string()),
+  models: z.array(z.string()).nullable().describe('the models its grant allows; null: any'),
+  version: z.string(),
+  concurrency: z.int(),
+  freeSlots: z.int(),
+  batchesInFlight: z.int(),
+  jobsInFlight: z.int(),
+  probesInFlight: z.int(),
+  devices: z.array(Device),
+  resident: z.array(ResidentModel),
+  health: z.enum(['healthy', 'late', 'disconnected']),
+  breaker: BreakerViewSchema,
+  replicas: z.array(ReplicaViewSchema),
+  connectedAt: Time.nullable(),
+  lastSeenAt: Time,
+  lostAt: Time.nullable(),
+  left: z.boolean().describe('not connected because it drained and left on purpose'),
+});
+
+export const HostsSchema = z.strictObject({ hosts: z.array(HostViewSchema) });
+
+export const ExplainViewSchema = z.strictObject({
+  id: z.string(),
+  status: z.enum(JOB_STATUSES),
+  model: z.string(),
+  classes: z.array(z.string()).describe('the classes it may run on, in routing order'),
+  hosts: z.array(z.string()).nullable().describe('the hosts its grant allows; null: any'),
+  summary: z.string().describe('one sentence'),
+  attempts: z.array(z.strictObject({ n: z.int(), host: z.string(), status: z.string(), error: ErrorBodySchema.nullable(), route: RouteViewSchema.nullable() })),
+  waiting: z.strictObject({
+    for: z.enum(['retry backoff', 'a batch to fill', 'a free slot', 'a host of its classes', 'a model swap', 'its turn']),
+    detail: z.string(),
+    position: z.strictObject({ ahead: z.int(), queued: z.int() }).nullable(),
+    batch: z.strictObject({ size: z.int(), target: z.int(), releaseBy: Time.nullable() }).nullable(),
+    retryAt: Time.nullable(),
+    hosts: z.array(z.strictObject({
+      host: z.string(), class: z.string().nullable(), canTake: z.boolean(), reason: z.enum(ROUTE_SKIP_REASONS).nullable(), detail: z.string().nullable().optional(),
+    })),
+    unlisted: z.partialRecord(z.enum(ROUTE_SKIP_REASONS), z.number()),
+  }).nullable().describe('for a queued job: what it waits for'),
+});
+
 /** Compile-time: a schema's output and the type the route builds its answer from are the same type. */
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const agree = <_T extends true>(): void => undefined;
@@ -109,14 +181,18 @@ agree<Same<z.output<typeof ArtifactViewSchema>, ArtifactView>>();
 agree<Same<z.output<typeof JobViewSchema>, JobView>>();
 agree<Same<z.output<typeof BulkResultsSchema>['results'][number], BulkItemResult>>();
 agree<Same<Omit<z.output<typeof RemovedResultsSchema>, 'jobId'>, RemovedResults>>();
+agree<Same<z.output<typeof BreakerViewSchema>, BreakerView>>();
+agree<Same<z.output<typeof ReplicaViewSchema>, ReplicaView>>();
+agree<Same<z.output<typeof HostViewSchema>, HostView>>();
+agree<Same<z.output<typeof ExplainViewSchema>, ExplainView>>();
 
 /** A JSON answer, documented. */
 export const json = (description: string, schema: z.ZodType): DocResponse => ({ description, content: { 'application/json': schema } });
 
-/** The errors every jobs route may answer besides its own: no grant, a grant that may not. */
-export const GRANT_ERRORS = { 401: 'No grant, or one that is not valid (expired, revoked, malformed)', 403: 'The grant does not allow this (the caveat that failed is named)' };
+const GRANT_ERRORS = { 401: 'No grant, or one that is not valid (expired, revoked, malformed)', 403: 'The grant does not allow this (the caveat that failed is named)' };
 
-export const jobErrors = (reasons: Record<number, string>): Record<number, DocResponse> => errorResponses(MeshErrorBody, { ...GRANT_ERRORS, ...reasons });
+/** The error answers of a route that needs a grant: no grant or one not valid (401), one that may not (403), and its own. */
+export const errorAnswers = (reasons: Record<number, string>): Record<number, DocResponse> => errorResponses(MeshErrorBody, { ...GRANT_ERRORS, ...reasons });
 
 /** Bytes of a given media type, documented. */
 export const bytesOf = (description: string, mediaTypes: readonly string[]): DocResponse => ({

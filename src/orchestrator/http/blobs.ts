@@ -9,7 +9,7 @@ import { type BlobReader } from '../blobs/blob-reader.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { servedAs } from '../blobs/output-media.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
-import { ArtifactPageSchema, bytesOf, jobErrors, json } from './answers.js';
+import { ArtifactPageSchema, bytesOf, errorAnswers, json } from './answers.js';
 import { BINARY, errorResponses, MeshErrorBody, StoredBlobBody } from './openapi.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
 
@@ -133,7 +133,7 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
       }),
       tags: ['artifacts'], summary: 'Published results the grant may see, newest first (keyset pages: nextCursor), optionally of one album or with prompts holding q',
     },
-    config: { openapi: { responses: { 200: json('A page of results; nextCursor asks for the next one', ArtifactPageSchema), ...jobErrors({ 400: 'A query parameter is invalid' }) } } },
+    config: { openapi: { responses: { 200: json('A page of results; nextCursor asks for the next one', ArtifactPageSchema), ...errorAnswers({ 400: 'A query parameter is invalid' }) } } },
     onRequest: auth.require('artifacts:read'),
   }, async (request) => jobs.artifacts(grantOf(request), request.query));
 

@@ -6,7 +6,7 @@ import type { Action, GrantEnd, VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
 import type { EventBus, ScopedEvent } from '../events/event-bus.js';
 import { canSee, type JobService } from '../jobs/index.js';
-import { jobErrors } from './answers.js';
+import { errorAnswers } from './answers.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 import { openSse, type SseStream } from './sse.js';
 
@@ -53,7 +53,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
     schema: { params: z.object({ id: z.string().min(1).max(100) }), tags: ['events'], summary: "One job's events (SSE); ends after the terminal event" },
     config: {
       ...QUERY_GRANT_ALLOWED,
-      openapi: { responses: { 200: EVENT_STREAM, ...jobErrors({ 404: 'No such job that this grant may see' }) } },
+      openapi: { responses: { 200: EVENT_STREAM, ...errorAnswers({ 404: 'No such job that this grant may see' }) } },
     },
     onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
@@ -83,7 +83,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
       querystring: z.object({ types: EventTypeList.optional() }),
       tags: ['events'], summary: 'Every job event the grant may see, and mesh events for grants that may read mesh status (SSE); honours Last-Event-ID',
     },
-    config: { ...QUERY_GRANT_ALLOWED, openapi: { responses: { 200: EVENT_STREAM, ...jobErrors({ 400: 'An unknown event type in `types`' }) } } },
+    config: { ...QUERY_GRANT_ALLOWED, openapi: { responses: { 200: EVENT_STREAM, ...errorAnswers({ 400: 'An unknown event type in `types`' }) } } },
     onRequest: auth.require('jobs:read'),
   }, async (request, reply) => {
     const grant = grantOf(request);

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { JobExplainer, JobService } from '../jobs/index.js';
+import { ExplainViewSchema, errorAnswers, json } from './answers.js';
 import { grantOf, type RequestAuth } from './auth.js';
 
 export interface ExplainRouteDeps {
@@ -18,6 +19,7 @@ export function explainRoutes(app: FastifyInstance, deps: ExplainRouteDeps): voi
       params: z.object({ id: z.string().min(1).max(100) }), tags: ['jobs'],
       summary: 'Each attempt with the routing decision behind it; for a queued job, its place in the queue, what it waits for and why each host cannot take it yet',
     },
+    config: { openapi: { responses: { 200: json('Where the job went and why, or why it waits', ExplainViewSchema), ...errorAnswers({ 404: 'No such job that this grant may see' }) } } },
     onRequest: auth.require('jobs:read'),
   }, async (request) => explainer.explain(await jobs.record(grantOf(request), request.params.id)));
 }

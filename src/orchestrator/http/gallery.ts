@@ -8,7 +8,7 @@ import { assertDigest } from '../../protocol/index.js';
 import type { GalleryService } from '../gallery/gallery-service.js';
 import { THUMBNAIL_WIDTHS, type Thumbnails, type ThumbnailWidth } from '../gallery/thumbnails.js';
 import { defaultAlbumOf, type JobService } from '../jobs/index.js';
-import { bytesOf, jobErrors, json, RemovedResultsSchema } from './answers.js';
+import { bytesOf, errorAnswers, json, RemovedResultsSchema } from './answers.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 
 /** uPlot's own files (the mesh view's plots), served as the package ships them: no build step, no copy. */
@@ -57,7 +57,7 @@ export async function galleryRoutes(app: FastifyInstance, deps: GalleryRouteDeps
     },
     config: {
       ...QUERY_GRANT_ALLOWED,
-      openapi: { responses: { 200: bytesOf('The thumbnail', ['image/webp']), ...jobErrors({ 400: 'Not a digest, or a width not on the list', 404: 'No such picture that this grant may read' }) } },
+      openapi: { responses: { 200: bytesOf('The thumbnail', ['image/webp']), ...errorAnswers({ 400: 'Not a digest, or a width not on the list', 404: 'No such picture that this grant may read' }) } },
     },
     onRequest: auth.require('blobs:read'),
     preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
@@ -79,7 +79,7 @@ export async function galleryRoutes(app: FastifyInstance, deps: GalleryRouteDeps
       tags: ['artifacts'],
       summary: "Delete a job's published results (artifacts:delete in the job's album): they leave the gallery and the job's view, and their bytes leave the store once nothing else names them (freed, freedBytes); the job stays",
     },
-    config: { openapi: { responses: { 200: json('What was deleted, and what that freed', RemovedResultsSchema), ...jobErrors({ 404: 'No such job that this grant may see' }) } } },
+    config: { openapi: { responses: { 200: json('What was deleted, and what that freed', RemovedResultsSchema), ...errorAnswers({ 404: 'No such job that this grant may see' }) } } },
     onRequest: auth.require('artifacts:delete'),
   }, async (request) => ({ jobId: request.params.id, ...await gallery.remove(grantOf(request), request.params.id, auth.authorizer(request)) }));
 

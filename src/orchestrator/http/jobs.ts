@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
 import type { EventBus } from '../events/event-bus.js';
 import type { JobService } from '../jobs/index.js';
-import { ArtifactPageSchema, BulkResultsSchema, JobAcceptedSchema, jobErrors, JobPageSchema, JobViewSchema, json } from './answers.js';
+import { ArtifactPageSchema, BulkResultsSchema, JobAcceptedSchema, errorAnswers, JobPageSchema, JobViewSchema, json } from './answers.js';
 import { grantOf, type RequestAuth } from './auth.js';
 import { jobEnd, preferredWait } from './prefer-wait.js';
 
@@ -22,7 +22,7 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
         responses: {
           202: json('Admitted and queued (Location: the job)', JobAcceptedSchema),
           200: json('An idempotent repeat (the job its key named), or with `Prefer: wait=N` the job as it ended within N seconds', z.union([JobViewSchema, JobAcceptedSchema])),
-          ...jobErrors({
+          ...errorAnswers({
             400: 'The body, the input (named: field and why), the job type or model (VALIDATION_FAILED, INVALID_INPUT, UNKNOWN_MODEL, IMAGE_REFUSED, …)',
             413: 'The body is over the limit', 422: 'The idempotency key names a different request (IDEMPOTENCY_MISMATCH), or no connected host can run it',
             429: 'The model\'s queue or the mesh is full, or the grant\'s rate is spent (Retry-After)', 503: 'The store cannot take writes now (Retry-After)',
@@ -64,7 +64,7 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
       openapi: {
         responses: {
           207: json('One result per job, in order: admitted (202, or 200 for an idempotent repeat) or refused with its error', BulkResultsSchema),
-          ...jobErrors({ 400: 'Not a list of 1 to ' + LIMITS.bulkJobs + ' jobs', 413: 'The body is over the limit' }),
+          ...errorAnswers({ 400: 'Not a list of 1 to ' + LIMITS.bulkJobs + ' jobs', 413: 'The body is over the limit' }),
         },
       },
     },
@@ -94,20 +94,20 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
       }),
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },
-    config: { openapi: { responses: { 200: json('A page of jobs; nextCursor asks for the next one', JobPageSchema), ...jobErrors({ 400: 'A query parameter is invalid (an unknown status, a limit out of 1–200, a bad cursor)' }) } } },
+    config: { openapi: { responses: { 200: json('A page of jobs; nextCursor asks for the next one', JobPageSchema), ...errorAnswers({ 400: 'A query parameter is invalid (an unknown status, a limit out of 1–200, a bad cursor)' }) } } },
     onRequest: auth.require('jobs:read'),
   }, async (request) => jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
 
   routes.get('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },
-    config: { openapi: { responses: { 200: json('The job', JobViewSchema), ...jobErrors({ 404: 'No such job that this grant may see' }) } } },
+    config: { openapi: { responses: { 200: json('The job', JobViewSchema), ...errorAnswers({ 404: 'No such job that this grant may see' }) } } },
     onRequest: auth.require('jobs:read'),
   }, async (request) => jobs.get(grantOf(request), request.params.id));
 
   routes.delete('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'Cancel a queued or running job' },
     config: {
-      openapi: { responses: { 200: json('The job, cancelled', JobViewSchema), ...jobErrors({ 404: 'No such job that this grant may see', 409: 'It has ended already (JOB_NOT_CANCELLABLE)' }) } },
+      openapi: { responses: { 200: json('The job, cancelled', JobViewSchema), ...errorAnswers({ 404: 'No such job that this grant may see', 409: 'It has ended already (JOB_NOT_CANCELLABLE)' }) } },
     },
     onRequest: auth.require('jobs:cancel'),
   }, async (request) => jobs.cancel(grantOf(request), request.params.id, auth.authorizer(request)));

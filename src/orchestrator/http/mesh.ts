@@ -5,6 +5,7 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { MeshSeries } from '../metrics/series.js';
 import { routeText, type ModelRegistry } from '../registry/models.js';
 import type { MeshStatus } from '../status/mesh-status.js';
+import { errorAnswers, HostsSchema, json } from './answers.js';
 import type { RequestAuth } from './auth.js';
 
 export interface MeshRouteDeps {
@@ -39,6 +40,7 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/v1/hosts', {
     schema: { tags: ['mesh'], summary: 'Every known host: connected or not, health, breakers, capacity, and each replica\'s measured throughput' },
+    config: { openapi: { responses: { 200: json('Every host the orchestrator knows of', HostsSchema), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => ({ hosts: status.hosts() }));
 
@@ -52,6 +54,7 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/metrics', {
     schema: { tags: ['mesh'], summary: 'Prometheus metrics (a grant that may read mesh status)' },
+    config: { openapi: { responses: { 200: { description: 'The Prometheus text format', content: { 'text/plain': { type: 'string' } } }, ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async (_request, reply) => {
     void reply.header('content-type', metrics.contentType);
