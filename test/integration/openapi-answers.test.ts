@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import {
-  ArtifactPageSchema, BulkResultsSchema, ErrorBodySchema, ExplainViewSchema, HostsSchema, JobAcceptedSchema, JobPageSchema, JobViewSchema, RemovedResultsSchema,
+  ArtifactPageSchema, AuditPageSchema, BulkResultsSchema, ErrorBodySchema, ExplainViewSchema, GalleryViewSchema, GrantPageSchema, GrantViewSchema, HostsSchema,
+  JobAcceptedSchema, JobPageSchema, JobViewSchema, LiveSchema, LoadAnswerSchema, MintedSchema, ModelFamilySchema, ModelsSchema, NarrowedSchema, ReadySchema,
+  RemovedResultsSchema, SeriesSchema, StatusSchema, UnloadAnswerSchema,
 } from '../../src/orchestrator/http/answers.js';
+import { OpenAiModelList } from '../../src/orchestrator/http/openai/docs.js';
 import { meshForFile } from '../helpers/mesh.js';
 
 /**
@@ -35,8 +38,11 @@ async function holds(method: string, path: string, answer: { status: number; jso
   const parsed = schema.safeParse(answer.json);
   expect(parsed.success, `${method} ${path} ${answer.status}: ${JSON.stringify(parsed.error?.issues)}`).toBe(true);
   const doc = await documented(method.toLowerCase(), path, answer.status);
-  const properties = doc.content?.['application/json']?.schema?.properties;
-  expect(Object.keys(properties ?? {}).sort(), `${method} ${path} ${answer.status}`).toEqual(Object.keys(schema.shape).sort());
+  const documentedSchema = doc.content?.['application/json']?.schema;
+  // One schema, or one of a union's alternatives (a model with versions, or one version alone).
+  const alternatives = (documentedSchema?.anyOf as { properties?: Record<string, unknown> }[] | undefined) ?? [documentedSchema ?? {}];
+  const fields = alternatives.map((alternative) => Object.keys(alternative.properties ?? {}).sort());
+  expect(fields, `${method} ${path} ${answer.status}`).toContainEqual(Object.keys(schema.shape).sort());
 }
 
 const picture = { type: 'image', input: { prompt: 'a documented lighthouse', width: 64, height: 64, steps: 2 } };
@@ -93,6 +99,44 @@ describe('the jobs API answers as /openapi.json says', () => {
     expect(explained.json).toMatchObject({ status: 'queued', waiting: { for: 'a host of its classes', hosts: [{ canTake: false }] } });
     await holds('GET', '/v1/jobs/{id}/explain', explained, ExplainViewSchema);
     expect((await call('DELETE', `/v1/jobs/${id}`)).status).toBe(200);
+  });
+
+  it('the mesh, its models, grants, the audit log, the gallery, health, OIP and OpenAI model lists answer as documented', async () => {
+    await holds('GET', '/healthz', await call('GET', '/healthz'), LiveSchema);
+    await holds('GET', '/readyz', await call('GET', '/readyz'), ReadySchema);
+    await call('POST', '/v1/jobs', { ...picture, input: { ...picture.input, seed: 21 } }, { prefer: 'wait=30' }); // a point in the series
+    await holds('GET', '/v1/status', await call('GET', '/v1/status'), StatusSchema);
+    await holds('GET', '/v1/series', await call('GET', '/v1/series'), SeriesSchema);
+    await holds('GET', '/v1/models', await call('GET', '/v1/models'), ModelsSchema);
+    await holds('POST', '/v1/models/{name}/load', await call('POST', '/v1/models/simple/load', {}), LoadAnswerSchema);
+    await holds('POST', '/v1/models/{name}/unload', await call('POST', '/v1/models/simple/unload', {}), UnloadAnswerSchema);
+
+    // A model with versions: the built-in `simple` ONNX file (stored already) added under another name, shown and routed.
+    const { models } = (await call('GET', '/v1/models')).json as { models: { name: string; digest: string }[] };
+    const simple = models.find((model) => model.name === 'simple')!;
+    const added = await call('POST', '/v1/models', { name: 'documented', file: simple.digest, types: ['tensor'] });
+    expect(added.status, JSON.stringify(added.json)).toBe(201);
+    await holds('GET', '/v1/models/{name}', await call('GET', '/v1/models/documented'), ModelFamilySchema);
+    await holds('PUT', '/v1/models/{name}/route', await call('PUT', '/v1/models/documented/route', { pinned: '1' }), ModelFamilySchema);
+
+    const minted = await call('POST', '/v1/grants', { kind: 'client', types: ['image'], note: 'documented' });
+    await holds('POST', '/v1/grants', minted, MintedSchema);
+    const token = (minted.json as { token: string }).token;
+    const narrowed = await fetch(`${mesh().url}/v1/grants:narrow`, { method: 'POST', body: JSON.stringify({ expires: '5m' }), headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } });
+    await holds('POST', '/v1/grants:narrow', { status: narrowed.status, json: await narrowed.json() }, NarrowedSchema);
+    await holds('GET', '/v1/grants', await call('GET', '/v1/grants?limit=5'), GrantPageSchema);
+    await holds('DELETE', '/v1/grants/{id}', await call('DELETE', `/v1/grants/${(minted.json as { id: string }).id}`), GrantViewSchema);
+    await holds('GET', '/v1/audit', await call('GET', '/v1/audit?limit=5'), AuditPageSchema);
+    await holds('GET', '/v1/gallery', await call('GET', '/v1/gallery'), GalleryViewSchema);
+
+    await holds('GET', '/openai/v1/models', await call('GET', '/openai/v1/models'), OpenAiModelList);
+    const oip: [string, string][] = [['/v2', '/v2'], ['/v2/health/live', '/v2/health/live'], ['/v2/health/ready', '/v2/health/ready'], ['/v2/models/simple', '/v2/models/{model}'], ['/v2/models/simple/ready', '/v2/models/{model}/ready']];
+    for (const [path, template] of oip) {
+      const answer = await call('GET', path);
+      expect(answer.status, path).toBe(200);
+      const schema = (await documented('get', template, 200)).content?.['application/json']?.schema;
+      expect(Object.keys(schema?.properties ?? {}).sort(), path).toEqual(Object.keys(answer.json as object).sort());
+    }
   });
 
   it('blobs, thumbnails and event streams say what they send: bytes, WebP, Server-Sent Events', async () => {

@@ -98,6 +98,19 @@ describe('/openapi.json', () => {
     expect(problems).toEqual([]);
   });
 
+  it('every route documents its answer: what a success sends (a schema for each content type), or that it sends nothing', () => {
+    const undocumented = operations().filter(([, op]) => {
+      const success = Object.entries(op.responses).filter(([status]) => /^[123]/.test(status));
+      return success.length === 0 || success.some(([, answer]) => !answer.content && (!answer.description || answer.description === 'Default Response'));
+    }).map(([label]) => label);
+    expect(undocumented).toEqual([]);
+    for (const [label, op] of operations()) {
+      for (const [status, answer] of Object.entries(op.responses)) {
+        for (const [type, media] of Object.entries(answer.content ?? {})) expect(media.schema, `${label} ${status} ${type}`).toBeDefined();
+      }
+    }
+  });
+
   it('every route that takes a body documents it, with each content type it reads', () => {
     const withBodies = operations().filter(([label]) => /^(POST|PUT|PATCH) /.test(label));
     expect(withBodies.map(([label]) => label).sort()).toEqual(Object.keys(BODIES).sort());

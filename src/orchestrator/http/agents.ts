@@ -2,6 +2,7 @@ import type {} from '@fastify/websocket';
 import type { FastifyInstance } from 'fastify';
 import { LINK_PATH, MeshError } from '../../protocol/index.js';
 import type { AgentHub } from '../link/agent-hub.js';
+import { errorAnswers } from './answers.js';
 import { grantOf, type RequestAuth } from './auth.js';
 
 /**
@@ -14,6 +15,14 @@ export function agentRoutes(app: FastifyInstance, deps: { hub: AgentHub; auth: R
     method: 'GET',
     url: LINK_PATH,
     schema: { tags: ['agents'], summary: 'Agent link (WebSocket; agents dial in with an agent grant)' },
+    config: {
+      openapi: {
+        responses: {
+          101: { description: 'Switched to the WebSocket link: JSON messages both ways (protocol/link.ts), the hello first' },
+          ...errorAnswers({ 426: 'A plain GET: this route is a WebSocket (UPGRADE_REQUIRED)' }),
+        },
+      },
+    },
     onRequest: deps.auth.require('agent:join'),
     // `handler` answers a request that did not ask to upgrade; left to @fastify/websocket it is an empty 404.
     handler: async () => {

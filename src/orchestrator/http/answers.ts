@@ -1,9 +1,14 @@
 import { z } from 'zod';
 import {
-  Device, JOB_STATUSES, ResidentModel, ROUTE_SKIP_REASONS, ToolReport,
+  Device, JOB_STATUSES, ModelManifest, ResidentModel, ROUTE_SKIP_REASONS, ToolReport,
   type ArtifactView, type AttemptView, type BreakerView, type BulkItemResult, type ErrorBody, type ExplainView, type HostView, type JobView, type ReplicaView, type RouteView,
 } from '../../protocol/index.js';
-import type { RemovedResults } from '../gallery/gallery-service.js';
+import type { AuditView } from '../../protocol/audit.js';
+import type { GrantView } from '../auth/issuer.js';
+import type { LoadAnswer } from '../autoscale/replica-requests.js';
+import type { GalleryView, RemovedResults } from '../gallery/gallery-service.js';
+import type { SeriesView } from '../metrics/series.js';
+import type { ModelFamilyView } from '../registry/catalog.js';
 import { BINARY, errorResponses, MeshErrorBody, type DocResponse } from './openapi.js';
 
 /**
@@ -171,6 +176,87 @@ export const ExplainViewSchema = z.strictObject({
   }).nullable().describe('for a queued job: what it waits for'),
 });
 
+// The mesh: status, series, health.
+
+export const StatusSchema = z.strictObject({
+  hosts: z.array(HostViewSchema).describe('the connected hosts'),
+  queues: z.record(z.string(), z.strictObject({
+    depth: z.int(), limit: z.int(), blocked: z.string().nullable().describe('why no connected host can run the model; null when one can'),
+  })).describe('per model'),
+  models: z.record(z.string(), z.strictObject({
+    desired: z.int(), min: z.int(), max: z.int().nullable(), targetInFlight: z.number(), idleWindowS: z.number(), demand: z.number(),
+    replicas: z.array(z.strictObject({ host: z.string(), state: z.enum(['loading', 'ready', 'draining', 'unloading']), held: z.boolean() })),
+  })).describe('per model: its replicas, wanted and where'),
+  jobs: z.record(z.string(), z.int()).describe('jobs by status'),
+  orchestrators: z.array(z.record(z.string(), z.unknown())).optional().describe('on a shared store: every orchestrator on it, its role and when it was seen'),
+});
+
+export const SeriesSchema = z.strictObject({
+  stepMs: z.int(),
+  windowMs: z.int(),
+  times: z.array(z.int()).describe('each point\'s time, seconds since the epoch'),
+  models: z.record(z.string(), z.strictObject({
+    succeededPerSecond: z.array(z.number().nullable()), failedPerSecond: z.array(z.number().nullable()), queueDepth: z.array(z.number().nullable()),
+    p50Ms: z.array(z.number().nullable()), p99Ms: z.array(z.number().nullable()),
+  })),
+  devices: z.record(z.string(), z.strictObject({ host: z.string(), device: z.string(), budgetMB: z.number(), usedMB: z.array(z.number().nullable()) })).describe('keyed host/device'),
+});
+
+export const LiveSchema = z.strictObject({ ok: z.literal(true) });
+export const ReadySchema = z.strictObject({ ok: z.literal(true), agents: z.int().describe('agents connected') });
+
+// Models.
+
+export const ModelVersionSchema = ModelManifest.extend({ policy: z.record(z.string(), z.unknown()).describe('batching, queue, replicas and timeouts in effect') });
+export const ModelsSchema = z.strictObject({
+  models: z.array(ModelVersionSchema),
+  families: z.array(z.strictObject({
+    name: z.string(), versions: z.array(z.string()), pinned: z.string().nullable(), split: z.record(z.string(), z.number()).nullable(), route: z.string(),
+  })).describe('the models with versions, and which version a bare name runs'),
+});
+export const ModelFamilySchema = z.strictObject({
+  name: z.string(),
+  pinned: z.string().nullable(),
+  split: z.record(z.string(), z.number()).nullable(),
+  pinnedIn: z.enum(['mesh.yaml', 'api']).nullable(),
+  route: z.string().describe('which version a job naming only the model runs now, in words'),
+  versions: z.array(ModelVersionSchema),
+});
+const ReplicaChangeSchema = z.strictObject({
+  host: z.string(), model: z.string(), change: z.enum(['loaded', 'unloaded']), device: z.string().nullable(), memoryMB: z.number().nullable(),
+  before: z.array(Device).describe('the host\'s devices before'), after: z.array(Device).describe('and after'),
+});
+export const LoadAnswerSchema = z.strictObject({
+  model: z.string(),
+  wanted: z.int().describe('how many hosts should hold it'),
+  loaded: z.array(ReplicaChangeSchema),
+  note: z.string().nullable().describe('why fewer than wanted, or why the count asked was cut'),
+});
+export const UnloadAnswerSchema = z.strictObject({ unloaded: z.array(ReplicaChangeSchema) });
+
+// Grants and the audit log.
+
+export const GrantViewSchema = z.strictObject({
+  id: z.string(), kind: z.string(), note: z.string().nullable(), caveats: z.array(z.string()).nullable(), createdAt: Time, revokedAt: Time.nullable(),
+});
+export const MintedSchema = z.strictObject({ id: z.string(), kind: z.string(), token: z.string().describe('the grant: send it as "Authorization: Bearer <token>"'), caveats: z.array(z.string()) });
+export const NarrowedSchema = z.strictObject({ token: z.string(), caveats: z.array(z.string()) });
+export const GrantPageSchema = z.strictObject({ grants: z.array(GrantViewSchema), nextCursor: z.string().nullable() });
+export const AuditViewSchema = z.strictObject({
+  at: Time, event: z.string(), grantId: z.string().nullable(), actor: z.string().nullable(), route: z.string().nullable(), client: z.string().nullable(),
+  status: z.int().nullable(), code: z.string().nullable(), detail: z.string().nullable(),
+});
+export const AuditPageSchema = z.strictObject({ entries: z.array(AuditViewSchema), nextCursor: z.string().nullable() });
+
+// The gallery, hosts draining.
+
+export const GalleryViewSchema = z.strictObject({
+  albums: z.array(z.string()).describe('albums the grant may see that hold results, and any it is limited to'),
+  defaultAlbum: z.string(),
+  may: z.strictObject({ submit: z.boolean(), delete: z.boolean() }),
+});
+export const DrainingSchema = z.strictObject({ host: z.string(), draining: z.literal(true), jobsInFlight: z.int() });
+
 /** Compile-time: a schema's output and the type the route builds its answer from are the same type. */
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const agree = <_T extends true>(): void => undefined;
@@ -185,6 +271,12 @@ agree<Same<z.output<typeof BreakerViewSchema>, BreakerView>>();
 agree<Same<z.output<typeof ReplicaViewSchema>, ReplicaView>>();
 agree<Same<z.output<typeof HostViewSchema>, HostView>>();
 agree<Same<z.output<typeof ExplainViewSchema>, ExplainView>>();
+agree<Same<z.output<typeof SeriesSchema>, SeriesView>>();
+agree<Same<z.output<typeof ModelFamilySchema>, Omit<ModelFamilyView, 'versions'> & { versions: z.output<typeof ModelVersionSchema>[] }>>();
+agree<Same<z.output<typeof LoadAnswerSchema>, LoadAnswer>>();
+agree<Same<z.output<typeof GrantViewSchema>, GrantView>>();
+agree<Same<z.output<typeof AuditViewSchema>, AuditView>>();
+agree<Same<z.output<typeof GalleryViewSchema>, GalleryView>>();
 
 /** A JSON answer, documented. */
 export const json = (description: string, schema: z.ZodType): DocResponse => ({ description, content: { 'application/json': schema } });

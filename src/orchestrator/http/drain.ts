@@ -5,6 +5,7 @@ import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from '../auth/audit.js';
 import type { AgentHub } from '../link/agent-hub.js';
 import type { RequestAuth } from './auth.js';
+import { DrainingSchema, errorAnswers, json } from './answers.js';
 
 /**
  * POST /v1/hosts/:id/drain: an admin takes a host out of the mesh. The host gets no new work from now on
@@ -18,6 +19,7 @@ export function drainRoutes(app: FastifyInstance, deps: { hub: AgentHub; auth: R
       params: z.object({ id: z.string().min(1).max(100) }), tags: ['mesh'],
       summary: 'Drain a host: it finishes its work in flight, takes no more, and its agent leaves (admin; audited)',
     },
+    config: { openapi: { responses: { 202: json('Draining: it takes no more work and leaves once its jobs in flight end', DrainingSchema), ...errorAnswers({ 404: 'No such connected host' }) } } },
     onRequest: deps.auth.require('hosts:drain'),
   }, async (request, reply) => {
     const session = deps.hub.drain(request.params.id);

@@ -8,7 +8,7 @@ import { assertDigest } from '../../protocol/index.js';
 import type { GalleryService } from '../gallery/gallery-service.js';
 import { THUMBNAIL_WIDTHS, type Thumbnails, type ThumbnailWidth } from '../gallery/thumbnails.js';
 import { defaultAlbumOf, type JobService } from '../jobs/index.js';
-import { bytesOf, errorAnswers, json, RemovedResultsSchema } from './answers.js';
+import { bytesOf, errorAnswers, GalleryViewSchema, json, RemovedResultsSchema } from './answers.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
 
 /** uPlot's own files (the mesh view's plots), served as the package ships them: no build step, no copy. */
@@ -43,6 +43,7 @@ export async function galleryRoutes(app: FastifyInstance, deps: GalleryRouteDeps
 
   routes.get('/v1/gallery', {
     schema: { tags: ['artifacts'], summary: 'What the gallery page needs first: the albums the grant may switch between, its default album, and whether it may submit and delete' },
+    config: { openapi: { responses: { 200: json('The gallery for this grant', GalleryViewSchema), ...errorAnswers({}) } } },
     onRequest: auth.require('artifacts:read'),
   }, async (request) => {
     const grant = grantOf(request);

@@ -4,6 +4,10 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MeshError } from '../../protocol/index.js';
 import type { PackageFile, SelfPackage } from '../install/self-package.js';
+import { BINARY, errorResponses, MeshErrorBody } from './openapi.js';
+
+/** The package's bytes, for the document. */
+const PACKAGE = { description: 'The npm package (a gzipped tarball)', content: { 'application/gzip': BINARY } };
 
 export interface InstallRouteDeps {
   selfPackage: SelfPackage;
@@ -43,6 +47,7 @@ export function installRoutes(app: FastifyInstance, deps: InstallRouteDeps): voi
 
   routes.get('/install/gpumesh.tgz', {
     schema: { tags: ['install'], security: [], summary: 'This orchestrator\'s own npm package (whatever build it serves now; no grant needed)' },
+    config: { openapi: { responses: { 200: PACKAGE, ...errorResponses(MeshErrorBody, { 503: 'It cannot serve its own package (INSTALL_PACKAGE_UNAVAILABLE)' }) } } },
   }, async (_request, reply) => {
     // The same URL names a new build after an upgrade: a cache must ask again each time.
     return send(reply, await selfPackage.get(), 'no-cache');
@@ -53,6 +58,14 @@ export function installRoutes(app: FastifyInstance, deps: InstallRouteDeps): voi
       tags: ['install'], security: [],
       summary: 'This orchestrator\'s own npm package, if its SHA-256 is the one named (the join line\'s URL; no grant needed); 410 if it serves another build now',
       params: z.object({ sha256: z.string().regex(/^[0-9a-f]{64}$/, 'the tarball\'s SHA-256: 64 lowercase hex digits') }),
+    },
+    config: {
+      openapi: {
+        responses: {
+          200: PACKAGE,
+          ...errorResponses(MeshErrorBody, { 400: 'Not a SHA-256', 410: 'It serves another build now (INSTALL_PACKAGE_CHANGED): mint a new join line', 503: 'It cannot serve its own package' }),
+        },
+      },
     },
   }, async (request, reply) => {
     const file = await selfPackage.get();

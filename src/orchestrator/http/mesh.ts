@@ -5,7 +5,8 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { MeshSeries } from '../metrics/series.js';
 import { routeText, type ModelRegistry } from '../registry/models.js';
 import type { MeshStatus } from '../status/mesh-status.js';
-import { errorAnswers, HostsSchema, json } from './answers.js';
+import { errorAnswers, HostsSchema, json, LiveSchema, ModelsSchema, ReadySchema, SeriesSchema, StatusSchema } from './answers.js';
+import { errorResponses, MeshErrorBody } from './openapi.js';
 import type { RequestAuth } from './auth.js';
 
 export interface MeshRouteDeps {
@@ -22,9 +23,12 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
   const { status, metrics, series, registry, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
-  routes.get('/healthz', { schema: { tags: ['health'], summary: 'The process is up' } }, async () => ({ ok: true }));
+  routes.get('/healthz', { schema: { tags: ['health'], summary: 'The process is up' }, config: { openapi: { responses: { 200: json('It is', LiveSchema) } } } }, async () => ({ ok: true }));
 
-  routes.get('/readyz', { schema: { tags: ['health'], summary: 'The store is open and an agent is connected' } }, async (_request, reply) => {
+  routes.get('/readyz', {
+    schema: { tags: ['health'], summary: 'The store is open and an agent is connected' },
+    config: { openapi: { responses: { 200: json('Ready', ReadySchema), ...errorResponses(MeshErrorBody, { 503: 'Not ready, and why (NOT_READY)' }) } } },
+  }, async (_request, reply) => {
     const reasons = status.notReady();
     if (reasons.length > 0) {
       void reply.code(503);
@@ -35,6 +39,7 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/v1/status', {
     schema: { tags: ['mesh'], summary: 'Hosts, devices, resident models, queue depths' },
+    config: { openapi: { responses: { 200: json('The mesh now', StatusSchema), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => status.view());
 
@@ -49,6 +54,7 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
       tags: ['mesh'],
       summary: 'The last 15 minutes in 5 s steps: per model jobs succeeded and failed per second, queue depth, p50 and p99 latency (admission to the end, within 10 %); per device the memory in use. Kept in memory: empty after a restart',
     },
+    config: { openapi: { responses: { 200: json('One array per quantity, a point per step (null: nothing then)', SeriesSchema), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => series.view());
 
@@ -63,6 +69,7 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/v1/models', {
     schema: { tags: ['mesh'], summary: 'Models in the registry with their policies (each version of a model added at run time as <name>@<version>), and the models with versions: which version each name runs' },
+    config: { openapi: { responses: { 200: json('Every model version, and the models with versions', ModelsSchema), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => ({
     models: registry.all().map(({ manifest, policy }) => ({ ...manifest, policy })),

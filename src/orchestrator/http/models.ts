@@ -5,6 +5,7 @@ import { familyOf, MeshError, VERSION_SEPARATOR } from '../../protocol/index.js'
 import type { ReplicaRequests } from '../autoscale/replica-requests.js';
 import { AddModelBody, type ModelCatalog } from '../registry/catalog.js';
 import type { ModelRegistry } from '../registry/index.js';
+import { errorAnswers, json, LoadAnswerSchema, ModelFamilySchema, ModelVersionSchema, UnloadAnswerSchema } from './answers.js';
 import type { RequestAuth } from './auth.js';
 
 export interface ModelRouteDeps {
@@ -35,6 +36,14 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
       body: AddModelBody, tags: ['models'],
       summary: 'Add a model version from a stored file (its inputs and outputs read from the ONNX file); the model\'s newest version unless another is pinned',
     },
+    config: {
+      openapi: {
+        responses: {
+          201: json('The version added: its manifest (inputs and outputs as read from the file) and policy', ModelVersionSchema),
+          ...errorAnswers({ 400: 'The body, or a file that is not a model this engine takes', 404: 'A file named by digest is not stored', 409: 'The version exists (MODEL_EXISTS)' }),
+        },
+      },
+    },
     onRequest: auth.require('models:write'),
   }, async (request, reply) => {
     const added = await catalog.add(request.body);
@@ -44,6 +53,11 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
 
   routes.get('/v1/models/:name', {
     schema: { params: ModelParams, tags: ['models'], summary: 'A model with its versions and which version its name runs (`<name>@<version>`: that version alone)' },
+    config: {
+      openapi: {
+        responses: { 200: json('A model with versions (its route and every version), or one version or model alone', z.union([ModelFamilySchema, ModelVersionSchema])), ...errorAnswers({ 404: 'No such model' }) },
+      },
+    },
     onRequest: auth.require('mesh:read'),
   }, async (request) => {
     const { name } = request.params;
@@ -55,6 +69,14 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
 
   routes.delete('/v1/models/:name', {
     schema: { params: ModelParams, tags: ['models'], summary: 'Remove a model version, `<name>@<version>` (409 while jobs are queued or running on it)' },
+    config: {
+      openapi: {
+        responses: {
+          204: { description: 'Removed' },
+          ...errorAnswers({ 400: 'No version named', 404: 'No such version', 409: 'Jobs are queued or running on it (MODEL_IN_USE), or mesh.yaml pins it (MODEL_PINNED)' }),
+        },
+      },
+    },
     onRequest: auth.require('models:write'),
   }, async (request, reply) => {
     const [model, version] = request.params.name.split(VERSION_SEPARATOR);
@@ -72,6 +94,11 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
       }),
       summary: 'Which version a job that names only the model runs: `pinned`, or a traffic `split` by share ({"1": 90, "2": 10}); both null: the newest',
     },
+    config: {
+      openapi: {
+        responses: { 200: json('The model, routed', ModelFamilySchema), ...errorAnswers({ 400: 'A version it does not have, or a split without a positive share', 404: 'No such model', 409: 'mesh.yaml pins it (MODEL_PINNED)' }) },
+      },
+    },
     onRequest: auth.require('models:write'),
   }, async (request) => catalog.route(request.params.name, request.body));
 
@@ -79,6 +106,14 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
     schema: {
       params: ModelParams, body: LoadBody, tags: ['models'],
       summary: 'Make a model resident: on the named host, else on max(1, minReplicas) hosts or `replicas` (capped by maxReplicas), those holding it first, then where the autoscaler would place replicas; answers once each is, with every host\'s devices\' memory before and after, and a note when fewer could be loaded',
+    },
+    config: {
+      openapi: {
+        responses: {
+          200: json('Where it is resident now', LoadAnswerSchema),
+          ...errorAnswers({ 400: 'Both host and replicas', 404: 'No such model or connected host', 503: 'No host answered in time (NOT_READY)', 507: 'No host had room (NO_ROOM), with each refusal' }),
+        },
+      },
     },
     onRequest: auth.require('models:write'),
   }, async (request) => {
@@ -89,6 +124,7 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
 
   routes.post('/v1/models/:name/unload', {
     schema: { params: ModelParams, body: HostBody, tags: ['models'], summary: 'Let a model go on a host (the named one, else every host that holds it); answers once it has, with the devices\' memory before and after' },
+    config: { openapi: { responses: { 200: json('Where it was let go', UnloadAnswerSchema), ...errorAnswers({ 404: 'No such model or connected host' }) } } },
     onRequest: auth.require('models:write'),
   }, async (request) => ({ unloaded: await replicas.unload(resolve(registry, request.params.name).manifest.name, request.body?.host) }));
 }

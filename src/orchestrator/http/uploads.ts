@@ -65,12 +65,16 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
   routes.route({
     method: ['GET', 'HEAD'], url: '/v1/uploads/:id',
     schema: { params: UploadParams, tags: ['blobs'], summary: 'Where a resumable upload stands: the offset to send the next chunk from (also in Upload-Offset)' },
+    config: { openapi: { responses: { ...uploadAnswer(200, 'Where it stands'), ...errorResponses(MeshErrorBody, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage' }) } } },
     onRequest: auth.require('blobs:write'),
     handler: async (request, reply) => answer(reply, await uploads.state(request.params.id, grantOf(request).id)),
   });
 
   routes.delete('/v1/uploads/:id', {
     schema: { params: UploadParams, tags: ['blobs'], summary: 'Give a resumable upload up: its bytes are deleted' },
+    config: {
+      openapi: { responses: { 204: { description: 'Given up' }, ...errorResponses(MeshErrorBody, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage', 409: 'A chunk of it is being received, or it is being completed' }) } },
+    },
     onRequest: auth.require('blobs:write'),
   }, async (request, reply) => {
     await uploads.abort(request.params.id, grantOf(request).id);

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { DATATYPES, isTerminal, MeshError, VERSION_SEPARATOR, type Datatype, type JobView, type ModelManifest } from '../../../protocol/index.js';
+import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type JobView, type ModelManifest } from '../../../protocol/index.js';
 import type { EventBus } from '../../events/event-bus.js';
 import type { JobService } from '../../jobs/index.js';
 import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
@@ -58,6 +58,19 @@ const InferResponse = z.object({
 const OipError = z.object({ error: z.string() });
 const BINARY_TENSORS = 'The binary tensor data extension: the first Inference-Header-Content-Length bytes are the JSON inference header (as application/json), then the raw bytes of each tensor flagged with parameters.binary_data_size, in order — little-endian, row-major; a BYTES element as a 4-byte little-endian length and its bytes';
 
+/** The metadata and health answers in /openapi.json (the OIP's own shapes). */
+const oipDocs = (description: string, answer: z.ZodType, errors: Record<number, string>): RouteDocs =>
+  ({ responses: { 200: { description, content: { 'application/json': answer } }, ...errorResponses(OipError, errors) } });
+const OIP_MODEL_ERRORS = { 400: 'Not a tensor model with named inputs', 401: 'No grant, or one that is not valid', 403: 'The grant does not allow mesh:read', 404: 'No tensor model of that name (and version)' };
+const LIVE_DOCS = oipDocs('Live', z.strictObject({ live: z.literal(true) }), {});
+const READY_DOCS = oipDocs('Ready', z.strictObject({ ready: z.literal(true) }), { 503: 'Not ready, and why' });
+const SERVER_DOCS = oipDocs('Server metadata', z.strictObject({ name: z.literal('gpumesh'), version: z.string(), extensions: z.array(z.string()) }), {});
+const MODEL_METADATA_DOCS = oipDocs('Model metadata', z.strictObject({
+  name: z.string(), versions: z.array(z.string()), platform: z.string().describe('onnxruntime_onnx for an ONNX model, else its engine'),
+  inputs: z.array(TensorSpec), outputs: z.array(TensorSpec),
+}), OIP_MODEL_ERRORS);
+const MODEL_READY_DOCS = oipDocs('Whether the model is ready', z.strictObject({ name: z.string(), ready: z.boolean() }), OIP_MODEL_ERRORS);
+
 /** The infer route's body, headers and answers in /openapi.json: it reads its body itself (`infer`). */
 const INFER_DOCS: RouteDocs = {
   body: {
@@ -107,23 +120,29 @@ export function oipRoutes(app: FastifyInstance, deps: OipRouteDeps): void {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
-    scope.get('/v2/health/live', { schema: { tags: ['oip'], summary: 'OIP: the server is live' } }, async () => ({ live: true }));
-    scope.get('/v2/health/ready', { schema: { tags: ['oip'], summary: 'OIP: the server is ready (its store open and an agent connected); 503 with why, when not' } }, async () => {
+    scope.get('/v2/health/live', { schema: { tags: ['oip'], summary: 'OIP: the server is live' }, config: { openapi: LIVE_DOCS } }, async () => ({ live: true }));
+    scope.get('/v2/health/ready', {
+      schema: { tags: ['oip'], summary: 'OIP: the server is ready (its store open and an agent connected); 503 with why, when not' }, config: { openapi: READY_DOCS },
+    }, async () => {
       const reasons = status.notReady();
       if (reasons.length > 0) throw new MeshError('NOT_READY', { detail: reasons.join('; ') });
       return { ready: true };
     });
-    scope.get('/v2', { schema: { tags: ['oip'], summary: 'OIP: server metadata' } }, async () => ({ name: 'gpumesh', version: deps.version, extensions: OIP_EXTENSIONS }));
+    scope.get('/v2', { schema: { tags: ['oip'], summary: 'OIP: server metadata' }, config: { openapi: SERVER_DOCS } }, async () => ({ name: 'gpumesh', version: deps.version, extensions: OIP_EXTENSIONS }));
 
     for (const path of ['/v2/models/:model', '/v2/models/:model/versions/:version']) {
-      scope.get(path, { schema: { tags: ['oip'], summary: 'OIP: model metadata (its inputs and outputs)' }, onRequest: auth.require('mesh:read') }, async (request) => {
+      scope.get(path, {
+        schema: { tags: ['oip'], summary: 'OIP: model metadata (its inputs and outputs)' }, config: { openapi: MODEL_METADATA_DOCS }, onRequest: auth.require('mesh:read'),
+      }, async (request) => {
         const model = tensorModel(registry, request.params as ModelParams);
         return {
           name: nameOf(model.manifest), versions: versionsOf(registry, model.manifest), platform: model.manifest.engine === 'onnx' ? 'onnxruntime_onnx' : model.manifest.engine,
           inputs: model.manifest.inputs, outputs: model.manifest.outputs ?? [],
         };
       });
-      scope.get(`${path}/ready`, { schema: { tags: ['oip'], summary: 'OIP: whether the model is ready for inference' }, onRequest: auth.require('mesh:read') }, async (request) => {
+      scope.get(`${path}/ready`, {
+        schema: { tags: ['oip'], summary: 'OIP: whether the model is ready for inference' }, config: { openapi: MODEL_READY_DOCS }, onRequest: auth.require('mesh:read'),
+      }, async (request) => {
         const model = tensorModel(registry, request.params as ModelParams);
         return { name: nameOf(model.manifest), ready: status.notReady().length === 0 };
       });

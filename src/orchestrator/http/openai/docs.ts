@@ -70,3 +70,19 @@ export const EDIT_DOCS: RouteDocs = {
   },
   responses: ANSWERS,
 };
+
+/** An OpenAI model object: each model (a model with versions, by its name) this grant may use. */
+const OpenAiModel = z.strictObject({ id: z.string(), object: z.literal('model'), created: z.int(), owned_by: z.literal('gpumesh') });
+export const OpenAiModelList = z.strictObject({ object: z.literal('list'), data: z.array(OpenAiModel) });
+
+const MODEL_ERRORS = { 401: 'No grant (the API key), or one that is not valid' };
+
+export const MODELS_DOCS: RouteDocs = {
+  responses: { 200: { description: 'The models this grant may use', content: { 'application/json': OpenAiModelList } }, ...errorResponses(OpenAiError, MODEL_ERRORS) },
+};
+export const MODEL_DOCS: RouteDocs = {
+  responses: {
+    200: { description: 'The model', content: { 'application/json': OpenAiModel } },
+    ...errorResponses(OpenAiError, { ...MODEL_ERRORS, 404: 'No such model that this grant may use' }),
+  },
+};

@@ -4,7 +4,7 @@ import { MeshError, VERSION_SEPARATOR } from '../../../protocol/index.js';
 import type { ModelRegistry } from '../../registry/index.js';
 import { grantOf } from '../auth.js';
 import { installOpenAiErrors } from './errors.js';
-import { EDIT_DOCS, GENERATION_DOCS } from './docs.js';
+import { EDIT_DOCS, GENERATION_DOCS, MODEL_DOCS, MODELS_DOCS } from './docs.js';
 import { GenerationBody, readEdit, readImagesRequest } from './image-requests.js';
 import { runImages, type OpenAiImagesDeps } from './images.js';
 
@@ -56,11 +56,13 @@ export function openAiRoutes(app: FastifyInstance, deps: OpenAiRouteDeps): void 
 
     scope.get('/models', {
       schema: { tags: ['openai'], summary: 'OpenAI models list: the models this grant may use' },
+      config: { openapi: MODELS_DOCS },
       onRequest: auth.requireAny(),
     }, async (request) => ({ object: 'list', data: modelsFor(request, deps.registry) }));
 
     scope.get('/models/:model', {
       schema: { tags: ['openai'], summary: 'OpenAI model object of one model this grant may use' },
+      config: { openapi: MODEL_DOCS },
       onRequest: auth.requireAny(),
     }, async (request) => {
       const name = (request.params as { model: string }).model;
