@@ -41,6 +41,7 @@ import { DigestLocks } from './blobs/digest-locks.js';
 import { BlobReclaimer } from './blobs/reclaim.js';
 import { InputImages } from './blobs/input-images.js';
 import { StagedUploads } from './blobs/staged-uploads.js';
+import { JobRetention, type SweptJobs } from './jobs/retention.js';
 import { ModelCatalog } from './registry/catalog.js';
 import { ReplicaRequests } from './autoscale/replica-requests.js';
 import { SelfPackage } from './install/self-package.js';
@@ -49,6 +50,8 @@ import { SelfPackage } from './install/self-package.js';
 const UPLOAD_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
 /** How often a running orchestrator looks for abandoned uploads. */
 const UPLOAD_SWEEP_EVERY_MS = 3600 * 1000;
+/** How often it deletes the finished jobs its retention no longer keeps. */
+const JOB_SWEEP_EVERY_MS = 600 * 1000;
 
 export interface OrchestratorOptions {
   config: MeshConfig;
@@ -251,6 +254,15 @@ export class Orchestrator {
       if (error) log.warn({ err: error }, 'could not delete abandoned uploads; trying again in an hour');
       else if (count > 0) log.info({ uploads: count }, 'deleted uploads abandoned for a week');
     });
+    // Finished jobs without published results go after jobs.retentionDays: at the start (in the background), then every 10 minutes.
+    const retention = new JobRetention({ store, commits, clock, reclaimer, days: config.jobs.retentionDays });
+    const retentionLog = log.child({ part: 'retention' });
+    const sweptJobs = (result: SweptJobs | null, error?: unknown): void => {
+      if (error) retentionLog.warn({ err: error }, 'could not delete old jobs; trying again in 10 minutes');
+      else if (result && result.jobs > 0) retentionLog.info({ ...result, days: config.jobs.retentionDays }, 'deleted finished jobs past their retention');
+    };
+    void retention.sweep().then((result) => sweptJobs(result), (error: unknown) => sweptJobs(null, error));
+    retention.sweepEvery(JOB_SWEEP_EVERY_MS, sweptJobs);
     const jobs = new JobService({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
       classes: new ClassAvailability(hosts) });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
@@ -282,7 +294,7 @@ export class Orchestrator {
     const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series, uploads], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

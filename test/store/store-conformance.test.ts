@@ -266,6 +266,44 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('finds finished jobs past a time that no result names, oldest first, with what only their rows name; deletes them with their rows', async () => {
+    const store = await backend.open();
+    const { commits, jobs, blobs, inputImages, artifacts, attempts } = store;
+    const insert = () => commits.write(() => jobs.insertJob(newJob()));
+    const [failed, published, succeeded, recent, queued] = [insert(), insert(), insert(), insert(), insert()];
+    const finishedAt = tick();
+    commits.write(() => {
+      jobs.finishJob(failed.seq, 'failed', finishedAt, { errorCode: 'ENGINE_FAILED', errorMessage: 'x' });
+      jobs.finishJob(published.seq, 'succeeded', finishedAt, { result: null });
+      jobs.finishJob(succeeded.seq, 'succeeded', finishedAt, { result: { y: [1] } });
+      jobs.finishJob(recent.seq, 'cancelled', finishedAt + 10_000);
+      artifacts.insertArtifact({
+        digest: 'sha256:published', jobId: published.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1,
+        width: 8, height: 8, computeMs: 1, totalMs: 2, createdAt: finishedAt,
+      });
+      blobs.recordUpload(failed.id, 'sha256:half-done', finishedAt);
+      inputImages.recordJobInput('sha256:picture', failed.id);
+      inputImages.recordJobInput('sha256:picture', succeeded.id);
+      attempts.recordAttempt({
+        jobId: failed.id, n: 1, host: 'h', batchId: 'b', batchSize: 1, status: 'failed', dispatchedAt: finishedAt - 5, startedAt: null, finishedAt,
+        loadMs: null, route: null, errorCode: 'ENGINE_FAILED', errorMessage: 'x',
+      }, 'gen');
+    });
+    const found = await jobs.prunableJobs(finishedAt + 1, 10);
+    expect(found.ids).toEqual([failed.id, succeeded.id]);
+    expect(found.digests.sort()).toEqual(['sha256:half-done', 'sha256:picture']);
+    expect((await jobs.prunableJobs(finishedAt + 1, 1)).ids).toEqual([failed.id]);
+    commits.write(() => jobs.deleteJobs(found.ids));
+    expect(await jobs.getJob(failed.id)).toBeNull();
+    expect(await jobs.getJob(succeeded.id)).toBeNull();
+    expect(await attempts.listAttempts(failed.id)).toEqual([]);
+    expect(await blobs.blobNamed('sha256:half-done')).toBe(false);
+    expect(await blobs.blobNamed('sha256:picture')).toBe(false);
+    for (const kept of [published, recent, queued]) expect(await jobs.getJob(kept.id)).not.toBeNull();
+    expect((await jobs.prunableJobs(finishedAt + 1, 10)).ids).toEqual([]);
+    await store.close();
+  });
+
   it('records grants and revocations, pages grants newest first; audit entries listed by filter and pruned', async () => {
     const store = await backend.open();
     const { commits, grants, audit } = store;

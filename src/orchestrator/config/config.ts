@@ -269,6 +269,14 @@ export const MeshConfigInput = z.strictObject({
     /** The albums the gallery grant may submit to and read. Default [default]. */
     albums: z.array(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i)).min(1).default(['default']),
   }).prefault({}),
+  jobs: z.strictObject({
+    /**
+     * Finished jobs that no published result names (failed, cancelled, expired, tensor and OIP jobs, jobs whose
+     * results were deleted) are deleted this many days after they finished, with their attempts and the blobs only
+     * they named. Jobs with results in the gallery stay while their results do. 0 keeps every job. Default 30.
+     */
+    retentionDays: z.int().min(0).max(36_500).default(30),
+  }).prefault({}),
   audit: z.strictObject({
     /** Audit entries older than this are deleted. Default 30 days. */
     retentionDays: z.int().min(1).max(3650).default(30),

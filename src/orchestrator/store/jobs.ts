@@ -233,3 +233,27 @@ export function countByStatus(db: Db): Record<string, number> {
   const rows = stmt(db, 'SELECT status, COUNT(*) AS n FROM jobs GROUP BY status').all() as { status: string; n: number }[];
   return Object.fromEntries(rows.map((row) => [row.status, row.n]));
 }
+
+/**
+ * Finished jobs that no published result names, finished before `before`, oldest first, at most `limit`: what the
+ * job retention deletes — with the digests only a job's rows may still name (its uploaded outputs, its input
+ * pictures), for reclaiming once the rows are gone.
+ */
+export function prunableJobs(db: Db, before: number, limit: number): { ids: string[]; digests: string[] } {
+  const ids = (stmt(db, `SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled', 'expired') AND finished_at < ?
+    AND NOT EXISTS (SELECT 1 FROM artifacts WHERE artifacts.job_id = jobs.id) ORDER BY seq LIMIT ?`).all(before, limit) as { id: string }[]).map((row) => row.id);
+  const digests = new Set<string>();
+  const uploads = stmt(db, 'SELECT digest FROM uploads WHERE job_id = ?');
+  const inputs = stmt(db, 'SELECT digest FROM job_inputs WHERE job_id = ?');
+  for (const id of ids) {
+    for (const row of [...uploads.all(id), ...inputs.all(id)] as { digest: string }[]) digests.add(row.digest);
+  }
+  return { ids, digests: [...digests] };
+}
+
+/** Delete jobs with their attempts, uploads and input records (their results are never among them: see prunableJobs). */
+export function deleteJobs(db: Db, ids: readonly string[]): void {
+  const statements = ['DELETE FROM attempts WHERE job_id = ?', 'DELETE FROM uploads WHERE job_id = ?', 'DELETE FROM job_inputs WHERE job_id = ?', 'DELETE FROM jobs WHERE id = ?']
+    .map((text) => stmt(db, text));
+  for (const id of ids) for (const statement of statements) statement.run(id);
+}

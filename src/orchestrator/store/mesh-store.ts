@@ -61,6 +61,9 @@ export interface MeshStore {
     listJobs(filter: JobFilter): Promise<JobRecord[]>;
     jobsInStates(statuses: readonly JobStatus[]): Promise<JobRecord[]>;
     countByStatus(): Promise<Record<string, number>>;
+    /** Finished jobs no published result names, finished before `before`, oldest first; and the digests only their rows name. */
+    prunableJobs(before: number, limit: number): Promise<{ ids: string[]; digests: string[] }>;
+    deleteJobs(ids: readonly string[]): void;
   };
   readonly attempts: {
     recordAttempt(attempt: EndedAttempt, model: string): void;

@@ -45,6 +45,8 @@ export class SqliteStore implements MeshStore {
       listJobs: async (filter) => jobs.listJobs(db, filter),
       jobsInStates: async (statuses) => jobs.jobsInStates(db, statuses),
       countByStatus: async () => jobs.countByStatus(db),
+      prunableJobs: async (before, limit) => jobs.prunableJobs(db, before, limit),
+      deleteJobs: (ids) => jobs.deleteJobs(db, ids),
     };
     this.attempts = {
       recordAttempt: (attempt, model) => attempts.recordAttempt(db, attempt, model),

@@ -141,6 +141,18 @@ export class PostgresStore implements MeshStore {
       },
       jobsInStates: async (statuses) => (await query<JobRow>('SELECT * FROM jobs WHERE status = ANY($1) ORDER BY seq', [statuses])).map(jobFromRow),
       countByStatus: async () => Object.fromEntries((await query<{ status: string; n: number }>('SELECT status, COUNT(*) AS n FROM jobs GROUP BY status')).map((row) => [row.status, row.n])),
+      prunableJobs: async (before, limit) => {
+        const ids = (await query<{ id: string }>(`SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled', 'expired') AND finished_at < $1
+          AND NOT EXISTS (SELECT 1 FROM artifacts WHERE artifacts.job_id = jobs.id) ORDER BY seq LIMIT $2`, [before, limit])).map((row) => row.id);
+        if (ids.length === 0) return { ids, digests: [] };
+        const named = await query<{ digest: string }>('SELECT digest FROM uploads WHERE job_id = ANY($1) UNION SELECT digest FROM job_inputs WHERE job_id = ANY($1)', [ids]);
+        return { ids, digests: named.map((row) => row.digest) };
+      },
+      deleteJobs: (ids) => {
+        if (ids.length === 0) return;
+        for (const table of ['attempts', 'uploads', 'job_inputs']) statement(`DELETE FROM ${table} WHERE job_id = ANY($1)`, [[...ids]]);
+        statement('DELETE FROM jobs WHERE id = ANY($1)', [[...ids]]);
+      },
     };
 
     this.attempts = {

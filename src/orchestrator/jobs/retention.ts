@@ -1,0 +1,77 @@
+import type { Clock, Timer } from '../../protocol/clock.js';
+import type { BlobReclaimer } from '../blobs/reclaim.js';
+import type { Commits, MeshStore } from '../store/index.js';
+
+const DAY_MS = 86_400_000;
+
+export interface JobRetentionDeps {
+  store: MeshStore;
+  commits: Commits;
+  clock: Clock;
+  reclaimer: BlobReclaimer;
+  /** Finished jobs without published results are kept this many days; 0 keeps them for ever. */
+  days: number;
+  /** Jobs deleted per transaction: small enough that one never holds the store (SQLite's one connection) for long. */
+  batch?: number;
+}
+
+/** What one sweep deleted. */
+export interface SweptJobs {
+  jobs: number;
+  /** Blobs only those jobs named (outputs of failed attempts, input pictures), given back, and their bytes. */
+  freed: number;
+  freedBytes: number;
+}
+
+/**
+ * Keeps the store from growing without end: every OIP infer and every tensor job is a durable job, and a mesh busy
+ * with them writes millions of rows a day. Finished jobs that no published result names — failed, cancelled or
+ * expired jobs, tensor jobs (every OIP infer), jobs whose results were deleted — are deleted `days` after they finished,
+ * with their attempts and the rows of what they uploaded or started from; those blobs go too, once nothing else names
+ * them (BlobReclaimer). Jobs whose results are in the gallery stay as long as their results do. Idempotency keys live
+ * a day, so no retention can cut one short (it is at least a day).
+ */
+export class JobRetention {
+  readonly #deps: JobRetentionDeps;
+  #timer: Timer | null = null;
+
+  constructor(deps: JobRetentionDeps) {
+    this.#deps = deps;
+  }
+
+  /** Delete every job the retention no longer keeps, a batch per transaction. */
+  async sweep(): Promise<SweptJobs> {
+    const { store, commits, clock, reclaimer, days } = this.#deps;
+    const swept: SweptJobs = { jobs: 0, freed: 0, freedBytes: 0 };
+    if (days === 0) return swept;
+    const batch = this.#deps.batch ?? 2000;
+    const before = clock.now() - days * DAY_MS;
+    for (;;) {
+      const { ids, digests } = await store.jobs.prunableJobs(before, batch);
+      if (ids.length === 0) break;
+      commits.write(() => store.jobs.deleteJobs(ids));
+      await commits.durable();
+      const reclaimed = await reclaimer.release(digests);
+      swept.jobs += ids.length;
+      swept.freed += reclaimed.freed.length;
+      swept.freedBytes += reclaimed.freedBytes;
+      if (ids.length < batch) break;
+    }
+    return swept;
+  }
+
+  /** Sweep every `everyMs` until closed, telling `swept` what each sweep did (or why it could not). */
+  sweepEvery(everyMs: number, swept: (result: SweptJobs | null, error?: unknown) => void): void {
+    if (this.#deps.days === 0) return;
+    this.#timer = this.#deps.clock.setTimer(everyMs, () => {
+      void this.sweep().then((result) => swept(result), (error: unknown) => swept(null, error)).finally(() => {
+        if (this.#timer) this.sweepEvery(everyMs, swept);
+      });
+    });
+  }
+
+  close(): void {
+    this.#timer?.cancel();
+    this.#timer = null;
+  }
+}
