@@ -76,7 +76,7 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   const outputs = new JobOutputs({ store, commits, clock, blobs: deps.blobs, locks: deps.locks, states, limitBytes: deps.uploadLimitBytes });
   const refusals = new LinkRefusals({ clock, events, metrics, log: log.child({ part: 'link' }) });
   const intake = new ResultIntake({
-    clock, states, inFlight, failover, outputs, commits, refusals, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,
+    clock, states, inFlight, failover, outputs, locks: deps.locks, commits, refusals, log: log.child({ part: 'results' }), observeMemory: deps.observeMemory,
   });
   const timeouts = new AttemptTimeouts({
     clock, states, inFlight, failover, dispatcher, hosts: deps.hosts, budgets: deps.attemptBudgets, metrics, model, log: log.child({ part: 'timeouts' }),

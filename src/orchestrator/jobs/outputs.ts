@@ -36,11 +36,6 @@ export class JobOutputs {
     this.#deps = deps;
   }
 
-  /** The locks outputs are stored and published under (ResultIntake holds a result's from its checks to its publishing). */
-  get locks(): DigestLocks {
-    return this.#deps.locks;
-  }
-
   /** Store one uploaded output of a job in `batchId` (the batch the credential was minted for); resolves once committed. */
   async receive(
     upload: { jobId: string; batchId: string; digest: string; mediaType: string }, body: Readable,

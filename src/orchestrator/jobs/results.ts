@@ -7,6 +7,7 @@ import type { HostSession } from '../routing/index.js';
 import type { Commits, JobRecord } from '../store/index.js';
 import type { Failover } from './failover.js';
 import type { InFlight } from './in-flight.js';
+import type { DigestLocks } from '../blobs/digest-locks.js';
 import type { JobOutputs } from './outputs.js';
 import type { JobStates } from './states.js';
 
@@ -22,6 +23,8 @@ export interface ResultIntakeDeps {
   inFlight: InFlight;
   failover: Failover;
   outputs: JobOutputs;
+  /** A result's outputs stay locked from their checks to the job's publishing (see DigestLocks). */
+  locks: DigestLocks;
   /** Acknowledgements wait for the commit that recorded what they acknowledge. */
   commits: Commits;
   log: Logger;
@@ -99,7 +102,7 @@ export class ResultIntake {
     // The outputs' digests stay locked from the checks to the publishing: bytes the job is about to name are not
     // reclaimed (deleted results whose bytes are the same) in between.
     const digests = message.artifacts.map((artifact) => artifact.digest);
-    this.#deps.outputs.locks.holding(digests, () => this.#keepOutputs(host, job.type, message)).catch((error: unknown) => {
+    this.#deps.locks.holding(digests, () => this.#keepOutputs(host, job.type, message)).catch((error: unknown) => {
       this.#deps.log.error({ err: error, jobId: job.id, host: host.id }, 'a result with outputs could not be settled');
     }).finally(() => this.#settling.delete(job.id));
   }
