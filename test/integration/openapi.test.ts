@@ -1,3 +1,4 @@
+import { Validator } from '@seriousme/openapi-schema-validator';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { EditFields, GenerationBody } from '../../src/orchestrator/http/openai/image-requests.js';
 import { meshForFile } from '../helpers/mesh.js';
@@ -96,6 +97,14 @@ describe('/openapi.json', () => {
       }
     }
     expect(problems).toEqual([]);
+  });
+
+  it('is valid by the OpenAPI specification\'s own JSON schema (what code generators check first)', async () => {
+    const validator = new Validator();
+    const result = await validator.validate(structuredClone(document) as unknown as Record<string, unknown>);
+    expect(result.errors ?? [], JSON.stringify(result.errors?.slice(0, 5))).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(validator.version).toBe('3.0');
   });
 
   it('every route documents its answer: what a success sends (a schema for each content type), or that it sends nothing', () => {
