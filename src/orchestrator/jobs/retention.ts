@@ -1,3 +1,4 @@
+import { setTimeout as pause } from 'node:timers/promises';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { BlobReclaimer } from '../blobs/reclaim.js';
 import type { Commits, MeshStore } from '../store/index.js';
@@ -51,10 +52,14 @@ export class JobRetention {
     const batch = this.#deps.batch ?? 500;
     const before = clock.now() - days * DAY_MS;
     for (;;) {
+      const started = performance.now();
       const { ids, digests } = await store.jobs.prunableJobs(before, batch);
       if (ids.length === 0) break;
       commits.write(() => store.jobs.deleteJobs(ids));
       await commits.durable();
+      // A backlog (a busy day's infers) is worked off at half the event loop at most: after each batch, a pause as
+      // long as it took, so requests keep being served between batches (SQLite's statements hold the loop).
+      await pause(performance.now() - started);
       const reclaimed = await reclaimer.release(digests);
       swept.jobs += ids.length;
       swept.freed += reclaimed.freed.length;
