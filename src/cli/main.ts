@@ -5,6 +5,7 @@ import { VERSION } from '../version.js';
 import { ApiError } from './common/client.js';
 import { agentCommand } from './commands/agent.js';
 import { auditCommand } from './commands/audit.js';
+import { blobsCommand } from './commands/blobs.js';
 import { explainCommand } from './commands/explain.js';
 import { grantCommand } from './commands/grant.js';
 import { jobsCommand } from './commands/jobs.js';
@@ -24,7 +25,7 @@ const program = new Command('gpumesh')
   .enablePositionalOptions()
   .exitOverride();
 
-for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), explainCommand(), jobsCommand(), grantCommand(), modelsCommand(), auditCommand()]) {
+for (const command of [upCommand(), serveCommand(), agentCommand(), submitCommand(), statusCommand(), explainCommand(), jobsCommand(), blobsCommand(), grantCommand(), modelsCommand(), auditCommand()]) {
   program.addCommand(command);
 }
 applyHelpLayout(program);

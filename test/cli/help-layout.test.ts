@@ -6,7 +6,7 @@ import { GALLERY_GRANT_SUMMARY, galleryGrantOptions } from '../../src/orchestrat
 import { ROOT } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
 
-const COMMANDS = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['explain'], ['jobs'], ['grant'], ['grant', 'create'], ['grant', 'gallery'], ['models'], ['audit']];
+const COMMANDS = [[], ['up'], ['serve'], ['agent'], ['submit'], ['status'], ['explain'], ['jobs'], ['blobs'], ['grant'], ['grant', 'create'], ['grant', 'gallery'], ['models'], ['audit']];
 
 /** `--help` as a person sees it in a pipe (80 columns). */
 const help = async (command: string[]): Promise<string> => {

@@ -1,9 +1,9 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
 import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
-import { meshForFile } from '../helpers/mesh.js';
+import { meshForFile, removeDir, tempDir } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
 
 /**
@@ -139,5 +139,30 @@ describe('deleted results give their bytes back', () => {
     expect((await job.json() as { status: string }).status).toBe('succeeded');
     expect((await forget(grant, used.digest)).json).toEqual({ digest: used.digest, freed: false, freedBytes: 0 });
     expect(stored(used.digest, used.bytes)).toBe(true);
+  });
+
+  it('gpumesh blobs put prints the digest a job names; blobs rm deletes it by digest or by the file, and says what was freed', async () => {
+    const dir = tempDir();
+    try {
+      const path = join(dir, 'start.png');
+      const png = await sharp({ create: { width: 24, height: 24, channels: 3, background: '#c05030' } }).png().toBuffer();
+      writeFileSync(path, png);
+      const env = { GPUMESH_GRANT: mesh().admin };
+      const put = await gpumeshRun(['blobs', 'put', path, '--url', mesh().url], env);
+      expect(put.code, put.output).toBe(0);
+      const digest = put.stdout.split(' ')[0]!;
+      expect(put.stdout).toBe(`${digest}  ${path} (${png.length.toLocaleString('en')} bytes)\n`);
+      expect(stored(digest, png.length)).toBe(true);
+      const removed = await gpumeshRun(['blobs', 'rm', path, '--url', mesh().url], env);
+      expect(removed.stdout).toBe(`${digest} deleted, ${png.length.toLocaleString('en')} bytes freed\n`);
+      expect(stored(digest, png.length)).toBe(false);
+      const again = await gpumeshRun(['blobs', 'rm', digest, '--url', mesh().url], env);
+      expect(again.code).toBe(1);
+      expect(again.output).toContain(`A file ${digest} stored by this grant was not found`);
+      const neither = await gpumeshRun(['blobs', 'rm', join(dir, 'missing.png'), '--url', mesh().url], env);
+      expect(neither.output).toContain('not a digest (sha256:<64 hex>) nor a file that can be read');
+    } finally {
+      removeDir(dir);
+    }
   });
 });
