@@ -254,12 +254,15 @@ export class Orchestrator {
       if (error) log.warn({ err: error }, 'could not delete abandoned uploads; trying again in an hour');
       else if (count > 0) log.info({ uploads: count }, 'deleted uploads abandoned for a week');
     });
-    // Finished jobs without published results go after jobs.retentionDays: at the start (in the background), then every 10 minutes.
+    // Finished jobs without published results go after jobs.retentionDays, and blobs nothing names with them: at the
+    // start (in the background), then every 10 minutes.
     const retention = new JobRetention({ store, commits, clock, reclaimer, days: config.jobs.retentionDays });
     const retentionLog = log.child({ part: 'retention' });
     const sweptJobs = (result: SweptJobs | null, error?: unknown): void => {
       if (error) retentionLog.warn({ err: error }, 'could not delete old jobs; trying again in 10 minutes');
-      else if (result && result.jobs > 0) retentionLog.info({ ...result, days: config.jobs.retentionDays }, 'deleted finished jobs past their retention');
+      else if (result && (result.jobs > 0 || result.freed > 0)) {
+        retentionLog.info({ ...result, days: config.jobs.retentionDays }, result.jobs > 0 ? 'deleted finished jobs past their retention' : 'gave back blobs nothing names');
+      }
     };
     void retention.sweep().then((result) => sweptJobs(result), (error: unknown) => sweptJobs(null, error));
     retention.sweepEvery(JOB_SWEEP_EVERY_MS, sweptJobs);

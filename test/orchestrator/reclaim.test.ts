@@ -61,6 +61,20 @@ describe('BlobReclaimer', () => {
     expect(await blobs.has(file)).toBe(true);
   });
 
+  it('sweeps the blobs nothing names, a page at a time: a row or a model keeps one', async () => {
+    const { store, commits, blobs, reclaimer, put, modelFiles } = setup();
+    const orphans = await Promise.all(['one', 'two', 'three'].map((text) => put(`nothing names ${text}`)));
+    const model = await put('weights');
+    modelFiles.add(model);
+    const client = await put('a client keeps me');
+    commits.write(() => store.clientBlobs.recordClientBlob(client, 'g1', 1));
+    const swept = await reclaimer.sweepUnnamed(2);
+    expect(swept.freed.sort()).toEqual([...orphans].sort());
+    for (const digest of orphans) expect(await blobs.has(digest)).toBe(false);
+    for (const digest of [model, client]) expect(await blobs.has(digest)).toBe(true);
+    expect(await reclaimer.sweepUnnamed(2)).toEqual({ freed: [], freedBytes: 0 });
+  });
+
   it('waits for a writer holding the digest: an output recorded meanwhile keeps the bytes', async () => {
     const { store, commits, blobs, locks, reclaimer, put } = setup();
     const digest = await put('the same bytes, arriving again');

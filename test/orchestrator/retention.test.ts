@@ -89,15 +89,21 @@ describe('JobRetention', () => {
     expect(await store.jobs.countByStatus()).toEqual({});
   });
 
-  it('0 days keeps every job, and sweeps nothing on its timer', async () => {
-    const { store, commits, clock, retention, job } = setup(0);
+  it('0 days keeps every job (and what its rows name); blobs nothing names go all the same', async () => {
+    const { store, commits, clock, blobs, retention, job, stored } = setup(0);
     const old = job();
-    commits.write(() => store.jobs.finishJob(old.seq, 'failed', clock.now(), { errorCode: 'ENGINE_FAILED', errorMessage: 'x' }));
+    const halfDone = await stored('an output of an attempt that failed');
+    const orphan = await stored('an inline result deleted before deleting gave bytes back');
+    commits.write(() => {
+      store.jobs.finishJob(old.seq, 'failed', clock.now(), { errorCode: 'ENGINE_FAILED', errorMessage: 'x' });
+      store.blobs.recordUpload(old.id, halfDone, clock.now());
+    });
     clock.advance(3650 * DAY);
-    expect(await retention.sweep()).toEqual({ jobs: 0, freed: 0, freedBytes: 0 });
-    retention.sweepEvery(1000, () => { throw new Error('no sweep was due'); });
-    expect(clock.pending()).toBe(0);
+    expect(await retention.sweep()).toEqual({ jobs: 0, freed: 1, freedBytes: 'an inline result deleted before deleting gave bytes back'.length });
     expect(await store.jobs.getJob(old.id)).not.toBeNull();
+    expect(await blobs.has(halfDone)).toBe(true);
+    expect(await blobs.has(orphan)).toBe(false);
+    expect(await store.blobs.getBlob(orphan)).toBeNull();
   });
 
   it('sweeps on its clock until closed, telling what each sweep did', async () => {

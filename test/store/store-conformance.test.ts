@@ -261,6 +261,12 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
       blobs.deleteBlob('sha256:result');
     });
     expect(await inputImages.verdictOf('sha256:result')).toBeUndefined();
+    // A page at a time in digest order, with those no row names: `none` (never named) and `client` (its rows gone).
+    const first = await blobs.unnamedBlobs(null, 2);
+    expect(first).toEqual({ unnamed: ['sha256:client'], last: 'sha256:input' });
+    const second = await blobs.unnamedBlobs(first.last, 2);
+    expect(second).toEqual({ unnamed: ['sha256:none'], last: 'sha256:upload' });
+    expect(await blobs.unnamedBlobs(second.last, 2)).toEqual({ unnamed: [], last: null });
     expect(await blobs.getBlob('sha256:result')).toBeNull();
     expect(await blobs.getBlob('sha256:upload')).not.toBeNull();
     await store.close();

@@ -1,3 +1,4 @@
+import { setTimeout as pause } from 'node:timers/promises';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
 import type { DigestLocks } from './digest-locks.js';
@@ -50,6 +51,27 @@ export class BlobReclaimer {
       }
     }
     return reclaimed;
+  }
+
+  /**
+   * Give back every stored blob that nothing names at all, a page of records at a time with a pause after each as long
+   * as it took: what no deletion hands over — small outputs of results deleted before deleting gave bytes back (they
+   * have no row left to find them by), an inline output of an attempt that failed after it was kept. Each candidate
+   * is decided under its lock, as `release` decides.
+   */
+  async sweepUnnamed(page = 1000): Promise<Reclaimed> {
+    const swept: Reclaimed = { freed: [], freedBytes: 0 };
+    let after: string | null = null;
+    do {
+      const started = performance.now();
+      const { unnamed, last }: { unnamed: string[]; last: string | null } = await this.#deps.store.blobs.unnamedBlobs(after, page);
+      const reclaimed = await this.release(unnamed);
+      swept.freed.push(...reclaimed.freed);
+      swept.freedBytes += reclaimed.freedBytes;
+      after = last;
+      await pause(performance.now() - started);
+    } while (after !== null);
+    return swept;
   }
 
   /** The bytes freed, or null when something still names the digest. */

@@ -10,7 +10,7 @@ export interface JobRetentionDeps {
   commits: Commits;
   clock: Clock;
   reclaimer: BlobReclaimer;
-  /** Finished jobs without published results are kept this many days; 0 keeps them for ever. */
+  /** Finished jobs without published results are kept this many days; 0 keeps them for ever (blobs nothing names still go). */
   days: number;
   /**
    * Jobs deleted per transaction: small enough that one never holds the event loop for long (SQLite's reads and writes
@@ -23,7 +23,10 @@ export interface JobRetentionDeps {
 /** What one sweep deleted. */
 export interface SweptJobs {
   jobs: number;
-  /** Blobs only those jobs named (outputs of failed attempts, input pictures), given back, and their bytes. */
+  /**
+   * Blobs given back, and their bytes: those only the deleted jobs named (outputs of failed attempts, input pictures),
+   * and any that nothing named at all.
+   */
   freed: number;
   freedBytes: number;
 }
@@ -44,11 +47,23 @@ export class JobRetention {
     this.#deps = deps;
   }
 
-  /** Delete every job the retention no longer keeps, a batch per transaction. */
+  /**
+   * Delete every job the retention no longer keeps, a batch per transaction (none with 0 days), then give back the
+   * blobs nothing names.
+   */
   async sweep(): Promise<SweptJobs> {
+    const { reclaimer } = this.#deps;
+    const swept = this.#deps.days === 0 ? { jobs: 0, freed: 0, freedBytes: 0 } : await this.#deleteJobs();
+    // Then whatever nothing names at all, which no deletion hands over (BlobReclaimer.sweepUnnamed).
+    const orphans = await reclaimer.sweepUnnamed();
+    swept.freed += orphans.freed.length;
+    swept.freedBytes += orphans.freedBytes;
+    return swept;
+  }
+
+  async #deleteJobs(): Promise<SweptJobs> {
     const { store, commits, clock, reclaimer, days } = this.#deps;
     const swept: SweptJobs = { jobs: 0, freed: 0, freedBytes: 0 };
-    if (days === 0) return swept;
     const batch = this.#deps.batch ?? 500;
     const before = clock.now() - days * DAY_MS;
     for (;;) {
@@ -71,7 +86,6 @@ export class JobRetention {
 
   /** Sweep every `everyMs` until closed, telling `swept` what each sweep did (or why it could not). */
   sweepEvery(everyMs: number, swept: (result: SweptJobs | null, error?: unknown) => void): void {
-    if (this.#deps.days === 0) return;
     this.#timer = this.#deps.clock.setTimer(everyMs, () => {
       void this.sweep().then((result) => swept(result), (error: unknown) => swept(null, error)).finally(() => {
         if (this.#timer) this.sweepEvery(everyMs, swept);

@@ -46,3 +46,17 @@ export function blobNamed(db: Db, digest: string): boolean {
 export function deleteBlob(db: Db, digest: string): void {
   stmt(db, 'DELETE FROM blobs WHERE digest = ?').run(digest);
 }
+
+/** Whether a row names `digest` (the four tables `blobNamed` asks), as an SQL expression over `blobs.digest`. */
+const NAMED = `EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = blobs.digest) OR EXISTS (SELECT 1 FROM uploads u WHERE u.digest = blobs.digest)
+  OR EXISTS (SELECT 1 FROM client_blobs c WHERE c.digest = blobs.digest) OR EXISTS (SELECT 1 FROM job_inputs i WHERE i.digest = blobs.digest)`;
+
+/**
+ * A page of the blob records in digest order after `after` (`limit` records looked at), with those no row names: the
+ * candidates of a sweep for blobs nothing names (a model may still; the reclaimer asks the registry). `last` is the
+ * last digest looked at (the next page's `after`), null at the end.
+ */
+export function unnamedBlobs(db: Db, after: string | null, limit: number): { unnamed: string[]; last: string | null } {
+  const rows = stmt(db, `SELECT digest, (${NAMED}) AS named FROM blobs WHERE digest > ? ORDER BY digest LIMIT ?`).all(after ?? '', limit) as { digest: string; named: number }[];
+  return { unnamed: rows.filter((row) => !row.named).map((row) => row.digest), last: rows.length === limit ? rows.at(-1)!.digest : null };
+}

@@ -87,6 +87,8 @@ export interface MeshStore {
     /** Whether a row names the blob: a published result, an upload for a job, a client's file, a job's input. */
     blobNamed(digest: string): Promise<boolean>;
     deleteBlob(digest: string): void;
+    /** A page of blob records after `after` in digest order, with those no row names; `last`: the next page's `after`, null at the end. */
+    unnamedBlobs(after: string | null, limit: number): Promise<{ unnamed: string[]; last: string | null }>;
   };
   readonly grants: {
     recordGrant(grant: { id: string; kind: string; note: string | null; caveats: readonly string[] }, now: number): void;

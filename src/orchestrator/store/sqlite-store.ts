@@ -69,6 +69,7 @@ export class SqliteStore implements MeshStore {
       forgetUploads: (jobId, digests) => blobs.forgetUploads(db, jobId, digests),
       blobNamed: async (digest) => blobs.blobNamed(db, digest),
       deleteBlob: (digest) => blobs.deleteBlob(db, digest),
+      unnamedBlobs: async (after, limit) => blobs.unnamedBlobs(db, after, limit),
     };
     this.grants = {
       recordGrant: (grant, now) => grants.recordGrant(db, grant, now),

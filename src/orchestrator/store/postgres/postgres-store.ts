@@ -209,6 +209,12 @@ export class PostgresStore implements MeshStore {
       blobNamed: async (digest) => (await query<{ named: boolean }>(`SELECT EXISTS (SELECT 1 FROM artifacts WHERE digest = $1) OR EXISTS (SELECT 1 FROM uploads WHERE digest = $1)
         OR EXISTS (SELECT 1 FROM client_blobs WHERE digest = $1) OR EXISTS (SELECT 1 FROM job_inputs WHERE digest = $1) AS named`, [digest]))[0]?.named === true,
       deleteBlob: (digest) => statement('DELETE FROM blobs WHERE digest = $1', [digest]),
+      unnamedBlobs: async (after, limit) => {
+        const rows = await query<{ digest: string; named: boolean }>(`SELECT digest, (EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = blobs.digest)
+          OR EXISTS (SELECT 1 FROM uploads u WHERE u.digest = blobs.digest) OR EXISTS (SELECT 1 FROM client_blobs c WHERE c.digest = blobs.digest)
+          OR EXISTS (SELECT 1 FROM job_inputs i WHERE i.digest = blobs.digest)) AS named FROM blobs WHERE digest > $1 ORDER BY digest LIMIT $2`, [after ?? '', limit]);
+        return { unnamed: rows.filter((row) => !row.named).map((row) => row.digest), last: rows.length === limit ? rows.at(-1)!.digest : null };
+      },
     };
 
     this.grants = {
