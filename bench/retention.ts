@@ -92,8 +92,8 @@ try {
   printTable(`Job retention: ${JOBS.toLocaleString('en')} finished tensor jobs and ${GALLERY.toLocaleString('en')} gallery jobs, 31 days old, batches of ${BATCH}`,
     ['sweep', 'jobs deleted', 'jobs kept', 'blobs freed', 'took', 'jobs/s', 'event loop held, p99', 'max'],
     [
-      ['the backlog', results.deleted, results.kept, results.orphansFreed, `${(sweepMs / 1000).toFixed(2)} s`, results.jobsPerSecond, `${results.loopP99Ms} ms`, `${results.loopMaxMs} ms`],
-      ['the next (nothing to do)', 0, results.kept, results.steadyFreed, `${(steadyMs / 1000).toFixed(2)} s`, '-', `${results.steadyLoopP99Ms} ms`, `${results.steadyLoopMaxMs} ms`],
+      ['the backlog', String(results.deleted), String(results.kept), String(results.orphansFreed), `${(sweepMs / 1000).toFixed(2)} s`, String(results.jobsPerSecond), `${results.loopP99Ms} ms`, `${results.loopMaxMs} ms`],
+      ['the next (nothing to do)', '0', String(results.kept), String(results.steadyFreed), `${(steadyMs / 1000).toFixed(2)} s`, '-', `${results.steadyLoopP99Ms} ms`, `${results.steadyLoopMaxMs} ms`],
     ]);
   if (results.deleted !== JOBS || results.kept !== GALLERY || results.orphansFreed !== ORPHANS || results.steadyFreed !== 0) {
     throw new Error(`expected ${JOBS} deleted, ${GALLERY} kept, ${ORPHANS} orphans freed and nothing the second time: ${JSON.stringify(results)}`);
