@@ -273,6 +273,10 @@ export class Orchestrator {
     const status = new MeshStatus({
       hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(), orchestrators: options.orchestrators,
+      storage: async () => ({
+        blobs: { location: blobStore.location, ...await store.blobs.blobTotals() },
+        jobs: { retentionDays: config.jobs.retentionDays, counts: await jobs.counts() },
+      }),
     });
     // The gallery's thumbnails (kept by digest under the data folder) and its albums and deletes.
     const thumbnails = new Thumbnails({

@@ -82,6 +82,7 @@ const TABLE: Row[] = [
   { route: 'GET /v1/hosts', request: () => ({ path: '/v1/hosts' }), expect: meshRead },
   { route: 'GET /metrics', request: () => ({ path: '/metrics' }), expect: meshRead },
   { route: 'GET /v1/series', request: () => ({ path: '/v1/series' }), expect: meshRead },
+  { route: 'GET /v1/storage', request: () => ({ path: '/v1/storage' }), expect: meshRead },
   { route: 'GET /v1/models', request: () => ({ path: '/v1/models' }), expect: meshRead },
   // The registry: read like the mesh; changed only with models:write (admin). A version the body names that does not
   // exist is 404 for an admin, after the grant check.

@@ -21,7 +21,7 @@ afterAll(async () => {
 describe('gpumesh CLI', () => {
   // Twenty-one CLI processes at once: give them room on a loaded machine.
   it('every command has --help', { timeout: 180_000 }, async () => {
-    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'],
+    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'], ['jobs', 'delete-results'], ['blobs'], ['blobs', 'put'], ['blobs', 'rm'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
       ['models'], ['models', 'build'], ['models', 'add'], ['models', 'ls'], ['models', 'show'], ['models', 'rm'], ['models', 'route'], ['models', 'load'], ['models', 'unload']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));
@@ -51,6 +51,8 @@ describe('gpumesh CLI', () => {
     expect(result.output).toMatch(/MODEL\s+QUEUED\s+LIMIT\s+REPLICAS\s+WHERE/);
     // The submit above loaded gen on the local agent.
     expect(result.output).toMatch(/gen\s+\d+\s+\d+\s+1\/1 \(min 0, max any\)\s+\S+ \(ready\)/);
+    // What the store holds: the built-in models' files and the picture made above, in the data folder's blobs.
+    expect(result.output).toMatch(/\nstorage: [\d,]+ blobs, [\d.]+ (KiB|MiB) in \S+\/blobs; finished jobs without results kept 30 days\n/);
   });
 
   it('grant create, narrow offline and inspect; a narrowed grant is refused naming the caveat', async () => {

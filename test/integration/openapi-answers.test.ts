@@ -3,7 +3,7 @@ import type { z } from 'zod';
 import {
   ArtifactPageSchema, AuditPageSchema, BulkResultsSchema, ErrorBodySchema, ExplainViewSchema, GalleryViewSchema, GrantPageSchema, GrantViewSchema, HostsSchema,
   JobAcceptedSchema, JobPageSchema, JobViewSchema, LiveSchema, LoadAnswerSchema, MintedSchema, ModelFamilySchema, ModelsSchema, NarrowedSchema, ReadySchema,
-  RemovedResultsSchema, SeriesSchema, StatusSchema, UnloadAnswerSchema,
+  RemovedResultsSchema, SeriesSchema, StatusSchema, StorageSchema, UnloadAnswerSchema,
 } from '../../src/orchestrator/http/answers.js';
 import { OpenAiModelList } from '../../src/orchestrator/http/openai/docs.js';
 import { meshForFile } from '../helpers/mesh.js';
@@ -107,6 +107,7 @@ describe('the jobs API answers as /openapi.json says', () => {
     await call('POST', '/v1/jobs', { ...picture, input: { ...picture.input, seed: 21 } }, { prefer: 'wait=30' }); // a point in the series
     await holds('GET', '/v1/status', await call('GET', '/v1/status'), StatusSchema);
     await holds('GET', '/v1/series', await call('GET', '/v1/series'), SeriesSchema);
+    await holds('GET', '/v1/storage', await call('GET', '/v1/storage'), StorageSchema);
     await holds('GET', '/v1/models', await call('GET', '/v1/models'), ModelsSchema);
     await holds('POST', '/v1/models/{name}/load', await call('POST', '/v1/models/simple/load', {}), LoadAnswerSchema);
     await holds('POST', '/v1/models/{name}/unload', await call('POST', '/v1/models/simple/unload', {}), UnloadAnswerSchema);

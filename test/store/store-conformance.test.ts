@@ -238,6 +238,7 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
       clientBlobs.recordClientBlob('sha256:client', 'g1', tick());
       inputImages.recordJobInput('sha256:input', job.id);
     });
+    expect(await blobs.blobTotals()).toEqual({ count: 5, bytes: 5 });
     const named = async () => Object.fromEntries(await Promise.all(['result', 'upload', 'client', 'input', 'none'].map(async (name) => [name, await blobs.blobNamed(`sha256:${name}`)])));
     expect(await named()).toEqual({ result: true, upload: true, client: true, input: true, none: false });
     // The job's results deleted and its uploads of them forgotten: nothing names the result any more.

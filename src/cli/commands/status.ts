@@ -1,7 +1,9 @@
 import { Command } from 'commander';
 import type { BreakerView, HostView } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
-import { printJson, table } from '../common/output.js';
+import { ApiError } from '../common/client.js';
+import { formatBytes, printJson, table } from '../common/output.js';
+import type { StorageView } from '../../orchestrator/status/mesh-status.js';
 import { withClientOptions } from './shared.js';
 
 interface Status {
@@ -59,12 +61,27 @@ function replicasTable(hosts: HostView[]): string {
   return rows.length === 0 ? 'replicas: none measured yet' : table(['HOST', 'MODEL', 'RESIDENT', 'THROUGHPUT (batches)', 'HEALTH', 'BREAKER'], rows);
 }
 
+/**
+ * `storage: 1,234 blobs, 2.3 GiB in ./.gpumesh/blobs; finished jobs without results kept 30 days`: what the disk (or
+ * the bucket) holds, and for how long jobs are kept.
+ */
+export function storageLine(storage: StorageView): string {
+  const { blobs, jobs } = storage;
+  const kept = jobs.retentionDays === 0 ? 'every finished job kept' : `finished jobs without results kept ${jobs.retentionDays} day${jobs.retentionDays === 1 ? '' : 's'}`;
+  return `storage: ${blobs.count.toLocaleString('en')} blob${blobs.count === 1 ? '' : 's'}, ${formatBytes(blobs.bytes)} in ${blobs.location}; ${kept}`;
+}
+
 async function status(options: ClientOptions & { json?: boolean }): Promise<void> {
   const client = clientFrom(options);
-  const [current, { hosts }] = await Promise.all([
+  const [current, { hosts }, storage] = await Promise.all([
     client.request<Status>('GET', '/v1/status'), client.request<{ hosts: HostView[] }>('GET', '/v1/hosts'),
+    // An orchestrator older than this command has no storage view: the rest is shown without it.
+    client.request<StorageView>('GET', '/v1/storage').catch((error: unknown) => {
+      if (error instanceof ApiError && error.status === 404) return null;
+      throw error;
+    }),
   ]);
-  if (options.json) return printJson({ ...current, hosts });
+  if (options.json) return printJson({ ...current, hosts, ...(storage ? { storage } : {}) });
   const out: string[] = [`mesh at ${client.baseUrl}`, ''];
   out.push(hosts.length === 0 ? 'hosts: none connected' : hostsTable(hosts));
   const capabilities = capabilityLines(hosts);
@@ -81,12 +98,13 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
     ];
   })));
   out.push('', `jobs: ${Object.entries(current.jobs).map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`);
+  if (storage) out.push(storageLine(storage));
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
 export function statusCommand(): Command {
   return withClientOptions(new Command('status'))
-    .description('Show hosts (health, breakers, free slots, devices and memory, resident models), each replica\'s measured throughput and breaker, queue depths, and each model\'s replicas (ready/desired, where)')
+    .description('Show hosts (health, breakers, free slots, devices and memory, resident models), each replica\'s measured throughput and breaker, queue depths, each model\'s replicas (ready/desired, where), jobs, and what the store holds')
     .option('--json', 'print JSON')
     .action((options) => status(options));
 }

@@ -35,3 +35,15 @@ export function parseInteger(name: string) {
     return value;
   };
 }
+
+/** A size as a person reads it: `512 B`, `184.0 KiB`, `2.3 GiB`. */
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+}

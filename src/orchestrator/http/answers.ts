@@ -9,6 +9,7 @@ import type { LoadAnswer } from '../autoscale/replica-requests.js';
 import type { GalleryView, RemovedResults } from '../gallery/gallery-service.js';
 import type { SeriesView } from '../metrics/series.js';
 import type { ModelFamilyView } from '../registry/catalog.js';
+import type { StorageView } from '../status/mesh-status.js';
 import { BINARY, errorResponses, MeshErrorBody, type DocResponse } from './openapi.js';
 
 /**
@@ -202,6 +203,14 @@ export const SeriesSchema = z.strictObject({
   devices: z.record(z.string(), z.strictObject({ host: z.string(), device: z.string(), budgetMB: z.number(), usedMB: z.array(z.number().nullable()) })).describe('keyed host/device'),
 });
 
+export const StorageSchema = z.strictObject({
+  blobs: z.strictObject({ location: z.string().describe('a folder, or s3://bucket/prefix'), count: z.int(), bytes: z.int() }),
+  jobs: z.strictObject({
+    retentionDays: z.int().describe('finished jobs no published result names are deleted this long after they ended; 0: never'),
+    counts: z.record(z.string(), z.int()).describe('jobs kept, by status'),
+  }),
+});
+
 export const LiveSchema = z.strictObject({ ok: z.literal(true) });
 export const ReadySchema = z.strictObject({ ok: z.literal(true), agents: z.int().describe('agents connected') });
 
@@ -272,6 +281,7 @@ agree<Same<z.output<typeof ReplicaViewSchema>, ReplicaView>>();
 agree<Same<z.output<typeof HostViewSchema>, HostView>>();
 agree<Same<z.output<typeof ExplainViewSchema>, ExplainView>>();
 agree<Same<z.output<typeof SeriesSchema>, SeriesView>>();
+agree<Same<z.output<typeof StorageSchema>, StorageView>>();
 agree<Same<z.output<typeof ModelFamilySchema>, Omit<ModelFamilyView, 'versions'> & { versions: z.output<typeof ModelVersionSchema>[] }>>();
 agree<Same<z.output<typeof LoadAnswerSchema>, LoadAnswer>>();
 agree<Same<z.output<typeof GrantViewSchema>, GrantView>>();

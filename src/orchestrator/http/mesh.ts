@@ -5,7 +5,7 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { MeshSeries } from '../metrics/series.js';
 import { routeText, type ModelRegistry } from '../registry/models.js';
 import type { MeshStatus } from '../status/mesh-status.js';
-import { errorAnswers, HostsSchema, json, LiveSchema, ModelsSchema, ReadySchema, SeriesSchema, StatusSchema } from './answers.js';
+import { errorAnswers, HostsSchema, json, LiveSchema, ModelsSchema, ReadySchema, SeriesSchema, StatusSchema, StorageSchema } from './answers.js';
 import { errorResponses, MeshErrorBody } from './openapi.js';
 import type { RequestAuth } from './auth.js';
 
@@ -48,6 +48,12 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
     config: { openapi: { responses: { 200: json('Every host the orchestrator knows of', HostsSchema), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => ({ hosts: status.hosts() }));
+
+  routes.get('/v1/storage', {
+    schema: { tags: ['mesh'], summary: 'What the store holds: the blobs (where, how many, their bytes), the jobs kept and for how long (jobs.retentionDays)' },
+    config: { openapi: { responses: { 200: json('The store', StorageSchema), ...errorAnswers({}) } } },
+    onRequest: auth.require('mesh:read'),
+  }, async () => status.storage());
 
   routes.get('/v1/series', {
     schema: {

@@ -20,6 +20,14 @@ export interface MeshStatusDeps {
   placement?(): ModelReplicasView[];
   /** The orchestrators sharing the store (PostgreSQL): which runs the mesh, which stand by. */
   orchestrators?(): Promise<unknown[]>;
+  /** What the store holds and how long it keeps finished jobs (`GET /v1/storage`). */
+  storage?(): Promise<StorageView>;
+}
+
+/** `GET /v1/storage`: the blobs stored (where, how many, their bytes) and the job retention in effect. */
+export interface StorageView {
+  blobs: { location: string; count: number; bytes: number };
+  jobs: { retentionDays: number; counts: Record<string, number> };
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -67,6 +75,12 @@ export class MeshStatus {
       jobs,
       ...(orchestrators ? { orchestrators } : {}),
     };
+  }
+
+  /** What the store holds: its blobs and their bytes, the jobs kept and for how long. */
+  async storage(): Promise<StorageView> {
+    if (!this.#deps.storage) throw new Error('this mesh status was built without a storage view');
+    return this.#deps.storage();
   }
 
   /** Every host the orchestrator knows: connected ones, then those that left (newest departure first). */

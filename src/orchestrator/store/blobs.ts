@@ -60,3 +60,9 @@ export function unnamedBlobs(db: Db, after: string | null, limit: number): { unn
   const rows = stmt(db, `SELECT digest, (${NAMED}) AS named FROM blobs WHERE digest > ? ORDER BY digest LIMIT ?`).all(after ?? '', limit) as { digest: string; named: number }[];
   return { unnamed: rows.filter((row) => !row.named).map((row) => row.digest), last: rows.length === limit ? rows.at(-1)!.digest : null };
 }
+
+/** How many blobs are recorded, and their bytes: what the store holds (a model's index aside, which has no record). */
+export function blobTotals(db: Db): { count: number; bytes: number } {
+  const row = stmt(db, 'SELECT COUNT(*) AS count, COALESCE(SUM(bytes), 0) AS bytes FROM blobs').get() as { count: number; bytes: number };
+  return { count: row.count, bytes: row.bytes };
+}

@@ -89,6 +89,8 @@ export interface MeshStore {
     deleteBlob(digest: string): void;
     /** A page of blob records after `after` in digest order, with those no row names; `last`: the next page's `after`, null at the end. */
     unnamedBlobs(after: string | null, limit: number): Promise<{ unnamed: string[]; last: string | null }>;
+    /** How many blobs are recorded, and their bytes. */
+    blobTotals(): Promise<{ count: number; bytes: number }>;
   };
   readonly grants: {
     recordGrant(grant: { id: string; kind: string; note: string | null; caveats: readonly string[] }, now: number): void;

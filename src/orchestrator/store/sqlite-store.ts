@@ -70,6 +70,7 @@ export class SqliteStore implements MeshStore {
       blobNamed: async (digest) => blobs.blobNamed(db, digest),
       deleteBlob: (digest) => blobs.deleteBlob(db, digest),
       unnamedBlobs: async (after, limit) => blobs.unnamedBlobs(db, after, limit),
+      blobTotals: async () => blobs.blobTotals(db),
     };
     this.grants = {
       recordGrant: (grant, now) => grants.recordGrant(db, grant, now),

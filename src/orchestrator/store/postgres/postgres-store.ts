@@ -209,6 +209,10 @@ export class PostgresStore implements MeshStore {
       blobNamed: async (digest) => (await query<{ named: boolean }>(`SELECT EXISTS (SELECT 1 FROM artifacts WHERE digest = $1) OR EXISTS (SELECT 1 FROM uploads WHERE digest = $1)
         OR EXISTS (SELECT 1 FROM client_blobs WHERE digest = $1) OR EXISTS (SELECT 1 FROM job_inputs WHERE digest = $1) AS named`, [digest]))[0]?.named === true,
       deleteBlob: (digest) => statement('DELETE FROM blobs WHERE digest = $1', [digest]),
+      blobTotals: async () => {
+        const [row] = await query<{ count: string; bytes: string }>('SELECT COUNT(*) AS count, COALESCE(SUM(bytes), 0) AS bytes FROM blobs');
+        return { count: Number(row!.count), bytes: Number(row!.bytes) };
+      },
       unnamedBlobs: async (after, limit) => {
         const rows = await query<{ digest: string; named: boolean }>(`SELECT digest, (EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = blobs.digest)
           OR EXISTS (SELECT 1 FROM uploads u WHERE u.digest = blobs.digest) OR EXISTS (SELECT 1 FROM client_blobs c WHERE c.digest = blobs.digest)
