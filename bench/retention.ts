@@ -67,38 +67,40 @@ try {
   const reclaimer = new BlobReclaimer({ store, commits, blobs, locks, pictures, modelFile: () => false });
   const retention = new JobRetention({ store, commits, clock: systemClock, reclaimer, days: 30, batch: BATCH });
 
-  const loop = monitorEventLoopDelay({ resolution: 1 });
-  loop.enable();
-  const started = performance.now();
-  const swept = await retention.sweep();
-  const sweepMs = performance.now() - started;
-  loop.disable();
+  const backlog = await sweepMeasured(retention);
   // Then the sweep as every ten minutes runs it once the backlog is gone: no job to delete, every blob record looked at.
-  const steadyLoop = monitorEventLoopDelay({ resolution: 1 });
-  steadyLoop.enable();
-  const steadyStarted = performance.now();
-  const steady = await retention.sweep();
-  const steadyMs = performance.now() - steadyStarted;
-  steadyLoop.disable();
+  const steady = await sweepMeasured(retention);
   const left = await store.jobs.countByStatus();
   await store.close();
 
   const results = {
-    jobs: JOBS, gallery: GALLERY, batch: BATCH, fillMs: Math.round(fillMs), deleted: swept.jobs, kept: left.succeeded ?? 0, sweepMs: Math.round(sweepMs),
-    jobsPerSecond: Math.round(swept.jobs / (sweepMs / 1000)), loopMaxMs: Math.round(loop.max / 1e6), loopP99Ms: Math.round(loop.percentile(99) / 1e6),
-    orphansFreed: swept.freed, steadyMs: Math.round(steadyMs), steadyFreed: steady.freed + steady.jobs,
-    steadyLoopMaxMs: Math.round(steadyLoop.max / 1e6), steadyLoopP99Ms: Math.round(steadyLoop.percentile(99) / 1e6),
+    jobs: JOBS, gallery: GALLERY, batch: BATCH, fillMs: Math.round(fillMs), deleted: backlog.swept.jobs, kept: left.succeeded ?? 0,
+    orphansFreed: backlog.swept.freed, jobsPerSecond: Math.round(backlog.swept.jobs / (backlog.ms / 1000)),
+    backlog: { ms: Math.round(backlog.ms), loopP99Ms: backlog.loopP99Ms, loopMaxMs: backlog.loopMaxMs },
+    steady: { ms: Math.round(steady.ms), freed: steady.swept.freed + steady.swept.jobs, loopP99Ms: steady.loopP99Ms, loopMaxMs: steady.loopMaxMs },
   };
+  const row = (name: string, measured: typeof backlog, jobsPerSecond: string): string[] => [
+    name, String(measured.swept.jobs), String(results.kept), String(measured.swept.freed), `${(measured.ms / 1000).toFixed(2)} s`, jobsPerSecond,
+    `${measured.loopP99Ms} ms`, `${measured.loopMaxMs} ms`,
+  ];
   printTable(`Job retention: ${JOBS.toLocaleString('en')} finished tensor jobs and ${GALLERY.toLocaleString('en')} gallery jobs, 31 days old, batches of ${BATCH}`,
     ['sweep', 'jobs deleted', 'jobs kept', 'blobs freed', 'took', 'jobs/s', 'event loop held, p99', 'max'],
-    [
-      ['the backlog', String(results.deleted), String(results.kept), String(results.orphansFreed), `${(sweepMs / 1000).toFixed(2)} s`, String(results.jobsPerSecond), `${results.loopP99Ms} ms`, `${results.loopMaxMs} ms`],
-      ['the next (nothing to do)', '0', String(results.kept), String(results.steadyFreed), `${(steadyMs / 1000).toFixed(2)} s`, '-', `${results.steadyLoopP99Ms} ms`, `${results.steadyLoopMaxMs} ms`],
-    ]);
-  if (results.deleted !== JOBS || results.kept !== GALLERY || results.orphansFreed !== ORPHANS || results.steadyFreed !== 0) {
+    [row('the backlog', backlog, String(results.jobsPerSecond)), row('the next (nothing to do)', steady, '-')]);
+  if (results.deleted !== JOBS || results.kept !== GALLERY || results.orphansFreed !== ORPHANS || results.steady.freed !== 0) {
     throw new Error(`expected ${JOBS} deleted, ${GALLERY} kept, ${ORPHANS} orphans freed and nothing the second time: ${JSON.stringify(results)}`);
   }
   process.stdout.write(`wrote ${writeResults('retention', results)}\n`);
 } finally {
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** One sweep: how long it took, what it did, and how long the event loop was held meanwhile. */
+async function sweepMeasured(retention: JobRetention) {
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  const started = performance.now();
+  const swept = await retention.sweep();
+  const ms = performance.now() - started;
+  loop.disable();
+  return { swept, ms, loopP99Ms: Math.round(loop.percentile(99) / 1e6), loopMaxMs: Math.round(loop.max / 1e6) };
 }
