@@ -119,8 +119,8 @@ describe('an agent and the CLI with a standby among their URLs', () => {
     const submit = await gpumeshRun(['submit', '--url', `${dead},${standby.url},${url}`, '--prompt', 'via the CLI', '--size', '64x64', '--steps', '2', '--wait', '--no-save'], env);
     expect(submit.code, submit.output).toBe(0);
     expect(submit.stdout).toMatch(/succeeded/);
-    // status asks two things at once (both pass the standby); submit passes it once, then stays with the orchestrator.
-    expect(standby.requests.slice(before).sort()).toEqual(['GET /v1/hosts', 'GET /v1/status', 'POST /v1/jobs']);
+    // status asks three things at once (each passes the standby); submit passes it once, then stays with the orchestrator.
+    expect(standby.requests.slice(before).sort()).toEqual(['GET /v1/hosts', 'GET /v1/status', 'GET /v1/storage', 'POST /v1/jobs']);
     // The same list in GPUMESH_URL.
     const viaEnv = await gpumeshRun(['jobs', 'list'], { ...env, GPUMESH_URL: `${dead},${standby.url},${url}` });
     expect(viaEnv.code, viaEnv.output).toBe(0);
