@@ -56,7 +56,17 @@ beforeAll(async () => {
   await waitFor(async () => (await role(urls[0]!)) === 'active', { what: 'the first orchestrator to run the mesh', timeoutMs: 30_000 });
   serve(1);
   serve(2);
-  await waitFor(async () => (await role(urls[1]!)) === 'standby' && (await role(urls[2]!)) === 'standby', { what: 'two standbys', timeoutMs: 30_000 });
+  // Standbys, and each knowing where the mesh runs: a standby learns it from its first read of the lease, which a
+  // loaded machine may take a moment to make after it starts answering.
+  const knowsActive = async (url: string): Promise<boolean> => {
+    try {
+      const body = await (await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(1000) })).json() as { role?: string; active?: string };
+      return body.role === 'standby' && body.active === urls[0];
+    } catch {
+      return false; // not listening yet
+    }
+  };
+  await waitFor(async () => (await knowsActive(urls[1]!)) && (await knowsActive(urls[2]!)), { what: 'two standbys that know the active orchestrator', timeoutMs: 30_000 });
 }, 90_000);
 
 afterAll(async () => {
