@@ -6,7 +6,7 @@ import { DIGEST_PATTERN } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, printJson } from '../common/output.js';
 import { uploadFile, uploadPicture } from '../common/upload.js';
-import { withClientOptions } from './shared.js';
+import { askEach, withClientOptions } from './shared.js';
 
 /** What DELETE /v1/blobs/:digest answers. */
 interface Forgotten {
@@ -38,18 +38,12 @@ export function blobsCommand(): Command {
       if (options.json) return printJson(stored);
       for (const { file, digest, bytes, deduplicated } of stored) process.stdout.write(`${digest}  ${file} (${bytes.toLocaleString('en')} bytes${deduplicated ? ', stored already' : ''})\n`);
     });
-  withClientOptions(blobs.command('rm <digest-or-file...>'))
-    .description('Delete files this grant stored, by digest or by a local copy of the file; the bytes go once nothing else names them')
-    .option('--json', 'print JSON, one answer per file')
-    .action(async (items: string[], options: ClientOptions & { json?: boolean }) => {
-      const client = clientFrom(options);
-      const answers: Forgotten[] = [];
-      for (const item of items) answers.push(await client.request<Forgotten>('DELETE', `/v1/blobs/${await digestOf(item)}`));
-      if (options.json) return printJson(answers);
-      for (const { digest, freed, freedBytes } of answers) {
-        process.stdout.write(`${digest} deleted, ${freed ? `${freedBytes.toLocaleString('en')} bytes freed` : 'its bytes kept: something else names them (a job that took it as input, another grant\'s copy, a result)'}\n`);
-      }
-    });
+  askEach(
+    withClientOptions(blobs.command('rm <digest-or-file...>'))
+      .description('Delete files this grant stored, by digest or by a local copy of the file; the bytes go once nothing else names them'),
+    'file', async (client, item) => client.request<Forgotten>('DELETE', `/v1/blobs/${await digestOf(item)}`),
+    ({ digest, freed, freedBytes }) => `${digest} deleted, ${freed ? `${freedBytes.toLocaleString('en')} bytes freed` : 'its bytes kept: something else names them (a job that took it as input, another grant\'s copy, a result)'}`,
+  );
   return blobs;
 }
 

@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import type { JobView } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { parseInteger, printJson, table } from '../common/output.js';
-import { withClientOptions } from './shared.js';
+import { askEach, withClientOptions } from './shared.js';
 
 export function jobsCommand(): Command {
   const jobs = new Command('jobs').description('List, inspect and cancel jobs, and delete their results');
@@ -29,16 +29,11 @@ export function jobsCommand(): Command {
       const job = await clientFrom(options).request<JobView>('DELETE', `/v1/jobs/${encodeURIComponent(id)}`);
       process.stdout.write(`${job.id} ${job.status}\n`);
     });
-  withClientOptions(jobs.command('delete-results <id...>'))
-    .description("Delete jobs' published results, as the gallery's Delete does; their bytes leave the store once nothing else names them")
-    .option('--json', 'print JSON, one answer per job')
-    .action(async (ids: string[], options: ClientOptions & { json?: boolean }) => {
-      const client = clientFrom(options);
-      const answers: RemovedResults[] = [];
-      for (const id of ids) answers.push(await client.request<RemovedResults>('DELETE', `/v1/jobs/${encodeURIComponent(id)}/artifacts`));
-      if (options.json) return printJson(answers);
-      for (const answer of answers) process.stdout.write(`${removedLine(answer)}\n`);
-    });
+  askEach(
+    withClientOptions(jobs.command('delete-results <id...>'))
+      .description("Delete jobs' published results, as the gallery's Delete does; their bytes leave the store once nothing else names them"),
+    'job', (client, id) => client.request<RemovedResults>('DELETE', `/v1/jobs/${encodeURIComponent(id)}/artifacts`), removedLine,
+  );
   return jobs;
 }
 
