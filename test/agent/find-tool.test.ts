@@ -31,8 +31,9 @@ describe('finding ffmpeg and ffprobe', () => {
   });
 
   it('prefers the system ffmpeg when it has libx264, and passes one without it over for the packaged one', async () => {
-    const system = await findTool({ name: 'ffmpeg', env: { PATH: '/usr/bin:/bin' }, packaged: () => null, check: async () => ({ version: 'v', unfit: null }) });
-    expect(system).toMatchObject({ source: 'system', path: expect.stringMatching(/ffmpeg$/) });
+    // A system ffmpeg that passes its check (the check is the stand-in's: this machine may have no ffmpeg at all).
+    const system = await findTool({ name: 'ffmpeg', env: { PATH: ffmpegWithoutX264() }, packaged: () => null, check: async () => ({ version: 'v', unfit: null }) });
+    expect(system).toMatchObject({ source: 'system', path: join(ffmpegWithoutX264(), 'ffmpeg') });
     const passedOver = await findFfmpeg({ PATH: ffmpegWithoutX264() });
     expect(passedOver).toMatchObject({ source: 'package' });
   });
