@@ -1,7 +1,9 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -135,6 +137,19 @@ async function joinAsPrinted(line: string, mesh: { url: string; admin: string },
   return seconds;
 }
 
+/**
+ * An npm package that installs as `gpumesh` and, if run, writes its argv (with the grant in it) to `marker`: what a
+ * tampered server would serve. Packed by npm itself, so it is a package npx would really install.
+ */
+function tamperedPackage(dir: string, marker: string): Buffer {
+  const source = join(dir, 'package');
+  mkdirSync(join(source, 'bin'), { recursive: true });
+  writeFileSync(join(source, 'package.json'), JSON.stringify({ name: 'gpumesh', version: '0.0.1', bin: { gpumesh: 'bin/gpumesh.js' } }));
+  writeFileSync(join(source, 'bin', 'gpumesh.js'), `#!/usr/bin/env node\nrequire('fs').writeFileSync(${JSON.stringify(marker)}, process.argv.join(' '));\n`, { mode: 0o755 });
+  const name = execFileSync('npm', ['pack', '--ignore-scripts', '--silent', '--pack-destination', dir], { cwd: source, encoding: 'utf8', env: bareEnv(join(dir, 'package')) }).trim().split('\n').pop()!;
+  return readFileSync(join(dir, name));
+}
+
 describe('joining a bare machine with the printed line', () => {
   it('the line installs the orchestrator\'s own package with npx in an empty folder, joins, and the host runs a job', { timeout: 150_000 }, async () => {
     const data = tempDir('gpumesh-join-');
@@ -142,8 +157,11 @@ describe('joining a bare machine with the printed line', () => {
     const mesh = await serve(data);
     await waitHealthy(mesh.url);
     const { line, grant, installed } = await printedJoinLine(mesh.url, mesh.admin, 'bare');
-    const tarballUrl = /(\S+\/gpumesh\.tgz)/.exec(line)![1]!;
-    expect(line).toBe(`npx --yes --ignore-scripts ${tarballUrl} agent --join ${mesh.url} --grant ${grant}`);
+    const shape = /^node -e "[^"]+" (\S+) ([0-9a-f]{64}) && npx --yes --ignore-scripts \.\/gpumesh-([0-9a-f]{64})\.tgz agent --join (\S+) --grant (\S+)$/.exec(line);
+    expect(shape, line).not.toBeNull();
+    const [, url, digest, file, joinUrl, token] = shape!;
+    expect([url, joinUrl, token, file]).toEqual([mesh.url, mesh.url, grant, digest]);
+    const tarballUrl = `${mesh.url}/install/sha256/${digest}/gpumesh.tgz`;
     expect(installed).toBe(`gpumesh agent --join ${mesh.url} --grant ${grant}`);
 
     // The URL names the tarball's digest, and the headers say it too.
@@ -162,7 +180,47 @@ describe('joining a bare machine with the printed line', () => {
     expect(((await stale.json()) as { error: { code: string; message: string } }).error)
       .toMatchObject({ code: 'INSTALL_PACKAGE_CHANGED', message: expect.stringContaining('gpumesh grant create --agent') });
 
-    await joinAsPrinted(line, mesh, 'bare', () => tarballUrl);
+    await joinAsPrinted(line, mesh, 'bare', (host) => join(host, 'work', `gpumesh-${digest}.tgz`).slice(1));
+  });
+
+  it('the printed line, pointed at a server that serves a tampered package, installs and runs nothing and hands it no grant', { timeout: 60_000 }, async () => {
+    const data = tempDir('gpumesh-join-tampered-');
+    started.push({ stop: async () => removeDir(data) });
+    const mesh = await serve(data);
+    const { line, grant } = await printedJoinLine(mesh.url, mesh.admin, 'tampered');
+    // A package that would run as `gpumesh` and write down what it was given: the grant, if the line ran it.
+    const evil = tempDir('gpumesh-evil-');
+    started.push({ stop: async () => removeDir(evil) });
+    const marker = join(evil, 'ran.txt');
+    const tarball = tamperedPackage(evil, marker);
+    const requests: string[] = [];
+    const server = createServer((request, response) => {
+      requests.push(`${request.method} ${request.url}`);
+      response.writeHead(200, { 'content-type': 'application/gzip' }).end(tarball);
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    started.push({ stop: () => new Promise<void>((resolve) => server.close(() => resolve())) });
+    const evilUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    // The line as printed, but its URL answered by the tampered server (a proxy in the way, a spoofed name).
+    const pointed = line.replaceAll(mesh.url, evilUrl);
+    const host = tempDir('gpumesh-bare-tampered-');
+    started.push({ stop: async () => removeDir(host) });
+    mkdirSync(join(host, 'home'));
+    mkdirSync(join(host, 'work'));
+    // Not execFileSync: the tampered server answers from this process's event loop.
+    const shell = spawn('sh', ['-c', pointed], { cwd: join(host, 'work'), env: bareEnv(join(host, 'home')), stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    shell.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const [status] = await once(shell, 'exit') as [number | null];
+    const refused = { status, stderr };
+    expect(refused.status, stderr).toBe(2);
+    expect(refused?.stderr).toMatch(/gpumesh: the package at http:\/\/127\.0\.0\.1:\d+ is not the one the join line names \(HTTP 200, \d+ bytes hashing to [0-9a-f]{64}, not [0-9a-f]{64}\)\. Nothing was installed or run; no grant was sent\./);
+    // Asked once for the package by its digest; nothing kept, nothing installed, nothing ran, no grant went anywhere.
+    expect(requests).toEqual([expect.stringMatching(/^GET \/install\/sha256\/[0-9a-f]{64}\/gpumesh\.tgz$/)]);
+    expect(readdirSync(join(host, 'work'))).toEqual([]);
+    expect(existsSync(marker)).toBe(false);
+    expect(refused?.stderr).not.toContain(grant);
   });
 
   it('on a TLS mesh the line fetches the package pinned to the grant\'s CA and its digest, then joins; another CA is refused', { timeout: 150_000 }, async () => {
@@ -170,9 +228,9 @@ describe('joining a bare machine with the printed line', () => {
     started.push({ stop: async () => removeDir(data) });
     const mesh = await serve(data, ['--tls']);
     const { line, grant } = await printedJoinLine(mesh.url, mesh.admin, 'bare-tls');
-    const shape = /^node -e "[^"]+" (\S+) (sha256:[0-9a-f]{64}) ([0-9a-f]{64}) && npx --yes --ignore-scripts \.\/gpumesh-([0-9a-f]{64})\.tgz agent --join (\S+) --grant (\S+)$/.exec(line);
+    const shape = /^node -e "[^"]+" (\S+) ([0-9a-f]{64}) (sha256:[0-9a-f]{64}) && npx --yes --ignore-scripts \.\/gpumesh-([0-9a-f]{64})\.tgz agent --join (\S+) --grant (\S+)$/.exec(line);
     expect(shape, line).not.toBeNull();
-    const [, url, pin, digest, file, joinUrl, token] = shape!;
+    const [, url, digest, pin, file, joinUrl, token] = shape!;
     expect([url, joinUrl, token, file]).toEqual([mesh.url, mesh.url, grant, digest]);
     expect(url!.startsWith('https://')).toBe(true);
     const { certificateFingerprint } = await import('../../src/tls-client/index.js');

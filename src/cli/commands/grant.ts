@@ -54,7 +54,8 @@ export function grantCommand(): Command {
       'A TLS mesh adds the fingerprint of its CA (caveat tls-ca sha256:…), which agents and the CLI pin.',
       'Prints the grant alone on stdout; for --agent it also prints, on stderr, the one line that joins a host that',
       'has only Node (it installs the orchestrator\'s own package with npx and starts the agent):',
-      '  npx --yes --ignore-scripts <url>/install/sha256/<hex>/gpumesh.tgz agent --join <url> --grant <grant>',
+      '  node -e "<fetch, check the digest>" <url> <hex> && npx --yes --ignore-scripts ./gpumesh-<hex>.tgz agent --join <url> --grant <grant>',
+      '(the package is fetched and kept only if its SHA-256 is <hex>; a TLS mesh\'s line also pins its CA),',
       'and the line for a host where gpumesh is installed: gpumesh agent --join <url> --grant <grant>',
     ].join('\n'))
     .option('--agent', 'an agent join grant (needs --host)')
