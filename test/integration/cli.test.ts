@@ -75,12 +75,13 @@ describe('gpumesh CLI', () => {
     const minted = JSON.parse(agent.output) as { caveats: string[]; token: string; join: string; joinInstalled: string };
     expect(minted.caveats).toEqual(['kind agent', 'classes image', 'host laptop']);
     // The line for a machine with only Node installs the orchestrator's own package (test/integration/join-bare.test.ts runs it).
-    expect(minted.join).toMatch(new RegExp(`^npx --yes --ignore-scripts ${mesh.url}/install/sha256/[0-9a-f]{64}/gpumesh\\.tgz agent --join ${mesh.url} --grant ${minted.token}$`));
+    // It checks the package's digest before npx installs it.
+    expect(minted.join).toMatch(new RegExp(`^node -e "[^"]+" ${mesh.url} ([0-9a-f]{64}) && npx --yes --ignore-scripts \\./gpumesh-\\1\\.tgz agent --join ${mesh.url} --grant ${minted.token}$`));
     expect(minted.joinInstalled).toBe(`gpumesh agent --join ${mesh.url} --grant ${minted.token}`);
     // Without --json, stdout is the grant alone (for scripts) and the join lines go to stderr, naming --join-url.
     const plain = await gpumeshRun(['grant', 'create', '--agent', '--host', 'laptop', '--join-url', 'http://nas:7070'], env);
     expect(plain.stdout.trim()).not.toContain('\n');
-    expect(plain.output).toMatch(new RegExp(`npx --yes --ignore-scripts http://nas:7070/install/sha256/[0-9a-f]{64}/gpumesh\\.tgz agent --join http://nas:7070 --grant ${plain.stdout.trim()}\n`));
+    expect(plain.output).toMatch(new RegExp(`node -e "[^"]+" http://nas:7070 ([0-9a-f]{64}) && npx --yes --ignore-scripts \\./gpumesh-\\1\\.tgz agent --join http://nas:7070 --grant ${plain.stdout.trim()}\n`));
     expect(plain.output).toContain(`gpumesh agent --join http://nas:7070 --grant ${plain.stdout.trim()}`);
   });
 
