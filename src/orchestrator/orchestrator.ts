@@ -239,20 +239,29 @@ export class Orchestrator {
       },
     });
 
-    const pictures = new InputImages({ store, commits, clock, blobs: blobStore });
+    const pictures = new InputImages({ store, commits, clock, blobs: blobStore, scratchDir: join(config.data, 'blobs', 'incoming') });
     const reclaimer = new BlobReclaimer({
       store, commits, blobs: blobStore, locks, pictures, modelFile: (digest) => registry.all().some((registered) => modelDigests(registered.manifest).includes(digest)),
     });
     const clientBlobs = new ClientBlobs({
       store, commits, clock, blobs: blobStore, locks, reclaimer, limitBytes: config.server.uploadLimitBytes, pictures, incomingDir: join(config.data, 'blobs', 'incoming'),
     });
-    const uploads = new StagedUploads({ store, commits, clock, blobs: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes });
-    // Uploads abandoned for a week are not coming back: their bytes go, at the start and every hour after.
+    const uploads = new StagedUploads({
+      store, commits, clock, blobs: blobStore, dir: join(config.data, 'blobs', 'staging'), limitBytes: config.server.uploadLimitBytes,
+      maxOpenPerGrant: config.uploads.maxOpenPerGrant,
+    });
+    // Uploads abandoned for a week are not coming back: their bytes go, at the start and every hour after; so do files
+    // in the staging folder that no upload names (an older gpumesh's DELETE racing a chunk left such files).
+    const sweptOrphans = (orphans: { files: number; bytes: number }): void => {
+      if (orphans.files > 0) log.info(orphans, 'deleted upload files that no upload names');
+    };
     const sweptUploads = await uploads.sweep(UPLOAD_MAX_AGE_MS);
     if (sweptUploads > 0) log.info({ uploads: sweptUploads }, 'deleted uploads abandoned for a week');
-    uploads.sweepEvery(UPLOAD_SWEEP_EVERY_MS, UPLOAD_MAX_AGE_MS, (count, error) => {
+    sweptOrphans(await uploads.sweepOrphans());
+    uploads.sweepEvery(UPLOAD_SWEEP_EVERY_MS, UPLOAD_MAX_AGE_MS, (count, error, orphans) => {
       if (error) log.warn({ err: error }, 'could not delete abandoned uploads; trying again in an hour');
       else if (count > 0) log.info({ uploads: count }, 'deleted uploads abandoned for a week');
+      if (orphans) sweptOrphans(orphans);
     });
     // Finished jobs without published results go after jobs.retentionDays, and blobs nothing names with them: at the
     // start (in the background), then every 10 minutes.

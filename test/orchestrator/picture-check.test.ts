@@ -1,9 +1,38 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import sharp from 'sharp';
-import { checkPicture, declaredMismatch } from '../../src/orchestrator/blobs/picture-check.js';
+import { checkPicture as checkFile, declaredMismatch } from '../../src/orchestrator/blobs/picture-check.js';
+import { tempDirsPerTest } from '../helpers/mesh.js';
 
 /** Whether bytes are a picture a job may start from, case by case (the mesh-level refusals are in image-inputs.test.ts). */
-const noise = () => sharp({ create: { width: 40, height: 30, channels: 3, background: '#777', noise: { type: 'gaussian', mean: 128, sigma: 30 } } });
+const noise = (width = 40, height = 30) => sharp({ create: { width, height, channels: 3, background: '#777', noise: { type: 'gaussian', mean: 128, sigma: 30 } } });
+
+/** A JPEG made exactly `total` bytes long by comment segments (COM, 0xFFFE) after its start marker. */
+function padJpeg(jpeg: Buffer, total: number): Buffer {
+  const segments: Buffer[] = [];
+  let missing = total - jpeg.length;
+  while (missing > 0) {
+    // A segment is its marker (2 bytes) and a length that counts itself (2 bytes): 4 bytes at least, 65,537 at most
+    // (and never leave fewer than 4 for the last one).
+    let size = Math.min(missing, 65_537);
+    if (missing - size > 0 && missing - size < 4) size -= 4;
+    const segment = Buffer.alloc(size, 0x20);
+    segment.writeUInt16BE(0xfffe, 0);
+    segment.writeUInt16BE(size - 2, 2);
+    segments.push(segment);
+    missing -= size;
+  }
+  return Buffer.concat([jpeg.subarray(0, 2), ...segments, jpeg.subarray(2)]);
+}
+
+const tempDir = tempDirsPerTest();
+/** Pictures are judged from a file on disk (never whole in memory): each case's bytes are written to one first. */
+const checkPicture = (bytes: Uint8Array, maxPixels?: number) => {
+  const path = join(tempDir('picture-check-'), 'file');
+  writeFileSync(path, bytes);
+  return checkFile(path, maxPixels);
+};
 
 describe('checkPicture', () => {
   it('takes PNG, JPEG and WebP, with their size', async () => {
@@ -24,6 +53,28 @@ describe('checkPicture', () => {
     const jpeg = await noise().jpeg().toBuffer();
     expect(await checkPicture(Buffer.concat([jpeg, Buffer.alloc(16)]))).toMatchObject({ ok: true });
     expect(await checkPicture(Buffer.concat([jpeg, Buffer.from('<script>')]))).toMatchObject({ ok: false });
+  });
+
+  it('walks the structure a block at a time: bytes after a PNG\'s end and a JPEG\'s, past the first megabyte and across a block\'s edge', async () => {
+    // Over a megabyte of noise: the chunks (and the end marker) cross the 1 MiB blocks the file is read in.
+    const png = await noise(700, 600).png({ compressionLevel: 0 }).toBuffer();
+    expect(png.length).toBeGreaterThan(1024 * 1024);
+    expect(await checkPicture(png)).toEqual({ ok: true, format: 'png', width: 700, height: 600 });
+    expect(await checkPicture(Buffer.concat([png, Buffer.from('PK\x03\x04zip')]))).toMatchObject({ ok: false, refusal: expect.stringContaining('7 bytes follow the end of the PNG') });
+    const jpeg = await noise(1600, 1200).jpeg({ quality: 100 }).toBuffer();
+    expect(jpeg.length).toBeGreaterThan(1024 * 1024);
+    expect(await checkPicture(Buffer.concat([jpeg, Buffer.alloc(3 * 1024 * 1024)]))).toMatchObject({ ok: true, format: 'jpeg' });
+    expect(await checkPicture(Buffer.concat([jpeg, Buffer.alloc(1024 * 1024 - 1), Buffer.from('<html>')]))).toMatchObject({ ok: false, refusal: expect.stringContaining(`${1024 * 1024 - 1 + 6} bytes follow the end of the JPEG`) });
+    // The end marker split by the blocks' edge: its 0xFF ends the first mebibyte, its 0xD9 starts the second.
+    const straddling = padJpeg(await noise().jpeg().toBuffer(), 1024 * 1024 + 1);
+    expect(straddling.subarray(1024 * 1024 - 1, 1024 * 1024 + 1)).toEqual(Buffer.from([0xff, 0xd9]));
+    expect(await checkPicture(straddling)).toMatchObject({ ok: true, format: 'jpeg' });
+    expect(await checkPicture(Buffer.concat([straddling, Buffer.from('<x>')]))).toMatchObject({ ok: false, refusal: expect.stringContaining('3 bytes follow the end of the JPEG') });
+  });
+
+  it('refuses anything that only starts like a picture, whatever its size, without reading it whole', async () => {
+    const signature = (await noise().png().toBuffer()).subarray(0, 33); // the signature and IHDR
+    expect(await checkPicture(Buffer.concat([signature, Buffer.alloc(8 * 1024 * 1024, 0x41)]))).toMatchObject({ ok: false });
   });
 
   it('holds a picture to a lower pixel limit when asked', async () => {

@@ -79,6 +79,14 @@ export interface BlobStore {
    */
   read(digest: string, range?: { start: number; end: number }): Promise<Buffer | null>;
 
+  /**
+   * An optional capability: the local file that holds a blob (a folder store), for the orchestrator's own look at
+   * large bytes — a picture decoded from disk — without reading them into memory or copying them; null when no such
+   * blob is stored. A store without local files (a bucket) leaves it out, and callers copy through `open`. Like `read`,
+   * not verified.
+   */
+  localFile?(digest: string): Promise<string | null>;
+
   /** Delete a blob (one refused after it was stored, that nothing else records); no error when it is not there. */
   remove(digest: string): Promise<void>;
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
-import { open, readFile, rm } from 'node:fs/promises';
+import { open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileTypeFromBuffer } from 'file-type';
@@ -118,7 +118,7 @@ export class ClientBlobs {
     const known = await this.#deps.store.blobs.getBlob(incoming.digest);
     const mediaType = known?.mediaType ?? await sniff(incoming.path);
     if (picture || mediaType.startsWith('image/') || declared.mediaType?.startsWith('image/')) {
-      const verdict = await this.#deps.pictures.judge(incoming.digest, () => readFile(incoming.path), declared);
+      const verdict = await this.#deps.pictures.judge(incoming.digest, incoming.path, declared);
       if (!verdict.ok) throw new MeshError('IMAGE_REFUSED', { detail: verdict.refusal });
     }
     return mediaType;

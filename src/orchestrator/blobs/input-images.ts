@@ -1,3 +1,10 @@
+import { randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { INPUT_IMAGE_FIELDS, MeshError } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { LRUCache } from 'lru-cache';
@@ -10,7 +17,15 @@ export interface InputImagesDeps {
   commits: Commits;
   clock: Clock;
   blobs: BlobStore;
+  /**
+   * Where a stored blob is copied to be decoded when its store keeps no local file of it (a bucket): pictures are
+   * judged from a file, never from memory. Default: the system's temporary folder.
+   */
+  scratchDir?: string;
 }
+
+/** Bytes copied at a time from a store that keeps no local file. */
+const COPY_CHUNK_BYTES = 1024 * 1024;
 
 /** The digests of the pictures an input names (its `image`, `mask`), whatever else it holds. */
 export function picturesNamed(input: unknown): string[] {
@@ -41,20 +56,19 @@ export class InputImages {
     const { store, commits, clock, blobs } = this.#deps;
     const known = await this.#known(digest);
     if (known) return this.#held(digest, known, declared);
-    const bytes = await blobs.read(digest);
-    if (!bytes) return undefined;
-    const decided = await this.#decide(digest, bytes);
+    const decided = await this.#withFile(digest, (path) => this.#decide(digest, path));
+    if (!decided) return undefined;
     commits.write(() => store.inputImages.recordVerdict(digest, decided, clock.now()));
     return this.#held(digest, decided, declared);
   }
 
   /**
-   * Decode bytes a request carries that are not stored yet (a client's file, judged before it is kept): the verdict
-   * is kept in memory only, so a refused picture leaves nothing in the store; `keep` writes it once the bytes are
-   * stored.
+   * Decode a file a request carries that is not stored yet (a client's file in hand at `path`, judged before it is
+   * kept): the verdict is kept in memory only, so a refused picture leaves nothing in the store; `keep` writes it once
+   * the bytes are stored.
    */
-  async judge(digest: string, bytes: () => Promise<Uint8Array>, declared: DeclaredType = {}): Promise<ImageVerdict> {
-    const verdict = await this.#known(digest) ?? await this.#decide(digest, await bytes());
+  async judge(digest: string, path: string, declared: DeclaredType = {}): Promise<ImageVerdict> {
+    const verdict = await this.#known(digest) ?? await this.#decide(digest, path);
     return this.#held(digest, verdict, declared);
   }
 
@@ -78,10 +92,33 @@ export class InputImages {
     return this.#verdicts.get(digest) ?? await this.#deps.store.inputImages.verdictOf(digest);
   }
 
-  async #decide(digest: string, bytes: Uint8Array): Promise<ImageVerdict> {
-    const verdict = await checkPicture(bytes);
+  async #decide(digest: string, path: string): Promise<ImageVerdict> {
+    const verdict = await checkPicture(path);
     this.#verdicts.set(digest, verdict);
     return verdict;
+  }
+
+  /**
+   * Run `use` on a local file holding a stored blob's bytes: the store's own file where it keeps one (a folder), else
+   * a copy streamed into the scratch folder and removed after. Undefined when no such blob is stored.
+   */
+  async #withFile<T>(digest: string, use: (path: string) => Promise<T>): Promise<T | undefined> {
+    const { blobs, scratchDir = tmpdir() } = this.#deps;
+    if (blobs.localFile) {
+      const path = await blobs.localFile(digest);
+      return path === null ? undefined : use(path);
+    }
+    const handle = await blobs.open(digest);
+    if (!handle) return undefined;
+    const path = join(scratchDir, `${process.pid}-${randomBytes(8).toString('hex')}.picture`);
+    try {
+      await mkdir(scratchDir, { recursive: true });
+      await pipeline(Readable.from(handle.chunks(0, handle.size, COPY_CHUNK_BYTES)), createWriteStream(path));
+      return await use(path);
+    } finally {
+      await handle.close();
+      await rm(path, { force: true });
+    }
   }
 
   /** A verdict, remembered, as it stands for what the client declared: a wrong declared type is this request's mistake, not the file's, and is not kept. */

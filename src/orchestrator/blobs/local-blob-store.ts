@@ -131,6 +131,10 @@ export class LocalBlobStore implements BlobStore {
     }
   }
 
+  async localFile(digest: string): Promise<string | null> {
+    return (await this.has(digest)) ? this.pathOf(digest) : null;
+  }
+
   async remove(digest: string): Promise<void> {
     await rm(this.pathOf(digest), { force: true });
   }
