@@ -14,6 +14,7 @@ export const ERRORS = {
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is larger than the limit of {limit} bytes' },
   URI_TOO_LONG: { status: 414, message: 'A path segment of the URL is longer than the limit of {limit} characters' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type: {detail}' },
+  NESTING_TOO_DEEP: { status: 400, message: 'The {where} nests arrays and objects deeper than the limit of {limit} levels' },
   RANGE_NOT_SATISFIABLE: { status: 416, message: 'The range "{range}" is outside the blob\'s {size} bytes' },
   UPGRADE_REQUIRED: { status: 426, message: 'This route is a WebSocket: connect with "Upgrade: websocket"' },
   HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are larger than the limit of {limit} bytes' },
@@ -57,6 +58,11 @@ export const ERRORS = {
   BAD_DIGEST: { status: 400, message: 'Not a digest: "{digest}" (expected sha256:<64 hex>)' },
   IMAGE_REFUSED: { status: 400, message: 'Not a picture gpumesh will decode: {detail}' },
   UPLOAD_CONFLICT: { status: 409, message: 'Upload {id} has {offset} bytes ({detail}): send the next chunk from offset {offset}' },
+  TOO_MANY_UPLOADS: {
+    status: 429,
+    message: 'This grant lineage has {open} resumable uploads open, its limit (uploads.maxOpenPerGrant): complete or delete one (DELETE /v1/uploads/:id) before starting another; retry after {retryAfter}s',
+  },
+  STORAGE_FULL: { status: 507, message: 'The orchestrator\'s disk is full ({detail}): this request was not accepted; retry once space is freed' },
   BLOB_STORE_UNAVAILABLE: { status: 503, message: 'The blob store {store} could not be used ({detail}); nothing was published under a digest: retry after {retryAfter}s' },
 
   // The orchestrator's own package, for hosts that join with one line (GET /install/gpumesh.tgz)
@@ -97,32 +103,53 @@ export const ERRORS = {
 
 export type ErrorCode = keyof typeof ERRORS;
 
-/** Fill a message template; unknown placeholders are left visible so they are noticed. */
+/**
+ * Client text quoted in an error (a field name, a path, a header, a key) is cut here, in the message and in MeshError's
+ * `params` alike, whatever route quoted it: an answer never echoes a request back unbounded (a 200 KB multipart field
+ * name once came back in a 164 KB answer). A run of more than QUOTE_LIMIT characters without a space (an identifier, a
+ * token) keeps its first QUOTE_LIMIT and an ellipsis, and a whole parameter its first PARAM_LIMIT: the server's own
+ * details (a list of models, every bad field) fit.
+ */
+export const QUOTE_LIMIT = 100;
+const PARAM_LIMIT = 2000;
+const LONG_RUN = new RegExp(`\\S{${QUOTE_LIMIT + 1},}`, 'g');
+
+function bounded(value: unknown): string {
+  const text = String(value);
+  const whole = text.length > PARAM_LIMIT ? `${text.slice(0, PARAM_LIMIT)}…` : text;
+  return whole.replace(LONG_RUN, (run) => `${run.slice(0, QUOTE_LIMIT)}…`);
+}
+
+/** Fill a message template, each parameter bounded (above); unknown placeholders are left visible so they are noticed. */
 export function formatError(code: ErrorCode, params: Record<string, unknown> = {}): string {
   return ERRORS[code].message.replace(/\{(\w+)\}/g, (whole, key: string) =>
-    key in params ? String(params[key]) : whole,
+    key in params ? bounded(params[key]) : whole,
   );
 }
 
-/** An error that knows its code and HTTP status; the HTTP layer renders it as `{ error: { code, message } }`. */
+/** An error that knows its code and HTTP status; the HTTP layer renders it as `{ error: { code, message, details? } }`. */
 export class MeshError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
   readonly params: Record<string, unknown>;
   /** Extra HTTP headers (Retry-After on 429). */
   readonly headers: Record<string, string>;
+  /** What a client acts on, besides the message, in the envelope's `details` (an upload's `offset` to resume from). */
+  readonly details: Record<string, number | string> | undefined;
 
-  constructor(code: ErrorCode, params: Record<string, unknown> = {}, options: { cause?: unknown; headers?: Record<string, string> } = {}) {
+  constructor(code: ErrorCode, params: Record<string, unknown> = {}, options: { cause?: unknown; headers?: Record<string, string>; details?: Record<string, number | string> } = {}) {
     super(formatError(code, params), { cause: options.cause });
     this.name = 'MeshError';
     this.code = code;
     this.status = ERRORS[code].status;
-    this.params = params;
+    // Bounded as the message is: a surface that renders the error its own way (OpenAI's `param`) quotes these.
+    this.params = Object.fromEntries(Object.entries(params).map(([key, value]) => [key, typeof value === 'string' ? bounded(value) : value]));
     this.headers = options.headers ?? {};
+    this.details = options.details;
   }
 
-  toJSON(): { code: ErrorCode; message: string } {
-    return { code: this.code, message: this.message };
+  toJSON(): { code: ErrorCode; message: string; details?: Record<string, number | string> } {
+    return { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) };
   }
 }
 

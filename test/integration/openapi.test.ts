@@ -186,7 +186,9 @@ describe('/openapi.json', () => {
     expect(chunk.requestBody!.content['application/octet-stream']!.schema).toMatchObject(BINARY);
     expect(chunk.parameters!.find((parameter) => parameter.in === 'header' && parameter.name === 'Upload-Offset')).toMatchObject({ required: true });
     expect(chunk.responses['200']!.headers).toHaveProperty('Upload-Offset');
-    expect(Object.keys(chunk.responses['409']!.content!['application/json']!.schema!.properties!.error!.properties!)).toEqual(['code', 'message']);
+    // The conflict's offset to resume from: in the envelope's details, and in Upload-Offset.
+    expect(Object.keys(chunk.responses['409']!.content!['application/json']!.schema!.properties!.error!.properties!)).toEqual(['code', 'message', 'details']);
+    expect(chunk.responses['409']!.headers).toHaveProperty('Upload-Offset');
 
     expect(operation('post', '/v1/uploads').responses['201']!.content!['application/json']!.schema!.properties).toHaveProperty('offset');
     expect(operation('put', '/v1/jobs/{id}/outputs/{digest}').requestBody!.content['*/*']!.schema).toMatchObject(BINARY);

@@ -349,7 +349,12 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
       models.setModelRoute({ name: 'ocr', pinned: null, split: { 1: 90, 2: 10 } });
       stagedUploads.insertStagedUpload({ id: 'u_1', grantId: 'g1', total: null, createdAt: 1000 });
       stagedUploads.insertStagedUpload({ id: 'u_2', grantId: 'g1', total: 7_000_000_000, createdAt: 5000 });
+      stagedUploads.insertStagedUpload({ id: 'u_3', grantId: 'g2', total: null, createdAt: 5000 });
     });
+    // A lineage's open uploads, counted for its cap: its own only.
+    expect(await stagedUploads.countStagedUploads('g1')).toBe(2);
+    expect(await stagedUploads.countStagedUploads('g2')).toBe(1);
+    expect(await stagedUploads.countStagedUploads('g3')).toBe(0);
     expect((await models.listModels()).map(({ model, record }) => [model, record.manifest.version, record.policy])).toEqual([['ocr', '1', { retries: 1 }], ['ocr', '2', null]]);
     expect(await models.listModelRoutes()).toEqual([{ name: 'ocr', pinned: null, split: { 1: 90, 2: 10 } }]);
     commits.write(() => {
@@ -361,7 +366,8 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     expect(await models.listModelRoutes()).toEqual([]);
     expect(await stagedUploads.getStagedUpload('u_2')).toEqual({ id: 'u_2', grantId: 'g1', total: 7_000_000_000, createdAt: 5000 });
     expect(await stagedUploads.getStagedUpload('u_1')).toBeNull();
-    expect((await stagedUploads.stagedUploadsBefore(6000)).map((upload) => upload.id)).toEqual(['u_2']);
+    expect(await stagedUploads.countStagedUploads('g1')).toBe(1);
+    expect((await stagedUploads.stagedUploadsBefore(6000)).map((upload) => upload.id).sort()).toEqual(['u_2', 'u_3']);
     await store.close();
   });
 

@@ -277,6 +277,13 @@ export const MeshConfigInput = z.strictObject({
      */
     retentionDays: z.int().min(0).max(36_500).default(30),
   }).prefault({}),
+  uploads: z.strictObject({
+    /**
+     * Resumable uploads one grant lineage may have open at once (started, not yet completed or given up): each holds
+     * up to `server.uploadLimitBytes` of disk until then. One more is 429 TOO_MANY_UPLOADS. Default 32.
+     */
+    maxOpenPerGrant: z.int().min(1).max(100_000).default(32),
+  }).prefault({}),
   audit: z.strictObject({
     /** Audit entries older than this are deleted. Default 30 days. */
     retentionDays: z.int().min(1).max(3650).default(30),

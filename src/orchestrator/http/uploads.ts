@@ -27,6 +27,13 @@ const OFFSET_ANSWER = { 'Upload-Offset': { description: 'The offset reached (as 
 const uploadAnswer = (status: number, description: string): Record<number, DocResponse> =>
   ({ [status]: { description, content: { 'application/json': UploadAnswer }, headers: OFFSET_ANSWER } });
 const GRANT_ERRORS = { 401: 'No grant, or one that is not valid', 403: 'The grant does not allow blobs:write' };
+/** A 409 UPLOAD_CONFLICT, with the offset to resume from in `details.offset` and in `Upload-Offset`. */
+const conflictAnswer = (description: string): Record<number, DocResponse> => ({
+  409: {
+    description, content: { 'application/json': MeshErrorBody },
+    headers: { 'Upload-Offset': { description: 'The offset to resume from (as `details.offset`)', schema: { type: 'integer', minimum: 0 } } },
+  },
+});
 
 /** The state in the answer and in `Upload-Offset` (the header tus clients read). */
 function answer(reply: FastifyReply, state: UploadState): { id: string; offset: number; total: number | null; url: string } {
@@ -52,7 +59,10 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
       openapi: {
         responses: {
           ...uploadAnswer(201, 'The upload, at offset 0'),
-          ...errorResponses(MeshErrorBody, { 400: 'The body is not the shape above', ...GRANT_ERRORS, 413: '`bytes` is over the upload limit' }),
+          ...errorResponses(MeshErrorBody, {
+            400: 'The body is not the shape above', ...GRANT_ERRORS, 413: '`bytes` is over the upload limit',
+            429: 'The grant lineage has uploads.maxOpenPerGrant uploads open: complete or delete one first (TOO_MANY_UPLOADS, Retry-After)',
+          }),
         },
       },
     },
@@ -73,7 +83,12 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
   routes.delete('/v1/uploads/:id', {
     schema: { params: UploadParams, tags: ['blobs'], summary: 'Give a resumable upload up: its bytes are deleted' },
     config: {
-      openapi: { responses: { 204: { description: 'Given up' }, ...errorResponses(MeshErrorBody, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage', 409: 'A chunk of it is being received, or it is being completed' }) } },
+      openapi: {
+        responses: {
+          204: { description: 'Given up' }, ...errorResponses(MeshErrorBody, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage' }),
+          ...conflictAnswer('A chunk of it is being received, or it is being completed (UPLOAD_CONFLICT)'),
+        },
+      },
     },
     onRequest: auth.require('blobs:write'),
   }, async (request, reply) => {
@@ -89,8 +104,9 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
           200: { description: 'The file, stored by digest', content: { 'application/json': StoredBlobBody } },
           ...errorResponses(MeshErrorBody, {
             400: 'A picture that is not one gpumesh will decode (IMAGE_REFUSED)', ...GRANT_ERRORS,
-            404: 'No upload of that id started by this grant', 409: 'Fewer bytes than the size given at the start (UPLOAD_CONFLICT)',
+            404: 'No upload of that id started by this grant',
           }),
+          ...conflictAnswer('Fewer bytes than the size given at the start, or a chunk or a DELETE of it under way (UPLOAD_CONFLICT)'),
         },
       },
     },
@@ -120,8 +136,9 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
             ...uploadAnswer(200, 'The chunk is in: the offset reached'),
             ...errorResponses(MeshErrorBody, {
               400: 'No Upload-Offset, or not a number', ...GRANT_ERRORS, 404: 'No upload of that id started by this grant',
-              409: 'Upload-Offset is not where the upload stands (UPLOAD_CONFLICT names the offset)', 413: 'More bytes than the size given at the start, or than the upload limit',
+              413: 'More bytes than the size given at the start, or than the upload limit',
             }),
+            ...conflictAnswer('Upload-Offset is not where the upload stands, or another chunk, its completion or a DELETE is under way (UPLOAD_CONFLICT)'),
           },
         },
       },

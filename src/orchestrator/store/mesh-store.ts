@@ -113,6 +113,7 @@ export interface MeshStore {
     insertStagedUpload(upload: StagedUploadRecord): void;
     deleteStagedUpload(id: string): void;
     getStagedUpload(id: string): Promise<StagedUploadRecord | null>;
+    countStagedUploads(grantId: string): Promise<number>;
     stagedUploadsBefore(before: number): Promise<StagedUploadRecord[]>;
   };
   readonly inputImages: {

@@ -93,6 +93,7 @@ export class SqliteStore implements MeshStore {
       insertStagedUpload: (upload) => stagedUploads.insertStagedUpload(db, upload),
       deleteStagedUpload: (id) => stagedUploads.deleteStagedUpload(db, id),
       getStagedUpload: async (id) => stagedUploads.getStagedUpload(db, id),
+      countStagedUploads: async (grantId) => stagedUploads.countStagedUploads(db, grantId),
       stagedUploadsBefore: async (before) => stagedUploads.stagedUploadsBefore(db, before),
     };
     this.inputImages = {

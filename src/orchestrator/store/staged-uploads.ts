@@ -23,6 +23,11 @@ export function deleteStagedUpload(db: Db, id: string): void {
   stmt(db, 'DELETE FROM staged_uploads WHERE id = ?').run(id);
 }
 
+/** How many uploads a grant lineage has open (started, neither completed nor given up): its cap is checked with it. */
+export function countStagedUploads(db: Db, grantId: string): number {
+  return (stmt(db, 'SELECT COUNT(*) AS n FROM staged_uploads WHERE grant_id = ?').get(grantId) as { n: number }).n;
+}
+
 /** Uploads started before `before` (abandoned ones are swept). */
 export function stagedUploadsBefore(db: Db, before: number): StagedUploadRecord[] {
   return (stmt(db, 'SELECT id, grant_id, total, created_at FROM staged_uploads WHERE created_at < ?').all(before) as

@@ -267,6 +267,7 @@ export class PostgresStore implements MeshStore {
       insertStagedUpload: (record) => statement('INSERT INTO staged_uploads (id, grant_id, total, created_at) VALUES ($1, $2, $3, $4)', [record.id, record.grantId, record.total, record.createdAt]),
       deleteStagedUpload: (id) => statement('DELETE FROM staged_uploads WHERE id = $1', [id]),
       getStagedUpload: async (id) => (await query<UploadRow>('SELECT id, grant_id, total, created_at FROM staged_uploads WHERE id = $1', [id])).map(upload)[0] ?? null,
+      countStagedUploads: async (grantId) => Number((await query<{ n: string }>('SELECT COUNT(*) AS n FROM staged_uploads WHERE grant_id = $1', [grantId]))[0]!.n),
       stagedUploadsBefore: async (before) => (await query<UploadRow>('SELECT id, grant_id, total, created_at FROM staged_uploads WHERE created_at < $1', [before])).map(upload),
     };
 
