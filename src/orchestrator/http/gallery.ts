@@ -1,7 +1,4 @@
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import fastifyStatic from '@fastify/static';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { assertDigest } from '../../protocol/index.js';
@@ -10,19 +7,7 @@ import { THUMBNAIL_WIDTHS, type Thumbnails, type ThumbnailWidth } from '../galle
 import { defaultAlbumOf, type JobService } from '../jobs/index.js';
 import { bytesOf, errorAnswers, GalleryViewSchema, json, RemovedResultsSchema } from './answers.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
-
-/** uPlot's own files (the mesh view's plots), served as the package ships them: no build step, no copy. */
-const UPLOT_DIST = join(dirname(createRequire(import.meta.url).resolve('uplot/package.json')), 'dist');
-const UPLOT_FILES = new Set(['uPlot.esm.js', 'uPlot.min.css']);
-
-/**
- * What the pages may load: their own scripts, styles, pictures, clips and API, nothing inline and nothing from
- * elsewhere; blob: for a download made in the page. A page that never needs an inline script keeps it that way.
- */
-const PAGE_CSP = [
-  "default-src 'self'", "script-src 'self'", "style-src 'self'", "img-src 'self' data: blob:", "media-src 'self' blob:",
-  "connect-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'",
-].join('; ');
+import { pageRoutes } from './pages.js';
 
 export interface GalleryRouteDeps {
   webRoot: string;
@@ -84,16 +69,5 @@ export async function galleryRoutes(app: FastifyInstance, deps: GalleryRouteDeps
     onRequest: auth.require('artifacts:delete'),
   }, async (request) => ({ jobId: request.params.id, ...await gallery.remove(grantOf(request), request.params.id, auth.authorizer(request)) }));
 
-  await app.register(fastifyStatic, { root: deps.webRoot, prefix: '/web/', index: false, cacheControl: true, maxAge: 0 });
-  await app.register(fastifyStatic, {
-    root: UPLOT_DIST, prefix: '/web/vendor/uplot/', index: false, decorateReply: false, cacheControl: true, maxAge: 0,
-    allowedPath: (path) => UPLOT_FILES.has(path.replace(/^\//, '')),
-  });
-  const page = (file: string) => (_request: unknown, reply: { header(name: string, value: string): unknown; sendFile(file: string): unknown }) => {
-    reply.header('content-security-policy', PAGE_CSP);
-    reply.header('x-content-type-options', 'nosniff');
-    return reply.sendFile(file);
-  };
-  app.get('/', { schema: { hide: true } }, page('index.html'));
-  app.get('/mesh', { schema: { hide: true } }, page('mesh.html'));
+  await pageRoutes(app, deps.webRoot);
 }
