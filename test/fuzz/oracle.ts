@@ -45,14 +45,16 @@ export function answerProblems(answer: { status: number; contentType: string | u
     if (status >= 500 && status !== allowed?.status) problems.push(`${status}: ${oip.error}`);
     return problems;
   }
-  const error = (parsed as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  const error = (parsed as { error?: { code?: unknown; message?: unknown; details?: unknown } } | null)?.error;
   if (!parsed || typeof parsed !== 'object' || Object.keys(parsed).join() !== 'error' || !error || typeof error !== 'object') {
     return [...problems, `not the envelope: ${answer.body.slice(0, 160)}`];
   }
   // OpenAI's images API answers in OpenAI's shape, gpumesh's code in `code` (clients written for OpenAI read it); what
   // the server refuses before any route (a path that is not percent-encoding, a request that is not HTTP) is in the envelope.
   const openAi = /^(?:[A-Z]+ )?\/openai\/v1(?:[/?\s]|$)/.test(sent) && Object.keys(error).sort().join() === 'code,message,param,type';
-  if (!openAi && Object.keys(error).sort().join() !== 'code,message') problems.push(`the error has keys ${Object.keys(error).join(', ')}`);
+  // `details`, for the codes that carry what a client acts on (UPLOAD_CONFLICT's offset), is an object when present.
+  const keys = Object.keys(error).filter((key) => !(key === 'details' && typeof error.details === 'object' && error.details !== null)).sort().join();
+  if (!openAi && keys !== 'code,message') problems.push(`the error has keys ${Object.keys(error).join(', ')}`);
   if (typeof error.code !== 'string' || !isErrorCode(error.code)) return [...problems, `code ${String(error.code)} is not in the registry`];
   if (ERRORS[error.code].status !== status) problems.push(`code ${error.code} is registered as ${ERRORS[error.code].status}, answered ${status}`);
   if (typeof error.message !== 'string' || error.message.length === 0) problems.push('the message is empty');
