@@ -1,3 +1,4 @@
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import {
@@ -11,6 +12,8 @@ import type { Engine } from './engines/core/engine.js';
 import { workClock } from '../protocol/clock.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
+import { resolveEngineUser } from './governance/engine-user.js';
+import { onnxWorkerEntry } from './engines/onnx/index.js';
 import type { GovernanceConfigInput } from '../protocol/engines/process-settings.js';
 import { AgentLink, type AgentLinkOptions, type LinkTarget } from './link.js';
 import { LoadRequests } from './load-requests.js';
@@ -64,6 +67,11 @@ export interface AgentOptions {
   onDrainRequested?: () => void;
   /** The ffmpeg clips are encoded with, or why there is none. Default: looked up at start (findFfmpeg). */
   ffmpeg?: FoundTool | MissingTool;
+  /**
+   * Who engine processes run as when the agent runs as root (`--engine-user`): default `nobody`; `root` keeps them
+   * root. An agent running as an ordinary user runs them as itself. See resolveEngineUser.
+   */
+  engineUser?: string;
 }
 
 /** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
@@ -202,7 +210,18 @@ export class Agent {
     const log = options.log ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
     const devices = await detectDevices({ cpuBudgetMB: options.cpuBudgetMB, nvidiaSmi: options.nvidiaSmi });
     log.info({ host: options.host, devices: devices.map((device) => `${device.id} ${device.name} ${device.budgetMB} MB`) }, 'devices');
-    const governor = await Governor.create({ agentId: options.host, config: options.governance, log: log.child({ part: 'governance' }) });
+    // What engine processes need to reach, made first so the probe as the engine user can check it.
+    const models = join(options.dataDir, 'models');
+    const workRoot = join(options.dataDir, 'engines');
+    mkdirSync(models, { recursive: true });
+    mkdirSync(workRoot, { recursive: true, mode: 0o711 });
+    const engineUser = resolveEngineUser(options.engineUser, { read: [process.execPath, onnxWorkerEntry().path, models], enter: [workRoot] });
+    if (engineUser.unprivileged) log.info({ engineUser: engineUser.description }, `engine processes run as ${engineUser.description}`);
+    else {
+      log.warn({ engineUser: engineUser.description }, `engine processes run as ${engineUser.description}: what an engine reads is not kept from root's files. ` +
+        'Give the engine user access to those folders (chmod o+x on each folder above them), or run the agent as an ordinary user');
+    }
+    const governor = await Governor.create({ agentId: options.host, config: options.governance, log: log.child({ part: 'governance' }), workRoot, engineUser });
     return new Agent(options, devices, governor, options.ffmpeg ?? await findFfmpeg(), log);
   }
 
@@ -303,6 +322,7 @@ export class Agent {
       concurrency: this.#options.concurrency, version: VERSION,
       resident: this.#residency.resident(), draining: this.#drain !== null,
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
+      engineUser: this.#governor.engineUser.description,
     };
   }
 

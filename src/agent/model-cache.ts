@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdirSync, type Stats } from 'node:fs';
-import { rename, rm, stat } from 'node:fs/promises';
+import { copyFile, link, mkdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -67,6 +67,29 @@ export class ModelCache {
   /** Digests on disk and verified (reported in hello). */
   get cached(): string[] {
     return [...this.#verified.keys()];
+  }
+
+  /**
+   * A model of several files as a folder of its own, each member under its name (`<cache>/sets/<model digest>/<name>`),
+   * for engines that open a member by the name another member gives it (an ONNX network whose weights are an external
+   * data file). The members are hard links to the verified files (a copy where the file system has no links), made
+   * anew at every call: a member pulled again is a new file, and a link to the old one would keep its old bytes.
+   * `members`: name → the verified file's path. Returns name → its path in the folder.
+   */
+  async namedSet(setDigest: string, members: Readonly<Record<string, string>>): Promise<Record<string, string>> {
+    const folder = join(this.#dir, 'sets', setDigest.replace(':', '-'));
+    await mkdir(folder, { recursive: true });
+    const named: Record<string, string> = {};
+    for (const [name, verified] of Object.entries(members)) {
+      const path = join(folder, name);
+      await rm(path, { force: true });
+      await link(verified, path).catch(async (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'EXDEV' && error.code !== 'EPERM' && error.code !== 'ENOTSUP') throw error;
+        await copyFile(verified, path);
+      });
+      named[name] = path;
+    }
+    return named;
   }
 
   /** Give up every pull in progress (the orchestrator they come from went away). */

@@ -293,15 +293,16 @@ export class Residency {
   }
 
   /**
-   * A model's files on this host, checked: its one file, or for a model of several files every member (by name) and
-   * then its index, so a host that reports the index cached has the whole model.
+   * A model's files on this host, checked: its one file, or for a model of several files every member (by name, in a
+   * folder of the model's own) and then its index, so a host that reports the index cached has the whole model.
    */
   async #pull(manifest: ModelManifest): Promise<{ path: string; files?: Record<string, string> }> {
     const { cache } = this.#deps;
     if (!manifest.files) return { path: await cache.path(manifest.digest) };
     const members = Object.entries(manifest.files);
     const paths = await Promise.all(members.map(([, member]) => cache.path(member.digest)));
-    const files = Object.fromEntries(members.map(([name], index) => [name, paths[index]!]));
+    // Each member under its own name, in a folder of the model's alone: a member may name another (external data).
+    const files = await cache.namedSet(manifest.digest, Object.fromEntries(members.map(([name], index) => [name, paths[index]!])));
     return { path: await cache.path(manifest.digest), files };
   }
 

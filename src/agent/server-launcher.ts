@@ -77,6 +77,8 @@ export class ServerLauncher {
     }
     const dataDir = join(this.#options.dataDir, safeName(engine), safeName(manifest.name));
     mkdirSync(dataDir, { recursive: true });
+    // ${DATA_DIR} is the server's to write in, as the engine user.
+    await this.#options.governor.handOver(dataDir);
     let server: ManagedServer;
     const asked = performance.now();
     try {

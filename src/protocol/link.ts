@@ -179,6 +179,8 @@ export const AgentMessage = z.discriminatedUnion('type', [
     unavailable: list(UnavailableClass).optional(),
     /** The programs it found for its work (ffmpeg), for `gpumesh status`. Optional, like `unavailable`. */
     tools: list(ToolReport).optional(),
+    /** Who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`), for `gpumesh status`. Optional. */
+    engineUser: z.string().max(500).optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),

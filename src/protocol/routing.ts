@@ -77,6 +77,8 @@ export interface HostView {
   unavailable: Record<string, string>;
   /** Programs it found for its work: ffmpeg's path, where it came from (`system`, `package`, `configured`), version. */
   tools: ToolReport[];
+  /** Who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`); null: its agent did not say. */
+  engineUser: string | null;
   engines: string[];
   /** The models its grant allows it (the `models` caveat of the grant it joined with); null: any. */
   models: string[] | null;

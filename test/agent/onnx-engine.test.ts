@@ -1,4 +1,5 @@
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -9,6 +10,7 @@ import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir } from '../helpers/mesh.js';
+import { externalDataModel } from '../helpers/onnx-external.js';
 import { engineContract } from './engine-contract.js';
 
 const dir = tempDir();
@@ -194,8 +196,64 @@ describe('onnx engine: leftovers', () => {
   });
 
   it('an operator who sets ORT_DISABLE_TELEMETRY keeps their choice; the agent\'s grant is not passed on', () => {
-    expect(workerEnv({ PATH: '/bin', GPUMESH_GRANT: 'secret' })).toEqual({ PATH: '/bin', ORT_DISABLE_TELEMETRY: '1' });
+    expect(workerEnv({ PATH: '/bin', GPUMESH_GRANT: 'secret', GPUMESH_DATABASE_URL: 'postgres://u:pw@db/mesh' })).toEqual({ PATH: '/bin', ORT_DISABLE_TELEMETRY: '1' });
     expect(workerEnv({ ORT_DISABLE_TELEMETRY: '0' }).ORT_DISABLE_TELEMETRY).toBe('0');
+  });
+});
+
+describe('onnx engine: external data, checked at load', () => {
+  const sha = (bytes: Uint8Array): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+  const tensorManifest = (name: string, digest: string, extra: Partial<ModelManifest> = {}): ModelManifest => ({
+    name, version: '1', engine: 'onnx', digest, bytes: 0, memoryMB: 64, jobTypes: ['tensor'], params: {},
+    settings: { pipeline: 'tensors' }, inputs: [{ name: 'x', datatype: 'UINT8', shape: [4] }], outputs: [{ name: 'y', datatype: 'UINT8', shape: [4] }], ...extra,
+  });
+  const job = { id: 'x', input: { inputs: { x: { datatype: 'UINT8', shape: [4], data: [10, 10, 10, 10] } } } };
+
+  it('a model of one file whose weights name a file of the host is refused before onnxruntime opens it, in a worker and in the agent\'s own process', async () => {
+    // The agent's working directory holds what an attacker's model names (the data folder of `gpumesh up` holds the key).
+    const secret = join(process.cwd(), `secret-${process.pid}.key`);
+    writeFileSync(secret, Buffer.from([1, 2, 3, 4]));
+    try {
+      for (const location of [`secret-${process.pid}.key`, `./secret-${process.pid}.key`, `../${dir.split('/').pop()}/x`, secret]) {
+        const bytes = externalDataModel(location);
+        const path = join(dir, `sneaky-${createHash('sha1').update(location).digest('hex')}.onnx`);
+        writeFileSync(path, bytes);
+        for (const where of ['worker', 'agent'] as const) {
+          const engine = new OnnxEngine(supervisor);
+          await expect(engine.load(tensorManifest(`sneaky-${where}`, sha(bytes), { settings: { pipeline: 'tensors', process: where } }), path, cpuDevice(512)))
+            .rejects.toMatchObject({ code: 'ENGINE_FAILED', retryable: false, message: expect.stringContaining(`initializer "w" keeps its data outside the file, at ${JSON.stringify(location)}, which is not a file of the model`) });
+          await engine.close();
+        }
+      }
+    } finally {
+      rmSync(secret, { force: true });
+    }
+  });
+
+  it('a model of several files reads its weights from its own data file, by name; a name outside its files is refused', async () => {
+    const network = externalDataModel('weights.bin');
+    const weights = Uint8Array.from([5, 6, 7, 8]);
+    // Residency hands the engine each member under its own name, in a folder of the model's alone.
+    const folder = join(dir, 'set');
+    mkdirSync(folder, { recursive: true });
+    writeFileSync(join(folder, 'model.onnx'), network);
+    writeFileSync(join(folder, 'weights.bin'), weights);
+    const files = { 'model.onnx': join(folder, 'model.onnx'), 'weights.bin': join(folder, 'weights.bin') };
+    const members = { 'model.onnx': { digest: sha(network), bytes: network.length }, 'weights.bin': { digest: sha(weights), bytes: 4 } };
+    const engine = new OnnxEngine(supervisor);
+    const loaded = await engine.load(tensorManifest('two-files', 'sha256:' + '0'.repeat(64), { files: members }), files['model.onnx'], cpuDevice(512), files);
+    const [output] = (await loaded.run([job], () => {})).outputs;
+    expect(output).toMatchObject({ ok: true, result: { outputs: { y: { datatype: 'UINT8', shape: [4], data: [15, 16, 17, 18] } } } });
+    await loaded.unload();
+
+    const stray = externalDataModel('secret.key');
+    writeFileSync(join(folder, 'stray.onnx'), stray);
+    writeFileSync(join(folder, 'secret.key'), weights);
+    await expect(engine.load(
+      tensorManifest('stray', 'sha256:' + '1'.repeat(64), { files: { 'stray.onnx': { digest: sha(stray), bytes: stray.length }, 'weights.bin': members['weights.bin'] } }),
+      join(folder, 'stray.onnx'), cpuDevice(512), { 'stray.onnx': join(folder, 'stray.onnx'), 'weights.bin': files['weights.bin'] },
+    )).rejects.toMatchObject({ code: 'ENGINE_FAILED', message: expect.stringContaining('stray.onnx: initializer "w" keeps its data outside the file, at "secret.key", which is not a file of the model: only a file of the model itself may hold it (weights.bin)') });
+    await engine.close();
   });
 });
 

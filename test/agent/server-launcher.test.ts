@@ -6,7 +6,7 @@ import type { EngineJob, LoadedModel } from '../../src/agent/engines/core/engine
 import { SdcppEngine } from '../../src/agent/engines/sdcpp/index.js';
 import { ServerLauncher } from '../../src/agent/server-launcher.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
-import { ROOT, tempDir, waitFor } from '../helpers/mesh.js';
+import { ROOT, tempDir, waitFor, TSX_LOADER } from '../helpers/mesh.js';
 import { cgroupFile, cgroupGovernor, expectNothingLeft, needsCgroups, silentLog } from './governance/helpers.js';
 
 /**
@@ -23,7 +23,7 @@ afterAll(async () => {
   await governor.close();
 });
 
-const STANDIN = `'${process.execPath}' --import tsx '${join(ROOT, 'test/fixtures/standins/sdcpp-standin.ts')}' --port \${PORT}`;
+const STANDIN = `'${process.execPath}' --import ${TSX_LOADER} '${join(ROOT, 'test/fixtures/standins/sdcpp-standin.ts')}' --port \${PORT}`;
 const weights = join(dir, 'weights.gguf');
 writeFileSync(weights, 'stand-in weights');
 

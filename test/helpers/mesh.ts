@@ -10,6 +10,11 @@ import { launchFlags } from '../../src/cli/common/launch.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 export const BIN = join(ROOT, 'bin/gpumesh.js');
+/**
+ * tsx's loader by its URL, for engine commands in tests (`node --import ${TSX_LOADER} stand-in.ts`): engine processes
+ * run in an empty folder of their own, where a bare `--import tsx` resolves to nothing.
+ */
+export const TSX_LOADER = import.meta.resolve('tsx');
 
 export { launchFlags };
 
@@ -51,6 +56,8 @@ export async function startMesh(options: {
   nodeArgs?: string[];
   /** Another build's bin/gpumesh.js (a side-by-side comparison of two checkouts); default this one's. */
   bin?: string;
+  /** The folder it is started in; default the tests' own. */
+  cwd?: string;
 } = {}): Promise<RunningMesh> {
   const data = options.data ?? tempDir();
   if (options.config) writeFileSync(join(data, 'mesh.yaml'), stringify(options.config));
@@ -59,6 +66,7 @@ export async function startMesh(options: {
   const child = spawn(process.execPath, [...launchFlags(bin), ...(options.nodeArgs ?? []), bin, 'up', '--data', data, '--port', '0', ...(options.args ?? [])], {
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...(options.cwd ? { cwd: options.cwd } : {}),
   });
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));

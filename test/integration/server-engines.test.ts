@@ -4,7 +4,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobEvent } from '../../src/protocol/index.js';
 import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
-import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 import { agentCgroupDirs, childrenOf, isAlive } from '../helpers/procfs.js';
 
 /**
@@ -33,7 +33,7 @@ beforeAll(async () => {
         sd: {
           engine: 'sdcpp', jobTypes: ['image'], memoryMB: 64, file: 'sd-standin.gguf', params: { defaultSteps: 3 },
           settings: {
-            command: `'${process.execPath}' --import tsx '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 40`,
+            command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 40`,
             readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
             idleStopMs: IDLE_MS, stopGraceMs: 2000,
           },

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobView } from '../../src/protocol/index.js';
-import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 
 /**
  * Two models that cannot both fit on the one device of a real mesh (`gpumesh up` with a 1000 MB CPU budget; each
@@ -16,7 +16,7 @@ const server = (name: string) => ({
   batching: { maxBatchSize: 4 },
   settings: {
     model: name,
-    command: `'${process.execPath}' --import tsx '${STANDIN}' --port \${PORT} --models ${name} --slow-ms 10 --start-delay-ms 150`,
+    command: `'${process.execPath}' --import ${TSX_LOADER} '${STANDIN}' --port \${PORT} --models ${name} --slow-ms 10 --start-delay-ms 150`,
     readiness: { http: '/v1/models', timeoutMs: 60_000, intervalMs: 50 },
     stopGraceMs: 2000,
   },

@@ -4,7 +4,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobEvent } from '../../src/protocol/index.js';
 import { ffprobe } from '../helpers/ffprobe.js';
-import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 import { childrenOf } from '../helpers/procfs.js';
 
 /**
@@ -28,7 +28,7 @@ beforeAll(async () => {
         'sd-clip': {
           engine: 'sdcpp', jobTypes: ['video'], memoryMB: 64, file: 'sd-standin.gguf',
           settings: {
-            command: `'${process.execPath}' --import tsx '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 5 --fail-prompt 'no such scene'`,
+            command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 5 --fail-prompt 'no such scene'`,
             readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
           },
         },

@@ -6,6 +6,7 @@ import { EngineError } from '../engines/core/engine.js';
 import type { CgroupDriver, CgroupLimits, ProcessCgroup } from './cgroups/driver.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { ProcessEnd, StopCause } from './exit-reason.js';
+import type { EngineIdentity } from './engine-user.js';
 
 export type StdioSlot = 'pipe' | 'ignore' | 'inherit' | 'ipc';
 
@@ -17,6 +18,8 @@ export interface SpawnSpec {
   args: readonly string[];
   env: NodeJS.ProcessEnv;
   cwd?: string;
+  /** The user it runs as (an agent running as root runs its engines as another); null or absent: the agent's. */
+  identity?: EngineIdentity | null;
   limits: CgroupLimits;
   /** fds 0, 1, 2 and optionally 3 (`ipc` for a Node.js child). */
   stdio: readonly StdioSlot[];
@@ -99,7 +102,8 @@ export class GovernedProcess {
     }
     const gateFd = spec.stdio.length;
     const stdio = [...spec.stdio, ...(cgroup ? ['pipe' as const] : [])] as StdioOptions;
-    const options = { detached: true, stdio, env: spec.env, cwd: spec.cwd, serialization: spec.serialization };
+    const identity = spec.identity ? { uid: spec.identity.uid, gid: spec.identity.gid } : {};
+    const options = { detached: true, stdio, env: spec.env, cwd: spec.cwd, serialization: spec.serialization, ...identity };
     let child: ChildProcess;
     try {
       child = cgroup

@@ -118,6 +118,8 @@ export class VideoEncoder implements ClipEncoder {
     }
     const dir = join(scratchDir, `${clipId.replace(/[^A-Za-z0-9_-]/g, '_')}.${process.pid}.${this.#clips++}`);
     await mkdir(dir, { recursive: true });
+    // ffmpeg writes the clip and its poster here: the folder is the engine user's.
+    await governor.handOver(dir);
     const files = { video: join(dir, VIDEO), poster: join(dir, POSTER) };
     const env: NodeJS.ProcessEnv = {};
     // The agent's own variables (its grant) stay with the agent.

@@ -25,6 +25,7 @@ interface AgentFlags {
   tlsCaFingerprint?: string;
   engines?: string;
   engineLimit: Record<string, Record<string, number>>;
+  engineUser?: string;
 }
 
 const ENGINE_LIMIT_KEYS = ['memoryLimitMB', 'pidsLimit', 'cpuWeight'];
@@ -105,6 +106,7 @@ export function agentCommand(): Command {
     .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
     .option('--tls-ca-fingerprint <sha256>', 'pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
     .option('--engines <list>', 'the engines this host runs, comma-separated (default: every registered engine; the hello lists them)')
+    .option('--engine-user <user>', 'run as root: the user engine processes run as (default nobody, who must be able to read the model cache in --data; root keeps them root)')
     .option('--engine-limit <engine.limit=n>', 'a ceiling for one engine\'s servers, e.g. sdcpp.memoryLimitMB=12000 (memoryLimitMB, pidsLimit, cpuWeight); repeatable',
       engineLimit, {})
     .action((flags: AgentFlags) => runAgent(flags));
@@ -143,7 +145,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
     dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
     concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
     governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
-    engines,
+    engines, ...(flags.engineUser ? { engineUser: flags.engineUser } : {}),
     onDrainRequested: () => void leave(),
   });
   const control = await ControlServer.listen(controlSocket(flags.data), { drain: (report) => {

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, openSync } from 'node:fs';
+import { chmodSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -64,6 +64,22 @@ class LocalAgent implements LocalAgentHandle {
   }
 }
 
+/**
+ * Run as root, the local agent's engines run as an unprivileged user (resolveEngineUser), who needs to reach the
+ * agent's folder (`<data>/agent`: the model cache, the engines' working folders) through the data folder. The data
+ * folder becomes passable (0711: entered, not listed) and everything else in it is closed to other users: the key,
+ * grants and store are 0600 already; the folders beside the agent's become 0700. Nothing to do for an ordinary user,
+ * whose engines run as itself.
+ */
+function openToEngines(data: string): void {
+  if (process.getuid?.() !== 0) return;
+  chmodSync(data, 0o711);
+  for (const entry of readdirSync(data, { withFileTypes: true })) {
+    if (entry.name === 'agent') continue;
+    chmodSync(join(data, entry.name), entry.isDirectory() ? 0o700 : statSync(join(data, entry.name)).mode & 0o700);
+  }
+}
+
 /** What `up` needs of its local agent, wherever it runs. */
 interface LocalAgentHandle {
   /** The orchestrator refused it; waiting for it to connect is pointless. */
@@ -94,6 +110,7 @@ interface UpOptions extends ServeOptions {
   idleUnload?: number;
   verbose?: boolean;
   galleryTtl?: string;
+  engineUser?: string;
 }
 
 export function upCommand(): Command {
@@ -104,6 +121,7 @@ export function upCommand(): Command {
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
     .option('--idle-unload <seconds>', 'the local agent unloads a model idle this long (default 300)', parseInteger('--idle-unload'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
+    .option('--engine-user <user>', 'run as root: the user the local agent\'s engine processes run as (default nobody; root keeps them root)')
     .option('--gallery-ttl <duration>', 'how long the gallery and mesh links work, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
     .action(async (options: UpOptions) => {
       if (options.galleryTtl !== undefined && !DURATION.test(options.galleryTtl)) {
@@ -129,17 +147,21 @@ export function upCommand(): Command {
       const classes = [...new Set(Object.values(config.routing).flat())];
       const agentGrant = (): string => orchestrator.mint('agent', [`host ${host}`, `classes ${classes.join(',')}`], 'local agent of gpumesh up');
       let agent: LocalAgentHandle | null = null;
+      // Run as root, the agent's engines run as another user, who must pass through the data folder to the agent's.
+      if (options.agent) openToEngines(config.data);
       if (options.agent && !options.agentProcess) {
         const agentLog = options.verbose ? logger.child({ part: 'agent' }) : pino({ level }, pino.destination(join(logs, 'agent.log')));
         agent = await inProcessAgent(orchestrator, {
           log: agentLog, url, grant: agentGrant(), host, classes, dataDir: join(config.data, 'agent'),
           cpuBudgetMB: options.cpuBudget, ...(options.idleUnload !== undefined ? { idleUnloadMs: options.idleUnload * 1000 } : {}),
+          ...(options.engineUser ? { engineUser: options.engineUser } : {}),
         });
       } else if (options.agent) agent = new LocalAgent(() => {
         const grant = agentGrant();
         const args = ['agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
         if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
+        if (options.engineUser) args.push('--engine-user', options.engineUser);
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
         return spawn(process.execPath, gpumeshArgs(args), {
           // The grant travels in the environment, not argv, so `ps` does not show it.

@@ -179,7 +179,7 @@ export class AgentHub {
     const session = new HostSession(
       {
         id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version,
-        models: grant.models, unavailable: hello.unavailable, tools: hello.tools,
+        models: grant.models, unavailable: hello.unavailable, tools: hello.tools, engineUser: hello.engineUser,
       },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
       this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,

@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
+import { isNetworkMember } from '../../protocol/engines/onnx.js';
+import { externalDataProblem, externalDataReferences } from '../../protocol/engines/onnx-external-data.js';
 import { batchesAlongFirstDim, familyOf, MeshError, sha256Digest, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
@@ -146,11 +148,9 @@ export class ModelCatalog {
     const stored = bundle ?? { digest: body.file!, bytes: await this.#sizeOf(body.file!), files: undefined, index: null };
     let signature: ReturnType<typeof onnxSignature> = { inputs: [], outputs: [] };
     // A single ONNX file declares its inputs and outputs; a model of several files has none of its own (each member has).
-    if (body.engine === 'onnx' && !body.files && (!body.inputs || !body.outputs)) {
-      const file = await blobs.read(stored.digest);
-      if (!file) throw missingBlob(stored.digest);
-      signature = onnxSignature(file, name);
-    }
+    const single = body.engine === 'onnx' && !body.files ? await blobs.read(stored.digest) : null;
+    if (body.engine === 'onnx' && !body.files && !single) throw missingBlob(stored.digest);
+    if (single && (!body.inputs || !body.outputs)) signature = onnxSignature(single, name);
     const inputs = body.inputs ?? signature.inputs;
     const outputs = body.outputs ?? signature.outputs;
     const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: DEFAULT_ONNX_PIPELINE[body.types[0]!] ?? 'tensors' } : {});
@@ -161,6 +161,7 @@ export class ModelCatalog {
     if (lacking.length > 0) {
       throw new MeshError('VALIDATION_FAILED', { detail: `files: a ${String(settings.pipeline ?? body.engine)} model holds files named ${wanted.join(', ')}; ${stored.files ? `it lacks ${lacking.join(', ')} (it has ${Object.keys(stored.files).join(', ')})` : 'it was given one file'}` });
     }
+    if (body.engine === 'onnx') await this.#checkExternalData(name, stored.files ?? null, single, String(settings.pipeline));
     const manifest: ModelManifest = {
       name, version, engine: body.engine, digest: stored.digest, file: true, bytes: stored.bytes, ...(stored.files ? { files: stored.files } : {}),
       memoryMB: body.memoryMB ?? Math.max(64, Math.ceil((2 * stored.bytes) / MB)), memoryFrom: body.memoryMB === undefined ? 'estimate' : 'given',
@@ -214,6 +215,30 @@ export class ModelCatalog {
     });
     registry.addVersion(model, updated.manifest, updated.policy ? policyDefaultsOf(ModelPolicy.parse(updated.policy)) : undefined);
     await commits.durable();
+  }
+
+  /**
+   * What the model's networks make onnxruntime open by themselves (external data) must be a file of the model's own
+   * file set — never a path on the host, which the agent would read from its engine's folder (the signing key, a
+   * grant, anything relative to it). Refused here, before anything is stored, and again by the agent at load.
+   */
+  async #checkExternalData(model: string, files: Record<string, { digest: string }> | null, single: Uint8Array | null, pipeline: string): Promise<void> {
+    const networks: [string | null, Uint8Array | null | string][] = files
+      ? Object.entries(files).filter(([member]) => isNetworkMember(member, pipeline)).map(([member, { digest }]) => [member, digest])
+      : [[null, single]];
+    for (const [member, source] of networks) {
+      const bytes = typeof source === 'string' ? await this.#deps.blobs.read(source) : source;
+      if (!bytes) throw missingBlob(String(source));
+      let references: ReturnType<typeof externalDataReferences>;
+      try {
+        references = externalDataReferences(bytes);
+      } catch (error) {
+        throw new MeshError('INVALID_INPUT', { model, detail: `${member ?? 'the file'} is not an ONNX model (${(error as Error).message.slice(0, 120)})` }, { cause: error });
+      }
+      const others = new Set(Object.keys(files ?? {}).filter((name) => name !== member));
+      const problem = externalDataProblem(references, others, member ?? undefined);
+      if (problem) throw new MeshError('INVALID_INPUT', { model, detail: `${member ? `${member}: ` : ''}${problem}` });
+    }
   }
 
   /** A stored blob's size, or NOT_FOUND telling how to store it. */

@@ -24,6 +24,8 @@ export interface HostInfo {
   unavailable?: readonly UnavailableClass[];
   /** The programs it found for its work (ffmpeg), as its hello said. */
   tools?: readonly ToolReport[];
+  /** Who its engine processes run as, as its hello said (absent: an agent too old to say). */
+  engineUser?: string;
 }
 
 /** Why `info`'s host cannot serve one of `classes` although it was meant to (the first such class), or null. */

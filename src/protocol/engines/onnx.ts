@@ -74,6 +74,16 @@ export const ONNX_PIPELINE_FILES: Readonly<Partial<Record<OnnxPipeline, Readonly
   ocr: { detector: 'network', recognizer: 'network', dictionary: 'data' },
 };
 
+/**
+ * Whether a member of a model of several files is a network (an ONNX file a session is made of): its pipeline says so
+ * (the `ocr` pipeline's `detector` and `recognizer`), or its name ends in `.onnx` (a protobuf has no signature to
+ * sniff). Anything else is data: read as bytes (a dictionary), or opened by onnxruntime as a network's external data.
+ */
+export function isNetworkMember(name: string, pipeline: string): boolean {
+  const role = ONNX_PIPELINE_FILES[pipeline as OnnxPipeline]?.[name];
+  return role ? role === 'network' : name.endsWith('.onnx');
+}
+
 /** The built-in ONNX Runtime engine: one worker process per device. Its text is seeds for a generator, never read as instructions. */
 export const onnxDescriptor: EngineDescriptor<typeof OnnxSettings> = {
   name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true, pictureInputs: true, controlMarkup: [],

@@ -91,6 +91,8 @@ export class ExecBatch {
       const inputPath = join(scratch, 'input.json');
       const inputJson = JSON.stringify(batch ? { jobs: entries } : entries[0]);
       await writeFile(inputPath, inputJson);
+      // The command may run as another user than the agent (an agent running as root): the scratch is its to write in.
+      await runner.handOver?.(scratch);
       const values: Record<Placeholder, string> = { INPUT: inputPath, OUTPUT_DIR: outputDir, JOB_ID: batch ? '' : members[0]!.job.id, MODEL_PATH: modelPath };
       const env: NodeJS.ProcessEnv = {
         // The agent's own GPUMESH_* variables (its grant among them) are not the command's business.

@@ -25,6 +25,10 @@ export class GovernedCommandRunner implements CommandRunner {
     this.#governor = governor;
   }
 
+  handOver(path: string): Promise<void> {
+    return this.#governor.handOver(path);
+  }
+
   async run(spec: CommandSpec, hooks: CommandHooks = {}): Promise<CommandResult> {
     const stdoutTail = new Tail(spec.maxOutputBytes);
     const stderrTail = new Tail(spec.maxOutputBytes);

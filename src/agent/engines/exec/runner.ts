@@ -46,6 +46,8 @@ export interface CommandResult {
  */
 export interface CommandRunner {
   run(spec: CommandSpec, hooks?: CommandHooks): Promise<CommandResult>;
+  /** A folder the agent prepared for a run (its scratch), given to whoever the command runs as. Default: nothing to do. */
+  handOver?(path: string): Promise<void>;
 }
 
 /** The last `limit` bytes of a stream. */

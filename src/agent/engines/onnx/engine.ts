@@ -12,11 +12,12 @@ import { encodeClips, type FrameSink } from '../../video/clips.js';
 import { workerCore } from './worker-core.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
-function workerEntry(): { path: string; execArgv: string[] } {
+export function onnxWorkerEntry(): { path: string; execArgv: string[] } {
   // --expose-gc: the worker collects garbage before it measures memory, so dead buffers are not charged to a model.
   const compiled = fileURLToPath(new URL('./worker.js', import.meta.url));
   if (existsSync(compiled)) return { path: compiled, execArgv: ['--expose-gc'] };
-  return { path: fileURLToPath(new URL('./worker.ts', import.meta.url)), execArgv: ['--expose-gc', '--import', 'tsx'] };
+  // tsx by its resolved URL: the worker runs in an empty folder of its own, where a bare `tsx` resolves to nothing.
+  return { path: fileURLToPath(new URL('./worker.ts', import.meta.url)), execArgv: ['--expose-gc', '--import', import.meta.resolve('tsx')] };
 }
 
 /**
@@ -25,10 +26,11 @@ function workerEntry(): { path: string; execArgv: string[] } {
  * for every process that creates a session (and keeps an offline event cache);
  * ORT_DISABLE_TELEMETRY=1, set before onnxruntime initializes, turns all of it off.
  * An operator who sets the variable themselves keeps their choice. The agent's
- * join grant stays with the agent: an engine process has no use for it.
+ * GPUMESH_* variables (its join grant, a database URL) stay with the agent: an
+ * engine process has no use for them.
  */
 export function workerEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
-  const { GPUMESH_GRANT: _grant, ...env } = base;
+  const env = Object.fromEntries(Object.entries(base).filter(([key]) => !key.startsWith('GPUMESH_')));
   return { ...env, ORT_DISABLE_TELEMETRY: base.ORT_DISABLE_TELEMETRY ?? '1' };
 }
 
@@ -270,7 +272,7 @@ export class OnnxEngine implements Engine {
     if (where === 'agent') {
       worker = new Worker(inProcessPort(), forkedAt);
     } else {
-      const entry = workerEntry();
+      const entry = onnxWorkerEntry();
       const child = this.#supervisor.fork(entry.path, { name: `onnx/${key}`, execArgv: entry.execArgv, env: workerEnv() });
       worker = new Worker(processPort(child, this.#supervisor), forkedAt, () => this.#supervisor.oomError(child));
     }

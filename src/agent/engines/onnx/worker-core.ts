@@ -5,7 +5,10 @@
  * process instead (engine.ts says when that is worth it).
  */
 import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { pipeline as streamInto } from 'node:stream/promises';
 import * as ort from 'onnxruntime-node';
 import type { InferenceSession } from 'onnxruntime-node';
 import { pixelsOf, type ModelManifest } from '../../../protocol/index.js';
@@ -13,7 +16,8 @@ import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../governance
 import { EngineError, type BatchMemory } from '../core/engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { PIPELINES, type ModelParts } from './pipelines.js';
-import { ONNX_PIPELINE_FILES, type OnnxPipeline } from '../../../protocol/engines/onnx.js';
+import { isNetworkMember, type OnnxPipeline } from '../../../protocol/engines/onnx.js';
+import { externalDataProblem, externalDataReferences, type ExternalDataReference } from '../../../protocol/engines/onnx-external-data.js';
 
 interface Resident {
   session: InferenceSession;
@@ -56,6 +60,25 @@ async function heldMB(provider: 'cpu' | 'cuda'): Promise<number> {
  * The model's bytes, verified: the very buffer that was hashed is the one the
  * session is built from, so the file cannot change between the check and the use.
  */
+/** A model of one file: it may name no external data (it has no other files to name). */
+async function singleFileSession(message: Extract<ToWorker, { type: 'load' }>, threading: { spinning: boolean; threads?: number }): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
+  const bytes = await verifiedBytes(message.modelPath, message.manifest.digest);
+  checkedExternalData(bytes, message.manifest, 'its file', new Set());
+  return createSession(bytes, message.provider, message.deviceIndex, threading, null);
+}
+
+/** A file's bytes hashed as they stream, without holding them (a network's external data, which onnxruntime read). */
+async function verifiedFile(path: string, digest: string): Promise<void> {
+  const hash = createHash('sha256');
+  try {
+    await streamInto(createReadStream(path), hash);
+  } catch (error) {
+    throw new EngineError('INTEGRITY_FAILED', `cannot read model file ${path}: ${(error as Error).message}`, true, { cause: error });
+  }
+  const actual = `sha256:${hash.digest('hex')}`;
+  if (actual !== digest) throw new EngineError('INTEGRITY_FAILED', `model file ${path} hashes to ${actual}, not ${digest}`);
+}
+
 async function verifiedBytes(path: string, digest: string): Promise<Uint8Array> {
   let bytes: Buffer;
   try {
@@ -70,15 +93,26 @@ async function verifiedBytes(path: string, digest: string): Promise<Uint8Array> 
   return bytes;
 }
 
+/**
+ * A session of a network's bytes. `externalDataFolder`: the folder its checked external data lies in (the model's
+ * own), which onnxruntime then resolves locations against instead of the process's working directory; null for a
+ * network that names none (checkedExternalData refused any other).
+ */
 async function createSession(
-  bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number },
+  bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number }, externalDataFolder: string | null,
 ): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
   const spin = threading.spinning ? '1' : '0';
   // The thread pools sleep when idle unless the model's settings say otherwise (OnnxSettings.spinning says why), and
   // have as many threads as the settings give (OnnxSettings.threads), else one per core.
   const options: InferenceSession.SessionOptions = {
     ...(threading.threads !== undefined ? { intraOpNumThreads: threading.threads } : {}),
-    graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: spin }, inter_op: { allow_spinning: spin } } },
+    graphOptimizationLevel: 'all',
+    extra: {
+      session: {
+        intra_op: { allow_spinning: spin }, inter_op: { allow_spinning: spin },
+        ...(externalDataFolder ? { model_external_initializers_file_folder_path: externalDataFolder } : {}),
+      },
+    },
   };
   if (provider === 'cuda') {
     try {
@@ -94,26 +128,30 @@ async function createSession(
 
 /**
  * The members of a model of several files, each verified against its digest in the manifest: a network becomes a
- * session, anything else stays bytes (a dictionary). The model's `session` is its first network by name, for the
- * pipelines that run one.
+ * session, a data file one of its networks names as external data is left to onnxruntime to open (from the model's
+ * own folder, where every member lies under its name: Residency pulls them there), anything else stays bytes (a
+ * dictionary). The model's `session` is its first network by name, for the pipelines that run one.
  */
 async function loadParts(
   files: Record<string, string>, manifest: ModelManifest, pipeline: OnnxPipeline, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number },
 ): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda'; parts: ModelParts }> {
   const parts: Record<string, InferenceSession | Uint8Array> = {};
   let first: { session: InferenceSession; provider: 'cpu' | 'cuda' } | null = null;
+  const names = Object.keys(files).sort();
+  const external = new Set<string>();
   try {
-    for (const name of Object.keys(files).sort()) {
-      const member = manifest.files?.[name];
-      if (!member) throw new EngineError('ENGINE_FAILED', `model ${manifest.name} has no file named ${name}`, false);
-      const bytes = await verifiedBytes(files[name]!, member.digest);
-      if (isNetwork(name, pipeline)) {
-        const built = await createSession(bytes, provider, deviceIndex, threading);
-        parts[name] = built.session;
-        first ??= built;
-      } else {
-        parts[name] = bytes;
-      }
+    for (const name of names.filter((member) => isNetworkMember(member, pipeline))) {
+      const bytes = await verifiedBytes(files[name]!, digestOf(manifest, name));
+      const references = checkedExternalData(bytes, manifest, name, new Set(names.filter((member) => member !== name)));
+      for (const reference of references) external.add(reference.location);
+      const built = await createSession(bytes, provider, deviceIndex, threading, references.length > 0 ? dirname(files[name]!) : null);
+      parts[name] = built.session;
+      first ??= built;
+    }
+    for (const name of names.filter((member) => !isNetworkMember(member, pipeline))) {
+      // onnxruntime read it already; its bytes are checked without holding them twice.
+      if (external.has(name)) await verifiedFile(files[name]!, digestOf(manifest, name));
+      else parts[name] = await verifiedBytes(files[name]!, digestOf(manifest, name));
     }
   } catch (error) {
     await Promise.all(Object.values(parts).map((part) => (part instanceof Uint8Array ? null : part.release())));
@@ -123,13 +161,27 @@ async function loadParts(
   return { ...first, parts };
 }
 
+function digestOf(manifest: ModelManifest, name: string): string {
+  const member = manifest.files?.[name];
+  if (!member) throw new EngineError('ENGINE_FAILED', `model ${manifest.name} has no file named ${name}`, false);
+  return member.digest;
+}
+
 /**
- * Whether a member is a network: its pipeline says so (the `ocr` pipeline's `detector` and `recognizer`), or its name
- * ends in `.onnx` (a protobuf has no signature to sniff).
+ * What a network's external data names, refused unless each is a file of the model's own (`members`): the check the
+ * orchestrator makes at `models add`, again here, for a model that reached this host another way. Without it
+ * onnxruntime would open whatever relative path the file names, from the worker's folder.
  */
-function isNetwork(name: string, pipeline: OnnxPipeline): boolean {
-  const role = ONNX_PIPELINE_FILES[pipeline]?.[name];
-  return role ? role === 'network' : name.endsWith('.onnx');
+function checkedExternalData(bytes: Uint8Array, manifest: ModelManifest, name: string, members: ReadonlySet<string>): ExternalDataReference[] {
+  let references: ExternalDataReference[];
+  try {
+    references = externalDataReferences(bytes);
+  } catch (error) {
+    throw new EngineError('ENGINE_FAILED', `model ${manifest.name}: ${name} is not an ONNX model (${(error as Error).message})`, false, { cause: error });
+  }
+  const problem = externalDataProblem(references, members, name);
+  if (problem) throw new EngineError('ENGINE_FAILED', `model ${manifest.name} refused: ${name}: ${problem}`, false);
+  return references;
 }
 
 /** The worker's state and its handling of one message; `send` carries its answers back to the engine. */
@@ -146,7 +198,7 @@ export function workerCore(send: (message: FromWorker) => void): { receive(messa
     const threading = { spinning: message.spinning, threads: message.threads };
     const built = message.files
       ? await loadParts(message.files, message.manifest, message.pipeline, message.provider, message.deviceIndex, threading)
-      : { ...(await createSession(await verifiedBytes(message.modelPath, message.manifest.digest), message.provider, message.deviceIndex, threading)), parts: {} };
+      : { ...(await singleFileSession(message, threading)), parts: {} };
     const { session, provider, parts } = built;
     settle(); // the file's buffer is garbage now; it is not the model's memory
     const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
