@@ -45,6 +45,7 @@ import { JobRetention, type SweptJobs } from './jobs/retention.js';
 import { ModelCatalog } from './registry/catalog.js';
 import { ReplicaRequests } from './autoscale/replica-requests.js';
 import { SelfPackage } from './install/self-package.js';
+import { FreeSpace } from './storage/free-space.js';
 
 /** A resumable upload not completed within this long is deleted (at the start, and by the hourly sweep). */
 const UPLOAD_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
@@ -279,13 +280,23 @@ export class Orchestrator {
       classes: new ClassAvailability(hosts) });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
+    // The data folder's disk against its floor: new uploads and jobs are refused below it (http/storage-floor.ts).
+    const freeSpace = new FreeSpace({
+      path: config.data, minFreeBytes: config.storage.minFreeMB * 1024 * 1024, now: () => clock.now(),
+      onChange: (low, disk) => {
+        if (low) log.warn(disk, 'the data folder\'s disk is below its floor (storage.minFreeMB): new uploads, jobs and model adds are refused (507 STORAGE_FULL) until space is freed');
+        else log.info(disk, 'the data folder\'s disk is above its floor again: new work is taken');
+      },
+    });
     const status = new MeshStatus({
       hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(), orchestrators: options.orchestrators,
       storage: async () => ({
         blobs: { location: blobStore.location, ...await store.blobs.blobTotals() },
         jobs: { retentionDays: config.jobs.retentionDays, counts: await jobs.counts() },
+        disk: await freeSpace.view(),
       }),
+      disk: () => freeSpace.view(),
     });
     // The gallery's thumbnails (kept by digest under the data folder) and its albums and deletes.
     const thumbnails = new Thumbnails({
@@ -303,6 +314,7 @@ export class Orchestrator {
       // This package (the folder above src/ or dist/), served to hosts that join with one line.
       selfPackage: new SelfPackage({ root: fileURLToPath(new URL('../../', import.meta.url)), dir: join(config.data, 'install') }),
       bodyLimitBytes: config.server.bodyLimitBytes,
+      freeSpace,
       linkFrameBytes: linkFrameLimit(config.agents),
       uploadLimitBytes: config.server.uploadLimitBytes,
     }, log, VERSION, tls);

@@ -8,6 +8,9 @@ import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { drainRoutes } from './http/drain.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
+import { installJsonDepthLimit } from './http/json-depth.js';
+import { installStorageFloor } from './http/storage-floor.js';
+import type { FreeSpace } from './storage/free-space.js';
 import { eventRoutes } from './http/events.js';
 import { explainRoutes, type ExplainRouteDeps } from './http/explain.js';
 import { galleryRoutes, type GalleryRouteDeps } from './http/gallery.js';
@@ -33,6 +36,8 @@ export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDep
   hub: AgentHub;
   webRoot: string;
   bodyLimitBytes: number;
+  /** The data folder's free space against storage.minFreeMB: the floor the routes of new work are held to. */
+  freeSpace: Pick<FreeSpace, 'admit' | 'sawFull'>;
   /** The largest WebSocket frame an agent may send (agents.link.maxFrameBytes). */
   linkFrameBytes: number;
   /** The largest file a client may store (server.uploadLimitBytes): an OpenAI edit's picture too. */
@@ -61,6 +66,8 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);
+  installJsonDepthLimit(app);
+  installStorageFloor(app, parts.freeSpace);
   // Every body the API takes is JSON (uploads have their own parser): plain text is a 415, not a string to validate.
   app.removeContentTypeParser('text/plain');
   installGrantRules(app, parts);

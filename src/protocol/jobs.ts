@@ -22,6 +22,12 @@ export const LIMITS = {
   /** Largest body of a bulk submit. */
   bulkBodyBytes: 16 * 1024 * 1024,
   /**
+   * How deep a JSON body (or an OIP inference header) may nest arrays and objects: a tensor's data nests once per
+   * dimension (at most 16), a job's input a few levels more. Deeper is 400 NESTING_TOO_DEEP, counted without recursion
+   * before anything else walks the body (a 100,000-deep array once overflowed the stack flattening a tensor).
+   */
+  jsonDepth: 64,
+  /**
    * A picture a job starts from (`image`, `mask`): the formats decoded, and the most pixels one may hold once decoded
    * (a decompression bomb is refused by its header, before its pixels are allocated).
    */

@@ -26,4 +26,16 @@ describe('gpumesh status: what the store holds', () => {
       .toBe('storage: 1 blob, 512 B in s3://bucket/gpumesh/; finished jobs without results kept 1 day');
     expect(storageLine({ blobs: { location: '/data/blobs', count: 0, bytes: 0 }, jobs: jobs(0) })).toBe('storage: 0 blobs, 0 B in /data/blobs; every finished job kept');
   });
+
+  it('says how much of the data folder\'s disk is free, and when it is below its floor what that stops', () => {
+    const base = { blobs: { location: '/data/blobs', count: 2, bytes: 2048 }, jobs: { retentionDays: 30, counts: {} } };
+    const disk = (freeBytes: number, low: boolean) => ({ path: '/data', freeBytes, totalBytes: 40 * 1024 ** 3, minFreeBytes: 512 * 1024 ** 2, low, checkedAt: '2026-01-01T00:00:00.000Z' });
+    expect(storageLine({ ...base, disk: disk(10 * 1024 ** 3, false) }))
+      .toBe('storage: 2 blobs, 2.0 KiB in /data/blobs; finished jobs without results kept 30 days; disk: 10.0 GiB free of 40.0 GiB');
+    expect(storageLine({ ...base, disk: disk(100 * 1024 ** 2, true) })).toBe(
+      'storage: 2 blobs, 2.0 KiB in /data/blobs; finished jobs without results kept 30 days; disk LOW: 100.0 MiB free of 40.0 GiB, below the floor of 512.0 MiB (storage.minFreeMB): new uploads, jobs and model adds are refused (STORAGE_FULL) until space is freed',
+    );
+    // Never measured (statfs failed): nothing to say about it.
+    expect(storageLine({ ...base, disk: { ...disk(0, false), checkedAt: null } })).toBe('storage: 2 blobs, 2.0 KiB in /data/blobs; finished jobs without results kept 30 days');
+  });
 });

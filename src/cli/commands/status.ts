@@ -62,13 +62,18 @@ function replicasTable(hosts: HostView[]): string {
 }
 
 /**
- * `storage: 1,234 blobs, 2.3 GiB in ./.gpumesh/blobs; finished jobs without results kept 30 days`: what the disk (or
- * the bucket) holds, and for how long jobs are kept.
+ * `storage: 1,234 blobs, 2.3 GiB in ./.gpumesh/blobs; finished jobs without results kept 30 days; disk: 41 GiB free of
+ * 100 GiB`: what the disk (or the bucket) holds, for how long jobs are kept, and the data folder's free space — `disk
+ * LOW: …` with what that stops while it is below its floor.
  */
 export function storageLine(storage: StorageView): string {
-  const { blobs, jobs } = storage;
+  const { blobs, jobs, disk } = storage;
   const kept = jobs.retentionDays === 0 ? 'every finished job kept' : `finished jobs without results kept ${jobs.retentionDays} day${jobs.retentionDays === 1 ? '' : 's'}`;
-  return `storage: ${blobs.count.toLocaleString('en')} blob${blobs.count === 1 ? '' : 's'}, ${formatBytes(blobs.bytes)} in ${blobs.location}; ${kept}`;
+  const line = `storage: ${blobs.count.toLocaleString('en')} blob${blobs.count === 1 ? '' : 's'}, ${formatBytes(blobs.bytes)} in ${blobs.location}; ${kept}`;
+  if (!disk || disk.checkedAt === null) return line;
+  const free = `${formatBytes(disk.freeBytes)} free of ${formatBytes(disk.totalBytes)}`;
+  if (!disk.low) return `${line}; disk: ${free}`;
+  return `${line}; disk LOW: ${free}, below the floor of ${formatBytes(disk.minFreeBytes)} (storage.minFreeMB): new uploads, jobs and model adds are refused (STORAGE_FULL) until space is freed`;
 }
 
 async function status(options: ClientOptions & { json?: boolean }): Promise<void> {

@@ -284,6 +284,15 @@ export const MeshConfigInput = z.strictObject({
      */
     maxOpenPerGrant: z.int().min(1).max(100_000).default(32),
   }).prefault({}),
+  storage: z.strictObject({
+    /**
+     * The free space (MB) the data folder's filesystem keeps: below it the orchestrator refuses new uploads, jobs and
+     * model adds with 507 STORAGE_FULL before writing anything (jobs already accepted run on, reads and deletes go
+     * on), and takes them again by itself once there is more. 0: no floor (a write that meets a full disk is still a
+     * 507). Default 512.
+     */
+    minFreeMB: z.int().min(0).max(10_000_000).default(512),
+  }).prefault({}),
   audit: z.strictObject({
     /** Audit entries older than this are deleted. Default 30 days. */
     retentionDays: z.int().min(1).max(3650).default(30),

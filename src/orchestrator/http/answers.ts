@@ -179,6 +179,16 @@ export const ExplainViewSchema = z.strictObject({
 
 // The mesh: status, series, health.
 
+/** The data folder's disk (storage/free-space.ts's DiskView). */
+export const DiskSchema = z.strictObject({
+  path: z.string().describe('the data folder, whose filesystem is measured'),
+  freeBytes: z.int().describe('free space, as last measured (at most a second ago when asked here)'),
+  totalBytes: z.int(),
+  minFreeBytes: z.int().describe('storage.minFreeMB: below it new uploads, jobs and model adds are refused (507 STORAGE_FULL); 0: no floor'),
+  low: z.boolean().describe('below the floor now: new work is refused until space is back'),
+  checkedAt: z.string().nullable().describe('when it was measured; null if it could not be'),
+});
+
 export const StatusSchema = z.strictObject({
   hosts: z.array(HostViewSchema).describe('the connected hosts'),
   queues: z.record(z.string(), z.strictObject({
@@ -190,6 +200,7 @@ export const StatusSchema = z.strictObject({
   })).describe('per model: its replicas, wanted and where'),
   jobs: z.record(z.string(), z.int()).describe('jobs by status'),
   orchestrators: z.array(z.record(z.string(), z.unknown())).optional().describe('on a shared store: every orchestrator on it, its role and when it was seen'),
+  disk: DiskSchema.optional().describe('the data folder\'s disk against its floor: `low` while new work is refused'),
 });
 
 export const SeriesSchema = z.strictObject({
@@ -209,6 +220,7 @@ export const StorageSchema = z.strictObject({
     retentionDays: z.int().describe('finished jobs no published result names are deleted this long after they ended; 0: never'),
     counts: z.record(z.string(), z.int()).describe('jobs kept, by status'),
   }),
+  disk: DiskSchema.optional().describe('the data folder\'s disk (always sent by this version)'),
 });
 
 export const LiveSchema = z.strictObject({ ok: z.literal(true) });

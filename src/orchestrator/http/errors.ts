@@ -3,6 +3,7 @@ import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { MeshError } from '../../protocol/index.js';
+import { storageFullError } from '../storage/free-space.js';
 
 /** Largest refused body read to its end (and discarded) so the 413 reaches the client. */
 const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
@@ -77,11 +78,36 @@ export function toMeshError(error: FastifyError, request: FastifyRequest): MeshE
   const known = error.code ? FASTIFY_CLIENT_ERRORS[error.code] : undefined;
   if (known) return known(error, request);
   if (error instanceof SyntaxError) return new MeshError('BAD_REQUEST', { detail: `the body is not valid JSON (${error.message})` });
+  const full = storageFullError(error);
+  if (full) return full;
   if (typeof error.statusCode === 'number' && error.statusCode >= 400 && error.statusCode < 500) {
     return BY_STATUS[error.statusCode]?.(error, request) ?? new MeshError('BAD_REQUEST', { detail: echo(error.message) });
   }
   request.log.error({ err: error }, 'unhandled error');
   return new MeshError('INTERNAL', { detail: 'see the orchestrator log' }, { cause: error });
+}
+
+/**
+ * An error answered while the request's body was part read (an upload that met a full disk, a multipart edit refused
+ * at a bad part) must not leave the connection waiting on bytes nobody reads: Node reads the next request only once
+ * this one's body has ended, and a reader that stopped (a stream destroyed by a failed pipeline) never ends it — the
+ * next request on the connection would hang. A body of a sane size still arriving is read to its end and discarded,
+ * so the connection stays usable; a larger one, one of unknown length, or one whose stream is gone closes the
+ * connection after the answer (`Connection: close`: Node then ends the socket). A body nothing has started to read
+ * is left to Node, which discards it itself.
+ */
+export function settleUnreadBody(request: FastifyRequest, reply: FastifyReply): void {
+  const raw = request.raw;
+  if (raw.complete) return;
+  if (!raw.destroyed && !raw.readableDidRead && raw.readableFlowing === null) return;
+  const length = Number(raw.headers['content-length']);
+  if (!raw.destroyed && Number.isSafeInteger(length) && length <= DRAIN_LIMIT_BYTES) {
+    raw.unpipe();
+    raw.removeAllListeners('data');
+    raw.resume();
+    return;
+  }
+  void reply.header('connection', 'close');
 }
 
 function sendError(reply: FastifyReply, mesh: MeshError): void {
@@ -139,7 +165,9 @@ export function installErrorHandling(app: FastifyInstance, bodyLimitBytes: numbe
       if (Number(request.headers['content-length'] ?? Infinity) <= DRAIN_LIMIT_BYTES) reply.removeHeader('connection');
       return sendError(reply, new MeshError('PAYLOAD_TOO_LARGE', { limit: bodyLimitBytes }));
     }
-    sendError(reply, toMeshError(error, request));
+    const mesh = toMeshError(error, request);
+    settleUnreadBody(request, reply);
+    sendError(reply, mesh);
   });
   app.setNotFoundHandler((request, reply) => sendError(reply, routeNotFound(request)));
   // Node answers an Expect other than 100-continue with a bare 417 of its own; RFC 9110 lets a server

@@ -18,9 +18,15 @@ const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
-/** Nested arrays (as OIP allows) made flat, row-major. */
+/** The most dimensions a tensor has (OIP's shape, and the deepest its nested data may be). */
+const MAX_RANK = 16;
+
+/**
+ * Nested arrays (as OIP allows) made flat, row-major — at most MAX_RANK levels: a value nested deeper stays a list,
+ * which no datatype takes (refused by name), and the flattening's recursion stays bounded whatever was sent.
+ */
 function flatten(data: unknown): unknown[] {
-  return Array.isArray(data) && data.some(Array.isArray) ? (data as unknown[]).flat(Infinity) : (data as unknown[]);
+  return Array.isArray(data) && data.some(Array.isArray) ? (data as unknown[]).flat(MAX_RANK) : (data as unknown[]);
 }
 
 /**
@@ -65,7 +71,7 @@ export function checkNamedTensors(input: Record<string, unknown>, manifest: Mode
     if (!Array.isArray(data)) refuse(`${at}.data: expected a list of ${expected} values`);
     if (data.length !== expected) refuse(`${at}.data: ${data.length} values; shape [${dims.join(', ')}] holds ${expected}`);
     const bad = data.findIndex((value) => !fits(value, spec.datatype));
-    if (bad >= 0) refuse(`${at}.data[${bad}]: ${JSON.stringify(data[bad])?.slice(0, 40)} is not a ${spec.datatype} value`);
+    if (bad >= 0) refuse(`${at}.data[${bad}]: ${describeValue(data[bad])} is not a ${spec.datatype} value`);
     checked[spec.name] = { datatype: spec.datatype, shape: dims, data: data as JobTensor['data'] };
   }
   return { inputs: checked };
@@ -78,6 +84,10 @@ function fits(value: unknown, datatype: Datatype): boolean {
   const range = INT_RANGE[datatype];
   return range === undefined ? true : Number.isInteger(value) && value >= range[0] && value <= range[1];
 }
+
+/** A refused element as the message quotes it: a list or an object by what it is (it may nest deeply), else its JSON. */
+const describeValue = (value: unknown): string =>
+  (Array.isArray(value) ? 'a list' : value !== null && typeof value === 'object' ? 'an object' : String(JSON.stringify(value)).slice(0, 40));
 
 const describe = (spec: TensorSpec): string => `${spec.name} ${spec.datatype} [${spec.shape.join(', ')}]`;
 

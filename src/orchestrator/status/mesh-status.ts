@@ -3,6 +3,7 @@ import type { ModelReplicasView } from '../autoscale/index.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard, DepartedHost, HealthBook, HostInfo, HostRegistry, HostSession, ThroughputBook } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';
+import type { DiskView } from '../storage/free-space.js';
 
 export interface MeshStatusDeps {
   hosts: HostRegistry;
@@ -22,12 +23,19 @@ export interface MeshStatusDeps {
   orchestrators?(): Promise<unknown[]>;
   /** What the store holds and how long it keeps finished jobs (`GET /v1/storage`). */
   storage?(): Promise<StorageView>;
+  /** The data folder's disk against its floor (storage.minFreeMB): in the status, so the mesh view can say it is low. */
+  disk?(): Promise<DiskView>;
 }
 
 /** `GET /v1/storage`: the blobs stored (where, how many, their bytes) and the job retention in effect. */
 export interface StorageView {
   blobs: { location: string; count: number; bytes: number };
   jobs: { retentionDays: number; counts: Record<string, number> };
+  /**
+   * The data folder's disk: free space, the floor below which uploads and jobs are refused, and whether it is low
+   * (absent from an orchestrator older than the floor).
+   */
+  disk?: DiskView;
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -63,7 +71,7 @@ export class MeshStatus {
 
   async view() {
     const { hosts, registry, scheduler } = this.#deps;
-    const [jobs, orchestrators] = await Promise.all([this.#deps.counts(), this.#deps.orchestrators?.()]);
+    const [jobs, orchestrators, disk] = await Promise.all([this.#deps.counts(), this.#deps.orchestrators?.(), this.#deps.disk?.()]);
     return {
       hosts: [...hosts].map((host) => this.#connected(host)),
       queues: Object.fromEntries(registry.all().map((model) => [model.manifest.name, {
@@ -74,6 +82,7 @@ export class MeshStatus {
       models: Object.fromEntries((this.#deps.placement?.() ?? []).map(({ model, ...view }) => [model, view])),
       jobs,
       ...(orchestrators ? { orchestrators } : {}),
+      ...(disk ? { disk } : {}),
     };
   }
 

@@ -1,4 +1,5 @@
 import { DATATYPE_BYTES, halfToNumber, MeshError, numberToHalf, type Datatype } from '../../../protocol/index.js';
+import { assertJsonDepth } from '../json-depth.js';
 
 /**
  * Triton's binary tensor data extension (its docs/protocol/extension_binary_data.md), which KServe's clients send:
@@ -94,6 +95,8 @@ export function splitBody(body: Buffer, headerLength: number | null): { header: 
   } catch (error) {
     throw new MeshError('BAD_REQUEST', { detail: `the inference header is not JSON (${(error as Error).message.slice(0, 100)})` });
   }
+  // Its own parser, so its own depth check: before zod or the tensors walk it.
+  assertJsonDepth(header, 'inference header');
   return { header, binary: body.subarray(length) };
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type JobView, type ModelManifest } from '../../../protocol/index.js';
 import type { EventBus } from '../../events/event-bus.js';
@@ -7,6 +7,7 @@ import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
 import type { MeshStatus } from '../../status/mesh-status.js';
 import { grantOf, type RequestAuth } from '../auth.js';
 import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
+import { settleUnreadBody, toMeshError } from '../errors.js';
 import { jobEnd } from '../prefer-wait.js';
 import { decodeTensor, encodeTensor, splitBody } from './binary.js';
 
@@ -111,10 +112,13 @@ export function oipRoutes(app: FastifyInstance, deps: OipRouteDeps): void {
   const { registry, status, auth } = deps;
   app.register(async (scope) => {
     // OIP's error shape, not gpumesh's envelope: clients written for Triton read `error` as a string.
-    scope.setErrorHandler((error, _request, reply) => {
-      const mesh = error instanceof MeshError ? error : null;
-      const statusCode = mesh?.status ?? (error as { statusCode?: number }).statusCode ?? 500;
-      void reply.code(statusCode >= 400 ? statusCode : 500).send({ error: mesh?.message ?? (statusCode < 500 ? (error as Error).message : 'internal error: see the orchestrator log') });
+    scope.setErrorHandler((error, request, reply) => {
+      // Fastify's own client errors keep their status and words; anything else is what toMeshError makes of it (a
+      // full disk's STORAGE_FULL, or INTERNAL, logged).
+      const given = (error as { statusCode?: number }).statusCode;
+      const mesh = error instanceof MeshError ? error : typeof given === 'number' && given >= 400 && given < 500 ? null : toMeshError(error as FastifyError, request);
+      settleUnreadBody(request, reply);
+      void reply.code(mesh?.status ?? given!).send({ error: mesh?.message ?? (error as Error).message });
     });
     // Requests come as JSON or, with the binary extension, as a JSON header and bytes: read either whole (bounded by the body limit).
     scope.removeAllContentTypeParsers();

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import type { MeshError } from '../../../protocol/index.js';
-import { toMeshError } from '../errors.js';
+import { settleUnreadBody, toMeshError } from '../errors.js';
 
 /** OpenAI's error `type` by status, as its SDKs and clients expect them. */
 function typeOf(status: number): string {
@@ -32,6 +32,7 @@ export function installOpenAiErrors(scope: FastifyInstance): void {
   scope.setErrorHandler((error: FastifyError, request, reply) => {
     const mesh = toMeshError(error, request);
     if (mesh.status >= 500) reply.log.warn({ code: mesh.code }, mesh.message);
+    settleUnreadBody(request, reply);
     void reply.code(mesh.status).headers(mesh.headers).type('application/json; charset=utf-8').send(openAiErrorBody(mesh));
   });
   scope.setNotFoundHandler((request, reply) => {

@@ -120,6 +120,21 @@ interface Received {
 }
 
 /**
+ * What an error met while reading the multipart body means. The parser's own (busboy's: no boundary, a boundary that
+ * never comes, a body that ends inside a part, a malformed part header) are plain Errors: the body is the client's
+ * mistake, a 400 — never a 500. Ours (MeshError: a file over the limit), @fastify/multipart's (with their status: a
+ * limit, a field named like a prototype key) and the system's (with a code: a full disk's ENOSPC, which the error
+ * handlers answer as STORAGE_FULL) keep their meaning; a body cut off by the client (the stream closed early) is 400.
+ */
+function unreadable(error: unknown): unknown {
+  if (error instanceof MeshError || !(error instanceof Error)) return error;
+  const { code, statusCode } = error as { code?: unknown; statusCode?: unknown };
+  if (code === 'ERR_STREAM_PREMATURE_CLOSE') return new MeshError('BAD_REQUEST', { detail: 'the multipart body ended before its last part did' }, { cause: error });
+  if (typeof code === 'string' || typeof statusCode === 'number') return error;
+  return new MeshError('BAD_REQUEST', { detail: `the multipart body cannot be read (${error.message})` }, { cause: error });
+}
+
+/**
  * An edit's multipart body, read and checked whole before anything is stored: its text fields, and one picture to
  * start from (`image` or `image[]`: gpumesh's image-to-image starts from one) and at most one `mask`, each hashed into
  * a file in hand — further pictures are counted and drained, never kept — and decoded (IMAGE_REFUSED naming the
@@ -134,7 +149,13 @@ export async function readEdit(request: FastifyRequest, clientBlobs: ClientBlobs
     await Promise.all(received.map(({ incoming }) => clientBlobs.discard(incoming)));
   };
   try {
-    for await (const part of request.parts()) {
+    const parts = request.parts()[Symbol.asyncIterator]();
+    for (;;) {
+      const next = await parts.next().catch((error: unknown) => {
+        throw unreadable(error);
+      });
+      if (next.done) break;
+      const part = next.value;
       if (part.type === 'field') {
         fields[part.fieldname] = String(part.value);
         continue;
@@ -149,7 +170,10 @@ export async function readEdit(request: FastifyRequest, clientBlobs: ClientBlobs
         continue;
       }
       const declared = { mediaType: part.mimetype, ...(part.filename ? { filename: part.filename } : {}) };
-      received.push({ field, incoming: await clientBlobs.receive(part.file), declared });
+      const incoming = await clientBlobs.receive(part.file).catch((error: unknown) => {
+        throw unreadable(error);
+      });
+      received.push({ field, incoming, declared });
     }
     const ask = readImagesRequest(EditFields, fields);
     if (counts.image !== 1) {
