@@ -57,6 +57,8 @@ export function spawnLogged(argv: string[], label: string, logs: string, env: No
 export interface AgentSpec {
   host: string;
   classes: string[];
+  /** The host's own config (host.yaml in its data folder): the commands and servers its owner lets the mesh run there. */
+  hostConfig?: Record<string, unknown>;
 }
 
 /**
@@ -143,8 +145,13 @@ export class NetnsMesh {
       if (!line) throw new Error(`gpumesh grant create --agent printed no join line:\n${stderr}`);
       this.#joins.set(spec.host, (joinLine = line.split(' ').slice(1)));
     }
+    const data = join(this.#work, `agent-${spec.host}`);
+    if (spec.hostConfig) {
+      mkdirSync(data, { recursive: true });
+      writeFileSync(join(data, 'host.yaml'), stringify(spec.hostConfig));
+    }
     const agent = spawnLogged(this.#topology.command(spec.host, [
-      process.execPath, ...gpumeshArgs([...joinLine, '--data', join(this.#work, `agent-${spec.host}`), '--cpu-budget', '1024', '--cgroups', 'off']),
+      process.execPath, ...gpumeshArgs([...joinLine, '--data', data, '--cpu-budget', '1024', '--cgroups', 'off']),
     ]), `agent-${spec.host}`, this.#logs);
     this.#agents.set(spec.host, agent);
     return agent;

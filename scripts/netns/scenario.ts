@@ -33,7 +33,8 @@ const config: MeshConfigInput = {
     clip: {
       engine: 'exec', jobTypes: ['tensor'], memoryMB: 32, params: { inputDim: 2 }, retries: 6,
       batching: { maxBatchSize: 4 },
-      settings: { command: [process.execPath, join(import.meta.dirname, 'clip.mjs')], batch: true, timeoutMs: 30_000 },
+      // The command is each host's own (its host.yaml, below): the mesh says only how to batch and how long to wait.
+      settings: { batch: true, timeoutMs: 30_000 },
     },
   },
   agents: { heartbeatMs: HEARTBEAT_MS, staleAfterMs: STALE_AFTER_MS, reconnectGraceMs: 5000 },
@@ -41,10 +42,12 @@ const config: MeshConfigInput = {
   health: { probeIntervalMs: 0 },
   retry: { backoffMs: 100 },
 };
+/** What the hosts that make clips declare in their own config: the clip command, which only a host may name. */
+const CLIP_HOST = { models: { clip: { settings: { command: [process.execPath, join(import.meta.dirname, 'clip.mjs')] } } } };
 const AGENTS = [
   { host: 'laptop', classes: ['image'] },
-  { host: 'west', classes: ['video'] },
-  { host: 'cloud', classes: ['cloud'] },
+  { host: 'west', classes: ['video'], hostConfig: CLIP_HOST },
+  { host: 'cloud', classes: ['cloud'], hostConfig: CLIP_HOST },
 ];
 
 const mesh = new NetnsMesh(topology, config);

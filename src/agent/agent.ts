@@ -13,6 +13,7 @@ import { workClock } from '../protocol/clock.js';
 import { buildEngines } from './engines/registry.js';
 import { Governor } from './governance/governor.js';
 import { resolveEngineUser } from './governance/engine-user.js';
+import { HostConfig } from './host-config.js';
 import { onnxWorkerEntry } from './engines/onnx/index.js';
 import type { GovernanceConfigInput } from '../protocol/engines/process-settings.js';
 import { AgentLink, type AgentLinkOptions, type LinkTarget } from './link.js';
@@ -72,6 +73,11 @@ export interface AgentOptions {
    * root. An agent running as an ordinary user runs them as itself. See resolveEngineUser.
    */
   engineUser?: string;
+  /**
+   * What this host's owner lets the mesh run here (`--config host.yaml`; `gpumesh up` gives its agent mesh.yaml's
+   * models): commands, servers and the other host settings come only from it. Default: none (data models only).
+   */
+  hostConfig?: HostConfig;
 }
 
 /** What the agent pins: the grant's `tls-ca` caveats and the fingerprint it was given. */
@@ -161,6 +167,7 @@ export class Agent {
     });
     this.#residency = new Residency({
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
+      hostConfig: options.hostConfig ?? HostConfig.none(),
       events: {
         loaded: (model) => this.#link.send({ type: 'loaded', model: model.model, digest: model.digest, device: model.device, memoryMB: model.memoryMB }),
         unloaded: (model) => this.#link.send({ type: 'unloaded', ...model }),
@@ -323,6 +330,7 @@ export class Agent {
       resident: this.#residency.resident(), draining: this.#drain !== null,
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
       engineUser: this.#governor.engineUser.description,
+      configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
     };
   }
 

@@ -4,10 +4,15 @@ import type { BatchMemoryReport, Device, LoadPhases, ModelManifest, ResidentMode
 import { EngineError, type BatchMemory, type Engine, type LoadedModel } from './engines/core/engine.js';
 import { systemClock, type Clock, type Timer } from '../protocol/clock.js';
 import type { ModelCache } from './model-cache.js';
+import { HostConfig } from './host-config.js';
+
+const NO_HOST_CONFIG = HostConfig.none();
 import { RestartBackoff, type RestartBackoffOptions } from './restart-backoff.js';
 
 interface Entry {
   loaded: LoadedModel;
+  /** The manifest as the orchestrator sent it (the engine loaded it as the host's config says): a later one is compared to it. */
+  sent: ModelManifest;
   loadedAt: number;
   /** Where the load's time went (every batch that waited for this load reports the same). */
   phases: LoadPhases;
@@ -33,6 +38,11 @@ export interface ResidencyDeps {
   engines: ReadonlyMap<string, Engine>;
   devices: () => Device[];
   cache: ModelCache;
+  /**
+   * The host's own config: every manifest is loaded as it says (HostConfig.apply), so a command, a server or a file
+   * of the host comes only from its owner. Default: a host that declares nothing (data models only).
+   */
+  hostConfig?: HostConfig;
   events: ResidencyEvents;
   log: Logger;
   /** Pacing of restarts after engine crashes. */
@@ -100,7 +110,7 @@ export class Residency {
   async acquire(manifest: ModelManifest, onLoading?: () => void): Promise<{ loaded: LoadedModel; loadMs: number; phases?: LoadPhases }> {
     const started = performance.now();
     let entry = this.#entries.get(manifest.name);
-    if (entry && !sameVersion(entry.loaded.manifest, manifest)) {
+    if (entry && !sameVersion(entry.sent, manifest)) {
       onLoading?.();
       onLoading = undefined;
       await this.unload(manifest.name); // a new version of the model
@@ -250,7 +260,7 @@ export class Residency {
       release(); // loaded, the model is charged as an entry; failed, it takes nothing
     }
     const now = this.#now();
-    const entry: Entry = { loaded, loadedAt: now, phases: loadPhases(timing, loaded), heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null };
+    const entry: Entry = { loaded, sent: manifest, loadedAt: now, phases: loadPhases(timing, loaded), heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null };
     this.#entries.set(manifest.name, entry);
     this.#armIdle(entry); // loaded for no batch yet (or its batch gave up): idle from now
     this.#measuredMB.set(manifest.digest, loaded.memoryMB);
@@ -265,7 +275,9 @@ export class Residency {
    * digest (the file changed after the cache checked it), the cached copy is
    * deleted, pulled again (verified) and loaded once more.
    */
-  async #loadVerified(engine: Engine, manifest: ModelManifest, device: Device, timing: LoadTiming): Promise<LoadedModel> {
+  async #loadVerified(engine: Engine, sent: ModelManifest, device: Device, timing: LoadTiming): Promise<LoadedModel> {
+    // The model as this host runs it: the host settings the orchestrator sent give way to the host's own.
+    const manifest = (this.#deps.hostConfig ?? NO_HOST_CONFIG).apply(sent);
     const timed = async <T>(phase: 'pullMs' | 'engineMs', step: () => Promise<T>): Promise<T> => {
       const start = performance.now();
       try {

@@ -37,6 +37,10 @@ export const ERRORS = {
   MODEL_EXISTS: { status: 409, message: 'Model {model} exists: {detail}' },
   MODEL_IN_USE: { status: 409, message: 'Model {model} has {jobs} jobs queued or running: cancel them or wait until they end, then remove it' },
   MODEL_PINNED: { status: 409, message: 'Model {model} is pinned to version {version} in mesh.yaml (models.{model}.version): {detail}' },
+  HOST_CONFIG_ONLY: {
+    status: 403,
+    message: 'Model {model}: {keys} can come only from the config of the host that runs it, never over the API: {detail}',
+  },
   JOB_NOT_CANCELLABLE: { status: 409, message: 'Job {id} is already {status} and cannot be cancelled' },
   IDEMPOTENCY_MISMATCH: { status: 422, message: 'The idempotency key "{key}" was already used for a different request in the last 24 h; use a new key for a new request' },
   QUEUE_FULL: { status: 429, message: 'The queue of model "{model}" is full ({depth} of {limit} jobs); retry after {retryAfter}s' },

@@ -181,6 +181,11 @@ export const AgentMessage = z.discriminatedUnion('type', [
     tools: list(ToolReport).optional(),
     /** Who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`), for `gpumesh status`. Optional. */
     engineUser: z.string().max(500).optional(),
+    /**
+     * The models its host's own config declares (their commands, servers, …: HostConfig): a model whose engine runs
+     * only where it is declared is routed only to hosts that list it. Optional: an older agent says nothing.
+     */
+    configured: list(Id).optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),

@@ -17,6 +17,8 @@ export const ROUTE_SKIP_REASONS = [
   'model not granted',
   // The host was meant to serve one of the job's classes and cannot (`video` without ffmpeg; its hello says why).
   'class unavailable',
+  // The model is a command or a server, which runs only where the host's own config declares it, and this one does not.
+  'not configured',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 
@@ -79,6 +81,8 @@ export interface HostView {
   tools: ToolReport[];
   /** Who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`); null: its agent did not say. */
   engineUser: string | null;
+  /** The models its own config declares (host.yaml; mesh.yaml for `gpumesh up`'s agent); null: its agent did not say. */
+  configured: string[] | null;
   engines: string[];
   /** The models its grant allows it (the `models` caveat of the grant it joined with); null: any. */
   models: string[] | null;

@@ -7,6 +7,7 @@ import type { BatchMemory, Engine, LoadedModel } from '../../src/agent/engines/c
 import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
 import { ModelCache } from '../../src/agent/model-cache.js';
 import { Residency } from '../../src/agent/residency.js';
+import { HostConfig } from '../../src/agent/host-config.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/builtin-models/index.js';
@@ -476,6 +477,8 @@ describe('residency: server models (no file, an idle window of their own)', () =
     };
     return { engine, calls };
   }
+  /** The host's own config declares the server model (a server runs only where its host says so). */
+  const DECLARES_SD = HostConfig.of({ models: { sd: { settings: { url: 'http://127.0.0.1:1' } } } }, 'test');
   const served: ModelManifest = {
     name: 'sd', version: '1', engine: 'sdcpp', digest: `sha256:${'5'.repeat(64)}`, file: false, bytes: 0, memoryMB: 10, jobTypes: ['image'], params: {},
     settings: { url: 'http://127.0.0.1:1' },
@@ -487,7 +490,7 @@ describe('residency: server models (no file, an idle window of their own)', () =
     const { engine, calls } = serverEngine(5000);
     const events: string[] = [];
     const models = new Residency({
-      engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), server.fetchBlob), log,
+      engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), server.fetchBlob), log, hostConfig: DECLARES_SD,
       events: { loaded: (model) => events.push(`+${model.model}`), unloaded: (model) => events.push(`-${model.model}`) },
       now: () => clock.now(), timers: clock,
     });
@@ -514,7 +517,7 @@ describe('residency: server models (no file, an idle window of their own)', () =
   it('a model whose settings changed is a new version: loaded afresh even with the same digest', async () => {
     const { engine, calls } = serverEngine(null);
     const models = new Residency({
-      engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), blobServer().fetchBlob), log,
+      engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), blobServer().fetchBlob), log, hostConfig: DECLARES_SD,
       events: { loaded: () => {}, unloaded: () => {} },
     });
     models.release((await models.acquire(served)).loaded);

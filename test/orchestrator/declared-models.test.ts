@@ -32,16 +32,17 @@ describe('models declared in mesh.yaml', () => {
     }]);
   });
 
-  it('names every bad field: the engine\'s own settings schema, a server named neither way or both, definition fields without an engine', () => {
+  it('names every bad field: the engine\'s own settings schema, a server named both ways, definition fields without an engine; a server named neither way is the hosts\' to declare', () => {
     expect(problems({
       sd: { ...sdServer, settings: { command: 'sd-server', maxInFlight: 0, readiness: { http: 'health' } } },
       bare: { engine: 'sdcpp', jobTypes: ['image'] },
+      // Run by the hosts whose own host.yaml declares it: nothing is missing here.
+      hosts: { engine: 'exec', jobTypes: ['image'], settings: { batch: true } },
       both: { engine: 'comfyui', jobTypes: ['image'], settings: { url: 'http://127.0.0.1:8188', command: 'python main.py' } },
       gen: { settings: { pipeline: 'tensor' }, file: '/x.onnx' },
     })).toEqual([
       'models.sd.settings.readiness.http: must be a path starting with /',
       expect.stringMatching(/^models\.sd\.settings\.maxInFlight: /),
-      'models.bare.settings: a sdcpp model names settings.url (a server you already run) or settings.command (a server the agent starts)',
       'models.both.settings.command: give settings.url (a server you already run) or settings.command (a server the agent starts), not both',
       'models.gen.file: only a model declared with an engine has file; without models.gen.engine this entry sets the policy of an existing model',
       'models.gen.settings: only a model declared with an engine has settings; without models.gen.engine this entry sets the policy of an existing model',

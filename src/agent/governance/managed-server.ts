@@ -76,9 +76,11 @@ export async function startServer(governor: Governor, launch: ServerLaunch, log:
     PORT: String(port), HOST, MODEL_PATH: launch.modelPath ?? '', DATA_DIR: launch.dataDir ?? '',
     GPU: gpu === null ? '' : String(gpu), ...launch.variables,
   };
-  const prepared = prepareLaunch({ command: settings.command, env: settings.env, variables, gpu, baseEnv: launch.baseEnv, cwd: launch.cwd });
+  // Its own folder when the settings name one (the host's config), else an empty one of its own (the governor's).
+  const cwd = settings.cwd ?? launch.cwd;
+  const prepared = prepareLaunch({ command: settings.command, env: settings.env, variables, gpu, baseEnv: launch.baseEnv, cwd });
   const governed = governor.spawn({
-    name: launch.name, file: prepared.file, args: prepared.args, env: prepared.env, cwd: launch.cwd,
+    name: launch.name, file: prepared.file, args: prepared.args, env: prepared.env, cwd,
     limits: settings, stdio: ['ignore', 'pipe', 'pipe'],
   });
   return new Server(launch.name, port, [prepared.file, ...prepared.args], governed, settings, governor, log.child({ engine: launch.name, pid: governed.pid }));

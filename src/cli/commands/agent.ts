@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
@@ -26,6 +27,7 @@ interface AgentFlags {
   engines?: string;
   engineLimit: Record<string, Record<string, number>>;
   engineUser?: string;
+  config?: string;
 }
 
 const ENGINE_LIMIT_KEYS = ['memoryLimitMB', 'pidsLimit', 'cpuWeight'];
@@ -106,6 +108,7 @@ export function agentCommand(): Command {
     .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
     .option('--tls-ca-fingerprint <sha256>', 'pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
     .option('--engines <list>', 'the engines this host runs, comma-separated (default: every registered engine; the hello lists them)')
+    .option('--config <file>', 'this host\'s own config (YAML): the models it runs with commands, servers and other settings only a host may give (default <data>/host.yaml when present)')
     .option('--engine-user <user>', 'run as root: the user engine processes run as (default nobody, who must be able to read the model cache in --data; root keeps them root)')
     .option('--engine-limit <engine.limit=n>', 'a ceiling for one engine\'s servers, e.g. sdcpp.memoryLimitMB=12000 (memoryLimitMB, pidsLimit, cpuWeight); repeatable',
       engineLimit, {})
@@ -131,7 +134,15 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
   const fromGrant = grantDefaults(grant);
   const pin = explicitPin(flags);
-  const { Agent, ControlServer, ENGINE_NAMES } = await import('../../agent/index.js');
+  const { Agent, ControlServer, ENGINE_NAMES, HostConfig } = await import('../../agent/index.js');
+  const hostFile = flags.config ?? join(agentData(flags.data), 'host.yaml');
+  const hostConfig = (() => {
+    try {
+      return flags.config !== undefined || existsSync(hostFile) ? HostConfig.load(hostFile) : HostConfig.none();
+    } catch (error) {
+      throw new CliError((error as Error).message);
+    }
+  })();
   const engines = flags.engines === undefined ? undefined : parseList(flags.engines);
   const unknown = engines?.filter((name) => !ENGINE_NAMES.includes(name)) ?? [];
   if (unknown.length > 0) throw new CliError(`--engines: unknown engine ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
@@ -145,7 +156,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
     dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
     concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
     governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
-    engines, ...(flags.engineUser ? { engineUser: flags.engineUser } : {}),
+    engines, hostConfig, ...(flags.engineUser ? { engineUser: flags.engineUser } : {}),
     onDrainRequested: () => void leave(),
   });
   const control = await ControlServer.listen(controlSocket(flags.data), { drain: (report) => {

@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, openSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
@@ -10,7 +10,7 @@ import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOption
 import { VERSION } from '../../version.js';
 import { gpumeshArgs } from '../common/launch.js';
 import { CliError, parseInteger } from '../common/output.js';
-import type { AgentOptions } from '../../agent/index.js';
+import type { AgentOptions, HostConfigFile } from '../../agent/index.js';
 import type { Orchestrator } from '../../orchestrator/index.js';
 import { cliGuidance, configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
 
@@ -92,10 +92,11 @@ interface LocalAgentHandle {
  * second Node.js process and no loopback socket between the two, which on a small machine were the largest
  * cost of a job's trip through the mesh. Its engines still run in processes of their own, as on any host.
  */
-async function inProcessAgent(orchestrator: Orchestrator, options: AgentOptions): Promise<LocalAgentHandle> {
-  const { Agent } = await import('../../agent/index.js');
+async function inProcessAgent(orchestrator: Orchestrator, options: AgentOptions, hostModels: HostConfigFile): Promise<LocalAgentHandle> {
+  const { Agent, HostConfig } = await import('../../agent/index.js');
   const handle = { refused: false, stop: async () => agent.close() };
-  const agent = await Agent.create({ ...options, connect: () => orchestrator.connectLocalAgent(options.grant) });
+  const hostConfig = HostConfig.of(hostModels, 'mesh.yaml');
+  const agent = await Agent.create({ ...options, hostConfig, connect: () => orchestrator.connectLocalAgent(options.grant) });
   agent.start((reason) => {
     handle.refused = true;
     options.log?.error({ reason }, 'the local agent was refused by the orchestrator');
@@ -149,19 +150,28 @@ export function upCommand(): Command {
       let agent: LocalAgentHandle | null = null;
       // Run as root, the agent's engines run as another user, who must pass through the data folder to the agent's.
       if (options.agent) openToEngines(config.data);
+      // mesh.yaml is this machine's own config: the commands and servers it declares are its own agent's to run.
+      const hostModels = { models: Object.fromEntries(Object.entries(config.models)
+        .filter(([, entry]) => entry.engine !== undefined && entry.settings !== undefined)
+        .map(([name, entry]) => [name, { settings: entry.settings! }])) };
       if (options.agent && !options.agentProcess) {
         const agentLog = options.verbose ? logger.child({ part: 'agent' }) : pino({ level }, pino.destination(join(logs, 'agent.log')));
         agent = await inProcessAgent(orchestrator, {
           log: agentLog, url, grant: agentGrant(), host, classes, dataDir: join(config.data, 'agent'),
           cpuBudgetMB: options.cpuBudget, ...(options.idleUnload !== undefined ? { idleUnloadMs: options.idleUnload * 1000 } : {}),
           ...(options.engineUser ? { engineUser: options.engineUser } : {}),
-        });
+        }, hostModels);
       } else if (options.agent) agent = new LocalAgent(() => {
         const grant = agentGrant();
         const args = ['agent', '--url', url, '--host', host, '--classes', classes.join(','), '--data', join(config.data, 'agent')];
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
         if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
         if (options.engineUser) args.push('--engine-user', options.engineUser);
+        // The agent process reads this machine's config as any agent reads its host's: from a file.
+        const hostFile = join(config.data, 'agent', 'host.json');
+        mkdirSync(dirname(hostFile), { recursive: true });
+        writeFileSync(hostFile, `${JSON.stringify(hostModels, null, 2)}\n`, { mode: 0o600 });
+        args.push('--config', hostFile);
         const output = options.verbose ? 'inherit' : openSync(join(logs, 'agent.log'), 'a');
         return spawn(process.execPath, gpumeshArgs(args), {
           // The grant travels in the environment, not argv, so `ps` does not show it.

@@ -41,9 +41,9 @@ const settingsPath = (path: readonly PropertyKey[]): string =>
  * What is wrong with the `models:` entries, one line per problem, each naming
  * its field (`models.sd15.settings.command: …`). The shapes are zod's; this
  * checks what the shapes cannot: definition fields without an engine, job
- * types without input handling or routing, the engine's own settings schema,
- * a server engine's model that names neither a URL nor a command, an engine
- * that loads a file declared without one. An engine this orchestrator does not
+ * types without input handling or routing, the engine's own settings schema
+ * (without its host settings when the entry gives none: the hosts that declare
+ * the model give them), an engine that loads a file declared without one. An engine this orchestrator does not
  * know is not an error: agents that run it will serve the model (see
  * `unknownEngines`).
  */
@@ -72,12 +72,12 @@ export function checkModelEntries(models: Readonly<Record<string, ModelEntry>>, 
     const module = engineDescriptor(entry.engine);
     if (!module) continue;
     const settings = entry.settings ?? {};
-    const parsed = module.settings.safeParse(settings);
+    // Host settings here (a command, a server's URL) are this machine's own agent's (`gpumesh up`): checked whole. A
+    // model declared without them is run by the hosts whose own config declares it (host.yaml), which check the rest.
+    const schema = module.hostSettingsOf(settings).length > 0 ? module.settings : module.meshSettings ?? module.settings;
+    const parsed = schema.safeParse(settings);
     if (!parsed.success) {
       for (const issue of parsed.error.issues) problems.push(`${at}.${settingsPath(issue.path)}: ${issue.message}`);
-    }
-    if (module.server && settings.url === undefined && settings.command === undefined) {
-      problems.push(`${at}.settings: a ${entry.engine} model names settings.url (a server you already run) or settings.command (a server the agent starts)`);
     }
     if (module.needsFile && entry.file === undefined) problems.push(`${at}.file: the ${entry.engine} engine loads a model file: give its path or URL`);
     if (entry.sha256 !== undefined && entry.file === undefined) problems.push(`${at}.sha256: a digest without a file; add ${at}.file`);

@@ -135,6 +135,8 @@ export const HostViewSchema = z.strictObject({
   classes: z.array(z.string()),
   unavailable: z.record(z.string(), z.string()).describe('classes it was given and cannot serve, with why'),
   tools: z.array(ToolReport),
+  configured: z.array(z.string()).nullable().describe('the models its own config declares (commands, servers: they run only where declared); null: the agent did not say'),
+  engineUser: z.string().nullable().describe('who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`); null: the agent did not say'),
   engines: z.array(z.string()),
   models: z.array(z.string()).nullable().describe('the models its grant allows; null: any'),
   version: z.string(),

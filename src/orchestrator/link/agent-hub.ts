@@ -180,6 +180,7 @@ export class AgentHub {
       {
         id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version,
         models: grant.models, unavailable: hello.unavailable, tools: hello.tools, engineUser: hello.engineUser,
+        ...(hello.configured ? { configured: hello.configured } : {}),
       },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
       this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,

@@ -139,6 +139,15 @@ export class ModelCatalog {
     if (family?.versions.includes(version)) throw new MeshError('MODEL_EXISTS', { model: `${body.name}${VERSION_SEPARATOR}${version}`, detail: 'that version exists; add another version, or remove it first' });
     const engine = engineDescriptor(body.engine);
     if (!engine) throw new MeshError('VALIDATION_FAILED', { detail: `engine: "${body.engine}" is not one gpumesh knows (${ENGINE_NAMES.join(', ')})` });
+    const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: DEFAULT_ONNX_PIPELINE[body.types[0]!] ?? 'tensors' } : {});
+    // What makes a host run, reach or read something of its own is the host's to say (its own config), not the API's.
+    const hostOnly = engine.hostSettingsOf(settings);
+    if (hostOnly.length > 0) {
+      throw new MeshError('HOST_CONFIG_ONLY', {
+        model: `${body.name}${VERSION_SEPARATOR}${version}`, keys: hostOnly.map((key) => `settings.${key}`).join(', '),
+        detail: `declare the model in the host's own config (mesh.yaml where gpumesh up runs, host.yaml on an agent's host: models.${body.name}.settings) and add it here without ${hostOnly.length > 1 ? 'them' : 'it'}`,
+      });
+    }
     for (const type of body.types) {
       if (!config.routing[type]) throw new MeshError('VALIDATION_FAILED', { detail: `types: this mesh routes no job type "${type}" (it routes: ${Object.keys(config.routing).join(', ')})` });
     }
@@ -153,8 +162,7 @@ export class ModelCatalog {
     if (single && (!body.inputs || !body.outputs)) signature = onnxSignature(single, name);
     const inputs = body.inputs ?? signature.inputs;
     const outputs = body.outputs ?? signature.outputs;
-    const settings = body.settings ?? (body.engine === 'onnx' ? { pipeline: DEFAULT_ONNX_PIPELINE[body.types[0]!] ?? 'tensors' } : {});
-    const checked = engine.settings.safeParse(settings);
+    const checked = (engine.meshSettings ?? engine.settings).safeParse(settings);
     if (!checked.success) throw new MeshError('VALIDATION_FAILED', { detail: checked.error.issues.map((issue) => `settings.${issue.path.join('.')}: ${issue.message}`).join('; ') });
     const wanted = engine.filesFor?.(settings) ?? [];
     const lacking = wanted.filter((member) => !stored.files?.[member]);

@@ -14,6 +14,11 @@ export interface RegisteredModel {
   manifest: ModelManifest;
   policy: ResolvedModelPolicy;
   pipeline: Pipeline;
+  /**
+   * The name hosts declare it by when its engine runs only where a host's own config declares the model (a command, a
+   * server: EngineDescriptor.hostDeclared): its family's name. Null: any host with the engine may run it.
+   */
+  declaredAs?: string | null;
 }
 
 
@@ -164,6 +169,7 @@ export class ModelRegistry {
       policy: policyFor(this.#config, familyOf(manifest.name), defaults ?? BUILTIN_POLICIES[manifest.name]),
       // An engine this orchestrator does not know (one only some agents run) has no markup it could refuse.
       pipeline: pipelineForEngine(pipeline, engineDescriptor(manifest.engine)),
+      declaredAs: engineDescriptor(manifest.engine)?.hostDeclared ? familyOf(manifest.name) : null,
     };
   }
 

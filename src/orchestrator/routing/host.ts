@@ -26,6 +26,8 @@ export interface HostInfo {
   tools?: readonly ToolReport[];
   /** Who its engine processes run as, as its hello said (absent: an agent too old to say). */
   engineUser?: string;
+  /** The models its own config declares (commands, servers: only there may they run); absent: an agent too old to say. */
+  configured?: readonly string[];
 }
 
 /** Why `info`'s host cannot serve one of `classes` although it was meant to (the first such class), or null. */

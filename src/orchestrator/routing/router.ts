@@ -228,6 +228,7 @@ export class Router {
     if (!host.mayServe(model.manifest.name)) return 'model not granted';
     if (host.draining) return 'draining';
     if (!host.info.engines.includes(model.manifest.engine)) return 'engine missing';
+    if (model.declaredAs && host.info.configured && !host.info.configured.includes(model.declaredAs)) return 'not configured';
     if (host.largestBudgetMB < model.manifest.memoryMB) return 'model too large';
     if (this.#deps.breakers.blocking(host.id, model.manifest.name)) return 'breaker open';
     if (this.#deps.health.unhealthy(host, model.manifest.name)) return 'unhealthy';

@@ -41,9 +41,11 @@ export interface StorageView {
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 /** What a host cannot serve, and the programs it uses, as the host view shows them. */
-const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools'> => ({
+const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools' | 'engineUser' | 'configured'> => ({
+  configured: info.configured ? [...info.configured] : null,
   unavailable: Object.fromEntries((info.unavailable ?? []).map((entry) => [entry.class, entry.reason])),
   tools: [...(info.tools ?? [])],
+  engineUser: info.engineUser ?? null,
 });
 
 /**

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { EngineDescriptor } from './descriptor.js';
+import { settingsNamed, type EngineDescriptor } from './descriptor.js';
 import { COMFYUI_MARKUP } from './markup.js';
-import { launchSettings, urlOrCommand } from './server-settings.js';
+import { launchSettings, SERVER_HOST_SETTINGS, urlOrCommand } from './server-settings.js';
 
 /** The job inputs a workflow can take, in the names gpumesh's image jobs use. */
 export const NAMED_INPUTS = ['prompt', 'negativePrompt', 'seed', 'width', 'height', 'steps'] as const;
@@ -57,4 +57,7 @@ export type ComfyUiSettings = z.infer<typeof ComfyUiSettings>;
 /** ComfyUI workflows, on a ComfyUI fronted or started by the agent. Job inputs replace whole node fields (never spliced into a template), so only ComfyUI's own prompt syntax needs refusing. */
 export const comfyUiDescriptor: EngineDescriptor<typeof ComfyUiSettings> = {
   name: 'comfyui', settings: ComfyUiSettings, server: true, needsFile: false, controlMarkup: COMFYUI_MARKUP,
+  // A workflow given as a path is a file of the host's; one given inline is data the mesh may send.
+  hostSettingsOf: (settings) => [...settingsNamed(SERVER_HOST_SETTINGS)(settings), ...(typeof settings.workflow === 'string' ? ['workflow'] : [])],
+  hostDeclared: true,
 };

@@ -52,6 +52,27 @@ export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
   readonly filesFor?: (settings: Record<string, unknown>) => readonly string[];
   /** Markup the engine reads in client text; none: the engine takes text as words (or takes no text). */
   readonly controlMarkup: readonly ControlMarkup[];
+  /**
+   * The settings that make a host run, reach or read something of its own — a command line, a server's URL, a working
+   * folder, an environment, a file of the host's, an API key's variable, the agent's own process — which only the host's
+   * own config may give (mesh.yaml on the machine `gpumesh up` runs on, host.yaml on an agent's host): the
+   * orchestrator refuses a model added over HTTP that carries one (403 HOST_CONFIG_ONLY), and the agent replaces the
+   * manifest's values of them with its own config's, so no orchestrator can make a host run what its owner did not
+   * configure there. Lists the keys of `settings` that are such.
+   */
+  readonly hostSettingsOf: (settings: Readonly<Record<string, unknown>>) => string[];
+  /**
+   * A model of this engine runs only on hosts whose own config declares it (it needs a command or a server, which only
+   * the host may name): the router passes other hosts over (`not configured`).
+   */
+  readonly hostDeclared: boolean;
+  /** The schema a model's settings meet without their host settings, as the orchestrator checks them. Default `settings`. */
+  readonly meshSettings?: z.ZodType;
+}
+
+/** The keys of `settings` among `keys` that are set: a descriptor's `hostSettingsOf` for settings that are host-only whatever their value. */
+export function settingsNamed(keys: readonly string[]): (settings: Readonly<Record<string, unknown>>) => string[] {
+  return (settings) => keys.filter((key) => settings[key] !== undefined);
 }
 
 /**

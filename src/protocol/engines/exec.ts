@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { EngineDescriptor } from './descriptor.js';
+import { settingsNamed, type EngineDescriptor } from './descriptor.js';
 
 /**
  * `settings` of a model run by a command. The options type is the
@@ -51,4 +51,6 @@ export type ExecSettings = z.infer<typeof ExecSettings>;
 /** Models that are commands, run once per batch or per job under the agent's governance. Inputs reach the command as JSON on stdin or in a file, never in its argv or through a shell, so no text is an instruction to it. */
 export const execDescriptor: EngineDescriptor<typeof ExecSettings> = {
   name: 'exec', settings: ExecSettings, server: false, needsFile: false, controlMarkup: [],
+  // The command, where it runs and what it is given: the host's alone. The rest (batching, limits, timeouts) the mesh may set.
+  hostSettingsOf: settingsNamed(['command', 'cwd', 'env']), hostDeclared: true, meshSettings: ExecSettings.partial({ command: true }),
 };

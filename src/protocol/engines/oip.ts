@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import type { EngineDescriptor } from './descriptor.js';
-import { launchSettings, urlOrCommand } from './server-settings.js';
+import { settingsNamed, type EngineDescriptor } from './descriptor.js';
+import { launchSettings, SERVER_HOST_SETTINGS, urlOrCommand } from './server-settings.js';
 
 /**
  * `settings` of a model served by an Open Inference Protocol v2 server
@@ -40,4 +40,5 @@ export type OipSettings = z.infer<typeof OipSettings>;
 /** Tensor models on an Open Inference Protocol v2 server (Triton, KServe), fronted or started by the agent. Its jobs carry numbers only. */
 export const oipDescriptor: EngineDescriptor<typeof OipSettings> = {
   name: 'oip', settings: OipSettings, server: true, needsFile: false, controlMarkup: [],
+  hostSettingsOf: settingsNamed(SERVER_HOST_SETTINGS), hostDeclared: true,
 };

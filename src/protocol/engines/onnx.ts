@@ -88,4 +88,6 @@ export function isNetworkMember(name: string, pipeline: string): boolean {
 export const onnxDescriptor: EngineDescriptor<typeof OnnxSettings> = {
   name: 'onnx', settings: OnnxSettings, server: false, needsFile: true, nativeVideo: true, pictureInputs: true, controlMarkup: [],
   filesFor: (settings) => Object.keys(ONNX_PIPELINE_FILES[settings.pipeline as OnnxPipeline] ?? {}),
+  // A model in the agent's own process runs outside the worker's confinement: the host's call, not a model's.
+  hostSettingsOf: (settings) => (settings.process === 'agent' ? ['process'] : []), hostDeclared: false,
 };

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { EngineDescriptor } from './descriptor.js';
+import { settingsNamed, type EngineDescriptor } from './descriptor.js';
 import { SDCPP_MARKUP } from './markup.js';
-import { HttpEngineSettings, launchSettings, urlOrCommand } from './server-settings.js';
+import { HttpEngineSettings, launchSettings, SERVER_HOST_SETTINGS, urlOrCommand } from './server-settings.js';
 
 /**
  * A model served by an OpenAI-compatible image server (LiteLLM, LocalAI, sd-server's `/v1` API,
@@ -36,4 +36,6 @@ export type OpenAiImagesSettings = z.output<typeof OpenAiImagesSettings>;
 /** Any server with OpenAI's images API, fronted or started by the agent. sd.cpp's markup is refused whatever `promptExtras` says: the server behind the API may be sd-server, which reads it on this route too. */
 export const openAiImagesDescriptor: EngineDescriptor<typeof OpenAiImagesSettings> = {
   name: 'openai-images', settings: OpenAiImagesSettings, server: true, needsFile: false, controlMarkup: SDCPP_MARKUP,
+  // Which of the host's variables is sent to the server as a key is the host's to say, as is the server.
+  hostSettingsOf: settingsNamed([...SERVER_HOST_SETTINGS, 'apiKeyEnv']), hostDeclared: true,
 };

@@ -83,6 +83,11 @@ export const ServerSettings = ProcessLimits.extend({
    * inside their argument, never split: `sd-server --model ${MODEL_PATH} --port ${PORT}`.
    */
   command: z.string().min(1),
+  /**
+   * Its working folder (a server that finds its files relative to it, such as `python main.py` in ComfyUI's folder).
+   * Default: an empty folder of its own, removed when it ends. Only the host's own config may set it.
+   */
+  cwd: z.string().min(1).optional(),
   /** Default: GET / answers 2xx within 120 s. */
   readiness: Readiness.prefault({ http: '/' }),
   /** Extra environment (values may use the same `${…}` variables). Variables named GPUMESH_* are never passed on. Default: none. */

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { EngineDescriptor } from './descriptor.js';
+import { settingsNamed, type EngineDescriptor } from './descriptor.js';
 import { SDCPP_MARKUP } from './markup.js';
-import { BackoffSettings, HttpEngineSettings, launchSettings, urlOrCommand } from './server-settings.js';
+import { BackoffSettings, HttpEngineSettings, launchSettings, SERVER_HOST_SETTINGS, urlOrCommand } from './server-settings.js';
 
 /**
  * A model served by stable-diffusion.cpp's `sd-server`: the manifest's `settings`, with defaults.
@@ -39,4 +39,5 @@ export type SdcppSettings = z.output<typeof SdcppSettings>;
 /** stable-diffusion.cpp's sd-server, fronted or started by the agent. */
 export const sdcppDescriptor: EngineDescriptor<typeof SdcppSettings> = {
   name: 'sdcpp', settings: SdcppSettings, server: true, needsFile: false, controlMarkup: SDCPP_MARKUP,
+  hostSettingsOf: settingsNamed(SERVER_HOST_SETTINGS), hostDeclared: true,
 };

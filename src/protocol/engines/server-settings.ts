@@ -57,6 +57,7 @@ export function launchSettings(readiness: z.input<typeof Readiness>) {
 /** The launch fields of a server engine's settings, parsed (defaults filled). */
 export interface LaunchSettings {
   command?: string;
+  cwd?: string;
   readiness: z.output<typeof Readiness>;
   env: Record<string, string>;
   idleStopMs: number | null;
@@ -66,6 +67,12 @@ export interface LaunchSettings {
   cpuWeight: number;
   log: { lines: number; bytes: number };
 }
+
+/**
+ * The settings of every server engine that only the host's own config may give (EngineDescriptor.hostSettingsOf): the
+ * server it reaches (`url`), the server it starts (`command`), in which folder and with which environment.
+ */
+export const SERVER_HOST_SETTINGS = ['url', 'command', 'cwd', 'env'] as const;
 
 /**
  * A server is either one the person runs (`url`) or one the agent starts (`command`), never both: a
