@@ -173,6 +173,10 @@ export class Agent {
         unloaded: (model) => this.#link.send({ type: 'unloaded', ...model }),
       },
     });
+    // A batch that peaked higher than any before raises its device's figure: the mesh hears of it now, not at the next beat.
+    this.#residency.onChargeGrew(() => {
+      if (this.#link.connected) this.#link.send({ type: 'heartbeat', resident: this.#residency.resident(), devices: this.#deviceReport() });
+    });
     this.#batches = new BatchRunner({
       residency: this.#residency, pictures: new InputPictures(fetchBlob), log: log.child({ part: 'batches' }), reportDelayMs: this.#options.reportDelayMs,
       send: (message) => this.#link.send(message),

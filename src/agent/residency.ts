@@ -91,8 +91,13 @@ export class Residency {
    * once, must not both be placed on a device that holds neither yet.
    */
   readonly #reservedMB = new Map<string, number>();
-  /** Memory each model version took to load here, remembered across unloads (better than the manifest's guess). */
+  /**
+   * The working peak of each model version here — what it took to load, raised by every batch that peaked higher —
+   * remembered across unloads: the next load is placed where its batches will fit, not just its weights.
+   */
   readonly #measuredMB = new Map<string, number>();
+  /** Told when a model's charge on its device grew (a batch peaked higher than any before). */
+  #onCharged: () => void = () => {};
 
   constructor(deps: ResidencyDeps) {
     this.#deps = deps;
@@ -162,9 +167,20 @@ export class Residency {
       entry.largestUnits = units;
       report.peakMB = memory.peakMB;
     }
+    const before = this.#charged(entry);
     entry.heldMB = memory.residentMB;
     entry.peakMB = Math.max(entry.peakMB, memory.peakMB);
+    const digest = entry.loaded.manifest.digest;
+    this.#measuredMB.set(digest, Math.max(this.#measuredMB.get(digest) ?? 0, entry.peakMB));
+    // The device's figure the mesh sees must not wait for the next heartbeat: until then it would place models by
+    // what the model held after the batch, not what it took during it.
+    if (this.#charged(entry) > before) this.#onCharged();
     return report;
+  }
+
+  /** Be told, at once, whenever a model's charge on its device grows (the agent reports its devices then). */
+  onChargeGrew(listener: () => void): void {
+    this.#onCharged = listener;
   }
 
   resident(): ResidentModel[] {
@@ -260,13 +276,19 @@ export class Residency {
       release(); // loaded, the model is charged as an entry; failed, it takes nothing
     }
     const now = this.#now();
-    const entry: Entry = { loaded, sent: manifest, loadedAt: now, phases: loadPhases(timing, loaded), heldMB: loaded.memoryMB, peakMB: loaded.memoryMB, largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null };
+    // Booked at its working peak from the start when its batches here showed one before (it will run them again).
+    const knownPeakMB = this.#measuredMB.get(manifest.digest) ?? 0;
+    const entry: Entry = {
+      loaded, sent: manifest, loadedAt: now, phases: loadPhases(timing, loaded), heldMB: loaded.memoryMB, peakMB: Math.max(loaded.memoryMB, knownPeakMB),
+      largestUnits: 0, inUse: 0, lastUsedAt: now, idleTimer: null,
+    };
     this.#entries.set(manifest.name, entry);
     this.#armIdle(entry); // loaded for no batch yet (or its batch gave up): idle from now
-    this.#measuredMB.set(manifest.digest, loaded.memoryMB);
+    this.#measuredMB.set(manifest.digest, Math.max(knownPeakMB, loaded.memoryMB));
     void loaded.exited.then((reason) => this.#exited(entry, reason));
     this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB, declaredMB: manifest.memoryMB }, 'model loaded');
     this.#deps.events.loaded({ model: manifest.name, digest: manifest.digest, device: device.id, memoryMB: loaded.memoryMB, lastUsedAt: entry.lastUsedAt });
+    if (entry.peakMB > loaded.memoryMB) this.#onCharged();
     return entry;
   }
 
