@@ -9,6 +9,21 @@
 # Skips whatever is already installed; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
+# Run as root, the agent runs its engine processes as `nobody`, who must be able to read this checkout (the ONNX
+# worker's code) or it runs them as root and says so; the tests check that an engine cannot read the mesh's keys,
+# which holds only when they run as nobody. A folder above the checkout that others cannot pass through (a home
+# folder, a mktemp folder) gets o+x: entered, not listed.
+if [ "$(id -u)" -eq 0 ]; then
+  dir=$(cd "$(dirname "$0")/.." && pwd)
+  while [ "$dir" != "/" ]; do
+    if [ -z "$(find "$dir" -maxdepth 0 -perm -o+x)" ]; then
+      chmod o+x "$dir"
+      echo "o+x on $dir: engine processes (run as nobody) pass through it to the checkout"
+    fi
+    dir=$(dirname "$dir")
+  done
+fi
+
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
