@@ -90,23 +90,16 @@ export function toMeshError(error: FastifyError, request: FastifyRequest): MeshE
 /**
  * An error answered while the request's body was part read (an upload that met a full disk, a multipart edit refused
  * at a bad part) must not leave the connection waiting on bytes nobody reads: Node reads the next request only once
- * this one's body has ended, and a reader that stopped (a stream destroyed by a failed pipeline) never ends it — the
- * next request on the connection would hang. A body of a sane size still arriving is read to its end and discarded,
- * so the connection stays usable; a larger one, one of unknown length, or one whose stream is gone closes the
- * connection after the answer (`Connection: close`: Node then ends the socket). A body nothing has started to read
- * is left to Node, which discards it itself.
+ * this one's body has ended, and a reader that stopped (a stream a failed pipeline destroyed) never ends it — the next
+ * request on the connection would hang. So the answer closes the connection (`Connection: close`: Node ends the socket
+ * once the answer is out) and the client takes the next request to a new one. Reading the rest instead would keep the
+ * connection, but clients stop sending a body once its answer has come (Node's http client does), and would then wait
+ * on it. A body nothing has started to read is left to Node, which reads and discards it itself, keeping the connection.
  */
 export function settleUnreadBody(request: FastifyRequest, reply: FastifyReply): void {
   const raw = request.raw;
   if (raw.complete) return;
   if (!raw.destroyed && !raw.readableDidRead && raw.readableFlowing === null) return;
-  const length = Number(raw.headers['content-length']);
-  if (!raw.destroyed && Number.isSafeInteger(length) && length <= DRAIN_LIMIT_BYTES) {
-    raw.unpipe();
-    raw.removeAllListeners('data');
-    raw.resume();
-    return;
-  }
   void reply.header('connection', 'close');
 }
 
