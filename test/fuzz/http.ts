@@ -97,7 +97,10 @@ const CONTENT_TYPES = [
   'application/octet-stream', 'image/png', 'bogus', '][', '', '*/*', 'application/vnd.api+json',
 ];
 
-const GARBAGE_BODIES = ['{', '{"type":', '[', ']', 'null', '[]', '"x"', '0', '{"a":1}{"b":2}', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{"x":1}}}', '\u0000', '\ufeff{}', `${'['.repeat(5000)}${']'.repeat(5000)}`, '{"a":"\\ud800"}', '1e999'];
+const GARBAGE_BODIES = ['{', '{"type":', '[', ']', 'null', '[]', '"x"', '0', '{"a":1}{"b":2}', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{"x":1}}}', '\u0000', '\ufeff{}', `${'['.repeat(5000)}${']'.repeat(5000)}`, '{"a":"\\ud800"}', '1e999',
+  // Nested far past LIMITS.jsonDepth: 400 NESTING_TOO_DEEP before anything recurses (issue 29: a 500 from a stack overflow).
+  `${'['.repeat(100_000)}${']'.repeat(100_000)}`, `${'{"a":'.repeat(100_000)}1${'}'.repeat(100_000)}`,
+  `{"type":"tensor","input":{"inputs":{"INPUT0":{"shape":[1,16],"data":${'['.repeat(100_000)}${']'.repeat(100_000)}}}}}`];
 
 /** Printable ASCII that http.request puts on the request line as is, `/`, `?` and `#` left out so the route stays the same. */
 const RAW_PATH_CHARS = [...'abcXYZ019-._~!$&\'()*+,;=:@%'];

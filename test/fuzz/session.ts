@@ -6,6 +6,7 @@ import { KnownIds, MARKERS } from './known.js';
 import { linkInputs, runLink, type LinkInput, type LinkTarget } from './link.js';
 import { OUTPUT_EXAMPLES, OutputsAgent, outputInputs, type OutputInput } from './outputs.js';
 import { rawInputs, runRaw, type RawInput } from './raw.js';
+import { editInputs, inferInputs, modelAddInputs, runEdit, runInfer, runModelAdd, runUpload, uploadInputs, type EditInput, type InferInput, type ModelAddInput, type UploadInput } from './surfaces.js';
 import type { Vocabulary } from './schema-arbitrary.js';
 import { Tally } from './tally.js';
 import { linkFrameLimit, resolveConfig } from '../../src/orchestrator/config/config.js';
@@ -129,7 +130,10 @@ export class FuzzSession implements HttpTarget, LinkTarget {
     if (this.#minted.length < 100 && !this.#minted.includes(token)) this.#minted.push(token);
   }
 
-  /** One target per route in the OpenAPI document, plus paths no route declares, raw HTTP and the agent link. */
+  /**
+   * One target per route in the OpenAPI document, plus paths no route declares, raw HTTP, the agent link, agents'
+   * outputs, and the surfaces that read their own bodies (multipart edits, binary OIP, resumable uploads, models add).
+   */
   targets(): FuzzTarget[] {
     const targets: FuzzTarget[] = this.routes.map((route): FuzzTarget<HttpInput> => ({
       label: route.label, inputs: routeInputs(route, this.vocabulary), run: (input) => runHttp(this, input),
@@ -138,6 +142,11 @@ export class FuzzSession implements HttpTarget, LinkTarget {
     targets.push({ label: 'raw HTTP', inputs: rawInputs(this.routes), run: (input) => runRaw(this.url, input as RawInput) } satisfies FuzzTarget<RawInput> as FuzzTarget);
     targets.push({ label: 'agent link', inputs: linkInputs(this.vocabulary, this.agentHost), run: (input) => runLink(this, input as LinkInput) } satisfies FuzzTarget<LinkInput> as FuzzTarget);
     targets.push({ label: 'agent outputs', inputs: outputInputs(), examples: OUTPUT_EXAMPLES, run: (input) => this.#outputs.run(input as OutputInput) } satisfies FuzzTarget<OutputInput> as FuzzTarget);
+    // The surfaces that read their own bodies, with inputs shaped like what they take (surfaces.ts).
+    targets.push({ label: 'surface: multipart edits', inputs: editInputs, run: (input) => runEdit(this, input as EditInput) } satisfies FuzzTarget<EditInput> as FuzzTarget);
+    targets.push({ label: 'surface: binary OIP', inputs: inferInputs, run: (input) => runInfer(this, input as InferInput) } satisfies FuzzTarget<InferInput> as FuzzTarget);
+    targets.push({ label: 'surface: resumable uploads', inputs: uploadInputs, run: (input) => runUpload(this, input as UploadInput) } satisfies FuzzTarget<UploadInput> as FuzzTarget);
+    targets.push({ label: 'surface: models add', inputs: modelAddInputs, run: (input) => runModelAdd(this, input as ModelAddInput) } satisfies FuzzTarget<ModelAddInput> as FuzzTarget);
     return targets as FuzzTarget[];
   }
 

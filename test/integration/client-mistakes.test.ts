@@ -93,6 +93,12 @@ describe('multipart edits the parser cannot read are 400s in OpenAI\'s shape (is
     expect(openAiError(answer).type).toBe('invalid_request_error');
   });
 
+  it('a field sent as application/json that nests 30,000 deep (the fuzzer\'s find) is a 400 naming the field', async () => {
+    const answer = await edit('multipart/form-data; boundary=j', `--j\r\nContent-Disposition: form-data; name="user"\r\nContent-Type: application/json\r\n\r\n${deepArray(30_000)}\r\n--j--\r\n`);
+    expect(answer?.status).toBe(400);
+    expect(openAiError(answer)).toMatchObject({ code: 'VALIDATION_FAILED', param: 'user', message: expect.stringContaining('user: a text field, not a JSON list') });
+  });
+
   it('the connection stays usable after a refused edit whose body was read to its end', async () => {
     const { port } = new URL(running().url);
     const socket = net.connect(Number(port), '127.0.0.1');

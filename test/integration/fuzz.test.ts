@@ -55,6 +55,13 @@ describe('fuzzing', () => {
     expect(session.outputsChecked.size).toBeGreaterThan(0);
   });
 
+  it('the surfaces that read their own bodies — multipart edits, binary OIP, resumable uploads, models add — answer inputs shaped like theirs in their shape, never a 5xx', async () => {
+    await fuzz(session.targets().filter((target) => target.label.startsWith('surface: ')));
+    expect(session.tally.rows().map((row) => row.label)).toEqual(expect.arrayContaining([
+      'surface: multipart edits', 'surface: binary OIP', 'surface: resumable uploads', 'surface: models add',
+    ]));
+  });
+
   it('raw HTTP bytes are answered in the envelope or closed, never a 5xx', async () => {
     await fuzz(session.targets().filter((target) => target.label === 'raw HTTP'));
   });

@@ -157,6 +157,11 @@ export async function readEdit(request: FastifyRequest, clientBlobs: ClientBlobs
       if (next.done) break;
       const part = next.value;
       if (part.type === 'field') {
+        // A field sent as application/json arrives parsed: a number or a flag is taken as its text, a list or an object
+        // is no field of an edit (and String() of one nested deep would overflow the stack).
+        if (part.value !== null && typeof part.value === 'object') {
+          throw new MeshError('VALIDATION_FAILED', { detail: `${part.fieldname}: a text field, not a JSON ${Array.isArray(part.value) ? 'list' : 'object'}` });
+        }
         fields[part.fieldname] = String(part.value);
         continue;
       }
