@@ -52,7 +52,7 @@ describe('gpumesh CLI', () => {
     // The submit above loaded gen on the local agent.
     expect(result.output).toMatch(/gen\s+\d+\s+\d+\s+1\/1 \(min 0, max any\)\s+\S+ \(ready\)/);
     // What the store holds: the built-in models' files and the picture made above, in the data folder's blobs.
-    expect(result.output).toMatch(/\nstorage: [\d,]+ blobs, [\d.]+ (KiB|MiB) in \S+\/blobs; finished jobs without results kept 30 days\n/);
+    expect(result.output).toMatch(/\nstorage: [\d,]+ blobs, [\d.]+ (KiB|MiB) in \S+\/blobs; finished jobs without results kept 30 days; disk: [\d.]+ (MiB|GiB|TiB) free of [\d.]+ (GiB|TiB)\n/);
   });
 
   it('grant create, narrow offline and inspect; a narrowed grant is refused naming the caveat', async () => {
