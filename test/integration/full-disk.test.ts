@@ -253,3 +253,60 @@ describe.skipIf(!isRoot)('a full disk is an answer, not a hang (issue 29, findin
     }
   }, 60_000);
 });
+
+describe.skipIf(!isRoot)('a commit that meets a full disk is an answer too, and the orchestrator goes on (issue 29, finding 7)', () => {
+  let data: string;
+  let mesh: RunningMesh;
+  let mounted = false;
+
+  beforeAll(async () => {
+    data = tempDir('gpumesh-full-store-');
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${DISK_MB}m`, 'tmpfs', data]);
+    mounted = true;
+    // No floor: the disk is filled by something else, to the last byte, between two of the floor's measures.
+    mesh = await startMesh({ data, args: ['--no-agent'], config: { storage: { minFreeMB: 0 } } });
+  }, 60_000);
+
+  afterAll(async () => {
+    await mesh?.stop();
+    if (mounted) execFileSync('umount', ['-l', data]);
+    if (data) removeDir(data);
+  });
+
+  it('a submit whose commit meets SQLITE_FULL is 507 STORAGE_FULL and its job is not kept; once space is back the next is taken', async () => {
+    const headers = { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/json' };
+    const submit = (prompt: string) => fetch(`${mesh.url}/v1/jobs`, { method: 'POST', headers, body: JSON.stringify({ type: 'image', input: { prompt, width: 8, height: 8 } }) });
+    const ballast = join(data, 'ballast');
+    // Every byte taken (the write stops at the end of the disk).
+    try {
+      writeFileSync(ballast, Buffer.alloc((DISK_MB + 8) * MB, 1));
+    } catch (error) {
+      expect((error as NodeJS.ErrnoException).code).toBe('ENOSPC');
+    }
+    try {
+      const refused = await submit('the store is full');
+      expect(refused.status).toBe(507);
+      expect(await refused.json()).toEqual({ error: { code: 'STORAGE_FULL', message: expect.stringContaining('(the store\'s database cannot grow, SQLITE_FULL): this request was not accepted') } });
+      // Thrown where the group commit runs, the error once ended the process.
+      expect(mesh.process.exitCode).toBeNull();
+      expect((await fetch(`${mesh.url}/healthz`)).status).toBe(200);
+    } finally {
+      rmSync(ballast, { force: true });
+    }
+    const taken = await waitFor(async () => {
+      const answer = await submit('space is back');
+      return answer.status === 202 ? (await answer.json()) as { id: string } : null;
+    }, { timeoutMs: 10_000, intervalMs: 200, what: 'a submit to be taken once space is back' });
+    // The refused job was taken back: only the one taken is there.
+    const listed = await (await fetch(`${mesh.url}/v1/jobs?limit=10`, { headers })).json() as { jobs: { id: string; input: { prompt: string } }[] };
+    expect(listed.jobs.map((job) => job.input.prompt)).toEqual(['space is back']);
+    expect(listed.jobs[0]!.id).toBe(taken.id);
+    await mesh.stop();
+    const db = new Database(join(data, 'store.sqlite'), { readonly: true });
+    try {
+      expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+    } finally {
+      db.close();
+    }
+  }, 60_000);
+});

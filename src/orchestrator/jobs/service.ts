@@ -133,7 +133,7 @@ export class JobService {
   async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
     const looking = this.#look(grant, body);
     const admitted = this.#admit(grant, body, authorize, looking ? await looking : NOTHING_LOOKED);
-    await this.#deps.commits.durable();
+    await this.#durable(admitted.created ? [admitted.job] : []);
     return admitted;
   }
 
@@ -163,8 +163,22 @@ export class JobService {
       }
       throw error;
     }
-    await this.#deps.commits.durable();
+    await this.#durable(admitted);
     return admitted;
+  }
+
+  /**
+   * Wait until what this request wrote is committed. A commit that failed (a full disk) stored none of it: the jobs it
+   * admitted are taken back from the queues — the client is told they were not accepted (507 STORAGE_FULL), so none
+   * may run — and the error is the answer.
+   */
+  async #durable(admitted: readonly JobRecord[]): Promise<void> {
+    try {
+      await this.#deps.commits.durable();
+    } catch (error) {
+      for (const job of admitted) this.#deps.cancellation.cancel(job.id);
+      throw error;
+    }
   }
 
   /**
@@ -198,6 +212,7 @@ export class JobService {
     // batch); an item may name the idempotency key of one before it, which the store has not seen yet: `keyed`.
     const looked = await Promise.all(parsed.map((item) => (item.success ? this.#look(grant, item.data) : null) ?? NOTHING_LOOKED));
     const keyed = new Map<string, NonNullable<Looked['keyed']>>();
+    const admittedNow: JobRecord[] = [];
     const results = parsed.map((item, index): BulkItemResult => {
       if (!item.success) {
         const detail = item.error.issues.map((issue) => `jobs.${index}${issue.path.map((part) => `.${String(part)}`).join('')}: ${issue.message}`).join('; ');
@@ -207,6 +222,7 @@ export class JobService {
       const earlier = key ? keyed.get(key) : undefined;
       try {
         const { job, created, hash } = this.#admit(grant, item.data, authorize, earlier ? { ...looked[index]!, keyed: earlier } : looked[index]!);
+        if (created) admittedNow.push(job);
         if (key && created) keyed.set(key, { entry: { id: job.id, requestHash: hash }, job, stale: null });
         return { status: created ? 202 : 200, id: job.id, jobStatus: job.status, created };
       } catch (error) {
@@ -214,7 +230,7 @@ export class JobService {
         throw error;
       }
     });
-    await this.#deps.commits.durable();
+    await this.#durable(admittedNow);
     return results;
   }
 

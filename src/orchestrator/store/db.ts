@@ -79,7 +79,7 @@ export function stmt(db: Db, sql: string): Database.Statement {
 export class GroupCommit {
   readonly #db: Db;
   #open = false;
-  #waiters: (() => void)[] = [];
+  #waiters: { resolve(): void; reject(error: unknown): void }[] = [];
   #after: (() => void)[] = [];
 
   constructor(db: Db) {
@@ -111,10 +111,10 @@ export class GroupCommit {
     return fn();
   }
 
-  /** Resolves when the writes made so far are committed. */
+  /** Resolves when the writes made so far are committed; rejects with SQLite's error when their commit failed. */
   durable(): Promise<void> {
     if (!this.#open) return Promise.resolve();
-    return new Promise((resolve) => this.#waiters.push(resolve));
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
   }
 
   /** Run `fn` once the writes made so far are committed (at once if nothing is pending). */
@@ -127,13 +127,27 @@ export class GroupCommit {
   flush(): void {
     if (!this.#open) return;
     this.#open = false;
-    if (this.#db.inTransaction) stmt(this.#db, 'COMMIT').run();
     const waiters = this.#waiters;
     const after = this.#after;
     this.#waiters = [];
     this.#after = [];
+    try {
+      if (this.#db.inTransaction) stmt(this.#db, 'COMMIT').run();
+    } catch (error) {
+      // The commit failed (a full disk: SQLITE_FULL; an I/O error) and SQLite rolled the turn's transaction back: none
+      // of its writes is stored. What waited for them to be durable learns it (a submit answers 507 STORAGE_FULL and
+      // takes its job back), and what was to follow their commit does not happen (an agent not acknowledged sends its
+      // result again). The process goes on — thrown from here it would end it —, and the next turn may find room.
+      try {
+        if (this.#db.inTransaction) stmt(this.#db, 'ROLLBACK').run();
+      } catch {
+        // Nothing left to roll back.
+      }
+      for (const { reject } of waiters) reject(error);
+      return;
+    }
     for (const fn of after) fn();
-    for (const resolve of waiters) resolve();
+    for (const { resolve } of waiters) resolve();
   }
 
   #begin(): void {
