@@ -289,7 +289,30 @@ function renderSummary(hosts, status) {
     tile('jobs queued', number.format(queued), { 'data-tile': 'queued' }),
     tile('breakers not closed', number.format(tripped), { 'data-tile': 'breakers', 'data-alert': tripped > 0 ? 'yes' : 'no' }),
     tile('succeeded', number.format(jobs.succeeded ?? 0), { 'data-tile': 'succeeded' }),
-    tile('failed', number.format(jobs.failed ?? 0), { 'data-tile': 'failed', 'data-alert': jobs.failed ? 'yes' : 'no' }));
+    tile('failed', number.format(jobs.failed ?? 0), { 'data-tile': 'failed', 'data-alert': jobs.failed ? 'yes' : 'no' }),
+    ...diskTile(status.disk));
+}
+
+/**
+ * The data folder's disk (`status.disk`): its free space, and — below the floor, while uploads and jobs are refused —
+ * said as such, so a person sees why new work fails before reading an error.
+ */
+function diskTile(disk) {
+  if (!disk || disk.checkedAt === null) return [];
+  const free = `${bytes(disk.freeBytes)} free`;
+  if (!disk.low) return [tile('disk of the data folder', free, { 'data-tile': 'disk', 'data-alert': 'no' })];
+  return [tile(`disk low: new uploads and jobs are refused until it has ${bytes(disk.minFreeBytes)} free`, free, { 'data-tile': 'disk', 'data-alert': 'yes', role: 'alert' })];
+}
+
+const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+function bytes(count) {
+  let value = count;
+  let unit = 0;
+  while (value >= 1024 && unit < BYTE_UNITS.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${unit === 0 ? value : value.toFixed(value >= 100 ? 0 : 1)} ${BYTE_UNITS[unit]}`;
 }
 
 /** `changed`: what events said of jobs while the reload ran (null: the job ended), which the listing may predate. */
