@@ -18,6 +18,7 @@ import { dataKeptOnFailure, removeDir, startMesh, tempDir, type RunningMesh } fr
 const MB = 1024 * 1024;
 const UPLOAD_BYTES = 160 * MB;
 const EDIT_BYTES = 120 * MB;
+const MODEL_BYTES = 200 * MB;
 /**
  * The most the peak may rise, as a share of one file: a file read whole costs at least all of it (the old code: +121
  * MB for the edit, and three uploads at once +511 MB in the report); half leaves the allocator and libvips's rows room
@@ -178,5 +179,41 @@ describe('bodies are never held whole in memory (issue 29, finding 4)', () => {
     const rise = after.peak - before.rss;
     process.stdout.write(`a ${EDIT_BYTES / MB} MB edit: RSS ${Math.round(before.rss / MB)} MB before, peak ${Math.round(after.peak / MB)} MB (+${Math.round(rise / MB)} MB)\n`);
     expect(rise).toBeLessThan(BOUND * EDIT_BYTES);
+  }, 120_000);
+
+  it('a 200 MB ONNX model, added with models add, is read by ranges to learn its signature: the peak rises by less than the file', async () => {
+    const mesh = running();
+    const pid = mesh.process.pid!;
+    // y = x + w, with w a 200 MB FP32 initializer inside the file (raw_data): a model's weights, as exported.
+    const onnxProto = (await import('onnx-proto')).default;
+    const { onnx } = onnxProto;
+    const count = MODEL_BYTES / 4;
+    const spec = { elemType: onnx.TensorProto.DataType.FLOAT, shape: { dim: [{ dimValue: count }] } };
+    const path = join(files, 'big.onnx');
+    writeFileSync(path, onnx.ModelProto.encode(onnx.ModelProto.create({
+      irVersion: 8, opsetImport: [{ domain: '', version: 17 }],
+      graph: {
+        name: 'big', node: [{ opType: 'Add', input: ['x', 'w'], output: ['y'] }],
+        initializer: [{ name: 'w', dims: [count], dataType: onnx.TensorProto.DataType.FLOAT, rawData: Buffer.alloc(MODEL_BYTES, 1) }],
+        input: [{ name: 'x', type: { tensorType: spec } }], output: [{ name: 'y', type: { tensorType: spec } }],
+      },
+    })).finish());
+    const stored = await send(`${mesh.url}/v1/blobs`, { method: 'PUT', headers: { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/octet-stream' } },
+      createReadStream(path), statSync(path).size);
+    expect(stored.status).toBe(201);
+    const before = memoryOf(pid);
+    resetPeak(pid);
+    const added = await fetch(`${mesh.url}/v1/models`, {
+      method: 'POST', headers: { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'big', file: JSON.parse(stored.body).digest }),
+    });
+    const after = memoryOf(pid);
+    const body = await added.json() as { inputs: unknown[]; outputs: unknown[] };
+    expect(added.status, JSON.stringify(body)).toBe(201);
+    expect(body.inputs).toEqual([{ name: 'x', datatype: 'FP32', shape: [count] }]);
+    expect(body.outputs).toEqual([{ name: 'y', datatype: 'FP32', shape: [count] }]);
+    const rise = after.peak - before.rss;
+    process.stdout.write(`a ${MODEL_BYTES / MB} MB model added: RSS ${Math.round(before.rss / MB)} MB before, peak ${Math.round(after.peak / MB)} MB (+${Math.round(rise / MB)} MB)\n`);
+    expect(rise).toBeLessThan(BOUND * MODEL_BYTES);
   }, 120_000);
 });

@@ -1,14 +1,14 @@
 import { z } from 'zod';
 import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
 import { isNetworkMember } from '../../protocol/engines/onnx.js';
-import { externalDataProblem, externalDataReferences } from '../../protocol/engines/onnx-external-data.js';
+import { externalDataProblem } from '../../protocol/engines/onnx-external-data.js';
 import { batchesAlongFirstDim, familyOf, MeshError, sha256Digest, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { ConfigError, ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
 import type { Commits, MeshStore, ModelRecord } from '../store/index.js';
 import { routeText, type ModelRegistry, type RegisteredModel } from './models.js';
-import { onnxSignature } from './onnx-signature.js';
+import { inspectOnnxFile, type OnnxFileFacts } from './onnx-file.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 const VERSION = /^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$/;
@@ -155,11 +155,10 @@ export class ModelCatalog {
     // A model of several files: its index is made here but stored only once every check has passed (below).
     const bundle = body.files ? await this.#bundle(body.files) : null;
     const stored = bundle ?? { digest: body.file!, bytes: await this.#sizeOf(body.file!), files: undefined, index: null };
-    let signature: ReturnType<typeof onnxSignature> = { inputs: [], outputs: [] };
     // A single ONNX file declares its inputs and outputs; a model of several files has none of its own (each member has).
-    const single = body.engine === 'onnx' && !body.files ? await blobs.read(stored.digest) : null;
-    if (body.engine === 'onnx' && !body.files && !single) throw missingBlob(stored.digest);
-    if (single && (!body.inputs || !body.outputs)) signature = onnxSignature(single, name);
+    // Read by ranges, never whole: a model may be gigabytes.
+    const single = body.engine === 'onnx' && !body.files ? await this.#inspect(stored.digest, stored.bytes, name) : null;
+    const signature = single ?? { inputs: [], outputs: [] };
     const inputs = body.inputs ?? signature.inputs;
     const outputs = body.outputs ?? signature.outputs;
     const checked = (engine.meshSettings ?? engine.settings).safeParse(settings);
@@ -230,23 +229,21 @@ export class ModelCatalog {
    * file set — never a path on the host, which the agent would read from its engine's folder (the signing key, a
    * grant, anything relative to it). Refused here, before anything is stored, and again by the agent at load.
    */
-  async #checkExternalData(model: string, files: Record<string, { digest: string }> | null, single: Uint8Array | null, pipeline: string): Promise<void> {
-    const networks: [string | null, Uint8Array | null | string][] = files
-      ? Object.entries(files).filter(([member]) => isNetworkMember(member, pipeline)).map(([member, { digest }]) => [member, digest])
-      : [[null, single]];
-    for (const [member, source] of networks) {
-      const bytes = typeof source === 'string' ? await this.#deps.blobs.read(source) : source;
-      if (!bytes) throw missingBlob(String(source));
-      let references: ReturnType<typeof externalDataReferences>;
-      try {
-        references = externalDataReferences(bytes);
-      } catch (error) {
-        throw new MeshError('INVALID_INPUT', { model, detail: `${member ?? 'the file'} is not an ONNX model (${(error as Error).message.slice(0, 120)})` }, { cause: error });
-      }
+  async #checkExternalData(model: string, files: Record<string, { digest: string; bytes: number }> | null, single: OnnxFileFacts | null, pipeline: string): Promise<void> {
+    const networks = files
+      ? await Promise.all(Object.entries(files).filter(([member]) => isNetworkMember(member, pipeline))
+        .map(async ([member, { digest, bytes }]) => ({ member, facts: await this.#inspect(digest, bytes, model) })))
+      : [{ member: null, facts: single! }];
+    for (const { member, facts } of networks) {
       const others = new Set(Object.keys(files ?? {}).filter((name) => name !== member));
-      const problem = externalDataProblem(references, others, member ?? undefined);
+      const problem = externalDataProblem(facts.external, others, member ?? undefined);
       if (problem) throw new MeshError('INVALID_INPUT', { model, detail: `${member ? `${member}: ` : ''}${problem}` });
     }
+  }
+
+  /** A stored ONNX file's signature and external data, read by ranges (inspectOnnxFile). */
+  #inspect(digest: string, bytes: number, model: string): Promise<OnnxFileFacts> {
+    return inspectOnnxFile(async (start, end) => this.#deps.blobs.read(digest, { start, end }), bytes, model);
   }
 
   /** A stored blob's size, or NOT_FOUND telling how to store it. */
