@@ -40,7 +40,12 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
       openapi: {
         responses: {
           201: json('The version added: its manifest (inputs and outputs as read from the file) and policy', ModelVersionSchema),
-          ...errorAnswers({ 400: 'The body, or a file that is not a model this engine takes', 404: 'A file named by digest is not stored', 409: 'The version exists (MODEL_EXISTS)' }),
+          ...errorAnswers({
+            400: 'The body, or a file that is not a model this engine takes (an ONNX file whose external data names anything but a file of the model: INVALID_INPUT)',
+            403: 'A setting only a host\'s own config may give: a command, a server\'s url, cwd, env, a workflow path, apiKeyEnv, process: agent (HOST_CONFIG_ONLY)',
+            404: 'A file named by digest is not stored', 409: 'The version exists (MODEL_EXISTS)',
+            507: 'The data folder\'s disk is below its floor (STORAGE_FULL)',
+          }),
         },
       },
     },

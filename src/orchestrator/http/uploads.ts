@@ -62,6 +62,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
           ...errorResponses(MeshErrorBody, {
             400: 'The body is not the shape above', ...GRANT_ERRORS, 413: '`bytes` is over the upload limit',
             429: 'The grant lineage has uploads.maxOpenPerGrant uploads open: complete or delete one first (TOO_MANY_UPLOADS, Retry-After)',
+            507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
           }),
         },
       },
@@ -104,7 +105,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
           200: { description: 'The file, stored by digest', content: { 'application/json': StoredBlobBody } },
           ...errorResponses(MeshErrorBody, {
             400: 'A picture that is not one gpumesh will decode (IMAGE_REFUSED)', ...GRANT_ERRORS,
-            404: 'No upload of that id started by this grant',
+            404: 'No upload of that id started by this grant', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
           }),
           ...conflictAnswer('Fewer bytes than the size given at the start, or a chunk or a DELETE of it under way (UPLOAD_CONFLICT)'),
         },
@@ -136,7 +137,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
             ...uploadAnswer(200, 'The chunk is in: the offset reached'),
             ...errorResponses(MeshErrorBody, {
               400: 'No Upload-Offset, or not a number', ...GRANT_ERRORS, 404: 'No upload of that id started by this grant',
-              413: 'More bytes than the size given at the start, or than the upload limit',
+              413: 'More bytes than the size given at the start, or than the upload limit', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
             }),
             ...conflictAnswer('Upload-Offset is not where the upload stands, or another chunk, its completion or a DELETE is under way (UPLOAD_CONFLICT)'),
           },
@@ -165,7 +166,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
             201: { description: 'The file, stored by digest (the type as its bytes say)', content: { 'application/json': StoredBlobBody } },
             ...errorResponses(MeshErrorBody, {
               400: 'A picture that is not one gpumesh will decode, or whose Content-Type or filename disagrees with its bytes (IMAGE_REFUSED)',
-              ...GRANT_ERRORS, 413: 'The file is larger than the upload limit',
+              ...GRANT_ERRORS, 413: 'The file is larger than the upload limit', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
             }),
           },
         },
