@@ -9,6 +9,7 @@ import type { JobRecord } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { InFlight } from './in-flight.js';
 import type { JobStates } from './states.js';
+import { runMessage, type MintUploadCredential } from '../routing/run-message.js';
 
 export interface DispatcherDeps {
   clock: Clock;
@@ -22,7 +23,7 @@ export interface DispatcherDeps {
   log: Logger;
   model(name: string): RegisteredModel | undefined;
   /** A credential that lets the outputs of one batch's jobs be uploaded until `validUntil` (epoch ms). */
-  uploadCredential(batchId: string, validUntil: number): string;
+  uploadCredential: MintUploadCredential;
 }
 
 /**
@@ -117,10 +118,9 @@ export class Dispatcher {
     this.#deps.inFlight.place(host, { id: batchId, model: name, jobIds: new Set(jobs.map((job) => job.id)), dispatchedAt: now });
     // Valid for as long as the batch's jobs may run, and an hour more for slow uploads.
     const validUntil = Math.max(...jobs.map((job) => job.deadlineAt ?? now + model.policy.maxTimeoutMs)) + 3_600_000;
-    host.send({
-      type: 'run', batchId, model: model.manifest, uploadCredential: this.#deps.uploadCredential(batchId, validUntil),
-      jobs: jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
-    });
+    host.send(runMessage({
+      batchId, model: model.manifest, validUntil, jobs: jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt })),
+    }, this.#deps.uploadCredential));
     // Bookkeeping after the send: the batch is on its way sooner.
     this.#deps.admission.recordDrain(name, jobs.length);
     this.#deps.metrics.batchDispatched(name, jobs.length, jobs.map((job) => now - job.createdAt));

@@ -9,6 +9,7 @@ import type { HealthBook } from './health.js';
 import type { HostSession } from './host.js';
 import type { HostRegistry } from './hosts.js';
 import { keepNewest } from '../../protocol/bounded.js';
+import { runMessage, type MintUploadCredential } from './run-message.js';
 
 /** A report the link carries about a batch: a probe's are the prober's. */
 export type BatchReport = Extract<AgentMessage, { type: 'loading' | 'started' | 'progress' | 'done' | 'failed' }>;
@@ -35,7 +36,7 @@ export interface ProberDeps {
   budgets: AttemptBudgets;
   models(): Iterable<RegisteredModel>;
   model(name: string): RegisteredModel | undefined;
-  uploadCredential(batchId: string, validUntil: number): string;
+  uploadCredential: MintUploadCredential;
   /** Probe each resident model that has had nothing succeed for this long; 0: only breaker trials. */
   intervalMs: number;
   log: Logger;
@@ -190,10 +191,10 @@ export class Prober {
     };
     this.#probes.set(batchId, probe);
     host.probes.set(batchId, now);
-    host.send({
-      type: 'run', batchId, model: model.manifest, probe: true, uploadCredential: this.#deps.uploadCredential(batchId, now + budget.ms),
+    host.send(runMessage({
+      batchId, model: model.manifest, probe: true, validUntil: now + budget.ms,
       jobs: [{ id: jobId, input: model.pipeline.probeInput(model.manifest), deadlineAt: now + budget.ms }],
-    });
+    }, this.#deps.uploadCredential));
     log.debug({ host: host.id, model: name, batchId, trial }, 'probe sent');
   }
 
