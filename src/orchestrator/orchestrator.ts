@@ -74,6 +74,7 @@ export interface OrchestratorOptions {
 interface Parts {
   config: MeshConfig;
   log: Logger;
+  clock: Clock;
   store: MeshStore;
   afterClose?: () => Promise<void>;
   authority: GrantAuthority;
@@ -151,7 +152,7 @@ export class Orchestrator {
     const lifetimes = new GrantLifetimes(authority, clock);
     const uploadCredentials = new UploadCredentials(rootKey);
 
-    const events = new EventBus();
+    const events = new EventBus(clock);
     // Memory measured at a model's first load replaces the guess of a model added without one (the catalog decides which).
     events.subscribeAll(({ kind, event }) => {
       if (kind !== 'mesh' || event.type !== 'replica:loaded') return;
@@ -322,7 +323,7 @@ export class Orchestrator {
     const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 
@@ -362,7 +363,7 @@ export class Orchestrator {
     const path = join(this.config.data, 'admin.grant');
     const token = secretFile(path, () => this.mint('admin', [], 'admin.grant'));
     try {
-      this.#parts.authority.verify(token, Date.now());
+      this.#parts.authority.verify(token, this.#parts.clock.now());
       return token;
     } catch (error) {
       const why = error instanceof MeshError && error.code === 'GRANT_REVOKED' ? 'it was revoked' : 'was secret.key replaced?';
@@ -377,7 +378,7 @@ export class Orchestrator {
    */
   connectLocalAgent(token: string): MemorySocket {
     const { authority, hub } = this.#parts;
-    const now = Date.now();
+    const now = this.#parts.clock.now();
     const grant = authority.verify(token, now);
     authority.authorize(grant, { action: 'agent:join' }, now);
     const [hubEnd, agentEnd] = MemorySocket.pair();

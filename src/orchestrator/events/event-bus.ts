@@ -1,4 +1,5 @@
 import type { JobEvent, MeshEvent } from '../../protocol/index.js';
+import { systemClock, type Clock } from '../../protocol/clock.js';
 
 /** The attributes of a job that decide who may see its events. */
 export interface EventScope {
@@ -28,9 +29,14 @@ const REPLAY_EVENTS = 4096;
 export class EventBus {
   readonly #all = new Set<Listener>();
   readonly #byJob = new Map<string, Set<JobListener>>();
-  readonly #epoch = Date.now().toString(36);
+  /** This process's start, in the ids: an id from before a restart is recognised as unreplayable. */
+  readonly #epoch: string;
   readonly #recent = new Ring<ScopedEvent>(REPLAY_EVENTS);
   #seq = 0;
+
+  constructor(clock: Pick<Clock, 'now'> = systemClock) {
+    this.#epoch = clock.now().toString(36);
+  }
 
   publish(event: JobEvent, scope: EventScope): void {
     const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope };

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { MeshError } from '../../protocol/index.js';
@@ -90,7 +90,7 @@ export class SelfPackage {
 
     mkdirSync(this.#dir, { recursive: true });
     // Packed into a folder of this process's own and renamed into place: a reader never sees half a tarball.
-    const scratch = join(this.#dir, `.pack-${process.pid}-${Date.now()}`);
+    const scratch = join(this.#dir, `.pack-${process.pid}-${randomBytes(6).toString('hex')}`);
     mkdirSync(scratch);
     try {
       const packed = await this.#pack(this.#root, scratch);
