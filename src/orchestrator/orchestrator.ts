@@ -119,7 +119,7 @@ export class Orchestrator {
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
 
-    const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data);
+    const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data, clock);
     const { commits } = store;
     // Blob-store hook: a folder under data (default) or a bucket (mesh.yaml's blobs); everything below uses the interface.
     const blobStore = openBlobStore(config);

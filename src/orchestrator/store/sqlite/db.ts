@@ -1,8 +1,10 @@
 import Database from 'better-sqlite3';
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { MIGRATIONS, type Migration } from './migrations.js';
-import { MeshError } from '../../protocol/index.js';
+import { MeshError } from '../../../protocol/index.js';
+import { systemClock, type Clock } from '../../../protocol/clock.js';
+import type { Migration } from '../contract/migration.js';
+import { MIGRATIONS } from './migrations.js';
 
 export type Db = Database.Database;
 
@@ -11,7 +13,7 @@ export type Db = Database.Database;
  * which survives a killed process (the WAL is in the OS page cache) and loses
  * at most the last transactions on power loss — the trade every job queue on SQLite makes.
  */
-export function openDb(path: string): Db {
+export function openDb(path: string, clock: Clock = systemClock): Db {
   if (path !== ':memory:') {
     mkdirSync(dirname(path), { recursive: true });
     // The store holds grant records: only its owner may read it. SQLite gives its -wal and -shm files the database file's mode.
@@ -27,12 +29,15 @@ export function openDb(path: string): Db {
   // (created, written and unlinked: /var/tmp/etilqs_*) once it passes 64 KiB: about once per dispatched batch under
   // load. In memory it is a few pages of RAM for the length of one write.
   db.pragma('temp_store = MEMORY');
-  migrate(db);
+  migrate(db, MIGRATIONS, clock);
   return db;
 }
 
-/** Apply the migrations not yet applied, in order, each in its own transaction. Returns the versions applied now. */
-export function migrate(db: Db, migrations: readonly Migration[] = MIGRATIONS): number[] {
+/**
+ * Apply the migrations not yet applied, in order, each in its own transaction, recorded with the time `clock` says.
+ * Returns the versions applied now.
+ */
+export function migrate(db: Db, migrations: readonly Migration[] = MIGRATIONS, clock: Clock = systemClock): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
   const applied = new Set(
@@ -49,7 +54,7 @@ export function migrate(db: Db, migrations: readonly Migration[] = MIGRATIONS): 
     db.transaction(() => {
       db.exec(migration.sql);
       db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
-        migration.version, migration.name, Date.now(),
+        migration.version, migration.name, clock.now(),
       );
     })();
     done.push(migration.version);
@@ -66,94 +71,4 @@ export function stmt(db: Db, sql: string): Database.Statement {
   let statement = statements.get(sql);
   if (!statement) statements.set(sql, (statement = db.prepare(sql)));
   return statement;
-}
-
-/**
- * Group commit: every write made during one turn of the event loop joins one
- * transaction, committed once with setImmediate. On a busy mesh this turns
- * hundreds of commits a second (each a WAL write) into a few dozen.
- * `write` runs a function inside the open transaction (as a savepoint, so a
- * throw undoes only its own changes); `durable` resolves once everything
- * written so far is committed — the 202 to a submit waits for it.
- */
-export class GroupCommit {
-  readonly #db: Db;
-  #open = false;
-  #waiters: { resolve(): void; reject(error: unknown): void }[] = [];
-  #after: (() => void)[] = [];
-
-  constructor(db: Db) {
-    this.#db = db;
-  }
-
-  write<T>(fn: () => T): T {
-    this.#begin();
-    // A savepoint by hand: better-sqlite3's db.transaction() builds new wrapper functions on every call.
-    stmt(this.#db, 'SAVEPOINT write').run();
-    try {
-      const result = fn();
-      stmt(this.#db, 'RELEASE write').run();
-      return result;
-    } catch (error) {
-      stmt(this.#db, 'ROLLBACK TO write').run();
-      stmt(this.#db, 'RELEASE write').run();
-      throw error;
-    }
-  }
-
-  /**
-   * `write` for a function that runs exactly one statement. SQLite undoes a failed statement by itself and leaves
-   * the transaction open, so the savepoint `write` takes would only cost two more statements (a job's insert is the
-   * busiest write there is).
-   */
-  writeOne<T>(fn: () => T): T {
-    this.#begin();
-    return fn();
-  }
-
-  /** Resolves when the writes made so far are committed; rejects with SQLite's error when their commit failed. */
-  durable(): Promise<void> {
-    if (!this.#open) return Promise.resolve();
-    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
-  }
-
-  /** Run `fn` once the writes made so far are committed (at once if nothing is pending). */
-  afterCommit(fn: () => void): void {
-    if (this.#open) this.#after.push(fn);
-    else fn();
-  }
-
-  /** Commit now (shutdown). */
-  flush(): void {
-    if (!this.#open) return;
-    this.#open = false;
-    const waiters = this.#waiters;
-    const after = this.#after;
-    this.#waiters = [];
-    this.#after = [];
-    try {
-      if (this.#db.inTransaction) stmt(this.#db, 'COMMIT').run();
-    } catch (error) {
-      // The commit failed (a full disk: SQLITE_FULL; an I/O error) and SQLite rolled the turn's transaction back: none
-      // of its writes is stored. What waited for them to be durable learns it (a submit answers 507 STORAGE_FULL and
-      // takes its job back), and what was to follow their commit does not happen (an agent not acknowledged sends its
-      // result again). The process goes on — thrown from here it would end it —, and the next turn may find room.
-      try {
-        if (this.#db.inTransaction) stmt(this.#db, 'ROLLBACK').run();
-      } catch {
-        // Nothing left to roll back.
-      }
-      for (const { reject } of waiters) reject(error);
-      return;
-    }
-    for (const fn of after) fn();
-    for (const { resolve } of waiters) resolve();
-  }
-
-  #begin(): void {
-    if (this.#open) return;
-    stmt(this.#db, 'BEGIN').run();
-    this.#open = true;
-    setImmediate(() => this.flush());
-  }
 }

@@ -1,13 +1,6 @@
-/**
- * Numbered migrations that only go forward. Each runs once, inside a
- * transaction, and is recorded in `schema_migrations`; running them again is a no-op.
- */
-export interface Migration {
-  version: number;
-  name: string;
-  sql: string;
-}
+import type { Migration } from '../contract/migration.js';
 
+/** SQLite's migrations (contract/migration.ts says how they run; postgres/migrations.ts are PostgreSQL's). */
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
