@@ -60,7 +60,7 @@ export interface OrchestratorOptions {
   logger?: Logger;
   /** Where the gallery's files are; default: web/ of this package. */
   webRoot?: string;
-  /** The store; default: SQLite in the data folder. Orchestrators sharing PostgreSQL are each given theirs (mesh-runner.ts). */
+  /** The store; default: SQLite in the data folder. Orchestrators sharing PostgreSQL are each given theirs (standby/shared-orchestrator.ts). */
   store?: MeshStore;
   /** The secret grants are signed with, where orchestrators share it (the store's); default: <data>/secret.key. */
   rootKey?: Buffer;

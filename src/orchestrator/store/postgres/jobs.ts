@@ -19,8 +19,7 @@ const SUCCEEDED_ROWS = {
  * (`nextSeq`: from the blocks the store reserves); the conditional updates answer from what they were asked, as a
  * store that writes behind must (contract/mesh-store.ts).
  */
-export function jobTable(pg: PgAccess, nextSeq: () => number): JobTable {
-  const { write, read } = pg;
+export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobTable {
   return {
     insertJob: (job) => {
       const seq = nextSeq();
