@@ -7,9 +7,10 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import { Thumbnails } from '../src/orchestrator/gallery/thumbnails.js';
-import { insertArtifact, listArtifacts, type ArtifactFilter } from '../src/orchestrator/store/artifacts.js';
-import { openDb, type Db } from '../src/orchestrator/store/db.js';
-import { insertJob } from '../src/orchestrator/store/jobs.js';
+import { insertArtifact, listArtifacts } from '../src/orchestrator/store/sqlite/artifacts.js';
+import type { ArtifactFilter } from '../src/orchestrator/store/index.js';
+import { openDb, type Db } from '../src/orchestrator/store/sqlite/db.js';
+import { insertJob } from '../src/orchestrator/store/sqlite/jobs.js';
 
 const SIZES = [10_000, 100_000];
 const PAGE = 48;

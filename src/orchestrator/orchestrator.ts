@@ -60,7 +60,7 @@ export interface OrchestratorOptions {
   logger?: Logger;
   /** Where the gallery's files are; default: web/ of this package. */
   webRoot?: string;
-  /** The store; default: SQLite in the data folder. Orchestrators sharing PostgreSQL are each given theirs (mesh-runner.ts). */
+  /** The store; default: SQLite in the data folder. Orchestrators sharing PostgreSQL are each given theirs (standby/shared-orchestrator.ts). */
   store?: MeshStore;
   /** The secret grants are signed with, where orchestrators share it (the store's); default: <data>/secret.key. */
   rootKey?: Buffer;
@@ -120,7 +120,7 @@ export class Orchestrator {
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
 
-    const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data);
+    const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data, clock);
     const { commits } = store;
     // Blob-store hook: a folder under data (default) or a bucket (mesh.yaml's blobs); everything below uses the interface.
     const blobStore = openBlobStore(config);

@@ -2,9 +2,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { albumsWithArtifacts, deleteArtifactsOfJob, insertArtifact, listArtifacts, type ArtifactFilter } from '../../src/orchestrator/store/artifacts.js';
-import { openDb, type Db } from '../../src/orchestrator/store/db.js';
-import { insertJob } from '../../src/orchestrator/store/jobs.js';
+import { albumsWithArtifacts, deleteArtifactsOfJob, insertArtifact, listArtifacts } from '../../src/orchestrator/store/sqlite/artifacts.js';
+import type { ArtifactFilter } from '../../src/orchestrator/store/index.js';
+import { openDb, type Db } from '../../src/orchestrator/store/sqlite/db.js';
+import { insertJob } from '../../src/orchestrator/store/sqlite/jobs.js';
 
 /**
  * The gallery's listing with 10,000 results, rows inserted straight through the store: keyset pages see every

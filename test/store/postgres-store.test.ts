@@ -1,10 +1,9 @@
 import pg from 'pg';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { MeshLease } from '../../src/orchestrator/store/postgres/mesh-lease.js';
-import { FencedError } from '../../src/orchestrator/store/postgres/pg-commits.js';
-import { PostgresStore } from '../../src/orchestrator/store/postgres/postgres-store.js';
-import { PG_MIGRATIONS } from '../../src/orchestrator/store/postgres/schema.js';
+import { FencedError, openMeshLease, PostgresStore } from '../../src/orchestrator/store/postgres/index.js';
+import { PG_MIGRATIONS } from '../../src/orchestrator/store/postgres/migrations.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 import { postgresForFile } from '../helpers/postgres.js';
 
 /**
@@ -38,10 +37,11 @@ describe('the PostgreSQL store', () => {
     const url = await fresh();
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     pool.on('error', () => {}); // an idle connection a later test's restart ends
-    const probe = await PostgresStore.open({ url, log }); // migrates
-    await probe.close();
-    const first = new MeshLease({ pool, log, id: 'o_first', url: 'http://nas1:7070', version: 't', ttlMs: 60_000 });
-    const waiting = new MeshLease({ pool, log, id: 'o_second', url: 'http://nas2:7070', version: 't', ttlMs: 60_000 });
+    // The orchestrators' own time, which only says how long a standby has seen a lease run out (the lease's is the database's).
+    const clock = new FakeClock();
+    const lease = (id: string, holderUrl: string, ttlMs = 60_000) => openMeshLease({ databaseUrl: url, log, clock, id, url: holderUrl, version: 't', ttlMs });
+    const first = await lease('o_first', 'http://nas1:7070'); // migrates
+    const waiting = await lease('o_second', 'http://nas2:7070');
     expect(await first.tryAcquire()).toBe(true);
     expect(await waiting.tryAcquire()).toBe(false);
     expect(await waiting.holder()).toMatchObject({ holder: 'o_first', url: 'http://nas1:7070', epoch: 1, expired: false });
@@ -52,11 +52,12 @@ describe('the PostgreSQL store', () => {
     // The first holder stops renewing (paused, cut off); its lease runs out and the second takes it over.
     await pool.query("UPDATE mesh_lease SET expires_at = now() - interval '1 second'");
     // Seen run out once is not enough (a database back from a restart has every lease run out); half a lease later it is.
-    const quick = new MeshLease({ pool, log, id: 'o_second', url: 'http://nas2:7070', version: 't', ttlMs: 200 });
-    expect(await quick.tryAcquire()).toBe(false);
-    await new Promise((resolve) => setTimeout(resolve, 120));
-    expect(await quick.tryAcquire()).toBe(true);
-    const second = quick;
+    const second = await lease('o_second', 'http://nas2:7070', 200);
+    expect(await second.tryAcquire()).toBe(false);
+    clock.advance(99);
+    expect(await second.tryAcquire()).toBe(false);
+    clock.advance(1);
+    expect(await second.tryAcquire()).toBe(true);
     expect(second.fence()).toEqual({ holder: 'o_second', epoch: 2 });
     // The first still believes it holds the lease: its late write is refused by the database.
     store.commits.write(() => store.grants.recordGrant(grant('late'), 2));
@@ -72,7 +73,7 @@ describe('the PostgreSQL store', () => {
     await second.release();
     expect(await waiting.tryAcquire()).toBe(true);
     await store.close().catch(() => {});
-    await pool.end();
+    await Promise.all([first.close(), waiting.close(), second.close(), pool.end()]);
   });
 
   it('writes made while PostgreSQL restarts wait, in order, and are committed once it is back; reads wait with them', async () => {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SqliteStore, type MeshStore, type NewJob } from '../../src/orchestrator/store/index.js';
-import { PostgresStore } from '../../src/orchestrator/store/postgres/postgres-store.js';
+import { PostgresStore } from '../../src/orchestrator/store/postgres/index.js';
 import { startPostgres, type RunningPostgres } from '../helpers/postgres.js';
 
 /**

@@ -51,7 +51,7 @@ export async function startOrchestrator(config: MeshConfig, logger: Logger): Pro
   if (config.store.kind === 'postgres') {
     // Several orchestrators on one PostgreSQL: this one stands by until it holds the mesh lease, and stops if it loses
     // it (exit code 75, EX_TEMPFAIL: a supervisor such as systemd starts it again, as a standby).
-    const { startSharedOrchestrator } = await import('../../orchestrator/shared/shared-mesh.js');
+    const { startSharedOrchestrator } = await import('../../orchestrator/standby/shared-orchestrator.js');
     return startSharedOrchestrator({ config, logger, onLeaseLost: () => process.exit(75) });
   }
   // Loaded on demand: commands that only talk HTTP start faster without Fastify and SQLite.

@@ -1,10 +1,15 @@
 import type { Logger } from 'pino';
-import type pg from 'pg';
-import type { Fence } from './pg-commits.js';
+import pg from 'pg';
+import type { Clock } from '../../../protocol/clock.js';
+import type { Fence, LeaseHolder, MeshLease, OrchestratorRow } from '../contract/mesh-lease.js';
+import { migratePostgres } from './migrate.js';
 
 export interface MeshLeaseOptions {
-  pool: pg.Pool;
+  /** The database: postgres://user:password@host:port/database */
+  databaseUrl: string;
   log: Logger;
+  /** This orchestrator's time: how long it has seen a lease run out (the lease's own times are the database's). */
+  clock: Clock;
   /** This orchestrator, for as long as its process runs (a fresh id at every start). */
   id: string;
   /** Where it serves clients and agents (shown to the others, and to clients a standby turns away). */
@@ -17,40 +22,37 @@ export interface MeshLeaseOptions {
 /** The holder of a lease let go on purpose (a clean shutdown): a standby takes it at its next look. */
 const RELEASED = '';
 
-/** Who holds the mesh now, as the lease says. */
-export interface LeaseHolder {
-  holder: string;
-  url: string | null;
-  epoch: number;
-  /** Whether the lease has run out (its holder stopped renewing). */
-  expired: boolean;
-}
-
-/** An orchestrator sharing the store, as GET /v1/status shows it. */
-export interface OrchestratorRow {
-  id: string;
-  url: string | null;
-  version: string;
-  role: 'active' | 'standby';
-  startedAt: string;
-  seenAt: string;
+/**
+ * The mesh's lease on connections of its own — its renewals never wait behind the store's, and give up on a dead
+ * server quickly — with the schema brought up to date first (under the migrations' advisory lock, as the store's).
+ */
+export async function openMeshLease(options: MeshLeaseOptions): Promise<MeshLease> {
+  const pool = new pg.Pool({ connectionString: options.databaseUrl, max: 2, connectionTimeoutMillis: 1000, query_timeout: 2000 });
+  pool.on('error', (error) => options.log.warn({ err: error }, 'a PostgreSQL connection of the lease was lost'));
+  try {
+    await migratePostgres(pool, options.clock);
+  } catch (error) {
+    await pool.end().catch(() => {});
+    throw error;
+  }
+  return new PgMeshLease(pool, options);
 }
 
 /**
- * The mesh's lease in PostgreSQL: one orchestrator at a time runs the mesh — admits and schedules jobs, holds the
- * agents' links — and the others stand by, each trying to take the lease over once it runs out. Each takeover adds
- * one to the lease's epoch, and every transaction of the holder checks its epoch (PgCommits): a holder that lost the
- * lease (paused, cut off) can no longer write, whatever it believes.
+ * The mesh's lease in PostgreSQL (contract/mesh-lease.ts says what it is for): a row of `mesh_lease` with a holder and
+ * an epoch, which every transaction of the holder checks (PgCommits, `gpumesh_hold_lease`).
  *
  * Time is the database's (`now()`): orchestrators on several machines need not agree on the time of day.
  */
-export class MeshLease {
+class PgMeshLease implements MeshLease {
+  readonly #pool: pg.Pool;
   readonly #options: MeshLeaseOptions;
   #epoch: number | null = null;
-  /** The run-out lease seen last, and when (performance.now()): taken over only if it is still the same half a lease later. */
+  /** The run-out lease seen last, and when (the clock's time): taken over only if it is still the same half a lease later. */
   #sawExpired: { holder: string; epoch: number; at: number } | null = null;
 
-  constructor(options: MeshLeaseOptions) {
+  constructor(pool: pg.Pool, options: MeshLeaseOptions) {
+    this.#pool = pool;
     this.#options = options;
   }
 
@@ -70,7 +72,8 @@ export class MeshLease {
    * renews within a third of a lease — it should not lose the mesh to a database restart.
    */
   async tryAcquire(): Promise<boolean> {
-    const { pool, id, url, ttlMs } = this.#options;
+    const { id, url, ttlMs, clock } = this.#options;
+    const pool = this.#pool;
     const current = await this.holder();
     if (current && current.holder !== RELEASED) {
       if (!current.expired) {
@@ -79,10 +82,10 @@ export class MeshLease {
       }
       const seen = this.#sawExpired;
       if (!seen || seen.holder !== current.holder || seen.epoch !== current.epoch) {
-        this.#sawExpired = { holder: current.holder, epoch: current.epoch, at: performance.now() };
+        this.#sawExpired = { holder: current.holder, epoch: current.epoch, at: clock.now() };
         return false;
       }
-      if (performance.now() - seen.at < ttlMs / 2) return false;
+      if (clock.now() - seen.at < ttlMs / 2) return false;
     }
     const { rows } = await pool.query<{ epoch: string }>(`
       INSERT INTO mesh_lease (name, holder, holder_url, epoch, expires_at) VALUES ('mesh', $1, $2, 1, now() + $3 * interval '1 millisecond')
@@ -103,8 +106,8 @@ export class MeshLease {
    */
   async renew(): Promise<boolean> {
     if (this.#epoch === null) return false;
-    const { pool, id, ttlMs } = this.#options;
-    const result = await pool.query(`UPDATE mesh_lease SET expires_at = now() + $1 * interval '1 millisecond'
+    const { id, ttlMs } = this.#options;
+    const result = await this.#pool.query(`UPDATE mesh_lease SET expires_at = now() + $1 * interval '1 millisecond'
       WHERE name = 'mesh' AND holder = $2 AND epoch = $3`, [ttlMs, id, this.#epoch]);
     if (result.rowCount === 1) return true;
     this.#epoch = null;
@@ -116,12 +119,12 @@ export class MeshLease {
     if (this.#epoch === null) return;
     const epoch = this.#epoch;
     this.#epoch = null;
-    await this.#options.pool.query(`UPDATE mesh_lease SET holder = $3, holder_url = NULL, expires_at = now() - interval '1 millisecond'
+    await this.#pool.query(`UPDATE mesh_lease SET holder = $3, holder_url = NULL, expires_at = now() - interval '1 millisecond'
       WHERE name = 'mesh' AND holder = $1 AND epoch = $2`, [this.#options.id, epoch, RELEASED]);
   }
 
   async holder(): Promise<LeaseHolder | null> {
-    const { rows } = await this.#options.pool.query<{ holder: string; holder_url: string | null; epoch: number; expired: boolean }>(
+    const { rows } = await this.#pool.query<{ holder: string; holder_url: string | null; epoch: number; expired: boolean }>(
       "SELECT holder, holder_url, epoch, expires_at < now() AS expired FROM mesh_lease WHERE name = 'mesh'");
     const row = rows[0];
     return row ? { holder: row.holder, url: row.holder_url, epoch: Number(row.epoch), expired: row.expired } : null;
@@ -129,23 +132,27 @@ export class MeshLease {
 
   /** Say this orchestrator is alive, and in which role (GET /v1/status lists those seen lately). */
   async heartbeat(role: 'active' | 'standby'): Promise<void> {
-    const { pool, id, url, version } = this.#options;
-    await pool.query(`INSERT INTO orchestrators (id, url, version, started_at, seen_at, role) VALUES ($1, $2, $3, now(), now(), $4)
+    const { id, url, version } = this.#options;
+    await this.#pool.query(`INSERT INTO orchestrators (id, url, version, started_at, seen_at, role) VALUES ($1, $2, $3, now(), now(), $4)
       ON CONFLICT (id) DO UPDATE SET seen_at = now(), role = excluded.role, url = excluded.url`, [id, url, version, role]);
   }
 
   /** The orchestrators seen within `withinMs` (the others' heartbeats come every third of the lease). */
   async orchestrators(withinMs: number): Promise<OrchestratorRow[]> {
-    const { rows } = await this.#options.pool.query<{ id: string; url: string | null; version: string; role: 'active' | 'standby'; started_at: Date; seen_at: Date }>(
+    const { rows } = await this.#pool.query<{ id: string; url: string | null; version: string; role: 'active' | 'standby'; started_at: Date; seen_at: Date }>(
       `SELECT id, url, version, role, started_at, seen_at FROM orchestrators WHERE seen_at > now() - $1 * interval '1 millisecond' ORDER BY started_at`, [withinMs]);
     return rows.map((row) => ({ id: row.id, url: row.url, version: row.version, role: row.role, startedAt: row.started_at.toISOString(), seenAt: row.seen_at.toISOString() }));
   }
 
   /** The secret grants are signed with, shared by every orchestrator: `local` is kept if the store holds none yet. */
   async sharedSecret(local: string): Promise<string> {
-    const { pool } = this.#options;
+    const pool = this.#pool;
     await pool.query("INSERT INTO mesh_secrets (name, value) VALUES ('grant-root-key', $1) ON CONFLICT (name) DO NOTHING", [local]);
     const { rows } = await pool.query<{ value: string }>("SELECT value FROM mesh_secrets WHERE name = 'grant-root-key'");
     return rows[0]!.value;
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.end();
   }
 }

@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import { MeshError } from '../../../protocol/index.js';
-import type { Migration } from '../migrations.js';
-import { PG_MIGRATIONS } from './schema.js';
+import type { Clock } from '../../../protocol/clock.js';
+import type { Migration } from '../contract/migration.js';
+import { PG_MIGRATIONS } from './migrations.js';
 
 /** The advisory lock migrations run under: any 64-bit number of our own ("gpumesh" in ASCII). */
 const MIGRATION_LOCK = 0x6770756d657368;
@@ -9,9 +10,10 @@ const MIGRATION_LOCK = 0x6770756d657368;
 /**
  * Apply the migrations not yet applied, in order, each in its own transaction, under a session advisory lock: two
  * orchestrators starting at once against a fresh database run each migration once (the second waits, then finds
- * them applied). Returns the versions applied now. A database newer than this gpumesh is STORE_TOO_NEW.
+ * them applied), each recorded with the time `clock` says. Returns the versions applied now. A database newer than
+ * this gpumesh is STORE_TOO_NEW.
  */
-export async function migratePostgres(pool: pg.Pool, migrations: readonly Migration[] = PG_MIGRATIONS): Promise<number[]> {
+export async function migratePostgres(pool: pg.Pool, clock: Clock, migrations: readonly Migration[] = PG_MIGRATIONS): Promise<number[]> {
   const client = await pool.connect();
   try {
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
@@ -27,7 +29,7 @@ export async function migratePostgres(pool: pg.Pool, migrations: readonly Migrat
       await client.query('BEGIN');
       try {
         await client.query(migration.sql);
-        await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [migration.version, migration.name, Date.now()]);
+        await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [migration.version, migration.name, clock.now()]);
         await client.query('COMMIT');
       } catch (error) {
         await client.query('ROLLBACK');

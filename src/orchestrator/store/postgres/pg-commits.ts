@@ -1,6 +1,8 @@
 import type { Logger } from 'pino';
 import pg, { type Pool, type PoolClient } from 'pg';
-import type { Commits } from '../mesh-store.js';
+import type { Clock } from '../../../protocol/clock.js';
+import type { Commits } from '../contract/commits.js';
+import type { Fence } from '../contract/mesh-lease.js';
 
 /** One statement, as sent. */
 export interface Statement {
@@ -15,13 +17,7 @@ export interface Statement {
   rows?: { key: string; types: readonly string[]; sql(tuples: string): string };
 }
 
-/** The epoch this orchestrator holds the mesh's lease with: every transaction checks it first. */
-export interface Fence {
-  holder: string;
-  epoch: number;
-}
-
-/** The SQLSTATE gpumesh_hold_lease raises when the lease moved on (schema.ts, migration 2). */
+/** The SQLSTATE gpumesh_hold_lease raises when the lease moved on (migrations.ts, migration 2). */
 const FENCED = 'GM001';
 
 /** The lease moved to another orchestrator: this one's writes are refused by the database. */
@@ -37,6 +33,8 @@ export interface PgCommitsDeps {
   /** How to open the connection writes go on (the pool's settings). */
   connection: pg.ClientConfig;
   log: Logger;
+  /** The waits between tries of a transaction the database could not take. */
+  clock: Clock;
   /** The lease's fence, checked by every transaction; null: none (a store used alone, as the conformance suite does). */
   fence(): Fence | null;
   /** The lease was lost: the waiting writes are dropped, and this orchestrator must stop writing (it exits). */
@@ -175,7 +173,7 @@ export class PgCommits implements Commits {
           this.#down = true;
           this.#deps.onAvailability(true, (error as Error).message);
         }
-        await new Promise((resolve) => setTimeout(resolve, waitMs));
+        await new Promise<void>((resolve) => this.#deps.clock.setTimer(waitMs, resolve));
         waitMs = Math.min(maxMs, waitMs * 2);
       }
     }

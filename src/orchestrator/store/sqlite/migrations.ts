@@ -1,13 +1,6 @@
-/**
- * Numbered migrations that only go forward. Each runs once, inside a
- * transaction, and is recorded in `schema_migrations`; running them again is a no-op.
- */
-export interface Migration {
-  version: number;
-  name: string;
-  sql: string;
-}
+import type { Migration } from '../contract/migration.js';
 
+/** SQLite's migrations (contract/migration.ts says how they run; postgres/migrations.ts are PostgreSQL's). */
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -184,8 +177,8 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 10,
     // A generated column is computed whenever SQLite rewrites the row, and a job's row is rewritten at every step
     // (dispatched, running, finished): each time json_extract parsed the whole input — kilobytes for a tensor — to
-    // find a prompt nobody asked for. The prompt is read from the input where it is wanted instead (jobs.promptOf,
-    // jobs.PROMPT_SQL): still one copy, in the input.
+    // find a prompt nobody asked for. The prompt is read from the input where it is wanted instead (promptOf in
+    // contract/jobs.ts, PROMPT_SQL in sqlite/jobs.ts): still one copy, in the input.
     name: 'the prompt is read from the input when wanted, not on every write',
     sql: `
       ALTER TABLE jobs DROP COLUMN prompt;

@@ -1,10 +1,5 @@
+import { blobFromRow, unnamedPage, type BlobRecord, type BlobRow, type BlobTable } from '../contract/blobs.js';
 import { stmt, type Db } from './db.js';
-
-export interface BlobRecord {
-  digest: string;
-  bytes: number;
-  mediaType: string;
-}
 
 export function recordBlob(db: Db, blob: BlobRecord, now: number): void {
   stmt(db, 'INSERT OR IGNORE INTO blobs (digest, bytes, media_type, created_at) VALUES (?, ?, ?, ?)').run(
@@ -13,9 +8,8 @@ export function recordBlob(db: Db, blob: BlobRecord, now: number): void {
 }
 
 export function getBlob(db: Db, digest: string): BlobRecord | null {
-  const row = stmt(db, 'SELECT digest, bytes, media_type FROM blobs WHERE digest = ?').get(digest) as
-    { digest: string; bytes: number; media_type: string } | undefined;
-  return row ? { digest: row.digest, bytes: row.bytes, mediaType: row.media_type } : null;
+  const row = stmt(db, 'SELECT digest, bytes, media_type FROM blobs WHERE digest = ?').get(digest) as BlobRow | undefined;
+  return row ? blobFromRow(row) : null;
 }
 
 /** Remember that a job's upload grant delivered this blob; publishing checks it. */
@@ -58,11 +52,26 @@ const NAMED = `EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = blobs.digest) 
  */
 export function unnamedBlobs(db: Db, after: string | null, limit: number): { unnamed: string[]; last: string | null } {
   const rows = stmt(db, `SELECT digest, (${NAMED}) AS named FROM blobs WHERE digest > ? ORDER BY digest LIMIT ?`).all(after ?? '', limit) as { digest: string; named: number }[];
-  return { unnamed: rows.filter((row) => !row.named).map((row) => row.digest), last: rows.length === limit ? rows.at(-1)!.digest : null };
+  return unnamedPage(rows, limit);
 }
 
 /** How many blobs are recorded, and their bytes: what the store holds (a model's index aside, which has no record). */
 export function blobTotals(db: Db): { count: number; bytes: number } {
   const row = stmt(db, 'SELECT COUNT(*) AS count, COALESCE(SUM(bytes), 0) AS bytes FROM blobs').get() as { count: number; bytes: number };
   return { count: row.count, bytes: row.bytes };
+}
+
+/** The blobs and uploads tables on one connection. */
+export function blobTable(db: Db): BlobTable {
+  return {
+    recordBlob: (blob, now) => recordBlob(db, blob, now),
+    recordUpload: (jobId, digest, now) => recordUpload(db, jobId, digest, now),
+    getBlob: async (digest) => getBlob(db, digest),
+    wasUploadedFor: async (jobId, digest) => wasUploadedFor(db, jobId, digest),
+    forgetUploads: (jobId, digests) => forgetUploads(db, jobId, digests),
+    blobNamed: async (digest) => blobNamed(db, digest),
+    deleteBlob: (digest) => deleteBlob(db, digest),
+    unnamedBlobs: async (after, limit) => unnamedBlobs(db, after, limit),
+    blobTotals: async () => blobTotals(db),
+  };
 }

@@ -1,87 +1,9 @@
-import type { JobStatus } from '../../protocol/index.js';
+import type { JobStatus } from '../../../protocol/index.js';
+import { jobFromRow, queuedRecord, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob } from '../contract/jobs.js';
 import { modelIn } from './model-filter.js';
 import { stmt, type Db } from './db.js';
 
-/** One job as stored; times are epoch milliseconds. */
-export interface JobRecord {
-  seq: number;
-  id: string;
-  type: string;
-  model: string;
-  status: JobStatus;
-  priority: number;
-  album: string;
-  /** Host classes the job may run on, in order of preference: its type's routing, narrowed by its grant. */
-  classes: string[];
-  /** Hosts its grant allows it to run on; null: any. */
-  hosts: string[] | null;
-  input: Record<string, unknown>;
-  /** The input's prompt, if it has one (promptOf). */
-  prompt: string | null;
-  grantId: string;
-  idempotencyKey: string | null;
-  createdAt: number;
-  updatedAt: number;
-  finishedAt: number | null;
-  deadlineAt: number | null;
-  attempts: number;
-  batchId: string | null;
-  batchSize: number | null;
-  leaseHost: string | null;
-  /** When the attempt in flight was dispatched, and when its host started it (null before). */
-  dispatchedAt: number | null;
-  startedAt: number | null;
-  /** The routing decision of the attempt in flight (or the last one), encoded (routing/route-log.ts). */
-  route: string | null;
-  /**
-   * How long the attempt in flight waited for its model to load, once its host started it (0: the model was
-   * resident). Kept in memory while the attempt runs, and written with the attempt when it ends.
-   */
-  loadMs?: number | null;
-  /**
-   * The attempt that succeeded, kept on the row instead of in attempts (migration 11): its host and the engine's time
-   * for its batch; its batch, times and route are the row's. Null until the job succeeds.
-   */
-  attemptHost: string | null;
-  computeMs: number | null;
-  result: unknown;
-  errorCode: string | null;
-  errorMessage: string | null;
-}
-
-export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & Partial<Pick<JobRecord, 'hosts'>> & {
-  /** The canonical hash of the request that created the job, kept with its idempotency key (see JobService). */
-  requestHash?: string | null;
-};
-
-/** A row of `jobs` as both stores read it (JSON in text columns, times in epoch ms). */
-export interface JobRow {
-  seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; hosts: string | null; input: string;
-  grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
-  deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
-  dispatched_at: number | null; started_at: number | null; route: string | null; result: string | null; error_code: string | null; error_message: string | null;
-  attempt_host: string | null; load_ms: number | null; compute_ms: number | null;
-}
-
-export function jobFromRow(row: JobRow): JobRecord {
-  const input = JSON.parse(row.input) as Record<string, unknown>;
-  return {
-    seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
-    album: row.album, classes: JSON.parse(row.classes) as string[], hosts: row.hosts === null ? null : JSON.parse(row.hosts) as string[], input, prompt: promptOf(input), grantId: row.grant_id,
-    idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
-    deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
-    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at, route: row.route, loadMs: row.load_ms,
-    attemptHost: row.attempt_host, computeMs: row.compute_ms,
-    result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
-  };
-}
-
-/**
- * A job's prompt is its input's `prompt`, stored once, in the input. Read in JS from an input in hand (`promptOf`),
- * or in SQL from a job row aliased `j` where the input is not parsed (`PROMPT_SQL`: the gallery's artifact lists).
- * Not a column: a generated column is recomputed every time SQLite rewrites the row (migration 10).
- */
-export const promptOf = (input: Record<string, unknown>): string | null => (typeof input.prompt === 'string' ? input.prompt : null);
+/** The prompt of a job row aliased `j`, in SQL (contract/jobs.ts, promptOf): the gallery's artifact lists read it. */
 export const PROMPT_SQL = `(CASE json_type(j.input, '$.prompt') WHEN 'text' THEN json_extract(j.input, '$.prompt') END)`;
 
 /** Insert a queued job; returns it with its sequence number and prompt. */
@@ -94,18 +16,6 @@ export function insertJob(db: Db, job: NewJob): JobRecord {
     JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ).lastInsertRowid);
   return queuedRecord(job, seq);
-}
-
-/** The record of a job just stored as queued under `seq` (either store's insert answers it). */
-export function queuedRecord(job: NewJob, seq: number): JobRecord {
-  // Every field written out, in one literal: spreading the new job and adding the rest costs V8 about 25 µs an object.
-  return {
-    seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
-    classes: job.classes, hosts: job.hosts ?? null, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
-    createdAt: job.createdAt, updatedAt: job.createdAt, finishedAt: null, deadlineAt: job.deadlineAt, attempts: 0, batchId: null,
-    batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, attemptHost: null, computeMs: null,
-    result: null, errorCode: null, errorMessage: null,
-  };
 }
 
 export function getJob(db: Db, id: string): JobRecord | null {
@@ -128,16 +38,6 @@ export function idempotencyEntry(db: Db, grantId: string, key: string, since: nu
 /** Free an expired idempotency key so the same key can name a new job. */
 export function releaseIdempotencyKey(db: Db, id: string): void {
   stmt(db, 'UPDATE jobs SET idempotency_key = NULL WHERE id = ?').run(id);
-}
-
-export interface JobFilter {
-  statuses?: readonly JobStatus[];
-  types?: readonly string[] | null;
-  models?: readonly string[] | null;
-  albums?: readonly string[] | null;
-  /** Only jobs with seq below this (the page cursor). */
-  beforeSeq?: number;
-  limit: number;
 }
 
 const placeholders = (values: readonly unknown[]): string => values.map(() => '?').join(', ');
@@ -194,15 +94,6 @@ export function requeueJob(db: Db, seq: number, now: number): boolean {
     WHERE seq = ? AND status IN ('dispatched', 'running')`).run(now, seq).changes === 1;
 }
 
-/** The attempt a job succeeded with, kept on its row (JobRecord.attemptHost). */
-export interface SucceededAttempt {
-  host: string;
-  /** When its host started it (a batch reported started by its first result is not stored as running). */
-  startedAt: number | null;
-  loadMs: number | null;
-  computeMs: number;
-}
-
 /**
  * Move a job to a terminal state unless it is already in one. Returns false
  * when it was already terminal, which makes late and duplicate results harmless.
@@ -210,7 +101,7 @@ export interface SucceededAttempt {
  */
 export function finishJob(
   db: Db, seq: number, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number,
-  outcome: { result?: unknown; errorCode?: string; errorMessage?: string; attempt?: SucceededAttempt } = {},
+  outcome: JobOutcome = {},
 ): boolean {
   const { attempt } = outcome;
   if (attempt) {
@@ -256,4 +147,24 @@ export function deleteJobs(db: Db, ids: readonly string[]): void {
   const statements = ['DELETE FROM attempts WHERE job_id = ?', 'DELETE FROM uploads WHERE job_id = ?', 'DELETE FROM job_inputs WHERE job_id = ?', 'DELETE FROM jobs WHERE id = ?']
     .map((text) => stmt(db, text));
   for (const id of ids) for (const statement of statements) statement.run(id);
+}
+
+/** The jobs table on one connection: reads answer at once, as promises. */
+export function jobTable(db: Db): JobTable {
+  return {
+    insertJob: (job) => insertJob(db, job),
+    releaseIdempotencyKey: (id) => releaseIdempotencyKey(db, id),
+    markDispatched: (seqs, batchId, host, now, route) => markDispatched(db, seqs, batchId, host, now, route),
+    markRunning: (seqs, now) => markRunning(db, seqs, now),
+    requeueJob: (seq, now) => requeueJob(db, seq, now),
+    finishJob: (seq, status, now, outcome) => finishJob(db, seq, status, now, outcome),
+    getJob: async (id) => getJob(db, id),
+    getJobByIdempotencyKey: async (grantId, key, since) => getJobByIdempotencyKey(db, grantId, key, since),
+    idempotencyEntry: async (grantId, key, since) => idempotencyEntry(db, grantId, key, since),
+    listJobs: async (filter) => listJobs(db, filter),
+    jobsInStates: async (statuses) => jobsInStates(db, statuses),
+    countByStatus: async () => countByStatus(db),
+    prunableJobs: async (before, limit) => prunableJobs(db, before, limit),
+    deleteJobs: (ids) => deleteJobs(db, ids),
+  };
 }

@@ -1,24 +1,7 @@
+import { grantFromRow, type GrantRecord, type GrantRow, type GrantTable, type NewGrant } from '../contract/grants.js';
 import { stmt, type Db } from './db.js';
 
-/** A grant the orchestrator minted and recorded (upload grants, minted per job, are not recorded). */
-export interface GrantRecord {
-  id: string;
-  kind: string;
-  note: string | null;
-  /** The caveat lines it was minted with (null for grants recorded before they were kept). */
-  caveats: string[] | null;
-  createdAt: number;
-  revokedAt: number | null;
-}
-
-export interface GrantRow { id: string; kind: string; note: string | null; caveats: string | null; created_at: number; revoked_at: number | null }
-
-export const grantFromRow = (row: GrantRow): GrantRecord => ({
-  id: row.id, kind: row.kind, note: row.note, caveats: row.caveats === null ? null : (JSON.parse(row.caveats) as string[]),
-  createdAt: row.created_at, revokedAt: row.revoked_at,
-});
-
-export function recordGrant(db: Db, grant: { id: string; kind: string; note: string | null; caveats: readonly string[] }, now: number): void {
+export function recordGrant(db: Db, grant: NewGrant, now: number): void {
   stmt(db, 'INSERT INTO grants (id, kind, note, caveats, created_at) VALUES (?, ?, ?, ?, ?)').run(
     grant.id, grant.kind, grant.note, JSON.stringify(grant.caveats), now,
   );
@@ -45,4 +28,15 @@ export function listGrants(db: Db, query: { limit: number; before?: { createdAt:
       .all(query.before.createdAt, query.before.id, query.limit)
     : stmt(db, 'SELECT * FROM grants ORDER BY created_at DESC, id DESC LIMIT ?').all(query.limit);
   return (rows as GrantRow[]).map(grantFromRow);
+}
+
+/** The grants table on one connection. */
+export function grantTable(db: Db): GrantTable {
+  return {
+    recordGrant: (grant, now) => recordGrant(db, grant, now),
+    revokeGrant: (id, now) => revokeGrant(db, id, now),
+    getGrant: async (id) => getGrant(db, id),
+    revokedGrantIds: async () => revokedGrantIds(db),
+    listGrants: async (query) => listGrants(db, query),
+  };
 }

@@ -2,15 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import pg from 'pg';
+import { systemClock, workClock, type Clock } from '../../protocol/clock.js';
 import type { MeshConfig, PostgresStoreSettings } from '../config/config.js';
 import { Orchestrator } from '../orchestrator.js';
 import { secretFile } from '../secret-file.js';
 import { newId } from '../store/ids.js';
-import { MeshLease } from '../store/postgres/mesh-lease.js';
-import { migratePostgres } from '../store/postgres/migrate.js';
-import { PostgresStore } from '../store/postgres/postgres-store.js';
+import type { MeshLease } from '../store/index.js';
+import { openMeshLease, PostgresStore } from '../store/postgres/index.js';
 import { VERSION } from '../../version.js';
+import { keepLease, waitForLease, type LeaseTiming } from './lease-keeper.js';
 import { StandbyServer } from './standby-server.js';
 
 export interface SharedMeshOptions {
@@ -18,9 +18,9 @@ export interface SharedMeshOptions {
   logger: Logger;
   /** This orchestrator lost the mesh lease while it ran the mesh: it must stop at once (the CLI exits; a supervisor restarts it as a standby). */
   onLeaseLost(reason: string): void;
+  /** This orchestrator's time: the lease's tries and renewals, and the orchestrator's own. Default: systemClock. */
+  clock?: Clock;
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * An orchestrator that shares a PostgreSQL store with others (`store: {kind: postgres}`). It binds its port at once,
@@ -36,11 +36,9 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
  */
 export async function startSharedOrchestrator(options: SharedMeshOptions): Promise<Orchestrator> {
   const { config, logger } = options;
+  const clock = options.clock ?? systemClock;
   const settings = config.store as PostgresStoreSettings;
   const log = logger.child({ part: 'lease' });
-  // The lease's own connections: its renewals never wait behind the store's, and give up on a dead server quickly.
-  const pool = new pg.Pool({ connectionString: settings.url, max: 2, connectionTimeoutMillis: 1000, query_timeout: 2000 });
-  pool.on('error', (error) => log.warn({ err: error }, 'a PostgreSQL connection of the lease was lost'));
   const standby = await StandbyServer.listen({
     host: config.server.host, port: config.server.port, retryAfterS: Math.ceil(settings.leaseMs / 1000), active: () => ({ url: activeUrl }),
   });
@@ -50,34 +48,22 @@ export async function startSharedOrchestrator(options: SharedMeshOptions): Promi
   // on every address (0.0.0.0 is nobody's address), else the address it listens on.
   const everywhere = config.server.host === '0.0.0.0' || config.server.host === '::';
   const url = config.server.publicUrl ?? `${config.server.tls.enabled ? 'https' : 'http'}://${everywhere ? hostname() : config.server.host}:${standby.port}`;
-  const lease = new MeshLease({ pool, log, id: newId('o'), url, version: VERSION, ttlMs: settings.leaseMs });
-  let standingBy = false;
+  let lease: MeshLease;
   try {
-    await migratePostgres(pool);
-    for (;;) {
-      try {
-        if (await lease.tryAcquire()) break;
-        const holder = await lease.holder();
-        activeUrl = holder?.url ?? null;
-        await lease.heartbeat('standby');
-        if (!standingBy) log.info({ orchestrator: lease.id, active: activeUrl, url }, 'standing by: another orchestrator runs the mesh; this one takes over when its lease runs out');
-        standingBy = true;
-      } catch (error) {
-        log.warn({ err: error }, 'PostgreSQL does not answer; standing by');
-      }
-      await sleep(settings.leaseMs / 3 + Math.random() * 100);
-    }
+    lease = await openMeshLease({ databaseUrl: settings.url, log, clock, id: newId('o', clock), url, version: VERSION, ttlMs: settings.leaseMs });
   } catch (error) {
     await standby.close();
-    await pool.end().catch(() => {});
     throw error;
   }
+  const timing: LeaseTiming = { lease, clock, ttlMs: settings.leaseMs, log };
+  await waitForLease(timing, { url, onActive: (active) => (activeUrl = active) });
   await standby.close();
 
-  let lost = false;
+  // Ended when the orchestrator stops or loses the lease: the renewals stop with it.
+  const running = new AbortController();
   const loseLease = (reason: string): void => {
-    if (lost) return;
-    lost = true;
+    if (running.signal.aborted) return;
+    running.abort();
     log.fatal({ orchestrator: lease.id, reason }, 'this orchestrator lost the mesh lease: it stops');
     options.onLeaseLost(reason);
   };
@@ -85,38 +71,21 @@ export async function startSharedOrchestrator(options: SharedMeshOptions): Promi
   const rootKey = Buffer.from(await lease.sharedSecret(localKey), 'base64');
   const store = await PostgresStore.open({
     url: settings.url, log: logger.child({ part: 'store' }), poolSize: settings.poolSize,
+    // Writes waiting for the database are work in progress: their retries keep the process alive (workClock).
+    clock: workClock,
     fence: () => lease.fence(), onFenced: (error) => loseLease(error.message),
   });
-  let stopped = false;
   const orchestrator = await Orchestrator.create({
-    config, logger, store, rootKey,
+    config, logger, clock, store, rootKey,
     orchestrators: () => lease.orchestrators(3 * settings.leaseMs),
     afterClose: async () => {
-      stopped = true;
+      running.abort();
       await lease.release().catch(() => {});
-      await pool.end().catch(() => {});
+      await lease.close().catch(() => {});
     },
   });
   await orchestrator.listen();
   await lease.heartbeat('active').catch(() => {});
-  // Renewed every third of the lease; a renewal that fails (the database away) is tried again every 100 ms, so once
-  // the database is back the holder renews well before a standby may take the lease over (half a lease after it saw
-  // it run out).
-  void (async () => {
-    let failing = false;
-    while (!stopped && !lost) {
-      try {
-        if (!(await lease.renew())) return loseLease('another orchestrator took the lease over');
-        if (failing) log.info('renewed the mesh lease again');
-        failing = false;
-        await lease.heartbeat('active');
-        await sleep(settings.leaseMs / 3);
-      } catch (error) {
-        if (!failing) log.warn({ err: error }, 'could not renew the mesh lease (PostgreSQL does not answer); trying every 100 ms, writes wait, fenced by the lease');
-        failing = true;
-        await sleep(100);
-      }
-    }
-  })();
+  void keepLease(timing, running.signal, loseLease);
   return orchestrator;
 }

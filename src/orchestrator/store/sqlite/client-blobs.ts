@@ -1,3 +1,4 @@
+import type { ClientBlobTable } from '../contract/client-blobs.js';
 import { stmt, type Db } from './db.js';
 
 /** A client stored this blob with a grant of this lineage (its id): grants of the lineage may name it as an input. */
@@ -12,4 +13,13 @@ export function storedBy(db: Db, digest: string, grantId: string): boolean {
 /** The lineage no longer keeps the file (it deleted it): its record goes. */
 export function forgetClientBlob(db: Db, digest: string, grantId: string): void {
   stmt(db, 'DELETE FROM client_blobs WHERE digest = ? AND grant_id = ?').run(digest, grantId);
+}
+
+/** The client_blobs table on one connection. */
+export function clientBlobTable(db: Db): ClientBlobTable {
+  return {
+    recordClientBlob: (digest, grantId, now) => recordClientBlob(db, digest, grantId, now),
+    storedBy: async (digest, grantId) => storedBy(db, digest, grantId),
+    forgetClientBlob: (digest, grantId) => forgetClientBlob(db, digest, grantId),
+  };
 }

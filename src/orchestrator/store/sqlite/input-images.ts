@@ -1,30 +1,16 @@
+import { placedOn, verdictFromRow, verdictValues, type ImageVerdict, type InputImageTable, type VerdictRow } from '../contract/input-images.js';
 import { stmt, type Db } from './db.js';
-
-/** What decoding a picture found: its format and size, or why it was refused. */
-export type ImageVerdict =
-  | { ok: true; format: string; width: number; height: number }
-  | { ok: false; refusal: string };
-
-interface VerdictRow {
-  format: string | null;
-  width: number | null;
-  height: number | null;
-  refusal: string | null;
-}
 
 /** The verdict recorded for a digest, if it was ever decoded. */
 export function verdictOf(db: Db, digest: string): ImageVerdict | undefined {
   const row = stmt(db, 'SELECT format, width, height, refusal FROM input_images WHERE digest = ?').get(digest) as VerdictRow | undefined;
-  if (!row) return undefined;
-  return row.refusal !== null ? { ok: false, refusal: row.refusal } : { ok: true, format: row.format!, width: row.width!, height: row.height! };
+  return row ? verdictFromRow(row) : undefined;
 }
 
 /** Record a verdict; the same bytes decode the same way, so the first one stands. */
 export function recordVerdict(db: Db, digest: string, verdict: ImageVerdict, now: number): void {
-  stmt(db, 'INSERT OR IGNORE INTO input_images (digest, format, width, height, refusal, checked_at) VALUES (?, ?, ?, ?, ?, ?)').run(
-    digest, verdict.ok ? verdict.format : null, verdict.ok ? verdict.width : null, verdict.ok ? verdict.height : null,
-    verdict.ok ? null : verdict.refusal, now,
-  );
+  stmt(db, 'INSERT OR IGNORE INTO input_images (digest, format, width, height, refusal, checked_at) VALUES (?, ?, ?, ?, ?, ?)')
+    .run(...verdictValues(digest, verdict, now));
 }
 
 /** The picture's bytes left the store (reclaimed): its verdict goes with them, so admission finds no picture there. */
@@ -43,5 +29,16 @@ export function inputOfJobOn(db: Db, digest: string, hosts: readonly string[] | 
     SELECT j.lease_host AS host FROM job_inputs i JOIN jobs j ON j.id = i.job_id
     WHERE i.digest = ? AND j.status IN ('dispatched', 'running')
   `).all(digest) as { host: string | null }[];
-  return rows.some((row) => row.host !== null && (hosts === null || hosts.includes(row.host)));
+  return placedOn(rows, hosts);
+}
+
+/** The input_images and job_inputs tables on one connection. */
+export function inputImageTable(db: Db): InputImageTable {
+  return {
+    recordVerdict: (digest, verdict, now) => recordVerdict(db, digest, verdict, now),
+    recordJobInput: (digest, jobId) => recordJobInput(db, digest, jobId),
+    verdictOf: async (digest) => verdictOf(db, digest),
+    forgetVerdict: (digest) => forgetVerdict(db, digest),
+    inputOfJobOn: async (digest, hosts) => inputOfJobOn(db, digest, hosts),
+  };
 }

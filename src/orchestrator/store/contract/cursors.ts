@@ -1,4 +1,4 @@
-import { MeshError } from '../../protocol/index.js';
+import { MeshError } from '../../../protocol/index.js';
 
 /**
  * Page cursors of the listings (jobs, artifacts, the audit log): the row sequence number to continue before,

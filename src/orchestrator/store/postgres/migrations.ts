@@ -1,10 +1,10 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from '../contract/migration.js';
 
 /**
  * The PostgreSQL store's migrations: numbered, forward only, each run once in its own transaction and recorded in
- * `schema_migrations`, as SQLite's (store/migrations.ts). Version 1 is the schema SQLite reached at its version 14,
+ * `schema_migrations`, as SQLite's (sqlite/migrations.ts). Version 1 is the schema SQLite reached at its version 14,
  * in PostgreSQL's types: times in epoch milliseconds (BIGINT, read back as numbers), JSON in TEXT columns (the same
- * rows as SQLite's, read by the same functions), the sequence numbers pages and listings sort by as identities.
+ * rows as SQLite's, read by the same row functions: contract/), the sequence numbers pages and listings sort by as identities.
  * Jobs take theirs from blocks the orchestrator reserves (`job_seq_blocks`): it must know a job's number the moment
  * it admits it, before the write reaches the database.
  *

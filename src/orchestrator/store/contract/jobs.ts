@@ -1,0 +1,135 @@
+import type { JobStatus } from '../../../protocol/index.js';
+
+/** One job as stored; times are epoch milliseconds. */
+export interface JobRecord {
+  seq: number;
+  id: string;
+  type: string;
+  model: string;
+  status: JobStatus;
+  priority: number;
+  album: string;
+  /** Host classes the job may run on, in order of preference: its type's routing, narrowed by its grant. */
+  classes: string[];
+  /** Hosts its grant allows it to run on; null: any. */
+  hosts: string[] | null;
+  input: Record<string, unknown>;
+  /** The input's prompt, if it has one (promptOf). */
+  prompt: string | null;
+  grantId: string;
+  idempotencyKey: string | null;
+  createdAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  deadlineAt: number | null;
+  attempts: number;
+  batchId: string | null;
+  batchSize: number | null;
+  leaseHost: string | null;
+  /** When the attempt in flight was dispatched, and when its host started it (null before). */
+  dispatchedAt: number | null;
+  startedAt: number | null;
+  /** The routing decision of the attempt in flight (or the last one), encoded (routing/route-log.ts). */
+  route: string | null;
+  /**
+   * How long the attempt in flight waited for its model to load, once its host started it (0: the model was
+   * resident). Kept in memory while the attempt runs, and written with the attempt when it ends.
+   */
+  loadMs?: number | null;
+  /**
+   * The attempt that succeeded, kept on the row instead of in attempts (migration 11): its host and the engine's time
+   * for its batch; its batch, times and route are the row's. Null until the job succeeds.
+   */
+  attemptHost: string | null;
+  computeMs: number | null;
+  result: unknown;
+  errorCode: string | null;
+  errorMessage: string | null;
+}
+
+export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & Partial<Pick<JobRecord, 'hosts'>> & {
+  /** The canonical hash of the request that created the job, kept with its idempotency key (see JobService). */
+  requestHash?: string | null;
+};
+
+export interface JobFilter {
+  statuses?: readonly JobStatus[];
+  types?: readonly string[] | null;
+  models?: readonly string[] | null;
+  albums?: readonly string[] | null;
+  /** Only jobs with seq below this (the page cursor). */
+  beforeSeq?: number;
+  limit: number;
+}
+
+/** The attempt a job succeeded with, kept on its row (JobRecord.attemptHost). */
+export interface SucceededAttempt {
+  host: string;
+  /** When its host started it (a batch reported started by its first result is not stored as running). */
+  startedAt: number | null;
+  loadMs: number | null;
+  computeMs: number;
+}
+
+/** How a job ends, and what it ends with: a result and the attempt it succeeded with, or an error. */
+export type JobOutcome = { result?: unknown; errorCode?: string; errorMessage?: string; attempt?: SucceededAttempt };
+
+/** The jobs table: a job from admission to its end, and its deletion once retention lets it go. */
+export interface JobTable {
+  insertJob(job: NewJob): JobRecord;
+  releaseIdempotencyKey(id: string): void;
+  markDispatched(seqs: readonly number[], batchId: string, host: string, now: number, route?: string | null): Set<number>;
+  markRunning(seqs: readonly number[], now: number): void;
+  requeueJob(seq: number, now: number): boolean;
+  finishJob(seq: number, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number, outcome?: JobOutcome): boolean;
+  getJob(id: string): Promise<JobRecord | null>;
+  getJobByIdempotencyKey(grantId: string, key: string, since: number): Promise<JobRecord | null>;
+  idempotencyEntry(grantId: string, key: string, since: number): Promise<{ id: string; requestHash: string | null } | null>;
+  listJobs(filter: JobFilter): Promise<JobRecord[]>;
+  jobsInStates(statuses: readonly JobStatus[]): Promise<JobRecord[]>;
+  countByStatus(): Promise<Record<string, number>>;
+  /** Finished jobs no published result names, finished before `before`, oldest first; and the digests only their rows name. */
+  prunableJobs(before: number, limit: number): Promise<{ ids: string[]; digests: string[] }>;
+  deleteJobs(ids: readonly string[]): void;
+}
+
+/** A row of `jobs` as both stores read it (JSON in text columns, times in epoch ms). */
+export interface JobRow {
+  seq: number; id: string; type: string; model: string; status: string; priority: number; album: string; classes: string; hosts: string | null; input: string;
+  grant_id: string; idempotency_key: string | null; created_at: number; updated_at: number; finished_at: number | null;
+  deadline_at: number | null; attempts: number; batch_id: string | null; batch_size: number | null; lease_host: string | null;
+  dispatched_at: number | null; started_at: number | null; route: string | null; result: string | null; error_code: string | null; error_message: string | null;
+  attempt_host: string | null; load_ms: number | null; compute_ms: number | null;
+}
+
+export function jobFromRow(row: JobRow): JobRecord {
+  const input = JSON.parse(row.input) as Record<string, unknown>;
+  return {
+    seq: row.seq, id: row.id, type: row.type, model: row.model, status: row.status as JobStatus, priority: row.priority,
+    album: row.album, classes: JSON.parse(row.classes) as string[], hosts: row.hosts === null ? null : JSON.parse(row.hosts) as string[], input, prompt: promptOf(input), grantId: row.grant_id,
+    idempotencyKey: row.idempotency_key, createdAt: row.created_at, updatedAt: row.updated_at, finishedAt: row.finished_at,
+    deadlineAt: row.deadline_at, attempts: row.attempts, batchId: row.batch_id, batchSize: row.batch_size,
+    leaseHost: row.lease_host, dispatchedAt: row.dispatched_at, startedAt: row.started_at, route: row.route, loadMs: row.load_ms,
+    attemptHost: row.attempt_host, computeMs: row.compute_ms,
+    result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
+  };
+}
+
+/**
+ * A job's prompt is its input's `prompt`, stored once, in the input. Read in JS from an input in hand (`promptOf`),
+ * or in SQL, where the input is not parsed, by each store's `PROMPT_SQL` (the gallery's artifact lists). Not a
+ * column: a generated column is recomputed every time SQLite rewrites the row (migration 10).
+ */
+export const promptOf = (input: Record<string, unknown>): string | null => (typeof input.prompt === 'string' ? input.prompt : null);
+
+/** The record of a job just stored as queued under `seq` (either store's insert answers it). */
+export function queuedRecord(job: NewJob, seq: number): JobRecord {
+  // Every field written out, in one literal: spreading the new job and adding the rest costs V8 about 25 µs an object.
+  return {
+    seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
+    classes: job.classes, hosts: job.hosts ?? null, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
+    createdAt: job.createdAt, updatedAt: job.createdAt, finishedAt: null, deadlineAt: job.deadlineAt, attempts: 0, batchId: null,
+    batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, attemptHost: null, computeMs: null,
+    result: null, errorCode: null, errorMessage: null,
+  };
+}
