@@ -41,7 +41,7 @@ export const DEFAULT_ENGINE_USER = 'nobody';
  * `requested: 'root'` keeps them root on purpose. An unknown user is an error (the agent's options are wrong).
  */
 export function resolveEngineUser(requested: string | undefined, reach: EngineReach, runningUid = process.getuid?.() ?? -1): EngineUser {
-  const self = runningUid === -1 ? 'this user' : userInfo().username;
+  const self = agentUser();
   if (runningUid !== 0) {
     if (requested && requested !== self) throw new Error(`--engine-user ${requested}: only an agent running as root can run its engines as another user (this one runs as ${self})`);
     return { identity: null, description: self, unprivileged: true };
@@ -52,6 +52,15 @@ export function resolveEngineUser(requested: string | undefined, reach: EngineRe
   const unreachable = probe(identity, reach);
   if (unreachable) return { identity: null, description: `root: ${user} cannot ${unreachable}`, unprivileged: false };
   return { identity, description: user, unprivileged: true };
+}
+
+/** The agent's own user's name (Windows and macOS too), or words for one that has none. */
+function agentUser(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return 'the agent\'s user';
+  }
 }
 
 function lookUp(user: string): EngineIdentity {
