@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MeshClient } from '../../src/cli/common/client.js';
 import type { MeshConfigInput } from '../../src/orchestrator/config/config.js';
-import type { AttemptView, JobView, MeshEvent } from '../../src/protocol/index.js';
+import type { AttemptView, JobView, MeshEvent } from '../../src/protocol/api/index.js';
 import { JobLedger, MeshEvents, NetnsMesh, sleep, until, type AcceptedJob, type SeenEvent } from './mesh.js';
 import { Topology } from './topology.js';
 

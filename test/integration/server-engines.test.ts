@@ -2,7 +2,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobEvent } from '../../src/protocol/index.js';
+import type { JobEvent } from '../../src/protocol/api/index.js';
 import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
 import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 import { agentCgroupDirs, childrenOf, isAlive } from '../helpers/procfs.js';

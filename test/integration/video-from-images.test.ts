@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobEvent } from '../../src/protocol/index.js';
+import type { JobEvent } from '../../src/protocol/api/index.js';
 import { ffprobe } from '../helpers/ffprobe.js';
 import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 import { childrenOf } from '../helpers/procfs.js';

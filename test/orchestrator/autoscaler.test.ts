@@ -1,7 +1,8 @@
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { systemClock } from '../../src/protocol/clock.js';
-import type { MeshEvent, OrchestratorMessage } from '../../src/protocol/index.js';
+import type { MeshEvent } from '../../src/protocol/api/index.js';
+import type { OrchestratorMessage } from '../../src/protocol/index.js';
 import { Autoscaler } from '../../src/orchestrator/autoscale/index.js';
 import { loadNote, ReplicaRequests } from '../../src/orchestrator/autoscale/replica-requests.js';
 import { FakeClock } from '../helpers/fake-clock.js';

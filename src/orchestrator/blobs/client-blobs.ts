@@ -4,6 +4,7 @@ import { open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileTypeFromBuffer } from 'file-type';
+import type { StoredBlob } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
@@ -32,13 +33,6 @@ export interface ClientBlobsDeps {
   locks: DigestLocks;
   /** Gives back the bytes of a file a client deleted, once nothing else names them. */
   reclaimer: BlobReclaimer;
-}
-
-/** What a client learns of a blob it stored. */
-export interface StoredBlob {
-  digest: string;
-  bytes: number;
-  mediaType: string;
 }
 
 /** A client's file in hand: hashed into a local file, judged or not, not (yet) in the store. */

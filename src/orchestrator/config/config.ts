@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { ConfigError } from '../../protocol/errors.js';
 import { checkModelEntries } from './declared-models.js';
 import { parseCertificateName } from './certificate-names.js';
 
@@ -386,10 +387,6 @@ export function policyFor(config: MeshConfig, model: string, modelDefaults: Mode
       idleWindowMs: override.idleWindowS !== undefined ? Math.round(override.idleWindowS * 1000) : replicas.idleWindowMs,
     },
   };
-}
-
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
 }
 
 /** TLS settings that only make sense together; also run after command-line flags change them. */

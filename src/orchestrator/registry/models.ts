@@ -1,7 +1,7 @@
 import { join } from 'node:path';
-import { familyOf, MeshError, VERSION_SEPARATOR, type ModelManifest, type TensorSpec } from '../../protocol/index.js';
+import { ConfigError, familyOf, MeshError, VERSION_SEPARATOR, type ModelManifest, type TensorSpec } from '../../protocol/index.js';
 import { builtinModels, type BuiltinModel } from '../../builtin-models/index.js';
-import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config/config.js';
+import { policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config/config.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { definitionDigest, modelDefinitions, type ModelDefinition } from '../config/declared-models.js';
 import { ModelFiles } from './model-files.js';

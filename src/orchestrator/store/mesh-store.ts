@@ -1,4 +1,5 @@
-import type { AttemptView, JobStatus, RouteView } from '../../protocol/index.js';
+import type { AttemptView, RouteView } from '../../protocol/api/index.js';
+import type { JobStatus } from '../../protocol/index.js';
 import type { ArtifactFilter, ArtifactRecord } from './artifacts.js';
 import type { AuditFilter, AuditRecord, NewAuditRecord } from './audit.js';
 import type { BlobRecord } from './blobs.js';
