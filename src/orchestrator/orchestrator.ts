@@ -119,6 +119,7 @@ export class Orchestrator {
     const { config } = options;
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
+    for (const { field, use } of config.deprecated ?? []) log.warn({ field, use }, `mesh.yaml: ${field} is a deprecated name, read as ${use}: rename it`);
 
     const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data);
     const { commits } = store;

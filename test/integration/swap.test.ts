@@ -12,7 +12,7 @@ import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOA
  */
 const STANDIN = join(ROOT, 'test/fixtures/standins/openai-images-standin.ts');
 const server = (name: string) => ({
-  engine: 'openai-images', jobTypes: ['image'], memoryMB: 600,
+  engine: 'openai-images', types: ['image'], memoryMB: 600,
   batching: { maxBatchSize: 4 },
   settings: {
     model: name,

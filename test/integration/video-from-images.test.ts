@@ -26,7 +26,7 @@ beforeAll(async () => {
     config: {
       models: {
         'sd-clip': {
-          engine: 'sdcpp', jobTypes: ['video'], memoryMB: 64, file: 'sd-standin.gguf',
+          engine: 'sdcpp', types: ['video'], memoryMB: 64, file: 'sd-standin.gguf',
           settings: {
             command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 5 --fail-prompt 'no such scene'`,
             readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },

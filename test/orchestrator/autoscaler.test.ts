@@ -10,7 +10,7 @@ import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestr
 import { EventBus } from '../../src/orchestrator/events/event-bus.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
 import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
-import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { JOB_INPUTS } from '../../src/orchestrator/job-inputs/job-inputs.js';
 import { BreakerBoard, HealthBook, HostRegistry, HostSession, Router, ThroughputBook } from '../../src/orchestrator/routing/index.js';
 
 /**
@@ -47,7 +47,7 @@ class Mesh {
     this.model = {
       manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB: options.memoryMB ?? 100, jobTypes: ['image'], params: {} },
       policy: { ...policy, replicas: { ...policy.replicas, targetInFlight: 2, ...replicas } },
-      pipeline: PIPELINES.image,
+      jobInputs: JOB_INPUTS.image,
     };
     this.events.subscribeAll((scoped) => {
       if (scoped.kind === 'mesh') this.meshEvents.push(scoped.event);

@@ -65,7 +65,7 @@ function canonicalJson(value: unknown): string {
 /**
  * What an idempotency key promises is the same *request*: its type, the
  * model, priority and album it resolves to, its timeout, and its input as
- * sent (keys sorted). The input is hashed before the pipeline fills defaults,
+ * sent (keys sorted). The input is hashed before its handling fills defaults,
  * because a missing seed is drawn at random and would differ on every retry.
  */
 export function requestHash(request: { type: string; model: string; priority: number; album: string; timeoutMs: number | null; input: unknown }): string {
@@ -282,7 +282,7 @@ export class JobAdmission {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
     const { pictures } = this.#deps;
-    const input = model.pipeline.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
+    const input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
     pictures.check(input, name, (digest) => {
       if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     });
