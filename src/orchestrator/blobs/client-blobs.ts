@@ -43,7 +43,7 @@ export interface Incoming {
 }
 
 /**
- * Pictures a request carries itself (an OpenAI edit), received and judged but not stored, for `JobService.submitAll`:
+ * Pictures a request carries itself (an OpenAI edit), received and judged but not stored, for `JobAdmission.submitAll`:
  * `store` puts their bytes in the store once every check of the request has passed — the jobs name them, so their
  * host must find them — and then either `admitted` records them as the caller's in the jobs' own turn, or `refused`
  * (a refusal a concurrent request brought about while they were stored: a queue that filled) takes back the bytes

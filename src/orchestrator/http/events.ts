@@ -8,8 +8,8 @@ import { firstFailure } from '../auth/index.js';
 import type { EventBus, ScopedEvent } from '../events/event-bus.js';
 import { canSee, type JobReads } from '../jobs/index.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
-import { openSse, type SseStream } from './sse.js';
 import { errorAnswers } from './openapi.js';
+import { openSse, type SseStream } from './sse.js';
 
 /**
  * `?types=succeeded,failed`: the event types a stream carries (default: all). A client that waits only for results

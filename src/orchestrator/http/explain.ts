@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { ExplainView } from '../../protocol/api/index.js';
 import type { JobExplainer, JobReads } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
-import { ExplainView } from '../../protocol/api/index.js';
 import { errorAnswers, json } from './openapi.js';
 
 export interface ExplainRouteDeps {

@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { AuditPage, caveatsFromOptions, GrantPage, GrantView, Minted, Narrowed } from '../../protocol/api/index.js';
+import { inspectGrant } from '../../protocol/grant-token.js';
 import { MeshError } from '../../protocol/index.js';
 import { AUDIT_EVENTS, type AuditLog } from '../auth/audit.js';
 import { narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
-import { inspectGrant } from '../../protocol/grant-token.js';
 import { grantOf, type RequestAuth } from './auth.js';
-import { AuditPage, caveatsFromOptions, GrantPage, GrantView, Minted, Narrowed } from '../../protocol/api/index.js';
 import { errorAnswers, json } from './openapi.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;

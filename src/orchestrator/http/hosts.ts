@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { Draining, Hosts } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from '../auth/audit.js';
 import type { AgentHub } from '../link/agent-hub.js';
 import type { MeshStatus } from '../status/mesh-status.js';
 import type { RequestAuth } from './auth.js';
-import { Draining, Hosts } from '../../protocol/api/index.js';
 import { errorAnswers, json } from './openapi.js';
 
 export interface HostRouteDeps {

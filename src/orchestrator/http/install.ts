@@ -2,9 +2,9 @@ import { createReadStream } from 'node:fs';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { ErrorEnvelope } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { PackageFile, SelfPackage } from '../install/self-package.js';
-import { ErrorEnvelope } from '../../protocol/api/index.js';
 import { BINARY, errorResponses } from './openapi.js';
 
 /** The package's bytes, for the document. */

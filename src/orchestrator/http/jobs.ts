@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { BulkResults, JobAccepted, JobPage, JobView } from '../../protocol/api/index.js';
 import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
 import type { EventBus } from '../events/event-bus.js';
 import type { ClientCancel, JobAdmission, JobReads } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
 import { jobEnd, preferredWait } from './prefer-wait.js';
-import { ArtifactPage, BulkResults, JobAccepted, JobPage, JobView } from '../../protocol/api/index.js';
 import { errorAnswers, json } from './openapi.js';
 
 const JobParams = z.object({ id: z.string().min(1).max(100) });

@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { ErrorEnvelope, Live, Ready, SeriesView, StatusView, StorageView } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { MeshSeries } from '../metrics/series.js';
 import type { MeshStatus } from '../status/mesh-status.js';
 import type { RequestAuth } from './auth.js';
-import { ErrorEnvelope, Live, Ready, SeriesView, StatusView, StorageView } from '../../protocol/api/index.js';
 import { errorAnswers, errorResponses, json } from './openapi.js';
 
 export interface MeshRouteDeps {

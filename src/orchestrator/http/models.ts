@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { LoadAnswer, ModelFamily, Models, ModelVersion, UnloadAnswer } from '../../protocol/api/index.js';
 import { familyOf, MeshError, VERSION_SEPARATOR } from '../../protocol/index.js';
 import type { ReplicaRequests } from '../autoscale/replica-requests.js';
 import { AddModelBody, versionView, type ModelCatalog } from '../registry/catalog.js';
 import type { ModelRegistry } from '../registry/index.js';
 import type { RequestAuth } from './auth.js';
-import { LoadAnswer, ModelFamily, Models, ModelVersion, UnloadAnswer } from '../../protocol/api/index.js';
 import { errorAnswers, json } from './openapi.js';
 
 export interface ModelRouteDeps {

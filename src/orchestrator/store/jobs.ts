@@ -50,7 +50,7 @@ export interface JobRecord {
 }
 
 export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & Partial<Pick<JobRecord, 'hosts'>> & {
-  /** The canonical hash of the request that created the job, kept with its idempotency key (see JobService). */
+  /** The canonical hash of the request that created the job, kept with its idempotency key (see JobAdmission). */
   requestHash?: string | null;
 };
 

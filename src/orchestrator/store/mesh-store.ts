@@ -27,8 +27,8 @@ export interface Commits {
 
 /**
  * The orchestrator's store, whatever keeps it: SQLite in the data folder (`SqliteStore`, the default) or PostgreSQL
- * shared by several orchestrators (`PostgresStore`). The store is reached only through the job roles, `JobService`,
- * `GrantIssuer`, `AuditLog`, `ModelCatalog` and the blob services, never by routes.
+ * shared by several orchestrators (`PostgresStore`). The store is reached only through the job roles, the client
+ * services (jobs/, gallery/), `GrantIssuer`, `AuditLog`, `ModelCatalog` and the blob services, never by routes.
  *
  * **Writes** are synchronous and run only inside `commits.write` (or `writeOne`): they join the turn's transaction.
  * SQLite runs them at once on its one connection; PostgreSQL queues them and sends the turn's writes as one
