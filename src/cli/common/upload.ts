@@ -10,13 +10,8 @@ const CHUNK_BYTES = 8 * 1024 * 1024;
 /** Tries of one chunk, each resuming where the orchestrator says the upload stands. */
 const CHUNK_TRIES = 5;
 
-export interface UploadedFile {
-  digest: string;
-  bytes: number;
-  mediaType: string;
-  /** The orchestrator had these bytes already: nothing was sent. */
-  deduplicated: boolean;
-}
+/** A file stored as the orchestrator answers it, and whether it had these bytes already (then nothing was sent). */
+export type UploadedFile = StoredBlob & { deduplicated: boolean };
 
 /**
  * Store a file in the mesh by digest, as a resumable upload: its SHA-256 first (a file the orchestrator has already is
@@ -30,7 +25,7 @@ export async function uploadFile(client: MeshClient, path: string, onProgress: (
   const digest = `sha256:${hash.digest('hex')}`;
   if (await readable(client, digest)) return { digest, bytes: size, mediaType: 'application/octet-stream', deduplicated: true };
   const started = await client.request<UploadView>('POST', '/v1/uploads', { bytes: size });
-  let stored: { digest: string; bytes: number; mediaType: string };
+  let stored: StoredBlob;
   try {
     const file = await open(path);
     try {
