@@ -9,6 +9,8 @@ import type { MeshStatus } from '../status/mesh-status.js';
 import type { RequestAuth } from './auth.js';
 import { errorAnswers, json } from './openapi.js';
 
+const HostParams = z.object({ id: z.string().min(1).max(100) });
+
 export interface HostRouteDeps {
   status: MeshStatus;
   hub: AgentHub;
@@ -34,7 +36,7 @@ export function hostRoutes(app: FastifyInstance, deps: HostRouteDeps): void {
 
   routes.post('/v1/hosts/:id/drain', {
     schema: {
-      params: z.object({ id: z.string().min(1).max(100) }), tags: ['mesh'],
+      params: HostParams, tags: ['mesh'],
       summary: 'Drain a host: it finishes its work in flight, takes no more, and its agent leaves (admin; audited)',
     },
     config: { openapi: { responses: { 202: json('Draining: it takes no more work and leaves once its jobs in flight end', Draining), ...errorAnswers({ 404: 'No such connected host' }) } } },
