@@ -138,7 +138,7 @@ const mesh: RunningMesh = await startMesh({
   config: {
     models: {
       srv: {
-        engine: 'openai-images', jobTypes: ['image'], memoryMB: 64,
+        engine: 'openai-images', types: ['image'], memoryMB: 64,
         settings: {
           model: 'srv',
           command: `'${process.execPath}' ${standinArgs('$' + '{PORT}').join(' ')}`,

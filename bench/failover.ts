@@ -20,7 +20,7 @@
  *   npm run bench:failover        # = bash scripts/netns-mesh.sh --hosts nas,r1,r2,r3 --driver bench/failover.ts
  */
 import type { MeshConfigInput } from '../src/orchestrator/config/config.js';
-import type { JobView } from '../src/protocol/index.js';
+import type { JobView } from '../src/protocol/api/index.js';
 import { JobLedger, MeshEvents, NetnsMesh, sleep, until } from '../scripts/netns/mesh.js';
 import { Topology } from '../scripts/netns/topology.js';
 import { printTable, summarize, writeResults, type Summary } from './lib.js';

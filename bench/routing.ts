@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util';
 import { FakeClock } from '../test/helpers/fake-clock.js';
 import { resolveConfig } from '../src/orchestrator/config/config.js';
 import type { RegisteredModel } from '../src/orchestrator/registry/index.js';
-import { PIPELINES } from '../src/orchestrator/pipelines/pipelines.js';
+import { JOB_INPUTS } from '../src/orchestrator/job-inputs/job-inputs.js';
 import { BreakerBoard, encodeRoute, HealthBook, HostRegistry, HostSession, Router, ThroughputBook } from '../src/orchestrator/routing/index.js';
 import { Scheduler, type QueuedJob } from '../src/orchestrator/scheduler/index.js';
 import type { JobRecord } from '../src/orchestrator/store/index.js';
@@ -39,7 +39,7 @@ const model: RegisteredModel = {
   manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
   policy: { batching: { maxBatchSize: 4, preferredBatchSizes: [4], maxQueueDelayMs: 0 }, maxQueueSize: 1_000_000, maxTimeoutMs: 600_000, retries: 2,
     replicas: { min: 0, max: null, targetInFlight: 8, idleWindowMs: 300_000 } },
-  pipeline: PIPELINES.image,
+  jobInputs: JOB_INPUTS.image,
 };
 const request = { classes: ['image', 'cloud'], hosts: null };
 
@@ -144,7 +144,7 @@ for (let i = 0; i < QUEUED; i++) {
   };
   active.set(id, job);
   const queued: QueuedJob = {
-    id, seq: i, model: 'gen', priority: job.priority, enqueuedAt: i, compatKey: `${model.pipeline.compatKey(input)}|image,cloud|*|`,
+    id, seq: i, model: 'gen', priority: job.priority, enqueuedAt: i, compatKey: `${model.jobInputs.compatKey(input)}|image,cloud|*|`,
     classes: job.classes, hosts: null, avoid: [], input,
   };
   scheduler.enqueue(queued);

@@ -40,7 +40,7 @@ type Policy = (typeof POLICIES)[number];
 const STANDIN = join(ROOT, 'test/fixtures/standins/openai-images-standin.ts');
 
 const server = (name: string) => ({
-  engine: 'openai-images', jobTypes: ['image'], memoryMB: 600,
+  engine: 'openai-images', types: ['image'], memoryMB: 600,
   batching: { maxBatchSize: BATCH },
   settings: {
     model: name,

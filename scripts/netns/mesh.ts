@@ -8,7 +8,7 @@ import { stringify } from 'yaml';
 import { ApiError, MeshClient } from '../../src/cli/common/client.js';
 import { gpumeshArgs } from '../../src/cli/common/launch.js';
 import type { MeshConfigInput } from '../../src/orchestrator/config/config.js';
-import type { HostView, JobView, MeshEvent } from '../../src/protocol/index.js';
+import type { HostView, JobView, MeshEvent } from '../../src/protocol/api/index.js';
 import type { Topology } from './topology.js';
 
 const PORT = 7070;

@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MeshClient } from '../../src/cli/common/client.js';
 import type { MeshConfigInput } from '../../src/orchestrator/config/config.js';
-import type { AttemptView, JobView, MeshEvent } from '../../src/protocol/index.js';
+import type { AttemptView, JobView, MeshEvent } from '../../src/protocol/api/index.js';
 import { JobLedger, MeshEvents, NetnsMesh, sleep, until, type AcceptedJob, type SeenEvent } from './mesh.js';
 import { Topology } from './topology.js';
 
@@ -31,7 +31,7 @@ const config: MeshConfigInput = {
   models: {
     gen: { retries: 6 },
     clip: {
-      engine: 'exec', jobTypes: ['tensor'], memoryMB: 32, params: { inputDim: 2 }, retries: 6,
+      engine: 'exec', types: ['tensor'], memoryMB: 32, params: { inputDim: 2 }, retries: 6,
       batching: { maxBatchSize: 4 },
       // The command is each host's own (its host.yaml, below): the mesh says only how to batch and how long to wait.
       settings: { batch: true, timeoutMs: 30_000 },

@@ -1,6 +1,5 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError } from '../orchestrator/config/config.js';
-import { MeshError } from '../protocol/index.js';
+import { ConfigError, MeshError } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ApiError } from './common/client.js';
 import { agentCommand } from './commands/agent.js';

@@ -11,7 +11,7 @@ import { systemClock, type Clock } from '../protocol/clock.js';
 import { linkFrameLimit, type MeshConfig } from './config/config.js';
 import { EventBus } from './events/event-bus.js';
 import { RequestAuth } from './http/auth.js';
-import { createJobCore, JobExplainer, JobService } from './jobs/index.js';
+import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads } from './jobs/index.js';
 import { MeshMetrics } from './metrics/mesh-metrics.js';
 import { MeshSeries } from './metrics/series.js';
 import { GalleryService } from './gallery/gallery-service.js';
@@ -24,7 +24,7 @@ import { BlobReader } from './blobs/blob-reader.js';
 import { openBlobStore } from './blobs/open-blob-store.js';
 import { unknownEngines } from './config/declared-models.js';
 import { ModelCoverage } from './status/model-coverage.js';
-import { removeListenFile, writeListenFile } from './listen-file.js';
+import { removeListenFile, writeListenFile } from '../protocol/listen-file.js';
 import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
 import { announceBreakers } from './metrics/announce-breakers.js';
 import { RoutingFeedback } from './jobs/routing-feedback.js';
@@ -34,7 +34,8 @@ import { secretFile } from './secret-file.js';
 import { MeshStatus } from './status/mesh-status.js';
 import { SqliteStore, type MeshStore } from './store/index.js';
 import { loadServerTls, tlsCaCaveat } from './tls-server/index.js';
-import { MeshError, modelDigests, type HostView } from '../protocol/index.js';
+import type { HostView } from '../protocol/api/index.js';
+import { MeshError, modelDigests } from '../protocol/index.js';
 import { VERSION } from '../version.js';
 import { ClientBlobs } from './blobs/client-blobs.js';
 import { DigestLocks } from './blobs/digest-locks.js';
@@ -65,7 +66,7 @@ export interface OrchestratorOptions {
   /** The secret grants are signed with, where orchestrators share it (the store's); default: <data>/secret.key. */
   rootKey?: Buffer;
   /** The orchestrators sharing the store, for GET /v1/status; absent: this one alone. */
-  orchestrators?: () => Promise<unknown[]>;
+  orchestrators?: () => Promise<readonly object[]>;
   /** Run once the orchestrator has closed (a shared one lets its lease go). */
   afterClose?: () => Promise<void>;
 }
@@ -119,6 +120,7 @@ export class Orchestrator {
     const { config } = options;
     const clock = options.clock ?? systemClock;
     const log = options.logger ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
+    for (const { field, use } of config.deprecated ?? []) log.warn({ field, use }, `mesh.yaml: ${field} is a deprecated name, read as ${use}: rename it`);
 
     const store: MeshStore = options.store ?? SqliteStore.inFolder(config.data, clock);
     const { commits } = store;
@@ -277,8 +279,12 @@ export class Orchestrator {
     };
     void retention.sweep().then((result) => sweptJobs(result), (error: unknown) => sweptJobs(null, error));
     retention.sweepEvery(JOB_SWEEP_EVERY_MS, sweptJobs);
-    const jobs = new JobService({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
-      classes: new ClassAvailability(hosts) });
+    // What clients do with jobs: admit them (checked against their grant), read them, cancel them; which blobs they may read.
+    const visibility = new BlobVisibility({ store, registry });
+    const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
+      classes: new ClassAvailability(hosts), blobs: visibility });
+    const reads = new JobReads({ store, clock, states });
+    const cancels = new ClientCancel({ reads, cancellation, states });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     // The data folder's disk against its floor: new uploads and jobs are refused below it (http/storage-floor.ts).
@@ -290,11 +296,11 @@ export class Orchestrator {
       },
     });
     const status = new MeshStatus({
-      hosts, registry, scheduler, breakers, health, throughput, counts: () => jobs.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
+      hosts, registry, scheduler, breakers, health, throughput, counts: () => reads.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(), orchestrators: options.orchestrators,
       storage: async () => ({
         blobs: { location: blobStore.location, ...await store.blobs.blobTotals() },
-        jobs: { retentionDays: config.jobs.retentionDays, counts: await jobs.counts() },
+        jobs: { retentionDays: config.jobs.retentionDays, counts: await reads.counts() },
         disk: await freeSpace.view(),
       }),
       disk: () => freeSpace.view(),
@@ -305,10 +311,10 @@ export class Orchestrator {
       record: (digest) => outputs.blobRecord(digest),
       open: async (digest) => (await reader.open(digest, (await outputs.blobRecord(digest))?.bytes ?? null)).read(),
     });
-    const gallery = new GalleryService({ store, commits, jobs, thumbnails, reclaimer });
+    const gallery = new GalleryService({ store, commits, jobs: reads, thumbnails, reclaimer });
     const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
     const app = await buildServer({
-      jobs, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
+      admission: jobAdmission, reads, cancels, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,

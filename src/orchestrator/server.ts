@@ -6,7 +6,6 @@ import type { Logger } from 'pino';
 import { agentRoutes } from './http/agents.js';
 import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
-import { drainRoutes } from './http/drain.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { installJsonDepthLimit } from './http/json-depth.js';
 import { installStorageFloor } from './http/storage-floor.js';
@@ -14,26 +13,25 @@ import type { FreeSpace } from './storage/free-space.js';
 import { eventRoutes } from './http/events.js';
 import { explainRoutes, type ExplainRouteDeps } from './http/explain.js';
 import { galleryRoutes, type GalleryRouteDeps } from './http/gallery.js';
+import { hostRoutes, type HostRouteDeps } from './http/hosts.js';
 import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { installRoutes, type InstallRouteDeps } from './http/install.js';
-import { jobRoutes } from './http/jobs.js';
+import { jobRoutes, type JobRouteDeps } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
 import { modelRoutes, type ModelRouteDeps } from './http/models.js';
 import { openApiTransform } from './http/openapi.js';
+import { outputRoutes } from './http/outputs.js';
+import { pageRoutes } from './http/pages.js';
 import { oipRoutes } from './http/oip/routes.js';
 import { openAiRoutes } from './http/openai/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
-import type { EventBus } from './events/event-bus.js';
-import type { JobService } from './jobs/index.js';
-import type { AgentHub } from './link/agent-hub.js';
 
 /** The services the routes use; each route module takes only its own share. */
-export interface ServerParts extends BlobRouteDeps, MeshRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
-  jobs: JobService;
-  events: EventBus;
-  hub: AgentHub;
+export interface ServerParts
+  extends JobRouteDeps, BlobRouteDeps, MeshRouteDeps, HostRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
+  /** The folder of the gallery page and the mesh view (web/). */
   webRoot: string;
   bodyLimitBytes: number;
   /** The data folder's free space against storage.minFreeMB: the floor the routes of new work are held to. */
@@ -86,14 +84,16 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   jobRoutes(app, parts);
   explainRoutes(app, parts);
   eventRoutes(app, parts);
+  outputRoutes(app, parts);
   blobRoutes(app, parts);
   uploadRoutes(app, parts);
   modelRoutes(app, parts);
   oipRoutes(app, { ...parts, version });
   openAiRoutes(app, parts);
   agentRoutes(app, parts);
-  drainRoutes(app, parts);
-  await galleryRoutes(app, parts);
+  hostRoutes(app, parts);
+  galleryRoutes(app, parts);
+  await pageRoutes(app, parts.webRoot);
   if (tls) tlsRoutes(app, tls.caCert);
   installRoutes(app, parts);
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());

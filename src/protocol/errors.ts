@@ -1,3 +1,5 @@
+import { z } from 'zod';
+
 /**
  * The error registry: every error the mesh can return is declared here once,
  * with its code, HTTP status and message template. `docs/errors.md` documents
@@ -156,6 +158,18 @@ export class MeshError extends Error {
     return { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) };
   }
 }
+
+/**
+ * A config file (mesh.yaml, host.yaml) that cannot be used, every problem named by its field: said as it is, without
+ * a stack, by whatever reads the file.
+ */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+/** An error as an answer or an event carries it: its code (ERRORS) and its message. */
+export const ErrorBody = z.strictObject({ code: z.string(), message: z.string() });
+export type ErrorBody = z.infer<typeof ErrorBody>;
 
 export function isErrorCode(value: string): value is ErrorCode {
   return Object.hasOwn(ERRORS, value);

@@ -1,18 +1,16 @@
-export { ERRORS, MeshError, formatError, isErrorCode } from './errors.js';
+export { ConfigError, ERRORS, ErrorBody, MeshError, formatError, isErrorCode } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export {
   JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody, BlobDigest, INPUT_IMAGE_FIELDS,
 } from './jobs.js';
-export type { JobStatus, ErrorBody, ArtifactView, AttemptView, JobView, BulkItemResult } from './jobs.js';
-export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';
-export type { JobEvent, JobEventType, MeshEvent, MeshEventType, GrantEndedEvent } from './events.js';
+export type { JobStatus } from './jobs.js';
 export { ModelManifest, VERSION_SEPARATOR, familyOf, modelDigests } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, ResidentModel, ToolReport, UnavailableClass, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
 export { inspectGrant } from './grant-token.js';
-export { ROUTE_SKIP_REASONS } from './routing.js';
-export type { RouteSkipReason, RouteView, BreakerState, BreakerView, ReplicaView, HostView, WaitingFor, ExplainView } from './routing.js';
+export { ROUTE_SKIP_REASONS, BREAKER_STATES } from './routing.js';
+export type { RouteSkipReason, BreakerState } from './routing.js';
 export { DATATYPES, JOB_DATATYPES, DATATYPE_BYTES, TensorSpec, elementsOf, batchesAlongFirstDim, halfToNumber, numberToHalf } from './tensors.js';
 export type { Datatype } from './tensors.js';

@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import type { RouteView } from './routing.js';
 
 export const JOB_STATUSES = ['queued', 'dispatched', 'running', 'succeeded', 'failed', 'cancelled', 'expired'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -114,69 +113,3 @@ export const SubmitJobBody = z.strictObject({
   album: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i).optional(),
 });
 export type SubmitJobBody = z.infer<typeof SubmitJobBody>;
-
-/** One item of a bulk submit's answer: each job is admitted or refused on its own. */
-export type BulkItemResult =
-  | { status: 202 | 200; id: string; jobStatus: JobStatus; created: boolean }
-  | { status: number; error: ErrorBody };
-
-export interface ErrorBody {
-  code: string;
-  message: string;
-}
-
-export interface ArtifactView {
-  digest: string;
-  mediaType: string;
-  bytes: number;
-  url: string;
-  jobId: string;
-  model: string;
-  host: string;
-  type: string;
-  prompt: string | null;
-  album: string;
-  width: number | null;
-  height: number | null;
-  computeMs: number | null;
-  totalMs: number | null;
-  createdAt: string;
-}
-
-export interface AttemptView {
-  n: number;
-  host: string;
-  replica: string;
-  batchId: string;
-  batchSize: number;
-  status: 'running' | 'succeeded' | 'failed' | 'lost' | 'cancelled';
-  dispatchedAt: string;
-  startedAt: string | null;
-  finishedAt: string | null;
-  /** How long the host took to make the model resident for this attempt (0: it was; null: not known yet, or never started). */
-  loadMs: number | null;
-  computeMs: number | null;
-  error: ErrorBody | null;
-  /** The routing decision that sent this attempt to its host (null for attempts made before route logs). */
-  route: RouteView | null;
-}
-
-export interface JobView {
-  id: string;
-  type: string;
-  model: string;
-  status: JobStatus;
-  priority: number;
-  album: string;
-  input: Record<string, unknown>;
-  createdAt: string;
-  updatedAt: string;
-  finishedAt: string | null;
-  deadlineAt: string | null;
-  attempts: AttemptView[];
-  batch: { id: string; size: number } | null;
-  artifacts: ArtifactView[];
-  result: unknown;
-  error: ErrorBody | null;
-  links: { self: string; events: string };
-}

@@ -3,13 +3,13 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { EndpointProvider } from '../../src/agent/engines/kit/endpoint.js';
-import { buildEngines, engineModule, ENGINE_NAMES, ENGINES } from '../../src/agent/engines/registry.js';
+import { buildEngines, engineModule, ENGINES } from '../../src/agent/engines/registry.js';
 import type { EngineServices } from '../../src/agent/engines/kit/module.js';
 import { workClock } from '../../src/protocol/clock.js';
 import { Governor } from '../../src/agent/governance/governor.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { ROOT } from '../helpers/mesh.js';
-import { ENGINE_DESCRIPTORS } from '../../src/protocol/engines/index.js';
+import { ENGINE_DESCRIPTORS, ENGINE_NAMES } from '../../src/protocol/engines/index.js';
 
 const log = pino({ level: 'silent' });
 const governor = Governor.withoutCgroups(log);

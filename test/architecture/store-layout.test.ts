@@ -73,6 +73,6 @@ describe("the store's layout", () => {
   it('reads the imports it judges (a pattern that matched nothing would pass every rule)', () => {
     expect(all.some((edge) => edge.file === `${STORE}postgres/pg-commits.ts` && edge.specifier === 'pg')).toBe(true);
     expect(all.some((edge) => edge.file === `${STORE}sqlite/checkpointer.ts` && edge.specifier === 'better-sqlite3')).toBe(true);
-    expect(all.some((edge) => edge.file === 'src/cli/commands/serve.ts' && edge.target === 'src/orchestrator/standby/shared-orchestrator.ts')).toBe(true);
+    expect(all.some((edge) => edge.file === 'src/orchestrator/index.ts' && edge.target === 'src/orchestrator/standby/shared-orchestrator.ts')).toBe(true);
   });
 });

@@ -2,7 +2,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/cli/common/client.js';
 import { createHash } from 'node:crypto';
-import type { JobView } from '../../src/protocol/index.js';
+import type { JobView } from '../../src/protocol/api/index.js';
 import { CHROMIUM, hasChromium, launchChromium, screenshotPath } from '../helpers/chromium.js';
 import { dataKeptOnFailure, startMesh, type RunningMesh } from '../helpers/mesh.js';
 import { inspectGrant } from '../../src/protocol/grant-token.js';

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inspectGrant } from '../../src/protocol/grant-token.js';
-import type { HostView } from '../../src/protocol/index.js';
+import type { HostView } from '../../src/protocol/api/index.js';
 import { CHROMIUM, hasChromium, launchChromium, screenshotPath } from '../helpers/chromium.js';
 import { dataKeptOnFailure, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumesh, type Proc } from '../helpers/processes.js';

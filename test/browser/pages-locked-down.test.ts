@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHROMIUM, hasChromium, launchChromium, screenshotPath } from '../helpers/chromium.js';
-import type { HostView } from '../../src/protocol/index.js';
+import type { HostView } from '../../src/protocol/api/index.js';
 import { dataKeptOnFailure, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumesh } from '../helpers/processes.js';
 

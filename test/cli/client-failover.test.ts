@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ApiError, MeshClient } from '../../src/cli/common/client.js';
-import type { JobEvent } from '../../src/protocol/index.js';
+import type { JobEvent } from '../../src/protocol/api/index.js';
 import { freePort } from '../helpers/processes.js';
 import { standbyStandin } from '../helpers/standby-standin.js';
 

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { wrapParagraphs } from '../../src/cli/common/help.js';
-import { GALLERY_GRANT_SUMMARY, galleryGrantOptions } from '../../src/orchestrator/auth/options.js';
+import { GALLERY_GRANT_SUMMARY, galleryGrantOptions } from '../../src/protocol/api/index.js';
 import { ROOT } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
 

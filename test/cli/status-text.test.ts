@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { capabilityLines, storageLine } from '../../src/cli/commands/status.js';
-import type { HostView } from '../../src/protocol/index.js';
+import type { HostView } from '../../src/protocol/api/index.js';
 
 const host = (id: string, fields: Partial<HostView>): HostView => ({ id, unavailable: {}, tools: [], ...fields } as HostView);
 

@@ -97,11 +97,11 @@ export class FuzzSession implements HttpTarget, LinkTarget {
       return (await response.json()) as T;
     };
     const routes = routesFromOpenApi(await call('GET', '/openapi.json'));
-    const { models } = await call<{ models: { name: string; jobTypes: string[] }[] }>('GET', '/v1/models');
+    const { models } = await call<{ models: { name: string; types: string[] }[] }>('GET', '/v1/models');
     const host = 'fuzz-agent';
     const client = await call<{ token: string }>('POST', '/v1/grants', { kind: 'client', types: ['tensor'], note: 'fuzz: narrow client' });
     const agent = await call<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host, note: 'fuzz: agent' });
-    const jobTypes = [...new Set(models.flatMap((model) => model.jobTypes))];
+    const jobTypes = [...new Set(models.flatMap((model) => model.types))];
     const marked = (kind: string): string[] => MARKERS.filter((marker) => marker.startsWith(`@@${kind}:`));
     const vocabulary: Vocabulary = {
       words: [...new Set([...models.map((model) => model.name), ...jobTypes, ...JOB_STATUSES, 'queued,running', 'onnx', 'cpu', 'gpu', host, 'default', '10m', '1/s', ...MARKERS])],

@@ -12,7 +12,7 @@ import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
 import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
-import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { JOB_INPUTS } from '../../src/orchestrator/job-inputs/job-inputs.js';
 import { AttemptBudgets, BreakerBoard, HealthBook, HostRegistry, HostSession, Prober, Router, ThroughputBook, type AttemptTimeoutPolicy } from '../../src/orchestrator/routing/index.js';
 import { announceBreakers } from '../../src/orchestrator/metrics/announce-breakers.js';
 import { RoutingFeedback } from '../../src/orchestrator/jobs/routing-feedback.js';
@@ -63,7 +63,7 @@ export class JobCoreHarness {
     this.models.set('gen', {
       manifest: { name: 'gen', version: '1', engine: 'onnx', digest: `sha256:${'a'.repeat(64)}`, bytes: 1, memoryMB: 64, jobTypes: ['image'], params: {} },
       policy: { ...policyFor(config, 'gen'), ...options.policy },
-      pipeline: PIPELINES.image,
+      jobInputs: JOB_INPUTS.image,
     });
     this.scheduler = new Scheduler({ model: (name) => this.models.get(name), agingMs: 30_000 });
     this.breakers = new BreakerBoard({ clock: this.clock, policies: config.breakers });

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import type { JobEvent, JobView } from '../../src/protocol/index.js';
+import type { JobEvent, JobView } from '../../src/protocol/api/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 
 const running = meshForFile();

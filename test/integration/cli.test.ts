@@ -191,7 +191,7 @@ describe('gpumesh CLI', () => {
     expect(unloaded.output).toMatch(/unloaded double@1 on \S+/);
     expect((await gpumeshRun(['models', 'rm', 'double@2'], env)).output).toContain('removed double@2');
     const shown = await gpumeshRun(['models', 'show', 'double'], env);
-    expect(JSON.parse(shown.output).versions.map((version: { name: string }) => version.name)).toEqual(['double@1']);
+    expect(JSON.parse(shown.output).versions.map((version: { name: string; version: string }) => [version.name, version.version])).toEqual([['double', '1']]);
     const missing = await gpumeshRun(['models', 'add', join(out, 'nothing.onnx'), '--name', 'x'], env);
     expect(missing.code).not.toBe(0);
     expect(missing.output).toContain('no such file or folder');

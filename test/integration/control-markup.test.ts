@@ -27,10 +27,10 @@ beforeAll(async () => {
     data,
     config: {
       models: {
-        sd: { engine: 'sdcpp', jobTypes: ['image'], memoryMB: 64, params: { defaultSteps: 2 }, settings: { url: sd.url, poll: { initialMs: 10, maxMs: 50 } } },
-        oai: { engine: 'openai-images', jobTypes: ['image'], memoryMB: 64, settings: { url: openai.url, promptExtras: 'sdcpp' } },
+        sd: { engine: 'sdcpp', types: ['image'], memoryMB: 64, params: { defaultSteps: 2 }, settings: { url: sd.url, poll: { initialMs: 10, maxMs: 50 } } },
+        oai: { engine: 'openai-images', types: ['image'], memoryMB: 64, settings: { url: openai.url, promptExtras: 'sdcpp' } },
         comfy: {
-          engine: 'comfyui', jobTypes: ['image'], memoryMB: 64,
+          engine: 'comfyui', types: ['image'], memoryMB: 64,
           settings: { url: comfy.url, workflow: WORKFLOW, inputs: { prompt: { node: '6', field: 'text' }, negativePrompt: { node: '7', field: 'text' }, seed: { node: '3', field: 'seed' } } },
         },
       },

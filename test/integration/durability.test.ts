@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
-import type { JobView } from '../../src/protocol/index.js';
+import type { JobView } from '../../src/protocol/api/index.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { freePort, gpumesh, waitHealthy, type Proc } from '../helpers/processes.js';
 

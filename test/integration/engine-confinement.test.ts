@@ -45,7 +45,7 @@ beforeAll(async () => {
     'models:',
     '  probe:',
     '    engine: exec',
-    '    jobTypes: [image]',
+    '    types: [image]',
     '    memoryMB: 16',
     '    settings:',
     `      command: ['${process.execPath}', '${join(probeDir, 'probe.cjs')}', '${data}']`,

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { JobEvent, JobView } from '../../src/protocol/index.js';
+import type { JobEvent, JobView } from '../../src/protocol/api/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 import { childrenOf } from '../helpers/procfs.js';
 

@@ -16,6 +16,7 @@ const data = tempDir('gpumesh-host-config-');
 const scripts = tempDir('gpumesh-host-scripts-');
 const processes: Proc[] = [];
 let url: string;
+let serve: Proc;
 let admin: string;
 
 /** A command that says which script ran, as its job's JSON result; the orchestrator's also leaves a marker file. */
@@ -52,10 +53,11 @@ beforeAll(async () => {
   chmodSync(scripts, 0o755);
   writeFileSync(join(scripts, 'orchestrator.cjs'), script('the orchestrator\'s mesh.yaml', marker));
   writeFileSync(join(scripts, 'host.cjs'), script('owned\'s host.yaml'));
+  // `jobTypes`: the former name of `types`, still read (the log says so; see the last test).
   writeFileSync(join(data, 'mesh.yaml'), stringify({
     models: { stamp: { engine: 'exec', jobTypes: ['image'], memoryMB: 16, settings: { command: [process.execPath, join(scripts, 'orchestrator.cjs')] } } },
   }));
-  const serve = gpumesh(['serve', '--data', data, '--port', '0']);
+  serve = gpumesh(['serve', '--data', data, '--port', '0']);
   processes.push(serve);
   await waitFor(() => {
     if (serve.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${serve.output()}`);
@@ -121,5 +123,9 @@ describe('what a host runs is its owner\'s to say', () => {
     expect(job.json.status, JSON.stringify(job.json.error)).toBe('succeeded');
     expect(job.json.result).toEqual({ ranBy: 'owned\'s host.yaml' });
     expect(job.json.attempts.map((attempt: { host: string }) => attempt.host)).toEqual(['owned']);
+  });
+
+  it('reads the deprecated jobTypes of a mesh.yaml model as its types, and the orchestrator\'s log names the field', () => {
+    expect(serve.output()).toMatch(/models\.stamp\.jobTypes is a deprecated name, read as models\.stamp\.types/);
   });
 });

@@ -62,7 +62,7 @@ describe('the model registry', () => {
     const added = await call('POST', '/v1/models', { name: 'scaler', file: stored.json.digest });
     expect(added.status, JSON.stringify(added.json)).toBe(201);
     expect(added.json).toMatchObject({
-      name: 'scaler@1', version: '1', engine: 'onnx', jobTypes: ['tensor'],
+      name: 'scaler', version: '1', engine: 'onnx', types: ['tensor'],
       inputs: [{ name: 'x', datatype: 'FP32', shape: [-1, 4] }], outputs: [{ name: 'y', datatype: 'FP32', shape: [-1, 4] }],
       policy: { batching: { maxBatchSize: 8 } },
     });
@@ -93,7 +93,7 @@ describe('the model registry', () => {
 
   it('versions: the newest by default, a pin, a split recorded job by job; removal refused while a job uses a version', async () => {
     const v2 = await call('PUT', '/v1/blobs', scaler(3));
-    expect((await call('POST', '/v1/models', { name: 'scaler', file: v2.json.digest })).json.name).toBe('scaler@2');
+    expect((await call('POST', '/v1/models', { name: 'scaler', file: v2.json.digest })).json).toMatchObject({ name: 'scaler', version: '2' });
     expect((await call('POST', '/v1/models', { name: 'scaler', version: '2', file: v2.json.digest })).json.error.code).toBe('MODEL_EXISTS');
     expect((await runJob('scaler', [1, 1, 1, 1])).result.outputs.y.data).toEqual([3, 3, 3, 3]);
     expect((await runJob('scaler@1', [1, 1, 1, 1])).result.outputs.y.data).toEqual([2, 2, 2, 2]);
@@ -134,9 +134,9 @@ describe('the model registry', () => {
 
   it('memory measured at a version\'s first load replaces the guess of a version added without one, a given figure stays', async () => {
     const guessed = (await call('POST', '/v1/models', { name: 'sized', file: (await call('PUT', '/v1/blobs', scaler(19))).json.digest })).json;
-    expect(guessed).toMatchObject({ name: 'sized@1', memoryMB: 64, memoryFrom: 'estimate' });
+    expect(guessed).toMatchObject({ name: 'sized', version: '1', memoryMB: 64, memoryFrom: 'estimate' });
     const given = (await call('POST', '/v1/models', { name: 'sized', memoryMB: 500, file: (await call('PUT', '/v1/blobs', scaler(23))).json.digest })).json;
-    expect(given).toMatchObject({ name: 'sized@2', memoryMB: 500, memoryFrom: 'given' });
+    expect(given).toMatchObject({ name: 'sized', version: '2', memoryMB: 500, memoryFrom: 'given' });
     const versions = async () => Object.fromEntries((await call('GET', '/v1/models/sized')).json.versions.map((version: { version: string; memoryMB: number; memoryFrom: string }) => [version.version, [version.memoryMB, version.memoryFrom]]));
 
     const first = await call('POST', '/v1/models/sized@1/load', {});
@@ -208,7 +208,7 @@ describe('the model registry', () => {
     // Without a version: each add takes the next number, in the order they were answered.
     const unnamed = await Promise.all(files.slice(0, 3).map(async ([, digest]) => call('POST', '/v1/models', { name: 'race', file: digest })));
     expect(unnamed.map((added) => added.status)).toEqual([201, 201, 201]);
-    expect(unnamed.map((added) => added.json.name).sort()).toEqual(['race@1', 'race@2', 'race@3']);
+    expect(unnamed.map((added) => `${added.json.name}@${added.json.version}`).sort()).toEqual(['race@1', 'race@2', 'race@3']);
     // One version asked twice at once: one add wins, the other is a 409 naming it.
     const same = await Promise.all(files.slice(3).map(async ([, digest]) => call('POST', '/v1/models', { name: 'race', version: '9', file: digest })));
     expect(same.map((added) => added.status).sort()).toEqual([201, 409]);
@@ -216,11 +216,11 @@ describe('the model registry', () => {
     const winner = same.find((added) => added.status === 201)!.json;
     const answered = [...unnamed.map((added) => added.json), winner];
     const shown = (await call('GET', '/v1/models/race')).json;
-    expect(shown.versions.map((version: { name: string; digest: string }) => [version.name, version.digest]).sort())
-      .toEqual(answered.map((manifest) => [manifest.name, manifest.digest]).sort());
+    expect(shown.versions.map((version: { version: string; digest: string }) => [version.version, version.digest]).sort())
+      .toEqual(answered.map((manifest) => [manifest.version, manifest.digest]).sort());
     expect(shown.route).toBe('newest (9)');
     for (const manifest of answered) {
-      expect((await runJob(manifest.name, [1, 1, 1, 1])).result.outputs.y.data).toEqual(Array(4).fill(scaleOf.get(manifest.digest)));
+      expect((await runJob(`${manifest.name}@${manifest.version}`, [1, 1, 1, 1])).result.outputs.y.data).toEqual(Array(4).fill(scaleOf.get(manifest.digest)));
     }
   });
 
@@ -240,7 +240,7 @@ describe('the model registry', () => {
   it('a mesh.yaml pin is the route everywhere a bare name is used, the API may not change it, and the API\'s route is back once it goes', async () => {
     // Version 3 (×5) beside 2 (×3), and the API's pin on 3; then mesh.yaml pins 2.
     const v3 = await call('PUT', '/v1/blobs', scaler(5));
-    expect((await call('POST', '/v1/models', { name: 'scaler', file: v3.json.digest })).json.name).toBe('scaler@3');
+    expect((await call('POST', '/v1/models', { name: 'scaler', file: v3.json.digest })).json).toMatchObject({ name: 'scaler', version: '3' });
     expect((await call('PUT', '/v1/models/scaler/route', { pinned: '3' })).json.route).toBe('pinned to 3');
     await mesh.stop();
     mesh = await startMesh({ data: mesh.data, config: { models: { scaler: { version: '2' } } } });

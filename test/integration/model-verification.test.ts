@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { JobView } from '../../src/protocol/index.js';
+import type { JobView } from '../../src/protocol/api/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 
 /**

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
-import type { JobView, MeshEvent } from '../../src/protocol/index.js';
+import type { JobView, MeshEvent } from '../../src/protocol/api/index.js';
 import { BIN, removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
 

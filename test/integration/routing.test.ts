@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { writeFileSync } from 'node:fs';
 import { MeshClient } from '../../src/cli/common/client.js';
-import type { ExplainView, HostView } from '../../src/protocol/index.js';
+import type { ExplainView, HostView } from '../../src/protocol/api/index.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
 

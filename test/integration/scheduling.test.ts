@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobEvent, JobView } from '../../src/protocol/index.js';
+import type { JobEvent, JobView } from '../../src/protocol/api/index.js';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 
 let mesh: RunningMesh;

@@ -2,7 +2,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobEvent } from '../../src/protocol/index.js';
+import type { JobEvent } from '../../src/protocol/api/index.js';
 import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
 import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 import { agentCgroupDirs, childrenOf, isAlive } from '../helpers/procfs.js';
@@ -31,7 +31,7 @@ beforeAll(async () => {
     config: {
       models: {
         sd: {
-          engine: 'sdcpp', jobTypes: ['image'], memoryMB: 64, file: 'sd-standin.gguf', params: { defaultSteps: 3 },
+          engine: 'sdcpp', types: ['image'], memoryMB: 64, file: 'sd-standin.gguf', params: { defaultSteps: 3 },
           settings: {
             command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 40`,
             readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
@@ -39,13 +39,13 @@ beforeAll(async () => {
           },
         },
         comfy: {
-          engine: 'comfyui', jobTypes: ['image'], memoryMB: 64,
+          engine: 'comfyui', types: ['image'], memoryMB: 64,
           settings: {
             url: comfy.url, workflow: WORKFLOW,
             inputs: { prompt: { node: '6', field: 'text' }, seed: { node: '3', field: 'seed' }, steps: { node: '3', field: 'steps' }, width: { node: '5', field: 'width' }, height: { node: '5', field: 'height' } },
           },
         },
-        whisper: { engine: 'whisper-cpp', jobTypes: ['image'], settings: { url: 'http://127.0.0.1:9' } },
+        whisper: { engine: 'whisper-cpp', types: ['image'], settings: { url: 'http://127.0.0.1:9' } },
       },
     },
   });

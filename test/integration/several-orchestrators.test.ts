@@ -4,7 +4,7 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
-import type { JobView } from '../../src/protocol/index.js';
+import type { JobView } from '../../src/protocol/api/index.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { freePort, gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
 import { standbyStandin, type StandbyStandin } from '../helpers/standby-standin.js';

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobView } from '../../src/protocol/index.js';
+import type { JobView } from '../../src/protocol/api/index.js';
 import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 
 /**
@@ -12,7 +12,7 @@ import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOA
  */
 const STANDIN = join(ROOT, 'test/fixtures/standins/openai-images-standin.ts');
 const server = (name: string) => ({
-  engine: 'openai-images', jobTypes: ['image'], memoryMB: 600,
+  engine: 'openai-images', types: ['image'], memoryMB: 600,
   batching: { maxBatchSize: 4 },
   settings: {
     model: name,

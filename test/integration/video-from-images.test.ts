@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobEvent } from '../../src/protocol/index.js';
+import type { JobEvent } from '../../src/protocol/api/index.js';
 import { ffprobe } from '../helpers/ffprobe.js';
 import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
 import { childrenOf } from '../helpers/procfs.js';
@@ -26,7 +26,7 @@ beforeAll(async () => {
     config: {
       models: {
         'sd-clip': {
-          engine: 'sdcpp', jobTypes: ['video'], memoryMB: 64, file: 'sd-standin.gguf',
+          engine: 'sdcpp', types: ['video'], memoryMB: 64, file: 'sd-standin.gguf',
           settings: {
             command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 5 --fail-prompt 'no such scene'`,
             readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },

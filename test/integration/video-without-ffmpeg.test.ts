@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/cli/common/client.js';
-import { GALLERY_GRANT_SUMMARY } from '../../src/orchestrator/auth/options.js';
-import type { ExplainView, HostView } from '../../src/protocol/index.js';
+import { GALLERY_GRANT_SUMMARY } from '../../src/protocol/api/index.js';
+import type { ExplainView, HostView } from '../../src/protocol/api/index.js';
 import { meshForFile, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun } from '../helpers/processes.js';
 

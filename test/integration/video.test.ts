@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { JobEvent, JobView } from '../../src/protocol/index.js';
+import type { JobEvent, JobView } from '../../src/protocol/api/index.js';
 import { ffprobe } from '../helpers/ffprobe.js';
 import { meshForFile, removeDir, tempDir } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';

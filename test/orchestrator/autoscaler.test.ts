@@ -1,7 +1,8 @@
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { systemClock } from '../../src/protocol/clock.js';
-import type { MeshEvent, OrchestratorMessage } from '../../src/protocol/index.js';
+import type { MeshEvent } from '../../src/protocol/api/index.js';
+import type { OrchestratorMessage } from '../../src/protocol/index.js';
 import { Autoscaler } from '../../src/orchestrator/autoscale/index.js';
 import { loadNote, ReplicaRequests } from '../../src/orchestrator/autoscale/replica-requests.js';
 import { FakeClock } from '../helpers/fake-clock.js';
@@ -9,7 +10,7 @@ import { policyFor, resolveConfig, type ReplicaPolicy } from '../../src/orchestr
 import { EventBus } from '../../src/orchestrator/events/event-bus.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
 import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
-import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { JOB_INPUTS } from '../../src/orchestrator/job-inputs/job-inputs.js';
 import { BreakerBoard, HealthBook, HostRegistry, HostSession, Router, ThroughputBook } from '../../src/orchestrator/routing/index.js';
 
 /**
@@ -46,7 +47,7 @@ class Mesh {
     this.model = {
       manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB: options.memoryMB ?? 100, jobTypes: ['image'], params: {} },
       policy: { ...policy, replicas: { ...policy.replicas, targetInFlight: 2, ...replicas } },
-      pipeline: PIPELINES.image,
+      jobInputs: JOB_INPUTS.image,
     };
     this.events.subscribeAll((scoped) => {
       if (scoped.kind === 'mesh') this.meshEvents.push(scoped.event);

@@ -16,7 +16,7 @@ import { BlobReclaimer } from '../../src/orchestrator/blobs/reclaim.js';
 
 /**
  * Clients' files judged before they are stored, on a real folder and an in-memory SQLite (fake clock): the pictures a
- * request carries taken back when it is refused after they were stored (the race `JobService.submitAll` guards),
+ * request carries taken back when it is refused after they were stored (the race `JobAdmission.submitAll` guards),
  * without touching bytes that were there before it or that another request stored meanwhile; an upload refused at
  * completion gone whole; abandoned uploads swept while the orchestrator runs.
  */

@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, policyFor, resolveConfig } from '../../src/orchestrator/config/config.js';
+import { policyFor, resolveConfig } from '../../src/orchestrator/config/config.js';
+import { ConfigError } from '../../src/protocol/errors.js';
 import { ModelRegistry } from '../../src/orchestrator/registry/index.js';
 import { ROOT } from '../helpers/mesh.js';
 

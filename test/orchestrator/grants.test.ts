@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { meshErrorOf } from '../helpers/errors.js';
-import { GrantAuthority, GrantLifetimes, narrowGrant, caveatsFromOptions, UploadCredentials, type GrantEnd } from '../../src/orchestrator/auth/index.js';
+import { GrantAuthority, GrantLifetimes, narrowGrant, UploadCredentials, type GrantEnd } from '../../src/orchestrator/auth/index.js';
+import { caveatsFromOptions } from '../../src/protocol/api/index.js';
 import { inspectGrant } from '../../src/protocol/grant-token.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 

@@ -1,6 +1,6 @@
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { JOB_INPUTS } from '../../src/orchestrator/job-inputs/job-inputs.js';
 import { checkOutput, JSON_CHECK_LIMIT, OUTPUT_MEDIA_TYPES, OutputCheck, outputTypesOf, servedAs } from '../../src/orchestrator/blobs/output-media.js';
 import { scriptedPng } from '../helpers/scripted-agent.js';
 
@@ -10,8 +10,8 @@ const refusal = (promise: Promise<unknown>) => promise.then(() => 'accepted', (e
 const mp4 = Buffer.concat([Buffer.from([0, 0, 0, 0x18]), Buffer.from('ftypisom'), Buffer.from([0, 0, 2, 0]), Buffer.from('isomiso2'), Buffer.alloc(64)]);
 
 describe('output media types', () => {
-  it('every job type with a pipeline has a list, and every listed type is served as itself', () => {
-    expect(Object.keys(OUTPUT_MEDIA_TYPES).sort()).toEqual(Object.keys(PIPELINES).sort());
+  it('every job type with input handling has a list, and every listed type is served as itself', () => {
+    expect(Object.keys(OUTPUT_MEDIA_TYPES).sort()).toEqual(Object.keys(JOB_INPUTS).sort());
     for (const types of Object.values(OUTPUT_MEDIA_TYPES)) {
       for (const type of types) expect(servedAs(type).contentType.split(';')[0]).toBe(type);
     }

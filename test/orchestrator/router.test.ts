@@ -11,7 +11,7 @@ const model = (memoryMB = 100): RegisteredModel => ({
   manifest: { name: 'gen', version: '1', engine: 'onnx', digest: 'sha256:gen', bytes: 1, memoryMB, jobTypes: ['image'], params: {} },
   policy: { batching: { maxBatchSize: 1, preferredBatchSizes: [], maxQueueDelayMs: 0 }, maxQueueSize: 10, maxTimeoutMs: 1000, retries: 0,
     replicas: { min: 0, max: null, targetInFlight: 2, idleWindowMs: 1000 } },
-  pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
+  jobInputs: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
 });
 
 /** A router over its real parts (registry, breakers, health, throughput) on a fake clock. */

@@ -53,7 +53,7 @@ describe('Scheduler.next', () => {
   const model = (batching: typeof policy): RegisteredModel => ({
     manifest: { name: 'm', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
     policy: { ...policyFor(config, 'm'), batching },
-    pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
+    jobInputs: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
   });
 
   function harness(batching: typeof policy, hold: 'while-arriving' | 'always' = 'always') {
@@ -138,7 +138,7 @@ describe('work-conserving batching', () => {
   const registered: RegisteredModel = {
     manifest: { name: 'm', version: '1', engine: 'onnx', digest: 'sha256:x', bytes: 1, memoryMB: 1, jobTypes: ['tensor'], params: {} },
     policy: { ...policyFor(config, 'm'), batching },
-    pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
+    jobInputs: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
   };
   const idle = { freeSlots: 1, computing: 0 } as unknown as HostSession;
 

@@ -6,7 +6,8 @@ import type { CarriedPictures } from '../../src/orchestrator/blobs/client-blobs.
 import { InputImages } from '../../src/orchestrator/blobs/input-images.js';
 import { LocalBlobStore } from '../../src/orchestrator/blobs/local-blob-store.js';
 import { resolveConfig } from '../../src/orchestrator/config/config.js';
-import { JobService } from '../../src/orchestrator/jobs/service.js';
+import { BlobVisibility } from '../../src/orchestrator/jobs/blob-visibility.js';
+import { JobAdmission } from '../../src/orchestrator/jobs/admission.js';
 import type { ModelRegistry } from '../../src/orchestrator/registry/index.js';
 import { Admission } from '../../src/orchestrator/scheduler/index.js';
 import { JobCoreHarness } from '../helpers/job-core.js';
@@ -14,7 +15,7 @@ import { meshRejection } from '../helpers/errors.js';
 import { tempDirsPerTest } from '../helpers/mesh.js';
 
 /**
- * `JobService.submitAll` (an OpenAI request's `n` jobs) on the job roles' harness (fake clock, in-memory store): every
+ * `JobAdmission.submitAll` (an OpenAI request's `n` jobs) on the job roles' harness (fake clock, in-memory store): every
  * check runs for all the jobs before any is written, so a refused request leaves no job; pictures the request carries
  * are stored only after those checks, recorded with the jobs, and given back when a concurrent request fills the queue
  * while they were being stored.
@@ -33,9 +34,9 @@ function setup(maxQueueSize: number) {
   const config = resolveConfig({}, dir);
   const registry = { resolve: () => harness.models.get('gen')! } as unknown as ModelRegistry;
   const pictures = new InputImages({ store, commits, clock, blobs: new LocalBlobStore(dir) });
-  const service = new JobService({
+  const service = new JobAdmission({
     store, commits, clock, config, registry, scheduler, admission: new Admission(clock), states: core.states, dispatcher: core.dispatcher,
-    cancellation: core.cancellation, metrics: harness.metrics, pictures,
+    cancellation: core.cancellation, metrics: harness.metrics, pictures, blobs: new BlobVisibility({ store, registry }),
   });
   const authority = new GrantAuthority(randomBytes(32), 'http://test');
   const grant = authority.verify(authority.mint('client', ['types image']).token, clock.now());
@@ -60,7 +61,7 @@ function carried(meanwhile: () => void = () => {}): { carried: CarriedPictures; 
   };
 }
 
-describe('JobService.submitAll', () => {
+describe('JobAdmission.submitAll', () => {
   it('refuses n jobs that do not all fit the queue before writing any, and stores none of their pictures', async () => {
     const { harness, service, grant } = setup(2);
     const request = carried();

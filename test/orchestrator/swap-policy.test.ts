@@ -19,7 +19,7 @@ const batching = { maxBatchSize: 4, preferredBatchSizes: [], maxQueueDelayMs: 0 
 const model = (name: string, memoryMB = 600): RegisteredModel => ({
   manifest: { name, version: '1', engine: 'onnx', digest: `sha256:${name}`, bytes: 1, memoryMB, jobTypes: ['image'], params: {} },
   policy: { ...policyFor(config, name), batching },
-  pipeline: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
+  jobInputs: { normalize: (input) => input, compatKey: () => '', probeInput: () => ({}), cost: () => 1 },
 });
 
 function newHost(now: number, budgetMB = BUDGET_MB): HostSession {

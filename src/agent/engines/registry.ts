@@ -1,5 +1,6 @@
 import { withFramesFromImages } from '../video/frames-from-images.js';
 import type { Engine } from './core/engine.js';
+import { ENGINE_NAMES } from '../../protocol/engines/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { EngineModule, EngineServices } from './kit/module.js';
 import { comfyUiEngine } from './comfyui/index.js';
@@ -15,7 +16,8 @@ import { sdcppEngine } from './sdcpp/index.js';
  * line in ENGINE_DESCRIPTORS), its folder (the engine, an `EngineModule` in its
  * index.ts), its line here, and its contract test — nothing else: the agent
  * builds and announces what is listed, and the orchestrator checks declared
- * models against the descriptors.
+ * models against the descriptors. The order is ENGINE_DESCRIPTORS' (ENGINE_NAMES, protocol/engines/): one engine per
+ * descriptor, a test holds the two lists to each other.
  */
 export const ENGINES: readonly EngineModule[] = [
   onnxEngine,
@@ -26,8 +28,6 @@ export const ENGINES: readonly EngineModule[] = [
   execEngine,
 ];
 
-/** The names of the registered engines, in registration order. */
-export const ENGINE_NAMES: readonly string[] = ENGINES.map((module) => module.descriptor.name);
 
 /** The registered engine of this name, if any. */
 export function engineModule(name: string): EngineModule | undefined {

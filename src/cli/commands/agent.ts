@@ -3,7 +3,8 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { pino } from 'pino';
-import type { DrainReport } from '../../agent/control.js';
+import type { DrainReport } from '../../agent/index.js';
+import type { Draining } from '../../protocol/api/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
 import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrls } from '../common/settings.js';
 import { parseUrlList } from '../common/url-list.js';
@@ -205,7 +206,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
 
 async function drain(flags: DrainFlags): Promise<void> {
   if (flags.host) {
-    const answer = await clientFrom({ url: flags.url, grant: flags.grant, grantFile: flags.grantFile, tlsCaFingerprint: flags.tlsCaFingerprint }).request<{ host: string; jobsInFlight: number }>('POST', `/v1/hosts/${encodeURIComponent(flags.host)}/drain`);
+    const answer = await clientFrom({ url: flags.url, grant: flags.grant, grantFile: flags.grantFile, tlsCaFingerprint: flags.tlsCaFingerprint }).request<Draining>('POST', `/v1/hosts/${encodeURIComponent(flags.host)}/drain`);
     process.stdout.write(`host ${answer.host} is draining (${answer.jobsInFlight} jobs in flight); its agent leaves once they are done\n`);
     return;
   }

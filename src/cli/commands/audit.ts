@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
-import type { AuditView } from '../../protocol/audit.js';
+import type { AuditView } from '../../protocol/api/index.js';
 
 /** An entry as `GET /v1/audit` answers it. */
 type AuditEntry = AuditView;

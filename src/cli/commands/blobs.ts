@@ -2,18 +2,12 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { Command } from 'commander';
+import type { ForgottenBlob } from '../../protocol/api/index.js';
 import { DIGEST_PATTERN } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, printJson } from '../common/output.js';
 import { uploadFile, uploadPicture } from '../common/upload.js';
 import { askEach, withClientOptions } from './shared.js';
-
-/** What DELETE /v1/blobs/:digest answers. */
-interface Forgotten {
-  digest: string;
-  freed: boolean;
-  freedBytes: number;
-}
 
 /**
  * `gpumesh blobs put|rm`: files stored by digest for jobs to name (`"image": "sha256:…"`), and deleting them again.
@@ -41,7 +35,7 @@ export function blobsCommand(): Command {
   askEach(
     withClientOptions(blobs.command('rm <digest-or-file...>'))
       .description('Delete files this grant stored, by digest or by a local copy of the file; the bytes go once nothing else names them'),
-    'file', async (client, item) => client.request<Forgotten>('DELETE', `/v1/blobs/${await digestOf(item)}`),
+    'file', async (client, item) => client.request<ForgottenBlob>('DELETE', `/v1/blobs/${await digestOf(item)}`),
     ({ digest, freed, freedBytes }) => `${digest} deleted, ${freed ? `${freedBytes.toLocaleString('en')} bytes freed` : 'its bytes kept: something else names them (a job that took it as input, another grant\'s copy, a result)'}`,
   );
   return blobs;

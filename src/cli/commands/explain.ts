@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import type { ExplainView, RouteView } from '../../protocol/index.js';
+import type { ExplainView, RouteView } from '../../protocol/api/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';

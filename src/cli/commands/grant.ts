@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions, narrowGrant, type GrantOptions, type GrantView } from '../../orchestrator/auth/index.js';
+import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions, type GrantOptions, type GrantPage, type GrantView, type Minted } from '../../protocol/api/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
 import { pinsOfGrant } from '../../tls-client/index.js';
 import type { MeshClient } from '../common/client.js';
@@ -69,7 +69,7 @@ export function grantCommand(): Command {
       if (flags.agent && !flags.host) throw new CliError('an agent grant needs --host <id>');
       const kind = flags.agent ? 'agent' : flags.admin ? 'admin' : 'client';
       const client = clientFrom(flags);
-      const minted = await client.request<{ id: string; token: string; caveats: string[] }>('POST', '/v1/grants', {
+      const minted = await client.request<Minted>('POST', '/v1/grants', {
         kind, ...grantOptions(flags), note: flags.note,
       });
       if (!flags.agent) {
@@ -93,7 +93,7 @@ export function grantCommand(): Command {
     });
   withCaveatFlags(grant.command('narrow <grant>'))
     .description('Add caveats to a grant, offline; the result can never do more than the original')
-    .action((token: string, flags: CaveatFlags) => {
+    .action(async (token: string, flags: CaveatFlags) => {
       let caveats: string[];
       try {
         caveats = caveatsFromOptions(grantOptions(flags), Date.now());
@@ -101,6 +101,8 @@ export function grantCommand(): Command {
         throw new CliError((error as Error).message);
       }
       if (caveats.length === 0) throw new CliError('say how to narrow it: --types, --models, --expires, …');
+      // The caveat language and its checks are the orchestrator's: loaded for this command alone.
+      const { narrowGrant } = await import('../../orchestrator/index.js');
       process.stdout.write(`${narrowGrant(token.trim(), caveats)}\n`);
     });
   grant.command('inspect <grant>')
@@ -111,7 +113,7 @@ export function grantCommand(): Command {
     .option('--limit <n>', 'at most this many', parseInteger('--limit'), 100)
     .option('--json', 'print JSON')
     .action(async (flags: ClientOptions & { limit: number; json?: boolean }) => {
-      const page = await clientFrom(flags).request<{ grants: GrantView[] }>('GET', `/v1/grants?limit=${flags.limit}`);
+      const page = await clientFrom(flags).request<GrantPage>('GET', `/v1/grants?limit=${flags.limit}`);
       if (flags.json) return printJson(page.grants);
       const rows = page.grants.map((view) => [view.id, view.kind, view.createdAt, view.revokedAt ?? '-', view.note ?? '']);
       process.stdout.write(`${table(['ID', 'KIND', 'CREATED', 'REVOKED', 'NOTE'], rows)}\n`);
@@ -132,7 +134,7 @@ export function grantCommand(): Command {
     .action(async (flags: ClientOptions & { albums: string; expires: string }) => {
       if (!DURATION.test(flags.expires)) throw new CliError(`--expires must be a duration such as 90m, 12h or 7d, not "${flags.expires}"`);
       const client = clientFrom(flags);
-      const minted = await client.request<{ token: string }>('POST', '/v1/grants', {
+      const minted = await client.request<Minted>('POST', '/v1/grants', {
         kind: 'client', ...galleryGrantOptions(parseList(flags.albums), flags.expires), note: 'gallery page',
       });
       process.stdout.write(`${client.baseUrl}/#grant=${minted.token}\n`);
@@ -143,7 +145,7 @@ export function grantCommand(): Command {
     .action(async (flags: ClientOptions & { expires: string }) => {
       if (!DURATION.test(flags.expires)) throw new CliError(`--expires must be a duration such as 90m, 12h or 7d, not "${flags.expires}"`);
       const client = clientFrom(flags);
-      const minted = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'client', ...meshViewGrantOptions(flags.expires), note: 'mesh view' });
+      const minted = await client.request<Minted>('POST', '/v1/grants', { kind: 'client', ...meshViewGrantOptions(flags.expires), note: 'mesh view' });
       process.stdout.write(`${client.baseUrl}/mesh#grant=${minted.token}\n`);
     });
   return grant;

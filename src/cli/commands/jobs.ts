@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import type { JobView } from '../../protocol/index.js';
+import type { JobPage, JobView, RemovedResults } from '../../protocol/api/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { parseInteger, printJson, table } from '../common/output.js';
 import { askEach, withClientOptions } from './shared.js';
@@ -14,7 +14,7 @@ export function jobsCommand(): Command {
     .action(async (options: ClientOptions & { status?: string; limit: number; json?: boolean }) => {
       const query = new URLSearchParams({ limit: String(options.limit) });
       if (options.status) query.set('status', options.status);
-      const page = await clientFrom(options).request<{ jobs: JobView[] }>('GET', `/v1/jobs?${query}`);
+      const page = await clientFrom(options).request<JobPage>('GET', `/v1/jobs?${query}`);
       if (options.json) return printJson(page);
       process.stdout.write(`${table(['ID', 'TYPE', 'MODEL', 'STATUS', 'CREATED', 'BATCH'], page.jobs.map((job) => [
         job.id, job.type, job.model, job.status, job.createdAt, job.batch ? `${job.batch.size}` : '-',
@@ -35,14 +35,6 @@ export function jobsCommand(): Command {
     'job', (client, id) => client.request<RemovedResults>('DELETE', `/v1/jobs/${encodeURIComponent(id)}/artifacts`), removedLine,
   );
   return jobs;
-}
-
-/** What DELETE /v1/jobs/:id/artifacts answers. */
-interface RemovedResults {
-  jobId: string;
-  deleted: string[];
-  freed: string[];
-  freedBytes: number;
 }
 
 /** `j_… 2 results deleted, 1 freed (184,320 bytes); 1 still named elsewhere`. */

@@ -1,16 +1,13 @@
 import { mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
-import type { Device, ModelManifest } from '../../protocol/index.js';
+import type { LoadAnswer, ModelFamily, Models, ModelVersion, ReplicaChange, UnloadAnswer } from '../../protocol/api/index.js';
+import { VERSION_SEPARATOR } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseList, printJson, table } from '../common/output.js';
 import { uploadFile } from '../common/upload.js';
 import { withClientOptions } from './shared.js';
 
-type Listed = ModelManifest & { policy: { batching: { maxBatchSize: number } } };
-interface Family { name: string; route: string; versions: Listed[] }
-interface ReplicaChange { host: string; model: string; device: string | null; before: Device[]; after: Device[] }
-interface LoadAnswer { model: string; wanted: number; loaded: ReplicaChange[]; note: string | null }
 
 /** A load or unload answers once the agent did it: the orchestrator waits up to 10 minutes, and so does the CLI. */
 const MODEL_CHANGE_WITHIN_MS = 10 * 60_000 + 30_000;
@@ -62,7 +59,7 @@ function parseBatching(text: string): Record<string, unknown> {
   return batching;
 }
 
-const tensors = (specs: ModelManifest['inputs']): string => (specs ?? []).map((spec) => `${spec.name} ${spec.datatype} [${spec.shape.join(', ')}]`).join('; ') || '-';
+const tensors = (specs: ModelVersion['inputs']): string => (specs ?? []).map((spec) => `${spec.name} ${spec.datatype} [${spec.shape.join(', ')}]`).join('; ') || '-';
 
 /** What a replica change did to its device: `cpu 120 → 184 MB of 8192`. */
 function memoryLine(change: ReplicaChange): string {
@@ -107,7 +104,7 @@ export function modelsCommand(): Command {
       // Each file is uploaded on its own (resumable, and not sent again if the mesh has it); the version names them.
       const members = options.files ? memberFiles(options.files, path ? resolve(path) : process.cwd()) : null;
       const uploads = members ? await Promise.all(members.map(async ([, file]) => upload(file))) : [await upload(modelFile(path!))];
-      const added = await client.request<Listed>('POST', '/v1/models', {
+      const added = await client.request<ModelVersion>('POST', '/v1/models', {
         name: options.name, engine: options.engine, types: parseList(options.types),
         ...(members ? { files: Object.fromEntries(members.map(([name], index) => [name, uploads[index]!.digest])) } : { file: uploads[0]!.digest }),
         ...(settings !== undefined ? { settings } : {}),
@@ -117,23 +114,23 @@ export function modelsCommand(): Command {
       if (options.json) return printJson(added);
       const sent = uploads.filter((stored) => !stored.deduplicated).reduce((sum, stored) => sum + stored.bytes, 0);
       const what = uploads.every((stored) => stored.deduplicated) ? `${uploads.length > 1 ? 'files' : 'file'} already stored` : `${sent} bytes uploaded`;
-      process.stdout.write(`added ${added.name} (${what}, ${added.digest})\n`
+      process.stdout.write(`added ${added.name}${VERSION_SEPARATOR}${added.version} (${what}, ${added.digest})\n`
         + (added.files ? `  files:   ${Object.entries(added.files).map(([name, member]) => `${name} ${member.bytes} bytes`).join('; ')}\n` : '')
         + `  inputs:  ${tensors(added.inputs)}\n  outputs: ${tensors(added.outputs)}\n`
-        + `  types ${added.jobTypes.join(',')}, batches of up to ${added.policy.batching.maxBatchSize}\n`);
+        + `  types ${added.types.join(',')}, batches of up to ${(added.policy as { batching: { maxBatchSize: number } }).batching.maxBatchSize}\n`);
     });
 
   withClientOptions(models.command('ls'))
     .description('Every model: built in, declared in mesh.yaml, or added (with its versions and which one its name runs)')
     .option('--json', 'print JSON')
     .action(async (options: ClientOptions & { json?: boolean }) => {
-      const listed = await clientFrom(options).request<{ models: Listed[]; families: { name: string; versions: string[]; route: string }[] }>('GET', '/v1/models');
+      const listed = await clientFrom(options).request<Models>('GET', '/v1/models');
       if (options.json) return printJson(listed);
-      const versioned = new Set(listed.models.filter((model) => model.name.includes('@')).map((model) => model.name));
-      const rows = listed.models.filter((model) => !versioned.has(model.name)).map((model) => [model.name, model.version, '-', model.engine, model.jobTypes.join(',')]);
+      const versioned = new Set(listed.families.map((family) => family.name));
+      const rows = listed.models.filter((model) => !versioned.has(model.name)).map((model) => [model.name, model.version, '-', model.engine, model.types.join(',')]);
       for (const family of listed.families) {
-        const newest = listed.models.find((model) => model.name === `${family.name}@${family.versions.at(-1)}`);
-        rows.push([family.name, family.versions.join(','), family.route, newest?.engine ?? '-', newest?.jobTypes.join(',') ?? '-']);
+        const newest = listed.models.find((model) => model.name === family.name && model.version === family.versions.at(-1));
+        rows.push([family.name, family.versions.join(','), family.route, newest?.engine ?? '-', newest?.types.join(',') ?? '-']);
       }
       process.stdout.write(`${table(['MODEL', 'VERSIONS', 'ROUTE', 'ENGINE', 'TYPES'], rows)}\n`);
     });
@@ -161,7 +158,7 @@ export function modelsCommand(): Command {
         if (!version || !Number.isFinite(Number(share))) throw new CliError(`--split takes version=share pairs, not "${part}"`);
         return [version, Number(share)];
       })) : null;
-      const family = await clientFrom(options).request<Family>('PUT', `/v1/models/${encodeURIComponent(model)}/route`, { pinned: options.pin ?? null, split });
+      const family = await clientFrom(options).request<ModelFamily>('PUT', `/v1/models/${encodeURIComponent(model)}/route`, { pinned: options.pin ?? null, split });
       process.stdout.write(`${family.name}: ${family.route}\n`);
     });
 
@@ -181,7 +178,7 @@ export function modelsCommand(): Command {
     .description('Let a model go on a host (default: every host that holds it); prints the device\'s memory before and after')
     .option('--host <id>', 'the host')
     .action(async (model: string, options: ClientOptions & { host?: string }) => {
-      const { unloaded } = await clientFrom(options).request<{ unloaded: ReplicaChange[] }>('POST', `/v1/models/${encodeURIComponent(model)}/unload`, options.host ? { host: options.host } : {}, { answerWithinMs: MODEL_CHANGE_WITHIN_MS });
+      const { unloaded } = await clientFrom(options).request<UnloadAnswer>('POST', `/v1/models/${encodeURIComponent(model)}/unload`, options.host ? { host: options.host } : {}, { answerWithinMs: MODEL_CHANGE_WITHIN_MS });
       for (const change of unloaded) process.stdout.write(`unloaded ${change.model} on ${change.host}: ${memoryLine(change)}\n`);
     });
 
@@ -189,7 +186,7 @@ export function modelsCommand(): Command {
     .description('Write the built-in ONNX models to files (deterministic: the same digests on every machine)')
     .option('-o, --out <dir>', 'where to write them', 'models')
     .action(async (options: { out: string }) => {
-      const { builtinModels } = await import('../../builtin-models/index.js');
+      const { builtinModels } = await import('../../orchestrator/index.js');
       const dir = resolve(options.out);
       mkdirSync(dir, { recursive: true });
       const rows = builtinModels().map((model) => {

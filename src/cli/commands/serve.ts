@@ -17,7 +17,7 @@ export interface ServeOptions {
 
 /** The config: --config, else <data>/mesh.yaml if present, else the defaults; flags override the file. */
 export async function configFrom(options: ServeOptions): Promise<MeshConfig> {
-  const { checkTlsSettings, loadConfigFile, resolveConfig } = await import('../../orchestrator/config/config.js');
+  const { checkTlsSettings, loadConfigFile, resolveConfig } = await import('../../orchestrator/index.js');
   const data = dataDir(options.data);
   const file = options.config ?? (existsSync(join(data, 'mesh.yaml')) ? join(data, 'mesh.yaml') : null);
   const config = file ? loadConfigFile(file, data) : resolveConfig({}, data);
@@ -51,7 +51,7 @@ export async function startOrchestrator(config: MeshConfig, logger: Logger): Pro
   if (config.store.kind === 'postgres') {
     // Several orchestrators on one PostgreSQL: this one stands by until it holds the mesh lease, and stops if it loses
     // it (exit code 75, EX_TEMPFAIL: a supervisor such as systemd starts it again, as a standby).
-    const { startSharedOrchestrator } = await import('../../orchestrator/standby/shared-orchestrator.js');
+    const { startSharedOrchestrator } = await import('../../orchestrator/index.js');
     return startSharedOrchestrator({ config, logger, onLeaseLost: () => process.exit(75) });
   }
   // Loaded on demand: commands that only talk HTTP start faster without Fastify and SQLite.

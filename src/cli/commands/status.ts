@@ -1,20 +1,12 @@
 import { Command } from 'commander';
-import type { BreakerView, HostView } from '../../protocol/index.js';
+import type { BreakerView, Hosts, HostView, StatusView, StorageView } from '../../protocol/api/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { ApiError } from '../common/client.js';
 import { formatBytes, printJson, table } from '../common/output.js';
-import type { StorageView } from '../../orchestrator/status/mesh-status.js';
 import { withClientOptions } from './shared.js';
 
-interface Status {
-  queues: Record<string, { depth: number; limit: number }>;
-  /** Each model's replicas (the autoscaler): where, in which state, how many wanted. */
-  models?: Record<string, {
-    desired: number; min: number; max: number | null; demand: number;
-    replicas: { host: string; state: string; held: boolean }[];
-  }>;
-  jobs: Record<string, number>;
-}
+/** `GET /v1/status`; an orchestrator older than replicas sends no `models`. */
+type Status = Omit<StatusView, 'models'> & Partial<Pick<StatusView, 'models'>>;
 
 /** `open until 12:00:03 (2nd time)`, `half-open (1 trial ok)`, `closed`. */
 function breakerText(breaker: BreakerView): string {
@@ -80,7 +72,7 @@ export function storageLine(storage: StorageView): string {
 async function status(options: ClientOptions & { json?: boolean }): Promise<void> {
   const client = clientFrom(options);
   const [current, { hosts }, storage] = await Promise.all([
-    client.request<Status>('GET', '/v1/status'), client.request<{ hosts: HostView[] }>('GET', '/v1/hosts'),
+    client.request<Status>('GET', '/v1/status'), client.request<Hosts>('GET', '/v1/hosts'),
     // An orchestrator older than this command has no storage view: the rest is shown without it.
     client.request<StorageView>('GET', '/v1/storage').catch((error: unknown) => {
       if (error instanceof ApiError && error.status === 404) return null;

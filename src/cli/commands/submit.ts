@@ -3,7 +3,7 @@ import { access, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
 import cliProgress from 'cli-progress';
-import type { ExplainView, JobEvent } from '../../protocol/index.js';
+import type { ExplainView, JobEvent } from '../../protocol/api/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseSize, printJson } from '../common/output.js';
 import { withClientOptions } from './shared.js';

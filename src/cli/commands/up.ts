@@ -6,7 +6,7 @@ import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
-import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions } from '../../orchestrator/auth/options.js';
+import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions } from '../../protocol/api/index.js';
 import { VERSION } from '../../version.js';
 import { gpumeshArgs } from '../common/launch.js';
 import { CliError, parseInteger } from '../common/output.js';

@@ -3,7 +3,8 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createParser } from 'eventsource-parser';
-import { MeshError, type GrantEndedEvent, type JobEvent, type JobView } from '../../protocol/index.js';
+import type { GrantEndedEvent, JobAccepted, JobEvent, JobView } from '../../protocol/api/index.js';
+import { MeshError } from '../../protocol/index.js';
 import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../../tls-client/index.js';
 
 /** An error the server returned, with its code; the CLI prints the message and exits non-zero. */
@@ -262,7 +263,7 @@ export class MeshClient {
     return parsed as T;
   }
 
-  submit(body: Record<string, unknown>): Promise<{ id: string; status: string; links: { self: string; events: string } }> {
+  submit(body: Record<string, unknown>): Promise<JobAccepted> {
     return this.request('POST', '/v1/jobs', body);
   }
 

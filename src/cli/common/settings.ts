@@ -1,11 +1,10 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { LISTEN_FILE, listenerRuns, readListenFile } from '../../protocol/listen-file.js';
 import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from '../../tls-client/index.js';
-import { LISTEN_FILE, readListenFile } from '../../orchestrator/listen-file.js';
 import { MeshClient } from './client.js';
 import { CliError } from './output.js';
 import { parseUrlList } from './url-list.js';
-import { alive } from '../../agent/governance/cgroups/cgroupfs.js';
 
 /** Where the mesh keeps its data: --data, then $GPUMESH_HOME, then ./.gpumesh. */
 export function dataDir(option?: string): string {
@@ -58,7 +57,7 @@ export function resolveUrlWithSource(options: ClientOptions, flag = '--url'): Re
   const folder = options.data ? `--data ${data}` : process.env.GPUMESH_HOME ? `GPUMESH_HOME=${data}` : `the default data folder ${data}`;
   const file = join(data, LISTEN_FILE);
   const record = readListenFile(data);
-  if (record && alive(record.pid)) return { urls: [record.url], source: `${file}, where the mesh of ${folder} (pid ${record.pid}) listens` };
+  if (record && listenerRuns(record)) return { urls: [record.url], source: `${file}, where the mesh of ${folder} (pid ${record.pid}) listens` };
   const stale = record ? `the mesh recorded in ${file} (pid ${record.pid}) is not running` : `no mesh recorded in ${file}`;
   // A mesh started before listen.json existed wrote only this.
   const legacy = join(data, 'orchestrator.url');

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { open, readFile, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
+import type { StoredBlob, UploadView } from '../../protocol/api/index.js';
 import { ApiError, type MeshClient } from './client.js';
 
 /** Bytes per chunk of a resumable upload: large enough to keep the link busy, small enough that a drop costs little. */
@@ -9,13 +10,8 @@ const CHUNK_BYTES = 8 * 1024 * 1024;
 /** Tries of one chunk, each resuming where the orchestrator says the upload stands. */
 const CHUNK_TRIES = 5;
 
-export interface UploadedFile {
-  digest: string;
-  bytes: number;
-  mediaType: string;
-  /** The orchestrator had these bytes already: nothing was sent. */
-  deduplicated: boolean;
-}
+/** A file stored as the orchestrator answers it, and whether it had these bytes already (then nothing was sent). */
+export type UploadedFile = StoredBlob & { deduplicated: boolean };
 
 /**
  * Store a file in the mesh by digest, as a resumable upload: its SHA-256 first (a file the orchestrator has already is
@@ -28,8 +24,8 @@ export async function uploadFile(client: MeshClient, path: string, onProgress: (
   for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
   const digest = `sha256:${hash.digest('hex')}`;
   if (await readable(client, digest)) return { digest, bytes: size, mediaType: 'application/octet-stream', deduplicated: true };
-  const started = await client.request<{ id: string; offset: number }>('POST', '/v1/uploads', { bytes: size });
-  let stored: { digest: string; bytes: number; mediaType: string };
+  const started = await client.request<UploadView>('POST', '/v1/uploads', { bytes: size });
+  let stored: StoredBlob;
   try {
     const file = await open(path);
     try {
@@ -43,7 +39,7 @@ export async function uploadFile(client: MeshClient, path: string, onProgress: (
     } finally {
       await file.close();
     }
-    stored = await client.request<{ digest: string; bytes: number; mediaType: string }>('POST', `/v1/uploads/${started.id}/complete`);
+    stored = await client.request<StoredBlob>('POST', `/v1/uploads/${started.id}/complete`);
   } catch (error) {
     // This command will not resume the upload (another run starts a new one): its bytes so far go now, not after a
     // week. Best effort — an orchestrator out of reach keeps them until its next start after that week.
@@ -69,7 +65,7 @@ export async function uploadPicture(client: MeshClient, path: string): Promise<U
   const bytes = new Uint8Array(await readFile(path));
   const known = await readable(client, createDigest(bytes));
   const name = basename(path).replace(/["\\\r\n]/g, '_');
-  const stored = await client.send<{ digest: string; bytes: number; mediaType: string }>('PUT', '/v1/blobs', bytes, {
+  const stored = await client.send<StoredBlob>('PUT', '/v1/blobs', bytes, {
     'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename="${name}"`,
   });
   return { ...stored, deduplicated: known };
@@ -104,13 +100,13 @@ async function sendChunk(client: MeshClient, id: string, offset: number, chunk: 
   let at = offset;
   for (let attempt = 1; ; attempt++) {
     try {
-      const state = await client.send<{ offset: number }>('PATCH', `/v1/uploads/${id}`, chunk.subarray(at - offset), { 'upload-offset': String(at), 'content-type': 'application/octet-stream' });
+      const state = await client.send<UploadView>('PATCH', `/v1/uploads/${id}`, chunk.subarray(at - offset), { 'upload-offset': String(at), 'content-type': 'application/octet-stream' });
       if (state.offset >= end) return state.offset;
       at = state.offset;
     } catch (error) {
       const retryable = error instanceof ApiError && (error.status === 0 || error.status === 409 || error.status >= 500);
       if (!retryable || attempt >= CHUNK_TRIES) throw error;
-      at = (await client.request<{ offset: number }>('GET', `/v1/uploads/${id}`)).offset;
+      at = (await client.request<UploadView>('GET', `/v1/uploads/${id}`)).offset;
       if (at >= end) return at;
     }
   }

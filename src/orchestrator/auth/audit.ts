@@ -1,6 +1,6 @@
 import type { Clock, Timer } from '../../protocol/clock.js';
 import { decodeCursor, encodeCursor, type AuditFilter, type AuditRecord, type Commits, type MeshStore, type NewAuditRecord } from '../store/index.js';
-import type { AuditView } from '../../protocol/audit.js';
+import type { AuditView } from '../../protocol/api/index.js';
 
 export interface AuditRetention {
   /** Entries older than this are deleted. */

@@ -3,9 +3,6 @@ export {
   ACTIONS, CONDITIONS, CONDITIONS_BY_KIND, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat, scopeProblem,
 } from './caveats.js';
 export type { Action, Caveat, Condition, GrantKind, GrantRequest } from './caveats.js';
-export {
-  caveatsFromOptions, galleryGrantOptions, meshViewGrantOptions, parseExpiry, GALLERY_ACTIONS, GALLERY_GRANT_SUMMARY, MESH_VIEW_ACTIONS, DURATION, type GrantOptions,
-} from './options.js';
-export { GrantIssuer, type GrantIssuerDeps, type GrantView, type RequestOrigin } from './issuer.js';
+export { GrantIssuer, type GrantIssuerDeps, type RequestOrigin } from './issuer.js';
 export { GrantLifetimes, type GrantEnd } from './lifetimes.js';
 export { UploadCredentials } from './upload-credentials.js';

@@ -1,3 +1,4 @@
+import type { GrantPage, GrantView } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from './audit.js';
 import type { Clock } from '../../protocol/clock.js';
@@ -11,16 +12,6 @@ export interface GrantIssuerDeps {
   clock: Clock;
   authority: GrantAuthority;
   audit: AuditLog;
-}
-
-/** A recorded grant as the API shows it. */
-export interface GrantView {
-  id: string;
-  kind: string;
-  note: string | null;
-  caveats: string[] | null;
-  createdAt: string;
-  revokedAt: string | null;
 }
 
 /** Who asked, for the audit log: the asking grant's id (null: the orchestrator itself), the route and the client's address. */
@@ -99,7 +90,7 @@ export class GrantIssuer {
   }
 
   /** Recorded grants, newest first. */
-  async list(query: { limit: number; cursor?: string }): Promise<{ grants: GrantView[]; nextCursor: string | null }> {
+  async list(query: { limit: number; cursor?: string }): Promise<GrantPage> {
     const records = await this.#deps.store.grants.listGrants({ limit: query.limit, before: query.cursor ? decodeGrantCursor(query.cursor) : undefined });
     const last = records.at(-1);
     return { grants: records.map(view), nextCursor: records.length === query.limit && last ? encodeGrantCursor(last) : null };

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { ModelReplicas, ReplicaState } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { ReplicaPolicy } from '../config/config.js';
@@ -45,20 +46,8 @@ export interface LoadPlan {
   hosts: HostSession[];
 }
 
-export type ReplicaState = 'loading' | 'ready' | 'unloading' | 'draining';
-
-/** One model's replicas as `GET /v1/status` shows them. */
-export interface ModelReplicasView {
-  model: string;
-  desired: number;
-  min: number;
-  max: number | null;
-  targetInFlight: number;
-  idleWindowS: number;
-  /** Jobs queued and running on serving replicas: what the replicas are sized for. */
-  demand: number;
-  replicas: { host: string; state: ReplicaState; held: boolean }[];
-}
+/** One model's replicas as `GET /v1/status` shows them, with the model's name. */
+export type ModelReplicasView = ModelReplicas & { model: string };
 
 interface ModelState {
   /** seen[k]: the last time the need was at least k replicas (k ≥ 1); never increasing in k. */

@@ -1,1 +1,1 @@
-export { Autoscaler, type AutoscalerDeps, type LoadPlan, type ModelReplicasView, type ReplicaState } from './autoscaler.js';
+export { Autoscaler, type AutoscalerDeps, type LoadPlan, type ModelReplicasView } from './autoscaler.js';

@@ -1,4 +1,5 @@
-import { MeshError, type Device, type MeshEvent } from '../../protocol/index.js';
+import type { LoadAnswer, MeshEvent, ReplicaChange } from '../../protocol/api/index.js';
+import { MeshError, type Device } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { EventBus } from '../events/event-bus.js';
 import type { RegisteredModel } from '../registry/index.js';
@@ -14,28 +15,6 @@ export interface ReplicaRequestsDeps {
   heartbeatMs: number;
   /** How long a load may take before the answer gives up waiting (the load goes on). Default 10 minutes. */
   timeoutMs?: number;
-}
-
-/** A replica's change on one host, and its device's memory before and after it. */
-export interface ReplicaChange {
-  host: string;
-  model: string;
-  change: 'loaded' | 'unloaded';
-  device: string | null;
-  memoryMB: number | null;
-  before: Device[];
-  after: Device[];
-}
-
-/** What a load asked for did: each host's change, and how far it fell short of what was wanted. */
-export interface LoadAnswer {
-  model: string;
-  /** How many hosts should hold the model: max(1, minReplicas), or the count asked, capped by maxReplicas. */
-  wanted: number;
-  /** The hosts that hold it now, each with its devices' memory before and after (one that held it already included). */
-  loaded: ReplicaChange[];
-  /** `2 of 3 replicas: only 2 hosts can serve it`, or why the count asked was cut; null when it went as asked. */
-  note: string | null;
 }
 
 /**

@@ -4,6 +4,7 @@ import { open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileTypeFromBuffer } from 'file-type';
+import type { StoredBlob } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { Commits, MeshStore } from '../store/index.js';
 import type { BlobStore } from './blob-store.js';
@@ -34,13 +35,6 @@ export interface ClientBlobsDeps {
   reclaimer: BlobReclaimer;
 }
 
-/** What a client learns of a blob it stored. */
-export interface StoredBlob {
-  digest: string;
-  bytes: number;
-  mediaType: string;
-}
-
 /** A client's file in hand: hashed into a local file, judged or not, not (yet) in the store. */
 export interface Incoming {
   path: string;
@@ -49,7 +43,7 @@ export interface Incoming {
 }
 
 /**
- * Pictures a request carries itself (an OpenAI edit), received and judged but not stored, for `JobService.submitAll`:
+ * Pictures a request carries itself (an OpenAI edit), received and judged but not stored, for `JobAdmission.submitAll`:
  * `store` puts their bytes in the store once every check of the request has passed — the jobs name them, so their
  * host must find them — and then either `admitted` records them as the caller's in the jobs' own turn, or `refused`
  * (a refusal a concurrent request brought about while they were stored: a queue that filled) takes back the bytes

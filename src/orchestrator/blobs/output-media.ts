@@ -1,6 +1,6 @@
 import { fileTypeFromBuffer } from 'file-type';
 import { MeshError } from '../../protocol/index.js';
-import type { PIPELINES } from '../pipelines/pipelines.js';
+import type { JOB_INPUTS } from '../job-inputs/job-inputs.js';
 
 /**
  * The media types a job's outputs may have, by job type — what the engines really produce: images are PNG (the ONNX
@@ -17,7 +17,7 @@ export const OUTPUT_MEDIA_TYPES = {
   tensor: ['application/json', 'text/plain', 'application/octet-stream'],
   // The lines read are the JSON result; the picture with their boxes drawn is a PNG.
   ocr: ['image/png', 'application/json', 'text/plain'],
-} as const satisfies Readonly<Record<keyof typeof PIPELINES, readonly string[]>>;
+} as const satisfies Readonly<Record<keyof typeof JOB_INPUTS, readonly string[]>>;
 
 /** What a blob is served as, by the type it was recorded with: only types on some job type's list keep theirs. */
 const SERVED: Readonly<Record<string, { contentType: string; extension: string }>> = {

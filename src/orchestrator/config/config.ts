@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { ConfigError } from '../../protocol/errors.js';
 import { checkModelEntries } from './declared-models.js';
 import { parseCertificateName } from './certificate-names.js';
 
@@ -76,7 +77,9 @@ export type BreakerPolicy = z.output<typeof BreakerPolicy>;
 const ModelEntry = ModelPolicy.extend({
   /** The engine that runs it (`sdcpp`, `openai-images`, `comfyui`, `oip`, `exec`, `onnx`): declares the model. */
   engine: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,39}$/, 'an engine name (lower case letters, digits, - and _)').optional(),
-  /** The job types it serves (each needs a routing entry). Required in a declaration. */
+  /** The job types it serves (each needs a routing entry), as `POST /v1/models` names them. Required in a declaration. */
+  types: z.array(z.string().min(1).max(40)).min(1).optional(),
+  /** Deprecated: the former name of `types`, still read as `types` (the orchestrator's log names each entry that uses it). */
   jobTypes: z.array(z.string().min(1).max(40)).min(1).optional(),
   /** A declared model: its version label, shown in /v1/models (default "1"). A model added at run time (`gpumesh models add`): the version a job that names only the model runs (default: the newest); while set, the API may not change the route (409 MODEL_PINNED). */
   version: z.string().min(1).max(100).optional(),
@@ -347,7 +350,8 @@ export interface ResolvedModelPolicy {
   replicas: ReplicaPolicy;
 }
 
-export type ModelEntry = z.output<typeof ModelEntry>;
+/** A `models:` entry as resolved: its job types under `types`, whichever name the file gave them. */
+export type ModelEntry = Omit<z.output<typeof ModelEntry>, 'jobTypes'>;
 export type S3BlobsConfig = z.output<typeof S3Blobs>;
 export type PostgresStoreSettings = z.output<typeof PostgresStoreConfig>;
 
@@ -355,7 +359,15 @@ export type MeshConfig = Omit<z.output<typeof MeshConfigInput>, 'data' | 'models
   data: string;
   /** Models declared (with `engine`; their `file` paths made absolute) and policy overrides; `policyFor` merges policies over model defaults. */
   models: Record<string, ModelEntry>;
+  /** Fields the file gave by a deprecated name, read under the current one: the orchestrator says each in its log. */
+  deprecated?: DeprecatedField[];
 };
+
+/** A field given by its former name (`models.sd.jobTypes`), and the name it is read as (`models.sd.types`). */
+export interface DeprecatedField {
+  field: string;
+  use: string;
+}
 
 /** A model's defaults before the config's overrides; targetInFlight is derived from the batch size unless given. */
 export type ModelPolicyDefaults = Partial<Omit<ResolvedModelPolicy, 'replicas'>> & { replicas?: Partial<ReplicaPolicy> };
@@ -386,10 +398,6 @@ export function policyFor(config: MeshConfig, model: string, modelDefaults: Mode
       idleWindowMs: override.idleWindowS !== undefined ? Math.round(override.idleWindowS * 1000) : replicas.idleWindowMs,
     },
   };
-}
-
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
 }
 
 /** TLS settings that only make sense together; also run after command-line flags change them. */
@@ -440,10 +448,12 @@ export function resolveConfig(input: unknown, dataDefault: string, baseDir = pro
     if (!config.routing[type]) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: job type "${type}" has no routing entry`);
     if (!model) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: empty model name`);
   }
-  const problems = checkModelEntries(config.models, config.routing);
+  const deprecated: DeprecatedField[] = [];
+  const named = Object.fromEntries(Object.entries(config.models).map(([name, entry]) => [name, withTypes(name, entry, deprecated)]));
+  const problems = checkModelEntries(named, config.routing, (name) => (deprecated.some((entry) => entry.field === `models.${name}.jobTypes`) ? 'jobTypes' : 'types'));
   if (problems.length > 0) throw new ConfigError(`invalid mesh config:\n  ${problems.join('\n  ')}`);
-  const models = Object.fromEntries(Object.entries(config.models).map(([name, entry]) => [name, withAbsoluteFile(entry, baseDir)]));
-  return { ...config, models, data: resolve(config.data ?? dataDefault) };
+  const models = Object.fromEntries(Object.entries(named).map(([name, entry]) => [name, withAbsoluteFile(entry, baseDir)]));
+  return { ...config, models, data: resolve(config.data ?? dataDefault), ...(deprecated.length > 0 ? { deprecated } : {}) };
 }
 
 /** Read and validate a YAML config file. */
@@ -461,6 +471,20 @@ export function loadConfigFile(path: string, dataDefault: string): MeshConfig {
     throw new ConfigError(`config ${path} is not valid YAML: ${(error as Error).message}`);
   }
   return resolveConfig(document, dataDefault, dirname(resolve(path)));
+}
+
+/**
+ * An entry's job types under `types`: mesh.yaml once called them `jobTypes`, which is still read (and noted in
+ * `deprecated`, for the log); both at once is an error, since they could disagree.
+ */
+function withTypes(name: string, entry: z.output<typeof ModelEntry>, deprecated: DeprecatedField[]): ModelEntry {
+  const { jobTypes, ...rest } = entry;
+  if (jobTypes === undefined) return rest;
+  if (rest.types !== undefined) {
+    throw new ConfigError(`invalid mesh config:\n  models.${name}.jobTypes: give the job types once, as models.${name}.types (jobTypes is its former name)`);
+  }
+  deprecated.push({ field: `models.${name}.jobTypes`, use: `models.${name}.types` });
+  return { ...rest, types: jobTypes };
 }
 
 /** A model file given as a relative path is relative to mesh.yaml's folder; a URL stays as it is. */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { engineDescriptor } from '../../protocol/engines/index.js';
 import type { ModelEntry } from './config.js';
-import { PIPELINES, pipelineFor } from '../pipelines/pipelines.js';
+import { JOB_INPUTS, jobInputsFor } from '../job-inputs/job-inputs.js';
 
 /**
  * Models declared in mesh.yaml. The engines' settings schemas are in their
@@ -16,7 +16,7 @@ export interface ModelDefinition {
   name: string;
   engine: string;
   version: string;
-  jobTypes: string[];
+  types: string[];
   memoryMB: number;
   params: Record<string, number | string>;
   /** As written: agents validate them again with their engine's schema (and its defaults) at load. */
@@ -29,7 +29,7 @@ export interface ModelDefinition {
 
 /** The fields only a declaration (an entry with `engine`) may have. */
 /** `version` without an engine pins the version a model added at run time runs when a job names only the model. */
-const DEFINITION_FIELDS = ['jobTypes', 'memoryMB', 'file', 'sha256', 'params', 'settings'] as const;
+const DEFINITION_FIELDS = ['types', 'memoryMB', 'file', 'sha256', 'params', 'settings'] as const;
 
 const DEFAULT_MEMORY_MB = 1024;
 
@@ -45,29 +45,33 @@ const settingsPath = (path: readonly PropertyKey[]): string =>
  * (without its host settings when the entry gives none: the hosts that declare
  * the model give them), an engine that loads a file declared without one. An engine this orchestrator does not
  * know is not an error: agents that run it will serve the model (see
- * `unknownEngines`).
+ * `unknownEngines`). `typesField` names an entry's job types as its file wrote them (`types`, or the former `jobTypes`).
  */
-export function checkModelEntries(models: Readonly<Record<string, ModelEntry>>, routing: Readonly<Record<string, readonly string[]>>): string[] {
+export function checkModelEntries(
+  models: Readonly<Record<string, ModelEntry>>, routing: Readonly<Record<string, readonly string[]>>, typesField: (model: string) => string = () => 'types',
+): string[] {
   const problems: string[] = [];
   for (const [name, entry] of Object.entries(models)) {
     const at = `models.${name}`;
     if (entry.engine === undefined) {
       for (const field of DEFINITION_FIELDS) {
+        const written = field === 'types' ? typesField(name) : field;
         if (entry[field] !== undefined) {
-          problems.push(`${at}.${field}: only a model declared with an engine has ${field}; without ${at}.engine this entry sets the policy of an existing model`);
+          problems.push(`${at}.${written}: only a model declared with an engine has ${written}; without ${at}.engine this entry sets the policy of an existing model`);
         }
       }
       continue;
     }
-    if (!entry.jobTypes) {
-      problems.push(`${at}.jobTypes: required: the job types the model serves (e.g. [image])`);
+    const types = `${at}.${typesField(name)}`;
+    if (!entry.types) {
+      problems.push(`${types}: required: the job types the model serves (e.g. [image])`);
     } else {
-      const pipelines = new Set(entry.jobTypes.map((type) => pipelineFor(type)));
-      for (const type of entry.jobTypes) {
-        if (!pipelineFor(type)) problems.push(`${at}.jobTypes: job type "${type}" has no input handling in this orchestrator (it has: ${Object.keys(PIPELINES).join(', ')})`);
-        else if (!routing[type]) problems.push(`${at}.jobTypes: job type "${type}" has no routing entry`);
+      const handlings = new Set(entry.types.map((type) => jobInputsFor(type)));
+      for (const type of entry.types) {
+        if (!jobInputsFor(type)) problems.push(`${types}: job type "${type}" has no input handling in this orchestrator (it has: ${Object.keys(JOB_INPUTS).join(', ')})`);
+        else if (!routing[type]) problems.push(`${types}: job type "${type}" has no routing entry`);
       }
-      if (pipelines.size > 1 && !pipelines.has(undefined)) problems.push(`${at}.jobTypes: ${entry.jobTypes.join(' and ')} take different inputs; one model serves job types of one input kind`);
+      if (handlings.size > 1 && !handlings.has(undefined)) problems.push(`${types}: ${entry.types.join(' and ')} take different inputs; one model serves job types of one input kind`);
     }
     const module = engineDescriptor(entry.engine);
     if (!module) continue;
@@ -88,7 +92,7 @@ export function checkModelEntries(models: Readonly<Record<string, ModelEntry>>, 
 /** The declarations among the `models:` entries (those with `engine`), with their defaults. Call after `checkModelEntries`. */
 export function modelDefinitions(models: Readonly<Record<string, ModelEntry>>): ModelDefinition[] {
   return Object.entries(models).flatMap(([name, entry]) => (entry.engine === undefined ? [] : [{
-    name, engine: entry.engine, version: entry.version ?? '1', jobTypes: [...(entry.jobTypes ?? [])],
+    name, engine: entry.engine, version: entry.version ?? '1', types: [...(entry.types ?? [])],
     memoryMB: entry.memoryMB ?? DEFAULT_MEMORY_MB, params: { ...entry.params }, settings: { ...entry.settings },
     file: entry.file ?? null, sha256: entry.sha256 === undefined ? null : entry.sha256.startsWith('sha256:') ? entry.sha256 : `sha256:${entry.sha256}`,
   }]));
@@ -113,6 +117,8 @@ function canonical(value: unknown): string {
  * settings). A changed definition is a new version, which an agent holding the old one loads afresh.
  */
 export function definitionDigest(definition: ModelDefinition): string {
-  const { name, engine, version, jobTypes, params, settings } = definition;
-  return `sha256:${createHash('sha256').update(canonical({ name, engine, version, jobTypes, params, settings })).digest('hex')}`;
+  const { name, engine, version, types, params, settings } = definition;
+  // Hashed under the key it had when digests were first made (`jobTypes`): a renamed key would make every declared
+  // model a new version, loaded afresh by every host.
+  return `sha256:${createHash('sha256').update(canonical({ name, engine, version, jobTypes: types, params, settings })).digest('hex')}`;
 }

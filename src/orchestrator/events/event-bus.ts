@@ -1,4 +1,4 @@
-import type { JobEvent, MeshEvent } from '../../protocol/index.js';
+import type { JobEvent, MeshEvent } from '../../protocol/api/index.js';
 import { systemClock, type Clock } from '../../protocol/clock.js';
 
 /** The attributes of a job that decide who may see its events. */

@@ -1,34 +1,30 @@
+import type { ArtifactPage, GalleryView, RemovedResults } from '../../protocol/api/index.js';
 import type { VerifiedGrant } from '../auth/index.js';
-import type { BlobReclaimer, Reclaimed } from '../blobs/reclaim.js';
-import type { Authorize, JobService } from '../jobs/index.js';
-import type { Commits, MeshStore } from '../store/index.js';
+import type { BlobReclaimer } from '../blobs/reclaim.js';
+import { artifactView, type Authorize, type JobReads } from '../jobs/index.js';
+import { decodeCursor, encodeCursor, type Commits, type MeshStore } from '../store/index.js';
 import type { Thumbnails } from './thumbnails.js';
 
 export interface GalleryServiceDeps {
   store: MeshStore;
   commits: Commits;
-  jobs: JobService;
+  /** Finds a job the grant may see (deleting its results starts there). */
+  jobs: Pick<JobReads, 'record'>;
   thumbnails: Thumbnails;
   reclaimer: BlobReclaimer;
 }
 
-/** What deleting a job's results did: the digests that left its view, and those whose bytes left the store. */
-export interface RemovedResults extends Reclaimed {
-  deleted: string[];
-}
-
-/** What the gallery page asks first: the albums it may switch between, and whether this grant may delete. */
-export interface GalleryView {
-  /** Albums the grant may see that hold results, and any it is limited to (empty ones included: it may submit there). */
-  albums: string[];
-  /** The album a job that names none goes to. */
-  defaultAlbum: string;
-  may: { submit: boolean; delete: boolean };
+/** What `GET /v1/artifacts` takes: a page size, where the last page ended, an album, text in the prompt. */
+export interface ArtifactQuery {
+  limit: number;
+  cursor?: string;
+  album?: string;
+  q?: string;
 }
 
 /**
- * The gallery's own work beside the job listing (JobService.artifacts): the albums a grant may switch between, and
- * deleting a job's published results.
+ * What the gallery page asks: the published results a grant may see (the listing), the albums it may switch between,
+ * and deleting a job's published results.
  */
 export class GalleryService {
   readonly #deps: GalleryServiceDeps;
@@ -52,6 +48,21 @@ export class GalleryService {
   }
 
   /**
+   * Published results the grant may see, newest first, by keyset (`cursor`: continue before a sequence number), so a
+   * page costs the same at result 10,000 as at result 1; `album` narrows to one album (within the grant's), `q` to
+   * prompts holding it.
+   */
+  async artifacts(grant: VerifiedGrant, query: ArtifactQuery): Promise<ArtifactPage> {
+    const albums = query.album === undefined ? grant.albums : grant.albums === null || grant.albums.includes(query.album) ? [query.album] : [];
+    const records = await this.#deps.store.artifacts.listArtifacts({
+      types: grant.types, models: grant.models, albums, limit: query.limit, prompt: query.q || undefined,
+      beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
+    });
+    const last = records.at(-1);
+    return { artifacts: records.map(artifactView), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
+  }
+
+  /**
    * Delete a job's published results: they leave the gallery, its listings and the job's view, and the job no longer
    * names them; their thumbnails go once no result names them, and their bytes once nothing does (BlobReclaimer:
    * another result, a client's file or a job's input may be the same bytes). The job itself stays.
@@ -69,6 +80,6 @@ export class GalleryService {
     const published = await Promise.all(digests.map((digest) => store.artifacts.digestPublished(digest)));
     const orphans = digests.filter((_, index) => !published[index]);
     await Promise.all(orphans.map((digest) => this.#deps.thumbnails.forget(digest)));
-    return { deleted: digests, ...await this.#deps.reclaimer.release(orphans) };
+    return { jobId, deleted: digests, ...await this.#deps.reclaimer.release(orphans) };
   }
 }

@@ -2,8 +2,8 @@ import type {} from '@fastify/websocket';
 import type { FastifyInstance } from 'fastify';
 import { LINK_PATH, MeshError } from '../../protocol/index.js';
 import type { AgentHub } from '../link/agent-hub.js';
-import { errorAnswers } from './answers.js';
 import { grantOf, type RequestAuth } from './auth.js';
+import { errorAnswers } from './openapi.js';
 
 /**
  * The agent link endpoint. The grant is checked before the upgrade, so a bad

@@ -2,18 +2,19 @@ import type { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { MeshError } from '../../protocol/index.js';
-import type { JobOutputs, JobService } from '../jobs/index.js';
-import { assertDigest } from '../../protocol/index.js';
-import { type BlobReader } from '../blobs/blob-reader.js';
+import { ErrorEnvelope, ForgottenBlob, StoredBlob } from '../../protocol/api/index.js';
+import { assertDigest, MeshError } from '../../protocol/index.js';
+import type { BlobReader } from '../blobs/blob-reader.js';
 import type { BlobStore } from '../blobs/blob-store.js';
+import type { ClientBlobs } from '../blobs/client-blobs.js';
 import { servedAs } from '../blobs/output-media.js';
+import { THUMBNAIL_WIDTHS, type Thumbnails, type ThumbnailWidth } from '../gallery/thumbnails.js';
+import type { BlobVisibility, JobOutputs } from '../jobs/index.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
-import { ArtifactPageSchema, bytesOf, errorAnswers, json } from './answers.js';
-import { BINARY, errorResponses, MeshErrorBody, StoredBlobBody } from './openapi.js';
+import { BINARY, bytesOf, errorAnswers, errorResponses, grantErrors } from './openapi.js';
 import { noneMatch, parseRange, rangeStillApplies } from './ranges.js';
+import { withRawBodies } from './raw-bodies.js';
 
-const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$/i;
 const DigestParams = z.object({ digest: z.string().max(80) });
 
 /**
@@ -48,14 +49,21 @@ export interface BlobRouteDeps {
   reader: BlobReader;
   /** Where blobs live: a store that offers presigned GETs (a bucket with `blobs.presign`) sends clients there. */
   blobStore: Pick<BlobStore, 'presignedGet'>;
+  /** What the store knows of a blob (its size and media type). */
   outputs: JobOutputs;
-  jobs: JobService;
+  visibility: Pick<BlobVisibility, 'assertVisible'>;
+  clientBlobs: ClientBlobs;
+  thumbnails: Thumbnails;
   auth: RequestAuth;
 }
 
-/** GET|HEAD /v1/blobs/:digest, GET /v1/artifacts, PUT /v1/jobs/:id/outputs/:digest. */
+/**
+ * `/v1/blobs`: a blob's bytes by digest (verified, ranges, presigned where the bucket offers it) and its thumbnail;
+ * a client's file stored in one request (`PUT`, streamed to disk and hashed on the way, never buffered whole) and
+ * deleted. Larger files go through a resumable upload (http/uploads.ts).
+ */
 export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
-  const { reader, outputs, jobs, auth, blobStore } = deps;
+  const { reader, outputs, visibility, clientBlobs, thumbnails, auth, blobStore } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.route({
@@ -70,16 +78,16 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
           206: { ...bytesOf('The range asked for (Range: bytes=…)', ['*/*']), headers: { 'Content-Range': { description: 'bytes start-end/size', schema: { type: 'string' } } } },
           304: { description: 'If-None-Match matched: the digest names the same bytes for ever' },
           307: { description: 'Read it from the bucket: a presigned GET (blobs.presign), for a client GET without a range', headers: { Location: { description: 'the presigned URL', schema: { type: 'string' } } } },
-          ...errorResponses(MeshErrorBody, {
-            400: 'Not a digest', 401: 'No grant, or one that is not valid', 403: 'The grant does not allow blobs:read',
+          ...errorResponses(ErrorEnvelope, {
+            400: 'Not a digest', ...grantErrors('blobs:read'),
             404: 'No such blob that this grant may read', 416: 'The range is outside the blob', 502: 'The stored bytes failed their check (quarantined)',
           }),
         },
       },
     },
     onRequest: auth.require('blobs:read'),
-    // A grant limited to albums reads only the blobs published in them (see JobService.assertBlobVisible).
-    preHandler: async (request) => jobs.assertBlobVisible(grantOf(request), (request.params as { digest: string }).digest),
+    // A grant limited to albums reads only the blobs published in them (see BlobVisibility).
+    preHandler: async (request) => visibility.assertVisible(grantOf(request), (request.params as { digest: string }).digest),
     handler: async (request, reply) => {
       const digest = assertDigest(request.params.digest);
       const record = await outputs.blobRecord(digest);
@@ -121,52 +129,80 @@ export function blobRoutes(app: FastifyInstance, deps: BlobRouteDeps): void {
     },
   });
 
-  routes.get('/v1/artifacts', {
+  routes.get('/v1/blobs/:digest/thumbnail', {
     schema: {
-      querystring: z.object({
-        limit: z.coerce.number().int().min(1).max(200).default(50),
-        cursor: z.string().max(100).optional(),
-        /** One album (of those the grant may see). */
-        album: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i).optional(),
-        /** Prompts holding this text. */
-        q: z.string().trim().max(200).optional(),
-      }),
-      tags: ['artifacts'], summary: 'Published results the grant may see, newest first (keyset pages: nextCursor), optionally of one album or with prompts holding q',
+      params: z.object({ digest: z.string().max(80) }),
+      querystring: z.object({ width: z.coerce.number().int().refine((width) => (THUMBNAIL_WIDTHS as readonly number[]).includes(width), `one of ${THUMBNAIL_WIDTHS.join(', ')}`).default(512) }),
+      tags: ['blobs'], summary: `A published picture shrunk to fit a square of width (${THUMBNAIL_WIDTHS.join(', ')}; never enlarged), as WebP: made once, kept by digest`,
     },
-    config: { openapi: { responses: { 200: json('A page of results; nextCursor asks for the next one', ArtifactPageSchema), ...errorAnswers({ 400: 'A query parameter is invalid' }) } } },
-    onRequest: auth.require('artifacts:read'),
-  }, async (request) => jobs.artifacts(grantOf(request), request.query));
+    config: {
+      ...QUERY_GRANT_ALLOWED,
+      openapi: { responses: { 200: bytesOf('The thumbnail', ['image/webp']), ...errorAnswers({ 400: 'Not a digest, or a width not on the list', 404: 'No such picture that this grant may read' }) } },
+    },
+    onRequest: auth.require('blobs:read'),
+    preHandler: async (request) => visibility.assertVisible(grantOf(request), (request.params as { digest: string }).digest),
+  }, async (request, reply) => {
+    const digest = assertDigest(request.params.digest);
+    const bytes = await thumbnails.get(digest, request.query.width as ThumbnailWidth);
+    void reply.headers({
+      'content-type': 'image/webp',
+      'cache-control': 'private, max-age=31536000, immutable',
+      'x-content-type-options': 'nosniff',
+      'content-security-policy': "default-src 'none'; sandbox",
+    });
+    return reply.send(bytes);
+  });
 
-  // Uploads stream straight to disk, hashed on the way; they are never buffered whole.
-  app.register(async (scope) => {
-    scope.removeAllContentTypeParsers();
-    scope.addContentTypeParser('*', (_request, _payload, done) => done(null));
-    scope.withTypeProvider<ZodTypeProvider>().put('/v1/jobs/:id/outputs/:digest', {
+  withRawBodies(app, (raw) => {
+    raw.put('/v1/blobs', {
       schema: {
-        params: z.object({ id: z.string().min(1).max(100), digest: z.string().max(80) }),
-        tags: ['blobs'], summary: "Upload one of a job's outputs (agents, with the upload credential of the job's batch)",
+        tags: ['blobs'],
+        summary: 'Store a file by digest in one request (an image a job starts from, …): {digest, bytes, mediaType}, the type as its bytes say. A picture (PNG, JPEG, WebP) is decoded under limits first: a bomb, a truncated or polyglot file, or one whose Content-Type or Content-Disposition filename disagrees with its bytes is 400 IMAGE_REFUSED. Jobs of the same grant lineage may name it as an input',
       },
       config: {
         openapi: {
-          body: { '*/*': { ...BINARY, description: 'The output\'s bytes, streamed to disk and hashed on the way; Content-Type is its media type (image/png, video/mp4, application/json, …), which the job type must be able to produce and the bytes must be' } },
+          body: Object.fromEntries(['application/octet-stream', 'image/png', 'image/jpeg', 'image/webp'].map((type) => [type, {
+            ...BINARY, description: 'The file, streamed to disk and hashed on the way. Any Content-Type is taken; a picture\'s (and a Content-Disposition filename\'s) must agree with its bytes',
+          }])),
+          headers: z.object({ 'Content-Disposition': z.string().optional().describe('attachment; filename="…": a picture\'s name must agree with its bytes') }),
           responses: {
-            201: { description: 'The output, stored by digest', content: { 'application/json': StoredBlobBody } },
-            ...errorResponses(MeshErrorBody, {
-              400: 'Not a digest, or the bytes hash to another (DIGEST_MISMATCH)', 401: 'No upload credential, or one that is not valid',
-              403: 'The job is not running in the credential\'s batch', 404: 'No such job', 413: 'The output is larger than the limit',
-              415: 'A media type the job may not produce, or bytes that are not of it',
+            201: { description: 'The file, stored by digest (the type as its bytes say)', content: { 'application/json': StoredBlob } },
+            ...errorResponses(ErrorEnvelope, {
+              400: 'A picture that is not one gpumesh will decode, or whose Content-Type or filename disagrees with its bytes (IMAGE_REFUSED)',
+              ...grantErrors('blobs:write'), 413: 'The file is larger than the upload limit', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
             }),
           },
         },
       },
-      onRequest: auth.requireUpload(),
+      onRequest: auth.require('blobs:write'),
     }, async (request, reply) => {
-      const digest = assertDigest(request.params.digest);
-      const mediaType = request.headers['content-type'] ?? 'application/octet-stream';
-      if (!MEDIA_TYPE.test(mediaType)) throw new MeshError('UNSUPPORTED_MEDIA_TYPE', { detail: mediaType.slice(0, 100) });
-      const stored = await outputs.receive({ jobId: request.params.id, batchId: request.uploadBatch!, digest, mediaType }, request.raw);
+      // What the client says the file is must agree with its bytes when it is a picture (a .png that is a JPEG is refused).
+      const disposition = request.headers['content-disposition']?.match(/filename="?([^";]+)"?/i)?.[1];
+      const declared = { mediaType: request.headers['content-type'], ...(disposition ? { filename: disposition } : {}) };
+      const stored = await clientBlobs.put(grantOf(request).id, request.raw, declared);
       void reply.code(201);
       return stored;
     });
+  });
+
+  routes.delete('/v1/blobs/:digest', {
+    schema: {
+      params: z.object({ digest: z.string().max(80) }),
+      tags: ['blobs'],
+      summary: 'Delete a file this grant lineage stored (PUT /v1/blobs, an upload): its jobs may no longer name it, and its bytes leave the store once nothing else names them (another lineage\'s copy, a job that took it as input, a result of the same bytes). Answers {digest, freed, freedBytes}',
+    },
+    config: {
+      openapi: {
+        responses: {
+          200: { description: 'The lineage\'s record is gone; `freed` says whether the bytes went too', content: { 'application/json': ForgottenBlob } },
+          ...errorResponses(ErrorEnvelope, { 400: 'Not a digest', ...grantErrors('blobs:write'), 404: 'This grant lineage stored no such file' }),
+        },
+      },
+    },
+    onRequest: auth.require('blobs:write'),
+  }, async (request) => {
+    const digest = assertDigest(request.params.digest);
+    const { freedBytes, freed } = await clientBlobs.forget(grantOf(request).id, digest);
+    return { digest, freed: freed.length > 0, freedBytes };
   });
 }

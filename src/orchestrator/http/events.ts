@@ -1,13 +1,14 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { EVENT_TYPES, isTerminalEvent, MeshError, type GrantEndedEvent, type JobEvent } from '../../protocol/index.js';
+import { EVENT_TYPES, isTerminalEvent, type GrantEndedEvent, type JobEvent } from '../../protocol/api/index.js';
+import { MeshError } from '../../protocol/index.js';
 import type { Action, GrantEnd, VerifiedGrant } from '../auth/index.js';
 import { firstFailure } from '../auth/index.js';
 import type { EventBus, ScopedEvent } from '../events/event-bus.js';
-import { canSee, type JobService } from '../jobs/index.js';
-import { errorAnswers } from './answers.js';
+import { canSee, type JobReads } from '../jobs/index.js';
 import { grantOf, QUERY_GRANT_ALLOWED, type RequestAuth } from './auth.js';
+import { errorAnswers } from './openapi.js';
 import { openSse, type SseStream } from './sse.js';
 
 /**
@@ -45,8 +46,8 @@ const EVENT_STREAM = {
   content: { 'text/event-stream': { type: 'string' } },
 };
 
-export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; events: EventBus; auth: RequestAuth }): void {
-  const { jobs, events, auth } = deps;
+export function eventRoutes(app: FastifyInstance, deps: { reads: Pick<JobReads, 'record' | 'snapshot'>; events: EventBus; auth: RequestAuth }): void {
+  const { reads, events, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.get('/v1/jobs/:id/events', {
@@ -59,7 +60,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
   }, async (request, reply) => {
     const grant = grantOf(request);
     const { id } = request.params;
-    await jobs.record(grant, id); // 404 before the stream opens
+    await reads.record(grant, id); // 404 before the stream opens
     let live = false;
     const stream = openSse(request, reply, () => {
       unsubscribe();
@@ -73,7 +74,7 @@ export function eventRoutes(app: FastifyInstance, deps: { jobs: JobService; even
     // Subscribe before reading the state so nothing falls between the two.
     const buffered: { event: JobEvent; id: string }[] = [];
     const unsubscribe = events.subscribeJob(id, ({ event, id: eventId }) => (live ? deliver(event, eventId) : buffered.push({ event, id: eventId })));
-    for (const event of await jobs.snapshot(grant, id)) deliver(event);
+    for (const event of await reads.snapshot(grant, id)) deliver(event);
     live = true;
     for (const { event, id: eventId } of buffered) deliver(event, eventId);
   });

@@ -1,12 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { AuditPage, caveatsFromOptions, GrantPage, GrantView, Minted, Narrowed } from '../../protocol/api/index.js';
+import { inspectGrant } from '../../protocol/grant-token.js';
 import { MeshError } from '../../protocol/index.js';
 import { AUDIT_EVENTS, type AuditLog } from '../auth/audit.js';
-import { caveatsFromOptions, narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
-import { inspectGrant } from '../../protocol/grant-token.js';
-import { AuditPageSchema, errorAnswers, GrantPageSchema, GrantViewSchema, json, MintedSchema, NarrowedSchema } from './answers.js';
+import { narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
+import { errorAnswers, json } from './openapi.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 const names = z.array(z.string().regex(NAME)).min(1).optional();
@@ -47,7 +48,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
 
   routes.post('/v1/grants', {
     schema: { body: CreateGrantBody, tags: ['grants'], summary: 'Mint a grant (admin)' },
-    config: { openapi: { responses: { 201: json('The grant', MintedSchema), ...errorAnswers({ 400: 'A caveat that is malformed, or would govern nothing on this kind of grant' }) } } },
+    config: { openapi: { responses: { 201: json('The grant', Minted), ...errorAnswers({ 400: 'A caveat that is malformed, or would govern nothing on this kind of grant' }) } } },
     onRequest: auth.require('grants:create'),
   }, async (request, reply) => {
     const body = request.body;
@@ -75,7 +76,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
       body: NarrowGrantBody, tags: ['grants'],
       summary: 'The grant sent, narrowed by these caveats (any valid grant; narrowing only takes powers away, as `gpumesh grant narrow` does offline): for a page that must put a read-only, short-lived grant in URLs',
     },
-    config: { openapi: { responses: { 200: json('The narrowed grant', NarrowedSchema), ...errorAnswers({ 400: 'No caveat to add, or one that is malformed' }) } } },
+    config: { openapi: { responses: { 200: json('The narrowed grant', Narrowed), ...errorAnswers({ 400: 'No caveat to add, or one that is malformed' }) } } },
     onRequest: auth.requireAny(),
   }, async (request) => {
     let lines: string[];
@@ -97,7 +98,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
 
   routes.get('/v1/grants', {
     schema: { querystring: Page(500, 100), tags: ['grants'], summary: 'Recorded grants, newest first: kind, caveats, note, created, revoked (admin)' },
-    config: { openapi: { responses: { 200: json('A page of grants', GrantPageSchema), ...errorAnswers({ 400: 'A query parameter is invalid' }) } } },
+    config: { openapi: { responses: { 200: json('A page of grants', GrantPage), ...errorAnswers({ 400: 'A query parameter is invalid' }) } } },
     onRequest: auth.require('grants:read'),
   }, async (request) => {
     audit.record({ event: 'admin:action', ...auth.origin(request), detail: 'listed grants' });
@@ -109,7 +110,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
       params: z.object({ id: z.string().min(1).max(64) }), tags: ['grants'],
       summary: 'Revoke a grant and every grant narrowed from it, at once and across restarts; idempotent (admin)',
     },
-    config: { openapi: { responses: { 200: json('The grant, with revokedAt', GrantViewSchema), ...errorAnswers({ 404: 'No such grant' }) } } },
+    config: { openapi: { responses: { 200: json('The grant, with revokedAt', GrantView), ...errorAnswers({ 404: 'No such grant' }) } } },
     onRequest: auth.require('grants:revoke'),
   }, async (request) => issuer.revoke(request.params.id, auth.origin(request)));
 
@@ -124,7 +125,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
       tags: ['grants'],
       summary: 'The audit log, newest first: grants minted and revoked, refused requests, admin actions; narrowed by event, actor, grant and since (admin)',
     },
-    config: { openapi: { responses: { 200: json('A page of entries', AuditPageSchema), ...errorAnswers({ 400: 'A query parameter is invalid' }) } } },
+    config: { openapi: { responses: { 200: json('A page of entries', AuditPage), ...errorAnswers({ 400: 'A query parameter is invalid' }) } } },
     onRequest: auth.require('audit:read'),
   }, async (request) => {
     const { event, actor, grant, since, ...page } = request.query;

@@ -2,9 +2,10 @@ import { createReadStream } from 'node:fs';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { ErrorEnvelope } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { PackageFile, SelfPackage } from '../install/self-package.js';
-import { BINARY, errorResponses, MeshErrorBody } from './openapi.js';
+import { BINARY, errorResponses } from './openapi.js';
 
 /** The package's bytes, for the document. */
 const PACKAGE = { description: 'The npm package (a gzipped tarball)', content: { 'application/gzip': BINARY } };
@@ -47,7 +48,7 @@ export function installRoutes(app: FastifyInstance, deps: InstallRouteDeps): voi
 
   routes.get('/install/gpumesh.tgz', {
     schema: { tags: ['install'], security: [], summary: 'This orchestrator\'s own npm package (whatever build it serves now; no grant needed)' },
-    config: { openapi: { responses: { 200: PACKAGE, ...errorResponses(MeshErrorBody, { 503: 'It cannot serve its own package (INSTALL_PACKAGE_UNAVAILABLE)' }) } } },
+    config: { openapi: { responses: { 200: PACKAGE, ...errorResponses(ErrorEnvelope, { 503: 'It cannot serve its own package (INSTALL_PACKAGE_UNAVAILABLE)' }) } } },
   }, async (_request, reply) => {
     // The same URL names a new build after an upgrade: a cache must ask again each time.
     return send(reply, await selfPackage.get(), 'no-cache');
@@ -63,7 +64,7 @@ export function installRoutes(app: FastifyInstance, deps: InstallRouteDeps): voi
       openapi: {
         responses: {
           200: PACKAGE,
-          ...errorResponses(MeshErrorBody, { 400: 'Not a SHA-256', 410: 'It serves another build now (INSTALL_PACKAGE_CHANGED): mint a new join line', 503: 'It cannot serve its own package' }),
+          ...errorResponses(ErrorEnvelope, { 400: 'Not a SHA-256', 410: 'It serves another build now (INSTALL_PACKAGE_CHANGED): mint a new join line', 503: 'It cannot serve its own package' }),
         },
       },
     },

@@ -1,18 +1,30 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { BulkResults, JobAccepted, JobPage, JobView } from '../../protocol/api/index.js';
 import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from '../../protocol/index.js';
 import type { EventBus } from '../events/event-bus.js';
-import type { JobService } from '../jobs/index.js';
-import { ArtifactPageSchema, BulkResultsSchema, JobAcceptedSchema, errorAnswers, JobPageSchema, JobViewSchema, json } from './answers.js';
+import type { ClientCancel, JobAdmission, JobReads } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
 import { jobEnd, preferredWait } from './prefer-wait.js';
+import { errorAnswers, json } from './openapi.js';
 
 const JobParams = z.object({ id: z.string().min(1).max(100) });
 
-/** POST/GET /v1/jobs, GET/DELETE /v1/jobs/:id. */
-export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: RequestAuth; events: EventBus }): void {
-  const { jobs, auth, events } = deps;
+export interface JobRouteDeps {
+  admission: JobAdmission;
+  reads: JobReads;
+  cancels: ClientCancel;
+  events: EventBus;
+  auth: RequestAuth;
+}
+
+/**
+ * POST/GET /v1/jobs, POST /v1/jobs:batch, GET/DELETE /v1/jobs/:id. A job's events, its explanation, its outputs and
+ * its published results are its sub-resources' files: events.ts, explain.ts, outputs.ts, gallery.ts.
+ */
+export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
+  const { admission, reads, cancels, auth, events } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.post('/v1/jobs', {
@@ -20,8 +32,8 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
     config: {
       openapi: {
         responses: {
-          202: json('Admitted and queued (Location: the job)', JobAcceptedSchema),
-          200: json('An idempotent repeat (the job its key named), or with `Prefer: wait=N` the job as it ended within N seconds', z.union([JobViewSchema, JobAcceptedSchema])),
+          202: json('Admitted and queued (Location: the job)', JobAccepted),
+          200: json('An idempotent repeat (the job its key named), or with `Prefer: wait=N` the job as it ended within N seconds', z.union([JobView, JobAccepted])),
           ...errorAnswers({
             400: 'The body, the input (named: field and why), the job type or model (VALIDATION_FAILED, INVALID_INPUT, UNKNOWN_MODEL, IMAGE_REFUSED, …)',
             413: 'The body is over the limit', 422: 'The idempotency key names a different request (IDEMPOTENCY_MISMATCH), or no connected host can run it',
@@ -34,19 +46,19 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
   }, async (request, reply) => {
     const wait = preferredWait(request.headers.prefer);
     const grant = grantOf(request);
-    const { job, created } = await jobs.submit(grant, request.body, auth.authorizer(request));
+    const { job, created } = await admission.submit(grant, request.body, auth.authorizer(request));
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
     void reply.header('location', links.self);
     // `Prefer: wait=N`: answer with the finished job (200, as GET /v1/jobs/:id) if it ends within N seconds — one
     // request for a quick job instead of a 202 and an event stream. A grant that may not read jobs gets the 202.
-    if (wait !== null && jobs.mayRead(grant, job)) {
+    if (wait !== null && reads.mayRead(grant, job)) {
       const gone = new AbortController();
       reply.raw.once('close', () => gone.abort());
       // The job's own record, which its end updates in place: read back from the store, it would cost a query and a parse.
       const record = job;
       const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(record.status), gone.signal);
       void reply.header('preference-applied', `wait=${wait}`);
-      if (ended) return reply.code(200).send(await jobs.viewOf(record));
+      if (ended) return reply.code(200).send(await reads.viewOf(record));
       return reply.code(202).send({ id: job.id, status: record.status, links, created });
     }
     void reply.code(created ? 202 : 200);
@@ -63,14 +75,14 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
     config: {
       openapi: {
         responses: {
-          207: json('One result per job, in order: admitted (202, or 200 for an idempotent repeat) or refused with its error', BulkResultsSchema),
+          207: json('One result per job, in order: admitted (202, or 200 for an idempotent repeat) or refused with its error', BulkResults),
           ...errorAnswers({ 400: 'Not a list of 1 to ' + LIMITS.bulkJobs + ' jobs', 413: 'The body is over the limit' }),
         },
       },
     },
     onRequest: auth.require('jobs:submit'),
   }, async (request, reply) => {
-    const results = await jobs.submitMany(grantOf(request), request.body.jobs, auth.authorizer(request));
+    const results = await admission.submitMany(grantOf(request), request.body.jobs, auth.authorizer(request));
     void reply.code(207);
     return { results };
   });
@@ -94,21 +106,21 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService; auth: 
       }),
       tags: ['jobs'], summary: 'List jobs the grant may see, newest first',
     },
-    config: { openapi: { responses: { 200: json('A page of jobs; nextCursor asks for the next one', JobPageSchema), ...errorAnswers({ 400: 'A query parameter is invalid (an unknown status, a limit out of 1–200, a bad cursor)' }) } } },
+    config: { openapi: { responses: { 200: json('A page of jobs; nextCursor asks for the next one', JobPage), ...errorAnswers({ 400: 'A query parameter is invalid (an unknown status, a limit out of 1–200, a bad cursor)' }) } } },
     onRequest: auth.require('jobs:read'),
-  }, async (request) => jobs.list(grantOf(request), { ...request.query, statuses: request.query.status }));
+  }, async (request) => reads.list(grantOf(request), { ...request.query, statuses: request.query.status }));
 
   routes.get('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'One job: status, attempts, artifacts' },
-    config: { openapi: { responses: { 200: json('The job', JobViewSchema), ...errorAnswers({ 404: 'No such job that this grant may see' }) } } },
+    config: { openapi: { responses: { 200: json('The job', JobView), ...errorAnswers({ 404: 'No such job that this grant may see' }) } } },
     onRequest: auth.require('jobs:read'),
-  }, async (request) => jobs.get(grantOf(request), request.params.id));
+  }, async (request) => reads.get(grantOf(request), request.params.id));
 
   routes.delete('/v1/jobs/:id', {
     schema: { params: JobParams, tags: ['jobs'], summary: 'Cancel a queued or running job' },
     config: {
-      openapi: { responses: { 200: json('The job, cancelled', JobViewSchema), ...errorAnswers({ 404: 'No such job that this grant may see', 409: 'It has ended already (JOB_NOT_CANCELLABLE)' }) } },
+      openapi: { responses: { 200: json('The job, cancelled', JobView), ...errorAnswers({ 404: 'No such job that this grant may see', 409: 'It has ended already (JOB_NOT_CANCELLABLE)' }) } },
     },
     onRequest: auth.require('jobs:cancel'),
-  }, async (request) => jobs.cancel(grantOf(request), request.params.id, auth.authorizer(request)));
+  }, async (request) => cancels.cancel(grantOf(request), request.params.id, auth.authorizer(request)));
 }

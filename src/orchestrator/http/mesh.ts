@@ -1,33 +1,31 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { ErrorEnvelope, Live, Ready, SeriesView, StatusView, StorageView } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { MeshSeries } from '../metrics/series.js';
-import { routeText, type ModelRegistry } from '../registry/models.js';
 import type { MeshStatus } from '../status/mesh-status.js';
-import { errorAnswers, HostsSchema, json, LiveSchema, ModelsSchema, ReadySchema, SeriesSchema, StatusSchema, StorageSchema } from './answers.js';
-import { errorResponses, MeshErrorBody } from './openapi.js';
 import type { RequestAuth } from './auth.js';
+import { errorAnswers, errorResponses, json } from './openapi.js';
 
 export interface MeshRouteDeps {
   status: MeshStatus;
   metrics: MeshMetrics;
   /** The last minutes as time series (the mesh view's plots). */
   series: MeshSeries;
-  registry: ModelRegistry;
   auth: RequestAuth;
 }
 
-/** Health, readiness, mesh status, metrics and models. */
+/** Health, readiness, mesh status, storage, series and metrics. */
 export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
-  const { status, metrics, series, registry, auth } = deps;
+  const { status, metrics, series, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
-  routes.get('/healthz', { schema: { tags: ['health'], summary: 'The process is up' }, config: { openapi: { responses: { 200: json('It is', LiveSchema) } } } }, async () => ({ ok: true }));
+  routes.get('/healthz', { schema: { tags: ['health'], summary: 'The process is up' }, config: { openapi: { responses: { 200: json('It is', Live) } } } }, async () => ({ ok: true }));
 
   routes.get('/readyz', {
     schema: { tags: ['health'], summary: 'The store is open and an agent is connected' },
-    config: { openapi: { responses: { 200: json('Ready', ReadySchema), ...errorResponses(MeshErrorBody, { 503: 'Not ready, and why (NOT_READY)' }) } } },
+    config: { openapi: { responses: { 200: json('Ready', Ready), ...errorResponses(ErrorEnvelope, { 503: 'Not ready, and why (NOT_READY)' }) } } },
   }, async (_request, reply) => {
     const reasons = status.notReady();
     if (reasons.length > 0) {
@@ -39,19 +37,13 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
 
   routes.get('/v1/status', {
     schema: { tags: ['mesh'], summary: 'Hosts, devices, resident models, queue depths' },
-    config: { openapi: { responses: { 200: json('The mesh now', StatusSchema), ...errorAnswers({}) } } },
+    config: { openapi: { responses: { 200: json('The mesh now', StatusView), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => status.view());
 
-  routes.get('/v1/hosts', {
-    schema: { tags: ['mesh'], summary: 'Every known host: connected or not, health, breakers, capacity, and each replica\'s measured throughput' },
-    config: { openapi: { responses: { 200: json('Every host the orchestrator knows of', HostsSchema), ...errorAnswers({}) } } },
-    onRequest: auth.require('mesh:read'),
-  }, async () => ({ hosts: status.hosts() }));
-
   routes.get('/v1/storage', {
     schema: { tags: ['mesh'], summary: 'What the store holds: the blobs (where, how many, their bytes), the jobs kept and for how long (jobs.retentionDays)' },
-    config: { openapi: { responses: { 200: json('The store', StorageSchema), ...errorAnswers({}) } } },
+    config: { openapi: { responses: { 200: json('The store', StorageView), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => status.storage());
 
@@ -60,7 +52,7 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
       tags: ['mesh'],
       summary: 'The last 15 minutes in 5 s steps: per model jobs succeeded and failed per second, queue depth, p50 and p99 latency (admission to the end, within 10 %); per device the memory in use. Kept in memory: empty after a restart',
     },
-    config: { openapi: { responses: { 200: json('One array per quantity, a point per step (null: nothing then)', SeriesSchema), ...errorAnswers({}) } } },
+    config: { openapi: { responses: { 200: json('One array per quantity, a point per step (null: nothing then)', SeriesView), ...errorAnswers({}) } } },
     onRequest: auth.require('mesh:read'),
   }, async () => series.view());
 
@@ -72,16 +64,4 @@ export function meshRoutes(app: FastifyInstance, deps: MeshRouteDeps): void {
     void reply.header('content-type', metrics.contentType);
     return metrics.text();
   });
-
-  routes.get('/v1/models', {
-    schema: { tags: ['mesh'], summary: 'Models in the registry with their policies (each version of a model added at run time as <name>@<version>), and the models with versions: which version each name runs' },
-    config: { openapi: { responses: { 200: json('Every model version, and the models with versions', ModelsSchema), ...errorAnswers({}) } } },
-    onRequest: auth.require('mesh:read'),
-  }, async () => ({
-    models: registry.all().map(({ manifest, policy }) => ({ ...manifest, policy })),
-    families: registry.families().map((family) => ({
-      name: family.name, versions: family.versions, pinned: family.pinned, split: family.split,
-      route: routeText(family),
-    })),
-  }));
 }

@@ -1,12 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { LoadAnswer, ModelFamily, Models, ModelVersion, UnloadAnswer } from '../../protocol/api/index.js';
 import { familyOf, MeshError, VERSION_SEPARATOR } from '../../protocol/index.js';
 import type { ReplicaRequests } from '../autoscale/replica-requests.js';
-import { AddModelBody, type ModelCatalog } from '../registry/catalog.js';
+import { AddModelBody, versionView, type ModelCatalog } from '../registry/catalog.js';
 import type { ModelRegistry } from '../registry/index.js';
-import { errorAnswers, json, LoadAnswerSchema, ModelFamilySchema, ModelVersionSchema, UnloadAnswerSchema } from './answers.js';
 import type { RequestAuth } from './auth.js';
+import { errorAnswers, json } from './openapi.js';
 
 export interface ModelRouteDeps {
   registry: ModelRegistry;
@@ -31,6 +32,12 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
   const { registry, catalog, replicas, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
+  routes.get('/v1/models', {
+    schema: { tags: ['mesh'], summary: 'Models in the registry with their policies (each version of a model added at run time with its name and version apart), and the models with versions: which version each name runs' },
+    config: { openapi: { responses: { 200: json('Every model version, and the models with versions', Models), ...errorAnswers({}) } } },
+    onRequest: auth.require('mesh:read'),
+  }, async () => catalog.list());
+
   routes.post('/v1/models', {
     schema: {
       body: AddModelBody, tags: ['models'],
@@ -39,7 +46,7 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
     config: {
       openapi: {
         responses: {
-          201: json('The version added: its manifest (inputs and outputs as read from the file) and policy', ModelVersionSchema),
+          201: json('The version added: its manifest (inputs and outputs as read from the file) and policy', ModelVersion),
           ...errorAnswers({
             400: 'The body, or a file that is not a model this engine takes (an ONNX file whose external data names anything but a file of the model: INVALID_INPUT)',
             403: 'A setting only a host\'s own config may give: a command, a server\'s url, cwd, env, a workflow path, apiKeyEnv, process: agent (HOST_CONFIG_ONLY)',
@@ -53,14 +60,14 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
   }, async (request, reply) => {
     const added = await catalog.add(request.body);
     void reply.code(201);
-    return { ...added.manifest, policy: added.policy };
+    return versionView(added);
   });
 
   routes.get('/v1/models/:name', {
     schema: { params: ModelParams, tags: ['models'], summary: 'A model with its versions and which version its name runs (`<name>@<version>`: that version alone)' },
     config: {
       openapi: {
-        responses: { 200: json('A model with versions (its route and every version), or one version or model alone', z.union([ModelFamilySchema, ModelVersionSchema])), ...errorAnswers({ 404: 'No such model' }) },
+        responses: { 200: json('A model with versions (its route and every version), or one version or model alone', z.union([ModelFamily, ModelVersion])), ...errorAnswers({ 404: 'No such model' }) },
       },
     },
     onRequest: auth.require('mesh:read'),
@@ -69,7 +76,7 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
     if (registry.family(name)) return catalog.view(name);
     const model = registry.get(name);
     if (!model) throw new MeshError('NOT_FOUND', { what: `Model ${name}` });
-    return { ...model.manifest, policy: model.policy };
+    return versionView(model);
   });
 
   routes.delete('/v1/models/:name', {
@@ -101,7 +108,7 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
     },
     config: {
       openapi: {
-        responses: { 200: json('The model, routed', ModelFamilySchema), ...errorAnswers({ 400: 'A version it does not have, or a split without a positive share', 404: 'No such model', 409: 'mesh.yaml pins it (MODEL_PINNED)' }) },
+        responses: { 200: json('The model, routed', ModelFamily), ...errorAnswers({ 400: 'A version it does not have, or a split without a positive share', 404: 'No such model', 409: 'mesh.yaml pins it (MODEL_PINNED)' }) },
       },
     },
     onRequest: auth.require('models:write'),
@@ -115,7 +122,7 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
     config: {
       openapi: {
         responses: {
-          200: json('Where it is resident now', LoadAnswerSchema),
+          200: json('Where it is resident now', LoadAnswer),
           ...errorAnswers({ 400: 'Both host and replicas', 404: 'No such model or connected host', 503: 'No host answered in time (NOT_READY)', 507: 'No host had room (NO_ROOM), with each refusal' }),
         },
       },
@@ -129,7 +136,7 @@ export function modelRoutes(app: FastifyInstance, deps: ModelRouteDeps): void {
 
   routes.post('/v1/models/:name/unload', {
     schema: { params: ModelParams, body: HostBody, tags: ['models'], summary: 'Let a model go on a host (the named one, else every host that holds it); answers once it has, with the devices\' memory before and after' },
-    config: { openapi: { responses: { 200: json('Where it was let go', UnloadAnswerSchema), ...errorAnswers({ 404: 'No such model or connected host' }) } } },
+    config: { openapi: { responses: { 200: json('Where it was let go', UnloadAnswer), ...errorAnswers({ 404: 'No such model or connected host' }) } } },
     onRequest: auth.require('models:write'),
   }, async (request) => ({ unloaded: await replicas.unload(resolve(registry, request.params.name).manifest.name, request.body?.host) }));
 }

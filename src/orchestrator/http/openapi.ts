@@ -2,6 +2,7 @@ import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
 import { jsonSchemaTransform } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { ErrorEnvelope } from '../../protocol/api/index.js';
 
 /**
  * What `/openapi.json` says of the routes that read their own bodies: the OIP's infer (JSON, or a JSON header and raw
@@ -45,27 +46,26 @@ declare module 'fastify' {
 /** Raw bytes: an upload, the tail of an OIP binary request. */
 export const BINARY: OpenApiSchema = { type: 'string', format: 'binary' };
 
-/** gpumesh's error envelope, as every route outside /v2 and /openai/v1 answers an error. */
-export const MeshErrorBody = z.object({
-  error: z.object({
-    code: z.string().describe('A code of the error registry (docs/errors.md), e.g. VALIDATION_FAILED'),
-    message: z.string(),
-    details: z.record(z.string(), z.union([z.number(), z.string()])).optional()
-      .describe('What a client acts on besides the message, for some codes: UPLOAD_CONFLICT\'s `offset` to resume from'),
-  }),
-});
-
-/** What a client learns of a file it stored (`StoredBlob`): its digest, size and the media type its bytes have. */
-export const StoredBlobBody = z.object({
-  digest: z.string().describe('sha256:<64 hex>'),
-  bytes: z.int().min(0),
-  mediaType: z.string(),
-});
-
 /** Error answers in one shape, by status, each described by what gives it. */
 export function errorResponses(body: DocSchema, reasons: Record<number, string>): Record<number, DocResponse> {
   return Object.fromEntries(Object.entries(reasons).map(([status, description]) => [status, { description, content: { 'application/json': body } }]));
 }
+
+/** A JSON answer, documented. */
+export const json = (description: string, schema: z.ZodType): DocResponse => ({ description, content: { 'application/json': schema } });
+
+const GRANT_ERRORS = { 401: 'No grant, or one that is not valid (expired, revoked, malformed)', 403: 'The grant does not allow this (the caveat that failed is named)' };
+
+/** The grant errors of a route that names the action it needs, in those words. */
+export const grantErrors = (action: string): Record<number, string> => ({ 401: 'No grant, or one that is not valid', 403: `The grant does not allow ${action}` });
+
+/** The error answers of a route that needs a grant: no grant or one not valid (401), one that may not (403), and its own. */
+export const errorAnswers = (reasons: Record<number, string>): Record<number, DocResponse> => errorResponses(ErrorEnvelope, { ...GRANT_ERRORS, ...reasons });
+
+/** Bytes of a given media type, documented. */
+export const bytesOf = (description: string, mediaTypes: readonly string[]): DocResponse => ({
+  description, content: Object.fromEntries(mediaTypes.map((type) => [type, BINARY])),
+});
 
 /**
  * The document's transform: the route's own schema as `fastify-type-provider-zod` converts it, and for a route with

@@ -1,11 +1,13 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { assertDigest, MeshError } from '../../protocol/index.js';
+import { ErrorEnvelope, StoredBlob, UploadView } from '../../protocol/api/index.js';
+import { MeshError } from '../../protocol/index.js';
 import type { ClientBlobs } from '../blobs/client-blobs.js';
 import type { StagedUploads, UploadState } from '../blobs/staged-uploads.js';
 import { grantOf, type RequestAuth } from './auth.js';
-import { BINARY, errorResponses, MeshErrorBody, StoredBlobBody, type DocResponse } from './openapi.js';
+import { BINARY, errorResponses, grantErrors, type DocResponse } from './openapi.js';
+import { withRawBodies } from './raw-bodies.js';
 
 export interface UploadRouteDeps {
   uploads: StagedUploads;
@@ -16,35 +18,28 @@ export interface UploadRouteDeps {
 const UploadParams = z.object({ id: z.string().min(1).max(100) });
 const OFFSET_HEADER = 'upload-offset';
 
-/** An upload's state as `answer` gives it (for the document). */
-const UploadAnswer = z.object({
-  id: z.string(),
-  offset: z.int().min(0).describe('the bytes received: send the next chunk from here'),
-  total: z.int().min(0).nullable().describe('the size given at the start, if one was'),
-  url: z.string().describe('/v1/uploads/<id>'),
-});
 const OFFSET_ANSWER = { 'Upload-Offset': { description: 'The offset reached (as `offset`)', schema: { type: 'integer', minimum: 0 } } };
 const uploadAnswer = (status: number, description: string): Record<number, DocResponse> =>
-  ({ [status]: { description, content: { 'application/json': UploadAnswer }, headers: OFFSET_ANSWER } });
-const GRANT_ERRORS = { 401: 'No grant, or one that is not valid', 403: 'The grant does not allow blobs:write' };
+  ({ [status]: { description, content: { 'application/json': UploadView }, headers: OFFSET_ANSWER } });
+const GRANT_ERRORS = grantErrors('blobs:write');
 /** A 409 UPLOAD_CONFLICT, with the offset to resume from in `details.offset` and in `Upload-Offset`. */
 const conflictAnswer = (description: string): Record<number, DocResponse> => ({
   409: {
-    description, content: { 'application/json': MeshErrorBody },
+    description, content: { 'application/json': ErrorEnvelope },
     headers: { 'Upload-Offset': { description: 'The offset to resume from (as `details.offset`)', schema: { type: 'integer', minimum: 0 } } },
   },
 });
 
 /** The state in the answer and in `Upload-Offset` (the header tus clients read). */
-function answer(reply: FastifyReply, state: UploadState): { id: string; offset: number; total: number | null; url: string } {
+function answer(reply: FastifyReply, state: UploadState): UploadView {
   void reply.header(OFFSET_HEADER, String(state.offset));
   return { ...state, url: `/v1/uploads/${state.id}` };
 }
 
 /**
- * A client's files by digest: `PUT /v1/blobs` in one request, or a resumable upload for large ones (a model file):
- * `POST /v1/uploads` → `PATCH /v1/uploads/:id` (chunks, each at the `Upload-Offset` reached) → `POST
- * /v1/uploads/:id/complete`. Bodies stream to disk, hashed on the way; none is ever buffered whole. `blobs:write`.
+ * `/v1/uploads`: a resumable upload, for a large file (a model): `POST /v1/uploads` → `PATCH /v1/uploads/:id` (chunks,
+ * each at the `Upload-Offset` reached) → `POST /v1/uploads/:id/complete`, which stores it by digest. Bodies stream to
+ * disk, hashed on the way; none is ever buffered whole. `blobs:write`. (A file in one request: `PUT /v1/blobs`.)
  */
 export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void {
   const { uploads, clientBlobs, auth } = deps;
@@ -59,7 +54,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
       openapi: {
         responses: {
           ...uploadAnswer(201, 'The upload, at offset 0'),
-          ...errorResponses(MeshErrorBody, {
+          ...errorResponses(ErrorEnvelope, {
             400: 'The body is not the shape above', ...GRANT_ERRORS, 413: '`bytes` is over the upload limit',
             429: 'The grant lineage has uploads.maxOpenPerGrant uploads open: complete or delete one first (TOO_MANY_UPLOADS, Retry-After)',
             507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
@@ -76,7 +71,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
   routes.route({
     method: ['GET', 'HEAD'], url: '/v1/uploads/:id',
     schema: { params: UploadParams, tags: ['blobs'], summary: 'Where a resumable upload stands: the offset to send the next chunk from (also in Upload-Offset)' },
-    config: { openapi: { responses: { ...uploadAnswer(200, 'Where it stands'), ...errorResponses(MeshErrorBody, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage' }) } } },
+    config: { openapi: { responses: { ...uploadAnswer(200, 'Where it stands'), ...errorResponses(ErrorEnvelope, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage' }) } } },
     onRequest: auth.require('blobs:write'),
     handler: async (request, reply) => answer(reply, await uploads.state(request.params.id, grantOf(request).id)),
   });
@@ -86,7 +81,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
     config: {
       openapi: {
         responses: {
-          204: { description: 'Given up' }, ...errorResponses(MeshErrorBody, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage' }),
+          204: { description: 'Given up' }, ...errorResponses(ErrorEnvelope, { ...GRANT_ERRORS, 404: 'No such upload of this grant lineage' }),
           ...conflictAnswer('A chunk of it is being received, or it is being completed (UPLOAD_CONFLICT)'),
         },
       },
@@ -102,8 +97,8 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
     config: {
       openapi: {
         responses: {
-          200: { description: 'The file, stored by digest', content: { 'application/json': StoredBlobBody } },
-          ...errorResponses(MeshErrorBody, {
+          200: { description: 'The file, stored by digest', content: { 'application/json': StoredBlob } },
+          ...errorResponses(ErrorEnvelope, {
             400: 'A picture that is not one gpumesh will decode (IMAGE_REFUSED)', ...GRANT_ERRORS,
             404: 'No upload of that id started by this grant', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
           }),
@@ -118,12 +113,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
     return uploads.complete(request.params.id, grant.id, (file) => clientBlobs.take(grant.id, file));
   });
 
-  // Raw bodies, streamed: no parser reads them whole.
-  app.register(async (scope) => {
-    scope.removeAllContentTypeParsers();
-    scope.addContentTypeParser('*', (_request, _payload, done) => done(null));
-    const raw = scope.withTypeProvider<ZodTypeProvider>();
-
+  withRawBodies(app, (raw) => {
     raw.patch('/v1/uploads/:id', {
       schema: {
         params: UploadParams, tags: ['blobs'],
@@ -135,7 +125,7 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
           headers: z.object({ 'Upload-Offset': z.string().regex(/^\d{1,15}$/).describe('Where this chunk starts: the offset the upload has reached (GET /v1/uploads/:id)') }),
           responses: {
             ...uploadAnswer(200, 'The chunk is in: the offset reached'),
-            ...errorResponses(MeshErrorBody, {
+            ...errorResponses(ErrorEnvelope, {
               400: 'No Upload-Offset, or not a number', ...GRANT_ERRORS, 404: 'No upload of that id started by this grant',
               413: 'More bytes than the size given at the start, or than the upload limit', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
             }),
@@ -150,63 +140,5 @@ export function uploadRoutes(app: FastifyInstance, deps: UploadRouteDeps): void 
       if (!Number.isSafeInteger(offset)) throw new MeshError('BAD_REQUEST', { detail: 'send the chunk\'s offset in the Upload-Offset header (the offset GET /v1/uploads/:id answers)' });
       return answer(reply, await uploads.append(request.params.id, grantOf(request).id, offset, request.raw));
     });
-
-    raw.put('/v1/blobs', {
-      schema: {
-        tags: ['blobs'],
-        summary: 'Store a file by digest in one request (an image a job starts from, …): {digest, bytes, mediaType}, the type as its bytes say. A picture (PNG, JPEG, WebP) is decoded under limits first: a bomb, a truncated or polyglot file, or one whose Content-Type or Content-Disposition filename disagrees with its bytes is 400 IMAGE_REFUSED. Jobs of the same grant lineage may name it as an input',
-      },
-      config: {
-        openapi: {
-          body: Object.fromEntries(['application/octet-stream', 'image/png', 'image/jpeg', 'image/webp'].map((type) => [type, {
-            ...BINARY, description: 'The file, streamed to disk and hashed on the way. Any Content-Type is taken; a picture\'s (and a Content-Disposition filename\'s) must agree with its bytes',
-          }])),
-          headers: z.object({ 'Content-Disposition': z.string().optional().describe('attachment; filename="…": a picture\'s name must agree with its bytes') }),
-          responses: {
-            201: { description: 'The file, stored by digest (the type as its bytes say)', content: { 'application/json': StoredBlobBody } },
-            ...errorResponses(MeshErrorBody, {
-              400: 'A picture that is not one gpumesh will decode, or whose Content-Type or filename disagrees with its bytes (IMAGE_REFUSED)',
-              ...GRANT_ERRORS, 413: 'The file is larger than the upload limit', 507: 'The data folder\'s disk is full or below its floor (STORAGE_FULL)',
-            }),
-          },
-        },
-      },
-      onRequest: auth.require('blobs:write'),
-    }, async (request, reply) => {
-      // What the client says the file is must agree with its bytes when it is a picture (a .png that is a JPEG is refused).
-      const disposition = request.headers['content-disposition']?.match(/filename="?([^";]+)"?/i)?.[1];
-      const declared = { mediaType: request.headers['content-type'], ...(disposition ? { filename: disposition } : {}) };
-      const stored = await clientBlobs.put(grantOf(request).id, request.raw, declared);
-      void reply.code(201);
-      return stored;
-    });
-  });
-
-  routes.delete('/v1/blobs/:digest', {
-    schema: {
-      params: z.object({ digest: z.string().max(80) }),
-      tags: ['blobs'],
-      summary: 'Delete a file this grant lineage stored (PUT /v1/blobs, an upload): its jobs may no longer name it, and its bytes leave the store once nothing else names them (another lineage\'s copy, a job that took it as input, a result of the same bytes). Answers {digest, freed, freedBytes}',
-    },
-    config: {
-      openapi: {
-        responses: {
-          200: { description: 'The lineage\'s record is gone; `freed` says whether the bytes went too', content: { 'application/json': ForgottenBody } },
-          ...errorResponses(MeshErrorBody, { 400: 'Not a digest', ...GRANT_ERRORS, 404: 'This grant lineage stored no such file' }),
-        },
-      },
-    },
-    onRequest: auth.require('blobs:write'),
-  }, async (request) => {
-    const digest = assertDigest(request.params.digest);
-    const { freedBytes, freed } = await clientBlobs.forget(grantOf(request).id, digest);
-    return { digest, freed: freed.length > 0, freedBytes };
   });
 }
-
-/** What deleting a client's file answers. */
-const ForgottenBody = z.object({
-  digest: z.string(),
-  freed: z.boolean().describe('whether the bytes left the store (false: something else still names them)'),
-  freedBytes: z.int().min(0),
-});

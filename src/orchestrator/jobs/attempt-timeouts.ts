@@ -60,7 +60,7 @@ export class AttemptTimeouts implements AttemptObserver {
     const model = this.#deps.model(jobs[0]!.model);
     if (!model) return;
     const resident = this.#deps.hosts.get(place.host)?.isResident(model.manifest.name) ?? false;
-    const jobCost = model.pipeline.cost(jobs[0]!.input);
+    const jobCost = model.jobInputs.cost(jobs[0]!.input);
     const watched: Watched = { host: place.host, model, jobIds: new Set(jobs.map((job) => job.id)), jobCost, budget: null };
     this.#batches.set(place.batchId, watched);
     this.#arm(place.batchId, watched, this.#deps.budgets.start(place.host, model, this.#work(watched), resident));

@@ -65,7 +65,7 @@ export class Dispatcher {
     // Jobs share a batch only if they would be routed alike: same shapes, same classes in the same order, same granted and avoided hosts.
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
-      compatKey: `${model.pipeline.compatKey(job.input)}|${job.classes.join(',')}|${job.hosts?.join(',') ?? '*'}|${avoid.join(',')}`,
+      compatKey: `${model.jobInputs.compatKey(job.input)}|${job.classes.join(',')}|${job.hosts?.join(',') ?? '*'}|${avoid.join(',')}`,
       classes: job.classes, hosts: job.hosts, avoid, input: job.input,
     });
     this.requestPump();

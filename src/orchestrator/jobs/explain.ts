@@ -1,4 +1,4 @@
-import type { ExplainView, WaitingFor } from '../../protocol/index.js';
+import type { ExplainView, WaitingFor } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
 import { unavailableFor, type HostInfo, type RouteDecision, type Router } from '../routing/index.js';

@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import type { StoredBlob } from '../../protocol/api/index.js';
 import { MeshError, sha256Digest, type ArtifactReport } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
@@ -39,7 +40,7 @@ export class JobOutputs {
   /** Store one uploaded output of a job in `batchId` (the batch the credential was minted for); resolves once committed. */
   async receive(
     upload: { jobId: string; batchId: string; digest: string; mediaType: string }, body: Readable,
-  ): Promise<{ digest: string; bytes: number; mediaType: string }> {
+  ): Promise<StoredBlob> {
     const { store, commits, clock } = this.#deps;
     const { jobId, batchId, digest, mediaType } = upload;
     const job = this.#deps.states.active(jobId) ?? await this.#deps.states.get(jobId);

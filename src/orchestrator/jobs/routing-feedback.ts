@@ -39,7 +39,7 @@ export class RoutingFeedback implements AttemptObserver {
       if (!this.#first(batchId)) return;
       const model = this.#deps.model(job.model);
       if (outcome.computeMs !== null && model) {
-        this.#deps.throughput.sample(host, job.model, { jobs: outcome.batchSize, cost: outcome.batchSize * model.pipeline.cost(job.input), computeMs: outcome.computeMs });
+        this.#deps.throughput.sample(host, job.model, { jobs: outcome.batchSize, cost: outcome.batchSize * model.jobInputs.cost(job.input), computeMs: outcome.computeMs });
       }
       this.#deps.health.succeeded(host, job.model);
       this.#deps.breakers.success(host, job.model);

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import { MeshError, type ArtifactReport, type ErrorBody, type JobEvent, type LoadPhases } from '../../protocol/index.js';
+import type { JobEvent } from '../../protocol/api/index.js';
+import { MeshError, type ArtifactReport, type ErrorBody, type LoadPhases } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { EventBus, EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';

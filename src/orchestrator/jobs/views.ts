@@ -1,4 +1,4 @@
-import type { ArtifactView, AttemptView, JobEvent, JobView } from '../../protocol/index.js';
+import type { ArtifactView, AttemptView, JobEvent, JobView } from '../../protocol/api/index.js';
 import { decodeRoute } from '../routing/index.js';
 import type { ArtifactRecord, JobRecord, MeshStore } from '../store/index.js';
 

@@ -1,3 +1,4 @@
+import type { SeriesView } from '../../protocol/api/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 
 /**
@@ -21,23 +22,6 @@ export interface SeriesSources {
   onJobFinished(listener: (model: string, outcome: string, totalMs: number) => void): void;
   stepMs?: number;
   windowMs?: number;
-}
-
-/** What `GET /v1/series` answers: one `times` axis (Unix seconds, each step's end) and series aligned with it. */
-export interface SeriesView {
-  stepMs: number;
-  windowMs: number;
-  times: number[];
-  /** Per model; null where the model had no point (not known yet, or no job ended in the step for latencies). */
-  models: Record<string, {
-    succeededPerSecond: (number | null)[];
-    failedPerSecond: (number | null)[];
-    queueDepth: (number | null)[];
-    p50Ms: (number | null)[];
-    p99Ms: (number | null)[];
-  }>;
-  /** Per device, keyed `host/device`; null while the host was not connected. */
-  devices: Record<string, { host: string; device: string; budgetMB: number; usedMB: (number | null)[] }>;
 }
 
 const BIN_GROWTH = 1.1;

@@ -2,10 +2,11 @@ import { z } from 'zod';
 import { engineDescriptor, ENGINE_NAMES } from '../../protocol/engines/index.js';
 import { isNetworkMember } from '../../protocol/engines/onnx.js';
 import { externalDataProblem } from '../../protocol/engines/onnx-external-data.js';
-import { batchesAlongFirstDim, familyOf, MeshError, sha256Digest, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
+import type { ModelFamily, Models, ModelVersion } from '../../protocol/api/index.js';
+import { batchesAlongFirstDim, ConfigError, familyOf, MeshError, sha256Digest, TensorSpec, VERSION_SEPARATOR, type ModelManifest } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BlobStore } from '../blobs/blob-store.js';
-import { ConfigError, ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
+import { ModelPolicy, policyDefaultsOf, type MeshConfig } from '../config/config.js';
 import type { Commits, MeshStore, ModelRecord } from '../store/index.js';
 import { routeText, type ModelRegistry, type RegisteredModel } from './models.js';
 import { inspectOnnxFile, type OnnxFileFacts } from './onnx-file.js';
@@ -56,19 +57,6 @@ export interface ModelCatalogDeps {
   blobs: BlobStore;
   /** Tell the hosts that hold it to let a removed version go. */
   unloadEverywhere(model: string): void;
-}
-
-/** One model as `gpumesh models show` and `GET /v1/models/:name` show it. */
-export interface ModelFamilyView {
-  name: string;
-  /** The route in effect (mesh.yaml's pin, else the API's route). */
-  pinned: string | null;
-  split: Record<string, number> | null;
-  /** Where the pin comes from: `mesh.yaml` (the API may not change it), `api`, or null (no pin). */
-  pinnedIn: 'mesh.yaml' | 'api' | null;
-  /** Which version a job that names only the model runs now, in words: pinned, split, or newest. */
-  route: string;
-  versions: (ModelManifest & { policy: RegisteredModel['policy'] })[];
 }
 
 /**
@@ -293,26 +281,42 @@ export class ModelCatalog {
   }
 
   /** Which version the model's bare name runs: `pinned`, or a traffic split by share; both null: the newest. */
-  async route(model: string, route: { pinned: string | null; split: Record<string, number> | null }): Promise<ModelFamilyView> {
+  async route(model: string, route: { pinned: string | null; split: Record<string, number> | null }): Promise<ModelFamily> {
     this.#deps.registry.setRoute(model, route);
     this.#deps.commits.write(() => this.#deps.store.models.setModelRoute({ name: model, ...route }));
     await this.#deps.commits.durable();
     return this.view(model);
   }
 
-  view(model: string): ModelFamilyView {
+  /** Every model version in the registry, and the models with versions with the version each name runs (`GET /v1/models`). */
+  list(): Models {
+    const { registry } = this.#deps;
+    return {
+      models: registry.all().map(versionView),
+      families: registry.families().map((family) => ({ name: family.name, versions: family.versions, pinned: family.pinned, split: family.split, route: routeText(family) })),
+    };
+  }
+
+  /** A model with versions, its route and every version (`GET /v1/models/:name`). */
+  view(model: string): ModelFamily {
     const { registry } = this.#deps;
     const family = registry.family(model);
     if (!family) throw new MeshError('NOT_FOUND', { what: `Model ${model}` });
     return {
       name: model, pinned: family.pinned, split: family.split, pinnedIn: family.pinnedIn,
       route: routeText(family),
-      versions: family.versions.map((version) => {
-        const registered = registry.get(`${model}${VERSION_SEPARATOR}${version}`)!;
-        return { ...registered.manifest, policy: registered.policy };
-      }),
+      versions: family.versions.map((version) => versionView(registry.get(`${model}${VERSION_SEPARATOR}${version}`)!)),
     };
   }
+}
+
+/**
+ * One version as the models API shows it: the model's name and the version apart (the registry and the link name it
+ * `<model>@<version>`), its job types as `types`, and the policy in effect.
+ */
+export function versionView({ manifest, policy }: RegisteredModel): ModelVersion {
+  const { name, jobTypes, ...rest } = manifest;
+  return { name: familyOf(name), ...rest, types: jobTypes, policy: { ...policy } };
 }
 
 const missingBlob = (digest: string): MeshError => new MeshError('NOT_FOUND', { what: `Blob ${digest} (store the file first: PUT /v1/blobs or a resumable upload)` });

@@ -1,11 +1,11 @@
 import { join } from 'node:path';
-import { familyOf, MeshError, VERSION_SEPARATOR, type ModelManifest, type TensorSpec } from '../../protocol/index.js';
+import { ConfigError, familyOf, MeshError, VERSION_SEPARATOR, type ModelManifest, type TensorSpec } from '../../protocol/index.js';
 import { builtinModels, type BuiltinModel } from '../../builtin-models/index.js';
-import { ConfigError, policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config/config.js';
+import { policyFor, type MeshConfig, type ModelPolicyDefaults, type ResolvedModelPolicy } from '../config/config.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 import { definitionDigest, modelDefinitions, type ModelDefinition } from '../config/declared-models.js';
 import { ModelFiles } from './model-files.js';
-import { pipelineFor, pipelineForEngine, type Pipeline } from '../pipelines/pipelines.js';
+import { jobInputsFor, jobInputsForEngine, type JobInputs } from '../job-inputs/job-inputs.js';
 import { engineDescriptor } from '../../protocol/engines/index.js';
 
 export type RecordBlob = (digest: string, bytes: number, mediaType: string) => void;
@@ -13,7 +13,8 @@ export type RecordBlob = (digest: string, bytes: number, mediaType: string) => v
 export interface RegisteredModel {
   manifest: ModelManifest;
   policy: ResolvedModelPolicy;
-  pipeline: Pipeline;
+  /** Its job type's input handling: defaults, batch compatibility, cost, probe input (job-inputs/). */
+  jobInputs: JobInputs;
   /**
    * The name hosts declare it by when its engine runs only where a host's own config declares the model (a command, a
    * server: EngineDescriptor.hostDeclared): its family's name. Null: any host with the engine may run it.
@@ -112,7 +113,7 @@ export class ModelRegistry {
         memoryMB: builtin.memoryMB, jobTypes: builtin.jobTypes, params,
         // How the ONNX engine feeds it is the engine's setting; the job type's input handling is the orchestrator's.
         settings: { pipeline: ONNX_PIPELINE_OF[builtin.kind], ...(builtin.threads !== undefined ? { threads: builtin.threads } : {}), ...(builtin.inAgentProcess ? { process: 'agent' } : {}) },
-        // Only a model whose jobs send named tensors declares them: the others' inputs are the pipeline's own.
+        // Only a model whose jobs send named tensors declares them: the others' inputs are their job type's own.
         ...(builtin.kind === 'named-tensors' ? { inputs: builtin.inputs.map(specOf), outputs: builtin.outputs.map(specOf) } : {}),
       });
     }
@@ -142,7 +143,7 @@ export class ModelRegistry {
       this.add({
         name: definition.name, version: definition.version, engine: definition.engine,
         digest: stored?.digest ?? definitionDigest(definition), file: stored !== null, bytes: stored?.bytes ?? 0,
-        memoryMB: definition.memoryMB, jobTypes: definition.jobTypes, params: definition.params, settings: definition.settings,
+        memoryMB: definition.memoryMB, jobTypes: definition.types, params: definition.params, settings: definition.settings,
       });
     }
     return definitions;
@@ -162,13 +163,13 @@ export class ModelRegistry {
   }
 
   #entry(manifest: ModelManifest, defaults?: ModelPolicyDefaults): RegisteredModel {
-    const pipeline = pipelineFor(manifest.jobTypes[0] ?? '');
-    if (!pipeline) throw new ConfigError(`model "${manifest.name}": no input handling for job type "${manifest.jobTypes[0] ?? '(none)'}"`);
+    const inputs = jobInputsFor(manifest.jobTypes[0] ?? '');
+    if (!inputs) throw new ConfigError(`model "${manifest.name}": no input handling for job type "${manifest.jobTypes[0] ?? '(none)'}"`);
     return {
       manifest,
       policy: policyFor(this.#config, familyOf(manifest.name), defaults ?? BUILTIN_POLICIES[manifest.name]),
       // An engine this orchestrator does not know (one only some agents run) has no markup it could refuse.
-      pipeline: pipelineForEngine(pipeline, engineDescriptor(manifest.engine)),
+      jobInputs: jobInputsForEngine(inputs, engineDescriptor(manifest.engine)),
       declaredAs: engineDescriptor(manifest.engine)?.hostDeclared ? familyOf(manifest.name) : null,
     };
   }

@@ -1,7 +1,8 @@
 import {
   CircuitState, ConsecutiveBreaker, CountBreaker, ExponentialBackoff, noJitterGenerator, type IBackoff, type IBreaker,
 } from 'cockatiel';
-import type { BreakerState, BreakerView } from '../../protocol/index.js';
+import type { BreakerView } from '../../protocol/api/index.js';
+import type { BreakerState } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { BreakerPolicy } from '../config/config.js';
 

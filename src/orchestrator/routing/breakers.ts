@@ -1,4 +1,5 @@
-import type { BreakerState, BreakerView } from '../../protocol/index.js';
+import type { BreakerView } from '../../protocol/api/index.js';
+import type { BreakerState } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { BreakerPolicy } from '../config/config.js';
 import { Breaker, type BreakerTransition } from './breaker.js';

@@ -62,7 +62,7 @@ export class AttemptBudgets {
     const { factor, floorMs, loadMs } = this.#policy;
     const base = this.#throughput.costPerSecond(host, model.manifest.name) === null
       ? { ms: factor * floorMs, basis: `${factor} × the floor: a probe of a replica not measured yet` }
-      : this.run(host, model, { jobs: 1, cost: model.pipeline.cost(model.pipeline.probeInput(model.manifest)) });
+      : this.run(host, model, { jobs: 1, cost: model.jobInputs.cost(model.jobInputs.probeInput(model.manifest)) });
     return resident ? base : { ms: base.ms + loadMs, basis: `${base.basis}, plus ${loadMs} ms to load the model` };
   }
 

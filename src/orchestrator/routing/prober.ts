@@ -56,7 +56,7 @@ interface Probe {
 
 /**
  * Active health checks. A probe is a `run` of one job with the model
- * pipeline's probe input, marked `probe`, sent like any batch and taking a
+ * job type's probe input, marked `probe`, sent like any batch and taking a
  * slot while it runs; its reports are claimed here before the job roles see
  * them. Each resident model that has had nothing succeed for `intervalMs`
  * is probed when its host has a free slot (real work that succeeds is
@@ -193,7 +193,7 @@ export class Prober {
     host.probes.set(batchId, now);
     host.send(runMessage({
       batchId, model: model.manifest, probe: true, validUntil: now + budget.ms,
-      jobs: [{ id: jobId, input: model.pipeline.probeInput(model.manifest), deadlineAt: now + budget.ms }],
+      jobs: [{ id: jobId, input: model.jobInputs.probeInput(model.manifest), deadlineAt: now + budget.ms }],
     }, this.#deps.uploadCredential));
     log.debug({ host: host.id, model: name, batchId, trial }, 'probe sent');
   }

@@ -1,4 +1,5 @@
-import { ROUTE_SKIP_REASONS, type RouteSkipReason, type RouteView } from '../../protocol/index.js';
+import type { RouteView } from '../../protocol/api/index.js';
+import { ROUTE_SKIP_REASONS, type RouteSkipReason } from '../../protocol/index.js';
 import type { HostSession } from './host.js';
 
 export type Warmth = 'resident' | 'cached' | 'cold';

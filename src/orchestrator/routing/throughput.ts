@@ -3,7 +3,7 @@ export const THROUGHPUT_ALPHA = 0.3;
 
 interface Rate {
   jobsPerSecond: number;
-  /** Work per second in the pipeline's cost units (image: pixel-steps), which predicts run times across input sizes. */
+  /** Work per second in the job type's cost units (image: pixel-steps), which predicts run times across input sizes. */
   costPerSecond: number;
   samples: number;
 }
@@ -43,7 +43,7 @@ export class ThroughputBook {
     entry.samples++;
   }
 
-  /** Measured work per second in the pipeline's cost units, or null before the first batch. */
+  /** Measured work per second in the job type's cost units, or null before the first batch. */
   costPerSecond(host: string, model: string): number | null {
     return this.#rates.get(host)?.get(model)?.costPerSecond ?? null;
   }

@@ -1,9 +1,8 @@
-import type { HostView, ReplicaView } from '../../protocol/index.js';
+import type { DiskView, HostView, ReplicaView, StatusView, StorageView } from '../../protocol/api/index.js';
 import type { ModelReplicasView } from '../autoscale/index.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard, DepartedHost, HealthBook, HostInfo, HostRegistry, HostSession, ThroughputBook } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';
-import type { DiskView } from '../storage/free-space.js';
 
 export interface MeshStatusDeps {
   hosts: HostRegistry;
@@ -19,23 +18,12 @@ export interface MeshStatusDeps {
   blocked?(model: RegisteredModel): string | null;
   /** Each model's replicas: where the autoscaler placed them, and how many it wants. */
   placement?(): ModelReplicasView[];
-  /** The orchestrators sharing the store (PostgreSQL): which runs the mesh, which stand by. */
-  orchestrators?(): Promise<unknown[]>;
+  /** The orchestrators sharing the store (PostgreSQL): which runs the mesh, which stand by (the lease's rows, as they are). */
+  orchestrators?(): Promise<readonly object[]>;
   /** What the store holds and how long it keeps finished jobs (`GET /v1/storage`). */
   storage?(): Promise<StorageView>;
   /** The data folder's disk against its floor (storage.minFreeMB): in the status, so the mesh view can say it is low. */
   disk?(): Promise<DiskView>;
-}
-
-/** `GET /v1/storage`: the blobs stored (where, how many, their bytes) and the job retention in effect. */
-export interface StorageView {
-  blobs: { location: string; count: number; bytes: number };
-  jobs: { retentionDays: number; counts: Record<string, number> };
-  /**
-   * The data folder's disk: free space, the floor below which uploads and jobs are refused, and whether it is low
-   * (absent from an orchestrator older than the floor).
-   */
-  disk?: DiskView;
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -71,7 +59,7 @@ export class MeshStatus {
     return reasons;
   }
 
-  async view() {
+  async view(): Promise<StatusView> {
     const { hosts, registry, scheduler } = this.#deps;
     const [jobs, orchestrators, disk] = await Promise.all([this.#deps.counts(), this.#deps.orchestrators?.(), this.#deps.disk?.()]);
     return {
@@ -83,7 +71,7 @@ export class MeshStatus {
       }])),
       models: Object.fromEntries((this.#deps.placement?.() ?? []).map(({ model, ...view }) => [model, view])),
       jobs,
-      ...(orchestrators ? { orchestrators } : {}),
+      ...(orchestrators ? { orchestrators: orchestrators.map((row) => ({ ...row })) } : {}),
       ...(disk ? { disk } : {}),
     };
   }

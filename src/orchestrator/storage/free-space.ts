@@ -1,20 +1,6 @@
 import { statfs as fsStatfs } from 'node:fs/promises';
+import type { DiskView } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
-
-/** The disk under the data folder as `GET /v1/storage`, `/v1/status` and `gpumesh status` show it. */
-export interface DiskView {
-  /** The folder whose filesystem is measured (the data folder: the store, the spool, local blobs). */
-  path: string;
-  /** Bytes an unprivileged writer may still use (statfs's bavail), as last measured. */
-  freeBytes: number;
-  totalBytes: number;
-  /** storage.minFreeMB in bytes: below it new uploads and jobs are refused (STORAGE_FULL); 0: no floor. */
-  minFreeBytes: number;
-  /** Free space is below the floor: uploads and jobs are refused until it is back. */
-  low: boolean;
-  /** When it was measured (ISO time); null if it never could be (then nothing is refused by the floor). */
-  checkedAt: string | null;
-}
 
 /** What statfs answers, the part used here. */
 export interface FsStats {

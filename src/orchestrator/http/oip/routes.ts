@@ -1,8 +1,9 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type JobView, type ModelManifest } from '../../../protocol/index.js';
+import type { JobView } from '../../../protocol/api/index.js';
+import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type ModelManifest } from '../../../protocol/index.js';
 import type { EventBus } from '../../events/event-bus.js';
-import type { JobService } from '../../jobs/index.js';
+import type { JobAdmission, JobReads } from '../../jobs/index.js';
 import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
 import type { MeshStatus } from '../../status/mesh-status.js';
 import { grantOf, type RequestAuth } from '../auth.js';
@@ -12,7 +13,8 @@ import { jobEnd } from '../prefer-wait.js';
 import { decodeTensor, encodeTensor, splitBody } from './binary.js';
 
 export interface OipRouteDeps {
-  jobs: JobService;
+  admission: Pick<JobAdmission, 'submit'>;
+  reads: Pick<JobReads, 'readable' | 'viewOf'>;
   events: EventBus;
   registry: ModelRegistry;
   status: MeshStatus;
@@ -214,13 +216,13 @@ async function infer(request: FastifyRequest, reply: FastifyReply, model: Regist
   if (offset !== binary.length) throw new MeshError('BAD_REQUEST', { detail: `${binary.length - offset} bytes after the inputs' binary data belong to no input` });
 
   const grant = grantOf(request);
-  const { job } = await deps.jobs.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request));
-  const record = deps.jobs.readable(grant, job);
+  const { job } = await deps.admission.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request));
+  const record = deps.reads.readable(grant, job);
   const gone = new AbortController();
   reply.raw.once('close', () => gone.abort());
   const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), gone.signal);
   if (!ended) throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
-  const view = await deps.jobs.viewOf(record);
+  const view = await deps.reads.viewOf(record);
   if (view.status !== 'succeeded') {
     const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
     const status = error.code === 'INVALID_INPUT' ? 400 : error.code === 'CANCELLED' ? 409 : 500;

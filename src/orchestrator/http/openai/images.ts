@@ -2,12 +2,13 @@ import { randomInt } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
-import { isTerminal, MeshError, type JobView, type SubmitJobBody } from '../../../protocol/index.js';
+import type { JobView } from '../../../protocol/api/index.js';
+import { isTerminal, MeshError, type SubmitJobBody } from '../../../protocol/index.js';
 import { narrowGrant } from '../../auth/index.js';
 import type { BlobReader } from '../../blobs/blob-reader.js';
 import type { CarriedPictures, ClientBlobs } from '../../blobs/client-blobs.js';
 import type { EventBus } from '../../events/event-bus.js';
-import type { JobService } from '../../jobs/index.js';
+import type { JobAdmission, JobReads } from '../../jobs/index.js';
 import type { JobRecord } from '../../store/index.js';
 import type { ModelRegistry } from '../../registry/index.js';
 import { grantOf, type RequestAuth } from '../auth.js';
@@ -17,7 +18,8 @@ import type { ImagesRequest } from './image-requests.js';
 import { openAiErrorBody } from './errors.js';
 
 export interface OpenAiImagesDeps {
-  jobs: JobService;
+  admission: Pick<JobAdmission, 'submitAll'>;
+  reads: Pick<JobReads, 'viewOf'>;
   events: EventBus;
   registry: ModelRegistry;
   reader: BlobReader;
@@ -64,7 +66,7 @@ export async function runImages(request: FastifyRequest, reply: FastifyReply, as
     },
   }));
   for (const body of bodies) if (body.input.strength === undefined) delete body.input.strength;
-  const records = await deps.jobs.submitAll(grant, bodies, deps.auth.authorizer(request), start?.carried);
+  const records = await deps.admission.submitAll(grant, bodies, deps.auth.authorizer(request), start?.carried);
   const operation: Operation = start ? 'image_edit' : 'image_generation';
   if (ask.stream) return streamImages(request, reply, ask, records, operation, deps);
 
@@ -74,7 +76,7 @@ export async function runImages(request: FastifyRequest, reply: FastifyReply, as
   if (ended.includes(false)) {
     throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: IMAGES_WAIT_MS, basis: `the jobs go on: ${records.map((record) => record.id).join(', ')}` });
   }
-  const views = await Promise.all(records.map((record) => deps.jobs.viewOf(record)));
+  const views = await Promise.all(records.map((record) => deps.reads.viewOf(record)));
   const failed = views.find((view) => view.status !== 'succeeded');
   if (failed) throw jobFailure(failed);
   const pictures = await Promise.all(views.map((view) => pictureOf(view, ask, deps)));
@@ -172,9 +174,9 @@ async function streamImages(request: FastifyRequest, reply: FastifyReply, ask: I
             ...common, partial_image_index: partials++, ...(records.length > 1 ? { image_index: index } : {}),
           });
         }
-        if (isTerminal(record.status)) void deps.jobs.viewOf(record).then(end);
+        if (isTerminal(record.status)) void deps.reads.viewOf(record).then(end);
       }));
-      if (isTerminal(record.status)) void deps.jobs.viewOf(record).then(end);
+      if (isTerminal(record.status)) void deps.reads.viewOf(record).then(end);
     }
   });
 }

@@ -1,4 +1,4 @@
-import type { AttemptView, RouteView } from '../../../protocol/index.js';
+import type { AttemptView, RouteView } from '../../../protocol/api/index.js';
 
 /** An attempt that has ended, written once: the attempt in flight lives on its job's row until then. */
 export interface EndedAttempt {

@@ -1,4 +1,4 @@
-import type { AttemptView } from '../../../protocol/index.js';
+import type { AttemptView } from '../../../protocol/api/index.js';
 import { attemptFromRow, replicaOf, type AttemptRow, type AttemptTable, type EndedAttempt, type RouteDecoder } from '../contract/attempts.js';
 import { stmt, type Db } from './db.js';
 

@@ -1,5 +1,6 @@
-import type { ArtifactView, ErrorBody } from './jobs.js';
-import type { LoadPhases } from './link.js';
+import type { ErrorBody } from '../errors.js';
+import type { LoadPhases } from '../link.js';
+import type { ArtifactView } from './jobs.js';
 
 /**
  * Job events as they travel over SSE: the SSE `event:` field is the `type`

@@ -1,28 +1,26 @@
 import { createHash } from 'node:crypto';
-import {
-  isTerminal, MeshError, SubmitJobBody, type ArtifactView, type BulkItemResult, type JobEvent, type JobStatus, type JobView,
-} from '../../protocol/index.js';
-import { firstFailure, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
+import type { BulkItemResult } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
-import type { MeshConfig } from '../config/config.js';
-import type { EventScope } from '../events/event-bus.js';
-import type { MeshMetrics } from '../metrics/mesh-metrics.js';
-import { type ModelRegistry, type RegisteredModel } from '../registry/index.js';
-import { assertDigest, modelDigests, VERSION_SEPARATOR } from '../../protocol/index.js';
-import type { Admission, Scheduler } from '../scheduler/index.js';
-import { decodeCursor, encodeCursor, type Commits, type JobRecord, type MeshStore } from '../store/index.js';
-import { newId } from '../store/ids.js';
-import type { Cancellation } from './cancellation.js';
-import type { Dispatcher } from './dispatcher.js';
+import { MeshError, SubmitJobBody } from '../../protocol/index.js';
+import type { VerifiedGrant } from '../auth/index.js';
 import type { CarriedPictures } from '../blobs/client-blobs.js';
 import { picturesNamed, type InputImages } from '../blobs/input-images.js';
+import type { MeshConfig } from '../config/config.js';
+import type { MeshMetrics } from '../metrics/mesh-metrics.js';
+import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
+import type { Admission, Scheduler } from '../scheduler/index.js';
+import type { Commits, JobRecord, MeshStore } from '../store/index.js';
+import { newId } from '../store/ids.js';
+import type { BlobVisibility } from './blob-visibility.js';
+import type { Cancellation } from './cancellation.js';
+import type { Dispatcher } from './dispatcher.js';
+import type { Authorize } from './reads.js';
 import type { JobStates } from './states.js';
-import { artifactView, jobView, snapshotEvents } from './views.js';
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 export const DEFAULT_ALBUM = 'default';
 
-export interface JobServiceDeps {
+export interface JobAdmissionDeps {
   store: MeshStore;
   commits: Commits;
   clock: Clock;
@@ -40,20 +38,8 @@ export interface JobServiceDeps {
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
   /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
   classes?: { admit(type: string, classes: readonly string[]): void };
-}
-
-export interface ListQuery {
-  statuses?: JobStatus[];
-  limit: number;
-  cursor?: string;
-}
-
-/** Throws unless the caller's grant allows this request. */
-export type Authorize = (request: GrantRequest) => void;
-
-/** Whether a grant may see a job or artifact with these attributes. */
-export function canSee(grant: VerifiedGrant, scope: EventScope, now: number): boolean {
-  return firstFailure(grant, { action: 'jobs:read', jobType: scope.type, model: scope.model, album: scope.album }, now) === null;
+  /** Whether the grant may read a picture a job names (one it may not is refused as if it did not exist). */
+  blobs: Pick<BlobVisibility, 'assertVisible'>;
 }
 
 /**
@@ -64,12 +50,6 @@ export function canSee(grant: VerifiedGrant, scope: EventScope, now: number): bo
 export function defaultAlbumOf(grant: VerifiedGrant): string {
   if (grant.albums === null || grant.albums.includes(DEFAULT_ALBUM)) return DEFAULT_ALBUM;
   return grant.albums[0] ?? DEFAULT_ALBUM;
-}
-
-/** The hosts an agent grant may be (its `host` caveats); null: any. */
-function agentHosts(grant: VerifiedGrant): string[] | null {
-  const hosts = grant.caveats.flatMap((caveat) => (caveat.condition === 'host' ? [caveat.value] : []));
-  return hosts.length > 0 ? hosts : null;
 }
 
 /** JSON with object keys sorted, so equal values always give equal text. */
@@ -85,7 +65,7 @@ function canonicalJson(value: unknown): string {
 /**
  * What an idempotency key promises is the same *request*: its type, the
  * model, priority and album it resolves to, its timeout, and its input as
- * sent (keys sorted). The input is hashed before the pipeline fills defaults,
+ * sent (keys sorted). The input is hashed before its handling fills defaults,
  * because a missing seed is drawn at random and would differ on every retry.
  */
 export function requestHash(request: { type: string; model: string; priority: number; album: string; timeoutMs: number | null; input: unknown }): string {
@@ -118,11 +98,15 @@ interface Vetted {
   repeat: JobRecord | null;
 }
 
-/** What clients do with jobs: submit, read, list, cancel, follow — each checked against the caller's grant. */
-export class JobService {
-  readonly #deps: JobServiceDeps;
+/**
+ * Admission: a client's jobs checked against its grant, the job types, the models, the queues' bounds and the grant's
+ * rates, then created, queued and armed — one job, several as one request (all or none), or a bulk submit (each on its
+ * own) — each answered once it is committed.
+ */
+export class JobAdmission {
+  readonly #deps: JobAdmissionDeps;
 
-  constructor(deps: JobServiceDeps) {
+  constructor(deps: JobAdmissionDeps) {
     this.#deps = deps;
   }
 
@@ -257,7 +241,7 @@ export class JobService {
       for (const digest of pictures) {
         if (carried.has(digest)) continue;
         try {
-          await this.assertBlobVisible(grant, digest);
+          await this.#deps.blobs.assertVisible(grant, digest);
         } catch (error) {
           if (!(error instanceof MeshError && (error.code === 'NOT_FOUND' || error.code === 'BAD_DIGEST'))) throw error;
           hidden.add(digest);
@@ -298,7 +282,7 @@ export class JobService {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
     const { pictures } = this.#deps;
-    const input = model.pipeline.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
+    const input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
     pictures.check(input, name, (digest) => {
       if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
     });
@@ -360,121 +344,5 @@ export class JobService {
       }
       throw error;
     }
-  }
-
-  /** A job the grant may see; 404 otherwise (a grant does not learn what it cannot see). */
-  async get(grant: VerifiedGrant, id: string): Promise<JobView> {
-    return jobView(this.#deps.store, await this.record(grant, id));
-  }
-
-  /** The view of a job record in hand (one `record` gave), without reading the job from the store again. */
-  viewOf(job: JobRecord): Promise<JobView> {
-    return jobView(this.#deps.store, job);
-  }
-
-  /** Whether the grant may read a job in hand (GET /v1/jobs/:id would show it). */
-  mayRead(grant: VerifiedGrant, job: JobRecord): boolean {
-    return canSee(grant, job, this.#deps.clock.now());
-  }
-
-  /** A job in hand (one `submit` gave), if the grant may read it; NOT_FOUND otherwise, as `record`. */
-  readable(grant: VerifiedGrant, job: JobRecord): JobRecord {
-    if (!this.mayRead(grant, job)) throw new MeshError('NOT_FOUND', { what: `Job ${job.id}` });
-    return job;
-  }
-
-  /** Whether the grant may read the job (GET /v1/jobs/:id would show it). */
-  async canRead(grant: VerifiedGrant, id: string): Promise<boolean> {
-    const job = await this.#deps.states.get(id);
-    return job !== null && canSee(grant, job, this.#deps.clock.now());
-  }
-
-  async record(grant: VerifiedGrant, id: string): Promise<JobRecord> {
-    const job = await this.#deps.states.get(id);
-    if (!job) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
-    return this.readable(grant, job);
-  }
-
-  /**
-   * Blobs are shared by digest, so a grant limited to albums, types or models
-   * may read only the blobs published as artifacts within them — and, limited
-   * by models alone (an agent grant's `models`), the files of those models;
-   * anything else is 404, as if it did not exist. Grants with none of the three
-   * (agents, admin, unscoped clients) read any blob.
-   */
-  async assertBlobVisible(grant: VerifiedGrant, digest: string): Promise<void> {
-    const { albums, types, models } = grant;
-    if (albums === null && types === null && models === null) return;
-    assertDigest(digest);
-    const { store } = this.#deps;
-    // What its own lineage stored (an input it uploaded), it may read back.
-    if (await store.clientBlobs.storedBy(digest, grant.id)) return;
-    // A host reads the pictures of the jobs it was sent (an agent grant limited to models).
-    if (grant.kind === 'agent' && await store.inputImages.inputOfJobOn(digest, agentHosts(grant))) return;
-    // A model's own files (its file, or its index and members), to a grant that may have the model (an agent pulling
-    // them; an album-limited grant never).
-    if (albums === null && types === null && models!.some((name) => this.#modelHolds(name, digest))) return;
-    if (!(await store.artifacts.digestPublishedIn(digest, { albums, types, models }))) {
-      throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
-    }
-  }
-
-  /** Whether a blob is one of a model's files (a grant's `models` names models, not versions: every version's count). */
-  #modelHolds(name: string, digest: string): boolean {
-    const { registry } = this.#deps;
-    const versions = registry.family(name)?.versions.map((version) => `${name}${VERSION_SEPARATOR}${version}`) ?? [name];
-    return versions.some((version) => {
-      const manifest = registry.get(version)?.manifest;
-      return manifest !== undefined && modelDigests(manifest).includes(digest);
-    });
-  }
-
-  /** The events that describe where a job the grant may see stands now. */
-  async snapshot(grant: VerifiedGrant, id: string): Promise<JobEvent[]> {
-    return snapshotEvents(this.#deps.store, await this.record(grant, id));
-  }
-
-  async list(grant: VerifiedGrant, query: ListQuery): Promise<{ jobs: JobView[]; nextCursor: string | null }> {
-    const { store } = this.#deps;
-    const records = await store.jobs.listJobs({
-      statuses: query.statuses,
-      types: grant.types, models: grant.models, albums: grant.albums,
-      beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
-      limit: query.limit,
-    });
-    const last = records.at(-1);
-    return {
-      jobs: await Promise.all(records.map((record) => jobView(store, record))),
-      nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null,
-    };
-  }
-
-  /** Published results the grant may see, newest first. */
-  /**
-   * Published results newest first, by keyset (`cursor`: continue before a sequence number), so a page costs the
-   * same at result 10,000 as at result 1; `album` narrows to one album (within the grant's), `q` to prompts holding it.
-   */
-  async artifacts(grant: VerifiedGrant, query: { limit: number; cursor?: string; album?: string; q?: string }): Promise<{ artifacts: ArtifactView[]; nextCursor: string | null }> {
-    const albums = query.album === undefined ? grant.albums : grant.albums === null || grant.albums.includes(query.album) ? [query.album] : [];
-    const records = await this.#deps.store.artifacts.listArtifacts({
-      types: grant.types, models: grant.models, albums, limit: query.limit, prompt: query.q || undefined,
-      beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
-    });
-    const last = records.at(-1);
-    return { artifacts: records.map(artifactView), nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null };
-  }
-
-  async cancel(grant: VerifiedGrant, id: string, authorize: Authorize): Promise<JobView> {
-    const job = await this.record(grant, id);
-    authorize({ action: 'jobs:cancel', jobType: job.type, model: job.model, album: job.album });
-    if (isTerminal(job.status) || !this.#deps.cancellation.cancel(id)) {
-      throw new MeshError('JOB_NOT_CANCELLABLE', { id, status: (await this.#deps.states.get(id))?.status ?? job.status });
-    }
-    return jobView(this.#deps.store, job);
-  }
-
-  /** Jobs in each state (for status views). */
-  counts(): Promise<Record<string, number>> {
-    return this.#deps.store.jobs.countByStatus();
   }
 }

@@ -1,6 +1,11 @@
 import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+/**
+ * `<data>/listen.json`: where the orchestrator using a data folder listens. The orchestrator writes it when it
+ * listens and removes it when it stops; the CLI on the same machine reads it to find the mesh of a data folder.
+ */
+
 /** The file in the data folder that says where the orchestrator using that folder listens. */
 export const LISTEN_FILE = 'listen.json';
 
@@ -39,4 +44,13 @@ export function readListenFile(data: string): ListenRecord | null {
   const record = parsed as Partial<ListenRecord> | null;
   if (typeof record?.url !== 'string' || !/^https?:\/\//.test(record.url) || typeof record.pid !== 'number') return null;
   return { url: record.url, pid: record.pid, startedAt: typeof record.startedAt === 'string' ? record.startedAt : '' };
+}
+
+/** Whether the process that wrote the record still runs (one of another user's answers EPERM: it runs). */
+export function listenerRuns(record: ListenRecord): boolean {
+  try {
+    return process.kill(record.pid, 0);
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

@@ -5,13 +5,13 @@ import { checkNamedTensors, namedTensorsCost, namedTensorsKey, namedTensorsProbe
 import { INPUT_IMAGE_FIELDS, INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput } from '../../protocol/index.js';
 
 /**
- * What the orchestrator must know about a job type's input, whatever engine
- * runs the model: how to check it and fill its defaults (so the stored job is
+ * What the orchestrator must know about a job type's input (its input handling, by job type; not to be confused with
+ * the ONNX engine's `settings.pipeline`, the agent's), whatever engine runs the model: how to check it and fill its defaults (so the stored job is
  * reproducible) and which inputs may share a batch. Jobs share a batch only
  * when their compatibility keys are equal. Defaults come from the model's
  * `params` where it has them (`defaultWidth`, `defaultHeight`, `defaultSteps`).
  */
-export interface Pipeline {
+export interface JobInputs {
   /** `pictures` tells the size of a picture an input names (admission checked it decodes); absent, a picture's size is not known. */
   normalize(input: Record<string, unknown>, manifest: ModelManifest, pictures?: PictureSizes): Record<string, unknown>;
   compatKey(input: Record<string, unknown>): string;
@@ -50,7 +50,7 @@ const param = (manifest: ModelManifest, key: string, fallback: number): number =
   return Number.isFinite(value) && value > 0 ? value : fallback;
 };
 
-const image: Pipeline = {
+const image: JobInputs = {
   normalize(input, manifest, pictures) {
     const image = parseInput(INPUT_SCHEMAS.image, input, manifest.name);
     // Image-to-image: the picture's own size (fitted to the limits) unless the job names one.
@@ -91,7 +91,7 @@ function refinementSteps(input: Record<string, unknown>): number {
  * A clip from an image model: each frame is one image (the same size and steps), so a frame's cost is an image's
  * and a clip's is `frames` of them. Limits beyond the schema's: pixels per frame and per clip, named in the error.
  */
-const video: Pipeline = {
+const video: JobInputs = {
   normalize(input, manifest) {
     const clip = parseInput(INPUT_SCHEMAS.video, input, manifest.name);
     const width = clip.width ?? param(manifest, 'defaultWidth', 256);
@@ -137,7 +137,7 @@ function isTensorInput(input: Record<string, unknown>): input is TensorInput {
  * A tensor job: for a model that declares its inputs (one added with `gpumesh models add`, read from its ONNX file),
  * named tensors of any datatype and shape it allows (named-tensors.ts); for the older form, one flat `x`.
  */
-const tensor: Pipeline = {
+const tensor: JobInputs = {
   normalize(input, manifest) {
     if (manifest.inputs?.length) return checkNamedTensors(input, manifest) as unknown as Record<string, unknown>;
     const parsed = isTensorInput(input) ? input : parseInput(INPUT_SCHEMAS.tensor, input, manifest.name);
@@ -163,7 +163,7 @@ const tensor: Pipeline = {
  * to read). Any two pictures may share a batch — the engine pads them to a common size for the detector and pads
  * every line found to a common width for the recogniser.
  */
-const ocr: Pipeline = {
+const ocr: JobInputs = {
   normalize: (input, manifest) => ({ image: parseInput(INPUT_SCHEMAS.ocr, input, manifest.name).image }),
   compatKey: () => '',
   // A probe names no picture: the engine reads a small blank one, which runs both models (and finds no text).
@@ -172,30 +172,30 @@ const ocr: Pipeline = {
   cost: () => 1,
 };
 
-/** Input handling by job type: a model serves the job types in its manifest, and each type's pipeline checks its jobs. */
-export const PIPELINES = {
+/** Input handling by job type: a model serves the job types in its manifest, and each type's handling checks its jobs. */
+export const JOB_INPUTS = {
   image,
   video,
   tensor,
   ocr,
-} as const satisfies Readonly<Record<string, Pipeline>>;
+} as const satisfies Readonly<Record<string, JobInputs>>;
 
-/** The pipeline of a job type, if the orchestrator has one. */
-export function pipelineFor(jobType: string): Pipeline | undefined {
-  return Object.hasOwn(PIPELINES, jobType) ? PIPELINES[jobType as keyof typeof PIPELINES] : undefined;
+/** The input handling of a job type, if the orchestrator has one. */
+export function jobInputsFor(jobType: string): JobInputs | undefined {
+  return Object.hasOwn(JOB_INPUTS, jobType) ? JOB_INPUTS[jobType as keyof typeof JOB_INPUTS] : undefined;
 }
 
 /**
- * A model's pipeline: its job type's, refusing at admission client text that carries its engine's control markup
+ * A model's input handling: its job type's, refusing at admission client text that carries its engine's control markup
  * (protocol/engines/markup.ts) — a 400 naming the field and the markup, before the job is stored. The engine on the
  * agent refuses it again: neither side trusts the other with it.
  */
-export function pipelineForEngine(pipeline: Pipeline, engine: EngineDescriptor | undefined): Pipeline {
-  if (!engine) return pipeline;
+export function jobInputsForEngine(inputs: JobInputs, engine: EngineDescriptor | undefined): JobInputs {
+  if (!engine) return inputs;
   return {
-    ...pipeline,
+    ...inputs,
     normalize(input, manifest, pictures) {
-      const normalized = pipeline.normalize(input, manifest, pictures);
+      const normalized = inputs.normalize(input, manifest, pictures);
       const problem = controlMarkupIn(normalized, engine);
       if (problem) throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: problem });
       // A picture an engine would not look at must not be silently dropped: the client expects it used.

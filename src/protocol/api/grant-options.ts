@@ -1,4 +1,5 @@
-import { MeshError } from '../../protocol/index.js';
+import { MeshError } from '../errors.js';
+
 /**
  * Turn the CLI's and the HTTP API's grant options into caveat lines, so
  * `grant create` and `grant narrow` speak the same words.

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { PIPELINES } from '../../src/orchestrator/pipelines/pipelines.js';
+import { JOB_INPUTS } from '../../src/orchestrator/job-inputs/job-inputs.js';
 import { LIMITS, TensorInput, type ModelManifest } from '../../src/protocol/index.js';
 
 const manifest: ModelManifest = {
@@ -8,32 +8,32 @@ const manifest: ModelManifest = {
   jobTypes: ['image'], params: { defaultSteps: 20 },
 };
 
-describe('the image pipeline', () => {
+describe('the image job type\'s input handling', () => {
   it('keeps a negative prompt for the engines that use one, and adds none when there is none', () => {
-    expect(PIPELINES.image.normalize({ prompt: 'a cat', seed: 1, negativePrompt: 'blurry' }, manifest))
+    expect(JOB_INPUTS.image.normalize({ prompt: 'a cat', seed: 1, negativePrompt: 'blurry' }, manifest))
       .toEqual({ prompt: 'a cat', seed: 1, width: 256, height: 256, steps: 20, negativePrompt: 'blurry' });
-    expect(PIPELINES.image.normalize({ prompt: 'a cat', seed: 1 }, manifest)).not.toHaveProperty('negativePrompt');
+    expect(JOB_INPUTS.image.normalize({ prompt: 'a cat', seed: 1 }, manifest)).not.toHaveProperty('negativePrompt');
   });
 
   it('refuses a negative prompt that is not a string', () => {
-    expect(() => PIPELINES.image.normalize({ prompt: 'a cat', negativePrompt: 3 }, manifest)).toThrow(/negativePrompt/);
+    expect(() => JOB_INPUTS.image.normalize({ prompt: 'a cat', negativePrompt: 3 }, manifest)).toThrow(/negativePrompt/);
   });
 
   it('a probe input is a valid input (the smallest picture, or the manifest\'s probe size), and cost is pixel-steps', () => {
-    const image = PIPELINES.image;
+    const image = JOB_INPUTS.image;
     const probe = image.probeInput(manifest);
     expect(image.normalize(probe, manifest)).toEqual({ ...probe, width: 8, height: 8, steps: 1 });
     expect(image.probeInput({ ...manifest, params: { probeWidth: 64, probeHeight: 64, probeSteps: 2 } })).toMatchObject({ width: 64, height: 64, steps: 2 });
     expect(image.cost(image.normalize({ prompt: 'x', width: 64, height: 32, steps: 4 }, manifest))).toBe(64 * 32 * 4);
     const tensorManifest: ModelManifest = { ...manifest, jobTypes: ['tensor'], params: { inputDim: 4 } };
-    expect(PIPELINES.tensor.normalize(PIPELINES.tensor.probeInput(tensorManifest), tensorManifest)).toEqual({ x: [0, 0, 0, 0] });
-    expect(PIPELINES.tensor.cost({ x: [1, 2, 3, 4] })).toBe(1);
+    expect(JOB_INPUTS.tensor.normalize(JOB_INPUTS.tensor.probeInput(tensorManifest), tensorManifest)).toEqual({ x: [0, 0, 0, 0] });
+    expect(JOB_INPUTS.tensor.cost({ x: [1, 2, 3, 4] })).toBe(1);
   });
 
   it('a tensor model that declares no inputDim (a server that knows its own width) is probed with one zero', () => {
     // `new Array(NaN)` threw a RangeError in the prober's timer, which ended the orchestrator process.
     const undeclared: ModelManifest = { ...manifest, engine: 'oip', jobTypes: ['tensor'], params: {} };
-    expect(PIPELINES.tensor.normalize(PIPELINES.tensor.probeInput(undeclared), undeclared)).toEqual({ x: [0] });
+    expect(JOB_INPUTS.tensor.normalize(JOB_INPUTS.tensor.probeInput(undeclared), undeclared)).toEqual({ x: [0] });
   });
 
   it('accepts exactly what the tensor schema accepts (its one-pass check), and words a refusal as the schema does', () => {
@@ -51,7 +51,7 @@ describe('the image pipeline', () => {
       const schema = TensorInput.safeParse(candidate);
       let outcome: unknown;
       try {
-        outcome = PIPELINES.tensor.normalize(candidate, undeclared);
+        outcome = JOB_INPUTS.tensor.normalize(candidate, undeclared);
       } catch (error) {
         outcome = error;
       }
@@ -61,18 +61,18 @@ describe('the image pipeline', () => {
   });
 });
 
-describe('the video pipeline', () => {
+describe('the video job type\'s input handling', () => {
   const clips: ModelManifest = { ...manifest, name: 'gen-video', engine: 'onnx', jobTypes: ['video'], params: { defaultSteps: 6 } };
 
   it('fills every default, so the stored job makes the same clip again', () => {
-    expect(PIPELINES.video.normalize({ prompt: 'waves', seed: 3 }, clips)).toEqual({ prompt: 'waves', seed: 3, frames: 48, fps: 24, width: 256, height: 256, steps: 6 });
-    expect(PIPELINES.video.normalize({ prompt: 'waves' }, clips).seed).toEqual(expect.any(Number));
+    expect(JOB_INPUTS.video.normalize({ prompt: 'waves', seed: 3 }, clips)).toEqual({ prompt: 'waves', seed: 3, frames: 48, fps: 24, width: 256, height: 256, steps: 6 });
+    expect(JOB_INPUTS.video.normalize({ prompt: 'waves' }, clips).seed).toEqual(expect.any(Number));
   });
 
   it('names the field that is wrong', () => {
     const refused = (input: Record<string, unknown>) => {
       try {
-        PIPELINES.video.normalize(input, clips);
+        JOB_INPUTS.video.normalize(input, clips);
       } catch (error) {
         return (error as Error).message;
       }
@@ -87,12 +87,12 @@ describe('the video pipeline', () => {
   });
 
   it('a clip costs its frames\' pixel-steps, shares a batch only with clips of its shape, and its probe is a valid clip', () => {
-    const a = PIPELINES.video.normalize({ prompt: 'a', frames: 10, width: 64, height: 32, steps: 2 }, clips);
-    const b = PIPELINES.video.normalize({ prompt: 'b', frames: 10, width: 64, height: 32, steps: 2, fps: 5 }, clips);
-    expect(PIPELINES.video.cost(a)).toBe(64 * 32 * 2 * 10);
-    expect(PIPELINES.video.compatKey(a)).toBe(PIPELINES.video.compatKey(b));
-    expect(PIPELINES.video.compatKey(a)).not.toBe(PIPELINES.video.compatKey({ ...a, frames: 11 }));
-    const probe = PIPELINES.video.probeInput(clips);
-    expect(PIPELINES.video.normalize(probe, clips)).toEqual(probe);
+    const a = JOB_INPUTS.video.normalize({ prompt: 'a', frames: 10, width: 64, height: 32, steps: 2 }, clips);
+    const b = JOB_INPUTS.video.normalize({ prompt: 'b', frames: 10, width: 64, height: 32, steps: 2, fps: 5 }, clips);
+    expect(JOB_INPUTS.video.cost(a)).toBe(64 * 32 * 2 * 10);
+    expect(JOB_INPUTS.video.compatKey(a)).toBe(JOB_INPUTS.video.compatKey(b));
+    expect(JOB_INPUTS.video.compatKey(a)).not.toBe(JOB_INPUTS.video.compatKey({ ...a, frames: 11 }));
+    const probe = JOB_INPUTS.video.probeInput(clips);
+    expect(JOB_INPUTS.video.normalize(probe, clips)).toEqual(probe);
   });
 });

@@ -1,0 +1,98 @@
+import type { JobEvent, JobPage, JobView } from '../../protocol/api/index.js';
+import type { Clock } from '../../protocol/clock.js';
+import { MeshError, type JobStatus } from '../../protocol/index.js';
+import { firstFailure, type GrantRequest, type VerifiedGrant } from '../auth/index.js';
+import type { EventScope } from '../events/event-bus.js';
+import { decodeCursor, encodeCursor, type JobRecord, type MeshStore } from '../store/index.js';
+import type { JobStates } from './states.js';
+import { jobView, snapshotEvents } from './views.js';
+
+export interface JobReadsDeps {
+  store: MeshStore;
+  clock: Clock;
+  states: JobStates;
+}
+
+export interface ListQuery {
+  statuses?: JobStatus[];
+  limit: number;
+  cursor?: string;
+}
+
+/** Throws unless the caller's grant allows this request. */
+export type Authorize = (request: GrantRequest) => void;
+
+/** Whether a grant may see a job or artifact with these attributes. */
+export function canSee(grant: VerifiedGrant, scope: EventScope, now: number): boolean {
+  return firstFailure(grant, { action: 'jobs:read', jobType: scope.type, model: scope.model, album: scope.album }, now) === null;
+}
+
+/**
+ * The jobs a client's grant may see: one job, a page of them, where one stands now (its events), and the counts by
+ * status. A job the grant may not see is NOT_FOUND, as if it did not exist: a grant does not learn what it cannot see.
+ */
+export class JobReads {
+  readonly #deps: JobReadsDeps;
+
+  constructor(deps: JobReadsDeps) {
+    this.#deps = deps;
+  }
+
+  /** A job the grant may see; 404 otherwise (a grant does not learn what it cannot see). */
+  async get(grant: VerifiedGrant, id: string): Promise<JobView> {
+    return jobView(this.#deps.store, await this.record(grant, id));
+  }
+
+  /** The view of a job record in hand (one `record` gave), without reading the job from the store again. */
+  viewOf(job: JobRecord): Promise<JobView> {
+    return jobView(this.#deps.store, job);
+  }
+
+  /** Whether the grant may read a job in hand (GET /v1/jobs/:id would show it). */
+  mayRead(grant: VerifiedGrant, job: JobRecord): boolean {
+    return canSee(grant, job, this.#deps.clock.now());
+  }
+
+  /** A job in hand (one `submit` gave), if the grant may read it; NOT_FOUND otherwise, as `record`. */
+  readable(grant: VerifiedGrant, job: JobRecord): JobRecord {
+    if (!this.mayRead(grant, job)) throw new MeshError('NOT_FOUND', { what: `Job ${job.id}` });
+    return job;
+  }
+
+  /** Whether the grant may read the job (GET /v1/jobs/:id would show it). */
+  async canRead(grant: VerifiedGrant, id: string): Promise<boolean> {
+    const job = await this.#deps.states.get(id);
+    return job !== null && canSee(grant, job, this.#deps.clock.now());
+  }
+
+  async record(grant: VerifiedGrant, id: string): Promise<JobRecord> {
+    const job = await this.#deps.states.get(id);
+    if (!job) throw new MeshError('NOT_FOUND', { what: `Job ${id}` });
+    return this.readable(grant, job);
+  }
+
+  /** The events that describe where a job the grant may see stands now. */
+  async snapshot(grant: VerifiedGrant, id: string): Promise<JobEvent[]> {
+    return snapshotEvents(this.#deps.store, await this.record(grant, id));
+  }
+
+  async list(grant: VerifiedGrant, query: ListQuery): Promise<JobPage> {
+    const { store } = this.#deps;
+    const records = await store.jobs.listJobs({
+      statuses: query.statuses,
+      types: grant.types, models: grant.models, albums: grant.albums,
+      beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
+      limit: query.limit,
+    });
+    const last = records.at(-1);
+    return {
+      jobs: await Promise.all(records.map((record) => jobView(store, record))),
+      nextCursor: records.length === query.limit && last ? encodeCursor(last.seq) : null,
+    };
+  }
+
+  /** Jobs in each state (for status views). */
+  counts(): Promise<Record<string, number>> {
+    return this.#deps.store.jobs.countByStatus();
+  }
+}
