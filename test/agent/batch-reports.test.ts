@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { BatchReports } from '../../src/agent/batch-reports.js';
+import { BatchReports } from '../../src/agent/batches/batch-reports.js';
 
 const started = { type: 'started' as const, batchId: 'b', jobIds: ['j'] };
 const progress = (step: number) => ({ type: 'progress' as const, batchId: 'b', jobIds: ['j'], step, total: 3 });

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
 import type { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { EngineError } from '../engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 import type { CgroupDriver, CgroupLimits, ProcessCgroup } from './cgroups/driver.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { ProcessEnd, StopCause } from './exit-reason.js';

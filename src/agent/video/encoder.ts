@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { EngineError, type OutputOnDisk } from '../engines/core/engine.js';
+import { EngineError, type OutputOnDisk } from '../core/engine.js';
 import { classifyExit, describeExit, exitError, type ProcessEnd } from '../governance/exit-reason.js';
 import type { GovernedProcess } from '../governance/governed-process.js';
 import type { Governor } from '../governance/governor.js';

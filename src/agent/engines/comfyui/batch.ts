@@ -1,7 +1,7 @@
 import { formatError, type ErrorCode } from '../../../protocol/index.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../../core/engine.js';
 import { BatchProgress } from '../kit/batch-progress.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import type { ServerBatch } from '../kit/server.js';

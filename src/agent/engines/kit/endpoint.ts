@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../core/engine.js';
+import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../../core/engine.js';
 import type { LaunchSettings } from '../../../protocol/engines/server-settings.js';
 
 /**
@@ -58,7 +58,7 @@ export interface EndpointRequest {
 
 /**
  * Starts (or finds) the server for one model on one device and resolves once it is ready. The agent's
- * ServerLauncher implements it with process governance (agent/server-launcher.ts); tests may
+ * ServerLauncher implements it with process governance (agent/models/server-launcher.ts); tests may
  * plug in their own. Called when the model's settings name no `url`.
  */
 export type EndpointProvider = (request: EndpointRequest) => Promise<ServerEndpoint>;

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
-import { EngineError, type EngineJob, type OutputFile } from '../core/engine.js';
+import { EngineError, type EngineJob, type OutputFile } from '../../core/engine.js';
 import type { JobContext } from '../kit/job-batch.js';
 import { pngFromBase64 } from '../kit/png.js';
 import { sleep } from '../../../protocol/clock.js';

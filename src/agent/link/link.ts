@@ -4,11 +4,11 @@ import type { Logger } from 'pino';
 import WebSocket from 'ws';
 import {
   LINK_CLOSE, LINK_PATH, OrchestratorMessage, type AgentMessage,
-} from '../protocol/index.js';
-import { corkForTick } from '../net/cork.js';
-import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../net/memory-link.js';
-import { TlsPinError, type ServerTrust } from '../tls-client/index.js';
-import { workClock, type Clock, type Timer } from '../protocol/clock.js';
+} from '../../protocol/index.js';
+import { corkForTick } from '../../net/cork.js';
+import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
+import { TlsPinError, type ServerTrust } from '../../tls-client/index.js';
+import { workClock, type Clock, type Timer } from '../../protocol/clock.js';
 import { LinkWatchdog } from './link-watchdog.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;

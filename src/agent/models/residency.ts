@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import type { BatchMemoryReport, Device, LoadPhases, ModelManifest, ResidentModel } from '../protocol/index.js';
-import { EngineError, type BatchMemory, type Engine, type LoadedModel } from './engines/core/engine.js';
-import { systemClock, type Clock, type Timer } from '../protocol/clock.js';
+import type { BatchMemoryReport, Device, LoadPhases, ModelManifest, ResidentModel } from '../../protocol/index.js';
+import { EngineError, type BatchMemory, type Engine, type LoadedModel } from '../core/engine.js';
+import { systemClock, type Clock, type Timer } from '../../protocol/clock.js';
 import type { ModelCache } from './model-cache.js';
 import { HostConfig } from './host-config.js';
 

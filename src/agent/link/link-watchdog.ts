@@ -1,4 +1,4 @@
-import { systemClock, type Clock, type Timer } from '../protocol/clock.js';
+import { systemClock, type Clock, type Timer } from '../../protocol/clock.js';
 
 /** What the watchdog needs of a WebSocket: ws's own WebSocket has both. */
 export interface WatchedSocket {

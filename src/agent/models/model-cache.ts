@@ -4,7 +4,7 @@ import { copyFile, link, mkdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { EngineError } from './engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 
 export type FetchBlob = (digest: string, signal: AbortSignal) => Promise<Response>;
 

@@ -3,9 +3,9 @@ import http from 'node:http';
 import https from 'node:https';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sha256Digest } from '../protocol/index.js';
-import type { ServerTrust } from '../tls-client/index.js';
-import { EngineError, type OutputFile, type OutputOnDisk } from './engines/core/engine.js';
+import { sha256Digest } from '../../protocol/index.js';
+import type { ServerTrust } from '../../tls-client/index.js';
+import { EngineError, type OutputFile, type OutputOnDisk } from '../core/engine.js';
 
 const ATTEMPTS = 6;
 

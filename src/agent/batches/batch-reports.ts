@@ -1,4 +1,4 @@
-import type { AgentMessage } from '../protocol/index.js';
+import type { AgentMessage } from '../../protocol/index.js';
 
 type Report = Extract<AgentMessage, { type: 'started' | 'progress' }>;
 

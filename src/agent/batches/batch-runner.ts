@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
-import { pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type LoadPhases, type OrchestratorMessage } from '../protocol/index.js';
+import { pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type LoadPhases, type OrchestratorMessage } from '../../protocol/index.js';
 import { BatchReports } from './batch-reports.js';
-import { EngineError, type JobOutput, type LoadedModel } from './engines/core/engine.js';
+import { EngineError, type JobOutput, type LoadedModel } from '../core/engine.js';
 import type { InputPictures } from './input-pictures.js';
-import type { Residency } from './residency.js';
+import type { Residency } from '../models/residency.js';
 import { uploadFileOutput, uploadOutput, type UploadTarget } from './uploads.js';
 
 type Run = Extract<OrchestratorMessage, { type: 'run' }>;
