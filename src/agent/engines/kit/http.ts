@@ -4,7 +4,8 @@ import type { z } from 'zod';
 import { sleep, workClock, type Clock } from '../../../protocol/clock.js';
 import { JobStopped } from './job-batch.js';
 import { badReply, busyError, errorForStatus, ServerError, timeoutError, unreachableError, type RequestContext } from './server-error.js';
-import { Backoff, retryAfterMs, type BackoffOptions } from './timing.js';
+import { Backoff, type BackoffOptions } from '../../../net/backoff.js';
+import { retryAfterMs } from './timing.js';
 
 /** A whole answer, whatever its status. */
 export interface HttpReply {
