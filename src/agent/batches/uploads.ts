@@ -1,13 +1,12 @@
-import { createReadStream } from 'node:fs';
-import http from 'node:http';
-import https from 'node:https';
-import { pipeline } from 'node:stream/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { retrying } from '../../net/http-client.js';
+import { workClock } from '../../protocol/clock.js';
 import { sha256Digest } from '../../protocol/index.js';
 import type { ServerTrust } from '../../tls-client/index.js';
 import { EngineError, type OutputFile, type OutputOnDisk } from '../core/engine.js';
 
-const ATTEMPTS = 6;
+/** Tries of one upload: the first and five more, 400 ms apart growing to 5 s (some 11 s in all, a restart's worth). */
+const RETRIES = 5;
+const BACKOFF = { initialMs: 400, maxMs: 5000 };
 
 /** The orchestrator an output goes to: asked at each try, since a failover may have linked the agent to another. */
 export interface UploadTarget {
@@ -16,27 +15,7 @@ export interface UploadTarget {
 }
 
 /** A body to send: bytes in memory, or a file streamed from disk (opened afresh for every attempt). */
-type Body = { bytes: Uint8Array } | { path: string; size: number };
-
-function put(url: URL, agent: http.Agent, headers: Record<string, string>, body: Body): Promise<{ status: number; text: string }> {
-  const transport = url.protocol === 'https:' ? https : http;
-  const length = 'bytes' in body ? body.bytes.length : body.size;
-  return new Promise((resolve, reject) => {
-    const request = transport.request(url, {
-      method: 'PUT', agent, headers: { ...headers, 'content-length': String(length) },
-    }, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (text += chunk));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));
-      response.on('error', reject);
-    });
-    request.on('error', reject);
-    if ('bytes' in body) request.end(body.bytes);
-    // The file goes in chunks, at the pace the connection takes them: a clip is never held in memory whole.
-    else pipeline(createReadStream(body.path), request).catch(reject);
-  });
-}
+type Body = Uint8Array | { path: string; size: number };
 
 /**
  * Upload one output of a job with its batch's upload credential. The digest is computed here
@@ -48,7 +27,7 @@ function put(url: URL, agent: http.Agent, headers: Record<string, string>, body:
  * a TLS mesh): a fresh handshake per output would dominate small jobs.
  */
 export async function uploadOutput(target: () => UploadTarget, jobId: string, credential: string, file: OutputFile): Promise<{ digest: string; bytes: number }> {
-  return send(target, jobId, credential, sha256Digest(file.bytes), file.mediaType, { bytes: file.bytes });
+  return send(target, jobId, credential, sha256Digest(file.bytes), file.mediaType, file.bytes);
 }
 
 /** Upload an output the engine left on disk (a video), streamed from the file; the engine hashed it (streaming too) once it was finished. */
@@ -57,24 +36,21 @@ export async function uploadFileOutput(target: () => UploadTarget, jobId: string
 }
 
 async function send(target: () => UploadTarget, jobId: string, credential: string, digest: string, mediaType: string, body: Body): Promise<{ digest: string; bytes: number }> {
-  const bytes = 'bytes' in body ? body.bytes.length : body.size;
-  let lastError = '';
-  let storeAway = false;
-  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
-    if (attempt > 0) await sleep(Math.min(5000, 200 * 2 ** attempt));
+  const bytes = body instanceof Uint8Array ? body.length : body.size;
+  const failed = (code: 'BLOB_STORE_UNAVAILABLE' | 'ENGINE_FAILED', why: string): EngineError =>
+    new EngineError(code, `uploading an output of ${jobId} failed: ${why}`, true);
+  return retrying<{ digest: string; bytes: number }>({ retries: RETRIES, backoff: BACKOFF, clock: workClock }, async () => {
     const { url: baseUrl, trust } = target();
     const url = new URL(`/v1/jobs/${encodeURIComponent(jobId)}/outputs/${digest}`, baseUrl);
     try {
-      const response = await put(url, await trust.agent(), { authorization: `Bearer ${credential}`, 'content-type': mediaType }, body);
-      if (response.status >= 200 && response.status < 300) return { digest, bytes };
-      lastError = `HTTP ${response.status}: ${response.text.slice(0, 300)}`;
-      storeAway = response.status === 503 && response.text.includes('BLOB_STORE_UNAVAILABLE');
-      if (response.status < 500) break;
+      const answer = await trust.request(url, { method: 'PUT', headers: { authorization: `Bearer ${credential}`, 'content-type': mediaType }, body });
+      if (answer.status >= 200 && answer.status < 300) return { value: { digest, bytes } };
+      // The orchestrator's blob store being away (a bucket outage) is not this host's fault: said so, it does not
+      // count against the replica's breaker, and the job is retried.
+      const storeAway = answer.status === 503 && answer.text.includes('BLOB_STORE_UNAVAILABLE');
+      return { failure: failed(storeAway ? 'BLOB_STORE_UNAVAILABLE' : 'ENGINE_FAILED', `HTTP ${answer.status}: ${answer.text.slice(0, 300)}`), retry: answer.status >= 500 };
     } catch (error) {
-      lastError = trust.explain(error) ?? (error as Error).message;
+      return { failure: failed('ENGINE_FAILED', trust.explain(error) ?? (error as Error).message), retry: true };
     }
-  }
-  // The orchestrator's blob store being away (a bucket outage) is not this host's fault: said so, it does not count
-  // against the replica's breaker, and the job is retried.
-  throw new EngineError(storeAway ? 'BLOB_STORE_UNAVAILABLE' : 'ENGINE_FAILED', `uploading an output of ${jobId} failed: ${lastError}`, true);
+  });
 }

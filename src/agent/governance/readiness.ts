@@ -1,5 +1,5 @@
-import { request } from 'node:http';
 import { Backoff } from '../../net/backoff.js';
+import { httpRequest } from '../../net/http-client.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { LogTail } from './log-tail.js';
 
@@ -8,16 +8,13 @@ export class NotReadyError extends Error {
 }
 
 /** One GET; true for a 2xx. Each poll has its own deadline, so a server that accepts and never answers cannot stall the check. */
-function probe(url: URL, timeoutMs: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const req = request(url, { method: 'GET', agent: false, timeout: timeoutMs }, (res) => {
-      res.resume();
-      resolve(res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300);
-    });
-    req.on('timeout', () => req.destroy());
-    req.on('error', () => resolve(false));
-    req.end();
-  });
+async function probe(url: URL, timeoutMs: number): Promise<boolean> {
+  try {
+    const answer = await httpRequest(url, { agent: false, timeoutMs });
+    return answer.status >= 200 && answer.status < 300;
+  } catch {
+    return false; // refused, dropped or silent: not ready yet
+  }
 }
 
 /** The first pause between readiness polls; each further one doubles, up to the configured interval. */
