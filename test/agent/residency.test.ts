@@ -492,7 +492,7 @@ describe('residency: server models (no file, an idle window of their own)', () =
     const models = new Residency({
       engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), server.fetchBlob), log, hostConfig: DECLARES_SD,
       events: { loaded: (model) => events.push(`+${model.model}`), unloaded: (model) => events.push(`-${model.model}`) },
-      now: () => clock.now(), timers: clock,
+      clock,
     });
     let waited = 0;
     const first = await models.acquire(served, () => waited++);
