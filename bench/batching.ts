@@ -6,7 +6,7 @@
  *   npm run bench:batching -- [--seconds 2]
  */
 import { parseArgs } from 'node:util';
-import type { EngineJob } from '../src/agent/engines/core/engine.js';
+import type { EngineJob } from '../src/agent/core/engine.js';
 import { MLP_INPUT_DIM } from '../src/builtin-models/index.js';
 import { loadBuiltin, printTable, writeResults } from './lib.js';
 

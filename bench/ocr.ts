@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import { pino } from 'pino';
 import sharp from 'sharp';
-import type { EngineJob } from '../src/agent/engines/core/engine.js';
+import type { EngineJob } from '../src/agent/core/engine.js';
 import { cpuDevice } from '../src/agent/devices.js';
 import { OnnxEngine } from '../src/agent/engines/onnx/engine.js';
 import { ocrJobs, ocrModelsOf } from '../src/agent/engines/onnx/ocr/jobs.js';

@@ -12,7 +12,7 @@
  * REAL_STEPS (default 4), REAL_TIMEOUT_MS (per job, default 600000). With no URL it says so and exits 0.
  */
 import { cpuDevice } from '../src/agent/devices.js';
-import type { Engine, EngineJob, JobOutput, Progress } from '../src/agent/engines/core/engine.js';
+import type { Engine, EngineJob, JobOutput, Progress } from '../src/agent/core/engine.js';
 import { OpenAiImagesEngine } from '../src/agent/engines/openai-images/index.js';
 import { SdcppEngine } from '../src/agent/engines/sdcpp/index.js';
 import type { ModelManifest } from '../src/protocol/index.js';

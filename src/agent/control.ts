@@ -1,6 +1,7 @@
 import { chmodSync, rmSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { systemClock } from '../protocol/clock.js';
 
 /** What the agent tells `gpumesh agent drain` while it drains, one JSON object a line. */
 export type DrainReport =
@@ -86,7 +87,7 @@ export class ControlServer {
       socket.once('close', () => resolve());
       socket.end();
     }));
-    await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
+    await Promise.race([Promise.all(pending), new Promise((resolve) => systemClock.setTimer(1000, () => resolve(undefined)))]);
   }
 }
 

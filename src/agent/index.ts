@@ -2,4 +2,4 @@
 export { Agent, type AgentOptions } from './agent.js';
 export { ControlServer, requestDrain, type DrainReport } from './control.js';
 export { ENGINE_NAMES } from '../protocol/engines/index.js';
-export { HostConfig, type HostConfigFile } from './host-config.js';
+export { HostConfig, type HostConfigFile } from './models/host-config.js';

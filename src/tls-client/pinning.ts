@@ -1,7 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
-import { Readable } from 'node:stream';
-import type { ReadableStream } from 'node:stream/web';
+import { httpFetch, httpRequest, type HttpAnswer, type HttpRequest } from '../net/http-client.js';
 import { inspectGrant } from '../protocol/grant-token.js';
 import { certificateFingerprint, TLS_CA_CAVEAT, TLS_CA_PATH } from './fingerprint.js';
 import { MeshError } from '../protocol/index.js';
@@ -37,7 +36,8 @@ export function pinsOfGrant(token: string | null | undefined): Pin[] {
 
 const CA_FETCH_TIMEOUT_MS = 10_000;
 const CA_MAX_BYTES = 64 * 1024;
-const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
+/** Redirects a request followed where nothing is pinned (as fetch does: a bucket's presigned URL). */
+const MAX_REDIRECTS = 20;
 
 /** What `ServerTrust.fetch` takes: the subset of fetch's options the mesh's clients use. */
 export interface TrustedRequestInit {
@@ -48,7 +48,7 @@ export interface TrustedRequestInit {
 }
 
 /**
- * How a client trusts one orchestrator:
+ * How a client trusts one orchestrator, and its requests to it (over net/http-client.ts, the one HTTP client):
  * - `http:` — plain; refused when a pin is given, so a grant that expects TLS never crosses the network in clear text;
  * - `https:` without a pin — the system's CAs (a mesh behind a proxy with a public certificate);
  * - `https:` with pins — the CA the server serves at `/v1/tls/ca.crt`, accepted only if its SHA-256
@@ -97,28 +97,40 @@ export class ServerTrust {
     return this.#ca;
   }
 
-  /** A keep-alive agent for node:http(s) requests to this server: a fresh handshake per request would dominate small ones. */
-  async agent(): Promise<http.Agent> {
-    const ca = await this.ca();
-    this.#agent ??= this.https ? new https.Agent({ keepAlive: true, ca }) : new http.Agent({ keepAlive: true });
-    return this.#agent;
-  }
-
   /**
-   * fetch() for this server. With nothing pinned it is the global fetch; with a pinned CA it is
-   * node:https (the global fetch cannot be given a CA), answered as a standard Response. A URL on
-   * another origin the mesh handed out (its publicUrl) is verified against the same pinned CA.
+   * A request to this server, answered as a standard Response whose body streams (model pulls, SSE). Its
+   * connections are kept alive (a fresh handshake per request would dominate small ones) and, with a pinned CA,
+   * verified against it alone — a URL on another origin the mesh handed out (its publicUrl) too. A redirect is
+   * followed only where nothing is pinned: a pinned grant never follows the mesh off its CA.
    */
   async fetch(url: string | URL, init: TrustedRequestInit = {}): Promise<Response> {
-    const target = new URL(url);
-    const ca = await this.ca();
-    if (ca === undefined) return fetch(target, init);
-    return nodeFetch(target, init, await this.agent());
+    const agent = await this.#connectionsFor(new URL(url));
+    return httpFetch(url, { ...init, agent, redirects: this.pinned ? 0 : MAX_REDIRECTS });
+  }
+
+  /** A request to this server read whole (an upload's answer), over the same connections as `fetch`. */
+  async request(url: string | URL, init: Omit<HttpRequest, 'agent' | 'unverified'> = {}): Promise<HttpAnswer> {
+    return httpRequest(url, { ...init, agent: await this.#connectionsFor(new URL(url)) });
   }
 
   /** Close idle kept-alive connections. */
   close(): void {
     this.#agent?.destroy();
+  }
+
+  /**
+   * The keep-alive pool for a URL of this server's scheme (with the pinned CA once it is checked); a URL of the
+   * other scheme (a publicUrl the mesh handed out) gets Node's default connections — unless a CA is pinned, which
+   * an http URL would leave behind.
+   */
+  async #connectionsFor(url: URL): Promise<http.Agent | undefined> {
+    const ca = await this.ca();
+    if (url.protocol !== this.#base.protocol) {
+      if (this.pinned) throw new TlsPinError(`${describePins(this.pins)} a TLS CA, but ${url.origin} is plain http: the grant does not cross the network in clear text`);
+      return undefined;
+    }
+    this.#agent ??= this.https ? new https.Agent({ keepAlive: true, ca }) : new http.Agent({ keepAlive: true });
+    return this.#agent;
   }
 
   /** A sentence for a TLS failure (certificate names, untrusted chain), or null if the error is not about TLS. */
@@ -140,7 +152,7 @@ function describePins(pins: readonly Pin[]): string {
  */
 async function fetchPinnedCa(base: URL, pins: readonly Pin[]): Promise<string> {
   const url = new URL(TLS_CA_PATH, base);
-  let response: { status: number; text: string };
+  let response: HttpAnswer;
   try {
     response = await getUnverified(url);
   } catch (error) {
@@ -167,43 +179,9 @@ async function fetchPinnedCa(base: URL, pins: readonly Pin[]): Promise<string> {
   return response.text;
 }
 
-function getUnverified(url: URL): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const request = https.get(url, { rejectUnauthorized: false, agent: false, timeout: CA_FETCH_TIMEOUT_MS }, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => {
-        text += chunk;
-        // Both become TLS_CA_UNAVAILABLE in fetchCa's catch.
-        if (text.length > CA_MAX_BYTES) request.destroy(new Error(`the answer is larger than ${CA_MAX_BYTES} bytes`));
-      });
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));
-      response.on('error', reject);
-    });
-    request.on('timeout', () => request.destroy(new Error(`no answer within ${CA_FETCH_TIMEOUT_MS} ms`)));
-    request.on('error', reject);
-  });
-}
-
-/** One request over node:http(s), answered as a WHATWG Response whose body streams (model pulls, SSE). */
-function nodeFetch(url: URL, init: TrustedRequestInit, agent: http.Agent): Promise<Response> {
-  const transport = url.protocol === 'https:' ? https : http;
-  const method = init.method ?? 'GET';
-  return new Promise((resolve, reject) => {
-    const request = transport.request(url, { method, headers: init.headers, agent, signal: init.signal }, (response) => {
-      const status = response.statusCode ?? 0;
-      const headers = new Headers();
-      for (const [name, value] of Object.entries(response.headers)) {
-        for (const item of [value ?? []].flat()) headers.append(name, item);
-      }
-      const empty = NULL_BODY_STATUSES.has(status) || method === 'HEAD';
-      if (empty) response.resume();
-      const body = empty ? null : (Readable.toWeb(response) as ReadableStream<Uint8Array>);
-      resolve(new Response(body as globalThis.ReadableStream<Uint8Array> | null, { status, statusText: response.statusMessage, headers }));
-    });
-    request.on('error', reject);
-    request.end(init.body);
-  });
+/** The CA certificate, trusting nothing yet: a connection of its own, a short limit, a small answer. */
+function getUnverified(url: URL): Promise<HttpAnswer> {
+  return httpRequest(url, { agent: false, unverified: true, timeoutMs: CA_FETCH_TIMEOUT_MS, maxBytes: CA_MAX_BYTES });
 }
 
 const UNTRUSTED_CHAIN = new Set([

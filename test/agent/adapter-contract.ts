@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/engines/core/engine.js';
+import type { Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/core/engine.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { waitFor } from '../helpers/mesh.js';
 

@@ -1,31 +1,34 @@
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { BatchReports } from '../../src/agent/batch-reports.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { BatchReports } from '../../src/agent/batches/batch-reports.js';
+import { FakeClock } from '../helpers/fake-clock.js';
 
 const started = { type: 'started' as const, batchId: 'b', jobIds: ['j'] };
 const progress = (step: number) => ({ type: 'progress' as const, batchId: 'b', jobIds: ['j'], step, total: 3 });
 
 describe('BatchReports', () => {
-  beforeEach(() => vi.useFakeTimers());
-  afterEach(() => vi.useRealTimers());
+  let clock: FakeClock;
+  beforeEach(() => {
+    clock = new FakeClock();
+  });
 
   it('drops the reports of a batch that ends within the delay', () => {
     const sent: unknown[] = [];
-    const reports = new BatchReports((report) => sent.push(report), 10);
+    const reports = new BatchReports((report) => sent.push(report), 10, clock);
     reports.report(started);
     reports.report(progress(1));
-    vi.advanceTimersByTime(9);
+    clock.advance(9);
     reports.end();
-    vi.advanceTimersByTime(100);
+    clock.advance(100);
     expect(sent).toEqual([]);
   });
 
   it('sends the held reports in order once the batch outlives the delay, and every later one at once', () => {
     const sent: unknown[] = [];
-    const reports = new BatchReports((report) => sent.push(report), 10);
+    const reports = new BatchReports((report) => sent.push(report), 10, clock);
     reports.report(started);
     reports.report(progress(1));
     expect(sent).toEqual([]);
-    vi.advanceTimersByTime(10);
+    clock.advance(10);
     expect(sent).toEqual([started, progress(1)]);
     reports.report(progress(2));
     reports.report(progress(3));
@@ -37,7 +40,7 @@ describe('BatchReports', () => {
 
   it('sends at once with no delay', () => {
     const sent: unknown[] = [];
-    const reports = new BatchReports((report) => sent.push(report), 0);
+    const reports = new BatchReports((report) => sent.push(report), 0, clock);
     reports.report(started);
     expect(sent).toEqual([started]);
   });

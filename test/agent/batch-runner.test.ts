@@ -2,10 +2,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BatchRunner, type Result } from '../../src/agent/batch-runner.js';
-import type { BatchResult, EngineJob, LoadedModel } from '../../src/agent/engines/core/engine.js';
-import { InputPictures } from '../../src/agent/input-pictures.js';
-import type { Residency } from '../../src/agent/residency.js';
+import { BatchRunner, type Result } from '../../src/agent/batches/batch-runner.js';
+import type { BatchResult, EngineJob, LoadedModel } from '../../src/agent/core/engine.js';
+import { InputPictures } from '../../src/agent/batches/input-pictures.js';
+import type { Residency } from '../../src/agent/models/residency.js';
 import type { AgentMessage, ModelManifest, OrchestratorMessage } from '../../src/protocol/index.js';
 import { ServerTrust } from '../../src/tls-client/index.js';
 

@@ -4,7 +4,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
 import { ComfyUiEngine } from '../../src/agent/engines/comfyui/index.js';
-import type { EngineJob, JobOutput, Progress } from '../../src/agent/engines/core/engine.js';
+import type { EngineJob, JobOutput, Progress } from '../../src/agent/core/engine.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../helpers/mesh.js';
 import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
 import { ComfyUiEngine } from '../../src/agent/engines/comfyui/index.js';
-import type { Engine, JobOutput } from '../../src/agent/engines/core/engine.js';
+import type { Engine, JobOutput } from '../../src/agent/core/engine.js';
 import { ExecEngine, LocalCommandRunner } from '../../src/agent/engines/exec/index.js';
 import { OpenAiImagesEngine } from '../../src/agent/engines/openai-images/index.js';
 import { SdcppEngine } from '../../src/agent/engines/sdcpp/index.js';

@@ -2,7 +2,7 @@ import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { BatchResult, Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/engines/core/engine.js';
+import type { BatchResult, Engine, EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/core/engine.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDir } from '../helpers/mesh.js';
 

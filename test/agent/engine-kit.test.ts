@@ -10,8 +10,8 @@ import { errorForStatus, serverMessage, ServerError } from '../../src/agent/engi
 import { ServerModel, type ServerBatch } from '../../src/agent/engines/kit/server.js';
 import { splitLines } from '../../src/agent/engines/kit/lines.js';
 import { pngFromBase64 } from '../../src/agent/engines/kit/png.js';
-import { Backoff } from '../../src/agent/engines/kit/timing.js';
-import { EngineError, type EngineJob, type Progress } from '../../src/agent/engines/core/engine.js';
+import { Backoff } from '../../src/net/backoff.js';
+import { EngineError, type EngineJob, type Progress } from '../../src/agent/core/engine.js';
 import { parseStepLines, StepLineTracker } from '../../src/agent/engines/sdcpp/step-lines.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 

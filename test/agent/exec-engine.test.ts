@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { BatchResult, EngineJob, JobOutput, Progress } from '../../src/agent/engines/core/engine.js';
+import type { BatchResult, EngineJob, JobOutput, Progress } from '../../src/agent/core/engine.js';
 import { ExecEngine, GovernedCommandRunner, LocalCommandRunner, splitCommand } from '../../src/agent/engines/exec/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../helpers/mesh.js';

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { HostConfig } from '../../src/agent/host-config.js';
+import { HostConfig } from '../../src/agent/models/host-config.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { tempDirsPerTest } from '../helpers/mesh.js';
 

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { InputPictures } from '../../src/agent/input-pictures.js';
+import { InputPictures } from '../../src/agent/batches/input-pictures.js';
 
 const digestOf = (bytes: Buffer): string => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 const png = (width: number, height: number, colour: string): Promise<Buffer> =>

@@ -1,10 +1,10 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { Engine, LoadedModel } from '../../src/agent/engines/core/engine.js';
-import { LoadRequests } from '../../src/agent/load-requests.js';
-import { ModelCache } from '../../src/agent/model-cache.js';
-import { Residency } from '../../src/agent/residency.js';
+import type { Engine, LoadedModel } from '../../src/agent/core/engine.js';
+import { LoadRequests } from '../../src/agent/models/load-requests.js';
+import { ModelCache } from '../../src/agent/models/model-cache.js';
+import { Residency } from '../../src/agent/models/residency.js';
 import { sha256Digest, type AgentMessage, type ModelManifest } from '../../src/protocol/index.js';
 import { tempDir } from '../helpers/mesh.js';
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { EngineJob, JobOutput, Progress } from '../../src/agent/engines/core/engine.js';
+import type { EngineJob, JobOutput, Progress } from '../../src/agent/core/engine.js';
 import { OipEngine } from '../../src/agent/engines/oip/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { linear } from '../fixtures/standins/linear-layer.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { LoadedModel } from '../../src/agent/engines/core/engine.js';
+import type { LoadedModel } from '../../src/agent/core/engine.js';
 import { OnnxEngine, workerEnv } from '../../src/agent/engines/onnx/engine.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/builtin-models/index.js';

@@ -3,11 +3,11 @@ import { existsSync, readFileSync, statSync, truncateSync, utimesSync, writeFile
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { BatchMemory, Engine, LoadedModel } from '../../src/agent/engines/core/engine.js';
+import type { BatchMemory, Engine, LoadedModel } from '../../src/agent/core/engine.js';
 import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
-import { ModelCache } from '../../src/agent/model-cache.js';
-import { Residency } from '../../src/agent/residency.js';
-import { HostConfig } from '../../src/agent/host-config.js';
+import { ModelCache } from '../../src/agent/models/model-cache.js';
+import { Residency } from '../../src/agent/models/residency.js';
+import { HostConfig } from '../../src/agent/models/host-config.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../src/builtin-models/index.js';
@@ -492,7 +492,7 @@ describe('residency: server models (no file, an idle window of their own)', () =
     const models = new Residency({
       engines: new Map([['sdcpp', engine]]), devices: () => [cpuDevice(1024)], cache: new ModelCache(tempDir(), server.fetchBlob), log, hostConfig: DECLARES_SD,
       events: { loaded: (model) => events.push(`+${model.model}`), unloaded: (model) => events.push(`-${model.model}`) },
-      now: () => clock.now(), timers: clock,
+      clock,
     });
     let waited = 0;
     const first = await models.acquire(served, () => waited++);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RestartBackoff } from '../../src/agent/restart-backoff.js';
+import { RestartBackoff } from '../../src/agent/models/restart-backoff.js';
 
 describe('restart backoff after engine crashes', () => {
   it('restarts at once after one crash, then doubles the pause for each crash in a row, up to the cap', () => {

@@ -1,7 +1,7 @@
 import sharp from 'sharp';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/engines/core/engine.js';
+import type { EngineJob, JobOutput, LoadedModel, Progress } from '../../src/agent/core/engine.js';
 import { SdcppEngine } from '../../src/agent/engines/sdcpp/index.js';
 import type { ModelManifest } from '../../src/protocol/index.js';
 import { waitFor } from '../helpers/mesh.js';

@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import sharp from 'sharp';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../src/agent/devices.js';
-import type { JobOutput, OutputOnDisk } from '../../src/agent/engines/core/engine.js';
+import type { JobOutput, OutputOnDisk } from '../../src/agent/core/engine.js';
 import { OnnxEngine } from '../../src/agent/engines/onnx/engine.js';
 import { Governor } from '../../src/agent/governance/governor.js';
 import { Supervisor } from '../../src/agent/governance/supervisor.js';

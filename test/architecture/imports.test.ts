@@ -5,9 +5,12 @@ import { ROOT } from '../helpers/mesh.js';
 
 /**
  * The import graph of `src/`, folder by folder (each side's public entry a node of its own, see ENTRIES), read from the
- * sources themselves: every `import … from`, `export … from` and `import()` of a relative path. Two rules (docs/architecture.md, "Module map"): `protocol/` is the only
- * ground the orchestrator and the agent share — neither imports the other — and no folder depends, through any
- * chain, on a folder that depends on it.
+ * sources themselves: every `import … from`, `export … from` and `import()` of a relative path. The rules
+ * (docs/architecture.md, "Module map"): `protocol/` is the only ground the orchestrator and the agent share — neither
+ * imports the other —; no folder depends, through any chain, on a folder that depends on it; and no arrow points up:
+ * `net/` (the HTTP client, the backoff, the link's plumbing) builds on `protocol/` alone, and in the agent `core/` (the
+ * engine contract, EngineError, timers) imports no other agent folder while `governance/` and `video/`, below the
+ * engines, import none of `engines/`.
  */
 const SRC = join(ROOT, 'src');
 const SPECIFIER = /(?:import|export)\s[^'";]*?from\s+['"](\.{1,2}\/[^'"]+)['"]|import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
@@ -94,6 +97,20 @@ describe('the import graph of src/', () => {
       }
     }
     expect(crossings).toEqual([]);
+  });
+
+  it('no arrow points up: net/ builds on protocol/ alone; agent/core/ on no other agent folder; governance/ and video/ on no engine', () => {
+    const upward: string[] = [];
+    const within = (folder: string, root: string): boolean => folder === root || folder.startsWith(`${root}/`);
+    for (const [from, edges] of graph) {
+      for (const [to, example] of edges) {
+        const up = (within(from, 'net') && !within(to, 'protocol'))
+          || (within(from, 'agent/core') && within(to, 'agent'))
+          || ((within(from, 'agent/governance') || within(from, 'agent/video')) && within(to, 'agent/engines'));
+        if (up) upward.push(example);
+      }
+    }
+    expect(upward).toEqual([]);
   });
 
   it('no folder depends on itself through other folders', () => {

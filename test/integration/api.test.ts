@@ -106,7 +106,7 @@ describe('bad input gets a clear 4xx', () => {
 
 describe('one job, end to end', () => {
   it('streams queued, dispatched, per-step progress and succeeded, and publishes a verified PNG', async () => {
-    // 256×256 so the job outlives the agent's report delay (agent/batch-reports.ts): a job that ends sooner sends no progress.
+    // 256×256 so the job outlives the agent's report delay (agent/batches/batch-reports.ts): a job that ends sooner sends no progress.
     const { job, events } = await runToEnd(image({ prompt: 'a lighthouse at dusk', seed: 7, steps: 4, width: 256, height: 256 }));
     const types = events.map((event) => event.type);
     expect(types[0]).toBe('queued');

@@ -32,7 +32,7 @@ describe('gpumesh CLI', () => {
   });
 
   it('submit --wait shows progress, prints the artifact URL and saves the file', async () => {
-    // 256×256 so the job outlives the agent's report delay (agent/batch-reports.ts): a job that ends sooner sends no progress.
+    // 256×256 so the job outlives the agent's report delay (agent/batches/batch-reports.ts): a job that ends sooner sends no progress.
     const result = await gpumeshRun(['submit', '--type', 'image', '--prompt', 'a lighthouse at dusk', '--seed', '5', '--size', '256x256', '--steps', '3', '--wait', '--out', out], env);
     expect(result.code, result.output).toBe(0);
     expect(result.output).toMatch(/step 3\/3/);

@@ -1,5 +1,5 @@
 import { withFramesFromImages } from '../video/frames-from-images.js';
-import type { Engine } from './core/engine.js';
+import type { Engine } from '../core/engine.js';
 import { ENGINE_NAMES } from '../../protocol/engines/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { EngineModule, EngineServices } from './kit/module.js';

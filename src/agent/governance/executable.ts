@@ -1,6 +1,6 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { EngineError } from '../engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 
 /**
  * The program a command names is not on this host (or not executable). Not retryable here, but another host may

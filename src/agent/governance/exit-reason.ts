@@ -1,5 +1,5 @@
 import { formatError } from '../../protocol/index.js';
-import { EngineError } from '../engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 import type { OomCount } from './cgroups/driver.js';
 
 /** How a governed process ended, as the kernel and the agent saw it. */

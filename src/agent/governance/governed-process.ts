@@ -1,12 +1,12 @@
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import type { Writable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { EngineError } from '../engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 import type { CgroupDriver, CgroupLimits, ProcessCgroup } from './cgroups/driver.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { ProcessEnd, StopCause } from './exit-reason.js';
 import type { EngineIdentity } from './engine-user.js';
+import { moment } from '../core/timers.js';
 
 export type StdioSlot = 'pipe' | 'ignore' | 'inherit' | 'ipc';
 
@@ -82,7 +82,7 @@ export class GovernedProcess {
           ? cgroup.destroy().catch((error: unknown) => log.warn({ engine: name, pid: this.pid, err: error }, 'could not remove the engine cgroup'))
           : Promise.resolve();
         // Its group and cgroup are dead, so the pipes close; a process that escaped both (no cgroups) may hold them: stop waiting.
-        const drained = cleanup.then(() => Promise.race([closed, sleep(PIPE_DRAIN_MS, undefined, { ref: false })])).then(() => {
+        const drained = cleanup.then(() => Promise.race([closed, moment(PIPE_DRAIN_MS)])).then(() => {
           child.stdout?.destroy();
           child.stderr?.destroy();
         });

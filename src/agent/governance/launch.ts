@@ -1,4 +1,4 @@
-import { EngineError } from '../engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 import { buildArgv, expandString, TemplateError, type Variables } from './command-template.js';
 import { resolveExecutable } from './executable.js';
 

@@ -1,4 +1,5 @@
-import { request } from 'node:http';
+import { Backoff } from '../../net/backoff.js';
+import { httpRequest } from '../../net/http-client.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { LogTail } from './log-tail.js';
 
@@ -7,16 +8,13 @@ export class NotReadyError extends Error {
 }
 
 /** One GET; true for a 2xx. Each poll has its own deadline, so a server that accepts and never answers cannot stall the check. */
-function probe(url: URL, timeoutMs: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const req = request(url, { method: 'GET', agent: false, timeout: timeoutMs }, (res) => {
-      res.resume();
-      resolve(res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300);
-    });
-    req.on('timeout', () => req.destroy());
-    req.on('error', () => resolve(false));
-    req.end();
-  });
+async function probe(url: URL, timeoutMs: number): Promise<boolean> {
+  try {
+    const answer = await httpRequest(url, { agent: false, timeoutMs });
+    return answer.status >= 200 && answer.status < 300;
+  } catch {
+    return false; // refused, dropped or silent: not ready yet
+  }
 }
 
 /** The first pause between readiness polls; each further one doubles, up to the configured interval. */
@@ -27,12 +25,8 @@ const FIRST_POLL_PAUSE_MS = 5;
  * within a few ms of it rather than at the next fixed 200 ms tick (a cold start's ready phase would otherwise be
  * rounded up to the interval), and one that takes minutes is still polled only every `intervalMs`.
  */
-export function* pollPauses(intervalMs: number): Generator<number, never> {
-  let pause = Math.min(FIRST_POLL_PAUSE_MS, intervalMs);
-  for (;;) {
-    yield pause;
-    pause = Math.min(intervalMs, pause * 2);
-  }
+export function pollPauses(intervalMs: number): Backoff {
+  return new Backoff({ initialMs: Math.min(FIRST_POLL_PAUSE_MS, intervalMs), maxMs: intervalMs });
 }
 
 /**
@@ -61,7 +55,7 @@ export async function waitForHttp(url: URL, options: { timeoutMs: number; interv
       last = 'the last poll failed or timed out';
       // A line printed while that poll was out is news too: poll again at once.
       if (spoke) continue;
-      await pause(Math.min(pauses.next().value, Math.max(0, deadline - options.clock.now())), options.clock, options.signal, (early) => (wake = early));
+      await pause(Math.min(pauses.next(), Math.max(0, deadline - options.clock.now())), options.clock, options.signal, (early) => (wake = early));
       wake = null;
     }
   } finally {

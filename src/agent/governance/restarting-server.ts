@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { formatError } from '../../protocol/index.js';
-import { EngineError } from '../engines/core/engine.js';
+import { EngineError } from '../core/engine.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import { describeExit, exitError, type ExitReason } from './exit-reason.js';
 import type { ManagedServer } from './managed-server.js';

@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
-import type { EngineError } from '../engines/core/engine.js';
+import type { EngineError } from '../core/engine.js';
 import { classifyExit, exitError } from './exit-reason.js';
 import { Governor } from './governor.js';
 import type { GovernedProcess } from './governed-process.js';

@@ -1,6 +1,6 @@
 import type { ClipEncoder, ClipEncoding } from './encoder.js';
 import { FFMPEG_HINT } from './ffmpeg.js';
-import { EngineError, type BatchMemory, type BatchResult, type EngineJob, type JobOutput, type Progress } from '../engines/core/engine.js';
+import { EngineError, type BatchMemory, type BatchResult, type EngineJob, type JobOutput, type Progress } from '../core/engine.js';
 
 /** Takes one frame of a job's clip, in order; resolves when the frame is in its encoder's pipe. */
 export type FrameSink = (jobId: string, index: number, rgb: Uint8Array) => Promise<void>;

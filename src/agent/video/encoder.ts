@@ -4,9 +4,8 @@ import { mkdir, readdir, rm, rmdir, stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { EngineError, type OutputOnDisk } from '../engines/core/engine.js';
+import { EngineError, type OutputOnDisk } from '../core/engine.js';
 import { classifyExit, describeExit, exitError, type ProcessEnd } from '../governance/exit-reason.js';
 import type { GovernedProcess } from '../governance/governed-process.js';
 import type { Governor } from '../governance/governor.js';
@@ -14,6 +13,7 @@ import { LogTail } from '../governance/log-tail.js';
 import { ProcessLimits, type EngineLimits } from '../../protocol/engines/process-settings.js';
 import { FFMPEG_HINT, ffmpegArgs, type ClipShape } from './ffmpeg.js';
 import { alive } from '../governance/cgroups/cgroupfs.js';
+import { moment } from '../core/timers.js';
 
 export interface VideoEncoderOptions {
   governor: Governor;
@@ -147,7 +147,7 @@ export class VideoEncoder implements ClipEncoder {
     };
     /** A write that failed: ffmpeg stopped reading (it exited, or is exiting); wait briefly for its exit, which says why. */
     const failure = async (): Promise<EngineError> => {
-      const end = governed.end ?? await Promise.race([governed.ended, sleep(2000, null, { ref: false })]);
+      const end = governed.end ?? await Promise.race([governed.ended, moment(2000)]);
       if (end) return exitFailure(end);
       await governed.stop(2000, governor.clock);
       return new EngineError('ENGINE_FAILED', `ffmpeg (pid ${governed.pid}) stopped reading its frames: ${pipeError?.message ?? 'its input closed'}`);

@@ -1,6 +1,6 @@
 import sharp from 'sharp';
 import type { ModelManifest } from '../../protocol/index.js';
-import { EngineError, type BatchMemory, type BatchResult, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../engines/core/engine.js';
+import { EngineError, type BatchMemory, type BatchResult, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../core/engine.js';
 import { encodeClips, type FrameSink } from './clips.js';
 import type { ClipEncoder } from './encoder.js';
 

@@ -52,8 +52,8 @@ interface Endpoint {
  */
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
 
-/** Error codes of a connection that was never made: nothing of the request left this machine. */
-const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'UND_ERR_CONNECT_TIMEOUT']);
+/** Error codes of a connection that was never made: nothing of the request left this machine (net/http-client.ts's CONNECT_TIMEOUT too). */
+const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'CONNECT_TIMEOUT']);
 
 /** The code of a network error, wherever fetch (undici: `cause`, or an AggregateError of addresses) or node:http put it. */
 function networkCode(error: unknown): string | undefined {

@@ -2,6 +2,7 @@ import { createReadStream } from 'node:fs';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
+import { httpFetch } from '../../net/http-client.js';
 import type { BlobStore } from '../blobs/blob-store.js';
 
 /** How a file looked when it was imported: the same size, times and inode mean the same bytes (as in the agent's model cache). */
@@ -25,10 +26,11 @@ interface Imported {
 export class ModelFiles {
   readonly #store: BlobStore;
   readonly #indexPath: string;
-  readonly #fetch: typeof fetch;
+  readonly #fetch: (url: string) => Promise<Response>;
   #index: Record<string, Imported> | null = null;
 
-  constructor(store: BlobStore, blobsDir: string, fetchImpl: typeof fetch = fetch) {
+  /** `fetchImpl`: how a URL is downloaded; default the mesh's HTTP client, following redirects (a model hub's CDN). */
+  constructor(store: BlobStore, blobsDir: string, fetchImpl: (url: string) => Promise<Response> = (url) => httpFetch(url, { redirects: 20 })) {
     this.#store = store;
     this.#indexPath = join(blobsDir, 'imports.json');
     this.#fetch = fetchImpl;

@@ -1,6 +1,5 @@
-import {
-  CircuitState, ConsecutiveBreaker, CountBreaker, ExponentialBackoff, noJitterGenerator, type IBackoff, type IBreaker,
-} from 'cockatiel';
+import { CircuitState, ConsecutiveBreaker, CountBreaker, type IBreaker } from 'cockatiel';
+import { Backoff } from '../../net/backoff.js';
 import type { BreakerView } from '../../protocol/api/index.js';
 import type { BreakerState } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
@@ -45,8 +44,8 @@ const TO_STATE: Record<CircuitState, BreakerState> = {
 /**
  * One circuit breaker, on cockatiel's parts: its `ConsecutiveBreaker` (n
  * failures in a row) and `CountBreaker` (a failure ratio over the last
- * outcomes) decide when to open, and its `ExponentialBackoff` (no jitter)
- * gives the open periods, doubling while it keeps failing.
+ * outcomes) decide when to open, and its exponential backoff (no jitter,
+ * net/backoff.ts) gives the open periods, doubling while it keeps failing.
  *
  * The state machine is ours rather than cockatiel's `CircuitBreakerPolicy`,
  * which wraps a call it awaits: here the call is a batch sent over a link
@@ -63,9 +62,9 @@ export class Breaker {
   readonly #policy: BreakerPolicy;
   readonly #onChange: (transition: BreakerTransition) => void;
   readonly #counts: EitherBreaker;
-  readonly #openPeriods: ExponentialBackoff<number>;
+  /** How long each opening lasts: from `openForS`, doubling with each opening in a row; reset when it closes. */
+  readonly #openPeriods: Backoff;
   #state = CircuitState.Closed;
-  #backoff: IBackoff<unknown> | null = null;
   #openUntil: number | null = null;
   #timer: Timer | null = null;
   #opens = 0;
@@ -81,9 +80,7 @@ export class Breaker {
       new ConsecutiveBreaker(policy.failuresToOpen),
       new CountBreaker({ threshold: policy.failureRatio, size: policy.window, minimumNumberOfCalls: policy.minCalls }),
     );
-    this.#openPeriods = new ExponentialBackoff({
-      generator: noJitterGenerator, initialDelay: policy.openForS * 1000, maxDelay: policy.maxOpenForS * 1000,
-    });
+    this.#openPeriods = new Backoff({ initialMs: policy.openForS * 1000, maxMs: policy.maxOpenForS * 1000 });
   }
 
   get state(): BreakerState {
@@ -106,7 +103,7 @@ export class Breaker {
     if (this.#trialSuccesses < this.#policy.successesToClose) return;
     this.#counts.success(CircuitState.HalfOpen); // resets the window and the run of failures
     this.#state = CircuitState.Closed;
-    this.#backoff = null;
+    this.#openPeriods.reset();
     this.#opens = 0;
     this.#trialSuccesses = 0;
     this.#onChange({ to: 'closed' });
@@ -138,8 +135,7 @@ export class Breaker {
   }
 
   #open(reason: string): void {
-    this.#backoff = this.#backoff ? this.#backoff.next(undefined) : this.#openPeriods.next();
-    const openForMs = this.#backoff.duration;
+    const openForMs = this.#openPeriods.next();
     this.#state = CircuitState.Open;
     this.#opens++;
     this.#trialSuccesses = 0;

@@ -12,9 +12,9 @@ import { pollPauses, waitForHttp } from '../../../src/agent/governance/readiness
 describe('readiness polling', () => {
   it('pauses 5, 10, 20 … ms, doubling up to the interval and staying there', () => {
     const pauses = pollPauses(200);
-    expect(Array.from({ length: 8 }, () => pauses.next().value)).toEqual([5, 10, 20, 40, 80, 160, 200, 200]);
+    expect(Array.from({ length: 8 }, () => pauses.next())).toEqual([5, 10, 20, 40, 80, 160, 200, 200]);
     const short = pollPauses(3);
-    expect([short.next().value, short.next().value]).toEqual([3, 3]);
+    expect([short.next(), short.next()]).toEqual([3, 3]);
   });
 
   // A real server that answers 503 until its fifth request; a clock that records each pause and ends it at once.

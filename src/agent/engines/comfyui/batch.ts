@@ -1,7 +1,8 @@
 import { formatError, type ErrorCode } from '../../../protocol/index.js';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../core/engine.js';
+import { sleep, type Clock } from '../../../protocol/clock.js';
+import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../../core/engine.js';
 import { BatchProgress } from '../kit/batch-progress.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import type { ServerBatch } from '../kit/server.js';
@@ -35,7 +36,11 @@ export interface BatchDeps {
   workflow: ResolvedWorkflow;
   settings: ComfyUiSettings;
   log: Logger;
+  /** For the batch's deadline and the pauses between polls. */
+  clock: Clock;
 }
+
+const NEVER_ABORTED = new AbortController().signal;
 
 /** Messages for prompts whose POST /prompt has not answered yet are kept (at most this many) and replayed. */
 const MAX_EARLY_MESSAGES = 10_000;
@@ -86,12 +91,12 @@ export class ComfyBatch implements ServerBatch {
       this.#deps.log.warn({ server: client.url, reason }, 'ComfyUI WebSocket dropped mid-batch; polling /history instead');
       void this.#poll();
     });
-    const deadline = setTimeout(() => this.#timeOut(), settings.timeoutMs);
+    const deadline = this.#deps.clock.setTimer(settings.timeoutMs, () => this.#timeOut());
     try {
       for (const state of this.#states) await this.#submit(state);
       await Promise.all(this.#states.map((state) => state.settled));
     } finally {
-      clearTimeout(deadline);
+      deadline.cancel();
       this.#ended = true;
       socket.close();
     }
@@ -231,7 +236,7 @@ export class ComfyBatch implements ServerBatch {
     const { client, settings } = this.#deps;
     let failures = 0;
     while (!this.#ended && this.#states.some((state) => state.phase !== 'done')) {
-      await new Promise((resolve) => setTimeout(resolve, settings.pollIntervalMs));
+      await sleep(this.#deps.clock, settings.pollIntervalMs, NEVER_ABORTED);
       try {
         await this.#pollOnce();
         failures = 0;

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
+import type { Clock } from '../../../protocol/clock.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../../core/engine.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
 import { parseSettings } from '../kit/settings.js';
@@ -44,7 +45,7 @@ export class ComfyUiEngine extends ServerEngine {
       }
       const log = this.log.child({ engine: this.name, model: manifest.name, server: endpoint.url });
       const memoryMB = Math.max(manifest.memoryMB, torchMemoryMB(stats), 1);
-      return new ComfyModel({ manifest, device, memoryMB, endpoint, client, workflow, settings, log });
+      return new ComfyModel({ manifest, device, memoryMB, endpoint, client, workflow, settings, log, clock: this.clock });
     });
   }
 }
@@ -54,6 +55,7 @@ interface ComfyModelOptions extends ServerModelOptions {
   workflow: ResolvedWorkflow;
   settings: ComfyUiSettings;
   log: Logger;
+  clock: Clock;
 }
 
 /** A workflow on a ComfyUI server: a batch is one prompt per job; unloading asks ComfyUI to free its models (`freeOnUnload`). */
@@ -66,8 +68,8 @@ class ComfyModel extends ServerModel {
   }
 
   protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): ComfyBatch {
-    const { client, workflow, settings, log } = this.#options;
-    return new ComfyBatch({ model: this.manifest.name, client, workflow, settings, log }, jobs, onProgress);
+    const { client, workflow, settings, log, clock } = this.#options;
+    return new ComfyBatch({ model: this.manifest.name, client, workflow, settings, log, clock }, jobs, onProgress);
   }
 
   protected override async release(): Promise<void> {

@@ -3,7 +3,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
 import type { ModelManifest } from '../../../protocol/index.js';
 import { WorkflowNode, type ComfyUiSettings, type NamedInput, type Target, type Workflow } from '../../../protocol/engines/comfyui.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 
 /** The workflow and where each named input goes, checked against each other. */
 export interface ResolvedWorkflow {

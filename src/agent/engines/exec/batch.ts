@@ -1,7 +1,7 @@
 import type { ErrorCode } from '../../../protocol/index.js';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { EngineJob, JobOutput, Progress } from '../core/engine.js';
+import type { EngineJob, JobOutput, Progress } from '../../core/engine.js';
 import { BatchProgress } from '../kit/batch-progress.js';
 import { collectOutputs } from './outputs.js';
 import type { CommandResult, CommandRunner } from './runner.js';

@@ -3,7 +3,7 @@ import { access } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../core/engine.js';
+import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../../core/engine.js';
 import { parseSettings } from '../kit/settings.js';
 import { ExecBatch } from './batch.js';
 import { LocalCommandRunner, type CommandRunner } from './runner.js';

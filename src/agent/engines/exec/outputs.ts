@@ -1,6 +1,6 @@
 import { lstat, readdir, readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import type { OutputFile } from '../core/engine.js';
+import type { OutputFile } from '../../core/engine.js';
 import { describeOutput } from '../kit/media.js';
 
 /** The JSON result a command may leave next to its files. */

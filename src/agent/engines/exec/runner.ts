@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { workClock, type Clock, type Timer } from '../../../protocol/clock.js';
 
 /** One command to run. */
 export interface CommandSpec {
@@ -110,7 +111,15 @@ export class StdoutLines {
  * running in its group is killed too — a batch leaves nothing behind.
  */
 export class LocalCommandRunner implements CommandRunner {
+  readonly #clock: Clock;
+
+  /** `clock`: for the command's timeout and kill grace (a fake in tests). Default: real time, keeping the process alive. */
+  constructor(clock: Clock = workClock) {
+    this.#clock = clock;
+  }
+
   run(spec: CommandSpec, hooks: CommandHooks = {}): Promise<CommandResult> {
+    const clock = this.#clock;
     return new Promise((resolve) => {
       const stdoutTail = new Tail(spec.maxOutputBytes);
       const stderrTail = new Tail(spec.maxOutputBytes);
@@ -124,14 +133,14 @@ export class LocalCommandRunner implements CommandRunner {
         if (!child.pid) return;
         try { process.kill(-child.pid, signal); } catch { /* the group is gone */ }
       };
-      let killTimer: NodeJS.Timeout | null = null;
+      let killTimer: Timer | null = null;
       const stop = (why: 'timeout' | 'cancelled'): void => {
         if (stopped || child.exitCode !== null || child.signalCode !== null) return;
         stopped = why;
         signalGroup('SIGTERM');
-        killTimer = setTimeout(() => signalGroup('SIGKILL'), spec.killGraceMs);
+        killTimer = clock.setTimer(spec.killGraceMs, () => signalGroup('SIGKILL'));
       };
-      const timeout = setTimeout(() => stop('timeout'), spec.timeoutMs);
+      const timeout = clock.setTimer(spec.timeoutMs, () => stop('timeout'));
       const onAbort = (): void => stop('cancelled');
       if (hooks.signal?.aborted) queueMicrotask(onAbort);
       else hooks.signal?.addEventListener('abort', onAbort, { once: true });
@@ -149,20 +158,20 @@ export class LocalCommandRunner implements CommandRunner {
       child.once('error', (error) => {
         spawnError = error.message;
       });
-      let closeGuard: NodeJS.Timeout | null = null;
+      let closeGuard: Timer | null = null;
       child.once('exit', () => {
         // What the leader left behind in its group goes with it.
         signalGroup('SIGKILL');
         // A process that left the group may still hold our pipes; do not wait on it forever.
-        closeGuard = setTimeout(() => {
+        closeGuard = clock.setTimer(spec.killGraceMs, () => {
           child.stdout?.destroy();
           child.stderr?.destroy();
-        }, spec.killGraceMs);
+        });
       });
       child.once('close', (exitCode, signal) => {
-        clearTimeout(timeout);
-        if (killTimer) clearTimeout(killTimer);
-        if (closeGuard) clearTimeout(closeGuard);
+        timeout.cancel();
+        killTimer?.cancel();
+        closeGuard?.cancel();
         hooks.signal?.removeEventListener('abort', onAbort);
         lines.end();
         resolve({ exitCode, signal, stopped, spawnError, oom: null, stdoutTail: stdoutTail.toString(), stderrTail: stderrTail.toString() });

@@ -1,4 +1,4 @@
-import type { Progress } from '../core/engine.js';
+import type { Progress } from '../../core/engine.js';
 
 interface JobProgress {
   /** Steps of phases this job already finished (a workflow may run several progress-reporting nodes). */

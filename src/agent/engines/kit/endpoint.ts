@@ -1,7 +1,7 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../core/engine.js';
+import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../../core/engine.js';
 import type { LaunchSettings } from '../../../protocol/engines/server-settings.js';
+import { moment } from '../../core/timers.js';
 
 /**
  * How a server that the agent started ended when nobody asked it to: a
@@ -58,7 +58,7 @@ export interface EndpointRequest {
 
 /**
  * Starts (or finds) the server for one model on one device and resolves once it is ready. The agent's
- * ServerLauncher implements it with process governance (agent/server-launcher.ts); tests may
+ * ServerLauncher implements it with process governance (agent/models/server-launcher.ts); tests may
  * plug in their own. Called when the model's settings name no `url`.
  */
 export type EndpointProvider = (request: EndpointRequest) => Promise<ServerEndpoint>;
@@ -105,7 +105,7 @@ export function watchServer(loaded: LoadedModel, endpoint: ServerEndpoint): Load
   failure.catch(() => {});
   /** The server's exit error if it is gone (or goes within a moment); null while it runs. */
   const exitError = async (): Promise<EngineError | null> => {
-    const exit = await Promise.race([ended, sleep(EXIT_GRACE_MS, null, { ref: false })]);
+    const exit = await Promise.race([ended, moment(EXIT_GRACE_MS)]);
     return exit?.error ?? null;
   };
   return {

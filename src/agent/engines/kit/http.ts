@@ -1,17 +1,13 @@
-import http from 'node:http';
-import https from 'node:https';
 import type { z } from 'zod';
-import { sleep, workClock, type Clock } from '../../../protocol/clock.js';
+import type { BackoffOptions } from '../../../net/backoff.js';
+import { HttpFailure, httpRequest, retrying, type HttpAnswer } from '../../../net/http-client.js';
+import { workClock, type Clock } from '../../../protocol/clock.js';
 import { JobStopped } from './job-batch.js';
 import { badReply, busyError, errorForStatus, ServerError, timeoutError, unreachableError, type RequestContext } from './server-error.js';
-import { Backoff, retryAfterMs, type BackoffOptions } from './timing.js';
+import { retryAfterMs } from './timing.js';
 
 /** A whole answer, whatever its status. */
-export interface HttpReply {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  bytes: Buffer;
-  text: string;
+export interface HttpReply extends HttpAnswer {
   /** The body parsed as JSON; undefined when it is empty or not JSON. */
   json: unknown;
 }
@@ -85,12 +81,10 @@ const NEVER_ABORTED = new AbortController().signal;
 const isOk = (status: number): boolean => status >= 200 && status < 300;
 
 /**
- * The HTTP client of every engine that talks to a server. Over node:http, not fetch: fetch's built-in
- * five-minute header and body timeouts would cut off a synchronous generation that takes longer, and it reports
- * a connection dropped mid-answer no differently from one never made. Every failure is a {@link ServerError}
- * (an `EngineError` with a registry code, and the status, the server's own message and body where there was an
- * answer). Busy answers, and failed connections of idempotent requests, are sent again as the
- * {@link RetryPolicy} says — the one place engines retry requests.
+ * The HTTP client of every engine that talks to a server, over the mesh's one HTTP client (net/http-client.ts).
+ * Every failure is a {@link ServerError} (an `EngineError` with a registry code, and the status, the server's own
+ * message and body where there was an answer). Busy answers, and failed connections of idempotent requests, are
+ * sent again as the {@link RetryPolicy} says — the one place engines retry requests.
  */
 export class ServerHttp {
   readonly #options: ServerHttpOptions;
@@ -123,38 +117,44 @@ export class ServerHttp {
     const context = this.#context(`${method} ${url === path ? new URL(url).pathname : path}`, url);
     const timeoutMs = options.timeoutMs ?? this.#options.timeoutMs;
     const clock = this.#clock;
-    const backoff = new Backoff(policy.backoff);
     const started = clock.now();
     /** The last busy answer: what the request fails with if time runs out while waiting. */
     let refused: ServerError | null = null;
-    const wait = async (ms: number): Promise<void> => {
-      try {
-        await sleep(clock, ms, signal);
-      } catch (error) {
-        // Time ran out during a wait for a busy server: the full queue is the story, not the clock.
-        if (refused && ranOutOfTime(signal)) throw busyError(refused, context, clock.now() - started);
-        throw error;
-      }
-    };
-    for (let attempt = 0; ; attempt++) {
-      let reply: HttpReply;
-      try {
-        reply = await exchange({ method, url, json: options.json, body: options.body, headers: options.headers, signal, timeoutMs, idempotent }, context);
-      } catch (error) {
-        if (refused && ranOutOfTime(signal)) throw busyError(refused, context, clock.now() - started);
-        if (!(error instanceof ServerError) || !idempotent || attempt >= policy.retries) throw error;
-        await wait(backoff.next());
-        continue;
-      }
-      if (isOk(reply.status)) return reply;
-      const error = errorForStatus(reply, context);
-      if (!policy.busy.includes(reply.status) || attempt >= policy.retries) throw error;
-      refused = error;
-      const header = reply.headers['retry-after'];
-      const told = retryAfterMs(Array.isArray(header) ? header[0]! : header ?? null, clock.now()) ?? 0;
-      const ms = Math.min(policy.maxWaitMs, Math.max(backoff.next(), told));
-      if (clock.now() + ms >= policy.deadlineAt) throw busyError(error, context, clock.now() - started);
-      await wait(ms);
+    const outOfTime = (): ServerError => busyError(refused!, context, clock.now() - started);
+    const payload = options.json !== undefined ? Buffer.from(JSON.stringify(options.json)) : options.body;
+    const headers = { accept: 'application/json', ...(options.json !== undefined ? { 'content-type': 'application/json' } : {}), ...options.headers };
+    try {
+      return await retrying<HttpReply>({ retries: policy.retries, backoff: policy.backoff, clock, signal }, async () => {
+        let reply: HttpReply;
+        try {
+          // A request that is not idempotent goes on a connection of its own, never a pooled one the server may have
+          // closed while idle, so it is never sent twice (it may already have queued work).
+          reply = withJson(await httpRequest(url, { method, headers, body: payload, signal, timeoutMs, idempotent, ...(idempotent ? {} : { agent: false }) }));
+        } catch (error) {
+          // Time ran out during a request to a busy server: the full queue is the story, not the clock.
+          if (refused && ranOutOfTime(signal)) return { failure: outOfTime(), retry: false };
+          const failure = asServerError(error, context, timeoutMs);
+          return { failure, retry: failure instanceof ServerError && idempotent };
+        }
+        if (isOk(reply.status)) return { value: reply };
+        const error = errorForStatus(reply, context);
+        if (!policy.busy.includes(reply.status)) return { failure: error, retry: false };
+        refused = error;
+        const header = reply.headers['retry-after'];
+        const told = retryAfterMs(Array.isArray(header) ? header[0]! : header ?? null, clock.now()) ?? 0;
+        return {
+          failure: error, retry: true,
+          wait: (backoffMs) => {
+            const ms = Math.min(policy.maxWaitMs, Math.max(backoffMs, told));
+            if (clock.now() + ms >= policy.deadlineAt) throw busyError(error, context, clock.now() - started);
+            return ms;
+          },
+        };
+      });
+    } catch (error) {
+      // Time ran out during a wait for a busy server: the full queue is the story, not the clock.
+      if (refused && error === signal.reason && ranOutOfTime(signal)) throw outOfTime();
+      throw error;
     }
   }
 
@@ -186,17 +186,15 @@ export class ServerHttp {
   async untilAnswered(path: string, timeoutMs: number, headers?: Record<string, string>): Promise<HttpReply | ServerError> {
     const clock = this.#clock;
     const giveUpAt = clock.now() + timeoutMs;
-    const backoff = new Backoff({ initialMs: 100, maxMs: 2000, factor: 2 });
-    for (;;) {
+    return retrying<HttpReply | ServerError>({ retries: Number.POSITIVE_INFINITY, backoff: { initialMs: 100, maxMs: 2000 }, clock }, async () => {
       try {
-        return await this.request('GET', path, { headers, timeoutMs: Math.min(timeoutMs, 30_000) });
+        return { value: await this.request('GET', path, { headers, timeoutMs: Math.min(timeoutMs, 30_000) }) };
       } catch (error) {
-        if (error instanceof ServerError && error.failure === 'status' && error.status !== 503) return error;
+        if (error instanceof ServerError && error.failure === 'status' && error.status !== 503) return { value: error };
         const notYet = error instanceof ServerError && (error.failure === 'unreachable' || error.failure === 'dropped' || error.status === 503);
-        if (!notYet || clock.now() >= giveUpAt) throw error;
+        return { failure: error, retry: notYet && clock.now() < giveUpAt, wait: (backoffMs) => Math.min(backoffMs, Math.max(1, giveUpAt - clock.now())) };
       }
-      await sleep(clock, Math.min(backoff.next(), Math.max(1, giveUpAt - clock.now())), NEVER_ABORTED);
-    }
+    });
   }
 
   /** A request whose answer carries nothing we need. */
@@ -218,94 +216,23 @@ export class ServerHttp {
 const ranOutOfTime = (signal: AbortSignal): boolean =>
   signal.aborted && signal.reason instanceof JobStopped && (signal.reason.why === 'deadline' || signal.reason.why === 'budget');
 
-interface Exchange {
-  method: string;
-  url: string;
-  json?: unknown;
-  body?: Uint8Array;
-  headers?: Record<string, string>;
-  signal: AbortSignal;
-  timeoutMs: number;
-  idempotent: boolean;
-}
-
-/** Connection errors that mean nothing reached a server. */
-const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL']);
-
-/** One request and its whole answer, whatever the status. */
-async function exchange(request: Exchange, context: RequestContext): Promise<HttpReply> {
-  if (!request.idempotent) return attempt(request, context, true);
+/** The body parsed as JSON, where it is JSON. */
+function withJson(answer: HttpAnswer): HttpReply {
+  let json: unknown;
   try {
-    return await attempt(request, context, false);
-  } catch (error) {
-    // A keep-alive socket the server closed while idle fails the next request before it is sent;
-    // Node's documentation recommends exactly one retry on a fresh connection.
-    if (error instanceof StaleSocket) return attempt(request, context, true);
-    throw error;
+    json = answer.text ? JSON.parse(answer.text) : undefined;
+  } catch {
+    json = undefined;
   }
+  return { ...answer, json };
 }
 
-class StaleSocket extends Error {}
-
-function attempt(request: Exchange, context: RequestContext, freshSocket: boolean): Promise<HttpReply> {
-  const { signal, url, method } = request;
-  if (signal.aborted) return Promise.reject(signal.reason);
-  const target = new URL(url);
-  const transport = target.protocol === 'https:' ? https : http;
-  const payload = request.json !== undefined ? Buffer.from(JSON.stringify(request.json)) : request.body;
-  return new Promise<HttpReply>((resolve, reject) => {
-    let settled = false;
-    const settle = (fn: () => void): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
-      fn();
-    };
-    const req = transport.request(target, {
-      method,
-      headers: {
-        accept: 'application/json',
-        ...(request.json !== undefined ? { 'content-type': 'application/json' } : {}),
-        ...(payload ? { 'content-length': String(payload.byteLength) } : {}),
-        ...request.headers,
-      },
-      ...(freshSocket ? { agent: false } : {}),
-    });
-    const onAbort = (): void => settle(() => {
-      req.destroy();
-      reject(signal.reason);
-    });
-    signal.addEventListener('abort', onAbort, { once: true });
-    const timer = setTimeout(() => settle(() => {
-      req.destroy();
-      reject(timeoutError(context, request.timeoutMs));
-    }), request.timeoutMs);
-
-    req.on('error', (error: NodeJS.ErrnoException) => settle(() => {
-      if (req.reusedSocket && !freshSocket && (error.code === 'ECONNRESET' || error.code === 'EPIPE')) return reject(new StaleSocket());
-      if (error.code && CONNECT_FAILURES.has(error.code)) return reject(unreachableError('unreachable', context, `could not connect (${error.code})`, error));
-      reject(unreachableError('dropped', context, `${context.what}: the connection closed before an answer (${error.code ?? error.message})`, error));
-    }));
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('error', () => { /* reported by 'close' with res.complete false */ });
-      res.on('close', () => settle(() => {
-        if (!res.complete) {
-          return reject(unreachableError('dropped', context, `${context.what}: the connection dropped in the middle of a ${res.statusCode} answer`));
-        }
-        const bytes = Buffer.concat(chunks);
-        const text = bytes.toString('utf8');
-        let json: unknown;
-        try {
-          json = text ? JSON.parse(text) : undefined;
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, bytes, text, json });
-      }));
-    });
-    req.end(payload);
-  });
+/** A request that got no answer, as the engines' error: what failed and how, naming the server. */
+function asServerError(error: unknown, context: RequestContext, timeoutMs: number): unknown {
+  if (!(error instanceof HttpFailure)) return error; // the signal's reason: a cancel, a deadline
+  const cause = error.cause ?? error;
+  if (error.kind === 'timeout') return timeoutError(context, timeoutMs);
+  if (error.kind === 'unreachable') return unreachableError('unreachable', context, `could not connect (${error.code})`, cause);
+  if (error.status !== null) return unreachableError('dropped', context, `${context.what}: the connection dropped in the middle of a ${error.status} answer`);
+  return unreachableError('dropped', context, `${context.what}: the connection closed before an answer (${error.code ?? error.message})`, cause);
 }

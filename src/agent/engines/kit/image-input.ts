@@ -1,6 +1,6 @@
 import { controlMarkupIn, type EngineDescriptor } from '../../../protocol/engines/index.js';
 import { formatError, ImageInput, type ModelManifest } from '../../../protocol/index.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 
 /** One gpumesh image job, resolved against the model's defaults. */
 export interface ImageRequest {

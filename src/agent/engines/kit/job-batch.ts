@@ -1,5 +1,5 @@
 import type { Clock, Timer } from '../../../protocol/clock.js';
-import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../../core/engine.js';
 import type { ServerBatch } from './server.js';
 
 export type StopReason = 'cancelled' | 'deadline' | 'budget' | 'unloaded';

@@ -1,6 +1,6 @@
 import { extname } from 'node:path';
 import sharp from 'sharp';
-import type { OutputFile } from '../core/engine.js';
+import type { OutputFile } from '../../core/engine.js';
 
 const BY_EXTENSION: Record<string, string> = {
   '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.webp': 'image/webp', '.gif': 'image/gif',

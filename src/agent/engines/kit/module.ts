@@ -5,7 +5,7 @@ import type { EngineDescriptor } from '../../../protocol/engines/index.js';
 import type { Governor } from '../../governance/governor.js';
 import type { Supervisor } from '../../governance/supervisor.js';
 import type { ClipEncoder } from '../../video/encoder.js';
-import type { Engine } from '../core/engine.js';
+import type { Engine } from '../../core/engine.js';
 import type { EndpointProvider } from './endpoint.js';
 
 /**

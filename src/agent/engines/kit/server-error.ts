@@ -1,5 +1,5 @@
 import { formatError, type ErrorCode } from '../../../protocol/index.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 import type { HttpReply } from './http.js';
 
 /** What went wrong with a request to an engine's server. */

@@ -3,7 +3,7 @@ import { keepNewest } from '../../../protocol/bounded.js';
 import { workClock, type Clock } from '../../../protocol/clock.js';
 import type { LaunchSettings } from '../../../protocol/engines/server-settings.js';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, NEVER, type BatchResult, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../core/engine.js';
+import { EngineError, NEVER, type BatchResult, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress } from '../../core/engine.js';
 import { resolveEndpoint, watchServer, type EndpointProvider, type EndpointRequest, type ServerEndpoint } from './endpoint.js';
 
 /** Cancelled job ids remembered for batches not yet started; beyond this the oldest are forgotten. */

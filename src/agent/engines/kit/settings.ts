@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 
 /**
  * Validate a manifest's engine-specific `settings` with the engine's own schema.

@@ -1,5 +1,5 @@
 import type { ErrorCode } from '../../../protocol/index.js';
-import type { EngineJob, JobOutput, Progress } from '../core/engine.js';
+import type { EngineJob, JobOutput, Progress } from '../../core/engine.js';
 import { ServerError } from '../kit/server-error.js';
 import type { ServerBatch } from '../kit/server.js';
 import type { OipClient, Tensor } from './client.js';

@@ -1,5 +1,5 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../../core/engine.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
 import { parseSettings } from '../kit/settings.js';

@@ -1,5 +1,5 @@
 import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 import { BINARY_EXTENSION, type ModelMetadata, type OipClient, type TensorMetadata } from './client.js';
 import type { OipSettings } from '../../../protocol/engines/oip.js';
 import { isNumeric } from './tensors.js';

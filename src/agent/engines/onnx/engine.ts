@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import type { Supervisor } from '../../governance/supervisor.js';
 import type { ClipEncoder } from '../../video/encoder.js';
-import { EngineError, type BatchResult, type Engine, type EngineJob, type LoadedModel, type Progress } from '../core/engine.js';
+import { EngineError, type BatchResult, type Engine, type EngineJob, type LoadedModel, type Progress } from '../../core/engine.js';
 import { parseSettings } from '../kit/settings.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { OnnxSettings } from '../../../protocol/engines/onnx.js';

@@ -1,5 +1,5 @@
 import type { ErrorCode, ModelManifest } from '../../../protocol/index.js';
-import type { BatchMemory, EngineJob, JobOutput } from '../core/engine.js';
+import type { BatchMemory, EngineJob, JobOutput } from '../../core/engine.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
 
 /**

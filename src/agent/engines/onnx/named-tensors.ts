@@ -1,6 +1,6 @@
 import * as ort from 'onnxruntime-node';
 import { batchesAlongFirstDim, halfToNumber, numberToHalf, type Datatype, type ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type JobOutput } from '../core/engine.js';
+import { EngineError, type EngineJob, type JobOutput } from '../../core/engine.js';
 
 /** A job's tensor as it arrives (the orchestrator checked it against the manifest; checked again here). */
 interface WireTensor {

@@ -2,7 +2,7 @@ import type { InferenceSession } from 'onnxruntime-node';
 import * as ort from 'onnxruntime-node';
 import { canvasFor, coordsFor, GEN_LATENT_DIM, latentFor, walkLatent } from '../../../builtin-models/index.js';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type InputPicture, type JobOutput, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type InputPicture, type JobOutput, type Progress } from '../../core/engine.js';
 import { namedTensors } from './named-tensors.js';
 import { encodePng } from './png.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';

@@ -13,7 +13,7 @@ import * as ort from 'onnxruntime-node';
 import type { InferenceSession } from 'onnxruntime-node';
 import { pixelsOf, type ModelManifest } from '../../../protocol/index.js';
 import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../governance/process-memory.js';
-import { EngineError, type BatchMemory } from '../core/engine.js';
+import { EngineError, type BatchMemory } from '../../core/engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
 import { PIPELINES, type ModelParts } from './pipelines.js';
 import { isNetworkMember, type OnnxPipeline } from '../../../protocol/engines/onnx.js';

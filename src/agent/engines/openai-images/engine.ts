@@ -1,5 +1,5 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import { EngineError, type EngineJob, type LoadedModel, type OutputFile, type Progress } from '../core/engine.js';
+import { EngineError, type EngineJob, type LoadedModel, type OutputFile, type Progress } from '../../core/engine.js';
 import { JobBatch, type JobContext } from '../kit/job-batch.js';
 import { ServerHttp, untilDeadline, type HttpReply } from '../kit/http.js';
 import { ServerError } from '../kit/server-error.js';

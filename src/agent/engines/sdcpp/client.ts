@@ -1,5 +1,5 @@
 import type { Clock } from '../../../protocol/clock.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 import { ServerHttp, untilDeadline } from '../kit/http.js';
 import { ServerError } from '../kit/server-error.js';
 import type { ServerEndpoint } from '../kit/endpoint.js';

@@ -1,5 +1,5 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
-import type { LoadedModel } from '../core/engine.js';
+import type { LoadedModel } from '../../core/engine.js';
 import { ServerEngine } from '../kit/server.js';
 import { parseSettings } from '../kit/settings.js';
 import { SdcppClient } from './client.js';

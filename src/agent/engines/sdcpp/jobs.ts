@@ -1,10 +1,10 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
-import { EngineError, type EngineJob, type OutputFile } from '../core/engine.js';
+import { EngineError, type EngineJob, type OutputFile } from '../../core/engine.js';
 import type { JobContext } from '../kit/job-batch.js';
 import { pngFromBase64 } from '../kit/png.js';
 import { sleep } from '../../../protocol/clock.js';
-import { Backoff } from '../kit/timing.js';
+import { Backoff } from '../../../net/backoff.js';
 import type { SdcppClient } from './client.js';
 import { sdcppDescriptor, type SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 import type { StepLineTracker } from './step-lines.js';

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
 import type { ModelManifest } from '../../../protocol/index.js';
-import type { EngineJob, Progress } from '../core/engine.js';
+import type { EngineJob, Progress } from '../../core/engine.js';
 import { JobBatch } from '../kit/job-batch.js';
 import { ServerModel, type ServerModelOptions } from '../kit/server.js';
 import type { SdcppApi, SdcppClient } from './client.js';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { formatError } from '../../../protocol/index.js';
-import { EngineError } from '../core/engine.js';
+import { EngineError } from '../../core/engine.js';
 import type { ImageRequest } from '../kit/image-input.js';
 import type { SdcppSettings } from '../../../protocol/engines/sdcpp.js';
 

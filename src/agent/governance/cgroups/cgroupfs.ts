@@ -1,7 +1,8 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { Backoff } from '../../../net/backoff.js';
+import { sleep, workClock } from '../../../protocol/clock.js';
 
 /**
  * Small operations on a cgroup filesystem, shared by the v1 and v2 drivers.
@@ -71,21 +72,30 @@ function childDirectories(dir: string): string[] {
   }
 }
 
+const NEVER_ABORTED = new AbortController().signal;
+
+/** Wait the next of a backoff's delays: the kernel finishing with processes takes real time, and it is work in progress. */
+export function waitNext(delays: Backoff): Promise<void> {
+  return sleep(workClock, delays.next(), NEVER_ABORTED);
+}
+
 /** SIGKILL every process in the cgroup until it is empty; a process that forks while we list is caught on the next round. */
 export async function killAll(dir: string, rounds = 100): Promise<void> {
+  const delays = new Backoff({ initialMs: 5, maxMs: 50 });
   for (let round = 0; round < rounds; round++) {
     const pids = procs(dir);
     if (pids.length === 0) return;
     for (const pid of pids) {
       try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
     }
-    await sleep(Math.min(5 + round * 5, 50));
+    await waitNext(delays);
   }
   throw new Error(`${dir} still holds processes ${procs(dir).join(', ')} after ${rounds} rounds of SIGKILL`);
 }
 
 /** rmdir a cgroup; the kernel answers EBUSY until its last task has finished exiting, so retry briefly. */
 export async function remove(dir: string, attempts = 100): Promise<void> {
+  const delays = new Backoff({ initialMs: 2, maxMs: 50 });
   for (let attempt = 0; ; attempt++) {
     try {
       rmdirSync(dir);
@@ -94,7 +104,7 @@ export async function remove(dir: string, attempts = 100): Promise<void> {
       const code = (error as NodeJS.ErrnoException).code;
       if (code === 'ENOENT') return;
       if (code !== 'EBUSY' || attempt >= attempts) throw new Error(`cannot remove cgroup ${dir}: ${code}`, { cause: error });
-      await sleep(Math.min(2 + attempt * 2, 50));
+      await waitNext(delays);
     }
   }
 }

@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { Backoff } from '../../../net/backoff.js';
 import type { CgroupDriver, CgroupLimits, OomCount, ProcessCgroup } from './driver.js';
 import * as fs from './cgroupfs.js';
 
@@ -146,7 +146,8 @@ async function killTree(dir: string): Promise<void> {
   if (fs.has(dir, 'cgroup.kill')) {
     if (fs.procs(dir).length === 0 && !populated(dir)) return;
     fs.write(dir, 'cgroup.kill', 1);
-    for (let round = 0; round < 200 && populated(dir); round++) await sleep(Math.min(2 + round, 20));
+    const delays = new Backoff({ initialMs: 2, maxMs: 20 });
+    for (let round = 0; round < 200 && populated(dir); round++) await fs.waitNext(delays);
     if (!populated(dir)) return;
   }
   await fs.killAll(dir);

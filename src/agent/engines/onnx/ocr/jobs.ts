@@ -1,7 +1,7 @@
 import type { InferenceSession } from 'onnxruntime-node';
 import { OnnxSettings } from '../../../../protocol/engines/onnx.js';
 import type { ModelManifest } from '../../../../protocol/index.js';
-import { EngineError, type EngineJob, type JobOutput } from '../../core/engine.js';
+import { EngineError, type EngineJob, type JobOutput } from '../../../core/engine.js';
 import { drawBoxes } from './annotate.js';
 import { alphabetOf } from './ctc.js';
 import type { Rgb } from './image.js';

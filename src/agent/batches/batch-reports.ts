@@ -1,4 +1,5 @@
-import type { AgentMessage } from '../protocol/index.js';
+import { workClock, type Clock, type Timer } from '../../protocol/clock.js';
+import type { AgentMessage } from '../../protocol/index.js';
 
 type Report = Extract<AgentMessage, { type: 'started' | 'progress' }>;
 
@@ -17,14 +18,16 @@ export const REPORT_DELAY_MS = 10;
 export class BatchReports {
   readonly #send: (report: Report) => void;
   readonly #delayMs: number;
+  readonly #clock: Clock;
   #held: Report[] = [];
-  #timer: NodeJS.Timeout | null = null;
+  #timer: Timer | null = null;
   #reporting: boolean;
   #ended = false;
 
-  constructor(send: (report: Report) => void, delayMs = REPORT_DELAY_MS) {
+  constructor(send: (report: Report) => void, delayMs = REPORT_DELAY_MS, clock: Clock = workClock) {
     this.#send = send;
     this.#delayMs = delayMs;
+    this.#clock = clock;
     this.#reporting = delayMs <= 0;
   }
 
@@ -32,19 +35,19 @@ export class BatchReports {
     if (this.#ended) return;
     if (this.#reporting) return this.#send(report);
     this.#held.push(report);
-    this.#timer ??= setTimeout(() => {
+    this.#timer ??= this.#clock.setTimer(this.#delayMs, () => {
       this.#timer = null;
       this.#reporting = true;
       const held = this.#held;
       this.#held = [];
       for (const report of held) this.#send(report);
-    }, this.#delayMs);
+    });
   }
 
   /** The batch ended: reports still held are dropped, its results say it all. */
   end(): void {
     this.#ended = true;
-    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer?.cancel();
     this.#timer = null;
     this.#held = [];
   }

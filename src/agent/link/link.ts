@@ -1,14 +1,14 @@
-import { ExponentialBackoff, type IBackoff } from 'cockatiel';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import WebSocket from 'ws';
 import {
   LINK_CLOSE, LINK_PATH, OrchestratorMessage, type AgentMessage,
-} from '../protocol/index.js';
-import { corkForTick } from '../net/cork.js';
-import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../net/memory-link.js';
-import { TlsPinError, type ServerTrust } from '../tls-client/index.js';
-import { workClock, type Clock, type Timer } from '../protocol/clock.js';
+} from '../../protocol/index.js';
+import { Backoff } from '../../net/backoff.js';
+import { corkForTick } from '../../net/cork.js';
+import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
+import { TlsPinError, type ServerTrust } from '../../tls-client/index.js';
+import { workClock, type Clock, type Timer } from '../../protocol/clock.js';
 import { LinkWatchdog } from './link-watchdog.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
@@ -91,8 +91,8 @@ const STANDBY_ROUND_MS = 1000;
  */
 export class AgentLink {
   readonly #options: AgentLinkOptions;
-  readonly #backoffFactory = new ExponentialBackoff({ initialDelay: 200, maxDelay: 5000 });
-  #backoff: IBackoff<unknown> | null = null;
+  /** Waits between rounds: 200 ms growing to 5 s, with jitter (a mesh's agents that lost it at once come back spread out). */
+  readonly #backoff = new Backoff({ initialMs: 200, maxMs: 5000, jitter: true });
   /** The target being dialled, or linked to. */
   #index = 0;
   /** Dials that failed since the last round began; at the number of targets the round is over. */
@@ -204,8 +204,8 @@ export class AgentLink {
   #redial(why: Record<string, unknown>): void {
     if (this.#closed) return;
     this.#failedThisRound = 0;
-    this.#backoff = (this.#backoff ?? this.#backoffFactory).next(undefined);
-    const delay = this.#standbyThisRound ? Math.min(STANDBY_ROUND_MS, this.#backoff.duration) : this.#backoff.duration;
+    const backoff = this.#backoff.next();
+    const delay = this.#standbyThisRound ? Math.min(STANDBY_ROUND_MS, backoff) : backoff;
     this.#standbyThisRound = false;
     this.#options.log.info({ ...why, retryInMs: Math.round(delay), ...(this.#options.targets.length > 1 ? { next: this.target.url } : {}) }, 'link down; redialling');
     this.#timer = this.#clock.setTimer(delay, () => this.#dial());
@@ -275,7 +275,7 @@ export class AgentLink {
       }
       if (message.type === 'welcome') {
         this.#connected = true;
-        this.#backoff = null;
+        this.#backoff.reset();
         this.#failedThisRound = 0;
         log.info({ session: message.session, url: this.target.url }, 'linked to the orchestrator');
         const silentAfterMs = message.staleAfterMs ?? SILENT_HEARTBEATS * message.heartbeatMs;

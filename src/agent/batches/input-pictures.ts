@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
-import { INPUT_IMAGE_FIELDS, LIMITS } from '../protocol/index.js';
-import { EngineError, type InputPicture } from './engines/core/engine.js';
-import type { FetchBlob } from './model-cache.js';
+import { INPUT_IMAGE_FIELDS, LIMITS } from '../../protocol/index.js';
+import { EngineError, type InputPicture } from '../core/engine.js';
+import type { FetchBlob } from '../models/model-cache.js';
 
 export interface InputPicturesOptions {
   /** The most bytes one picture may have; the orchestrator refuses larger uploads long before (default 256 MiB). */

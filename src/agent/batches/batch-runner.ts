@@ -1,9 +1,10 @@
 import type { Logger } from 'pino';
-import { pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type LoadPhases, type OrchestratorMessage } from '../protocol/index.js';
+import type { Clock } from '../../protocol/clock.js';
+import { pixelsOf, sha256Digest, type AgentMessage, type ArtifactReport, type BatchMemoryReport, type LoadPhases, type OrchestratorMessage } from '../../protocol/index.js';
 import { BatchReports } from './batch-reports.js';
-import { EngineError, type JobOutput, type LoadedModel } from './engines/core/engine.js';
+import { EngineError, type JobOutput, type LoadedModel } from '../core/engine.js';
 import type { InputPictures } from './input-pictures.js';
-import type { Residency } from './residency.js';
+import type { Residency } from '../models/residency.js';
 import { uploadFileOutput, uploadOutput, type UploadTarget } from './uploads.js';
 
 type Run = Extract<OrchestratorMessage, { type: 'run' }>;
@@ -15,6 +16,8 @@ export interface BatchRunnerDeps {
   log: Logger;
   /** How long a batch's `started` and `progress` reports are held back (see BatchReports; its default when absent). */
   reportDelayMs?: number;
+  /** For that delay (a fake in tests). Default: real time. */
+  clock?: Clock;
   /** Send a report that needs no acknowledgement (loading, started, progress, preview). */
   send(message: AgentMessage): void;
   /** Send a job's result, kept until the orchestrator acknowledges it. */
@@ -92,7 +95,7 @@ export class BatchRunner {
     this.#running.set(batch.id, batch);
     this.#deps.log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
     let acquired: LoadedModel | null = null;
-    const reports = new BatchReports((report) => this.#deps.send(report), this.#deps.reportDelayMs);
+    const reports = new BatchReports((report) => this.#deps.send(report), this.#deps.reportDelayMs, this.#deps.clock);
     try {
       let loading = false;
       const { loaded, loadMs, phases } = await this.#deps.residency.acquire(message.model, () => {

@@ -4,12 +4,28 @@ import { copyFile, link, mkdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { EngineError } from './engines/core/engine.js';
+import { workClock, type Clock, type Timer } from '../../protocol/clock.js';
+import { EngineError } from '../core/engine.js';
 
 export type FetchBlob = (digest: string, signal: AbortSignal) => Promise<Response>;
 
 /** By default, a pull that receives nothing for this long is given up (and the batch that needed it fails over). */
 const IDLE_TIMEOUT_MS = 15_000;
+
+/** Calls `onSilent` once nothing was `heard()` for `ms`: one timer a quiet period, not one a chunk. */
+function silenceWatch(clock: Clock, ms: number, onSilent: () => void): { heard(): void; stop(): void } {
+  let lastHeard = clock.now();
+  let timer: Timer;
+  const arm = (wait: number): void => {
+    timer = clock.setTimer(wait, () => {
+      const quiet = clock.now() - lastHeard;
+      if (quiet >= ms) onSilent();
+      else arm(ms - quiet);
+    });
+  };
+  arm(ms);
+  return { heard: () => (lastHeard = clock.now()), stop: () => timer.cancel() };
+}
 
 async function hashFile(path: string): Promise<string> {
   const hash = createHash('sha256');
@@ -50,12 +66,15 @@ export class ModelCache {
   readonly #pulls = new Map<string, Promise<string>>();
   readonly #aborts = new Set<AbortController>();
   readonly #idleTimeoutMs: number;
+  readonly #clock: Clock;
   readonly #onRepair: (digest: string, reason: string) => void;
 
-  constructor(dir: string, fetchBlob: FetchBlob, options: { idleTimeoutMs?: number; onRepair?: (digest: string, reason: string) => void } = {}) {
+  constructor(dir: string, fetchBlob: FetchBlob, options: { idleTimeoutMs?: number; clock?: Clock; onRepair?: (digest: string, reason: string) => void } = {}) {
     this.#dir = dir;
     this.#fetch = fetchBlob;
     this.#idleTimeoutMs = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
+    // A pull is work in progress: its timer keeps the process alive (workClock).
+    this.#clock = options.clock ?? workClock;
     this.#onRepair = options.onRepair ?? (() => {});
     mkdirSync(join(dir, 'tmp'), { recursive: true });
   }
@@ -144,7 +163,7 @@ export class ModelCache {
   async #pull(digest: string, target: string): Promise<void> {
     const controller = new AbortController();
     this.#aborts.add(controller);
-    const idle = setTimeout(() => controller.abort(new Error(`no data for ${this.#idleTimeoutMs} ms`)), this.#idleTimeoutMs);
+    const idle = silenceWatch(this.#clock, this.#idleTimeoutMs, () => controller.abort(new Error(`no data for ${this.#idleTimeoutMs} ms`)));
     const temp = join(this.#dir, 'tmp', randomBytes(8).toString('hex'));
     const hash = createHash('sha256');
     try {
@@ -156,7 +175,7 @@ export class ModelCache {
         Readable.fromWeb(response.body as import('node:stream/web').ReadableStream),
         async function* (chunks: AsyncIterable<Buffer>) {
           for await (const chunk of chunks) {
-            idle.refresh();
+            idle.heard();
             hash.update(chunk);
             yield chunk;
           }
@@ -172,7 +191,7 @@ export class ModelCache {
       const reason = controller.signal.aborted ? String((controller.signal.reason as Error)?.message ?? controller.signal.reason) : (error as Error).message;
       throw new EngineError('ENGINE_FAILED', `pulling model ${digest} failed: ${reason}`, true, { cause: error });
     } finally {
-      clearTimeout(idle);
+      idle.stop();
       this.#aborts.delete(controller);
       await rm(temp, { force: true });
     }

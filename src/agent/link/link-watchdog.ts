@@ -1,22 +1,10 @@
-import { systemClock, type Clock, type Timer } from '../protocol/clock.js';
+import { systemClock, type Clock } from '../../protocol/clock.js';
+import { every } from '../core/timers.js';
 
 /** What the watchdog needs of a WebSocket: ws's own WebSocket has both. */
 export interface WatchedSocket {
   ping(): void;
   terminate(): void;
-}
-
-/** Call `tick` every `ms` on the clock until the returned function is called. */
-function every(clock: Clock, ms: number, tick: () => void): () => void {
-  let timer: Timer | null = null;
-  const arm = (): void => {
-    timer = clock.setTimer(ms, () => {
-      arm();
-      tick();
-    });
-  };
-  arm();
-  return () => timer?.cancel();
 }
 
 export interface LinkWatchdogOptions {

@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { z } from 'zod';
-import { familyOf, type ModelManifest } from '../protocol/index.js';
-import { engineDescriptor } from '../protocol/engines/index.js';
-import { EngineError } from './engines/core/engine.js';
+import { familyOf, type ModelManifest } from '../../protocol/index.js';
+import { engineDescriptor } from '../../protocol/engines/index.js';
+import { EngineError } from '../core/engine.js';
 
 const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
-import type { AgentMessage, ModelManifest } from '../protocol/index.js';
-import { EngineError, type LoadedModel } from './engines/core/engine.js';
+import type { AgentMessage, ModelManifest } from '../../protocol/index.js';
+import { EngineError, type LoadedModel } from '../core/engine.js';
 import type { Residency } from './residency.js';
 
 export interface LoadRequestsDeps {

@@ -1,8 +1,7 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import type { BatchMemoryReport, Device, LoadPhases, ModelManifest, ResidentModel } from '../protocol/index.js';
-import { EngineError, type BatchMemory, type Engine, type LoadedModel } from './engines/core/engine.js';
-import { systemClock, type Clock, type Timer } from '../protocol/clock.js';
+import type { BatchMemoryReport, Device, LoadPhases, ModelManifest, ResidentModel } from '../../protocol/index.js';
+import { EngineError, type BatchMemory, type Engine, type LoadedModel } from '../core/engine.js';
+import { sleep, systemClock, type Clock, type Timer } from '../../protocol/clock.js';
 import type { ModelCache } from './model-cache.js';
 import { HostConfig } from './host-config.js';
 
@@ -47,10 +46,11 @@ export interface ResidencyDeps {
   log: Logger;
   /** Pacing of restarts after engine crashes. */
   restarts?: RestartBackoffOptions;
-  now?: () => number;
-  /** Timers for models with an idle window of their own. Default: real time. */
-  timers?: Pick<Clock, 'setTimer'>;
+  /** Time: when models were last used, their own idle windows, the pause before a crashed engine starts again. Default: real time. */
+  clock?: Clock;
 }
+
+const NEVER_ABORTED = new AbortController().signal;
 
 /**
  * Which models are loaded on which device, under each device's memory budget.
@@ -81,9 +81,8 @@ export interface ResidencyDeps {
 export class Residency {
   readonly #deps: ResidencyDeps;
   readonly #log: Logger;
-  readonly #now: () => number;
+  readonly #clock: Clock;
   readonly #restarts: RestartBackoff;
-  readonly #timers: Pick<Clock, 'setTimer'>;
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry>>();
   /**
@@ -102,9 +101,8 @@ export class Residency {
   constructor(deps: ResidencyDeps) {
     this.#deps = deps;
     this.#log = deps.log;
-    this.#now = deps.now ?? Date.now;
+    this.#clock = deps.clock ?? systemClock;
     this.#restarts = new RestartBackoff(deps.restarts);
-    this.#timers = deps.timers ?? systemClock;
   }
 
   /**
@@ -135,7 +133,7 @@ export class Residency {
       phases = entry.phases;
     }
     entry.inUse++;
-    entry.lastUsedAt = this.#now();
+    entry.lastUsedAt = this.#clock.now();
     this.#disarmIdle(entry);
     return { loaded: entry.loaded, loadMs, ...(phases ? { phases } : {}) };
   }
@@ -145,7 +143,7 @@ export class Residency {
     const entry = this.#entryOf(loaded);
     if (!entry) return;
     entry.inUse = Math.max(0, entry.inUse - 1);
-    entry.lastUsedAt = this.#now();
+    entry.lastUsedAt = this.#clock.now();
     this.#armIdle(entry);
   }
 
@@ -208,7 +206,7 @@ export class Residency {
   }
 
   /** Unload every model idle for at least `idleMs`, or its own idle window (scale to zero). Returns the names unloaded. */
-  async unloadIdle(idleMs: number, now = this.#now()): Promise<string[]> {
+  async unloadIdle(idleMs: number, now = this.#clock.now()): Promise<string[]> {
     const idle = [...this.#entries.entries()]
       .filter(([, entry]) => entry.inUse === 0 && now - entry.lastUsedAt >= (entry.loaded.idleUnloadMs ?? idleMs))
       .map(([name]) => name);
@@ -226,7 +224,7 @@ export class Residency {
     if (windowMs === undefined || windowMs === null || entry.inUse > 0) return;
     this.#disarmIdle(entry);
     const name = entry.loaded.manifest.name;
-    entry.idleTimer = this.#timers.setTimer(windowMs, () => {
+    entry.idleTimer = this.#clock.setTimer(windowMs, () => {
       entry.idleTimer = null;
       if (this.#entries.get(name) !== entry || entry.inUse > 0) return;
       this.#log.info({ model: name, idleMs: windowMs }, 'model idle for its idle window; unloading it');
@@ -257,10 +255,10 @@ export class Residency {
   async #load(manifest: ModelManifest): Promise<Entry> {
     const engine = this.#deps.engines.get(manifest.engine);
     if (!engine) throw new EngineError('ENGINE_FAILED', `this host has no "${manifest.engine}" engine`, true);
-    const wait = this.#restarts.waitMs(manifest.name, this.#now());
+    const wait = this.#restarts.waitMs(manifest.name, this.#clock.now());
     if (wait > 0) {
       this.#log.warn({ model: manifest.name, waitMs: wait }, 'its engine keeps crashing; waiting before starting it again');
-      await sleep(wait);
+      await sleep(this.#clock, wait, NEVER_ABORTED);
     }
     const placing = performance.now();
     const { device, release } = await this.#placeFor(manifest);
@@ -270,12 +268,12 @@ export class Residency {
       loaded = await this.#loadVerified(engine, manifest, device, timing);
     } catch (error) {
       // An engine that dies while loading counts as a crash too, so a model that kills it on every load is paced.
-      if (error instanceof EngineError && error.code === 'ENGINE_CRASHED') this.#restarts.crashed(manifest.name, this.#now(), 0);
+      if (error instanceof EngineError && error.code === 'ENGINE_CRASHED') this.#restarts.crashed(manifest.name, this.#clock.now(), 0);
       throw error;
     } finally {
       release(); // loaded, the model is charged as an entry; failed, it takes nothing
     }
-    const now = this.#now();
+    const now = this.#clock.now();
     // Booked at its working peak from the start when its batches here showed one before (it will run them again).
     const knownPeakMB = this.#measuredMB.get(manifest.digest) ?? 0;
     const entry: Entry = {
@@ -346,7 +344,7 @@ export class Residency {
     if (this.#entries.get(manifest.name) !== entry) return; // already unloaded or replaced
     this.#entries.delete(manifest.name);
     this.#disarmIdle(entry);
-    const now = this.#now();
+    const now = this.#clock.now();
     const restartInMs = this.#restarts.crashed(manifest.name, now, now - entry.loadedAt);
     this.#log.warn({ model: manifest.name, device: device.id, reason, upMs: now - entry.loadedAt, restartInMs }, 'engine process died; model dropped');
     this.#deps.events.unloaded({ model: manifest.name, digest: manifest.digest, device: device.id });

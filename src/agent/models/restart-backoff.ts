@@ -1,4 +1,4 @@
-import { ExponentialBackoff, noJitterGenerator, type IBackoff, type IBackoffFactory } from 'cockatiel';
+import { Backoff, type BackoffOptions } from '../../net/backoff.js';
 
 export interface RestartBackoffOptions {
   /** The delay before the second restart in a row; it doubles with each further one. Default 1 s. */
@@ -10,8 +10,8 @@ export interface RestartBackoffOptions {
 }
 
 interface Streak {
-  /** null right after the first crash of a streak (whose restart is immediate). */
-  backoff: IBackoff<unknown> | null;
+  /** The delays of this streak's restarts after the first (which is immediate). */
+  backoff: Backoff;
   notBefore: number;
 }
 
@@ -24,14 +24,12 @@ interface Streak {
  * Pure bookkeeping on the times it is given, so it is tested without a clock.
  */
 export class RestartBackoff {
-  readonly #factory: IBackoffFactory<unknown>;
+  readonly #delays: BackoffOptions;
   readonly #stableAfterMs: number;
   readonly #streaks = new Map<string, Streak>();
 
   constructor(options: RestartBackoffOptions = {}) {
-    this.#factory = new ExponentialBackoff({
-      generator: noJitterGenerator, initialDelay: options.initialDelayMs ?? 1000, maxDelay: options.maxDelayMs ?? 30_000,
-    });
+    this.#delays = { initialMs: options.initialDelayMs ?? 1000, maxMs: options.maxDelayMs ?? 30_000 };
     this.#stableAfterMs = options.stableAfterMs ?? 60_000;
   }
 
@@ -39,12 +37,12 @@ export class RestartBackoff {
   crashed(key: string, at: number, upMs: number): number {
     const streak = this.#streaks.get(key);
     if (!streak || upMs >= this.#stableAfterMs) {
-      this.#streaks.set(key, { backoff: null, notBefore: at });
+      this.#streaks.set(key, { backoff: new Backoff(this.#delays), notBefore: at });
       return 0;
     }
-    streak.backoff = (streak.backoff ?? this.#factory).next(undefined);
-    streak.notBefore = at + streak.backoff.duration;
-    return streak.backoff.duration;
+    const delay = streak.backoff.next();
+    streak.notBefore = at + delay;
+    return delay;
   }
 
   /** How long a start at `now` must still wait (0 when it may go ahead). */

@@ -1,4 +1,4 @@
-import type { Device, ErrorCode, ModelManifest } from '../../../protocol/index.js';
+import type { Device, ErrorCode, ModelManifest } from '../../protocol/index.js';
 
 /**
  * A picture a job names by digest (`image`, `mask`), fetched, verified and decoded by the agent: row-major pixels,

@@ -1,17 +1,17 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import type { Device } from '../protocol/index.js';
-import { EngineError } from './engines/core/engine.js';
-import { splitLines } from './engines/kit/lines.js';
-import type { EndpointProvider, EndpointRequest, ServerEndpoint, ServerExit } from './engines/kit/endpoint.js';
-import type { LaunchSettings } from '../protocol/engines/server-settings.js';
-import { safeName } from './governance/cgroups/cgroupfs.js';
-import { MissingExecutable } from './governance/executable.js';
-import { describeExit, exitError } from './governance/exit-reason.js';
-import type { Governor } from './governance/governor.js';
-import { startServer, type ManagedServer } from './governance/managed-server.js';
-import type { EngineLimits, ServerSettingsInput } from '../protocol/engines/process-settings.js';
+import type { Device } from '../../protocol/index.js';
+import { EngineError } from '../core/engine.js';
+import { splitLines } from '../engines/kit/lines.js';
+import type { EndpointProvider, EndpointRequest, ServerEndpoint, ServerExit } from '../engines/kit/endpoint.js';
+import type { LaunchSettings } from '../../protocol/engines/server-settings.js';
+import { safeName } from '../governance/cgroups/cgroupfs.js';
+import { MissingExecutable } from '../governance/executable.js';
+import { describeExit, exitError } from '../governance/exit-reason.js';
+import type { Governor } from '../governance/governor.js';
+import { startServer, type ManagedServer } from '../governance/managed-server.js';
+import type { EngineLimits, ServerSettingsInput } from '../../protocol/engines/process-settings.js';
 
 export interface ServerLauncherOptions {
   governor: Governor;
