@@ -45,3 +45,14 @@ export class Backoff {
     this.#current = null;
   }
 }
+
+/**
+ * The delay before try number `attempt` (1: the first retry) on the same curve, for work that counts its own tries —
+ * a job's retries, a host's refusals — where keeping a Backoff per thing would be state for nothing.
+ */
+export function backoffDelay(options: BackoffOptions, attempt: number): number {
+  const backoff = new Backoff(options);
+  let delay = 0;
+  for (let tried = 0; tried < Math.max(1, attempt); tried++) delay = backoff.next();
+  return delay;
+}

@@ -6,16 +6,17 @@ import { ROOT } from '../helpers/mesh.js';
 /**
  * What the CLI may import of `src/` (docs/architecture.md, "Module map"): the protocol (the API's answers, the wire,
  * the files both sides share), its own files (its HTTP client is cli/common/), and each side's public entry — the
- * orchestrator's and the agent's index.ts, which a command loads when it starts one — besides two leaves both sides
- * use as well: the client side of TLS (tls-client/index.ts: the pinning its HTTP client is built on) and the
- * package's version. Anything else is an internal of another part: a test fails naming the file and its import.
+ * orchestrator's and the agent's index.ts, which a command loads when it starts one — besides the leaves both sides
+ * use as well: the client side of TLS (tls-client/index.ts: the pinning its HTTP client is built on), the one backoff
+ * (net/backoff.ts: how its retries wait) and the package's version. Anything else is an internal of another part: a
+ * test fails naming the file and its import.
  */
 const SRC = join(ROOT, 'src');
 const CLI = join(SRC, 'cli');
 const SPECIFIER = /(?:import|export)\s[^'";]*?from\s+['"](\.{1,2}\/[^'"]+)['"]|import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
 
 const ALLOWED_FOLDERS = ['protocol/', 'cli/'];
-const ALLOWED_FILES = new Set(['orchestrator/index.ts', 'agent/index.ts', 'tls-client/index.ts', 'version.ts']);
+const ALLOWED_FILES = new Set(['orchestrator/index.ts', 'agent/index.ts', 'tls-client/index.ts', 'net/backoff.ts', 'version.ts']);
 
 function sources(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {

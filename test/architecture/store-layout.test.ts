@@ -47,11 +47,11 @@ describe("the store's layout", () => {
     expect(outside.map(show)).toEqual([]);
   });
 
-  it('contract/ imports neither store, and sqlite/ and postgres/ never borrow from each other: each stands on the contract and protocol/', () => {
+  it('contract/ imports neither store, and sqlite/ and postgres/ never borrow from each other: each stands on the contract, protocol/ and net/ (the one backoff)', () => {
     const rooms: Record<string, string[]> = {
       [`${STORE}contract/`]: [`${STORE}contract/`, 'src/protocol/'],
-      [`${STORE}sqlite/`]: [`${STORE}sqlite/`, `${STORE}contract/`, 'src/protocol/'],
-      [`${STORE}postgres/`]: [`${STORE}postgres/`, `${STORE}contract/`, 'src/protocol/'],
+      [`${STORE}sqlite/`]: [`${STORE}sqlite/`, `${STORE}contract/`, 'src/protocol/', 'src/net/'],
+      [`${STORE}postgres/`]: [`${STORE}postgres/`, `${STORE}contract/`, 'src/protocol/', 'src/net/'],
     };
     const strays = all.filter((edge) => {
       const allowed = Object.entries(rooms).find(([room]) => edge.file.startsWith(room))?.[1];

@@ -1,12 +1,13 @@
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openSse } from '../../src/orchestrator/http/sse.js';
+import { systemClock } from '../../src/protocol/clock.js';
 
 // The last event of a stream is sent and the stream closed in the same tick (a job's terminal event): it must arrive.
 // On Node 22 an HTTP response ended while corked for the tick dropped it (found running the suite on Node 22).
 const app = Fastify();
 app.get('/stream', (request, reply) => {
-  const stream = openSse(request, reply, () => {});
+  const stream = openSse(request, reply, () => {}, systemClock);
   setTimeout(() => {
     stream.send('running', { n: 1 });
     stream.send('succeeded', { n: 2 }, 'x.2');

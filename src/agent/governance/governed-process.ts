@@ -3,10 +3,9 @@ import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { EngineError } from '../core/engine.js';
 import type { CgroupDriver, CgroupLimits, ProcessCgroup } from './cgroups/driver.js';
-import type { Clock } from '../../protocol/clock.js';
+import { moment, type Clock } from '../../protocol/clock.js';
 import type { ProcessEnd, StopCause } from './exit-reason.js';
 import type { EngineIdentity } from './engine-user.js';
-import { moment } from '../core/timers.js';
 
 export type StdioSlot = 'pipe' | 'ignore' | 'inherit' | 'ipc';
 

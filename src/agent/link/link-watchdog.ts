@@ -1,5 +1,4 @@
-import { systemClock, type Clock } from '../../protocol/clock.js';
-import { every } from '../core/timers.js';
+import { every, systemClock, type Clock } from '../../protocol/clock.js';
 
 /** What the watchdog needs of a WebSocket: ws's own WebSocket has both. */
 export interface WatchedSocket {

@@ -1,8 +1,7 @@
 import { LINK_PROTOCOL_VERSION, type AgentMessage } from '../../protocol/index.js';
-import type { Clock } from '../../protocol/clock.js';
+import { every, type Clock } from '../../protocol/clock.js';
 import { VERSION } from '../../version.js';
 import type { Result } from '../batches/batch-runner.js';
-import { every } from '../core/timers.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
 type Heartbeat = Extract<AgentMessage, { type: 'heartbeat' }>;

@@ -13,7 +13,7 @@ import { LogTail } from '../governance/log-tail.js';
 import { ProcessLimits, type EngineLimits } from '../../protocol/engines/process-settings.js';
 import { FFMPEG_HINT, ffmpegArgs, type ClipShape } from './ffmpeg.js';
 import { alive } from '../governance/cgroups/cgroupfs.js';
-import { moment } from '../core/timers.js';
+import { moment } from '../../protocol/clock.js';
 
 export interface VideoEncoderOptions {
   governor: Governor;

@@ -9,6 +9,7 @@ import { inspectGrant } from '../../protocol/grant-token.js';
 import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrls } from '../common/settings.js';
 import { parseUrlList } from '../common/url-list.js';
 import { CliError, parseInteger, parseList } from '../common/output.js';
+import { every, systemClock } from '../../protocol/clock.js';
 
 interface AgentFlags {
   join?: string;
@@ -174,14 +175,14 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   function leave(): Promise<void> {
     leaving ??= (async () => {
       let last = '';
-      const progress = setInterval(() => {
+      const stopProgress = every(systemClock, 200, () => {
         const now = JSON.stringify(agent.work);
         if (now === last) return;
         last = now;
         for (const report of reports) report({ state: 'draining', ...agent.work });
-      }, 200);
+      });
       const drained = await agent.leave({ timeoutMs: flags.drainTimeout * 1000 });
-      clearInterval(progress);
+      stopProgress();
       for (const report of reports) report({ state: 'left', drained });
       await control?.close();
       process.exit(drained ? 0 : 1);

@@ -3,6 +3,7 @@ import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
 import type { AuditView } from '../../protocol/api/index.js';
+import { systemClock } from '../../protocol/clock.js';
 
 /** An entry as `GET /v1/audit` answers it. */
 type AuditEntry = AuditView;
@@ -19,7 +20,7 @@ interface AuditOptions extends ClientOptions {
 const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** `--since 2h` (that long ago) or an ISO time, as the ISO time the route takes. */
-function sinceTime(text: string, now = Date.now()): string {
+function sinceTime(text: string, now = systemClock.now()): string {
   const ago = /^(\d+)(s|m|h|d)$/.exec(text.trim());
   if (ago) return new Date(now - Number(ago[1]) * UNIT_MS[ago[2]!]!).toISOString();
   const at = Date.parse(text);

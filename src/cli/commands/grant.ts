@@ -7,6 +7,7 @@ import { installedJoinLine, joinLine } from '../common/join-line.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseList, printJson, table } from '../common/output.js';
 import { withClientOptions } from './shared.js';
+import { systemClock } from '../../protocol/clock.js';
 
 interface CaveatFlags {
   types?: string;
@@ -96,7 +97,7 @@ export function grantCommand(): Command {
     .action(async (token: string, flags: CaveatFlags) => {
       let caveats: string[];
       try {
-        caveats = caveatsFromOptions(grantOptions(flags), Date.now());
+        caveats = caveatsFromOptions(grantOptions(flags), systemClock.now());
       } catch (error) {
         throw new CliError((error as Error).message);
       }

@@ -9,6 +9,7 @@ import { CliError, parseInteger, parseSize, printJson } from '../common/output.j
 import { withClientOptions } from './shared.js';
 import { ApiError, type MeshClient } from '../common/client.js';
 import { deleteStored, uploadPicture, type UploadedFile } from '../common/upload.js';
+import { systemClock, type Timer } from '../../protocol/clock.js';
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
 
@@ -134,7 +135,7 @@ const QUEUED_EXPLAIN_MS = 5000;
 
 function explainWhileQueued(client: MeshClient, id: string, say: (summary: string) => void): { stop(): void } {
   let stopped = false;
-  let timer: NodeJS.Timeout | null = null;
+  let timer: Timer | null = null;
   const look = async (): Promise<void> => {
     try {
       const view = await client.request<ExplainView>('GET', `/v1/jobs/${encodeURIComponent(id)}/explain`);
@@ -142,13 +143,13 @@ function explainWhileQueued(client: MeshClient, id: string, say: (summary: strin
     } catch {
       // Only a hint: the event stream says what happens, and reports a mesh that went away.
     }
-    if (!stopped) timer = setTimeout(() => void look(), QUEUED_EXPLAIN_MS).unref();
+    if (!stopped) timer = systemClock.setTimer(QUEUED_EXPLAIN_MS, () => void look());
   };
-  timer = setTimeout(() => void look(), QUEUED_QUIET_MS).unref();
+  timer = systemClock.setTimer(QUEUED_QUIET_MS, () => void look());
   return {
     stop() {
       stopped = true;
-      if (timer) clearTimeout(timer);
+      timer?.cancel();
     },
   };
 }

@@ -13,6 +13,8 @@ import { CliError, parseInteger } from '../common/output.js';
 import type { AgentOptions, HostConfigFile } from '../../agent/index.js';
 import type { Orchestrator } from '../../orchestrator/index.js';
 import { cliGuidance, configFrom, onShutdown, startOrchestrator, withServerOptions, type ServeOptions } from './serve.js';
+import { backoffDelay } from '../../net/backoff.js';
+import { systemClock } from '../../protocol/clock.js';
 
 
 /**
@@ -32,7 +34,7 @@ class LocalAgent implements LocalAgentHandle {
 
   #launch(): ChildProcess {
     const child = this.start();
-    const startedAt = Date.now();
+    const startedAt = systemClock.now();
     child.once('exit', (code, signal) => {
       if (this.#stopping) return;
       if (code === 2) {
@@ -41,12 +43,12 @@ class LocalAgent implements LocalAgentHandle {
         return;
       }
       // A run that lasted a minute resets the backoff.
-      if (Date.now() - startedAt > 60_000) this.#restarts = 0;
-      const delay = Math.min(30_000, 500 * 2 ** this.#restarts++);
+      if (systemClock.now() - startedAt > 60_000) this.#restarts = 0;
+      const delay = backoffDelay({ initialMs: 500, maxMs: 30_000 }, ++this.#restarts);
       this.log.warn({ code, signal, restartInMs: delay }, 'the local agent exited; restarting it');
-      setTimeout(() => {
+      systemClock.setTimer(delay, () => {
         if (!this.#stopping) this.#child = this.#launch();
-      }, delay).unref();
+      });
     });
     return child;
   }
@@ -138,11 +140,11 @@ export function upCommand(): Command {
       orchestrator.adminGrant();
       // The gallery link carries its grant in the URL: it may only submit and read images and clips in its albums, briefly.
       const galleryTtl = options.galleryTtl ?? config.gallery.grantTtl;
-      const galleryCaveats = caveatsFromOptions(galleryGrantOptions(config.gallery.albums, galleryTtl), Date.now());
+      const galleryCaveats = caveatsFromOptions(galleryGrantOptions(config.gallery.albums, galleryTtl), systemClock.now());
       const gallery = orchestrator.mint('client', galleryCaveats, 'gallery page');
       const galleryUntil = galleryCaveats.find((line) => line.startsWith('time-before '))!.slice('time-before '.length);
       // The mesh view's link: it may read mesh status and follow jobs, nothing else (no submitting, no pictures), as briefly.
-      const meshView = orchestrator.mint('client', caveatsFromOptions(meshViewGrantOptions(galleryTtl), Date.now()), 'mesh view');
+      const meshView = orchestrator.mint('client', caveatsFromOptions(meshViewGrantOptions(galleryTtl), systemClock.now()), 'mesh view');
 
       const host = hostname();
       const classes = [...new Set(Object.values(config.routing).flat())];
@@ -182,10 +184,10 @@ export function upCommand(): Command {
         });
       }, logger);
       if (agent) {
-        const deadline = Date.now() + 60_000;
+        const deadline = systemClock.now() + 60_000;
         while (orchestrator.agentsConnected === 0) {
           if (agent.refused) throw new CliError(`the local agent was refused; see ${join(logs, 'agent.log')}`);
-          if (Date.now() > deadline) throw new CliError(`the local agent did not connect within 60 s; see ${join(logs, 'agent.log')}`);
+          if (systemClock.now() > deadline) throw new CliError(`the local agent did not connect within 60 s; see ${join(logs, 'agent.log')}`);
           await sleep(50);
         }
       }

@@ -6,6 +6,8 @@ import { createParser } from 'eventsource-parser';
 import type { GrantEndedEvent, JobAccepted, JobEvent, JobView } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import { ServerTrust, TlsPinError, pinsOfGrant, type Pin, type TrustedRequestInit } from '../../tls-client/index.js';
+import { Backoff } from '../../net/backoff.js';
+import { systemClock } from '../../protocol/clock.js';
 
 /** An error the server returned, with its code; the CLI prints the message and exits non-zero. */
 export class ApiError extends Error {
@@ -284,7 +286,7 @@ export class MeshClient {
     // Set by the stream reader as events arrive (an object, so the loop sees what the callback wrote).
     const heard: { lastEventId: string | null } = { lastEventId: null };
     let droppedAt: number | null = null;
-    let retryMs = FOLLOW_RETRY_MIN_MS;
+    const retry = new Backoff({ initialMs: FOLLOW_RETRY_MIN_MS, maxMs: FOLLOW_RETRY_MAX_MS });
     for (;;) {
       let response: Response;
       try {
@@ -296,10 +298,9 @@ export class MeshClient {
         // waited for (an orchestrator restarting, a standby taking over), from the first try — the orchestrator may
         // have died between the submit and this request.
         const away = error instanceof ApiError && (error.code === 'UNREACHABLE' || error.code === 'NOT_LEADER');
-        droppedAt ??= Date.now();
-        if (!away || Date.now() - droppedAt > FOLLOW_RECONNECT_MS) throw error;
-        await sleep(retryMs, undefined, { signal });
-        retryMs = Math.min(FOLLOW_RETRY_MAX_MS, retryMs * 2);
+        droppedAt ??= systemClock.now();
+        if (!away || systemClock.now() - droppedAt > FOLLOW_RECONNECT_MS) throw error;
+        await sleep(retry.next(), undefined, { signal });
         continue;
       }
       if (!response.ok || !response.body) {
@@ -314,11 +315,11 @@ export class MeshClient {
       // The stream ended, or broke, before the job did: open it again, starting with the next orchestrator. The time
       // allowed counts from the first drop after a stream that said something, so a stream that keeps opening and
       // ending at once gives up, and one that ran for a while gets the whole window again.
-      if (read.events > 0 || droppedAt === null) droppedAt = Date.now();
-      else if (Date.now() - droppedAt > FOLLOW_RECONNECT_MS) {
+      if (read.events > 0 || droppedAt === null) droppedAt = systemClock.now();
+      else if (systemClock.now() - droppedAt > FOLLOW_RECONNECT_MS) {
         throw new ApiError(0, 'STREAM_ENDED', `the event stream of job ${id} ended before the job did${read.error ? ` (${read.error})` : ''}`);
       }
-      retryMs = FOLLOW_RETRY_MIN_MS;
+      retry.reset();
       this.#current = (this.#current + 1) % this.#endpoints.length;
       await sleep(FOLLOW_RETRY_MIN_MS, undefined, { signal });
     }

@@ -8,6 +8,7 @@ import { PerTurn } from '../events/per-turn.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { HostRegistry, HostSession, Router } from '../routing/index.js';
 import { placementOrder } from './placement.js';
+import { backoffDelay } from '../../net/backoff.js';
 
 export interface AutoscalerDeps {
   clock: Clock;
@@ -177,7 +178,7 @@ export class Autoscaler {
     host.held.delete(model);
     const state = this.#state(model);
     const count = (state.refusals.get(host)?.count ?? 0) + 1;
-    const pauseMs = Math.min(REFUSAL_BACKOFF_MAX_MS, REFUSAL_BACKOFF_MS * 2 ** (count - 1));
+    const pauseMs = backoffDelay({ initialMs: REFUSAL_BACKOFF_MS, maxMs: REFUSAL_BACKOFF_MAX_MS }, count);
     state.refusals.set(host, { until: now + pauseMs, count });
     log.warn({ host: host.id, model, code: error.code, reason: error.message, askAgainInMs: pauseMs }, 'a host refused to load a replica; trying another');
     metrics.replicaLoadRefused(host.id, model, error.code);

@@ -34,7 +34,11 @@ export class EventBus {
   readonly #recent = new Ring<ScopedEvent>(REPLAY_EVENTS);
   #seq = 0;
 
-  constructor(clock: Pick<Clock, 'now'> = systemClock) {
+  /** The mesh's time: the ids' epoch, and the waits of those who listen for an event (a job's end, a keepalive). */
+  readonly clock: Clock;
+
+  constructor(clock: Clock = systemClock) {
+    this.clock = clock;
     this.#epoch = clock.now().toString(36);
   }
 

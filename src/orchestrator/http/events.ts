@@ -65,7 +65,7 @@ export function eventRoutes(app: FastifyInstance, deps: { reads: Pick<JobReads, 
     const stream = openSse(request, reply, () => {
       unsubscribe();
       stopWatching();
-    });
+    }, events.clock);
     const stopWatching = auth.watch(request, (why) => endForGrant(stream, why, grant, auth.now()));
     const deliver = (event: JobEvent, eventId?: string): void => {
       stream.send(event.type, event, eventId);
@@ -92,7 +92,7 @@ export function eventRoutes(app: FastifyInstance, deps: { reads: Pick<JobReads, 
     const stream = openSse(request, reply, () => {
       subscription.unsubscribe();
       stopWatching();
-    });
+    }, events.clock);
     const stopWatching = auth.watch(request, (why) => endForGrant(stream, why, grant, auth.now()));
     const wanted = request.query.types ?? null;
     const visible = (scoped: ScopedEvent): boolean => (wanted === null || wanted.has(scoped.event.type))

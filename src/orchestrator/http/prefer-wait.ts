@@ -1,5 +1,6 @@
 import { LIMITS, MeshError, TERMINAL_STATUSES, type JobStatus } from '../../protocol/index.js';
 import type { EventBus } from '../events/event-bus.js';
+import type { Timer } from '../../protocol/clock.js';
 
 /**
  * The `wait` preference of a submit's `Prefer` header (RFC 7240), in seconds; null when there is none. Other
@@ -27,9 +28,10 @@ export function preferredWait(header: string | string[] | undefined): number | n
  */
 export function jobEnd(events: EventBus, jobId: string, ms: number, endedAlready: () => boolean, gone: AbortSignal): Promise<boolean> {
   return new Promise((resolve) => {
+    let timer: Timer | null = null;
     const finish = (ended: boolean): void => {
       unsubscribe();
-      clearTimeout(timer);
+      timer?.cancel();
       gone.removeEventListener('abort', onGone);
       resolve(ended);
     };
@@ -37,7 +39,8 @@ export function jobEnd(events: EventBus, jobId: string, ms: number, endedAlready
     const unsubscribe = events.subscribeJob(jobId, (scoped) => {
       if (TERMINAL_STATUSES.has(scoped.event.type as JobStatus)) finish(true);
     });
-    const timer = setTimeout(() => finish(false), ms);
+    // A request's wait: work in progress, as long as the client waits (the bus's clock; a fake one in tests).
+    timer = events.clock.setTimer(ms, () => finish(false));
     gone.addEventListener('abort', onGone, { once: true });
     if (gone.aborted) finish(false);
     else if (endedAlready()) finish(true);

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { corkForTick, uncorkNow } from '../../net/cork.js';
+import { every, type Clock } from '../../protocol/clock.js';
 
 const KEEPALIVE_MS = 15_000;
 
@@ -14,7 +15,7 @@ export interface SseStream {
  * Take over the response as a text/event-stream. A comment line every 15 s
  * keeps proxies from timing the stream out; `onClose` runs once, whoever closes.
  */
-export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: () => void): SseStream {
+export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: () => void, clock: Clock): SseStream {
   reply.hijack();
   const raw = reply.raw;
   raw.writeHead(200, {
@@ -28,12 +29,11 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
   // until it ends), and write nothing after.
   if (request.method === 'HEAD') raw.end();
   else raw.write('retry: 2000\n\n');
-  const keepalive = setInterval(() => !raw.writableEnded && raw.write(': keepalive\n\n'), KEEPALIVE_MS);
-  keepalive.unref();
+  const stopKeepalive = every(clock, KEEPALIVE_MS, () => !raw.writableEnded && raw.write(': keepalive\n\n'));
   const finish = (): void => {
     if (closed) return;
     closed = true;
-    clearInterval(keepalive);
+    stopKeepalive();
     onClose();
   };
   request.raw.on('close', finish);

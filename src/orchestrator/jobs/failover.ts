@@ -7,6 +7,7 @@ import type { JobRecord } from '../store/index.js';
 import type { Dispatcher } from './dispatcher.js';
 import type { InFlight } from './in-flight.js';
 import type { JobStates } from './states.js';
+import { backoffDelay } from '../../net/backoff.js';
 
 export interface FailoverDeps {
   clock: Clock;
@@ -67,7 +68,7 @@ export class Failover {
     const retries = this.#deps.model(job.model)?.policy.retries ?? 0;
     if (retryable && job.attempts <= retries && states.requeued(job)) {
       if (host) this.#failedOn.set(job.id, [...new Set([...this.failedOn(job.id), host])]);
-      const backoff = this.#deps.retryBackoffMs * 2 ** (job.attempts - 1);
+      const backoff = backoffDelay({ initialMs: this.#deps.retryBackoffMs, maxMs: Number.MAX_SAFE_INTEGER }, job.attempts);
       log.info({ jobId: job.id, attempt: job.attempts, backoff, error }, 'retrying job');
       this.#retrying.set(job.id, {
         at: clock.now() + backoff,

@@ -1,7 +1,7 @@
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type BatchResult, type EngineStartup, type LoadedModel } from '../../core/engine.js';
 import type { LaunchSettings } from '../../../protocol/engines/server-settings.js';
-import { moment } from '../../core/timers.js';
+import { moment } from '../../../protocol/clock.js';
 
 /**
  * How a server that the agent started ended when nobody asked it to: a

@@ -16,6 +16,7 @@ import { jobEnd } from '../prefer-wait.js';
 import { openSse } from '../sse.js';
 import type { ImagesRequest } from './image-requests.js';
 import { openAiErrorBody } from './errors.js';
+import type { Clock } from '../../../protocol/clock.js';
 
 export interface OpenAiImagesDeps {
   admission: Pick<JobAdmission, 'submitAll'>;
@@ -81,12 +82,12 @@ export async function runImages(request: FastifyRequest, reply: FastifyReply, as
   if (failed) throw jobFailure(failed);
   const pictures = await Promise.all(views.map((view) => pictureOf(view, ask, deps)));
   if (ask.responseFormat === 'b64_json') {
-    return { created: Math.floor(Date.now() / 1000), data: pictures.map((picture) => ({ b64_json: picture.bytes.toString('base64') })), ...answerFields(ask, pictures[0]!) };
+    return { created: Math.floor(deps.events.clock.now() / 1000), data: pictures.map((picture) => ({ b64_json: picture.bytes.toString('base64') })), ...answerFields(ask, pictures[0]!) };
   }
   // A converted picture is stored as the caller's, so the URL's read-only grant (a narrowing of it) may read it.
   const digests = await Promise.all(pictures.map(async (picture) => picture.digest ?? (await deps.clientBlobs.put(grant.id, Readable.from([picture.bytes]))).digest));
-  const link = linkFor(request);
-  return { created: Math.floor(Date.now() / 1000), data: digests.map((digest) => ({ url: link(digest) })), ...answerFields(ask, pictures[0]!) };
+  const link = linkFor(request, deps.events.clock);
+  return { created: Math.floor(deps.events.clock.now() / 1000), data: digests.map((digest) => ({ url: link(digest) })), ...answerFields(ask, pictures[0]!) };
 }
 
 /** The fields OpenAI's answer carries besides the pictures. */
@@ -124,8 +125,8 @@ async function pictureOf(view: JobView, ask: ImagesRequest, deps: OpenAiImagesDe
 }
 
 /** URLs for blobs that work without a header for an hour: a read-only narrowing of the caller's grant, in the URL. */
-function linkFor(request: FastifyRequest): (digest: string) => string {
-  const token = narrowGrant(request.grantToken!, ['actions blobs:read', `time-before ${new Date(Date.now() + URL_GRANT_MS).toISOString()}`]);
+function linkFor(request: FastifyRequest, clock: Clock): (digest: string) => string {
+  const token = narrowGrant(request.grantToken!, ['actions blobs:read', `time-before ${new Date(clock.now() + URL_GRANT_MS).toISOString()}`]);
   const origin = `${request.protocol}://${request.host}`;
   return (digest) => `${origin}/v1/blobs/${digest}?access_token=${encodeURIComponent(token)}`;
 }
@@ -136,7 +137,7 @@ function linkFor(request: FastifyRequest): (digest: string) => string {
  */
 async function streamImages(request: FastifyRequest, reply: FastifyReply, ask: ImagesRequest, records: JobRecord[], operation: Operation, deps: OpenAiImagesDeps): Promise<void> {
   const unsubscribes: (() => void)[] = [];
-  const sse = openSse(request, reply, () => unsubscribes.forEach((unsubscribe) => unsubscribe()));
+  const sse = openSse(request, reply, () => unsubscribes.forEach((unsubscribe) => unsubscribe()), deps.events.clock);
   const common = { size: ask.size ? `${ask.size.width}x${ask.size.height}` : 'auto', quality: 'auto', background: 'opaque', output_format: ask.outputFormat };
   let open = records.length;
   const finished = (): void => {
@@ -157,7 +158,7 @@ async function streamImages(request: FastifyRequest, reply: FastifyReply, ask: I
           if (view.status !== 'succeeded') throw jobFailure(view);
           const picture = await pictureOf(view, ask, deps);
           sse.send(`${operation}.completed`, {
-            type: `${operation}.completed`, b64_json: picture.bytes.toString('base64'), created_at: Math.floor(Date.now() / 1000),
+            type: `${operation}.completed`, b64_json: picture.bytes.toString('base64'), created_at: Math.floor(deps.events.clock.now() / 1000),
             ...common, size: `${picture.width}x${picture.height}`,
           });
         } catch (error) {
@@ -170,7 +171,7 @@ async function streamImages(request: FastifyRequest, reply: FastifyReply, ask: I
         const event = scoped.event;
         if (event.type === 'preview' && partials < ask.partialImages) {
           sse.send(`${operation}.partial_image`, {
-            type: `${operation}.partial_image`, b64_json: event.b64, created_at: Math.floor(Date.now() / 1000),
+            type: `${operation}.partial_image`, b64_json: event.b64, created_at: Math.floor(deps.events.clock.now() / 1000),
             ...common, partial_image_index: partials++, ...(records.length > 1 ? { image_index: index } : {}),
           });
         }

@@ -3,6 +3,7 @@ import pg, { type Pool, type PoolClient } from 'pg';
 import type { Clock } from '../../../protocol/clock.js';
 import type { Commits } from '../contract/commits.js';
 import type { Fence } from '../contract/mesh-lease.js';
+import { Backoff } from '../../../net/backoff.js';
 
 /** One statement, as sent. */
 export interface Statement {
@@ -152,8 +153,7 @@ export class PgCommits implements Commits {
   }
 
   async #commit(batch: Batch): Promise<void> {
-    const { initialMs, maxMs } = this.#deps.retry ?? { initialMs: 50, maxMs: 2000 };
-    let waitMs = initialMs;
+    const backoff = new Backoff(this.#deps.retry ?? { initialMs: 50, maxMs: 2000 });
     let savepoints = false;
     for (;;) {
       try {
@@ -173,8 +173,8 @@ export class PgCommits implements Commits {
           this.#down = true;
           this.#deps.onAvailability(true, (error as Error).message);
         }
+        const waitMs = backoff.next();
         await new Promise<void>((resolve) => this.#deps.clock.setTimer(waitMs, resolve));
-        waitMs = Math.min(maxMs, waitMs * 2);
       }
     }
     if (this.#down) {
