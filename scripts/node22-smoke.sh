@@ -56,7 +56,7 @@ if [ $# -eq 0 ]; then
   # its docs' module map, its lockfile — the same on any Node, and they read git and files this copy leaves out).
   # Integration: a mesh with images and clips (ffmpeg as found on this host, else the packaged one), another port and
   # data folder with the CLI, and a host without ffmpeg.
-  set -- test/agent test/cli test/builtin-models test/net test/orchestrator test/protocol test/store test/tls-client test/web \
+  set -- test/agent test/cli test/builtin-models test/net test/orchestrator test/protocol test/tls-client test/web \
     test/integration/video.test.ts test/integration/cli-finds-mesh.test.ts test/integration/video-without-ffmpeg.test.ts
 fi
 cd "$TREE"

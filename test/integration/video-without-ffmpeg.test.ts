@@ -20,7 +20,7 @@ describe('a host without ffmpeg says so everywhere a person looks', () => {
     expect(mesh().output()).toContain(`           video: off — ${REASON}`);
     expect(mesh().output()).toContain('(a clip: refused while video is off here)');
     expect(mesh().output()).toContain(`export GPUMESH_HOME=${mesh().data}`);
-    // The gallery grant, described as everywhere else (test/cli/help-layout.test.ts).
+    // The gallery grant, described as everywhere else (test/cli/common/help-layout.test.ts).
     expect(mesh().output()).toContain(`${GALLERY_GRANT_SUMMARY} in album default`);
     const [host] = await hostsNow();
     expect(host).toMatchObject({ classes: ['image', 'tensor'], unavailable: { video: REASON }, tools: [] });

@@ -47,7 +47,7 @@ export interface PostgresStoreOptions {
 /**
  * The store in PostgreSQL, shared by every orchestrator of a mesh (docs/operations.md, *Scaling out*). The same tables
  * and rows as SQLite's (test/architecture/schema-agreement.test.ts), and the same answers: the conformance suite
- * (test/store/store-conformance.test.ts) runs one set of tests against both. Each table's queries are a module
+ * (test/orchestrator/store/store-conformance.test.ts) runs one set of tests against both. Each table's queries are a module
  * beside this file. Writes go behind, through `PgCommits`: a turn's writes are one transaction, fenced by the mesh
  * lease; reads wait for the writes before them, so a reader sees what it wrote.
  */

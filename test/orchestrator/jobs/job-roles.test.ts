@@ -1,0 +1,322 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../helpers/fake-clock.js';
+import { jobView } from '../../../src/orchestrator/jobs/views.js';
+import { attempts, SqliteStore } from '../../../src/orchestrator/store/index.js';
+import { JobCoreHarness } from '../../helpers/job-core.js';
+import { scriptedPng } from '../../helpers/scripted-agent.js';
+
+/** The job roles (states, dispatch, intake, failover, cancellation, recovery) on a fake clock and an in-memory store. */
+let harness: JobCoreHarness;
+afterEach(() => harness?.close());
+
+const timings = { loadMs: 0, computeMs: 5, totalMs: 6 };
+
+describe('dispatch and result intake', () => {
+  it('sends a queued job to a free host, then takes started, progress and done from that host only', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    const [run] = laptop.of('run');
+    expect(run).toMatchObject({ model: { name: 'gen' }, jobs: [{ id: job.id }], uploadCredential: `upload-${run!.batchId}` });
+    expect(harness.status(job.id)).toBe('dispatched');
+
+    const { intake } = harness.core;
+    intake.started(laptop.session, run!.batchId, [job.id]);
+    intake.progress(laptop.session, run!.batchId, [job.id], 1, 2);
+    const png = scriptedPng('png bytes');
+    const digest = await harness.upload(job.id, run!.batchId, png);
+    intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: png.length }], timings });
+    await harness.settle();
+    expect(harness.status(job.id)).toBe('succeeded');
+    expect(harness.jobEvents(job.id)).toEqual(['queued', 'dispatched', 'running', 'progress', 'succeeded']);
+    expect(laptop.of('ack').flatMap((ack) => ack.jobIds)).toEqual([job.id]);
+    expect(laptop.session.batches.size).toBe(0);
+
+    // A duplicate is acknowledged and changes nothing.
+    intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [], timings });
+    await harness.settle();
+    expect(laptop.of('ack')).toHaveLength(2);
+    expect(harness.jobEvents(job.id).filter((type) => type === 'succeeded')).toHaveLength(1);
+  });
+
+  it('frees a slot when the engine is done with its batch (computed): the next batch leaves while the outputs travel', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const first = harness.submit();
+    await harness.settle();
+    const second = harness.submit();
+    await harness.settle();
+    const [run] = laptop.of('run');
+    expect(laptop.of('run')).toHaveLength(1);
+    expect(laptop.session.freeSlots).toBe(0);
+
+    const { intake } = harness.core;
+    intake.computed(laptop.session, 'b_not_here');
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(1);
+
+    intake.computed(laptop.session, run!.batchId);
+    await harness.settle();
+    const runs = laptop.of('run');
+    expect(runs).toHaveLength(2);
+    expect(runs[1]!.jobs.map((job) => job.id)).toEqual([second.id]);
+    // The first batch is still held (its result has not come) but computes no more; the second takes the one slot.
+    expect(laptop.session.batches.size).toBe(2);
+    expect(laptop.session.computing).toBe(1);
+    expect(laptop.session.freeSlots).toBe(0);
+    expect(harness.status(first.id)).toBe('dispatched');
+    // Said twice, it frees nothing more.
+    intake.computed(laptop.session, run!.batchId);
+    const fourth = harness.submit();
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(2);
+
+    const png = scriptedPng('png bytes');
+    const digest = await harness.upload(first.id, run!.batchId, png);
+    intake.done(laptop.session, { type: 'done', jobId: first.id, batchId: run!.batchId, artifacts: [{ digest, mediaType: 'image/png', bytes: png.length }], timings });
+    await harness.settle();
+    expect(harness.status(first.id)).toBe('succeeded');
+    // The first batch's end gives back no slot it had given back already: the fourth job still waits for the second.
+    expect(laptop.session.batches.size).toBe(1);
+    expect(harness.status(fourth.id)).toBe('queued');
+    intake.computed(laptop.session, runs[1]!.batchId);
+    await harness.settle();
+    expect(laptop.of('run').at(-1)!.jobs.map((job) => job.id)).toEqual([fourth.id]);
+  });
+
+  it('refuses, logs and counts reports from a host that does not hold the job, and tells it to let go', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const rogue = harness.host('rogue', { join: false });
+    const running = harness.submit();
+    const queued = harness.submit();
+    await harness.settle();
+    const [run] = laptop.of('run');
+    const { intake } = harness.core;
+    for (const job of [queued, running]) {
+      intake.done(rogue.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [], result: 'forged', timings });
+      intake.failed(rogue.session, { type: 'failed', jobId: job.id, batchId: run!.batchId, retryable: false, error: { code: 'INVALID_INPUT', message: 'forged' } });
+    }
+    intake.started(rogue.session, run!.batchId, [running.id]);
+    intake.progress(rogue.session, run!.batchId, [running.id], 1, 1);
+    // The right batch id from the wrong session, and the right session with a batch it was not given, are both refused.
+    intake.done(laptop.session, { type: 'done', jobId: running.id, batchId: 'b_other', artifacts: [], timings });
+    await harness.settle();
+
+    expect(harness.status(queued.id)).toBe('queued');
+    expect(harness.status(running.id)).toBe('dispatched');
+    expect(laptop.of('cancel')).toEqual([]);
+    expect(rogue.of('cancel').length).toBe(4);
+    expect(rogue.of('ack')).toHaveLength(0);
+    const metrics = await harness.metrics.text();
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="done"\} 2/);
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="failed"\} 2/);
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="rogue",message="started"\} 1/);
+    expect(metrics).toMatch(/gpumesh_link_reports_refused_total\{host="laptop",message="done"\} 1/);
+    expect(harness.seen.filter((scoped) => scoped.kind === 'mesh' && scoped.event.type === 'link:refused')).toHaveLength(7);
+  });
+
+  it('a reported output that was never uploaded fails the attempt, and the job is dispatched again', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    const [first] = laptop.of('run');
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: first!.batchId, artifacts: [{ digest: `sha256:${'1'.repeat(64)}`, mediaType: 'image/png', bytes: 1 }], timings });
+    await harness.settle();
+    expect(harness.status(job.id)).toBe('queued');
+    harness.clock.advance(100);
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(2);
+  });
+});
+
+describe('failover', () => {
+  it('keeps the attempt a job succeeded with on its row and the one that failed as a row of attempts: both read back from the store', async () => {
+    harness = new JobCoreHarness({ policy: { retries: 1 }, retryBackoffMs: 100 });
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    harness.core.intake.failed(laptop.session, {
+      type: 'failed', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, retryable: true, error: { code: 'ENGINE_CRASHED', message: 'boom' },
+    });
+    await harness.settle();
+    harness.clock.advance(100);
+    await harness.settle();
+    const second = laptop.of('run')[1]!;
+    harness.clock.advance(7);
+    // Done without a `started` before it (a quick batch): it started when the result says, its compute time ago.
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: second.batchId, artifacts: [], result: { y: [1] }, timings });
+    await harness.settle();
+
+    const count = (): number => (harness.db.prepare('SELECT COUNT(*) AS n FROM attempts WHERE job_id = ?').get(job.id) as { n: number }).n;
+    expect(count()).toBe(1);
+    const stored = harness.job(job.id)!; // no longer active: read from the store
+    const finishedAt = new Date(harness.clock.now()).toISOString();
+    expect((await jobView(harness.store, stored)).attempts).toEqual([
+      expect.objectContaining({ n: 1, status: 'failed', host: 'laptop', error: { code: 'ENGINE_CRASHED', message: 'boom' } }),
+      {
+        n: 2, host: 'laptop', replica: 'laptop/gen', batchId: second.batchId, batchSize: 1, status: 'succeeded',
+        dispatchedAt: new Date(harness.clock.now() - 7).toISOString(), startedAt: new Date(harness.clock.now() - timings.computeMs).toISOString(),
+        finishedAt, loadMs: 0, computeMs: timings.computeMs, error: null, route: expect.objectContaining({ class: 'image' }),
+      },
+    ]);
+    // A store written before attempts were kept on the row holds the succeeded one in attempts too: it is listed once.
+    attempts.recordAttempt(harness.db, {
+      jobId: job.id, n: 2, host: 'laptop', batchId: second.batchId, batchSize: 1, status: 'succeeded', dispatchedAt: 1, startedAt: 2, finishedAt: 3, computeMs: 5,
+    }, 'gen');
+    expect((await jobView(harness.store, stored)).attempts.map((attempt) => attempt.n)).toEqual([1, 2]);
+  });
+
+  it('retries a retryable failure after a doubling backoff, and ends with RETRIES_EXHAUSTED', async () => {
+    harness = new JobCoreHarness({ policy: { retries: 1 }, retryBackoffMs: 100 });
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    const fail = (batchId: string): void => harness.core.intake.failed(laptop.session, {
+      type: 'failed', jobId: job.id, batchId, retryable: true, error: { code: 'ENGINE_CRASHED', message: 'boom' },
+    });
+    fail(laptop.of('run')[0]!.batchId);
+    await harness.settle();
+    expect(harness.status(job.id)).toBe('queued');
+    harness.clock.advance(99);
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(1);
+    harness.clock.advance(1);
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(2);
+    fail(laptop.of('run')[1]!.batchId);
+    await harness.settle();
+    const record = harness.job(job.id)!;
+    expect(record.status).toBe('failed');
+    expect(record.errorCode).toBe('RETRIES_EXHAUSTED');
+  });
+
+  it('does not retry an input error, and reads an unknown error code as ENGINE_FAILED', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const bad = harness.submit();
+    const odd = harness.submit();
+    await harness.settle();
+    const [run] = laptop.of('run');
+    harness.core.intake.failed(laptop.session, { type: 'failed', jobId: bad.id, batchId: run!.batchId, retryable: false, error: { code: 'INVALID_INPUT', message: 'no' } });
+    await harness.settle();
+    expect(harness.job(bad.id)).toMatchObject({ status: 'failed', errorCode: 'INVALID_INPUT' });
+    const [second] = laptop.of('run').slice(1);
+    harness.core.intake.failed(laptop.session, { type: 'failed', jobId: odd.id, batchId: second!.batchId, retryable: false, error: { code: 'WHATEVER', message: 'agent words' } });
+    await harness.settle();
+    expect(harness.job(odd.id)).toMatchObject({ status: 'failed', errorCode: 'ENGINE_FAILED', errorMessage: 'WHATEVER: agent words' });
+  });
+
+  it('a lost host fails its attempts over; a reconnecting session that still holds a job keeps it', async () => {
+    harness = new JobCoreHarness({ retryBackoffMs: 10 });
+    const first = harness.host('laptop', { concurrency: 2 });
+    const kept = harness.submit();
+    await harness.settle();
+    const lost = harness.submit();
+    await harness.settle();
+    const [keptRun, lostRun] = first.of('run');
+    const second = harness.host('laptop', { concurrency: 2, join: false });
+    harness.core.failover.hostLost(first.session, { session: second.session, held: [{ jobId: kept.id, batchId: keptRun!.batchId }] });
+    harness.hosts.set(second.session);
+    await harness.settle();
+    expect(harness.status(lost.id)).toBe('queued');
+    expect(harness.core.inFlight.holds(second.session, keptRun!.batchId, kept.id)).toBe(true);
+    harness.core.intake.done(second.session, { type: 'done', jobId: kept.id, batchId: keptRun!.batchId, artifacts: [], result: 7, timings });
+    await harness.settle();
+    expect(harness.job(kept.id)).toMatchObject({ status: 'succeeded', result: 7 });
+    harness.clock.advance(10);
+    await harness.settle();
+    expect(second.of('run').map((run) => run.jobs[0]!.id)).toEqual([lost.id]);
+    expect(lostRun!.jobs[0]!.id).toBe(lost.id);
+  });
+});
+
+describe('deadlines and cancellation', () => {
+  it('expires a queued job at its deadline while the only host is busy', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    harness.submit();
+    const waiting = harness.submit({ deadlineAt: harness.clock.now() + 1_000 });
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(1);
+    harness.clock.advance(1_000);
+    await harness.settle();
+    expect(harness.job(waiting.id)).toMatchObject({ status: 'expired', errorCode: 'DEADLINE_EXCEEDED' });
+    expect(harness.scheduler.totalDepth).toBe(0);
+  });
+
+  it('a deadline timer that fires a millisecond early (as Node\'s may) waits out the rest: a job never expires before its deadline', async () => {
+    harness = new JobCoreHarness({ clock: new FakeClock(1_000_000, { timersFireEarlyMs: 1 }) });
+    harness.host('laptop');
+    harness.submit();
+    const waiting = harness.submit({ deadlineAt: harness.clock.now() + 300 });
+    await harness.settle();
+    harness.clock.advance(299);
+    await harness.settle();
+    expect(harness.job(waiting.id)?.status).toBe('queued');
+    harness.clock.advance(1);
+    await harness.settle();
+    expect(harness.job(waiting.id)).toMatchObject({ status: 'expired', finishedAt: 1_000_300 });
+  });
+
+  it('cancelling a running job tells its host and frees the slot', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const running = harness.submit();
+    const next = harness.submit();
+    await harness.settle();
+    expect(harness.core.cancellation.cancel(running.id)).toBe(true);
+    expect(harness.core.cancellation.cancel(running.id)).toBe(false);
+    await harness.settle();
+    expect(laptop.of('cancel').map((cancel) => cancel.jobId)).toEqual([running.id]);
+    expect(laptop.of('run').map((run) => run.jobs[0]!.id)).toEqual([running.id, next.id]);
+  });
+});
+
+describe('recovery after a restart', () => {
+  it('requeues queued jobs at once; dispatched ones wait for their host to claim them, else are requeued', async () => {
+    const store = new SqliteStore(':memory:');
+    const before = new JobCoreHarness({ store });
+    const laptop = before.host('laptop', { concurrency: 2 });
+    const claimed = before.submit();
+    await before.settle();
+    const orphan = before.submit();
+    await before.settle();
+    const queued = before.submit();
+    await before.settle();
+    const [claimedRun] = laptop.of('run');
+    before.close();
+
+    harness = new JobCoreHarness({ store, reconnectGraceMs: 5_000 });
+    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2 });
+    const back = harness.host('laptop', { concurrency: 2, join: false });
+    harness.core.recovery.claim(back.session, [{ jobId: claimed.id, batchId: claimedRun!.batchId }]);
+    harness.hosts.set(back.session);
+    await harness.settle();
+    expect(back.of('run').map((run) => run.jobs[0]!.id)).toEqual([queued.id]);
+    harness.core.intake.done(back.session, { type: 'done', jobId: claimed.id, batchId: claimedRun!.batchId, artifacts: [], timings });
+    await harness.settle();
+    expect(harness.status(claimed.id)).toBe('succeeded');
+    expect(harness.status(orphan.id)).toBe('dispatched');
+    harness.clock.advance(5_000);
+    await harness.settle();
+    expect(harness.status(orphan.id)).toBe('dispatched');
+    expect(back.of('run').map((run) => run.jobs[0]!.id)).toEqual([queued.id, orphan.id]);
+  });
+});
+
+describe('dynamic batching through the dispatcher', () => {
+  it('holds a partial batch for maxQueueDelayMs on the fake clock, then sends it', async () => {
+    harness = new JobCoreHarness({ policy: { batching: { maxBatchSize: 4, preferredBatchSizes: [4], maxQueueDelayMs: 50 } } });
+    const laptop = harness.host('laptop');
+    harness.submit();
+    harness.submit();
+    await harness.settle();
+    expect(laptop.of('run')).toHaveLength(0);
+    harness.clock.advance(50);
+    await harness.settle();
+    expect(laptop.of('run').map((run) => run.jobs.length)).toEqual([2]);
+  });
+});
