@@ -7,6 +7,20 @@ const CLOSED = 3;
 type ReadyState = 0 | 1 | 2 | 3;
 
 /**
+ * What both ends of the agent link use of a socket — ws's WebSocket, or one end of an in-process link (MemorySocket) —
+ * besides the events each end listens for (agent/link/link.ts's AgentSocket, orchestrator/link/agent-hub.ts's LinkSocket).
+ */
+export interface LinkEnd {
+  readonly readyState: number;
+  readonly OPEN: number;
+  send(data: string): void;
+  /** In-process ends send messages as values. */
+  sendMessage?(message: object): void;
+  close(code?: number, reason?: string): void;
+  terminate(): void;
+}
+
+/**
  * One end of a link between two parts of one process: the orchestrator and
  * the agent `gpumesh up` runs beside it. It has what the link code uses of a
  * WebSocket (send, close, terminate, ping; message, close and pong events), but

@@ -6,7 +6,7 @@ import {
 } from '../../protocol/index.js';
 import { Backoff } from '../../net/backoff.js';
 import { corkForTick } from '../../net/cork.js';
-import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
+import { readLinkMessage, sendLinkMessage, type ClonedMessage, type LinkEnd } from '../../net/memory-link.js';
 import { TlsPinError, type ServerTrust } from '../../tls-client/index.js';
 import { workClock, type Clock, type Timer } from '../../protocol/clock.js';
 import { LinkWatchdog } from './link-watchdog.js';
@@ -15,14 +15,7 @@ type Hello = Extract<AgentMessage, { type: 'hello' }>;
 type Welcome = Extract<OrchestratorMessage, { type: 'welcome' }>;
 
 /** What the link uses of a WebSocket: ws's own, or one end of an in-process link (net/memory-link.ts). */
-export interface AgentSocket {
-  readonly readyState: number;
-  readonly OPEN: number;
-  send(data: string): void;
-  /** In-process ends send messages as values (net/memory-link.ts). */
-  sendMessage?(message: object): void;
-  close(code?: number, reason?: string): void;
-  terminate(): void;
+export interface AgentSocket extends LinkEnd {
   ping(): void;
   on(event: 'pong', listener: () => void): unknown;
   on(event: 'message', listener: (data: { toString(): string } | ClonedMessage) => void): unknown;

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { corkForTick } from '../../net/cork.js';
-import { readLinkMessage, sendLinkMessage, type ClonedMessage } from '../../net/memory-link.js';
+import { readLinkMessage, sendLinkMessage, type ClonedMessage, type LinkEnd } from '../../net/memory-link.js';
 import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
@@ -57,14 +57,7 @@ export interface AgentHubDeps {
 }
 
 /** Just enough of a WebSocket for the hub: ws's WebSocket, one end of an in-process link (net/memory-link.ts), or a fake in tests. */
-export interface LinkSocket {
-  readonly readyState: number;
-  readonly OPEN: number;
-  send(data: string): void;
-  /** In-process ends send messages as values (net/memory-link.ts). */
-  sendMessage?(message: object): void;
-  close(code?: number, reason?: string): void;
-  terminate(): void;
+export interface LinkSocket extends LinkEnd {
   on(event: 'message', listener: (data: { toString(): string } | ClonedMessage, isBinary: boolean) => void): unknown;
   on(event: 'close', listener: (code: number) => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
