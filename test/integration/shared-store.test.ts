@@ -199,6 +199,13 @@ describe('several orchestrators on one PostgreSQL', () => {
     }
     await restarting;
     await Promise.all(during);
+    // The orchestrator learns the database is back at its commit loop's next try (its backoff: at most 2 s later);
+    // until then submits are refused at once, as while it was away. Then the mesh carries on.
+    const acceptedBefore = accepted.length;
+    await waitFor(async () => {
+      await submit();
+      return accepted.length > acceptedBefore;
+    }, { what: 'a submit accepted again once the database is back', timeoutMs: 15_000, intervalMs: 100 });
     for (let i = 0; i < 50; i++) await submit();
     expect([...statuses.keys()].filter((status) => status >= 500 && status !== 503)).toEqual([]);
     expect(statuses.get(202)).toBeGreaterThanOrEqual(100);

@@ -3,9 +3,15 @@ import { parse } from 'yaml';
 import { z } from 'zod';
 import { familyOf, type ModelManifest } from '../../protocol/index.js';
 import { engineDescriptor } from '../../protocol/engines/index.js';
+import { builtinModels, type BuiltinModel } from '../../builtin-models/index.js';
 import { EngineError } from '../core/engine.js';
 
 const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+
+/** The built-in model of this digest, as this agent's own code builds it (once per process, on first need), if any. */
+function ownBuiltin(digest: string): BuiltinModel | undefined {
+  return builtinModels().find((model) => model.digest === digest);
+}
 
 /**
  * A host's own config (`gpumesh agent --config host.yaml`): what its owner lets the mesh run there. Each model it
@@ -97,6 +103,10 @@ export class HostConfig {
     const descriptor = engineDescriptor(manifest.engine);
     const sent = manifest.settings ?? {};
     const foreign = new Set(descriptor?.hostSettingsOf(sent) ?? []);
+    // gpumesh's own built-in models are this host's code too, not a model author's: what their definition asks for
+    // stands (the built-in `simple` answers in microseconds in the agent's own process). Known by their bytes' digest,
+    // which this agent computes from its own code, never by what the orchestrator says.
+    if (foreign.has('process') && ownBuiltin(manifest.digest)?.inAgentProcess) foreign.delete('process');
     const own = this.#models.get(familyOf(manifest.name));
     if (!own && descriptor?.hostDeclared) {
       throw new EngineError('ENGINE_FAILED', `model "${manifest.name}" (${manifest.engine}) is not declared in this host's config${this.source ? ` (${this.source})` : ' (none given: gpumesh agent --config <host.yaml>)'}: `

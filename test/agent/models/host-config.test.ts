@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { HostConfig } from '../../../src/agent/models/host-config.js';
+import { builtinModel } from '../../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../../src/protocol/index.js';
 import { tempDirsPerTest } from '../../helpers/mesh.js';
 
@@ -33,6 +34,16 @@ describe('a host\'s own config decides what runs there', () => {
     expect(host.apply(manifest('flow', 'comfyui', { workflow: { 3: { class_type: 'KSampler' } } })).settings)
       .toEqual({ workflow: { 3: { class_type: 'KSampler' } }, url: 'http://127.0.0.1:8188' });
     expect(host.apply(manifest('flow', 'comfyui', { workflow: '/etc/shadow' })).settings).toEqual({ url: 'http://127.0.0.1:8188' });
+  });
+
+  it('gpumesh\'s own built-in models keep what their definition asks (simple in the agent\'s process), known by the digest this agent computes', () => {
+    const host = HostConfig.none();
+    const simple = builtinModel('simple')!;
+    expect(simple.inAgentProcess).toBe(true);
+    const sent = manifest('simple', 'onnx', { pipeline: 'tensors', process: 'agent' });
+    expect(host.apply({ ...sent, digest: simple.digest }).settings).toEqual({ pipeline: 'tensors', process: 'agent' });
+    // The same name with other bytes is a model file like any other: it may not choose the agent's process.
+    expect(host.apply(sent).settings).toEqual({ pipeline: 'tensors' });
   });
 
   it('a config file that is not what it should be is refused, naming the file and the field', () => {
