@@ -10,7 +10,7 @@ import { detectDevices } from './devices.js';
 import { onnxWorkerEntry } from './engines/onnx/index.js';
 import { buildEngines } from './engines/registry.js';
 import { resolveEngineUser } from './governance/engine-user.js';
-import { Governor } from './governance/governor.js';
+import { Governor, platformName } from './governance/governor.js';
 import { Supervisor } from './governance/supervisor.js';
 import { AgentLink, type LinkTarget } from './link/link.js';
 import { linkTargets } from './link/targets.js';
@@ -244,7 +244,7 @@ export class Agent {
       host: this.#options.host, classes: this.#classes, devices: this.#deviceReport(), engines: [...this.#engines.keys()], models: this.#cache.cached,
       concurrency: this.#options.concurrency, resident: this.#residency.resident(),
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
-      engineUser: this.#governor.engineUser.description, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
+      engineUser: this.#governor.engineUser.description, platform: platformName(), governance: this.#governor.kind, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
     };
   }
 

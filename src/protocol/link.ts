@@ -181,6 +181,9 @@ export const AgentMessage = z.discriminatedUnion('type', [
     tools: list(ToolReport).optional(),
     /** Who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`), for `gpumesh status`. Optional. */
     engineUser: z.string().max(500).optional(),
+    /** Its platform (`linux`, `windows`, `macos`, …) and how it governs its engines (`cgroup v2`, `job objects`, `portable`, …). Optional. */
+    platform: z.string().max(40).optional(),
+    governance: z.string().max(40).optional(),
     /**
      * The models its host's own config declares (their commands, servers, …: HostConfig): a model whose engine runs
      * only where it is declared is routed only to hosts that list it. Optional: an older agent says nothing.

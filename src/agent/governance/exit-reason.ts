@@ -13,6 +13,8 @@ export interface ProcessEnd {
   memoryLimitMB: number | null;
   /** Why the agent stopped it, or null when it ended on its own. */
   cause: StopCause | null;
+  /** What its processes held when the agent stopped it for its memory (cause `memory`), in MB. */
+  heldMB?: number;
 }
 
 /**
@@ -38,8 +40,11 @@ export interface ExitReason {
   message: string;
 }
 
-/** Why the agent stopped it, when it did. */
-export type StopCause = 'stop' | 'idle' | 'timeout' | 'not-ready';
+/**
+ * Why the agent stopped it, when it did. `memory`: its processes held more than its memory limit, as the agent
+ * measured them (portable governance, where no system enforces the limit).
+ */
+export type StopCause = 'stop' | 'idle' | 'timeout' | 'not-ready' | 'memory';
 
 const TAIL_IN_MESSAGE = 5;
 
@@ -56,6 +61,10 @@ export function classifyExit(end: ProcessEnd, context: { name: string; logTail: 
     return { ...base, kind: 'oom', message: `${who} was killed by the kernel's OOM killer: ${limit}` };
   }
   switch (end.cause) {
+    case 'memory': return {
+      ...base, kind: 'oom',
+      message: `${who} was stopped for holding more than its memory limit of ${end.memoryLimitMB} MB${end.heldMB !== undefined ? ` (${end.heldMB} MB, measured by the agent)` : ''}`,
+    };
     case 'timeout': return { ...base, kind: 'timeout', message: `${who} ran past its timeout and was killed (${how})` };
     case 'not-ready': return { ...base, kind: 'not-ready', message: `${who} was stopped (${how}): ${context.detail ?? 'it did not become ready in time'}` };
     case 'idle': return { ...base, kind: 'stopped', message: `${who} was stopped after its idle time (${how})` };

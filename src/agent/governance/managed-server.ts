@@ -114,7 +114,7 @@ class Server implements ManagedServer {
     this.url = `http://${HOST}:${port}`;
     this.pid = governed.pid;
     this.argv = argv;
-    this.cgroupPaths = governed.cgroup?.paths ?? [];
+    this.cgroupPaths = governed.container?.paths ?? [];
     this.#governed = governed;
     this.#settings = settings;
     this.#governor = governor;

@@ -4,8 +4,8 @@
  * mark), and a process's GPU memory from nvidia-smi. Engines that run a
  * server or a command measure that process by pid; the ONNX worker measures itself.
  */
-import { execFile } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { execFile, execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -19,6 +19,50 @@ function procStatusMB(pid: Pid, field: 'VmRSS' | 'VmHWM'): number | null {
     const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((entry) => entry.startsWith(`${field}:`));
     const kB = line ? Number.parseInt(line.slice(field.length + 1), 10) : Number.NaN;
     return Number.isFinite(kB) ? kB / 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The members of a process group (`pgid`, its leader's pid), from /proc; null where there is no procfs (macOS).
+ */
+export function groupMembers(pgid: number): number[] | null {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return null;
+  }
+  const members: number[] = [];
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // The fields after the command, which may hold spaces and parentheses: state, ppid, pgrp, …
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]) === pgid) members.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return members;
+}
+
+/**
+ * What a process group's processes hold together, in MB: their resident sets from /proc, or from `ps` where there is
+ * no procfs (macOS, BSD). Null when neither can say.
+ */
+export function groupRssMB(pgid: number): number | null {
+  const members = groupMembers(pgid);
+  if (members) return Math.round(members.reduce((sum, pid) => sum + (procStatusMB(pid, 'VmRSS') ?? 0), 0));
+  try {
+    const table = execFileSync('ps', ['-A', '-o', 'pgid=,rss='], { encoding: 'utf8', timeout: 2000 });
+    let kB = 0;
+    for (const line of table.split('\n')) {
+      const [group, rss] = line.trim().split(/\s+/).map(Number);
+      if (group === pgid && Number.isFinite(rss)) kB += rss!;
+    }
+    return Math.round(kB / 1024);
   } catch {
     return null;
   }

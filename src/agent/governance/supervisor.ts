@@ -59,7 +59,7 @@ export class Supervisor {
     const child = governed.child;
     this.#children.set(child, governed);
     this.#governed.set(child, governed);
-    this.#log.info({ engine: options.name, pid: child.pid, cgroup: governed.cgroup?.paths[0] ?? null }, 'engine process started');
+    this.#log.info({ engine: options.name, pid: child.pid, cgroup: governed.container?.paths[0] ?? null }, 'engine process started');
     child.once('exit', (code, signal) => {
       this.#children.delete(child);
       this.#log.info({ engine: options.name, pid: child.pid, code, signal }, 'engine process exited');

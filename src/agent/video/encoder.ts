@@ -161,7 +161,7 @@ export class VideoEncoder implements ClipEncoder {
         await rmdir(dir).catch(() => { /* the other file is still there */ });
       },
     });
-    log.debug({ clipId, pid: governed.pid, cgroups: governed.cgroup?.paths ?? [], ...shape }, 'ffmpeg started');
+    log.debug({ clipId, pid: governed.pid, cgroups: governed.container?.paths ?? [], ...shape }, 'ffmpeg started');
 
     return {
       write: (rgb) => new Promise<void>((resolve, reject) => {

@@ -24,6 +24,7 @@ interface AgentFlags {
   idleUnload: number;
   drainTimeout: number;
   cgroups: 'auto' | 'v2' | 'v1' | 'off';
+  governance: 'auto' | 'portable';
   cgroupRoot?: string;
   tlsCaFingerprint?: string;
   engines?: string;
@@ -105,6 +106,8 @@ export function agentCommand(): Command {
     .option('--concurrency <n>', 'batches computed at once (one whose outputs are still uploading does not count)', parseInteger('--concurrency'), 1)
     .option('--idle-unload <seconds>', 'unload a model idle this long unless the orchestrator holds it for its minReplicas; engine processes end with the last one', parseInteger('--idle-unload'), 300)
     .option('--drain-timeout <seconds>', 'when draining, how long to wait for the work in flight before leaving anyway (exit 1)', parseInteger('--drain-timeout'), 300)
+    .addOption(new Option('--governance <mode>', 'how engine processes are governed: auto (cgroups on Linux, job objects on Windows, portable elsewhere) or portable (process groups with a lifeline, memory read by polling)')
+      .choices(['auto', 'portable']).default('auto'))
     .addOption(new Option('--cgroups <mode>', 'limit engine processes with cgroups: auto (v2, else v1), v2, v1 or off (process groups only)')
       .choices(['auto', 'v2', 'v1', 'off']).default('auto'))
     .option('--cgroup-root <dir>', 'cgroup v2: a cgroup delegated to the agent, to create gpumesh/ in (default: the agent\'s own)')
@@ -157,7 +160,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
     classes: flags.classes ? parseList(flags.classes) : fromGrant.classes ?? parseList(DEFAULT_CLASSES),
     dataDir: agentData(flags.data), cpuBudgetMB: flags.cpuBudget,
     concurrency: flags.concurrency, idleUnloadMs: flags.idleUnload * 1000, tlsCaFingerprint: pin?.fingerprint,
-    governance: { cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
+    governance: { mode: flags.governance, cgroups: flags.cgroups, cgroupRoot: flags.cgroupRoot ?? null, engines: flags.engineLimit },
     engines, hostConfig, ...(flags.engineUser ? { engineUser: flags.engineUser } : {}),
     onDrainRequested: () => void leave(),
   });

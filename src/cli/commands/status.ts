@@ -40,6 +40,7 @@ export function capabilityLines(hosts: HostView[]): string[] {
   for (const host of hosts) {
     for (const [klass, reason] of Object.entries(host.unavailable ?? {})) lines.push(`${host.id.padEnd(width)}  ${klass}: off — ${reason}`);
     for (const tool of host.tools ?? []) lines.push(`${host.id.padEnd(width)}  ${tool.name}: ${tool.path} (${tool.source}; ${tool.version})`);
+    if (host.platform && host.governance) lines.push(`${host.id.padEnd(width)}  ${host.platform} · ${host.governance}`);
     if (host.engineUser) lines.push(`${host.id.padEnd(width)}  engines run as ${host.engineUser}`);
   }
   return lines;

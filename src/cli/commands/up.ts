@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, openSync, readdirSync, statSync, writeFileSync } 
 import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { pino, type Logger } from 'pino';
 import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions } from '../../protocol/api/index.js';
 import { VERSION } from '../../version.js';
@@ -114,6 +114,7 @@ interface UpOptions extends ServeOptions {
   verbose?: boolean;
   galleryTtl?: string;
   engineUser?: string;
+  governance: 'auto' | 'portable';
 }
 
 export function upCommand(): Command {
@@ -124,6 +125,8 @@ export function upCommand(): Command {
     .option('--cpu-budget <MB>', 'memory for models on the local agent\'s CPU', parseInteger('--cpu-budget'))
     .option('--idle-unload <seconds>', 'the local agent unloads a model idle this long (default 300)', parseInteger('--idle-unload'))
     .option('-v, --verbose', 'log to the terminal instead of <data>/logs/')
+    .addOption(new Option('--governance <mode>', 'how the local agent governs its engine processes: auto (the platform\'s way) or portable (process groups with a lifeline, memory read by polling)')
+      .choices(['auto', 'portable']).default('auto'))
     .option('--engine-user <user>', 'run as root: the user the local agent\'s engine processes run as (default nobody; root keeps them root)')
     .option('--gallery-ttl <duration>', 'how long the gallery and mesh links work, e.g. 90m, 12h, 7d (default: gallery.grantTtl in mesh.yaml, else 12h)')
     .action(async (options: UpOptions) => {
@@ -162,6 +165,7 @@ export function upCommand(): Command {
           log: agentLog, url, grant: agentGrant(), host, classes, dataDir: join(config.data, 'agent'),
           cpuBudgetMB: options.cpuBudget, ...(options.idleUnload !== undefined ? { idleUnloadMs: options.idleUnload * 1000 } : {}),
           ...(options.engineUser ? { engineUser: options.engineUser } : {}),
+          governance: { mode: options.governance },
         }, hostModels);
       } else if (options.agent) agent = new LocalAgent(() => {
         const grant = agentGrant();
@@ -169,6 +173,7 @@ export function upCommand(): Command {
         if (options.cpuBudget) args.push('--cpu-budget', String(options.cpuBudget));
         if (options.idleUnload !== undefined) args.push('--idle-unload', String(options.idleUnload));
         if (options.engineUser) args.push('--engine-user', options.engineUser);
+        if (options.governance !== 'auto') args.push('--governance', options.governance);
         // The agent process reads this machine's config as any agent reads its host's: from a file.
         const hostFile = join(config.data, 'agent', 'host.json');
         mkdirSync(dirname(hostFile), { recursive: true });

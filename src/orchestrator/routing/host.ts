@@ -26,6 +26,9 @@ export interface HostInfo {
   tools?: readonly ToolReport[];
   /** Who its engine processes run as, as its hello said (absent: an agent too old to say). */
   engineUser?: string;
+  /** Its platform and how it governs its engines, as its hello said (absent: an agent too old to say). */
+  platform?: string;
+  governance?: string;
   /** The models its own config declares (commands, servers: only there may they run); absent: an agent too old to say. */
   configured?: readonly string[];
 }

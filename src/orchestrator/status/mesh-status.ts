@@ -29,7 +29,9 @@ export interface MeshStatusDeps {
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 /** What a host cannot serve, and the programs it uses, as the host view shows them. */
-const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools' | 'engineUser' | 'configured'> => ({
+const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools' | 'engineUser' | 'configured' | 'platform' | 'governance'> => ({
+  platform: info.platform ?? null,
+  governance: info.governance ?? null,
   configured: info.configured ? [...info.configured] : null,
   unavailable: Object.fromEntries((info.unavailable ?? []).map((entry) => [entry.class, entry.reason])),
   tools: [...(info.tools ?? [])],

@@ -131,6 +131,12 @@ export type EngineLimits = z.output<typeof EngineLimits>;
 
 /** The agent's governance: which cgroup version to use, the built-in engine's limits, and ceilings per engine. */
 export const GovernanceConfig = z.object({
+  /**
+   * How engine processes are governed: `auto`, the platform's own way — cgroups and process groups on Linux, Job
+   * Objects on Windows, `portable` elsewhere —; `portable`, process groups with a lifeline (a tree dies with its agent
+   * through a pipe) and memory read by polling, on any platform (`--governance portable`). Default auto.
+   */
+  mode: z.enum(['auto', 'portable']).default('auto'),
   /** `auto` prefers cgroup v2 (with the memory controller), then v1; `off` uses process groups only. Default auto. */
   cgroups: z.enum(['auto', 'v2', 'v1', 'off']).default('auto'),
   /**

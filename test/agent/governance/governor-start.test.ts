@@ -24,7 +24,7 @@ describe('governance at start: what the host allows, said once', () => {
     expect(said[0]).toMatchObject({ level: WARN, msg: expect.stringMatching(/without cgroups: no cgroup filesystem is mounted .*process groups/) });
 
     const governed = governor.spawn({ name: 'sleeper', file: '/bin/sleep', args: ['30'], env: process.env, limits: { memoryLimitMB: 10, pidsLimit: 5, cpuWeight: 100 }, stdio: ['ignore', 'ignore', 'ignore'] });
-    expect(governed.cgroup).toBeNull();
+    expect(governed.container).toBeNull();
     expect((await governed.stop(1000, systemClock)).signal).toBe('SIGTERM');
     await expectNothingLeft(governed.pid, []);
     expect(lines.filter((line) => /process governance/.test(line.msg))).toHaveLength(1);

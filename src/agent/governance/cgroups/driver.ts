@@ -1,40 +1,21 @@
-/** What a cgroup enforces for one engine process tree. */
-export interface CgroupLimits {
-  memoryLimitMB: number | null;
-  pidsLimit: number | null;
-  cpuWeight: number;
-}
+import type { CgroupLimits, ContainerDriver, ProcessContainer } from '../contract/containment.js';
 
-/** OOM kills seen in a cgroup. `exact` is false where the kernel keeps no count (old v1: only `memory.failcnt`). */
-export interface OomCount {
-  kills: number;
-  exact: boolean;
-}
+export type { CgroupLimits, OomCount } from '../contract/containment.js';
 
-/** One engine process tree's cgroup. */
-export interface ProcessCgroup {
+/**
+ * One engine process tree's cgroup: a container (containment.ts) whose `paths` are its directories — one on v2, one
+ * per controller hierarchy on v1 — and whose `place` must come before the program runs (memory already touched stays
+ * charged where it was), and whose `destroy` kills what is left, waits until it is empty and removes the directories.
+ */
+export interface ProcessCgroup extends ProcessContainer {
   readonly version: 1 | 2;
-  /** Its directories: one on v2; one per controller hierarchy on v1. */
-  readonly paths: readonly string[];
-  readonly limits: CgroupLimits;
-  /** Move a process in. Memory it already used stays charged where it was, so place it before it starts its work. */
-  place(pid: number): void;
-  oomKills(): OomCount;
-  /** The processes in it now. */
-  pids(): number[];
-  /** Kill whatever is left in it, wait until it is empty, remove its directories. */
-  destroy(): Promise<void>;
 }
 
 /** A cgroup version's way of making per-process cgroups under the agent's own parent (`gpumesh/<agent-id>/`). */
-export interface CgroupDriver {
+export interface CgroupDriver extends ContainerDriver {
   readonly version: 1 | 2;
-  /** One line for the start log: the version, where, and which controllers. */
-  readonly description: string;
   /** The agent's parent cgroup directories (`…/gpumesh/<agent-id>.<pid>`): one on v2, one per hierarchy on v1. */
   readonly parents: readonly string[];
   /** A new, empty cgroup with these limits, named `<name>-<seq>` under the agent's parent. */
   create(name: string, limits: CgroupLimits): ProcessCgroup;
-  /** Remove the agent's parent (its engines are gone by then). */
-  close(): Promise<void>;
 }

@@ -25,6 +25,8 @@ function sharesForWeight(weight: number): number {
  */
 export class CgroupV1Driver implements CgroupDriver {
   readonly version = 1 as const;
+  readonly kind = 'cgroup v1' as const;
+  readonly placesBeforeStart = true;
   readonly description: string;
   readonly parents: readonly string[];
   readonly #parents: ReadonlyMap<V1Controller, string>;

@@ -24,6 +24,8 @@ export interface V2Options {
  */
 export class CgroupV2Driver implements CgroupDriver {
   readonly version = 2 as const;
+  readonly kind = 'cgroup v2' as const;
+  readonly placesBeforeStart = true;
   readonly description: string;
   readonly parents: readonly string[];
   readonly #parent: string;

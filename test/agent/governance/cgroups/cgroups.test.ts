@@ -4,6 +4,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { ProcessCgroup } from '../../../../src/agent/governance/cgroups/driver.js';
 import { CgroupV2Driver } from '../../../../src/agent/governance/cgroups/v2.js';
 import { cgroupDirectory, parseMountinfo, parseOwnCgroups } from '../../../../src/agent/governance/cgroups/mountinfo.js';
 import { GovernedProcess } from '../../../../src/agent/governance/governed-process.js';
@@ -49,10 +50,10 @@ describe('cgroups: limits, placement, cleanup', () => {
       name: 'node-30mb', file: process.execPath, args: ['-e', 'globalThis.b = Buffer.alloc(30e6, 1); console.log("allocated"); setInterval(() => {}, 1000)'],
       env: process.env, limits: { memoryLimitMB: 256, pidsLimit: 64, cpuWeight: 50 }, stdio: ['ignore', 'pipe', 'ignore'],
     });
-    const paths = governed.cgroup!.paths;
+    const paths = (governed.container as ProcessCgroup).paths;
     await once(governed.child.stdout!, 'data');
     expect(cgroupFile(paths, 'cgroup.procs').split('\n').map(Number)).toContain(governed.pid);
-    if (governed.cgroup!.version === 1) {
+    if ((governed.container as ProcessCgroup).version === 1) {
       expect(Number(cgroupFile(paths, 'memory.limit_in_bytes'))).toBe(256 * MB);
       if (existsSync(join(paths[0]!, 'memory.memsw.limit_in_bytes'))) expect(Number(cgroupFile(paths, 'memory.memsw.limit_in_bytes'))).toBe(256 * MB);
       expect(cgroupFile(paths, 'pids.max')).toBe('64');
@@ -64,7 +65,7 @@ describe('cgroups: limits, placement, cleanup', () => {
     }
     // Charges do not move with a process, so the cgroup holds the program's anonymous memory only if it was inside from the start.
     const anon = Number(/RssAnon:\s+(\d+)/.exec(readFileSync(`/proc/${governed.pid}/status`, 'utf8'))![1]) * 1024;
-    const charged = Number(governed.cgroup!.version === 1 ? cgroupFile(paths, 'memory.usage_in_bytes') : cgroupFile(paths, 'memory.current'));
+    const charged = Number((governed.container as ProcessCgroup).version === 1 ? cgroupFile(paths, 'memory.usage_in_bytes') : cgroupFile(paths, 'memory.current'));
     expect(anon).toBeGreaterThan(30e6);
     expect(charged).toBeGreaterThan(anon * 0.9);
     const end = await governed.stop(2000, systemClock);
@@ -74,7 +75,7 @@ describe('cgroups: limits, placement, cleanup', () => {
 
   it.skipIf(v1.skip)(needsCgroups('cgroup v1: memory.limit_in_bytes, memsw, pids.max and cpu.shares (weight × 1024 / 100)', v1.skip), async () => {
     const governed = sleeper(v1.governor!, { memoryLimitMB: 100, pidsLimit: 7, cpuWeight: 300 });
-    const paths = governed.cgroup!.paths;
+    const paths = (governed.container as ProcessCgroup).paths;
     expect(Number(cgroupFile(paths, 'memory.limit_in_bytes'))).toBe(100 * MB);
     if (existsSync(join(paths[0]!, 'memory.memsw.limit_in_bytes'))) expect(Number(cgroupFile(paths, 'memory.memsw.limit_in_bytes'))).toBe(100 * MB);
     if (paths.some((path) => existsSync(join(path, 'pids.max')))) expect(cgroupFile(paths, 'pids.max')).toBe('7');
@@ -88,7 +89,7 @@ describe('cgroups: limits, placement, cleanup', () => {
 
   it.skipIf(v2.skip)(needsCgroups('cgroup v2: memory.max, memory.swap.max = 0, memory.oom.group, pids.max and cpu.weight', v2.skip), async () => {
     const governed = sleeper(v2.governor!, { memoryLimitMB: 100, pidsLimit: 7, cpuWeight: 300 });
-    const paths = governed.cgroup!.paths;
+    const paths = (governed.container as ProcessCgroup).paths;
     expect(Number(cgroupFile(paths, 'memory.max'))).toBe(100 * MB);
     if (existsSync(join(paths[0]!, 'memory.swap.max'))) expect(cgroupFile(paths, 'memory.swap.max')).toBe('0');
     if (existsSync(join(paths[0]!, 'memory.oom.group'))) expect(cgroupFile(paths, 'memory.oom.group')).toBe('1');
@@ -178,10 +179,10 @@ describe('cgroup v2 placement and cgroup.kill on the real unified hierarchy (no 
       let output = '';
       governed.child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
       const orphan = Number((await waitFor(() => /orphan pid (\d+)/.exec(output), { what: 'the orphan' }))[1]);
-      expect(readFileSync(`/proc/${orphan}/cgroup`, 'utf8')).toContain(`0::${governed.cgroup!.paths[0]!.slice(v2Mount!.mountPoint.length)}`);
+      expect(readFileSync(`/proc/${orphan}/cgroup`, 'utf8')).toContain(`0::${(governed.container as ProcessCgroup).paths[0]!.slice(v2Mount!.mountPoint.length)}`);
       await governed.stop(1000, systemClock);
       expect(pidAlive(orphan)).toBe(false);
-      await expectNothingLeft(governed.pid, governed.cgroup!.paths);
+      await expectNothingLeft(governed.pid, (governed.container as ProcessCgroup).paths);
     } finally {
       await driver.close();
     }
