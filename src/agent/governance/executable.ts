@@ -1,5 +1,5 @@
 import { accessSync, constants, statSync } from 'node:fs';
-import { delimiter, isAbsolute, join, resolve } from 'node:path';
+import path from 'node:path';
 import { EngineError } from '../core/engine.js';
 
 /**
@@ -12,24 +12,55 @@ export class MissingExecutable extends EngineError {
   }
 }
 
+/** How one platform finds a program: its path rules, its PATH's name and separator, and the extensions it tries. */
+interface Lookup {
+  path: path.PlatformPath;
+  /** The extensions a bare name may stand for (Windows' PATHEXT), in order; [''] where a name is the file's. */
+  extensions: (env: NodeJS.ProcessEnv) => string[];
+  defaultPath: string;
+}
+
+const POSIX: Lookup = { path: path.posix, extensions: () => [''], defaultPath: '/usr/local/bin:/usr/bin:/bin' };
+const WINDOWS: Lookup = {
+  path: path.win32,
+  // A name with an extension is tried as it is first (`node.exe`), then with each of PATHEXT's (`gpumesh` → `gpumesh.CMD`).
+  extensions: (env) => ['', ...(variable(env, 'PATHEXT') ?? '.COM;.EXE;.BAT;.CMD').split(';').filter(Boolean)],
+  defaultPath: 'C:\\Windows\\System32;C:\\Windows',
+};
+
+/** An environment variable by name, as Windows reads it (any case), from a plain object (which is not case-blind). */
+function variable(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  if (env[name] !== undefined) return env[name];
+  const key = Object.keys(env).find((candidate) => candidate.toUpperCase() === name);
+  return key === undefined ? undefined : env[key];
+}
+
 /**
- * The file a command names, found the way execvp would find it, so that a
- * missing or non-executable program is a clear error before anything starts
- * (rather than an exit code 127 from the process that tried).
+ * The file a command names, found the way the system would find it — execvp's rules on POSIX; on Windows, drive
+ * letters and backslashes, PATH in any case, and the extensions PATHEXT lists —, so that a missing or non-executable
+ * program is a clear error before anything starts (rather than an exit code 127 from the process that tried).
+ * `platform`: whose rules (tests); default this host's.
  */
-export function resolveExecutable(command: string, env: NodeJS.ProcessEnv, cwd = process.cwd()): string {
-  const candidates = command.includes('/')
-    ? [isAbsolute(command) ? command : resolve(cwd, command)]
-    : (env.PATH ?? '/usr/local/bin:/usr/bin:/bin').split(delimiter).filter(Boolean).map((dir) => join(resolve(cwd, dir), command));
-  for (const candidate of candidates) {
-    try {
-      if (!statSync(candidate).isFile()) continue;
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // not here, or not executable: try the next
+export function resolveExecutable(command: string, env: NodeJS.ProcessEnv, cwd = process.cwd(), platform = process.platform): string {
+  const lookup = platform === 'win32' ? WINDOWS : POSIX;
+  const { path: paths } = lookup;
+  const named = command.includes('/') || (platform === 'win32' && (command.includes('\\') || paths.isAbsolute(command)));
+  const searchPath = variable(env, 'PATH') ?? lookup.defaultPath;
+  const bases = named
+    ? [paths.isAbsolute(command) ? command : paths.resolve(cwd, command)]
+    : searchPath.split(paths.delimiter).filter(Boolean).map((dir) => paths.join(paths.resolve(cwd, dir), command));
+  for (const base of bases) {
+    for (const extension of lookup.extensions(env)) {
+      const candidate = base + extension;
+      try {
+        if (!statSync(candidate).isFile()) continue;
+        accessSync(candidate, constants.X_OK);
+        return candidate;
+      } catch {
+        // not here, or not executable: try the next
+      }
     }
   }
-  const where = command.includes('/') ? 'no executable file there' : `not found on PATH (${env.PATH ?? ''})`;
+  const where = named ? 'no executable file there' : `not found on PATH (${searchPath})`;
   throw new MissingExecutable(`cannot start "${command}": ${where}`);
 }

@@ -1,7 +1,4 @@
-import { constants } from 'node:fs';
-import { access } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { NEVER, EngineError, type Engine, type EngineJob, type JobOutput, type LoadedModel, type Progress, type BatchResult } from '../../core/engine.js';
 import { parseSettings } from '../kit/settings.js';
@@ -10,26 +7,13 @@ import { LocalCommandRunner, type CommandRunner } from './runner.js';
 import { ExecSettings } from '../../../protocol/engines/exec.js';
 import { commandTemplate, fill } from './command.js';
 import { sweepScratch } from './scratch.js';
+import { resolveExecutable } from '../../governance/executable.js';
 
 export interface ExecEngineOptions {
   /** Runs the processes. Default: the local runner (own process group, bounded output, timeout). */
   runner?: CommandRunner;
   /** Where each run gets its scratch directory. Default: the OS temp directory. */
   scratchRoot?: string;
-}
-
-/** The executable a program name means: a path (relative to `cwd`), or the first match on PATH. */
-async function findExecutable(program: string, cwd: string): Promise<string | null> {
-  const candidates = program.includes('/')
-    ? [isAbsolute(program) ? program : resolve(cwd, program)]
-    : (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((dir) => join(dir, program));
-  for (const candidate of candidates) {
-    try {
-      await access(candidate, constants.X_OK);
-      return candidate;
-    } catch { /* next */ }
-  }
-  return null;
 }
 
 /**
@@ -65,8 +49,12 @@ export class ExecEngine implements Engine {
       throw invalid(`settings.command: ${(error as Error).message}`);
     }
     const program = fill(argv[0]!, { MODEL_PATH: modelPath } as Parameters<typeof fill>[1]);
-    if (!program.includes('${') && !await findExecutable(program, settings.cwd ?? process.cwd())) {
-      throw invalid(`settings.command: "${program}" is not an executable file${program.includes('/') ? '' : ' on PATH'}`);
+    if (!program.includes('${')) {
+      try {
+        resolveExecutable(program, process.env, settings.cwd ?? process.cwd());
+      } catch (error) {
+        throw invalid(`settings.command: ${(error as Error).message}`);
+      }
     }
     const context = { settings, argv, modelPath, runner: this.#runner, scratchRoot: this.#scratchRoot };
     const mine = new Set<ExecBatch>();

@@ -108,7 +108,7 @@ describe('exec engine: batching, inputs and outputs', () => {
 
   it('refuses at load a program that is not there, an unknown placeholder, ${JOB_ID} in a batching command, a bad quote', async () => {
     const cases: [Record<string, unknown>, RegExp][] = [
-      [{ command: ['no-such-program-gpumesh', '--x'] }, /"no-such-program-gpumesh" is not an executable file on PATH/],
+      [{ command: ['no-such-program-gpumesh', '--x'] }, /settings\.command: cannot start "no-such-program-gpumesh": not found on PATH/],
       [{ command: [NODE, PAINT, '${OUTPUT}'] }, /unknown placeholder \$\{OUTPUT\}/],
       [{ command: [NODE, PAINT, '${JOB_ID}'], batch: true }, /\$\{JOB_ID\} names one job, but settings\.batch/],
       [{ command: `${NODE} "${PAINT}` }, /unterminated double quote/],
