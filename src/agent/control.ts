@@ -1,7 +1,22 @@
+import { createHash } from 'node:crypto';
 import { chmodSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { systemClock } from '../protocol/clock.js';
+
+const WINDOWS = process.platform === 'win32';
+
+/**
+ * Where the agent of a data folder listens for `gpumesh agent drain`: a Unix socket in the folder (`agent.sock`), or on
+ * Windows a named pipe named after the folder (`\\.\pipe\gpumesh-agent-<its hash>`), since Windows has no sockets in
+ * folders an agent could listen on. Both sides reach the same agent from the same --data.
+ */
+export function controlEndpoint(dataDir: string, platform = process.platform): string {
+  if (platform !== 'win32') return join(dataDir, 'agent.sock');
+  const folder = resolve(dataDir).toLowerCase();
+  return `\\\\.\\pipe\\gpumesh-agent-${createHash('sha256').update(folder).digest('hex').slice(0, 16)}`;
+}
 
 /** What the agent tells `gpumesh agent drain` while it drains, one JSON object a line. */
 export type DrainReport =
@@ -15,7 +30,7 @@ export interface ControlHandlers {
 
 /**
  * The agent's control socket: a Unix socket in its data folder (mode 0600, so
- * only the user the agent runs as can drain it). `gpumesh agent drain` writes
+ * only the user the agent runs as can drain it), a named pipe on Windows (controlEndpoint). `gpumesh agent drain` writes
  * `{"command":"drain"}` and reads the agent's progress until it has left.
  * A local socket rather than an orchestrator route: the host's own user may
  * take it out without holding an admin grant.
@@ -32,7 +47,7 @@ export class ControlServer {
 
   static async listen(path: string, handlers: ControlHandlers, log: Logger): Promise<ControlServer> {
     // A socket file left by an agent that died is in the way; a live agent on the same folder would be a mistake anyway.
-    rmSync(path, { force: true });
+    if (!WINDOWS) rmSync(path, { force: true });
     let control!: ControlServer;
     const server = createServer((socket) => {
       control.#clients.add(socket);
@@ -74,7 +89,8 @@ export class ControlServer {
         resolve();
       });
     });
-    chmodSync(path, 0o600);
+    // A socket file's mode keeps other users out; a Windows named pipe is not a file (its default security applies).
+    if (!WINDOWS) chmodSync(path, 0o600);
     server.unref();
     return control;
   }
@@ -82,7 +98,7 @@ export class ControlServer {
   /** Stop listening; waits (briefly) until the clients got their last lines. */
   async close(): Promise<void> {
     this.#server.close();
-    rmSync(this.#path, { force: true });
+    if (!WINDOWS) rmSync(this.#path, { force: true });
     const pending = [...this.#clients].map((socket) => new Promise<void>((resolve) => {
       socket.once('close', () => resolve());
       socket.end();

@@ -9,6 +9,7 @@ import { every, systemClock, type Clock } from '../../protocol/clock.js';
 import type { ContainerDriver, GovernanceKind } from './contract/containment.js';
 import { GovernedProcess, type SpawnSpec } from './governed-process.js';
 import { groupRssMB } from './process-memory.js';
+import { ProcessRecords } from './process-records.js';
 import { handOver, type EngineUser } from './engine-user.js';
 import { GovernanceConfig, type GovernanceConfigInput } from '../../protocol/engines/process-settings.js';
 
@@ -67,6 +68,8 @@ export class Governor {
   /** Who engine processes run as. */
   readonly engineUser: EngineUser;
   readonly #workRoot: string;
+  /** Every engine process this agent started, recorded for the next agent of the folder should this one die first. */
+  readonly #records: ProcessRecords;
   #stopWatch: (() => void) | null = null;
 
   private constructor(config: GovernanceConfig, choice: Choice, log: Logger, clock: Clock, rooms: { workRoot?: string; engineUser?: EngineUser }) {
@@ -78,6 +81,7 @@ export class Governor {
     this.clock = clock;
     this.engineUser = rooms.engineUser ?? AGENT_USER;
     this.#workRoot = rooms.workRoot ?? join(tmpdir(), 'gpumesh-engines');
+    this.#records = new ProcessRecords(join(this.#workRoot, '.records'));
   }
 
   static async create(options: GovernorOptions): Promise<Governor> {
@@ -90,7 +94,11 @@ export class Governor {
       options.log.warn({ governance: choice.kind, cgroups: null }, `process governance without cgroups: ${choice.unavailable}. ` +
         'Engine processes run in their own process groups, without memory, pids or CPU limits and without OOM reports');
     }
-    return new Governor(config, choice, options.log, options.clock ?? systemClock, options);
+    const governor = new Governor(config, choice, options.log, options.clock ?? systemClock, options);
+    // Before the agent links: what a crashed agent of this folder left behind must not hold the ports and memory its
+    // successor's engines need.
+    governor.#records.reap(options.log);
+    return governor;
   }
 
   /** Process groups only, no detection and no log line (tests, and callers that govern nothing else). */
@@ -128,9 +136,11 @@ export class Governor {
       throw error;
     }
     this.#live.add(governed);
+    this.#records.record(governed.pid, spec.name);
     if (this.kind === 'portable' && governed.limits.memoryLimitMB !== null) this.#watchMemory();
     void governed.ended.then(() => {
       this.#live.delete(governed);
+      this.#records.forget(governed.pid);
       if (room) rmSync(room, { recursive: true, force: true });
     });
     this.#log.debug({ engine: spec.name, pid: governed.pid, cgroup: governed.container?.paths[0] ?? null }, 'engine process started');

@@ -12,7 +12,7 @@ import type { Governor } from '../governance/governor.js';
 import { LogTail } from '../governance/log-tail.js';
 import { ProcessLimits, type EngineLimits } from '../../protocol/engines/process-settings.js';
 import { FFMPEG_HINT, ffmpegArgs, type ClipShape } from './ffmpeg.js';
-import { alive } from '../governance/cgroups/cgroupfs.js';
+import { identityTag, ownIdentity, tagStillRuns } from '../governance/process-identity.js';
 import { moment } from '../../protocol/clock.js';
 
 export interface VideoEncoderOptions {
@@ -78,6 +78,8 @@ export class VideoEncoder implements ClipEncoder {
   readonly #options: VideoEncoderOptions;
   readonly #limits: ProcessLimits;
   #clips = 0;
+  /** This agent, named for good (its pid and when it started): whose a clip's folder is. */
+  readonly #owner = identityTag(ownIdentity());
 
   constructor(options: VideoEncoderOptions) {
     this.#options = options;
@@ -91,7 +93,8 @@ export class VideoEncoder implements ClipEncoder {
 
   /**
    * Remove the folders of clips an agent that died left behind (an agent killed mid-clip never delivered them).
-   * A folder's name ends in `.<pid>.<n>` of the agent that made it; only those of agents no longer running go.
+   * A folder's name ends in `.<pid>.<start>.<n>`: the agent that made it, named for good (identityTag); only those of
+   * agents no longer running go (a folder of an older agent, named by its pid alone, is kept).
    */
   async sweep(): Promise<number> {
     let entries: string[];
@@ -102,8 +105,8 @@ export class VideoEncoder implements ClipEncoder {
     }
     let removed = 0;
     for (const entry of entries) {
-      const pid = Number(/\.(\d+)\.\d+$/.exec(entry)?.[1]);
-      if (!Number.isSafeInteger(pid) || pid === process.pid || alive(pid)) continue;
+      const tag = /\.(\d+\.[0-9a-z]+)\.\d+$/.exec(entry)?.[1];
+      if (tag === undefined || tag === this.#owner || tagStillRuns(tag)) continue;
       await rm(join(this.#options.scratchDir, entry), { recursive: true, force: true });
       removed++;
     }
@@ -116,7 +119,7 @@ export class VideoEncoder implements ClipEncoder {
     if ('missing' in ffmpeg) {
       throw new EngineError('ENGINE_FAILED', `video jobs need ffmpeg, which this host does not have: ${ffmpeg.missing}. ${FFMPEG_HINT}`);
     }
-    const dir = join(scratchDir, `${clipId.replace(/[^A-Za-z0-9_-]/g, '_')}.${process.pid}.${this.#clips++}`);
+    const dir = join(scratchDir, `${clipId.replace(/[^A-Za-z0-9_-]/g, '_')}.${this.#owner}.${this.#clips++}`);
     await mkdir(dir, { recursive: true });
     // ffmpeg writes the clip and its poster here: the folder is the engine user's.
     await governor.handOver(dir);

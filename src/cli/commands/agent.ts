@@ -58,7 +58,6 @@ const DEFAULT_CLASSES = 'image,tensor';
 
 /** The folder the agent keeps its model cache and control socket in. */
 const agentData = (data: string | undefined): string => data ?? join(dataDir(), 'agent');
-const controlSocket = (data: string | undefined): string => join(agentData(data), 'agent.sock');
 
 /**
  * What the join grant itself says about this host: its `host` caveat and the classes every `classes` caveat
@@ -139,7 +138,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   if (!grant) throw new CliError('the agent needs a join grant: --grant, --grant-file or GPUMESH_GRANT (mint one with `gpumesh grant create --agent --host <id>`)');
   const fromGrant = grantDefaults(grant);
   const pin = explicitPin(flags);
-  const { Agent, ControlServer, ENGINE_NAMES, HostConfig } = await import('../../agent/index.js');
+  const { Agent, ControlServer, ENGINE_NAMES, HostConfig, controlEndpoint } = await import('../../agent/index.js');
   const hostFile = flags.config ?? join(agentData(flags.data), 'host.yaml');
   const hostConfig = (() => {
     try {
@@ -164,7 +163,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
     engines, hostConfig, ...(flags.engineUser ? { engineUser: flags.engineUser } : {}),
     onDrainRequested: () => void leave(),
   });
-  const control = await ControlServer.listen(controlSocket(flags.data), { drain: (report) => {
+  const control = await ControlServer.listen(controlEndpoint(agentData(flags.data)), { drain: (report) => {
     reports.add(report);
     report({ state: 'draining', ...agent.work });
     void leave();
@@ -214,8 +213,8 @@ async function drain(flags: DrainFlags): Promise<void> {
     process.stdout.write(`host ${answer.host} is draining (${answer.jobsInFlight} jobs in flight); its agent leaves once they are done\n`);
     return;
   }
-  const { requestDrain } = await import('../../agent/index.js');
-  const path = controlSocket(flags.data);
+  const { requestDrain, controlEndpoint } = await import('../../agent/index.js');
+  const path = controlEndpoint(agentData(flags.data));
   let left;
   try {
     left = await requestDrain(path, (report) => {

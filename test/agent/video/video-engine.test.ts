@@ -15,6 +15,7 @@ import type { ModelManifest } from '../../../src/protocol/index.js';
 import { ffprobe } from '../../helpers/ffprobe.js';
 import { tempDir } from '../../helpers/mesh.js';
 import { capturingLog, cgroupFile, expectNothingLeft, needsCgroups } from '../governance/helpers.js';
+import { identityTag, ownIdentity } from '../../../src/agent/governance/process-identity.js';
 
 const BROKEN_FFMPEG = new URL('../../fixtures/commands/broken-ffmpeg.sh', import.meta.url).pathname;
 
@@ -200,15 +201,16 @@ describe('the scratch folder', () => {
   it('an agent at start removes the clips of agents that died mid-clip, and leaves live ones alone', async () => {
     const { mkdirSync, writeFileSync: write, readdirSync: list } = await import('node:fs');
     const scratch = join(dir, 'sweep');
-    // A pid no process can have (above the largest pid_max Linux allows, 2^22), and this process's own.
-    const dead = join(scratch, 'j_dead.4194999.0');
-    const live = join(scratch, `j_live.${process.pid}.0`);
+    // A pid no process can have (above the largest pid_max Linux allows, 2^22), and this process's own, named for good.
+    const own = identityTag(ownIdentity());
+    const dead = join(scratch, 'j_dead.4194999.1x.0');
+    const live = join(scratch, `j_live.${own}.0`);
     for (const folder of [dead, live]) {
       mkdirSync(folder, { recursive: true });
       write(join(folder, 'clip.mp4'), 'partial');
     }
     const sweeper = new VideoEncoder({ governor, ffmpeg: systemFfmpeg, scratchDir: scratch, log });
     expect(await sweeper.sweep()).toBe(1);
-    expect(list(scratch)).toEqual([`j_live.${process.pid}.0`]);
+    expect(list(scratch)).toEqual([`j_live.${own}.0`]);
   });
 });

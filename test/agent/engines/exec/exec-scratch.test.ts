@@ -6,6 +6,7 @@ import { cpuDevice } from '../../../../src/agent/devices.js';
 import { ExecEngine } from '../../../../src/agent/engines/exec/index.js';
 import type { ModelManifest } from '../../../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../../../helpers/mesh.js';
+import { identityTag, ownIdentity, startedAt } from '../../../../src/agent/governance/process-identity.js';
 
 // An exec job killed mid-run leaves no gpumesh-exec-* folder behind: cancelled, stopped by the agent's shutdown, or
 // orphaned by an agent that was killed outright (the next agent to start sweeps it).
@@ -23,7 +24,7 @@ async function hangingRun(engine: ExecEngine, root: string) {
   let progressed = false;
   const run = loaded.run([{ id: 'h', input: {} }], () => (progressed = true));
   await waitFor(() => progressed, { what: 'the command to start' });
-  expect(scratchDirs(root)).toEqual([expect.stringMatching(new RegExp(`^gpumesh-exec-${process.pid}-`))]);
+  expect(scratchDirs(root)).toEqual([expect.stringMatching(new RegExp(`^gpumesh-exec-${identityTag(ownIdentity()).replace('.', '\\.')}-`))]);
   return { run, loaded, pids: readFileSync(pidFile, 'utf8').trim().split(' ').map(Number) };
 }
 
@@ -46,14 +47,18 @@ describe('exec scratch directories', () => {
     expect((await run).outputs).toMatchObject([{ ok: false, code: 'CANCELLED' }]);
   }, 30_000);
 
-  it('the folders of an agent killed outright are removed by the next engine, a running agent\'s are kept', async () => {
+  it('the folders of an agent killed outright are removed by the next engine; a running agent\'s, and one whose pid a new process holds, are kept apart', async () => {
     const root = tempDir();
     const dead = spawnSync('true').pid!;
-    mkdirSync(join(root, `gpumesh-exec-${dead}-abc123`, 'out'), { recursive: true });
-    mkdirSync(join(root, `gpumesh-exec-${process.ppid}-def456`));
+    const running = identityTag({ pid: process.ppid, started: startedAt(process.ppid)! });
+    // This very pid, started at another moment: the agent that made it is gone, whatever holds its pid now.
+    const recycled = identityTag({ pid: process.ppid, started: 'another moment' });
+    mkdirSync(join(root, `gpumesh-exec-${dead}.1x-abc123`, 'out'), { recursive: true });
+    mkdirSync(join(root, `gpumesh-exec-${running}-def456`));
+    mkdirSync(join(root, `gpumesh-exec-${recycled}-ghi789`));
     mkdirSync(join(root, 'gpumesh-exec-older'));
     await new ExecEngine({ scratchRoot: root }).load(manifest({ command: ['true'] }, 'noop'), null, cpuDevice(512));
-    expect(scratchDirs(root).sort()).toEqual([`gpumesh-exec-${process.ppid}-def456`, 'gpumesh-exec-older']);
+    expect(scratchDirs(root).sort()).toEqual([`gpumesh-exec-${running}-def456`, 'gpumesh-exec-older'].sort());
   });
 
   it('a model whose settings have no command says which field is missing and what to put there', async () => {
