@@ -143,7 +143,7 @@ export class Governor {
       this.#records.forget(governed.pid);
       if (room) rmSync(room, { recursive: true, force: true });
     });
-    this.#log.debug({ engine: spec.name, pid: governed.pid, cgroup: governed.container?.paths[0] ?? null }, 'engine process started');
+    this.#log.debug({ engine: spec.name, pid: governed.pid, container: governed.container?.paths[0] ?? null, limits: spec.limits }, 'engine process started');
     return governed;
   }
 
