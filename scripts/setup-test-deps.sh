@@ -5,7 +5,8 @@
 # run as written), and postgresql (the store's PostgreSQL tests start throwaway clusters of their own with its
 # initdb and pg_ctl: no system service is used). Not ffmpeg: the agent and the tests use the system's when there is one, else the static ffmpeg and
 # ffprobe `npm install` brings (@ffmpeg-installer/ffmpeg, @ffprobe-installer/ffprobe), so video is tested as a fresh
-# machine runs it.
+# machine runs it. wine and wine64 with mingw's C compiler: test/integration/windows-agent.test.ts runs an agent as a
+# Windows process under Wine (scripts/wine-env.sh makes that Windows host, and builds a stand-in DLL Wine 8.0 lacks).
 # Skips whatever is already installed; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -31,6 +32,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v wine >/dev/null 2>&1 || need+=(wine wine64)
+command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || need+=(gcc-mingw-w64-x86-64-win32)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "test dependencies present"
