@@ -1,26 +1,65 @@
-import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { BIN, launchFlags, removeDir, ROOT, tempDir } from '../../helpers/mesh.js';
+import { BIN, launchFlags, removeDir, ROOT, tempDir, waitFor } from '../../helpers/mesh.js';
 
-/** The Node options of every documented way to start gpumesh: the command's own `exec node …` line is the reference. */
+/** The Node options of every documented way to start gpumesh: the command's own `NODE_FLAGS` line is the reference. */
 describe('how gpumesh starts Node', () => {
   const flags = launchFlags();
 
-  it('the command runs Node with a capped young generation (shorter collection pauses)', () => {
-    expect(flags).toEqual(['--max-semi-space-size=4']);
-    // Run as a command, the way a person runs it (sh reads its first two lines and starts Node); a preloaded script reports Node's options.
+  /** Run the command as a person does (through its `#!/usr/bin/env node` line); every Node process it runs reports its options. */
+  function reportedOptions(args: string[]): { status: number | null; stdout: string; reports: string[][] } {
     const dir = tempDir();
     try {
-      writeFileSync(join(dir, 'report.cjs'), 'process.stderr.write(JSON.stringify(process.execArgv) + "\\n");');
-      const run = spawnSync(BIN, ['--version'], { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: `--require ${join(dir, 'report.cjs')}` } });
-      expect(run.status).toBe(0);
-      expect(run.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
-      expect(JSON.parse(run.stderr.trim().split('\n')[0]!)).toEqual(flags);
+      writeFileSync(join(dir, 'report.cjs'), 'process.stderr.write("options " + JSON.stringify(process.execArgv) + "\\n");');
+      const run = spawnSync(BIN, args, { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: `--require ${join(dir, 'report.cjs')}` } });
+      const reports = run.stderr.split('\n').filter((line) => line.startsWith('options ')).map((line) => JSON.parse(line.slice('options '.length)) as string[]);
+      return { status: run.status, stdout: run.stdout, reports };
     } finally {
       removeDir(dir);
     }
+  }
+
+  it('a long-running command (up, serve, agent) runs Node with a capped young generation (shorter collection pauses)', () => {
+    expect(flags).toEqual(['--max-semi-space-size=4']);
+    const serve = reportedOptions(['serve', '--help']);
+    expect(serve.status).toBe(0);
+    expect(serve.stdout).toContain('Usage: gpumesh serve');
+    // The command as started, then Node again with the options (in place, or as its child).
+    expect(serve.reports).toEqual([[], flags]);
+  });
+
+  it('a short command runs at once, without starting Node again', () => {
+    const version = reportedOptions(['--version']);
+    expect(version.status).toBe(0);
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    expect(version.reports).toEqual([[]]);
+  });
+
+  it('SIGTERM to the command reaches the Node it started again: serve stops, and nothing is left running', async () => {
+    const dir = tempDir();
+    try {
+      const serve = spawn(BIN, ['serve', '--data', dir, '--port', '0'], { stdio: 'ignore' });
+      await waitFor(() => existsSync(join(dir, 'orchestrator.url')), { timeoutMs: 30_000, what: 'serve to listen' });
+      const exit = new Promise<number | null>((resolve) => serve.once('exit', (code) => resolve(code)));
+      serve.kill('SIGTERM');
+      expect(await exit).toBe(0);
+      const left = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).filter((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(dir);
+        } catch {
+          return false;
+        }
+      });
+      expect(left).toEqual([]);
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+  it('the command needs no POSIX shell: its first line starts Node (npm\'s shims on Windows read it)', () => {
+    expect(readFileSync(BIN, 'utf8').split('\n')[0]).toBe('#!/usr/bin/env node');
   });
 
   it('npm start and the systemd units in the docs pass the same options (a unit that runs the gpumesh command gets them from it)', () => {
