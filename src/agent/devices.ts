@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { cpus, totalmem, freemem } from 'node:os';
 import { promisify } from 'node:util';
 import type { Device } from '../protocol/index.js';
+import { findNvidiaSmi } from './governance/executable.js';
 
 const run = promisify(execFile);
 
@@ -10,7 +11,7 @@ export interface DeviceOptions {
   cpuBudgetMB?: number;
   /** Share of each GPU's memory the agent may fill. Default 0.9. */
   gpuBudgetFraction?: number;
-  /** The nvidia-smi binary. Default: `nvidia-smi` on PATH. */
+  /** The nvidia-smi binary. Default: on PATH, else where the NVIDIA driver installs it (findNvidiaSmi). */
   nvidiaSmi?: string;
 }
 
@@ -45,7 +46,7 @@ export function cpuDevice(budgetMB?: number): Device {
  */
 export async function detectDevices(options: DeviceOptions = {}): Promise<Device[]> {
   try {
-    const { stdout } = await run(options.nvidiaSmi ?? 'nvidia-smi', [
+    const { stdout } = await run(options.nvidiaSmi ?? findNvidiaSmi(), [
       '--query-gpu=index,name,memory.total,memory.used', '--format=csv,noheader,nounits',
     ], { timeout: 5000 });
     const gpus = parseNvidiaSmi(stdout, options.gpuBudgetFraction ?? 0.9);

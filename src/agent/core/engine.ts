@@ -91,6 +91,8 @@ export interface LoadedModel {
   readonly device: Device;
   /** Memory the model took when it loaded, measured (not the manifest's declared figure). */
   readonly memoryMB: number;
+  /** What computes it where the engine chooses (the ONNX engine's execution provider: cpu, cuda, dml, coreml), for the log. */
+  readonly accelerator?: string;
   /**
    * Settles, with a reason, if the process holding this model ends without
    * being asked to (a crash, an OOM kill, a stray signal). It never settles for

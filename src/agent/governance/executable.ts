@@ -64,3 +64,30 @@ export function resolveExecutable(command: string, env: NodeJS.ProcessEnv, cwd =
   const where = named ? 'no executable file there' : `not found on PATH (${searchPath})`;
   throw new MissingExecutable(`cannot start "${command}": ${where}`);
 }
+
+/**
+ * Where NVIDIA's drivers install nvidia-smi on Windows, after PATH (which their installers do not always extend):
+ * System32 for current (DCH) drivers, `NVIDIA Corporation\NVSMI` under Program Files for older ones.
+ */
+export function nvidiaSmiCandidates(env: NodeJS.ProcessEnv, platform = process.platform): string[] {
+  if (platform !== 'win32') return ['nvidia-smi'];
+  const systemRoot = variable(env, 'SYSTEMROOT') ?? 'C:\\Windows';
+  const programFiles = variable(env, 'PROGRAMFILES') ?? 'C:\\Program Files';
+  return [
+    'nvidia-smi',
+    path.win32.join(systemRoot, 'System32', 'nvidia-smi.exe'),
+    path.win32.join(programFiles, 'NVIDIA Corporation', 'NVSMI', 'nvidia-smi.exe'),
+  ];
+}
+
+/** The nvidia-smi of this host (the first of nvidiaSmiCandidates there is), else the bare name (which then fails: no GPU). */
+export function findNvidiaSmi(env: NodeJS.ProcessEnv = process.env, platform = process.platform): string {
+  for (const candidate of nvidiaSmiCandidates(env, platform)) {
+    try {
+      return resolveExecutable(candidate, env, process.cwd(), platform);
+    } catch {
+      // not there: the next
+    }
+  }
+  return 'nvidia-smi';
+}

@@ -7,6 +7,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { findNvidiaSmi } from './executable.js';
 
 const run = promisify(execFile);
 const MB = 1024 * 1024;
@@ -177,7 +178,7 @@ export function parseComputeApps(csv: string): Map<number, number> {
  * The GPU memory a process holds (MB), from nvidia-smi; null where there is no
  * nvidia-smi, it fails, or it does not list the process (it uses no GPU).
  */
-export async function gpuMemoryMB(pid: number, nvidiaSmi = 'nvidia-smi'): Promise<number | null> {
+export async function gpuMemoryMB(pid: number, nvidiaSmi = findNvidiaSmi()): Promise<number | null> {
   try {
     const { stdout } = await run(nvidiaSmi, ['--query-compute-apps=pid,used_memory', '--format=csv,noheader,nounits'], { timeout: 5000 });
     return parseComputeApps(stdout).get(pid) ?? null;

@@ -284,7 +284,7 @@ export class Residency {
     this.#armIdle(entry); // loaded for no batch yet (or its batch gave up): idle from now
     this.#measuredMB.set(manifest.digest, Math.max(knownPeakMB, loaded.memoryMB));
     void loaded.exited.then((reason) => this.#exited(entry, reason));
-    this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB, declaredMB: manifest.memoryMB }, 'model loaded');
+    this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB, declaredMB: manifest.memoryMB, ...(loaded.accelerator ? { accelerator: loaded.accelerator } : {}) }, 'model loaded');
     this.#deps.events.loaded({ model: manifest.name, digest: manifest.digest, device: device.id, memoryMB: loaded.memoryMB, lastUsedAt: entry.lastUsedAt });
     if (entry.peakMB > loaded.memoryMB) this.#onCharged();
     return entry;

@@ -10,6 +10,7 @@ import type { FromWorker, ToWorker } from './messages.js';
 import { OnnxSettings } from '../../../protocol/engines/onnx.js';
 import { encodeClips, type FrameSink } from '../../video/clips.js';
 import { workerCore } from './worker-core.js';
+import { providerFor } from './providers.js';
 
 /** The worker's entry: the compiled file, or — when running from the TypeScript sources (tests, benchmarks) — the source through tsx. */
 export function onnxWorkerEntry(): { path: string; execArgv: string[] } {
@@ -207,7 +208,7 @@ export class OnnxEngine implements Engine {
     const key = where === 'agent' ? `${device.id}/agent` : device.id;
     const fresh = !this.#workers.get(key)?.alive;
     const worker = this.#workerFor(key, where);
-    const provider = device.kind === 'gpu' ? 'cuda' : 'cpu';
+    const provider = providerFor(device, process.platform);
     const deviceIndex = device.kind === 'gpu' ? Number(device.id.replace(/^gpu/, '')) || 0 : 0;
     let reply: Extract<Reply, { type: 'loaded' }>;
     try {
@@ -225,7 +226,7 @@ export class OnnxEngine implements Engine {
     /** Clip batches running now: a cancel reaches their encoders as well as the worker. */
     const clipCancels = new Set<(jobIds: readonly string[]) => void>();
     return {
-      manifest, device, memoryMB: reply.memoryMB, ...(startup ? { startup } : {}),
+      manifest, device, memoryMB: reply.memoryMB, accelerator: reply.provider, ...(startup ? { startup } : {}),
       exited: new Promise<string>((resolve) => {
         void worker.crashed.then((reason) => {
           if (!unloaded) resolve(reason);

@@ -1,6 +1,7 @@
 import type { ErrorCode, ModelManifest } from '../../../protocol/index.js';
 import type { BatchMemory, EngineJob, JobOutput } from '../../core/engine.js';
 import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
+import type { OnnxProvider } from './providers.js';
 
 /**
  * The whole vocabulary between the agent and its ONNX worker process (Node IPC
@@ -8,7 +9,7 @@ import type { OnnxPipeline } from '../../../protocol/engines/onnx.js';
  */
 export type ToWorker =
   /** `files`: a model of several files, each member's local path by name (its digest is in `manifest.files`). */
-  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; threads?: number; modelPath: string; files?: Record<string, string>; provider: 'cpu' | 'cuda'; deviceIndex: number }
+  | { type: 'load'; requestId: number; manifest: ModelManifest; pipeline: OnnxPipeline; spinning: boolean; threads?: number; modelPath: string; files?: Record<string, string>; provider: OnnxProvider; deviceIndex: number }
   | { type: 'run'; requestId: number; model: string; jobs: EngineJob[] }
   | { type: 'cancel'; jobIds: string[] }
   /** The agent took `count` more frames of a run off the worker's hands (a clip's frames flow under a window of credits). */

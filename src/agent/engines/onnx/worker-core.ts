@@ -12,6 +12,7 @@ import { pipeline as streamInto } from 'node:stream/promises';
 import * as ort from 'onnxruntime-node';
 import type { InferenceSession } from 'onnxruntime-node';
 import { pixelsOf, type ModelManifest } from '../../../protocol/index.js';
+import { executionProviders, onGpu, type OnnxProvider } from './providers.js';
 import { gpuMemoryMB, PeakMeter, rssMB, type PeakWindow } from '../../governance/process-memory.js';
 import { EngineError, type BatchMemory } from '../../core/engine.js';
 import type { FromWorker, ToWorker } from './messages.js';
@@ -25,7 +26,7 @@ interface Resident {
   parts: ModelParts;
   manifest: ModelManifest;
   pipeline: OnnxPipeline;
-  provider: 'cpu' | 'cuda';
+  provider: OnnxProvider;
   /** What the model holds now (MB): its load, plus what its allocator arena kept from the batches so far. */
   residentMB: number;
   /** The largest batch so far, in pixels (or samples for tensors): only a larger one can grow what the model holds. */
@@ -48,8 +49,8 @@ const FRAME_WINDOW = 8;
 const settle = (): void => (globalThis as { gc?: () => void }).gc?.();
 
 /** The memory this process holds where the model lives: the GPU's figure for a CUDA session, the RSS otherwise. */
-async function heldMB(provider: 'cpu' | 'cuda'): Promise<number> {
-  if (provider === 'cuda') {
+async function heldMB(provider: OnnxProvider): Promise<number> {
+  if (onGpu(provider)) {
     const gpu = await gpuMemoryMB(process.pid);
     if (gpu !== null) return gpu;
   }
@@ -61,7 +62,7 @@ async function heldMB(provider: 'cpu' | 'cuda'): Promise<number> {
  * session is built from, so the file cannot change between the check and the use.
  */
 /** A model of one file: it may name no external data (it has no other files to name). */
-async function singleFileSession(message: Extract<ToWorker, { type: 'load' }>, threading: { spinning: boolean; threads?: number }): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
+async function singleFileSession(message: Extract<ToWorker, { type: 'load' }>, threading: { spinning: boolean; threads?: number }): Promise<{ session: InferenceSession; provider: OnnxProvider }> {
   const bytes = await verifiedBytes(message.modelPath, message.manifest.digest);
   checkedExternalData(bytes, message.manifest, 'its file', new Set());
   return createSession(bytes, message.provider, message.deviceIndex, threading, null);
@@ -99,8 +100,8 @@ async function verifiedBytes(path: string, digest: string): Promise<Uint8Array> 
  * network that names none (checkedExternalData refused any other).
  */
 async function createSession(
-  bytes: Uint8Array, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number }, externalDataFolder: string | null,
-): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda' }> {
+  bytes: Uint8Array, provider: OnnxProvider, deviceIndex: number, threading: { spinning: boolean; threads?: number }, externalDataFolder: string | null,
+): Promise<{ session: InferenceSession; provider: OnnxProvider }> {
   const spin = threading.spinning ? '1' : '0';
   // The thread pools sleep when idle unless the model's settings say otherwise (OnnxSettings.spinning says why), and
   // have as many threads as the settings give (OnnxSettings.threads), else one per core.
@@ -114,13 +115,13 @@ async function createSession(
       },
     },
   };
-  if (provider === 'cuda') {
+  if (provider !== 'cpu') {
     try {
-      const session = await ort.InferenceSession.create(bytes, { ...options, executionProviders: [{ name: 'cuda', deviceId: deviceIndex }, 'cpu'] });
-      return { session, provider: 'cuda' };
+      const session = await ort.InferenceSession.create(bytes, { ...options, executionProviders: executionProviders(provider, deviceIndex) });
+      return { session, provider };
     } catch (error) {
-      // The CUDA provider ships separately from onnxruntime-node's CPU build; fall back rather than refuse.
-      process.stderr.write(`onnx worker: CUDA provider unavailable (${(error as Error).message}); using the CPU\n`);
+      // The provider is missing from this build or this machine (CUDA's libraries, a DirectX 12 GPU); fall back rather than refuse.
+      process.stderr.write(`onnx worker: the ${provider} provider is not available here (${(error as Error).message.split('\n')[0]}); using the CPU\n`);
     }
   }
   return { session: await ort.InferenceSession.create(bytes, { ...options, executionProviders: ['cpu'] }), provider: 'cpu' };
@@ -133,10 +134,10 @@ async function createSession(
  * dictionary). The model's `session` is its first network by name, for the pipelines that run one.
  */
 async function loadParts(
-  files: Record<string, string>, manifest: ModelManifest, pipeline: OnnxPipeline, provider: 'cpu' | 'cuda', deviceIndex: number, threading: { spinning: boolean; threads?: number },
-): Promise<{ session: InferenceSession; provider: 'cpu' | 'cuda'; parts: ModelParts }> {
+  files: Record<string, string>, manifest: ModelManifest, pipeline: OnnxPipeline, provider: OnnxProvider, deviceIndex: number, threading: { spinning: boolean; threads?: number },
+): Promise<{ session: InferenceSession; provider: OnnxProvider; parts: ModelParts }> {
   const parts: Record<string, InferenceSession | Uint8Array> = {};
-  let first: { session: InferenceSession; provider: 'cpu' | 'cuda' } | null = null;
+  let first: { session: InferenceSession; provider: OnnxProvider } | null = null;
   const names = Object.keys(files).sort();
   const external = new Set<string>();
   try {
@@ -194,14 +195,14 @@ export function workerCore(send: (message: FromWorker) => void): { receive(messa
   async function load(message: Extract<ToWorker, { type: 'load' }>): Promise<void> {
     settle();
     const beforeRss = rssMB('self') ?? 0;
-    const beforeGpu = message.provider === 'cuda' ? (await gpuMemoryMB(process.pid)) ?? 0 : 0;
+    const beforeGpu = onGpu(message.provider) ? (await gpuMemoryMB(process.pid)) ?? 0 : 0;
     const threading = { spinning: message.spinning, threads: message.threads };
     const built = message.files
       ? await loadParts(message.files, message.manifest, message.pipeline, message.provider, message.deviceIndex, threading)
       : { ...(await singleFileSession(message, threading)), parts: {} };
     const { session, provider, parts } = built;
     settle(); // the file's buffer is garbage now; it is not the model's memory
-    const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (provider === 'cuda' ? beforeGpu : beforeRss)));
+    const residentMB = Math.max(1, Math.round((await heldMB(provider)) - (onGpu(provider) ? beforeGpu : beforeRss)));
     sessions.set(message.manifest.name, { session, parts, manifest: message.manifest, pipeline: message.pipeline, provider, residentMB, largestBatch: 0, largestPeakMB: residentMB });
     send({ type: 'loaded', requestId: message.requestId, memoryMB: residentMB, provider });
   }
@@ -220,7 +221,7 @@ export function workerCore(send: (message: FromWorker) => void): { receive(messa
       loaded.largestBatch = size;
       settle();
     }
-    const gpuBefore = largest && loaded.provider === 'cuda' ? await heldMB('cuda') : 0;
+    const gpuBefore = largest && onGpu(loaded.provider) ? await heldMB(loaded.provider) : 0;
     const closeWindow = largest ? peaks.open() : null;
     const measure = async (whole: boolean): Promise<BatchMemory> => {
       settle();
@@ -274,8 +275,8 @@ export function workerCore(send: (message: FromWorker) => void): { receive(messa
   async function measuredMemory(loaded: Resident, window: PeakWindow, gpuBefore: number): Promise<BatchMemory> {
     let grewMB: number;
     let keptMB: number;
-    if (loaded.provider === 'cuda') {
-      keptMB = Math.max(0, (await heldMB('cuda')) - gpuBefore);
+    if (onGpu(loaded.provider)) {
+      keptMB = Math.max(0, (await heldMB(loaded.provider)) - gpuBefore);
       grewMB = keptMB;
     } else {
       grewMB = Math.max(0, window.peakMB - window.startMB);

@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../../../src/agent/devices.js';
 import type { LoadedModel } from '../../../../src/agent/core/engine.js';
 import { OnnxEngine, workerEnv } from '../../../../src/agent/engines/onnx/engine.js';
+import { executionProviders, providerFor } from '../../../../src/agent/engines/onnx/providers.js';
 import { Supervisor } from '../../../../src/agent/governance/supervisor.js';
 import { builtinModel, MLP_INPUT_DIM } from '../../../../src/builtin-models/index.js';
 import type { ModelManifest } from '../../../../src/protocol/index.js';
@@ -126,6 +127,35 @@ describe('onnx engine: fused batches', () => {
       expect(Buffer.from(a.files[0]!.bytes).equals(Buffer.from(b.files[0]!.bytes))).toBe(true);
     }
     await loaded.unload();
+  });
+});
+
+describe('onnx engine: execution providers', () => {
+  it('each platform\'s accelerator: CUDA on Linux, DirectML on Windows, CoreML for a Mac\'s one device, else the CPU', () => {
+    expect(providerFor({ kind: 'gpu' }, 'linux')).toBe('cuda');
+    expect(providerFor({ kind: 'gpu' }, 'win32')).toBe('dml');
+    expect(providerFor({ kind: 'cpu' }, 'darwin')).toBe('coreml');
+    expect(providerFor({ kind: 'cpu' }, 'linux')).toBe('cpu');
+    expect(providerFor({ kind: 'cpu' }, 'win32')).toBe('cpu');
+    expect(executionProviders('dml', 1)).toEqual([{ name: 'dml', deviceId: 1 }, 'cpu']);
+    expect(executionProviders('coreml', 0)).toEqual([{ name: 'coreml' }, 'cpu']);
+  });
+
+  it('a GPU device (mocked: this machine has none) whose provider this build lacks loads on the CPU and computes what the CPU does', async () => {
+    const engine = new OnnxEngine(supervisor);
+    const { manifest, path } = fixture('mlp');
+    const gpu = { id: 'gpu0', kind: 'gpu' as const, name: 'stand-in GPU', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 0 };
+    const jobs = [{ id: 'p0', input: { x: Array.from({ length: MLP_INPUT_DIM }, (_, k) => Math.cos(k)) } }];
+    const onGpu = await engine.load({ ...manifest, name: 'mlp-gpu' }, path, gpu);
+    expect(onGpu.accelerator).toBe('cpu');
+    const onCpu = await engine.load({ ...manifest, name: 'mlp-cpu' }, path, cpuDevice(512));
+    expect(onCpu.accelerator).toBe('cpu');
+    const [a] = (await onGpu.run(jobs, () => {})).outputs as [{ result: { y: number[] } }];
+    const [b] = (await onCpu.run(jobs, () => {})).outputs as [{ result: { y: number[] } }];
+    expect(a.result.y).toHaveLength(16);
+    a.result.y.forEach((value, k) => expect(value).toBeCloseTo(b.result.y[k]!, 5));
+    await onGpu.unload();
+    await onCpu.unload();
   });
 });
 
