@@ -26,9 +26,9 @@ export interface Proc {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** Run `gpumesh <args>` as a real process, collecting its output. */
-export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
-  const child = spawn(process.execPath, gpumeshArgs(args), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Run `gpumesh <args>` as a real process, collecting its output; `cwd`: the folder it runs in (default this one). */
+export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}, cwd?: string): Proc {
+  const child = spawn(process.execPath, gpumeshArgs(args), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(cwd ? { cwd } : {}) });
   let output = '';
   let stdout = '';
   child.stdout!.on('data', (chunk: Buffer) => {
@@ -50,8 +50,8 @@ export function gpumesh(args: string[], env: NodeJS.ProcessEnv = {}): Proc {
 }
 
 /** Run a gpumesh command to completion. */
-export async function gpumeshRun(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string; stdout: string }> {
-  const proc = gpumesh(args, env);
+export async function gpumeshRun(args: string[], env: NodeJS.ProcessEnv = {}, cwd?: string): Promise<{ code: number | null; output: string; stdout: string }> {
+  const proc = gpumesh(args, env, cwd);
   const code = await proc.exited();
   return { code, output: proc.output(), stdout: proc.stdout() };
 }

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
@@ -91,4 +91,39 @@ describe('the CLI finds its mesh', () => {
     await serve.kill('SIGTERM');
     expect(existsSync(join(data, 'listen.json'))).toBe(false);
   }, 30_000);
+});
+
+describe('the data folder when nothing names one', () => {
+  it('the platform\'s folder ($XDG_DATA_HOME/gpumesh here), found from any folder; a folder with ./.gpumesh keeps using it', async () => {
+    const xdg = tempDir();
+    const started = tempDir();
+    const other = tempDir();
+    const env = { XDG_DATA_HOME: xdg, GPUMESH_HOME: undefined, GPUMESH_URL: undefined };
+    const platform = join(xdg, 'gpumesh');
+    const mesh = gpumesh(['serve', '--port', '0'], env, started);
+    try {
+      await waitFor(() => {
+        if (mesh.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${mesh.output()}`);
+        return existsSync(join(platform, 'listen.json')) && existsSync(join(platform, 'admin.grant'));
+      }, { timeoutMs: 60_000, what: 'gpumesh serve to listen' });
+      expect(existsSync(join(started, '.gpumesh'))).toBe(false);
+      expect(mesh.output()).toContain(`"data":"${platform}"`);
+      const { url: meshUrl } = JSON.parse(readFileSync(join(platform, 'listen.json'), 'utf8')) as { url: string };
+      const found = await gpumeshRun(['status'], env, other);
+      expect(found.code, found.output).toBe(0);
+      expect(found.stdout).toContain(`mesh at ${meshUrl}`);
+      // A folder that has its own ./.gpumesh (a mesh started there before platform folders) is that mesh's.
+      // Its admin grant is used, not the platform folder's: one that is no grant is refused by the mesh.
+      mkdirSync(join(other, '.gpumesh'));
+      writeFileSync(join(other, '.gpumesh', 'admin.grant'), 'not-a-grant');
+      const local = await gpumeshRun(['status', '--url', meshUrl], env, other);
+      expect(local.code).not.toBe(0);
+      expect(local.output).toMatch(/401|grant/i);
+      const help = await gpumeshRun(['serve', '--help'], env, other);
+      expect(help.stdout.replace(/\s+/g, ' ')).toContain(`default ./.gpumesh where it exists, else ${platform}`);
+    } finally {
+      await mesh.kill();
+      for (const dir of [xdg, started, other]) removeDir(dir);
+    }
+  }, 90_000);
 });

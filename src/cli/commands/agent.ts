@@ -6,7 +6,8 @@ import { pino } from 'pino';
 import type { DrainReport } from '../../agent/index.js';
 import type { Draining } from '../../protocol/api/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
-import { clientFrom, dataDir, explicitPin, resolveGrant, resolveUrls } from '../common/settings.js';
+import { dataDir, dataDirHelp } from '../common/data-folder.js';
+import { clientFrom, explicitPin, resolveGrant, resolveUrls } from '../common/settings.js';
 import { parseUrlList } from '../common/url-list.js';
 import { CliError, parseInteger, parseList } from '../common/output.js';
 import { every, systemClock } from '../../protocol/clock.js';
@@ -100,7 +101,7 @@ export function agentCommand(): Command {
     .option('--grant-file <path>', 'read the grant from a file')
     .option('--host <id>', 'this host\'s id (default: the grant\'s host, else this machine\'s hostname)')
     .option('--classes <list>', `routing classes this host serves (default: the grant's classes, else ${DEFAULT_CLASSES})`)
-    .option('--data <dir>', 'model cache and control socket folder (default <GPUMESH_HOME or ./.gpumesh>/agent)')
+    .option('--data <dir>', `model cache and control socket folder (default <data folder>/agent; data folder: ${dataDirHelp()})`)
     .option('--cpu-budget <MB>', 'memory for models on the CPU (default: half the RAM, at most 8192)', parseInteger('--cpu-budget'))
     .option('--concurrency <n>', 'batches computed at once (one whose outputs are still uploading does not count)', parseInteger('--concurrency'), 1)
     .option('--idle-unload <seconds>', 'unload a model idle this long unless the orchestrator holds it for its minReplicas; engine processes end with the last one', parseInteger('--idle-unload'), 300)
@@ -123,7 +124,7 @@ export function agentCommand(): Command {
       'Drain the agent running on this machine (through its control socket in --data): it finishes its work in flight, takes no more, leaves the mesh and exits; this command prints its progress until it has left.',
       'With --host, ask the orchestrator to drain that host instead (an admin grant; POST /v1/hosts/:id/drain).',
     ].join('\n'))
-    .option('--data <dir>', 'the agent\'s data folder, as given to `gpumesh agent --data` (default <GPUMESH_HOME or ./.gpumesh>/agent)')
+    .option('--data <dir>', `the agent's data folder, as given to \`gpumesh agent --data\` (default <data folder>/agent; data folder: ${dataDirHelp()})`)
     .option('--host <id>', 'drain this host through the orchestrator instead of the local agent')
     .option('--url <urls>', 'with --host: orchestrator URL, or several comma-separated, tried in turn (env GPUMESH_URL)')
     .option('--grant <grant>', 'with --host: an admin grant (env GPUMESH_GRANT; default: <GPUMESH_HOME>/admin.grant)')

@@ -1,9 +1,9 @@
 import { existsSync, mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Command } from 'commander';
 import { pino, type Logger } from 'pino';
 import type { MeshConfig, Orchestrator } from '../../orchestrator/index.js';
-import { dataDir } from '../common/settings.js';
+import { dataDir, dataDirHelp, LEGACY_DATA_DIR } from '../common/data-folder.js';
 import { parseInteger } from '../common/output.js';
 
 export interface ServeOptions {
@@ -38,7 +38,7 @@ export async function configFrom(options: ServeOptions): Promise<MeshConfig> {
 
 export function withServerOptions(command: Command): Command {
   return command
-    .option('--data <dir>', 'data folder (env GPUMESH_HOME; default ./.gpumesh)')
+    .option('--data <dir>', `data folder (${dataDirHelp()})`)
     .option('-c, --config <file>', 'mesh.yaml (default: <data>/mesh.yaml when present)')
     .option('--host <address>', 'address to listen on (default 127.0.0.1)')
     .option('--port <n>', 'port to listen on (default 7070; 0 picks a free one)', parseInteger('--port'))
@@ -63,10 +63,11 @@ export async function startOrchestrator(config: MeshConfig, logger: Logger): Pro
 
 /**
  * How the CLI finds this mesh: the orchestrator records its URL in <data>/listen.json, which the CLI reads for its
- * data folder (--data, else GPUMESH_HOME, else ./.gpumesh); from anywhere else, name the folder or the URL.
+ * data folder (dataDir); from anywhere else, name the folder or the URL.
  */
 export function cliGuidance(data: string, url: string): string[] {
-  const local = data === dataDir(undefined) ? 'gpumesh commands run here find it' : `gpumesh commands find it with --data ${data}`;
+  const local = data !== dataDir(undefined) ? `gpumesh commands find it with --data ${data}`
+    : data === resolve(LEGACY_DATA_DIR) ? 'gpumesh commands run in this folder find it' : 'gpumesh commands find it by default';
   return [
     `  cli      ${local} (${join(data, 'listen.json')} says where it listens); from elsewhere:`,
     `           export GPUMESH_HOME=${data}   or   gpumesh … --url ${url}`,

@@ -1,15 +1,12 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { LISTEN_FILE, listenerRuns, readListenFile } from '../../protocol/listen-file.js';
 import { certificateFingerprint, parseFingerprint, pinsOfGrant, type Pin } from '../../tls-client/index.js';
 import { MeshClient } from './client.js';
+import { dataDir } from './data-folder.js';
 import { CliError } from './output.js';
 import { parseUrlList } from './url-list.js';
 
-/** Where the mesh keeps its data: --data, then $GPUMESH_HOME, then ./.gpumesh. */
-export function dataDir(option?: string): string {
-  return resolve(option ?? process.env.GPUMESH_HOME ?? '.gpumesh');
-}
 
 export interface ClientOptions {
   /** One orchestrator URL, or several comma-separated (`--url`). */
@@ -46,7 +43,7 @@ export interface ResolvedUrl {
 
 /**
  * The orchestrator's URLs: --url, then $GPUMESH_URL (each one URL or several, comma-separated), then where the mesh
- * using the data folder (--data, else $GPUMESH_HOME, else ./.gpumesh) listens — <data>/listen.json, written by `up`
+ * using the data folder (dataDir: --data, else $GPUMESH_HOME, else ./.gpumesh where it exists, else the platform's folder) listens — <data>/listen.json, written by `up`
  * and `serve`, while its process runs — then http://127.0.0.1:7070. `flag` names the option for error messages
  * (`--join` for the agent).
  */

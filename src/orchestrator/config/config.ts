@@ -184,7 +184,7 @@ export const MeshConfigInput = z.strictObject({
       names: z.array(z.string().refine((text) => typeof parseCertificateName(text) !== 'string', 'must be a host name or an IP address')).default([]),
     }).prefault({}),
   }).prefault({}),
-  /** Where the SQLite store and blobs live. Default ./.gpumesh (or $GPUMESH_HOME). */
+  /** Where the SQLite store and blobs live. Default: the CLI's data folder (--data, $GPUMESH_HOME, ./.gpumesh where it exists, else the platform's). */
   data: z.string().optional(),
   /** Where jobs, grants and results are recorded: `{kind: sqlite}` under `data` (default), or `{kind: postgres, url}`, shared by several orchestrators. */
   store: z.discriminatedUnion('kind', [SqliteStoreConfig, PostgresStoreConfig]).default({ kind: 'sqlite' }),
