@@ -7,6 +7,7 @@
 # ffprobe `npm install` brings (@ffmpeg-installer/ffmpeg, @ffprobe-installer/ffprobe), so video is tested as a fresh
 # machine runs it. wine and wine64 with mingw's C compiler: test/integration/windows-agent.test.ts runs an agent as a
 # Windows process under Wine (scripts/wine-env.sh makes that Windows host, and builds a stand-in DLL Wine 8.0 lacks).
+# systemd, for systemd-analyze: the unit `gpumesh agent service --print` writes is verified by it (nothing is started).
 # Skips whatever is already installed; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -34,6 +35,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v wine >/dev/null 2>&1 || need+=(wine wine64)
 command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || need+=(gcc-mingw-w64-x86-64-win32)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "test dependencies present"

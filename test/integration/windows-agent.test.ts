@@ -1,8 +1,10 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { XMLParser } from 'fast-xml-parser';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
+import { launchFlags } from '../../src/cli/common/launch.js';
 import { ROOT, removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, waitHealthy, type Proc } from '../helpers/processes.js';
 import { hasWine, prepareWine, processesWith, runWindowsNode, windowsPath, type WineHost, type WineProcess } from '../helpers/wine.js';
@@ -163,6 +165,30 @@ describe('a Windows agent (node.exe under Wine) on a Linux orchestrator', () => 
     const view = await client.job(id);
     expect(end.type, JSON.stringify(view.error)).toBe('succeeded');
     expect(view.attempts.map((attempt) => attempt.host)).toEqual(['winbox', 'linuxbox']);
+  });
+
+  it('gpumesh agent service --print writes a Task Scheduler task whose command line node.exe splits back into the agent\'s argv', async () => {
+    const tricky = 'image,"video" 100% C:\\trailing\\';
+    const home = 'C:\\Users\\Ana Lopez\\gpu mesh';
+    const printed = runWindowsNode(wine, ['bin/gpumesh.js', 'agent', 'service', '--print', '--join', url, '--data', `${home}\\agent`, '--', '--classes', tricky], data, 'service');
+    expect(await printed.exited(), printed.output()).toBe(0);
+    const xml = readFileSync(join(data, 'service.out'), 'utf8');
+    const task = (new XMLParser({ ignoreDeclaration: true, parseTagValue: false }).parse(xml) as { Task: { Actions: { Exec: { Command: string; Arguments: string; WorkingDirectory: string } }; Triggers: { LogonTrigger: unknown } } }).Task;
+    expect(task.Triggers.LogonTrigger).toBeDefined();
+    expect(task.Actions.Exec.Command).toBe(windowsPath(wine.nodeExe));
+    expect(task.Actions.Exec.WorkingDirectory).toBe(home);
+    // The Arguments, given to node.exe as its command line verbatim, come back as the argv the task's agent gets.
+    wine.env.TASK_ARGUMENTS = task.Actions.Exec.Arguments;
+    const split = runWindowsNode(wine, ['-e', `
+      const { spawnSync } = require('node:child_process');
+      const run = spawnSync(process.execPath, ['-e', '"console.log(JSON.stringify(process.argv.slice(1)))"', '--', process.env.TASK_ARGUMENTS], { windowsVerbatimArguments: true, encoding: 'utf8' });
+      process.stdout.write(run.stdout);`], data, 'task-argv');
+    const splitCode = await split.exited();
+    delete wine.env.TASK_ARGUMENTS;
+    expect(splitCode, split.output()).toBe(0);
+    const argv = JSON.parse(readFileSync(join(data, 'task-argv.out'), 'utf8')) as string[];
+    expect(argv).toEqual([...launchFlags(), windowsPath(join(wine.app, 'bin/gpumesh.js')), 'agent', '--join', url,
+      '--grant-file', `${home}\\agent.grant`, '--data', `${home}\\agent`, '--drain-timeout', '300', '--classes', tricky]);
   });
 
   it('gpumesh agent drain reaches a Windows agent through its named pipe; it leaves with exit 0', async () => {

@@ -7,6 +7,7 @@ import type { DrainReport } from '../../agent/index.js';
 import type { Draining } from '../../protocol/api/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
 import { dataDir, dataDirHelp } from '../common/data-folder.js';
+import { agentServiceCommand } from './agent-service.js';
 import { clientFrom, explicitPin, resolveGrant, resolveUrls } from '../common/settings.js';
 import { parseUrlList } from '../common/url-list.js';
 import { CliError, parseInteger, parseList } from '../common/output.js';
@@ -131,6 +132,7 @@ export function agentCommand(): Command {
     .option('--grant-file <path>', 'with --host: read the grant from a file')
     .option('--tls-ca-fingerprint <sha256>', 'with --host: pin this TLS CA when the grant names none (env GPUMESH_TLS_CA_FINGERPRINT)')
     .action((flags: DrainFlags) => drain(flags));
+  agent.addCommand(agentServiceCommand());
   return agent;
 }
 

@@ -150,8 +150,8 @@ describe('onnx engine: execution providers', () => {
     expect(onGpu.accelerator).toBe('cpu');
     const onCpu = await engine.load({ ...manifest, name: 'mlp-cpu' }, path, cpuDevice(512));
     expect(onCpu.accelerator).toBe('cpu');
-    const [a] = (await onGpu.run(jobs, () => {})).outputs as [{ result: { y: number[] } }];
-    const [b] = (await onCpu.run(jobs, () => {})).outputs as [{ result: { y: number[] } }];
+    const [a] = (await onGpu.run(jobs, () => {})).outputs as unknown as [{ result: { y: number[] } }];
+    const [b] = (await onCpu.run(jobs, () => {})).outputs as unknown as [{ result: { y: number[] } }];
     expect(a.result.y).toHaveLength(16);
     a.result.y.forEach((value, k) => expect(value).toBeCloseTo(b.result.y[k]!, 5));
     await onGpu.unload();
