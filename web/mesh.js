@@ -249,7 +249,9 @@ function hostCard(host) {
       showLink && h('span', { class: 'link-breaker' }, linkBadge(host))),
     h('p', { class: 'host-meta' },
       h('span', { class: 'classes' }, host.classes.map((name) => h('span', { class: 'chip' }, name))),
-      h('span', { class: 'engines' }, `${host.engines.join(', ')} · v${host.version}`)),
+      h('span', { class: 'engines' }, `${host.engines.join(', ')} · v${host.version}`),
+      // How the host governs its engine processes (windows · job objects, linux · cgroup v2, macos · portable).
+      host.platform && host.governance && h('span', { class: 'platform' }, `${host.platform} · ${host.governance}`)),
     unavailableList(host),
     h('p', { class: 'load', 'data-jobs-in-flight': host.jobsInFlight }, facts),
     h('div', { class: 'devices' }, host.devices.map((device) => deviceRow(device, host.resident))),

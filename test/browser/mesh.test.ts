@@ -99,6 +99,9 @@ describe('the mesh view in a browser', () => {
       expect(await card.locator('.chip').allTextContents()).toEqual(host.classes);
       expect(await card.locator('.link-breaker .breaker').getAttribute('data-state')).toBe('closed');
       expect(await card.locator('.link-breaker').textContent()).toBe('link ok');
+      // How it governs its engine processes, as the API says (linux · cgroup v2 here, or process groups without cgroups).
+      expect(host.platform).toBe('linux');
+      expect(await card.locator('.host-meta .platform').textContent()).toBe(`linux · ${host.governance}`);
       for (const device of host.devices) {
         const bar = card.locator(`.device[data-device="${device.id}"] .bar[role="meter"]`);
         expect(await bar.getAttribute('aria-valuemax')).toBe(String(Math.round(device.budgetMB)));

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { launchFlags } from '../../src/cli/common/launch.js';
 import { ROOT, removeDir, tempDir, waitFor } from '../helpers/mesh.js';
-import { gpumesh, waitHealthy, type Proc } from '../helpers/processes.js';
+import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
 import { hasWine, prepareWine, processesWith, runWindowsNode, windowsPath, type WineHost, type WineProcess } from '../helpers/wine.js';
 
 /**
@@ -125,6 +125,11 @@ afterAll(async () => {
 describe('a Windows agent (node.exe under Wine) on a Linux orchestrator', () => {
   it('says how it is governed (windows · job objects), having ended what a previous agent of its folder left behind', async () => {
     expect(await hostView('winbox')).toMatchObject({ platform: 'windows', governance: 'job objects' });
+    // gpumesh status says so, and names the ffmpeg the Windows host encodes clips with: the packaged win32 build.
+    const status = await gpumeshRun(['status', '--data', data]);
+    expect(status.code, status.output).toBe(0);
+    expect(status.stdout).toMatch(/winbox\s+windows · job objects/);
+    expect(status.stdout).toMatch(/winbox\s+ffmpeg: \S.*ffmpeg\.exe \(package; ffmpeg version /);
     expect(wineAgents[0]!.output()).toContain('ended engine processes a previous agent of this data folder left behind');
     await waitFor(() => processesWith('gpumesh-leftover').length === 0, { timeoutMs: 5000, what: 'the leftover to be gone' });
   });
