@@ -312,7 +312,7 @@ export class Orchestrator {
       open: async (digest) => (await reader.open(digest, (await outputs.blobRecord(digest))?.bytes ?? null)).read(),
     });
     const gallery = new GalleryService({ store, commits, jobs: reads, thumbnails, reclaimer });
-    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id) });
+    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null });
     const app = await buildServer({
       admission: jobAdmission, reads, cancels, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),

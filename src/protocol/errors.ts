@@ -91,6 +91,7 @@ export const ERRORS = {
   NO_ROOM: { status: 507, message: 'No device has room for model "{model}" while the models there are busy or held: {detail}' },
   INTEGRITY_FAILED: { status: 502, message: 'Blob {digest} failed its integrity check: {detail}' },
   AGENT_LOST: { status: 503, message: 'Host {host} went away while running the job' },
+  HOST_AWAY: { status: 503, message: 'Host {host} takes no work now ({detail}): the job is handed back, for another host' },
   AGENT_TIMEOUT: { status: 504, message: 'Host {host} did not finish the batch within {budgetMs} ms ({basis})' },
   CANCELLED: { status: 409, message: 'The job was cancelled' },
   DEADLINE_EXCEEDED: { status: 504, message: 'The job passed its deadline' },

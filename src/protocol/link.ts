@@ -56,8 +56,25 @@ export const Device = z.object({
   memoryTotalMB: z.number(),
   budgetMB: z.number(),
   usedMB: z.number(),
+  /** A GPU's temperature (°C), power draw and power limit (W) as its driver last said; absent where it says nothing. */
+  temperatureC: z.number().nullable().optional(),
+  powerW: z.number().nullable().optional(),
+  powerLimitW: z.number().nullable().optional(),
 });
 export type Device = z.infer<typeof Device>;
+
+/**
+ * A host that is linked and takes no work now, and why: its owner is using the machine (`yielded`), it is outside
+ * its hours (`off-hours`), or its GPUs are over their temperature or power limit (`hot`). `since` and `until` are
+ * epoch ms; `until` is when it expects to take work again (its next window), null when it cannot say.
+ */
+export const HostAway = z.object({
+  state: z.enum(['yielded', 'off-hours', 'hot']),
+  reason: z.string().max(500),
+  since: z.number(),
+  until: z.number().nullable(),
+});
+export type HostAway = z.infer<typeof HostAway>;
 
 export const ResidentModel = z.object({
   model: Id,
@@ -189,11 +206,18 @@ export const AgentMessage = z.discriminatedUnion('type', [
      * only where it is declared is routed only to hosts that list it. Optional: an older agent says nothing.
      */
     configured: list(Id).optional(),
+    /** It takes no work now (its owner, its hours, its heat). Optional: absent means it takes work. */
+    away: HostAway.optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),
     resident: list(ResidentModel),
     devices: list(Device),
+    /**
+     * Whether it takes work: away and why, or null when it does (sent out of turn when that changes). Optional: an
+     * agent that says nothing of it takes work (an older one, or one with no policy).
+     */
+    away: HostAway.nullable().optional(),
   }),
   /**
    * A batch waits while its model is made resident (a pull, a server started, a session built): the jobs' `loading`

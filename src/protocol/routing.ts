@@ -16,6 +16,8 @@ export const ROUTE_SKIP_REASONS = [
   'class unavailable',
   // The model is a command or a server, which runs only where the host's own config declares it, and this one does not.
   'not configured',
+  // The host takes no work now: its owner is using it, it is outside its hours, or its GPUs are too hot (HostAway).
+  'yielded', 'out of hours', 'too hot',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 

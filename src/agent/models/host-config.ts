@@ -5,6 +5,7 @@ import { familyOf, type ModelManifest } from '../../protocol/index.js';
 import { engineDescriptor } from '../../protocol/engines/index.js';
 import { builtinModels, type BuiltinModel } from '../../builtin-models/index.js';
 import { EngineError } from '../core/engine.js';
+import { HostPolicies } from '../host-policy/config.js';
 
 const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 
@@ -27,6 +28,8 @@ function ownBuiltin(digest: string): BuiltinModel | undefined {
  *         settings: { command: [python3, paint.py], cwd: /opt/paint }
  */
 export const HostConfigFile = z.strictObject({
+  /** When the mesh may use the machine: yield to its owner, keep hours, stay cool (host-policy/config.ts). */
+  ...HostPolicies,
   models: z.record(
     z.string(),
     z.strictObject({
@@ -52,10 +55,13 @@ export class HostConfig {
   readonly #models: ReadonlyMap<string, Readonly<Record<string, unknown>>>;
   /** Where it came from, for errors (`/etc/gpumesh/host.yaml`, `mesh.yaml`); null: none given. */
   readonly source: string | null;
+  /** When the mesh may use the machine (its owner, its hours, its heat); each absent unless configured. */
+  readonly policies: HostPolicies;
 
-  private constructor(models: ReadonlyMap<string, Readonly<Record<string, unknown>>>, source: string | null) {
+  private constructor(models: ReadonlyMap<string, Readonly<Record<string, unknown>>>, source: string | null, policies: HostPolicies = {}) {
     this.#models = models;
     this.source = source;
+    this.policies = policies;
   }
 
   /** A host that declares nothing: it runs data models (ONNX files) only. */
@@ -69,7 +75,9 @@ export class HostConfig {
     if (!parsed.success) {
       throw new Error(`invalid host config ${source}:\n${parsed.error.issues.map((issue) => `  ${issue.path.join('.') || '(top)'}: ${issue.message}`).join('\n')}`);
     }
-    return new HostConfig(new Map(Object.entries(parsed.data.models).map(([name, entry]) => [name, entry.settings])), source);
+    const { models, owner, hours, cool } = parsed.data;
+    const policies = { ...(owner ? { owner } : {}), ...(hours ? { hours } : {}), ...(cool ? { cool } : {}) };
+    return new HostConfig(new Map(Object.entries(models).map(([name, entry]) => [name, entry.settings])), source, policies);
   }
 
   /** Read a YAML (or JSON) file; an unreadable or invalid one is an error naming the file and each bad field. */

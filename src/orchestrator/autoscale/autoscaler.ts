@@ -307,7 +307,7 @@ export class Autoscaler {
   planLoad(model: RegisteredModel, ask: { host?: string; replicas?: number } = {}): LoadPlan {
     const name = model.manifest.name;
     const classes = this.#deps.classesOf(model);
-    const fits = this.#deps.router.candidates(model, classes).filter((host) => !host.draining && host.largestBudgetMB >= model.manifest.memoryMB);
+    const fits = this.#deps.router.candidates(model, classes).filter((host) => host.takesWork && host.largestBudgetMB >= model.manifest.memoryMB);
     if (ask.host !== undefined) {
       const host = fits.find((candidate) => candidate.id === ask.host);
       if (!host) throw new MeshError('NOT_FOUND', { what: `A connected host ${ask.host} that can load ${name} (one of its classes, its engine, a budget it fits, not draining)` });
@@ -354,14 +354,14 @@ export class Autoscaler {
 
   /** A replica that counts: the host is not draining and no breaker blocks the model there. */
   #serves(host: HostSession, model: string): boolean {
-    return !host.draining && host.hasReplica(model) && !this.#deps.blocked?.(host.id, model);
+    return host.takesWork && host.hasReplica(model) && !this.#deps.blocked?.(host.id, model);
   }
 
   #scaleOut(model: RegisteredModel, serving: HostSession[], count: number, state: ModelState, now: number): boolean {
     const name = model.manifest.name;
     const classes = this.#deps.classesOf(model);
     const candidates = this.#deps.router.candidates(model, classes)
-      .filter((host) => !host.draining && host.largestBudgetMB >= model.manifest.memoryMB && !host.hasReplica(name)
+      .filter((host) => host.takesWork && host.largestBudgetMB >= model.manifest.memoryMB && !host.hasReplica(name)
         && !this.#deps.blocked?.(host.id, name) && (state.refusals.get(host)?.until ?? 0) <= now
         && !this.#deps.displacesWork?.(host, model))
       .sort(placementOrder(model, classes));

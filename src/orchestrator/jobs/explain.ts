@@ -1,4 +1,5 @@
 import type { ExplainView, WaitingFor } from '../../protocol/api/index.js';
+import type { HostAway } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
 import { unavailableFor, type HostInfo, type RouteDecision, type Router } from '../routing/index.js';
@@ -16,7 +17,11 @@ export interface JobExplainerDeps {
   model(name: string): RegisteredModel | undefined;
   /** What a host said of itself (connected or departed): why it cannot serve a class it was meant to. */
   hostInfo?(id: string): HostInfo | undefined;
+  /** Why a linked host takes no work now (its owner, its hours, its heat), or null. */
+  hostAway?(id: string): HostAway | null;
 }
+
+const AWAY_SKIPS: ReadonlySet<string> = new Set(['yielded', 'out of hours', 'too hot']);
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
@@ -67,6 +72,11 @@ export class JobExplainer {
     const skipped = decision ? [...decision.skipped].sort((a, b) => rank(a.class) - rank(b.class)) : [];
     /** What the host said about a class it cannot serve (no ffmpeg), for `class unavailable`. */
     const detail = (host: string, reason: string): string | null => {
+      if (AWAY_SKIPS.has(reason)) {
+        const away = this.#deps.hostAway?.(host);
+        if (!away) return null;
+        return away.until === null ? away.reason : `${away.reason}; back by ${iso(away.until)}`;
+      }
       if (reason !== 'class unavailable') return null;
       const info = this.#deps.hostInfo?.(host);
       const entry = info ? unavailableFor(info, job.classes) : null;
@@ -88,7 +98,8 @@ export class JobExplainer {
     const blockers = skipped.filter((skip) => !['busier', 'not sampled', 'not resident', 'failed this job'].includes(skip.reason));
     const why = blockers.map((skip) => {
       const more = detail(skip.host, skip.reason);
-      return `${skip.host}: ${more ? `cannot serve ${more}` : skip.reason}`;
+      if (!more) return `${skip.host}: ${skip.reason}`;
+      return `${skip.host}: ${skip.reason === 'class unavailable' ? `cannot serve ${more}` : `${skip.reason} (${more})`}`;
     }).join('; ');
     if (standing && (!standing.ready || (standing.early && decision.host !== null && decision.host.computing > 0))) {
       const by = standing.releaseAt === null ? '' : `; it leaves by ${iso(standing.releaseAt)} whatever the size`;

@@ -66,9 +66,12 @@ export class Failover {
     inFlight.release(job.id);
     if (job.status !== 'dispatched' && job.status !== 'running') return;
     const retries = this.#deps.model(job.model)?.policy.retries ?? 0;
-    if (retryable && job.attempts <= retries && states.requeued(job)) {
+    // Handed back by a host that stopped taking work (its owner came, its hours ended): not a failure of the job, so
+    // it uses none of its retries and waits no backoff.
+    const handedBack = error.code === 'HOST_AWAY';
+    if (retryable && (handedBack || job.attempts <= retries) && states.requeued(job)) {
       if (host) this.#failedOn.set(job.id, [...new Set([...this.failedOn(job.id), host])]);
-      const backoff = backoffDelay({ initialMs: this.#deps.retryBackoffMs, maxMs: Number.MAX_SAFE_INTEGER }, job.attempts);
+      const backoff = handedBack ? 0 : backoffDelay({ initialMs: this.#deps.retryBackoffMs, maxMs: Number.MAX_SAFE_INTEGER }, job.attempts);
       log.info({ jobId: job.id, attempt: job.attempts, backoff, error }, 'retrying job');
       this.#retrying.set(job.id, {
         at: clock.now() + backoff,

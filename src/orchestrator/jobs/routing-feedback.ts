@@ -49,6 +49,8 @@ export class RoutingFeedback implements AttemptObserver {
     // The orchestrator's own bucket not answering is no fault of the replica: counting it would open every breaker
     // during an outage and keep work off healthy hosts after the bucket is back.
     if (outcome.error?.code === 'BLOB_STORE_UNAVAILABLE') return;
+    // A host that handed work back because its owner came, its hours ended or it ran hot did nothing wrong either.
+    if (outcome.error?.code === 'HOST_AWAY') return;
     this.#deps.breakers.failure(host, job.model, outcome.error ? `${outcome.error.code}: ${outcome.error.message}` : 'failed');
   }
 

@@ -3,7 +3,7 @@ import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { corkForTick } from '../../net/cork.js';
 import { readLinkMessage, sendLinkMessage, type ClonedMessage, type LinkEnd } from '../../net/memory-link.js';
-import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
+import { AgentMessage, LINK_CLOSE, LINK_PROTOCOL_VERSION, MeshError, type HostAway, type OrchestratorMessage, type ResidentModel } from '../../protocol/index.js';
 import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { EventBus } from '../events/event-bus.js';
@@ -182,6 +182,7 @@ export class AgentHub {
     // What it still holds after a reconnect counts at once, not only from its first heartbeat.
     session.resident = this.#granted(session, 'hello', hello.resident ?? []);
     session.draining = hello.draining ?? false;
+    session.away = hello.away ?? null;
     const previous = hosts.get(hello.host);
     this.#sockets.set(session, socket);
     if (previous) {
@@ -212,6 +213,7 @@ export class AgentHub {
       case 'heartbeat':
         session.resident = this.#granted(session, 'heartbeat', message.resident);
         session.devices = message.devices;
+        if (message.away !== undefined) this.#awayChanged(session, message.away);
         return;
       case 'computed':
         return this.#deps.intake.computed(session, message.batchId);
@@ -282,6 +284,24 @@ export class AgentHub {
     if (!session.draining) session.send({ type: 'drain' });
     this.#markDraining(session, 'an admin drained it');
     return session;
+  }
+
+  /** The host's agent says it takes no work now, and why (its owner, its hours, its heat), or that it takes work again. */
+  #awayChanged(session: HostSession, away: HostAway | null): void {
+    const before = session.away;
+    if (before?.state === away?.state && before?.reason === away?.reason && before?.until === away?.until) return;
+    session.away = away;
+    const at = new Date(this.#deps.clock.now()).toISOString();
+    const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+    if (away) {
+      this.#deps.log.info({ host: session.id, state: away.state, reason: away.reason }, 'host takes no work now');
+      this.#deps.events.publishMesh({ type: 'host:away', host: session.id, state: away.state, reason: away.reason, since: iso(away.since)!, until: iso(away.until), at });
+    } else {
+      this.#deps.log.info({ host: session.id }, 'host takes work again');
+      this.#deps.events.publishMesh({ type: 'host:back', host: session.id, at });
+      // Queued work may go there again.
+      this.#deps.hosts.changed();
+    }
   }
 
   #markDraining(session: HostSession, why: string): void {

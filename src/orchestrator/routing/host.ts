@@ -1,4 +1,4 @@
-import { familyOf, type Device, type OrchestratorMessage, type ResidentModel, type ToolReport, type UnavailableClass } from '../../protocol/index.js';
+import { familyOf, type Device, type HostAway, type OrchestratorMessage, type ResidentModel, type ToolReport, type UnavailableClass } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 
 /** A batch a host is running: which jobs, on which model, since when. */
@@ -69,6 +69,7 @@ export class HostSession {
   #resident: ResidentModel[] = [];
   #devices: Device[] = [];
   #largestBudgetMB = 0;
+  #away: HostAway | null = null;
   #onChange: ((host: HostSession) => void) | null = null;
   readonly #send: (message: OrchestratorMessage) => void;
   readonly #ackLater: AckDelay | null;
@@ -102,6 +103,20 @@ export class HostSession {
   set resident(models: readonly ResidentModel[]) {
     this.#resident = [...models];
     this.#changed();
+  }
+
+  /** Neither draining nor away: work may go here (slots aside). */
+  get takesWork(): boolean {
+    return !this.draining && this.#away === null;
+  }
+
+  /** Linked and taking no work now, and why (its owner, its hours, its heat: its agent says); null when it takes work. */
+  get away(): HostAway | null {
+    return this.#away;
+  }
+
+  set away(away: HostAway | null) {
+    this.#away = away;
   }
 
   get devices(): readonly Device[] {

@@ -106,7 +106,7 @@ export class Prober {
     const { hosts, breakers, health, clock, intervalMs } = this.#deps;
     for (const { host: id, model } of breakers.halfOpen()) {
       const host = hosts.get(id);
-      if (!host || host.draining || host.freeSlots === 0 || this.#probing(id, model)) continue;
+      if (!host || !host.takesWork || host.freeSlots === 0 || this.#probing(id, model)) continue;
       const target = model === null ? this.#anyModelFor(host) : this.#deps.model(model);
       if (target) this.#send(host, target, true);
     }
@@ -116,7 +116,7 @@ export class Prober {
       for (const resident of host.resident) {
         const key = `${host.id}\u0000${resident.model}`;
         if (!this.#residentSince.has(key)) this.#residentSince.set(key, now);
-        if (host.draining || host.freeSlots === 0 || this.#probing(host.id, resident.model)) continue;
+        if (!host.takesWork || host.freeSlots === 0 || this.#probing(host.id, resident.model)) continue;
         if (breakers.blocking(host.id, resident.model)) continue; // open: it waits; half-open: its trial is sent above
         const replica = health.replica(host.id, resident.model);
         const since = this.#residentSince.get(key)!;

@@ -1,4 +1,4 @@
-import type { RouteSkipReason } from '../../protocol/index.js';
+import type { HostAway, RouteSkipReason } from '../../protocol/index.js';
 import type { RegisteredModel } from '../registry/index.js';
 import type { BreakerBoard } from './breakers.js';
 import type { HealthBook } from './health.js';
@@ -7,6 +7,9 @@ import type { HostRegistry } from './hosts.js';
 import type { IndexedSet } from './indexed-set.js';
 import { SkipLog, type RouteDecision, type Warmth } from './route-log.js';
 import type { ThroughputBook } from './throughput.js';
+
+/** Why a host that takes no work now is passed over, by what keeps it away. */
+const AWAY_REASONS: Record<HostAway['state'], RouteSkipReason> = { yielded: 'yielded', 'off-hours': 'out of hours', hot: 'too hot' };
 
 /** With more usable replicas than this in the best tier, two are drawn at random and the less loaded wins. */
 export const TWO_CHOICES_ABOVE = 4;
@@ -227,6 +230,7 @@ export class Router {
     if (request.hosts && !request.hosts.includes(host.id)) return 'host not granted';
     if (!host.mayServe(model.manifest.name)) return 'model not granted';
     if (host.draining) return 'draining';
+    if (host.away) return AWAY_REASONS[host.away.state];
     if (!host.info.engines.includes(model.manifest.engine)) return 'engine missing';
     if (model.declaredAs && host.info.configured && !host.info.configured.includes(model.declaredAs)) return 'not configured';
     if (host.largestBudgetMB < model.manifest.memoryMB) return 'model too large';

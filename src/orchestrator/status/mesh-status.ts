@@ -92,7 +92,8 @@ export class MeshStatus {
   #connected(host: HostSession): HostView {
     const resident = new Set(host.resident.map((entry) => entry.model));
     return {
-      id: host.id, connected: true, draining: host.draining, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
+      id: host.id, connected: true, draining: host.draining,
+      away: host.away ? { state: host.away.state, reason: host.away.reason, since: iso(host.away.since)!, until: iso(host.away.until) } : null, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: host.freeSlots, batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
       probesInFlight: host.probes.size, devices: [...host.devices], resident: [...host.resident],
       health: this.#deps.health.hostState(host), breaker: this.#deps.breakers.view(host.id, null),
@@ -103,7 +104,7 @@ export class MeshStatus {
 
   #departed(host: DepartedHost): HostView {
     return {
-      id: host.info.id, connected: false, draining: false, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
+      id: host.info.id, connected: false, draining: false, away: null, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: 0, batchesInFlight: 0, jobsInFlight: 0, probesInFlight: 0, devices: host.info.devices, resident: [],
       health: 'disconnected', breaker: this.#deps.breakers.view(host.info.id, null), replicas: this.#replicas(host.info.id, new Set()),
       connectedAt: null, lastSeenAt: iso(host.lastSeenAt)!, lostAt: iso(host.lostAt), left: host.left,

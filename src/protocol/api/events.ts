@@ -43,6 +43,12 @@ export type MeshEvent =
   | { type: 'host:lost'; host: string; reason: string; at: string }
   /** The host finishes its work in flight and takes no more (SIGTERM, `gpumesh agent drain`, or an admin's drain). */
   | { type: 'host:draining'; host: string; jobsInFlight: number; at: string }
+  /**
+   * A linked host stopped taking work (`state`: its owner is using it, it is outside its hours, its GPUs are too hot),
+   * or took work again (`host:back`). `until`: when it expects to be back (its next window), null when it cannot say.
+   */
+  | { type: 'host:away'; host: string; state: 'yielded' | 'off-hours' | 'hot'; reason: string; since: string; until: string | null; at: string }
+  | { type: 'host:back'; host: string; at: string }
   /** A draining host finished and closed its link on purpose. */
   | { type: 'host:left'; host: string; at: string }
   /** An agent would not load a replica the autoscaler asked for; the autoscaler tries another host. */
@@ -74,7 +80,7 @@ export type MeshEventType = MeshEvent['type'];
  */
 const EVENT_NAMES: Record<JobEventType | MeshEventType, true> = {
   queued: true, dispatched: true, loading: true, running: true, progress: true, preview: true, succeeded: true, failed: true, cancelled: true, expired: true,
-  'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
+  'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:away': true, 'host:back': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
   'link:refused': true,
   'blob:corrupt': true, 'breaker:opened': true, 'breaker:half-open': true, 'breaker:closed': true,
 };

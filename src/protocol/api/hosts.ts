@@ -38,6 +38,13 @@ export const HostView = z.strictObject({
   id: z.string(),
   connected: z.boolean(),
   draining: z.boolean(),
+  /**
+   * Linked and taking no work now, and why: its owner is using the machine (`yielded`), it is outside its hours
+   * (`off-hours`), its GPUs are too hot (`hot`); `until` is when it expects to take work again. Null when it takes work.
+   */
+  away: z.strictObject({
+    state: z.enum(['yielded', 'off-hours', 'hot']), reason: z.string(), since: Time, until: Time.nullable(),
+  }).nullable().describe('why a linked host takes no work now (yielded, off-hours, hot); null when it takes work'),
   classes: z.array(z.string()),
   /**
    * Classes it was configured to serve and cannot, by class, with why (`{ video: "ffmpeg not found (…)" }`): left
