@@ -11,7 +11,12 @@ import { onnxWorkerEntry } from './engines/onnx/index.js';
 import { buildEngines } from './engines/registry.js';
 import { resolveEngineUser } from './governance/engine-user.js';
 import { Governor, platformName } from './governance/governor.js';
+import { findNvidiaSmi } from './governance/executable.js';
 import { Supervisor } from './governance/supervisor.js';
+import { ownerActive } from './host-policy/activity.js';
+import { HostAvailability } from './host-policy/availability.js';
+import { sampleGpus } from './host-policy/gpu-telemetry.js';
+import { Yielding } from './host-policy/yielding.js';
 import { AgentLink, type LinkTarget } from './link/link.js';
 import { linkTargets } from './link/targets.js';
 import { HostConfig } from './models/host-config.js';
@@ -55,6 +60,9 @@ export class Agent {
   readonly #drain: Drain;
   readonly #batches: BatchRunner;
   readonly #loads: LoadRequests;
+  /** Whether the host takes work (its owner, its hours, its heat), and its GPUs' readings; null on a host with neither. */
+  readonly #availability: HostAvailability | null;
+  readonly #yielding: Yielding;
   #stopIdleSweep: (() => void) | null = null;
   #rejected: ((reason: string) => void) | null = null;
   /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
@@ -111,7 +119,7 @@ export class Agent {
     this.#session = new Session({
       send: (message) => this.#link.send(message), clock: options.clock ?? systemClock,
       describe: () => this.#describe(), running: () => this.#batches.held(), draining: () => this.#drain.draining,
-      beat: () => ({ resident: this.#residency.resident(), devices: this.#deviceReport() }),
+      beat: () => ({ resident: this.#residency.resident(), devices: this.#deviceReport(), ...(this.#availability ? { away: this.#availability.away } : {}) }),
       settled: () => this.#drain.check(),
     });
     this.#drain = new Drain({
@@ -131,6 +139,22 @@ export class Agent {
         this.#drain.check();
       },
     });
+    const policies = (options.hostConfig ?? HostConfig.none()).policies;
+    this.#yielding = new Yielding({
+      host: options.host, owner: policies.owner, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
+      batches: this.#batches, residency: this.#residency,
+    });
+    // Read the GPUs only where there are GPUs or policies: a CPU host without policies runs nothing more.
+    const nvidiaSmi = options.nvidiaSmi ?? findNvidiaSmi();
+    this.#availability = Object.keys(policies).length > 0 || devices.some((device) => device.kind === 'gpu') ? new HostAvailability({
+      policies, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
+      sample: () => sampleGpus(nvidiaSmi, (options.clock ?? systemClock).now()),
+      ownPids: () => new Set([process.pid, ...governor.pids()]),
+      ownUsedMB: (device) => this.#residency.usedMB(device),
+      ownerActive,
+      changed: () => this.#session.beat(),
+      checked: (away) => this.#yielding.enforce(away),
+    }) : null;
     this.#loads = new LoadRequests({
       residency: this.#residency, send: (message) => this.#link.send(message), log: log.child({ part: 'loads' }),
       busy: (model) => this.#batches.busy(model),
@@ -184,6 +208,7 @@ export class Agent {
   start(onRejected?: (reason: string) => void): void {
     this.#rejected = onRejected ?? null;
     this.#link.start();
+    void this.#availability?.start();
     const { idleUnloadMs } = this.#options;
     this.#stopIdleSweep = every(this.#options.clock ?? systemClock, Math.max(1000, Math.min(30_000, idleUnloadMs / 2)), () => {
       this.#residency.unloadIdle(idleUnloadMs).catch((error: unknown) => this.#log.warn({ err: error }, 'idle unload failed'));
@@ -230,6 +255,7 @@ export class Agent {
   async close(): Promise<void> {
     this.#session.disconnected();
     this.#stopIdleSweep?.();
+    this.#availability?.stop();
     this.#link.close();
     for (const engine of this.#engines.values()) await engine.close();
     await this.#servers.stopAll();
@@ -245,18 +271,32 @@ export class Agent {
       concurrency: this.#options.concurrency, resident: this.#residency.resident(),
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
       engineUser: this.#governor.engineUser.description, platform: platformName(), governance: this.#governor.kind, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
+      ...(this.#availability?.away ? { away: this.#availability.away } : {}),
     };
   }
 
   #deviceReport(): Device[] {
-    return this.#devices.map((device) => ({ ...device, usedMB: this.#residency.usedMB(device.id) }));
+    const readings = this.#availability?.sample?.gpus;
+    return this.#devices.map((device) => {
+      const reading = readings?.find((gpu) => gpu.id === device.id);
+      const heat = reading ? { temperatureC: reading.temperatureC, powerW: reading.powerW, powerLimitW: reading.powerLimitW } : {};
+      return { ...device, usedMB: this.#residency.usedMB(device.id), ...heat };
+    });
   }
 
   #onMessage(message: OrchestratorMessage): void {
     switch (message.type) {
-      case 'run':
+      case 'run': {
+        // Sent before the orchestrator heard that this host takes no work now: handed back at once, for another host.
+        const away = this.#availability?.away;
+        if (away) {
+          const error = this.#yielding.refusal(away);
+          for (const job of message.jobs) this.#session.report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: true, error: { code: error.code, message: error.message } });
+          return;
+        }
         void this.#batches.run(message);
         return;
+      }
       case 'cancel':
         this.#batches.cancel(message.jobId);
         this.#session.forget(message.jobId);

@@ -42,6 +42,8 @@ interface RunningBatch {
   jobIds: Set<string>;
   cancelled: Set<string>;
   cancel(jobIds: string[]): void;
+  /** Handed back (the host stopped taking work): what its unfinished jobs fail with, for another host to run them. */
+  handedBack: EngineError | null;
 }
 
 /** Any error a batch met, as the EngineError its jobs fail with. */
@@ -79,6 +81,19 @@ export class BatchRunner {
     return [...this.#running.values()].flatMap((batch) => [...batch.jobIds].map((jobId) => ({ jobId, batchId: batch.id })));
   }
 
+  /**
+   * Give every running batch back (the host stopped taking work: its owner came): the engine stops them, and each job
+   * that had not finished fails with `error` (retryable), which the orchestrator sends to another host. A job whose
+   * output was ready is delivered as usual.
+   */
+  handBack(error: EngineError): void {
+    for (const batch of this.#running.values()) {
+      if (batch.handedBack) continue;
+      batch.handedBack = error;
+      batch.cancel([...batch.jobIds]);
+    }
+  }
+
   /** Stop a job wherever it runs. */
   cancel(jobId: string): void {
     for (const batch of this.#running.values()) if (batch.jobIds.has(jobId)) batch.cancel([jobId]);
@@ -90,7 +105,7 @@ export class BatchRunner {
     const jobs = message.jobs;
     const batch: RunningBatch = {
       id: message.batchId, model: message.model.name, jobIds: new Set(jobs.map((job) => job.id)), cancelled: new Set(),
-      cancel: (jobIds) => { for (const jobId of jobIds) batch.cancelled.add(jobId); },
+      cancel: (jobIds) => { for (const jobId of jobIds) batch.cancelled.add(jobId); }, handedBack: null,
     };
     this.#running.set(batch.id, batch);
     this.#deps.log.debug({ batchId: batch.id, model: message.model.name, jobs: jobs.length }, 'batch received');
@@ -140,7 +155,7 @@ export class BatchRunner {
       await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received, phases: loading ? phases : undefined }, memory ? measured : undefined)));
     } catch (error) {
       this.#deps.log.warn({ batchId: batch.id, code: asEngineError(error).code, err: error }, 'batch failed');
-      for (const job of jobs) this.#deps.report(failed(job.id, batch.id, asEngineError(error)));
+      for (const job of jobs) this.#deps.report(failed(job.id, batch.id, batch.handedBack ?? asEngineError(error)));
     } finally {
       reports.end();
       if (acquired) this.#deps.residency.release(acquired);
@@ -153,7 +168,8 @@ export class BatchRunner {
     message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
   ): Promise<void> {
     if (!output.ok) {
-      this.#deps.report(failed(job.id, message.batchId, new EngineError(output.code, output.message, output.retryable)));
+      const handedBack = this.#running.get(message.batchId)?.handedBack;
+      this.#deps.report(failed(job.id, message.batchId, handedBack ?? new EngineError(output.code, output.message, output.retryable)));
       return;
     }
     try {

@@ -121,6 +121,11 @@ export class Governor {
     return this.#live.size;
   }
 
+  /** Every process of every live engine tree (whose GPU memory is the agent's, not its owner's). */
+  pids(): number[] {
+    return [...this.#live].flatMap((governed) => governed.processIds());
+  }
+
   /**
    * Start an engine process, governed: as the engine user, in the working directory its spec names — else in an empty
    * one of its own, made here and removed when it ends, so nothing it opens by a relative path is the agent's (the
