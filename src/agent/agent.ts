@@ -207,8 +207,9 @@ export class Agent {
    */
   start(onRejected?: (reason: string) => void): void {
     this.#rejected = onRejected ?? null;
-    this.#link.start();
-    void this.#availability?.start();
+    // The first look at the owner, the hours and the heat comes before the hello, which then says whether it takes work.
+    if (this.#availability) void this.#availability.start().then(() => this.#link.start());
+    else this.#link.start();
     const { idleUnloadMs } = this.#options;
     this.#stopIdleSweep = every(this.#options.clock ?? systemClock, Math.max(1000, Math.min(30_000, idleUnloadMs / 2)), () => {
       this.#residency.unloadIdle(idleUnloadMs).catch((error: unknown) => this.#log.warn({ err: error }, 'idle unload failed'));

@@ -73,7 +73,7 @@ describe('how gpumesh starts Node', () => {
 
   it('npm start and the systemd units in the docs pass the same options (a unit that runs the gpumesh command gets them from it)', () => {
     const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
-    expect(start).toBe(`node ${flags.join(' ')} bin/gpumesh.js up --data .gpumesh`);
+    expect(start).toBe(`node ${flags.join(' ')} bin/gpumesh.js up`);
     const docs = [join(ROOT, 'docs/operations.md'), ...readdirSync(join(ROOT, 'docs/systemd')).map((name) => join(ROOT, 'docs/systemd', name))];
     const units = docs.flatMap((file) => readFileSync(file, 'utf8').match(/ExecStart=\S+.*/g) ?? []);
     expect(units.filter((line) => line.startsWith('ExecStart=/usr/bin/node ')).length).toBeGreaterThanOrEqual(2);
