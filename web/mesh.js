@@ -25,7 +25,7 @@ const SERIES_EVERY_MS = 5_000;
 /** Every event the view listens to: all but `progress`, which changes nothing it shows and is the most frequent. */
 const JOB_EVENTS = ['queued', 'dispatched', 'loading', 'running', 'succeeded', 'failed', 'cancelled', 'expired'];
 const MESH_EVENTS = [
-  'host:joined', 'host:lost', 'host:draining', 'host:left', 'replica:loaded', 'replica:unloaded', 'replica:refused',
+  'host:joined', 'host:lost', 'host:draining', 'host:away', 'host:back', 'host:left', 'replica:loaded', 'replica:unloaded', 'replica:refused',
   'link:refused', 'blob:corrupt', 'breaker:opened', 'breaker:half-open', 'breaker:closed',
 ];
 
@@ -124,10 +124,15 @@ function hostState(host) {
   if (!host.connected) return host.left ? 'left' : 'lost';
   if (host.draining) return 'draining';
   if (host.health === 'late') return 'late';
+  // Linked and well, and taking no work now: its owner's (yielded), outside its hours, too hot. Not failed, not lost.
+  if (host.away) return host.away.state;
   return 'healthy';
 }
 
-const HOST_STATE_LABELS = { left: 'left (drained)', lost: 'Lost', draining: 'Draining', late: 'Late', healthy: 'Healthy' };
+const HOST_STATE_LABELS = {
+  left: 'left (drained)', lost: 'Lost', draining: 'Draining', late: 'Late', healthy: 'Healthy',
+  yielded: 'Yielded to its owner', 'off-hours': 'Out of hours', hot: 'Too hot',
+};
 
 /**
  * The host's own breaker counts its link dropping; "closed" means all is well, which reads as the opposite, so the
@@ -163,7 +168,10 @@ function deviceRow(device, resident) {
   return h('div', { class: 'device', 'data-device': device.id },
     h('div', { class: 'device-head' },
       h('span', { class: 'device-name' }, h('strong', {}, device.id), ` ${device.kind.toUpperCase()} · ${device.name}`),
-      h('span', { class: 'memory', title: `${mb(device.memoryTotalMB)} on the device` }, `${mb(device.usedMB)} / ${mb(device.budgetMB)}`)),
+      h('span', { class: 'memory', title: `${mb(device.memoryTotalMB)} on the device` }, `${mb(device.usedMB)} / ${mb(device.budgetMB)}`),
+      // A GPU's temperature and power, as its driver last said (absent where it says nothing).
+      typeof device.temperatureC === 'number' && h('span', { class: 'heat' }, `${Math.round(device.temperatureC)} °C`),
+      typeof device.powerW === 'number' && h('span', { class: 'power' }, `${Math.round(device.powerW)} W${typeof device.powerLimitW === 'number' ? ` / ${Math.round(device.powerLimitW)} W` : ''}`)),
     bar,
     models.length > 0 && h('ul', { class: 'resident', 'aria-label': `Resident on ${device.id}` },
       models.map((entry) => h('li', { 'data-model': entry.model }, entry.model, h('small', {}, ` ${mb(entry.memoryMB)}`)))));
@@ -253,6 +261,8 @@ function hostCard(host) {
       // How the host governs its engine processes (windows · job objects, linux · cgroup v2, macos · portable).
       host.platform && host.governance && h('span', { class: 'platform' }, `${host.platform} · ${host.governance}`)),
     unavailableList(host),
+    host.connected && host.away && h('p', { class: 'away', 'data-state': host.away.state },
+      host.away.reason, ' · ', clock(host.away.since, { prefix: 'since ' })),
     h('p', { class: 'load', 'data-jobs-in-flight': host.jobsInFlight }, facts),
     h('div', { class: 'devices' }, host.devices.map((device) => deviceRow(device, host.resident))),
     host.replicas.length > 0 && h('table', { class: 'replicas' },
@@ -416,6 +426,8 @@ const DESCRIBE = {
   'host:lost': (e) => `${e.host} lost: ${e.reason}`,
   'host:draining': (e) => `${e.host} draining, ${plural(e.jobsInFlight, 'job')} in flight`,
   'host:left': (e) => `${e.host} drained and left`,
+  'host:away': (e) => `${e.host} takes no work: ${e.reason}`,
+  'host:back': (e) => `${e.host} takes work again`,
   'replica:loaded': (e) => `${e.host} loaded ${e.model} on ${e.device} (${mb(e.memoryMB)})`,
   'replica:unloaded': (e) => `${e.host} unloaded ${e.model} from ${e.device}`,
   'replica:refused': (e) => `${e.host} would not load ${e.model}: ${e.message}`,

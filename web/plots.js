@@ -1,5 +1,5 @@
 // The mesh view's plots of the last 15 minutes: jobs per second, queue depth and p50/p99 latency per model, and the
-// memory in use per device. The orchestrator keeps the points (GET /v1/series, a ring of 5 s steps); this module
+// memory in use per device, with each GPU's temperature and power. The orchestrator keeps the points (GET /v1/series, a ring of 5 s steps); this module
 // only draws them, with uPlot (served from node_modules at /web/vendor/uplot/, no build step).
 
 import uPlot from '/web/vendor/uplot/uPlot.esm.js';
@@ -13,6 +13,8 @@ const PLOTS = [
   { key: 'queue', title: 'Queue depth', unit: 'jobs', note: 'waiting, per model' },
   { key: 'latency', title: 'Latency', unit: 'ms', note: 'admission to result: p50 solid, p99 dashed' },
   { key: 'memory', title: 'Memory in use', unit: 'MB', note: 'per device' },
+  { key: 'temperature', title: 'Temperature', unit: '°C', note: 'per GPU, as its driver says', driver: true },
+  { key: 'power', title: 'Power', unit: 'W', note: 'per GPU, as its driver says', driver: true },
 ];
 
 const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
@@ -35,7 +37,12 @@ function seriesFor(key, view) {
       { label: `${name} p99`, values: view.models[name].p99Ms, colour: colour(i), dash: [6, 4] },
     ]);
   }
-  return Object.keys(view.devices).map((name, i) => ({ label: name, values: view.devices[name].usedMB, colour: colour(i) }));
+  const devices = Object.keys(view.devices);
+  if (key === 'memory') return devices.map((name, i) => ({ label: name, values: view.devices[name].usedMB, colour: colour(i) }));
+  // Temperature and power: the devices whose driver reported them (a CPU reports neither).
+  const field = key === 'temperature' ? 'temperatureC' : 'powerW';
+  return devices.flatMap((name, i) => ((view.devices[name][field] ?? []).some((value) => value !== null)
+    ? [{ label: name, values: view.devices[name][field], colour: colour(i) }] : []));
 }
 
 /**
@@ -86,6 +93,7 @@ export function createPlots(container) {
       const labels = series.map((entry) => entry.label).join('\n');
       const hasPoints = view.times.length > 0 && series.length > 0;
       panel.empty.hidden = hasPoints;
+      panel.empty.textContent = view.times.length > 0 && panel.driver ? 'No GPU in the mesh reports it.' : 'No points yet: one arrives every 5 s.';
       panel.figure.dataset.points = String(view.times.length);
       panel.figure.dataset.series = labels.replaceAll('\n', ',');
       if (!hasPoints) {

@@ -186,7 +186,7 @@ export class Orchestrator {
     // The last 15 minutes for the mesh view's plots (GET /v1/series).
     const series = new MeshSeries({
       clock, queueDepths: () => scheduler.depths(), onJobFinished: (listener) => metrics.onJobFinished(listener),
-      devices: function* () { for (const host of hosts) for (const device of host.devices) yield { host: host.id, device: device.id, usedMB: device.usedMB, budgetMB: device.budgetMB }; },
+      devices: function* () { for (const host of hosts) for (const device of host.devices) yield { host: host.id, device: device.id, usedMB: device.usedMB, budgetMB: device.budgetMB, temperatureC: device.temperatureC ?? null, powerW: device.powerW ?? null }; },
     });
     const model = (name: string) => registry.get(name);
     const autoscaler = new Autoscaler({

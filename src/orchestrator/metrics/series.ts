@@ -12,12 +12,22 @@ import type { Clock, Timer } from '../../protocol/clock.js';
  * depths and device memory are sampled, and one point goes into the ring. The oldest point beyond the window goes.
  */
 
+
+/** One device's reading at a step: memory in use, and a GPU's temperature (°C) and power (W), null where unknown. */
+interface DeviceReading {
+  host: string;
+  device: string;
+  usedMB: number;
+  budgetMB: number;
+  temperatureC: number | null;
+  powerW: number | null;
+}
 export interface SeriesSources {
   clock: Clock;
   /** Jobs waiting per model, now. */
   queueDepths(): Record<string, number>;
-  /** Each connected host's devices and their memory, now. */
-  devices(): Iterable<{ host: string; device: string; usedMB: number; budgetMB: number }>;
+  /** Each connected host's devices: their memory, and a GPU's temperature and power where its driver says them, now. */
+  devices(): Iterable<DeviceReading>;
   /** Subscribe to every job that ends (MeshMetrics.onJobFinished). */
   onJobFinished(listener: (model: string, outcome: string, totalMs: number) => void): void;
   stepMs?: number;
@@ -42,7 +52,7 @@ interface OpenModel {
 interface Point {
   at: number;
   models: Map<string, { succeeded: number; failed: number; depth: number | null; p50: number | null; p99: number | null }>;
-  devices: Map<string, { host: string; device: string; usedMB: number; budgetMB: number }>;
+  devices: Map<string, DeviceReading>;
 }
 
 /** The value at quantile `q` of a histogram holding `total` samples. */
@@ -117,7 +127,7 @@ export class MeshSeries {
       models.set(model, point);
     }
     this.#open.clear();
-    const devices = new Map<string, { host: string; device: string; usedMB: number; budgetMB: number }>();
+    const devices = new Map<string, DeviceReading>();
     for (const entry of this.#sources.devices()) devices.set(`${entry.host}/${entry.device}`, { ...entry });
     this.#ring.push({ at, models, devices });
     const keep = Math.ceil(this.windowMs / this.stepMs);
@@ -146,7 +156,11 @@ export class MeshSeries {
       };
     }
     for (const [key, entry] of [...deviceKeys].sort(([a], [b]) => a.localeCompare(b))) {
-      view.devices[key] = { ...entry, usedMB: ring.map((point) => point.devices.get(key)?.usedMB ?? null) };
+      view.devices[key] = {
+        ...entry, usedMB: ring.map((point) => point.devices.get(key)?.usedMB ?? null),
+        temperatureC: ring.map((point) => point.devices.get(key)?.temperatureC ?? null),
+        powerW: ring.map((point) => point.devices.get(key)?.powerW ?? null),
+      };
     }
     return view;
   }

@@ -11,6 +11,10 @@ export const SeriesView = z.strictObject({
     p50Ms: z.array(z.number().nullable()), p99Ms: z.array(z.number().nullable()),
   })),
   /** Per device, keyed `host/device`; null while the host was not connected. */
-  devices: z.record(z.string(), z.strictObject({ host: z.string(), device: z.string(), budgetMB: z.number(), usedMB: z.array(z.number().nullable()) })).describe('keyed host/device'),
+  devices: z.record(z.string(), z.strictObject({
+    host: z.string(), device: z.string(), budgetMB: z.number(), usedMB: z.array(z.number().nullable()),
+    /** A GPU's temperature (°C) and power draw (W) at each step; null where its driver said nothing (a CPU). */
+    temperatureC: z.array(z.number().nullable()), powerW: z.array(z.number().nullable()),
+  })).describe('keyed host/device'),
 });
 export type SeriesView = z.infer<typeof SeriesView>;

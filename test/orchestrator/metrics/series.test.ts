@@ -7,7 +7,7 @@ function series(options: { windowMs?: number } = {}) {
   const clock = new FakeClock(1_000_000);
   let finished!: (model: string, outcome: string, totalMs: number) => void;
   const depths: Record<string, number> = { gen: 0 };
-  const devices = [{ host: 'a', device: 'gpu0', usedMB: 100, budgetMB: 1000 }];
+  const devices = [{ host: 'a', device: 'gpu0', usedMB: 100, budgetMB: 1000, temperatureC: 61 as number | null, powerW: null as number | null }];
   const ring = new MeshSeries({
     clock, queueDepths: () => depths, devices: () => devices, onJobFinished: (listener) => { finished = listener; }, ...options,
   });
@@ -33,7 +33,8 @@ describe('MeshSeries', () => {
     expect(p50).toBeLessThanOrEqual(550);
     expect(p99).toBeGreaterThanOrEqual(990);
     expect(p99).toBeLessThanOrEqual(1_089);
-    expect(view.devices['a/gpu0']).toEqual({ host: 'a', device: 'gpu0', budgetMB: 1000, usedMB: [100] });
+    // A GPU's temperature as its driver said it; its power, which it did not say, null.
+    expect(view.devices['a/gpu0']).toEqual({ host: 'a', device: 'gpu0', budgetMB: 1000, usedMB: [100], temperatureC: [61], powerW: [null] });
   });
 
   it('says null where nothing was measured: no latency in a step without jobs, no memory while a host was away', () => {
