@@ -20,6 +20,7 @@
  *   npm run bench:ab -- --base /tmp/base [--work mlp|pictures|oip|lone] [--jobs 10000|48|3000] [--rounds 6] [--inflight 64|16|1] [--warmup 5000|16]
  *   npm run bench:ab -- --node-args=--max-semi-space-size=16 --base-node-args=--max-semi-space-size=4
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../test/helpers/mesh.js';
@@ -52,7 +53,20 @@ const INFLIGHT = Number(values.inflight ?? (PICTURES ? 16 : LONE ? 1 : 64));
 const WARMUP = Number(values.warmup ?? (PICTURES ? 16 : 5000));
 const SIDE = 512;
 
-interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[]; p50: number[]; p99: number[] }
+interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[]; p50: number[]; p99: number[]; cpuUs: number[] }
+
+/**
+ * The CPU time `gpumesh up` has used, all its threads (ms; Linux's /proc, else NaN): per job, a figure the VM's drift
+ * moves less than a rate — what a change saves shows here even in rounds a neighbour slowed.
+ */
+function cpuMs(pid: number | undefined): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return NaN;
+  }
+}
 
 async function up(name: string, bin: string | undefined, nodeArgs: string[]): Promise<Build> {
   const mesh = await startMesh({
@@ -62,7 +76,7 @@ async function up(name: string, bin: string | undefined, nodeArgs: string[]): Pr
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   await client.listen();
   if (PICTURES) await waitFor(async () => ((await client.request('GET', '/v1/hosts')).text.includes('"connected":true') ? true : null), { what: `${name}'s agent to link` });
-  return { name, mesh, client, rounds: [], idleMs: [], p50: [], p99: [] };
+  return { name, mesh, client, rounds: [], idleMs: [], p50: [], p99: [], cpuUs: [] };
 }
 
 /**
@@ -139,9 +153,11 @@ try {
     // ABBA order: each build goes first as often as second.
     const order = round % 2 === 0 ? builds : [...builds].reverse();
     for (const build of order) {
+      const cpuBefore = cpuMs(build.mesh.process.pid);
       build.rounds.push(await measure(build, JOBS));
+      build.cpuUs.push(((cpuMs(build.mesh.process.pid) - cpuBefore) * 1000) / JOBS);
       const idle = PICTURES ? `, engine idle ${build.idleMs.at(-1)!.toFixed(1)} ms a batch` : LONE ? `, p50 ${build.p50.at(-1)!.toFixed(3)} ms, p99 ${build.p99.at(-1)!.toFixed(3)} ms` : '';
-      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(PICTURES ? 2 : 0)} ${LONE ? 'requests' : 'jobs'}/s${idle}\n`);
+      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(PICTURES ? 2 : 0)} ${LONE ? 'requests' : 'jobs'}/s${idle}, ${build.cpuUs.at(-1)!.toFixed(0)} µs of CPU a ${LONE ? 'request' : 'job'}\n`);
     }
   }
 } finally {
@@ -160,9 +176,10 @@ const WORK_NAMES: Record<string, string> = {
 const digits = PICTURES ? 2 : 0;
 const latency = (values: readonly number[]): string[] => [median(values).toFixed(3), values.map((ms) => ms.toFixed(3)).join(' / ')];
 printTable(`\n${JOBS} ${WORK_NAMES[values.work!]} per round, ${INFLIGHT} in flight, ${ROUNDS} rounds in turn (${LONE ? 'requests' : 'jobs'}/s)`,
-  ['build', 'median', 'rounds', ...(PICTURES ? ['engine idle a batch (median ms)', 'rounds'] : []), ...(LONE ? ['p50 ms (median)', 'rounds', 'p99 ms (median)', 'rounds'] : [])],
-  builds.map((build) => [build.name, median(build.rounds).toFixed(digits), build.rounds.map((rate) => rate.toFixed(digits)).join(' / '),
+  ['build', 'median', 'rounds', 'CPU µs a job (median)', ...(PICTURES ? ['engine idle a batch (median ms)', 'rounds'] : []), ...(LONE ? ['p50 ms (median)', 'rounds', 'p99 ms (median)', 'rounds'] : [])],
+  builds.map((build) => [build.name, median(build.rounds).toFixed(digits), build.rounds.map((rate) => rate.toFixed(digits)).join(' / '), median(build.cpuUs).toFixed(0),
     ...(PICTURES ? [median(build.idleMs).toFixed(1), build.idleMs.map((ms) => ms.toFixed(1)).join(' / ')] : []),
     ...(LONE ? [...latency(build.p50), ...latency(build.p99)] : [])]));
 process.stdout.write(`\nthis checkout / base: ${(median(mine.rounds) / median(base.rounds)).toFixed(3)}× (median of the rounds' ratios ${median(ratios).toFixed(3)}×: ${ratios.map((ratio) => ratio.toFixed(2)).join(', ')})\n`);
-writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}), ...(LONE ? { p50: build.p50, p99: build.p99 } : {}) })), ratios });
+process.stdout.write(`CPU of gpumesh up a ${LONE ? 'request' : 'job'}, this checkout / base: ${(median(mine.cpuUs) / median(base.cpuUs)).toFixed(3)}× (${median(mine.cpuUs).toFixed(0)} against ${median(base.cpuUs).toFixed(0)} µs)\n`);
+writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}), ...(LONE ? { p50: build.p50, p99: build.p99 } : {}), cpuUsPerJob: build.cpuUs })), ratios });

@@ -9,12 +9,12 @@ import type { MeshStatus } from '../../status/mesh-status.js';
 import { grantOf, type RequestAuth } from '../auth.js';
 import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
 import { settleUnreadBody, toMeshError } from '../errors.js';
-import { jobEnd } from '../prefer-wait.js';
+import { clientGone, jobEnd } from '../prefer-wait.js';
 import { decodeTensor, encodeTensor, splitBody } from './binary.js';
 
 export interface OipRouteDeps {
-  admission: Pick<JobAdmission, 'submit'>;
-  reads: Pick<JobReads, 'readable' | 'viewOf'>;
+  admission: Pick<JobAdmission, 'submit' | 'persist'>;
+  reads: Pick<JobReads, 'mayRead' | 'viewOf'>;
   events: EventBus;
   registry: ModelRegistry;
   status: MeshStatus;
@@ -216,12 +216,19 @@ async function infer(request: FastifyRequest, reply: FastifyReply, model: Regist
   if (offset !== binary.length) throw new MeshError('BAD_REQUEST', { detail: `${binary.length - offset} bytes after the inputs' binary data belong to no input` });
 
   const grant = grantOf(request);
-  const { job } = await deps.admission.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request));
-  const record = deps.reads.readable(grant, job);
-  const gone = new AbortController();
-  reply.raw.once('close', () => gone.abort());
-  const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), gone.signal);
-  if (!ended) throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
+  // The request waits for its job, which is written when it ends (JobAdmission.submit, waited) unless answered sooner.
+  const { job } = await deps.admission.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request), true);
+  if (!deps.reads.mayRead(grant, job)) {
+    await deps.admission.persist(job);
+    throw new MeshError('NOT_FOUND', { what: `Job ${job.id}` });
+  }
+  const record = job;
+  const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), clientGone(reply));
+  if (!ended) {
+    // The answer says the job goes on: it is stored first.
+    await deps.admission.persist(job);
+    throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
+  }
   const view = await deps.reads.viewOf(record);
   if (view.status !== 'succeeded') {
     const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
