@@ -17,7 +17,7 @@ export type { MeshLease, Fence, LeaseHolder, OrchestratorRow } from './contract/
 
 export { SqliteStore } from './sqlite/sqlite-store.js';
 export { openDb, migrate, type Db } from './sqlite/db.js';
-export { GroupCommit } from './sqlite/group-commit.js';
+export { GroupCommit, UNWAITED_COMMIT_MS } from './sqlite/group-commit.js';
 export { Checkpointer } from './sqlite/checkpointer.js';
 export { MIGRATIONS } from './sqlite/migrations.js';
 // SQLite's queries table by table, as functions of a connection (tests and benchmarks call them directly).

@@ -1,10 +1,10 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { JobView } from '../../../protocol/api/index.js';
 import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type ModelManifest } from '../../../protocol/index.js';
 import type { EventBus } from '../../events/event-bus.js';
 import type { JobAdmission, JobReads } from '../../jobs/index.js';
 import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
+import type { JobRecord } from '../../store/index.js';
 import type { MeshStatus } from '../../status/mesh-status.js';
 import { grantOf, type RequestAuth } from '../auth.js';
 import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
@@ -14,7 +14,7 @@ import { decodeTensor, encodeTensor, splitBody } from './binary.js';
 
 export interface OipRouteDeps {
   admission: Pick<JobAdmission, 'submit' | 'persist'>;
-  reads: Pick<JobReads, 'mayRead' | 'viewOf'>;
+  reads: Pick<JobReads, 'mayRead'>;
   events: EventBus;
   registry: ModelRegistry;
   status: MeshStatus;
@@ -229,18 +229,19 @@ async function infer(request: FastifyRequest, reply: FastifyReply, model: Regist
     await deps.admission.persist(job);
     throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
   }
-  const view = await deps.reads.viewOf(record);
-  if (view.status !== 'succeeded') {
-    const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
+  // The answer is the job's record as its end left it: its result, or its error (the view GET /v1/jobs/:id builds, with
+  // its attempts and artifacts read from the store, would be thrown away).
+  if (record.status !== 'succeeded') {
+    const error = record.errorCode ? { code: record.errorCode, message: record.errorMessage ?? '' } : { code: record.status.toUpperCase(), message: `the job ended ${record.status}` };
     const status = error.code === 'INVALID_INPUT' ? 400 : error.code === 'CANCELLED' ? 409 : 500;
     return reply.code(status).send({ error: `${error.code}: ${error.message}` });
   }
-  return answer(reply, inference, view, model);
+  return answer(reply, inference, record, model);
 }
 
 /** The response: each output asked for (all when none is named), in JSON or, where asked, as binary data after the header. */
-function answer(reply: FastifyReply, inference: InferRequest, view: JobView, model: RegisteredModel): unknown {
-  const produced = (view.result as { outputs?: Record<string, { datatype: Datatype; shape: number[]; data: (number | boolean | string)[] }> } | null)?.outputs ?? {};
+function answer(reply: FastifyReply, inference: InferRequest, job: JobRecord, model: RegisteredModel): unknown {
+  const produced = (job.result as { outputs?: Record<string, { datatype: Datatype; shape: number[]; data: (number | boolean | string)[] }> } | null)?.outputs ?? {};
   const wanted = inference.outputs ?? Object.keys(produced).map((name) => ({ name, parameters: undefined }));
   const allBinary = inference.parameters?.binary_data_output === true;
   const parts: Buffer[] = [];
@@ -253,7 +254,7 @@ function answer(reply: FastifyReply, inference: InferRequest, view: JobView, mod
     parts.push(bytes);
     return { name: output.name, datatype: tensor.datatype, shape: tensor.shape, parameters: { binary_data_size: bytes.length } };
   });
-  const response = { model_name: nameOf(model.manifest), model_version: model.manifest.version, id: inference.id ?? view.id, outputs };
+  const response = { model_name: nameOf(model.manifest), model_version: model.manifest.version, id: inference.id ?? job.id, outputs };
   if (parts.length === 0) return reply.send(response);
   const json = Buffer.from(JSON.stringify(response));
   return reply
