@@ -79,12 +79,15 @@ export class JobReads {
   async list(grant: VerifiedGrant, query: ListQuery): Promise<JobPage> {
     const { store, states, clock } = this.#deps;
     const beforeSeq = query.cursor ? decodeCursor(query.cursor) : undefined;
+    // Jobs running for a waiting client are not written until they end (JobStates.create, deferred): listed from memory.
+    // Taken before the store is read: one written while a store that writes behind answers is then in one list or both.
+    const held = [...states.unwritten()];
     const stored = await store.jobs.listJobs({
       statuses: query.statuses, types: grant.types, models: grant.models, albums: grant.albums, beforeSeq, limit: query.limit,
     });
-    // Jobs running for a waiting client are not written until they end (JobStates.create, deferred): listed from memory.
     const now = clock.now();
-    const unwritten = [...states.unwritten()].filter((job) => (beforeSeq === undefined || job.seq < beforeSeq)
+    const storedSeqs = held.length === 0 ? null : new Set(stored.map((job) => job.seq));
+    const unwritten = held.filter((job) => (beforeSeq === undefined || job.seq < beforeSeq) && !storedSeqs?.has(job.seq)
       && (!query.statuses || query.statuses.includes(job.status)) && canSee(grant, job, now));
     const records = unwritten.length === 0 ? stored : [...stored, ...unwritten].sort((a, b) => b.seq - a.seq).slice(0, query.limit);
     const last = records.at(-1);

@@ -4,7 +4,8 @@ import { MeshError, type ArtifactReport, type ErrorBody, type LoadPhases } from 
 import type { Clock } from '../../protocol/clock.js';
 import type { EventBus, EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
-import type { Commits, EndedAttempt, JobEnd, JobRecord, MeshStore, NewJob } from '../store/index.js';
+import type { Commits, EndedAttempt, JobRecord, MeshStore, NewJob } from '../store/index.js';
+import { UnwrittenJobs } from './unwritten.js';
 import { artifactView } from './views.js';
 
 export interface JobStatesDeps {
@@ -70,19 +71,17 @@ export class JobStates {
   readonly #active = new Map<string, JobRecord>();
   readonly #terminal = new Set<(job: JobRecord) => void>();
   readonly #observers = new Set<AttemptObserver>();
-  /**
-   * Jobs admitted and not written yet: a job its client waits for is written once, when it ends (`create`, deferred),
-   * or earlier when its attempt fails or nobody waits any more (`persist`).
-   */
-  readonly #unwritten = new Set<JobRecord>();
+  /** Jobs a client waits for, written when they end (`create`, deferred), or earlier (`persist`). */
+  readonly #unwritten: UnwrittenJobs;
 
   constructor(deps: JobStatesDeps) {
     this.#deps = deps;
+    this.#unwritten = new UnwrittenJobs(deps);
   }
 
-  /** A job's current record: from memory while it is active, else from the store. */
+  /** A job's current record: from memory while it is active (or its row is about to be written), else from the store. */
   async get(id: string): Promise<JobRecord | null> {
-    return this.#active.get(id) ?? this.#deps.store.jobs.getJob(id);
+    return this.#active.get(id) ?? this.#unwritten.ended(id) ?? this.#deps.store.jobs.getJob(id);
   }
 
   /** A job's record while it is not finished (the hot path's: no store read); null once it ended, or if unknown. */
@@ -141,13 +140,13 @@ export class JobStates {
    */
   persist(job: JobRecord): Promise<void> {
     if (!this.#unwritten.has(job)) return Promise.resolve();
-    this.#deps.commits.writeOne(() => this.#write(job));
+    this.#deps.commits.writeOne(() => this.#unwritten.write(job));
     return this.#deps.commits.durable();
   }
 
-  /** The jobs not written yet (`create`, deferred): unfinished, held here alone. */
-  unwritten(): ReadonlySet<JobRecord> {
-    return this.#unwritten;
+  /** The jobs not written yet (`create`, deferred): unfinished, or ended with their row about to be written. */
+  unwritten(): IterableIterator<JobRecord> {
+    return this.#unwritten.all();
   }
 
   /** Whether a job is written in the store (a deferred one is not, until it ends or `persist`). */
@@ -155,10 +154,9 @@ export class JobStates {
     return !this.#unwritten.has(job);
   }
 
-  /** The row of a deferred job, as it stands or as `end` finishes it; from then on it is written like any other. */
-  #write(job: JobRecord, end?: JobEnd): void {
-    this.#deps.store.jobs.insertRecord(job, end);
-    this.#unwritten.delete(job);
+  /** Write the rows of ended jobs that wait for the end of the turn (shutdown). */
+  close(): void {
+    this.#unwritten.flush();
   }
 
   /** At start: the jobs the store holds as not finished, made active again. */
@@ -246,7 +244,7 @@ export class JobStates {
     const now = this.#deps.clock.now();
     // A deferred job whose attempt failed is written as it stands, before its attempt: its retry is a job like any other's.
     this.#deps.commits.write(() => {
-      if (this.#unwritten.has(job)) this.#write(job);
+      if (this.#unwritten.has(job)) this.#unwritten.write(job);
       this.#recordAttempt(job, status, now, { errorCode: error.code, errorMessage: error.message });
     });
     this.#attemptOver(job, { status, error, retryable, computeMs: null });
@@ -281,7 +279,7 @@ export class JobStates {
     const now = this.#deps.clock.now();
     const requeue = (): boolean => this.#deps.store.jobs.requeueJob(job.seq, now);
     const changed = this.#unwritten.has(job) ? this.#deps.commits.write(() => {
-      this.#write(job);
+      this.#unwritten.write(job);
       return requeue();
     }) : this.#deps.commits.writeOne(requeue);
     if (changed) Object.assign(job, { status: 'queued', leaseHost: null, updatedAt: now });
@@ -302,19 +300,22 @@ export class JobStates {
     const kept = job.batchId === outcome.batchId && job.leaseHost
       ? { host: job.leaseHost, startedAt: job.startedAt, loadMs: job.loadMs ?? null, computeMs: outcome.computeMs }
       : undefined;
+    const ending = { result: outcome.result ?? null, attempt: kept };
     const finish = (): boolean => {
-      const ending = { result: outcome.result ?? null, attempt: kept };
       if (!this.#unwritten.has(job)) return store.jobs.finishJob(job.seq, 'succeeded', now, ending);
       // A deferred job: its whole life in one row.
-      this.#write(job, { status: 'succeeded', now, outcome: ending });
+      this.#unwritten.write(job, { status: 'succeeded', now, outcome: ending });
       return true;
     };
-    // A result without artifacts (a tensor's) is one statement, which needs no savepoint of its own.
-    const finished = published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
+    // A deferred job without artifacts (a tensor's) is written after this turn, its answer on its way first; a result
+    // without artifacts is one statement, which needs no savepoint of its own.
+    const unwritten = published.length === 0 && this.#unwritten.has(job);
+    if (unwritten) this.#unwritten.endLater(job, { status: 'succeeded', now, outcome: ending });
+    const finished = unwritten || (published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
       if (!finish()) return false;
       for (const artifact of published) store.artifacts.insertArtifact(artifact);
       return true;
-    });
+    }));
     if (!finished) return false;
     job.attemptHost = kept?.host ?? null;
     job.computeMs = kept?.computeMs ?? null;
@@ -345,7 +346,7 @@ export class JobStates {
     const body = error instanceof MeshError ? error.toJSON() : error;
     const changed = this.#deps.commits.write(() => {
       const outcome = { errorCode: body?.code, errorMessage: body?.message };
-      if (this.#unwritten.has(job)) this.#write(job, { status, now, outcome });
+      if (this.#unwritten.has(job)) this.#unwritten.write(job, { status, now, outcome });
       else if (!store.jobs.finishJob(job.seq, status, now, outcome)) return false;
       if (attemptBatchId && attemptBatchId === job.batchId) this.#recordAttempt(job, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
       return true;

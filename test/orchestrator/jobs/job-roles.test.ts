@@ -1,4 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
+import { GrantAuthority } from '../../../src/orchestrator/auth/index.js';
+import { JobReads } from '../../../src/orchestrator/jobs/reads.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { jobView } from '../../../src/orchestrator/jobs/views.js';
 import { attempts, jobs as jobStore, SqliteStore } from '../../../src/orchestrator/store/index.js';
@@ -245,11 +248,20 @@ describe('a job its client waits for: written once, when it ends', () => {
     expect(harness.status(job.id)).toBe('dispatched');
     expect(stored(job.id)).toBeNull();
     expect(await harness.core.states.get(job.id)).toBe(job);
-    expect(harness.core.states.unwritten()).toEqual(new Set([job]));
+    expect([...harness.core.states.unwritten()]).toEqual([job]);
     harness.clock.advance(7);
     harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [], result: { y: [1] }, timings });
+    // Its end is written after the turn it ended in: found meanwhile, by id, in a list and in the counts.
+    expect(harness.status(job.id)).toBeUndefined();
+    expect(await harness.core.states.get(job.id)).toMatchObject({ id: job.id, status: 'succeeded' });
+    const reads = new JobReads({ store: harness.store, clock: harness.clock, states: harness.core.states });
+    const grant = new GrantAuthority(randomBytes(32), 'http://test');
+    const client = grant.verify(grant.mint('client', ['types image']).token, harness.clock.now());
+    expect((await reads.list(client, { limit: 10 })).jobs).toEqual([expect.objectContaining({ id: job.id, status: 'succeeded', result: { y: [1] } })]);
+    expect((await reads.list(client, { limit: 10, statuses: ['queued'] })).jobs).toEqual([]);
+    expect(await reads.counts()).toMatchObject({ succeeded: 1 });
     await harness.settle();
-    expect(harness.core.states.unwritten().size).toBe(0);
+    expect([...harness.core.states.unwritten()]).toEqual([]);
     expect(stored(job.id)).toMatchObject({
       seq: job.seq, status: 'succeeded', attempts: 1, batchId: run!.batchId, batchSize: 1, leaseHost: null, attemptHost: 'laptop', computeMs: timings.computeMs,
       dispatchedAt: harness.clock.now() - 7, startedAt: harness.clock.now() - timings.computeMs, finishedAt: harness.clock.now(), result: { y: [1] },
@@ -257,6 +269,42 @@ describe('a job its client waits for: written once, when it ends', () => {
     });
     expect(harness.jobEvents(job.id)).toEqual(['queued', 'dispatched', 'running', 'succeeded']);
     expect(laptop.of('ack').flatMap((ack) => ack.jobIds)).toEqual([job.id]);
+  });
+
+  it('is written at shutdown if it ended in the turn the orchestrator closes in', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ deferred: true });
+    await harness.settle();
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 3, timings });
+    expect(stored(job.id)).toBeNull();
+    // As Orchestrator.close does: the job roles close before the store's last commit.
+    harness.core.close();
+    harness.commits.flush();
+    expect(stored(job.id)).toMatchObject({ seq: job.seq, status: 'succeeded', result: 3, attemptHost: 'laptop' });
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    // The end of the turn finds nothing left to write (a second insert would be refused).
+    await harness.settle();
+    expect(harness.db.prepare('SELECT count(*) AS n FROM jobs WHERE id = ?').get(job.id)).toEqual({ n: 1 });
+  });
+
+  it('a row refused after the turn is logged and let go: the process goes on, the job is not listed for ever', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ deferred: true });
+    await harness.settle();
+    // Another row takes the job's number meanwhile (what a second orchestrator on a shared store must never do).
+    harness.db.prepare('INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, input, grant_id, created_at, updated_at) '
+      + "VALUES (?, 'j_other', 'image', 'gen', 'queued', 2, 'default', '[]', '{}', 'g', 0, 0)").run(job.seq);
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 3, timings });
+    await harness.settle();
+    expect(stored(job.id)).toBeNull();
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    expect(await harness.core.states.get(job.id)).toBeNull();
+    // Later jobs are written as before.
+    const next = harness.submit();
+    await harness.settle();
+    expect(stored(next.id)).toMatchObject({ status: 'dispatched' });
   });
 
   it('keeps the number it was admitted with: jobs admitted after it and written before it take others', async () => {
