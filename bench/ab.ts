@@ -11,15 +11,22 @@
  * idle between batches (the run's time less its batches' compute times, per batch): what the agent's `computed`
  * report gives back.
  *
+ * `--work oip` and `--work lone` measure one request at a time, the latency targets' loads: OIP infer on the built-in
+ * `simple` (bench:oip's JSON and binary requests, taken in turn; infer/s and p50 / p99 per round), and one `mlp` job
+ * at a time (bench:overhead's: a 202 and its end from `/v1/events`, then `Prefer: wait`, in turn; jobs/s and p50 / p99).
+ * A round's p50 and p99 are of its own requests; the medians over rounds are printed beside the rates.
+ *
  *   git worktree add /tmp/base HEAD~1 && (cd /tmp/base && npm ci --ignore-scripts && npm run build)
- *   npm run bench:ab -- --base /tmp/base [--work mlp|pictures] [--jobs 10000|48] [--rounds 6] [--inflight 64|16] [--warmup 5000|16]
+ *   npm run bench:ab -- --base /tmp/base [--work mlp|pictures|oip|lone] [--jobs 10000|48|3000] [--rounds 6] [--inflight 64|16|1] [--warmup 5000|16]
  *   npm run bench:ab -- --node-args=--max-semi-space-size=16 --base-node-args=--max-semi-space-size=4
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../test/helpers/mesh.js';
 import { percentile, printTable, writeResults } from './lib.js';
-import { BenchClient, closedLoop } from './mesh-client.js';
+import { BenchClient, closedLoop, mlpJob } from './mesh-client.js';
+import { oipRequest } from './oip-requests.js';
 
 const { values } = parseArgs({
   options: {
@@ -27,23 +34,39 @@ const { values } = parseArgs({
     inflight: { type: 'string' }, warmup: { type: 'string' }, work: { type: 'string', default: 'mlp' },
   },
 });
-if (values.work !== 'mlp' && values.work !== 'pictures') {
-  process.stderr.write(`bench:ab --work is mlp or pictures, not ${values.work}\n`);
+const WORKS = ['mlp', 'pictures', 'oip', 'lone'];
+if (!WORKS.includes(values.work!)) {
+  process.stderr.write(`bench:ab --work is ${WORKS.join(', ')}, not ${values.work}\n`);
   process.exit(2);
 }
 const PICTURES = values.work === 'pictures';
+/** One request at a time, its latency measured: OIP infer on `simple`, or one mlp job. */
+const LONE = values.work === 'oip' || values.work === 'lone';
 if (!values.base && values['node-args'] === values['base-node-args']) {
   process.stderr.write('bench:ab needs --base <another checkout, built>, or Node options that differ (--node-args, --base-node-args)\n');
   process.exit(2);
 }
 const words = (text: string | undefined): string[] => text?.split(' ').filter(Boolean) ?? [];
-const JOBS = Number(values.jobs ?? (PICTURES ? 48 : 10_000));
+const JOBS = Number(values.jobs ?? (PICTURES ? 48 : LONE ? 3000 : 10_000));
 const ROUNDS = Number(values.rounds);
-const INFLIGHT = Number(values.inflight ?? (PICTURES ? 16 : 64));
+const INFLIGHT = Number(values.inflight ?? (PICTURES ? 16 : LONE ? 1 : 64));
 const WARMUP = Number(values.warmup ?? (PICTURES ? 16 : 5000));
 const SIDE = 512;
 
-interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[] }
+interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[]; p50: number[]; p99: number[]; cpuUs: number[] }
+
+/**
+ * The CPU time `gpumesh up` has used, all its threads (ms; Linux's /proc, else NaN): per job, a figure the VM's drift
+ * moves less than a rate — what a change saves shows here even in rounds a neighbour slowed.
+ */
+function cpuMs(pid: number | undefined): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return NaN;
+  }
+}
 
 async function up(name: string, bin: string | undefined, nodeArgs: string[]): Promise<Build> {
   const mesh = await startMesh({
@@ -53,7 +76,7 @@ async function up(name: string, bin: string | undefined, nodeArgs: string[]): Pr
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   await client.listen();
   if (PICTURES) await waitFor(async () => ((await client.request('GET', '/v1/hosts')).text.includes('"connected":true') ? true : null), { what: `${name}'s agent to link` });
-  return { name, mesh, client, rounds: [], idleMs: [] };
+  return { name, mesh, client, rounds: [], idleMs: [], p50: [], p99: [], cpuUs: [] };
 }
 
 /**
@@ -82,7 +105,30 @@ async function pictureRound(client: BenchClient, count: number, inflight: number
   return { rate: (1000 * count) / elapsed, idleMsPerBatch: (elapsed - computed) / batches.size };
 }
 
+/** `count` requests one after another (`inflight` of them at a time), each one's milliseconds kept: requests/s and p50 / p99. */
+async function loneRound(client: BenchClient, count: number, inflight: number): Promise<{ rate: number; p50: number; p99: number }> {
+  const latencies: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(Array.from({ length: inflight }, async () => {
+    for (let i = next++; i < count; i = next++) {
+      const start = performance.now();
+      if (values.work === 'oip') await oipRequest(client, i % 2 === 0 ? 'json' : 'binary');
+      else if (i % 2 === 0) await client.run(mlpJob(i));
+      else await client.runWaiting(mlpJob(i));
+      latencies.push(performance.now() - start);
+    }
+  }));
+  return { rate: (1000 * count) / (performance.now() - started), p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
 const measure = async (build: Build, count: number): Promise<number> => {
+  if (LONE) {
+    const { rate, p50, p99 } = await loneRound(build.client, count, INFLIGHT);
+    build.p50.push(p50);
+    build.p99.push(p99);
+    return rate;
+  }
   if (!PICTURES) return closedLoop(build.client, count, INFLIGHT);
   const { rate, idleMsPerBatch } = await pictureRound(build.client, count, INFLIGHT);
   build.idleMs.push(idleMsPerBatch);
@@ -100,14 +146,18 @@ try {
   for (const build of builds) {
     await measure(build, WARMUP);
     build.idleMs.length = 0;
+    build.p50.length = 0;
+    build.p99.length = 0;
   }
   for (let round = 0; round < ROUNDS; round++) {
     // ABBA order: each build goes first as often as second.
     const order = round % 2 === 0 ? builds : [...builds].reverse();
     for (const build of order) {
+      const cpuBefore = cpuMs(build.mesh.process.pid);
       build.rounds.push(await measure(build, JOBS));
-      const idle = PICTURES ? `, engine idle ${build.idleMs.at(-1)!.toFixed(1)} ms a batch` : '';
-      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(PICTURES ? 2 : 0)} jobs/s${idle}\n`);
+      build.cpuUs.push(((cpuMs(build.mesh.process.pid) - cpuBefore) * 1000) / JOBS);
+      const idle = PICTURES ? `, engine idle ${build.idleMs.at(-1)!.toFixed(1)} ms a batch` : LONE ? `, p50 ${build.p50.at(-1)!.toFixed(3)} ms, p99 ${build.p99.at(-1)!.toFixed(3)} ms` : '';
+      process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(PICTURES ? 2 : 0)} ${LONE ? 'requests' : 'jobs'}/s${idle}, ${build.cpuUs.at(-1)!.toFixed(0)} µs of CPU a ${LONE ? 'request' : 'job'}\n`);
     }
   }
 } finally {
@@ -119,10 +169,17 @@ try {
 }
 const [mine, base] = builds as [Build, Build];
 const ratios = mine.rounds.map((rate, index) => rate / base.rounds[index]!);
-const work = PICTURES ? `${SIDE}×${SIDE} picture jobs (uploaded outputs, agent in its own process)` : 'mlp jobs';
+const WORK_NAMES: Record<string, string> = {
+  mlp: 'mlp jobs', pictures: `${SIDE}×${SIDE} picture jobs (uploaded outputs, agent in its own process)`,
+  oip: 'OIP infer requests on simple (JSON and binary in turn)', lone: 'mlp jobs (202 + /v1/events and Prefer: wait in turn)',
+};
 const digits = PICTURES ? 2 : 0;
-printTable(`\n${JOBS} ${work} per round, ${INFLIGHT} in flight, ${ROUNDS} rounds in turn (jobs/s)`, ['build', 'median', 'rounds', ...(PICTURES ? ['engine idle a batch (median ms)', 'rounds'] : [])],
-  builds.map((build) => [build.name, median(build.rounds).toFixed(digits), build.rounds.map((rate) => rate.toFixed(digits)).join(' / '),
-    ...(PICTURES ? [median(build.idleMs).toFixed(1), build.idleMs.map((ms) => ms.toFixed(1)).join(' / ')] : [])]));
+const latency = (values: readonly number[]): string[] => [median(values).toFixed(3), values.map((ms) => ms.toFixed(3)).join(' / ')];
+printTable(`\n${JOBS} ${WORK_NAMES[values.work!]} per round, ${INFLIGHT} in flight, ${ROUNDS} rounds in turn (${LONE ? 'requests' : 'jobs'}/s)`,
+  ['build', 'median', 'rounds', 'CPU µs a job (median)', ...(PICTURES ? ['engine idle a batch (median ms)', 'rounds'] : []), ...(LONE ? ['p50 ms (median)', 'rounds', 'p99 ms (median)', 'rounds'] : [])],
+  builds.map((build) => [build.name, median(build.rounds).toFixed(digits), build.rounds.map((rate) => rate.toFixed(digits)).join(' / '), median(build.cpuUs).toFixed(0),
+    ...(PICTURES ? [median(build.idleMs).toFixed(1), build.idleMs.map((ms) => ms.toFixed(1)).join(' / ')] : []),
+    ...(LONE ? [...latency(build.p50), ...latency(build.p99)] : [])]));
 process.stdout.write(`\nthis checkout / base: ${(median(mine.rounds) / median(base.rounds)).toFixed(3)}× (median of the rounds' ratios ${median(ratios).toFixed(3)}×: ${ratios.map((ratio) => ratio.toFixed(2)).join(', ')})\n`);
-writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}) })), ratios });
+process.stdout.write(`CPU of gpumesh up a ${LONE ? 'request' : 'job'}, this checkout / base: ${(median(mine.cpuUs) / median(base.cpuUs)).toFixed(3)}× (${median(mine.cpuUs).toFixed(0)} against ${median(base.cpuUs).toFixed(0)} µs)\n`);
+writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}), ...(LONE ? { p50: build.p50, p99: build.p99 } : {}), cpuUsPerJob: build.cpuUs })), ratios });

@@ -20,6 +20,7 @@ import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { gpumeshRun } from '../test/helpers/processes.js';
 import { machine, percentile, printTable, summarize, writeResults } from './lib.js';
 import { BenchClient } from './mesh-client.js';
+import { oipRequest, SIMPLE_A, SIMPLE_B } from './oip-requests.js';
 
 const { values } = parseArgs({ options: { requests: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '2000' }, rounds: { type: 'string', default: '3' } } });
 const REQUESTS = Number(values.requests);
@@ -27,31 +28,20 @@ const ROUNDS = Number(values.rounds);
 const WARMUP = Number(values.warmup);
 const TARGET = { inferPerSecond: 1408, averageUs: 708 };
 
-const A = Array.from({ length: 16 }, (_, i) => i);
-const B = Array.from({ length: 16 }, () => 1);
-const jsonBody = JSON.stringify({ inputs: [{ name: 'INPUT0', shape: [1, 16], datatype: 'INT32', data: A }, { name: 'INPUT1', shape: [1, 16], datatype: 'INT32', data: B }] });
-const binaryHeader = JSON.stringify({
-  inputs: [{ name: 'INPUT0', shape: [1, 16], datatype: 'INT32', parameters: { binary_data_size: 64 } }, { name: 'INPUT1', shape: [1, 16], datatype: 'INT32', parameters: { binary_data_size: 64 } }],
-  parameters: { binary_data_output: true },
-});
-const int32s = (list: number[]): Buffer => Buffer.from(new Int32Array(list).buffer);
-const binaryBody = Buffer.concat([Buffer.from(binaryHeader), int32s(A), int32s(B)]);
-const jobBody = JSON.stringify({ type: 'tensor', model: 'simple', input: { inputs: { INPUT0: { shape: [1, 16], data: A }, INPUT1: { shape: [1, 16], data: B } } } });
+const jobBody = JSON.stringify({ type: 'tensor', model: 'simple', input: { inputs: { INPUT0: { shape: [1, 16], data: SIMPLE_A }, INPUT1: { shape: [1, 16], data: SIMPLE_B } } } });
 
 type Mode = 'oip json' | 'oip binary' | '/v1/jobs Prefer: wait' | 'oip json, worker process';
 const MODES: Mode[] = ['oip json', 'oip binary', '/v1/jobs Prefer: wait', 'oip json, worker process'];
 
 async function once(client: BenchClient, mode: Mode): Promise<number> {
   const started = performance.now();
-  let reply;
-  if (mode === 'oip json') reply = await client.request('POST', '/v2/models/simple/infer', jsonBody);
-  else if (mode === 'oip json, worker process') reply = await client.request('POST', '/v2/models/simple-worker/infer', jsonBody);
-  else if (mode === 'oip binary') {
-    reply = await client.request('POST', '/v2/models/simple/infer', binaryBody, {
-      'content-type': 'application/octet-stream', 'inference-header-content-length': String(Buffer.byteLength(binaryHeader)),
-    });
-  } else reply = await client.request('POST', '/v1/jobs', jobBody, { prefer: 'wait=30' });
-  if (reply.status !== 200) throw new Error(`${mode}: ${reply.status} ${reply.text.slice(0, 200)}`);
+  if (mode === 'oip json') await oipRequest(client, 'json');
+  else if (mode === 'oip json, worker process') await oipRequest(client, 'json', 'simple-worker');
+  else if (mode === 'oip binary') await oipRequest(client, 'binary');
+  else {
+    const reply = await client.request('POST', '/v1/jobs', jobBody, { prefer: 'wait=30' });
+    if (reply.status !== 200) throw new Error(`${mode}: ${reply.status} ${reply.text.slice(0, 200)}`);
+  }
   return performance.now() - started;
 }
 

@@ -11,6 +11,10 @@
  * outlived the young generation (promoted, or allocated old).
  *
  *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles] [--keep-profiles] [--allocations | --survivors]
+ *                            [--load oip]
+ *
+ * `--load oip` profiles (or, with `--allocations`, samples the heap during) OIP infer requests on the built-in `simple`,
+ * JSON and binary in turn, one at a time (bench:oip's concurrency 1) instead of the jobs above.
  *
  * `--keep-profiles` also writes the raw profiles (`.cpuprofile`, for Chrome's DevTools) next to the flame graphs.
  */
@@ -21,11 +25,13 @@ import WebSocket from 'ws';
 import { removeDir, startMesh, waitFor } from '../test/helpers/mesh.js';
 import { callTree, flameSvg, frameName, heaviest, type CpuProfile, type ProfileNode } from './flame.js';
 import { BenchClient, closedLoop, mlpJob } from './mesh-client.js';
+import { oipRequest } from './oip-requests.js';
 
 const { values } = parseArgs({
   options: {
     jobs: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '5000' }, inflight: { type: 'string', default: '64' },
     out: { type: 'string', default: 'bench/profiles' }, allocations: { type: 'boolean', default: false }, survivors: { type: 'boolean', default: false }, 'keep-profiles': { type: 'boolean', default: false },
+    load: { type: 'string', default: 'jobs' },
   },
 });
 const JOBS = Number(values.jobs);
@@ -176,10 +182,22 @@ async function allocations(title: string, jobs: number, warmUp: (client: BenchCl
   });
 }
 
+const oipOneAtATime = (count: number) => async (client: BenchClient): Promise<void> => {
+  for (let i = 0; i < count; i++) await oipRequest(client, i % 2 ? 'binary' : 'json');
+};
+
 const oneAtATime = async (client: BenchClient): Promise<void> => {
   for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlpJob(i));
 };
-if (values.allocations || values.survivors) {
+if (values.load === 'oip') {
+  if (values.allocations || values.survivors) {
+    await allocations(`OIP infer on simple one at a time, JSON and binary in turn, ${JOBS}`, JOBS, oipOneAtATime(WARMUP), oipOneAtATime(JOBS));
+  } else {
+    mkdirSync(OUT, { recursive: true });
+    await profiled('up-oip', `OIP infer on simple one at a time, JSON and binary in turn, ${JOBS}`, oipOneAtATime(WARMUP), oipOneAtATime(JOBS));
+    process.stdout.write(`\nflame graph in ${OUT}/up-oip.svg\n`);
+  }
+} else if (values.allocations || values.survivors) {
   await allocations(`gen 8×8 jobs one at a time, ${JOBS}`, JOBS, oneAtATime, async (client) => {
     for (let i = 0; i < JOBS; i++) await client.run(gen);
   });

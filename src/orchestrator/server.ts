@@ -8,6 +8,7 @@ import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { installJsonDepthLimit } from './http/json-depth.js';
+import { requestLogger } from './http/request-logger.js';
 import { installStorageFloor } from './http/storage-floor.js';
 import type { FreeSpace } from './storage/free-space.js';
 import { eventRoutes } from './http/events.js';
@@ -55,6 +56,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
     }) as FastifyBaseLogger,
     bodyLimit: parts.bodyLimitBytes,
     logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: requestLogger,
     forceCloseConnections: true,
     ...frameworkErrorOptions(),
   }) as unknown as FastifyInstance;

@@ -108,12 +108,13 @@ export class JobCoreHarness {
   }
 
   /** Admit an image job the way the job service does. */
-  submit(fields: { deadlineAt?: number | null; prompt?: string; classes?: string[]; hosts?: string[] | null } = {}): JobRecord {
+  /** `deferred`: as for a client that waits for the end (JobStates.create): written when it ends. */
+  submit(fields: { deadlineAt?: number | null; prompt?: string; classes?: string[]; hosts?: string[] | null; deferred?: boolean } = {}): JobRecord {
     const job = this.core.states.create({
       id: `j_${++this.#seq}`, type: 'image', model: 'gen', priority: 2, album: 'default', classes: fields.classes ?? ['image'], hosts: fields.hosts ?? null,
       input: { prompt: fields.prompt ?? 'test', seed: 1, width: 8, height: 8, steps: 1 }, grantId: 'g', idempotencyKey: null,
       createdAt: this.clock.now(), deadlineAt: fields.deadlineAt ?? null,
-    });
+    }, undefined, fields.deferred);
     this.core.cancellation.arm(job);
     this.core.dispatcher.enqueue(job);
     return job;

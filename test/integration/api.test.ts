@@ -281,6 +281,9 @@ describe('Prefer: wait — the finished job in the submit\'s answer', () => {
     expect(submitted.headers.get('preference-applied')).toBe('wait=30');
     expect(submitted.headers.get('location')).toBe(`/v1/jobs/${submitted.json.id}`);
     expect(submitted.json).toMatchObject({ status: 'succeeded', type: 'image', artifacts: [{ mediaType: 'image/png' }] });
+    // Written once, when it ended (its client waited): read back, it is the same job, its result published.
+    const read = await call('GET', `/v1/jobs/${submitted.json.id}`);
+    expect(read.json).toEqual(submitted.json);
     const tensor = await call('POST', '/v1/jobs', { body: { type: 'tensor', input: { x: Array.from({ length: 64 }, () => 0.5) } }, headers: { prefer: 'respond-async, wait=10' } });
     expect(tensor.status).toBe(200);
     expect(tensor.json.result).toMatchObject({ y: expect.any(Array) });

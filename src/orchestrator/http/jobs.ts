@@ -6,7 +6,7 @@ import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from 
 import type { EventBus } from '../events/event-bus.js';
 import type { ClientCancel, JobAdmission, JobReads } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
-import { jobEnd, preferredWait } from './prefer-wait.js';
+import { clientGone, jobEnd, preferredWait } from './prefer-wait.js';
 import { errorAnswers, json } from './openapi.js';
 
 const JobParams = z.object({ id: z.string().min(1).max(100) });
@@ -46,21 +46,23 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
   }, async (request, reply) => {
     const wait = preferredWait(request.headers.prefer);
     const grant = grantOf(request);
-    const { job, created } = await admission.submit(grant, request.body, auth.authorizer(request));
+    // With `Prefer: wait` the job is written when it ends (JobAdmission.submit, waited), unless it is answered sooner.
+    const { job, created } = await admission.submit(grant, request.body, auth.authorizer(request), wait !== null);
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
     void reply.header('location', links.self);
     // `Prefer: wait=N`: answer with the finished job (200, as GET /v1/jobs/:id) if it ends within N seconds — one
     // request for a quick job instead of a 202 and an event stream. A grant that may not read jobs gets the 202.
     if (wait !== null && reads.mayRead(grant, job)) {
-      const gone = new AbortController();
-      reply.raw.once('close', () => gone.abort());
       // The job's own record, which its end updates in place: read back from the store, it would cost a query and a parse.
       const record = job;
-      const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(record.status), gone.signal);
+      const ended = await jobEnd(events, job.id, wait * 1000, () => isTerminal(record.status), clientGone(reply));
       void reply.header('preference-applied', `wait=${wait}`);
       if (ended) return reply.code(200).send(await reads.viewOf(record));
+      // The wait ran out (or the client left): the job goes on, and the 202 promises it is stored.
+      await admission.persist(job);
       return reply.code(202).send({ id: job.id, status: record.status, links, created });
     }
+    await admission.persist(job);
     void reply.code(created ? 202 : 200);
     return { id: job.id, status: job.status, links, created };
   });

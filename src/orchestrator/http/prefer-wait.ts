@@ -1,6 +1,7 @@
+import type { FastifyReply } from 'fastify';
 import { LIMITS, MeshError, TERMINAL_STATUSES, type JobStatus } from '../../protocol/index.js';
-import type { EventBus } from '../events/event-bus.js';
 import type { Timer } from '../../protocol/clock.js';
+import type { EventBus } from '../events/event-bus.js';
 
 /**
  * The `wait` preference of a submit's `Prefer` header (RFC 7240), in seconds; null when there is none. Other
@@ -22,27 +23,43 @@ export function preferredWait(header: string | string[] | undefined): number | n
   return null;
 }
 
+/** How a waiting request learns that its client left: `listen` registers what to do then and returns its removal. */
+export type Departure = (leave: () => void) => () => void;
+
 /**
- * Resolves true when the job ends (its terminal event), false after `ms` or when `gone` fires (the client left).
+ * The client of a request leaving: its connection closed before the answer. The listener is removed when the wait
+ * ends, so an answered request — whose response closes too — costs no more than the listener (an AbortController
+ * aborted by every response's close built a DOMException, stack and all, per request).
+ */
+export function clientGone(reply: FastifyReply): Departure {
+  const response = reply.raw;
+  return (leave) => {
+    response.once('close', leave);
+    return () => response.off('close', leave);
+  };
+}
+
+/**
+ * Resolves true when the job ends (its terminal event), false after `ms` or when the client leaves (`gone`).
  * `endedAlready` is asked once subscribed, so an end that came before the subscription is not missed.
  */
-export function jobEnd(events: EventBus, jobId: string, ms: number, endedAlready: () => boolean, gone: AbortSignal): Promise<boolean> {
+export function jobEnd(events: EventBus, jobId: string, ms: number, endedAlready: () => boolean, gone: Departure): Promise<boolean> {
   return new Promise((resolve) => {
-    let timer: Timer | null = null;
+    let waiting = true;
     const finish = (ended: boolean): void => {
+      if (!waiting) return;
+      waiting = false;
       unsubscribe();
-      timer?.cancel();
-      gone.removeEventListener('abort', onGone);
+      timer.cancel();
+      stopWatching();
       resolve(ended);
     };
-    const onGone = (): void => finish(false);
     const unsubscribe = events.subscribeJob(jobId, (scoped) => {
       if (TERMINAL_STATUSES.has(scoped.event.type as JobStatus)) finish(true);
     });
     // A request's wait: work in progress, as long as the client waits (the bus's clock; a fake one in tests).
-    timer = events.clock.setTimer(ms, () => finish(false));
-    gone.addEventListener('abort', onGone, { once: true });
-    if (gone.aborted) finish(false);
-    else if (endedAlready()) finish(true);
+    const timer: Timer = events.clock.setTimer(ms, () => finish(false));
+    const stopWatching = gone(() => finish(false));
+    if (endedAlready()) finish(true);
   });
 }

@@ -111,14 +111,25 @@ export class JobAdmission {
   }
 
   /**
-   * Admit a job; resolves once it is committed (the 202 promises the job is stored).
-   * `created` is false for an idempotent repeat.
+   * Admit a job; resolves once it is committed (the 202 promises the job is stored). `created` is false for an
+   * idempotent repeat. `waited`: the client waits for the job's end on this request (OIP infer, `Prefer: wait`), so
+   * the job is written when it ends (JobStates.create, deferred) and this resolves at once; a route that then
+   * answers before its end (a wait that ran out, a grant that may not read the job) calls `persist` first.
    */
-  async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize): Promise<{ job: JobRecord; created: boolean }> {
+  async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, waited = false): Promise<{ job: JobRecord; created: boolean }> {
     const looking = this.#look(grant, body);
-    const admitted = this.#admit(grant, body, authorize, looking ? await looking : NOTHING_LOOKED);
+    const admitted = this.#admit(grant, body, authorize, looking ? await looking : NOTHING_LOOKED, waited);
+    if (admitted.created && !this.#deps.states.written(admitted.job)) return admitted;
     await this.#durable(admitted.created ? [admitted.job] : []);
     return admitted;
+  }
+
+  /**
+   * Write a job `submit` admitted for a waiting client, now, if it is not written yet (it has not ended): its client
+   * stops waiting, and what it is answered (a 202, a 504 that says the job goes on) promises the job is stored.
+   */
+  persist(job: JobRecord): Promise<void> {
+    return this.#deps.states.persist(job);
   }
 
   /**
@@ -311,7 +322,7 @@ export class JobAdmission {
     return vetted;
   }
 
-  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked): { job: JobRecord; created: boolean; hash: string | null } {
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
     const { model, priority, album, classes, input, hash, repeat } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
@@ -327,7 +338,9 @@ export class JobAdmission {
       id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
-    }, stale?.id);
+    // Written when it ends if its client waits for it, unless it names pictures: which jobs name a picture is recorded
+    // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good.
+    }, stale?.id, waited && picturesNamed(input).length === 0);
     this.#deps.pictures.recordJob(job.id, input);
     this.#deps.cancellation.arm(job);
     this.#deps.dispatcher.enqueue(job);

@@ -84,7 +84,7 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   return {
     states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake, timeouts, refusals,
     close() {
-      for (const part of [dispatcher, failover, cancellation, recovery, timeouts]) part.close();
+      for (const part of [dispatcher, failover, cancellation, recovery, timeouts, states]) part.close();
     },
   };
 }

@@ -48,6 +48,9 @@ export class JobOutputs {
     if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) {
       throw new MeshError('GRANT_DENIED', { caveat: `batch ${batchId}`, detail: `job ${jobId} is not running in that batch` });
     }
+    // The upload is recorded under its job: a job written only when it ends (JobStates.create, deferred) is written now,
+    // so that no record names a job a crash could leave unwritten.
+    await this.#deps.states.persist(job);
     // A type the job may not produce is refused before a byte is read; bytes that are not of their type, once all are in
     // — before the blob is renamed into place, so neither the blob nor the upload is recorded.
     const check = new OutputCheck(job.type, mediaType);

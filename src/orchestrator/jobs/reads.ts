@@ -77,13 +77,19 @@ export class JobReads {
   }
 
   async list(grant: VerifiedGrant, query: ListQuery): Promise<JobPage> {
-    const { store } = this.#deps;
-    const records = await store.jobs.listJobs({
-      statuses: query.statuses,
-      types: grant.types, models: grant.models, albums: grant.albums,
-      beforeSeq: query.cursor ? decodeCursor(query.cursor) : undefined,
-      limit: query.limit,
+    const { store, states, clock } = this.#deps;
+    const beforeSeq = query.cursor ? decodeCursor(query.cursor) : undefined;
+    // Jobs running for a waiting client are not written until they end (JobStates.create, deferred): listed from memory.
+    // Taken before the store is read: one written while a store that writes behind answers is then in one list or both.
+    const held = [...states.unwritten()];
+    const stored = await store.jobs.listJobs({
+      statuses: query.statuses, types: grant.types, models: grant.models, albums: grant.albums, beforeSeq, limit: query.limit,
     });
+    const now = clock.now();
+    const storedSeqs = held.length === 0 ? null : new Set(stored.map((job) => job.seq));
+    const unwritten = held.filter((job) => (beforeSeq === undefined || job.seq < beforeSeq) && !storedSeqs?.has(job.seq)
+      && (!query.statuses || query.statuses.includes(job.status)) && canSee(grant, job, now));
+    const records = unwritten.length === 0 ? stored : [...stored, ...unwritten].sort((a, b) => b.seq - a.seq).slice(0, query.limit);
     const last = records.at(-1);
     return {
       jobs: await Promise.all(records.map((record) => jobView(store, record))),
@@ -91,8 +97,10 @@ export class JobReads {
     };
   }
 
-  /** Jobs in each state (for status views). */
-  counts(): Promise<Record<string, number>> {
-    return this.#deps.store.jobs.countByStatus();
+  /** Jobs in each state (for status views): the store's, and those not written until they end. */
+  async counts(): Promise<Record<string, number>> {
+    const counts = await this.#deps.store.jobs.countByStatus();
+    for (const job of this.#deps.states.unwritten()) counts[job.status] = (counts[job.status] ?? 0) + 1;
+    return counts;
   }
 }

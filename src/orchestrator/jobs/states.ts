@@ -5,6 +5,7 @@ import type { Clock } from '../../protocol/clock.js';
 import type { EventBus, EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { Commits, EndedAttempt, JobRecord, MeshStore, NewJob } from '../store/index.js';
+import { UnwrittenJobs } from './unwritten.js';
 import { artifactView } from './views.js';
 
 export interface JobStatesDeps {
@@ -53,6 +54,7 @@ export interface AttemptObserver {
 /** An event's time. The last one is kept: the events of one turn mostly share their millisecond, and a busy mesh emits thousands a second. */
 let lastIso = { ms: NaN, text: '' };
 const iso = (ms: number): string => (ms === lastIso.ms ? lastIso.text : (lastIso = { ms, text: new Date(ms).toISOString() }).text);
+const NONE: ReadonlySet<number> = new Set();
 const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.model, album: job.album });
 
 /**
@@ -69,14 +71,17 @@ export class JobStates {
   readonly #active = new Map<string, JobRecord>();
   readonly #terminal = new Set<(job: JobRecord) => void>();
   readonly #observers = new Set<AttemptObserver>();
+  /** Jobs a client waits for, written when they end (`create`, deferred), or earlier (`persist`). */
+  readonly #unwritten: UnwrittenJobs;
 
   constructor(deps: JobStatesDeps) {
     this.#deps = deps;
+    this.#unwritten = new UnwrittenJobs(deps);
   }
 
-  /** A job's current record: from memory while it is active, else from the store. */
+  /** A job's current record: from memory while it is active (or its row is about to be written), else from the store. */
   async get(id: string): Promise<JobRecord | null> {
-    return this.#active.get(id) ?? this.#deps.store.jobs.getJob(id);
+    return this.#active.get(id) ?? this.#unwritten.ended(id) ?? this.#deps.store.jobs.getJob(id);
   }
 
   /** A job's record while it is not finished (the hot path's: no store read); null once it ended, or if unknown. */
@@ -101,17 +106,57 @@ export class JobStates {
     this.#observers.add(observer);
   }
 
-  /** Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. */
-  create(job: NewJob, staleKeyOf?: string): JobRecord {
-    const record = staleKeyOf
-      ? this.#deps.commits.write(() => {
-        this.#deps.store.jobs.releaseIdempotencyKey(staleKeyOf);
-        return this.#deps.store.jobs.insertJob(job);
-      })
-      : this.#deps.commits.writeOne(() => this.#deps.store.jobs.insertJob(job));
+  /**
+   * Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. `deferred`:
+   * its client waits for its end on the connection that submitted it (OIP infer, `Prefer: wait`), so it is not written
+   * now but once, when it ends — its insert, dispatch and end in one row and one commit: an orchestrator that dies
+   * before takes the client's connection with it, and the client, which was told nothing, submits again. It is written
+   * earlier, as it stands, if an attempt of it fails or nobody waits for it any more (`persist`). A job with an
+   * idempotency key is never deferred: its key must be found while it runs.
+   */
+  create(job: NewJob, staleKeyOf?: string, deferred = false): JobRecord {
+    const { store, commits } = this.#deps;
+    let record: JobRecord;
+    if (deferred && !staleKeyOf && job.idempotencyKey === null) {
+      record = store.jobs.reserveJob(job);
+      this.#unwritten.add(record);
+    } else {
+      record = staleKeyOf
+        ? commits.write(() => {
+          store.jobs.releaseIdempotencyKey(staleKeyOf);
+          return store.jobs.insertJob(job);
+        })
+        : commits.writeOne(() => store.jobs.insertJob(job));
+    }
     this.#active.set(record.id, record);
     this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, at: iso(record.createdAt) });
     return record;
+  }
+
+  /**
+   * Write a deferred job (`create`) now, as it stands, if it is not written yet: its client stopped waiting (a wait that
+   * ran out, a connection closed) and the job goes on as any other. Resolves once it is committed — what the 202 of a
+   * wait that ran out promises.
+   */
+  persist(job: JobRecord): Promise<void> {
+    if (!this.#unwritten.has(job)) return Promise.resolve();
+    this.#deps.commits.writeOne(() => this.#unwritten.write(job));
+    return this.#deps.commits.durable();
+  }
+
+  /** The jobs not written yet (`create`, deferred): unfinished, or ended with their row about to be written. */
+  unwritten(): IterableIterator<JobRecord> {
+    return this.#unwritten.all();
+  }
+
+  /** Whether a job is written in the store (a deferred one is not, until it ends or `persist`). */
+  written(job: JobRecord): boolean {
+    return !this.#unwritten.has(job);
+  }
+
+  /** Write the rows of ended jobs that wait for the end of the turn (shutdown). */
+  close(): void {
+    this.#unwritten.flush();
   }
 
   /** At start: the jobs the store holds as not finished, made active again. */
@@ -131,8 +176,10 @@ export class JobStates {
     const route = place.route ?? null;
     // Only jobs this orchestrator holds as queued leave; the statement's own condition is the second line.
     const queued = jobs.filter((job) => job.status === 'queued' && this.#active.get(job.id) === job);
-    const still = this.#deps.commits.write(() => store.jobs.markDispatched(queued.map((job) => job.seq), place.batchId, place.host, now, route));
-    const moved = queued.filter((job) => still.has(job.seq));
+    // A deferred job's dispatch is written with its end (its row does not exist yet).
+    const stored = this.#unwritten.size === 0 ? queued : queued.filter((job) => !this.#unwritten.has(job));
+    const still = stored.length === 0 ? NONE : this.#deps.commits.write(() => store.jobs.markDispatched(stored.map((job) => job.seq), place.batchId, place.host, now, route));
+    const moved = queued.filter((job) => still.has(job.seq) || this.#unwritten.has(job));
     for (const job of moved) {
       Object.assign(job, {
         status: 'dispatched', attempts: job.attempts + 1, batchId: place.batchId, batchSize: jobs.length, leaseHost: place.host,
@@ -165,7 +212,8 @@ export class JobStates {
     if (starting.length === 0) return;
     const now = Math.round(byResult?.startedAt ?? clock.now());
     const waited = loadMs === undefined ? undefined : Math.round(loadMs);
-    if (!byResult) this.#deps.commits.write(() => store.jobs.markRunning(starting.map((job) => job.seq), now));
+    const stored = this.#unwritten.size === 0 ? starting : starting.filter((job) => !this.#unwritten.has(job));
+    if (!byResult && stored.length > 0) this.#deps.commits.write(() => store.jobs.markRunning(stored.map((job) => job.seq), now));
     for (const job of starting) {
       job.status = 'running';
       job.startedAt = now;
@@ -194,7 +242,11 @@ export class JobStates {
   attemptEnded(job: JobRecord, batchId: string, status: 'failed' | 'lost', error: ErrorBody, retryable = true): void {
     if (job.batchId !== batchId || (job.status !== 'dispatched' && job.status !== 'running')) return;
     const now = this.#deps.clock.now();
-    this.#deps.commits.write(() => this.#recordAttempt(job, status, now, { errorCode: error.code, errorMessage: error.message }));
+    // A deferred job whose attempt failed is written as it stands, before its attempt: its retry is a job like any other's.
+    this.#deps.commits.write(() => {
+      if (this.#unwritten.has(job)) this.#unwritten.write(job);
+      this.#recordAttempt(job, status, now, { errorCode: error.code, errorMessage: error.message });
+    });
     this.#attemptOver(job, { status, error, retryable, computeMs: null });
   }
 
@@ -225,7 +277,11 @@ export class JobStates {
   requeued(job: JobRecord): boolean {
     if (!this.#holds(job, ['dispatched', 'running'])) return false;
     const now = this.#deps.clock.now();
-    const changed = this.#deps.commits.writeOne(() => this.#deps.store.jobs.requeueJob(job.seq, now));
+    const requeue = (): boolean => this.#deps.store.jobs.requeueJob(job.seq, now);
+    const changed = this.#unwritten.has(job) ? this.#deps.commits.write(() => {
+      this.#unwritten.write(job);
+      return requeue();
+    }) : this.#deps.commits.writeOne(requeue);
     if (changed) Object.assign(job, { status: 'queued', leaseHost: null, updatedAt: now });
     return changed;
   }
@@ -244,13 +300,22 @@ export class JobStates {
     const kept = job.batchId === outcome.batchId && job.leaseHost
       ? { host: job.leaseHost, startedAt: job.startedAt, loadMs: job.loadMs ?? null, computeMs: outcome.computeMs }
       : undefined;
-    const finish = (): boolean => store.jobs.finishJob(job.seq, 'succeeded', now, { result: outcome.result ?? null, attempt: kept });
-    // A result without artifacts (a tensor's) is one statement, which needs no savepoint of its own.
-    const finished = published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
+    const ending = { result: outcome.result ?? null, attempt: kept };
+    const finish = (): boolean => {
+      if (!this.#unwritten.has(job)) return store.jobs.finishJob(job.seq, 'succeeded', now, ending);
+      // A deferred job: its whole life in one row.
+      this.#unwritten.write(job, { status: 'succeeded', now, outcome: ending });
+      return true;
+    };
+    // A deferred job without artifacts (a tensor's) is written after this turn, its answer on its way first; a result
+    // without artifacts is one statement, which needs no savepoint of its own.
+    const unwritten = published.length === 0 && this.#unwritten.has(job);
+    if (unwritten) this.#unwritten.endLater(job, { status: 'succeeded', now, outcome: ending });
+    const finished = unwritten || (published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
       if (!finish()) return false;
       for (const artifact of published) store.artifacts.insertArtifact(artifact);
       return true;
-    });
+    }));
     if (!finished) return false;
     job.attemptHost = kept?.host ?? null;
     job.computeMs = kept?.computeMs ?? null;
@@ -280,7 +345,9 @@ export class JobStates {
     const now = clock.now();
     const body = error instanceof MeshError ? error.toJSON() : error;
     const changed = this.#deps.commits.write(() => {
-      if (!store.jobs.finishJob(job.seq, status, now, { errorCode: body?.code, errorMessage: body?.message })) return false;
+      const outcome = { errorCode: body?.code, errorMessage: body?.message };
+      if (this.#unwritten.has(job)) this.#unwritten.write(job, { status, now, outcome });
+      else if (!store.jobs.finishJob(job.seq, status, now, outcome)) return false;
       if (attemptBatchId && attemptBatchId === job.batchId) this.#recordAttempt(job, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
       return true;
     });

@@ -22,6 +22,9 @@ export function artifactView(record: ArtifactRecord): ArtifactView {
  * succeeded, from the job's own row (each is kept there, migration 11).
  */
 async function attemptsOf(store: MeshStore, job: JobRecord): Promise<AttemptView[]> {
+  // A job that succeeded at its first attempt has no attempt that ended otherwise: nothing to read (a job's every
+  // failed, lost or cancelled attempt counts in `attempts`; one from before migration 11 has no attempt host).
+  if (job.status === 'succeeded' && job.attempts === 1 && job.attemptHost) return [attemptOnRow(job, job.attemptHost, 'succeeded')];
   const ended = await store.attempts.listAttempts(job.id, decodeRoute);
   if (!job.batchId || ended.some((attempt) => attempt.n === job.attempts)) return ended;
   if ((job.status === 'dispatched' || job.status === 'running') && job.leaseHost) ended.push(attemptOnRow(job, job.leaseHost, 'running'));

@@ -4,7 +4,7 @@ export type { MeshStore, MeshTables } from './contract/mesh-store.js';
 export type { Commits } from './contract/commits.js';
 export type { Migration } from './contract/migration.js';
 export { encodeCursor, decodeCursor } from './contract/cursors.js';
-export type { JobRecord, NewJob, JobFilter, SucceededAttempt } from './contract/jobs.js';
+export type { JobEnd, JobRecord, NewJob, JobFilter, SucceededAttempt } from './contract/jobs.js';
 export type { ArtifactRecord, ArtifactFilter } from './contract/artifacts.js';
 export type { EndedAttempt } from './contract/attempts.js';
 export type { BlobRecord } from './contract/blobs.js';
@@ -17,7 +17,7 @@ export type { MeshLease, Fence, LeaseHolder, OrchestratorRow } from './contract/
 
 export { SqliteStore } from './sqlite/sqlite-store.js';
 export { openDb, migrate, type Db } from './sqlite/db.js';
-export { GroupCommit } from './sqlite/group-commit.js';
+export { GroupCommit, UNWAITED_COMMIT_MS } from './sqlite/group-commit.js';
 export { Checkpointer } from './sqlite/checkpointer.js';
 export { MIGRATIONS } from './sqlite/migrations.js';
 // SQLite's queries table by table, as functions of a connection (tests and benchmarks call them directly).

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
+import { GrantAuthority } from '../../../src/orchestrator/auth/index.js';
+import { JobReads } from '../../../src/orchestrator/jobs/reads.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { jobView } from '../../../src/orchestrator/jobs/views.js';
-import { attempts, SqliteStore } from '../../../src/orchestrator/store/index.js';
+import { attempts, jobs as jobStore, SqliteStore } from '../../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../../helpers/job-core.js';
 import { scriptedPng } from '../../helpers/scripted-agent.js';
 
@@ -230,6 +233,126 @@ describe('failover', () => {
     await harness.settle();
     expect(second.of('run').map((run) => run.jobs[0]!.id)).toEqual([lost.id]);
     expect(lostRun!.jobs[0]!.id).toBe(lost.id);
+  });
+});
+
+describe('a job its client waits for: written once, when it ends', () => {
+  const stored = (id: string): unknown => jobStore.getJob(harness.db, id);
+
+  it('is read from memory while it runs and written whole at its end: insert, dispatch and result in one row', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ deferred: true });
+    await harness.settle();
+    const [run] = laptop.of('run');
+    expect(harness.status(job.id)).toBe('dispatched');
+    expect(stored(job.id)).toBeNull();
+    expect(await harness.core.states.get(job.id)).toBe(job);
+    expect([...harness.core.states.unwritten()]).toEqual([job]);
+    harness.clock.advance(7);
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [], result: { y: [1] }, timings });
+    // Its end is written after the turn it ended in: found meanwhile, by id, in a list and in the counts.
+    expect(harness.status(job.id)).toBeUndefined();
+    expect(await harness.core.states.get(job.id)).toMatchObject({ id: job.id, status: 'succeeded' });
+    const reads = new JobReads({ store: harness.store, clock: harness.clock, states: harness.core.states });
+    const grant = new GrantAuthority(randomBytes(32), 'http://test');
+    const client = grant.verify(grant.mint('client', ['types image']).token, harness.clock.now());
+    expect((await reads.list(client, { limit: 10 })).jobs).toEqual([expect.objectContaining({ id: job.id, status: 'succeeded', result: { y: [1] } })]);
+    expect((await reads.list(client, { limit: 10, statuses: ['queued'] })).jobs).toEqual([]);
+    expect(await reads.counts()).toMatchObject({ succeeded: 1 });
+    await harness.settle();
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    expect(stored(job.id)).toMatchObject({
+      seq: job.seq, status: 'succeeded', attempts: 1, batchId: run!.batchId, batchSize: 1, leaseHost: null, attemptHost: 'laptop', computeMs: timings.computeMs,
+      dispatchedAt: harness.clock.now() - 7, startedAt: harness.clock.now() - timings.computeMs, finishedAt: harness.clock.now(), result: { y: [1] },
+      route: expect.stringContaining('image'), input: job.input,
+    });
+    expect(harness.jobEvents(job.id)).toEqual(['queued', 'dispatched', 'running', 'succeeded']);
+    expect(laptop.of('ack').flatMap((ack) => ack.jobIds)).toEqual([job.id]);
+  });
+
+  it('is written at shutdown if it ended in the turn the orchestrator closes in', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ deferred: true });
+    await harness.settle();
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 3, timings });
+    expect(stored(job.id)).toBeNull();
+    // As Orchestrator.close does: the job roles close before the store's last commit.
+    harness.core.close();
+    harness.commits.flush();
+    expect(stored(job.id)).toMatchObject({ seq: job.seq, status: 'succeeded', result: 3, attemptHost: 'laptop' });
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    // The end of the turn finds nothing left to write (a second insert would be refused).
+    await harness.settle();
+    expect(harness.db.prepare('SELECT count(*) AS n FROM jobs WHERE id = ?').get(job.id)).toEqual({ n: 1 });
+  });
+
+  it('a row refused after the turn is logged and let go: the process goes on, the job is not listed for ever', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ deferred: true });
+    await harness.settle();
+    // Another row takes the job's number meanwhile (what a second orchestrator on a shared store must never do).
+    harness.db.prepare('INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, input, grant_id, created_at, updated_at) '
+      + "VALUES (?, 'j_other', 'image', 'gen', 'queued', 2, 'default', '[]', '{}', 'g', 0, 0)").run(job.seq);
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 3, timings });
+    await harness.settle();
+    expect(stored(job.id)).toBeNull();
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    expect(await harness.core.states.get(job.id)).toBeNull();
+    // Later jobs are written as before.
+    const next = harness.submit();
+    await harness.settle();
+    expect(stored(next.id)).toMatchObject({ status: 'dispatched' });
+  });
+
+  it('keeps the number it was admitted with: jobs admitted after it and written before it take others', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop', { concurrency: 2 });
+    const waited = harness.submit({ deferred: true });
+    const other = harness.submit();
+    await harness.settle();
+    expect(other.seq).toBeGreaterThan(waited.seq);
+    const run = laptop.of('run').find((message) => message.jobs[0]!.id === waited.id)!;
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: waited.id, batchId: run.batchId, artifacts: [], result: 1, timings });
+    await harness.settle();
+    expect(stored(waited.id)).toMatchObject({ seq: waited.seq, status: 'succeeded' });
+    expect(stored(other.id)).toMatchObject({ seq: other.seq, status: 'dispatched' });
+  });
+
+  it('is written as it stands when its attempt fails, before the attempt: its retry is any job\'s', async () => {
+    harness = new JobCoreHarness({ policy: { retries: 1 }, retryBackoffMs: 100 });
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ deferred: true });
+    await harness.settle();
+    harness.core.intake.failed(laptop.session, {
+      type: 'failed', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, retryable: true, error: { code: 'ENGINE_CRASHED', message: 'boom' },
+    });
+    await harness.settle();
+    expect(stored(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
+    expect(harness.db.prepare('SELECT status, error_code FROM attempts WHERE job_id = ?').all(job.id)).toEqual([{ status: 'failed', error_code: 'ENGINE_CRASHED' }]);
+    harness.clock.advance(100);
+    await harness.settle();
+    expect(stored(job.id)).toMatchObject({ status: 'dispatched', attempts: 2 });
+  });
+
+  it('is written when nobody waits any more (persist), and a cancel or a deadline ends it in one row', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const running = harness.submit({ deferred: true });
+    const queued = harness.submit({ deferred: true, deadlineAt: harness.clock.now() + 50 });
+    await harness.settle();
+    await harness.core.states.persist(running);
+    expect(stored(running.id)).toMatchObject({ status: 'dispatched', attempts: 1, leaseHost: 'laptop' });
+    await harness.core.states.persist(running); // once only
+    harness.clock.advance(50);
+    await harness.settle();
+    expect(stored(queued.id)).toMatchObject({ status: 'expired', attempts: 0, finishedAt: harness.clock.now() });
+    harness.core.cancellation.cancel(running.id);
+    await harness.settle();
+    expect(stored(running.id)).toMatchObject({ status: 'cancelled' });
+    expect(laptop.of('cancel').map((message) => message.jobId)).toEqual([running.id]);
   });
 });
 

@@ -119,6 +119,40 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('reserves a job\'s number without writing it, and writes its row later as it stands or finished, in one insert', async () => {
+    const store = await backend.open();
+    const { commits, jobs } = store;
+    const waited = jobs.reserveJob(newJob({ type: 'tensor', model: 'simple', input: { inputs: { a: [1] } } }));
+    const failed = jobs.reserveJob(newJob());
+    const inFlight = jobs.reserveJob(newJob());
+    const after = commits.write(() => jobs.insertJob(newJob()));
+    expect([waited.seq, failed.seq, inFlight.seq, after.seq]).toEqual([waited.seq, waited.seq + 1, waited.seq + 2, waited.seq + 3]);
+    expect(await jobs.getJob(waited.id)).toBeNull();
+    const now = tick();
+    Object.assign(waited, { status: 'running', attempts: 1, batchId: 'b1', batchSize: 1, leaseHost: 'laptop', dispatchedAt: now, startedAt: now + 1, route: 'r' });
+    commits.write(() => jobs.insertRecord(waited, {
+      status: 'succeeded', now: now + 4, outcome: { result: { y: [2] }, attempt: { host: 'laptop', startedAt: now + 1, loadMs: 0, computeMs: 2.5 } },
+    }));
+    commits.write(() => jobs.insertRecord(failed, { status: 'cancelled', now: now + 5, outcome: { errorCode: 'CANCELLED', errorMessage: 'by its client' } }));
+    Object.assign(inFlight, { status: 'dispatched', attempts: 1, batchId: 'b2', batchSize: 1, leaseHost: 'desktop', dispatchedAt: now, updatedAt: now });
+    commits.write(() => jobs.insertRecord(inFlight));
+    await commits.durable();
+    expect(await jobs.getJob(waited.id)).toEqual({
+      ...waited, status: 'succeeded', updatedAt: now + 4, finishedAt: now + 4, leaseHost: null, result: { y: [2] }, attemptHost: 'laptop', loadMs: 0, computeMs: 2.5,
+    });
+    expect(await jobs.getJob(failed.id)).toMatchObject({ status: 'cancelled', attempts: 0, finishedAt: now + 5, errorCode: 'CANCELLED', errorMessage: 'by its client' });
+    // Written as it stood, it goes on as any job: dispatched, then finished by the conditional update.
+    expect(await jobs.getJob(inFlight.id)).toMatchObject({ status: 'dispatched', leaseHost: 'desktop', batchId: 'b2', attempts: 1 });
+    commits.write(() => jobs.finishJob(inFlight.seq, 'failed', now + 6, { errorCode: 'AGENT_LOST', errorMessage: 'gone' }));
+    await commits.durable();
+    expect(await jobs.getJob(inFlight.id)).toMatchObject({ status: 'failed', errorCode: 'AGENT_LOST' });
+    expect((await jobs.listJobs({ limit: 10 })).map((job) => job.id)).toEqual([after.id, inFlight.id, failed.id, waited.id]);
+    // Numbers go on from the largest written, after a restart too.
+    const again = await backend.reopen(store);
+    expect(again.commits.write(() => again.jobs.insertJob(newJob())).seq).toBeGreaterThan(after.seq);
+    await again.close();
+  });
+
   it('puts a dispatched job back in its queue once; ended attempts are kept once each, oldest first', async () => {
     const store = await backend.open();
     const { commits, jobs, attempts } = store;

@@ -1,20 +1,20 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { JobView } from '../../../protocol/api/index.js';
 import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type ModelManifest } from '../../../protocol/index.js';
 import type { EventBus } from '../../events/event-bus.js';
 import type { JobAdmission, JobReads } from '../../jobs/index.js';
 import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
+import type { JobRecord } from '../../store/index.js';
 import type { MeshStatus } from '../../status/mesh-status.js';
 import { grantOf, type RequestAuth } from '../auth.js';
 import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
 import { settleUnreadBody, toMeshError } from '../errors.js';
-import { jobEnd } from '../prefer-wait.js';
+import { clientGone, jobEnd } from '../prefer-wait.js';
 import { decodeTensor, encodeTensor, splitBody } from './binary.js';
 
 export interface OipRouteDeps {
-  admission: Pick<JobAdmission, 'submit'>;
-  reads: Pick<JobReads, 'readable' | 'viewOf'>;
+  admission: Pick<JobAdmission, 'submit' | 'persist'>;
+  reads: Pick<JobReads, 'mayRead'>;
   events: EventBus;
   registry: ModelRegistry;
   status: MeshStatus;
@@ -216,24 +216,32 @@ async function infer(request: FastifyRequest, reply: FastifyReply, model: Regist
   if (offset !== binary.length) throw new MeshError('BAD_REQUEST', { detail: `${binary.length - offset} bytes after the inputs' binary data belong to no input` });
 
   const grant = grantOf(request);
-  const { job } = await deps.admission.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request));
-  const record = deps.reads.readable(grant, job);
-  const gone = new AbortController();
-  reply.raw.once('close', () => gone.abort());
-  const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), gone.signal);
-  if (!ended) throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
-  const view = await deps.reads.viewOf(record);
-  if (view.status !== 'succeeded') {
-    const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
+  // The request waits for its job, which is written when it ends (JobAdmission.submit, waited) unless answered sooner.
+  const { job } = await deps.admission.submit(grant, { type: 'tensor', model: model.manifest.name, input: { inputs } }, deps.auth.authorizer(request), true);
+  if (!deps.reads.mayRead(grant, job)) {
+    await deps.admission.persist(job);
+    throw new MeshError('NOT_FOUND', { what: `Job ${job.id}` });
+  }
+  const record = job;
+  const ended = await jobEnd(deps.events, job.id, INFER_WAIT_MS, () => isTerminal(record.status), clientGone(reply));
+  if (!ended) {
+    // The answer says the job goes on: it is stored first.
+    await deps.admission.persist(job);
+    throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: INFER_WAIT_MS, basis: `job ${job.id} goes on; GET /v1/jobs/${job.id} for its result` });
+  }
+  // The answer is the job's record as its end left it: its result, or its error (the view GET /v1/jobs/:id builds, with
+  // its attempts and artifacts read from the store, would be thrown away).
+  if (record.status !== 'succeeded') {
+    const error = record.errorCode ? { code: record.errorCode, message: record.errorMessage ?? '' } : { code: record.status.toUpperCase(), message: `the job ended ${record.status}` };
     const status = error.code === 'INVALID_INPUT' ? 400 : error.code === 'CANCELLED' ? 409 : 500;
     return reply.code(status).send({ error: `${error.code}: ${error.message}` });
   }
-  return answer(reply, inference, view, model);
+  return answer(reply, inference, record, model);
 }
 
 /** The response: each output asked for (all when none is named), in JSON or, where asked, as binary data after the header. */
-function answer(reply: FastifyReply, inference: InferRequest, view: JobView, model: RegisteredModel): unknown {
-  const produced = (view.result as { outputs?: Record<string, { datatype: Datatype; shape: number[]; data: (number | boolean | string)[] }> } | null)?.outputs ?? {};
+function answer(reply: FastifyReply, inference: InferRequest, job: JobRecord, model: RegisteredModel): unknown {
+  const produced = (job.result as { outputs?: Record<string, { datatype: Datatype; shape: number[]; data: (number | boolean | string)[] }> } | null)?.outputs ?? {};
   const wanted = inference.outputs ?? Object.keys(produced).map((name) => ({ name, parameters: undefined }));
   const allBinary = inference.parameters?.binary_data_output === true;
   const parts: Buffer[] = [];
@@ -246,7 +254,7 @@ function answer(reply: FastifyReply, inference: InferRequest, view: JobView, mod
     parts.push(bytes);
     return { name: output.name, datatype: tensor.datatype, shape: tensor.shape, parameters: { binary_data_size: bytes.length } };
   });
-  const response = { model_name: nameOf(model.manifest), model_version: model.manifest.version, id: inference.id ?? view.id, outputs };
+  const response = { model_name: nameOf(model.manifest), model_version: model.manifest.version, id: inference.id ?? job.id, outputs };
   if (parts.length === 0) return reply.send(response);
   const json = Buffer.from(JSON.stringify(response));
   return reply

@@ -12,7 +12,7 @@ import type { JobAdmission, JobReads } from '../../jobs/index.js';
 import type { JobRecord } from '../../store/index.js';
 import type { ModelRegistry } from '../../registry/index.js';
 import { grantOf, type RequestAuth } from '../auth.js';
-import { jobEnd } from '../prefer-wait.js';
+import { clientGone, jobEnd } from '../prefer-wait.js';
 import { openSse } from '../sse.js';
 import type { ImagesRequest } from './image-requests.js';
 import { openAiErrorBody } from './errors.js';
@@ -71,9 +71,8 @@ export async function runImages(request: FastifyRequest, reply: FastifyReply, as
   const operation: Operation = start ? 'image_edit' : 'image_generation';
   if (ask.stream) return streamImages(request, reply, ask, records, operation, deps);
 
-  const gone = new AbortController();
-  reply.raw.once('close', () => gone.abort());
-  const ended = await Promise.all(records.map((record) => jobEnd(deps.events, record.id, IMAGES_WAIT_MS, () => isTerminal(record.status), gone.signal)));
+  const gone = clientGone(reply);
+  const ended = await Promise.all(records.map((record) => jobEnd(deps.events, record.id, IMAGES_WAIT_MS, () => isTerminal(record.status), gone)));
   if (ended.includes(false)) {
     throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: IMAGES_WAIT_MS, basis: `the jobs go on: ${records.map((record) => record.id).join(', ')}` });
   }

@@ -74,9 +74,28 @@ export interface SucceededAttempt {
 /** How a job ends, and what it ends with: a result and the attempt it succeeded with, or an error. */
 export type JobOutcome = { result?: unknown; errorCode?: string; errorMessage?: string; attempt?: SucceededAttempt };
 
+/** How a job ends, as finishJob is told: the status, the moment and the outcome. */
+export interface JobEnd {
+  status: 'succeeded' | 'failed' | 'cancelled' | 'expired';
+  now: number;
+  outcome: JobOutcome;
+}
+
 /** The jobs table: a job from admission to its end, and its deletion once retention lets it go. */
 export interface JobTable {
+  /** Store a new job as queued, under the number `reserveJob` would give it. */
   insertJob(job: NewJob): JobRecord;
+  /**
+   * A new job's record, its number reserved, nothing written: a job written only later, as it then stands
+   * (`insertRecord`). JobStates defers the write of a job its client waits for (docs/architecture.md, *Writes*).
+   */
+  reserveJob(job: NewJob): JobRecord;
+  /**
+   * Write the row of a job `reserveJob` made: as its record stands (queued, or with the attempt in flight), or, with
+   * `end`, finished as finishJob would finish it — one INSERT where its life would otherwise be an insert and two or
+   * three updates. Only for jobs without an idempotency key (the row's request hash is left empty).
+   */
+  insertRecord(job: JobRecord, end?: JobEnd): void;
   releaseIdempotencyKey(id: string): void;
   markDispatched(seqs: readonly number[], batchId: string, host: string, now: number, route?: string | null): Set<number>;
   markRunning(seqs: readonly number[], now: number): void;
@@ -113,6 +132,30 @@ export function jobFromRow(row: JobRow): JobRecord {
     attemptHost: row.attempt_host, computeMs: row.compute_ms,
     result: row.result === null ? null : JSON.parse(row.result), errorCode: row.error_code, errorMessage: row.error_message,
   };
+}
+
+/** The columns `insertRecord` writes, in the order of `recordValues`. */
+export const RECORD_COLUMNS = [
+  'seq', 'id', 'type', 'model', 'status', 'priority', 'album', 'classes', 'hosts', 'input', 'grant_id', 'idempotency_key', 'created_at', 'updated_at',
+  'finished_at', 'deadline_at', 'attempts', 'batch_id', 'batch_size', 'lease_host', 'dispatched_at', 'started_at', 'route', 'result', 'error_code',
+  'error_message', 'attempt_host', 'load_ms', 'compute_ms',
+] as const;
+
+/**
+ * The values of a job's row as its record stands, or as `end` leaves it (what finishJob would set: the status, its
+ * moment, no lease, the result or error, and the attempt it succeeded with), in the order of RECORD_COLUMNS.
+ */
+export function recordValues(job: JobRecord, end?: JobEnd): unknown[] {
+  const outcome = end?.outcome;
+  const attempt = outcome?.attempt;
+  const json = (value: unknown): string | null => (value === undefined || value === null ? null : JSON.stringify(value));
+  return [
+    job.seq, job.id, job.type, job.model, end ? end.status : job.status, job.priority, job.album, JSON.stringify(job.classes), json(job.hosts),
+    JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.createdAt, end ? end.now : job.updatedAt, end ? end.now : job.finishedAt,
+    job.deadlineAt, job.attempts, job.batchId, job.batchSize, end ? null : job.leaseHost, job.dispatchedAt, attempt ? attempt.startedAt : job.startedAt,
+    job.route, end ? json(outcome!.result) : json(job.result), end ? outcome!.errorCode ?? null : job.errorCode, end ? outcome!.errorMessage ?? null : job.errorMessage,
+    attempt ? attempt.host : job.attemptHost, attempt ? attempt.loadMs : job.loadMs ?? null, attempt ? attempt.computeMs : job.computeMs,
+  ];
 }
 
 /**

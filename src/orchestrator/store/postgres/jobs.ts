@@ -1,4 +1,4 @@
-import { jobFromRow, queuedRecord, type JobRow, type JobTable } from '../contract/jobs.js';
+import { jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobRow, type JobTable } from '../contract/jobs.js';
 import { marks, Where, type PgAccess } from './access.js';
 
 /** The prompt of a job row aliased `j`, in SQL (contract/jobs.ts, promptOf; SQLite's is sqlite/jobs.ts, PROMPT_SQL). */
@@ -14,6 +14,9 @@ const SUCCEEDED_ROWS = {
     WHERE jobs.seq = v.seq AND jobs.status IN ('queued', 'dispatched', 'running')`,
 } as const;
 
+/** A job's whole row (JobTable.insertRecord): consecutive ones are sent as one INSERT (pg-commits.ts, coalesced). */
+const INSERT_RECORD = `INSERT INTO jobs (${RECORD_COLUMNS.join(', ')}) VALUES (${marks(RECORD_COLUMNS.length)})`;
+
 /**
  * The jobs table in PostgreSQL. A job's number is known when it is admitted, before its row reaches the database
  * (`nextSeq`: from the blocks the store reserves); the conditional updates answer from what they were asked, as a
@@ -21,6 +24,8 @@ const SUCCEEDED_ROWS = {
  */
 export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobTable {
   return {
+    reserveJob: (job) => queuedRecord(job, nextSeq()),
+    insertRecord: (job, end) => write(INSERT_RECORD, recordValues(job, end)),
     insertJob: (job) => {
       const seq = nextSeq();
       const hosts = job.hosts ?? null;

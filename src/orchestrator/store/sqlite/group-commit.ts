@@ -2,8 +2,17 @@ import { stmt, type Db } from './db.js';
 import type { Commits } from '../contract/commits.js';
 
 /**
+ * How long a transaction that nobody waits for stays open for more writes. Most writes are waited for — a submit's
+ * 202, an upload's 201 — and commit at the end of their turn; the others (a dispatch, a job's end, an audit entry)
+ * wait for the next write that is, or this long: a job answered on the request that waited for it (its row written
+ * at its end) is then one commit among many instead of one commit each.
+ */
+export const UNWAITED_COMMIT_MS = 5;
+
+/**
  * Group commit: every write made during one turn of the event loop joins one
- * transaction, committed once with setImmediate. On a busy mesh this turns
+ * transaction, committed once with setImmediate when something waits for it
+ * (`durable`), else within UNWAITED_COMMIT_MS. On a busy mesh this turns
  * hundreds of commits a second (each a WAL write) into a few dozen.
  * `write` runs a function inside the open transaction (as a savepoint, so a
  * throw undoes only its own changes); `durable` resolves once everything
@@ -11,12 +20,18 @@ import type { Commits } from '../contract/commits.js';
  */
 export class GroupCommit implements Commits {
   readonly #db: Db;
+  readonly #unwaitedMs: number;
   #open = false;
   #waiters: { resolve(): void; reject(error: unknown): void }[] = [];
   #after: (() => void)[] = [];
+  /** The commit at the end of this turn, asked for by a waiter; and the later one of a transaction nobody waits for. */
+  #soon = false;
+  #later: NodeJS.Timeout | null = null;
 
-  constructor(db: Db) {
+  /** `unwaitedMs`: how long writes nobody waits for may stay uncommitted (0: commit every turn). */
+  constructor(db: Db, unwaitedMs = UNWAITED_COMMIT_MS) {
     this.#db = db;
+    this.#unwaitedMs = unwaitedMs;
   }
 
   write<T>(fn: () => T): T {
@@ -47,6 +62,7 @@ export class GroupCommit implements Commits {
   /** Resolves when the writes made so far are committed; rejects with SQLite's error when their commit failed. */
   durable(): Promise<void> {
     if (!this.#open) return Promise.resolve();
+    this.#commitSoon();
     return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
   }
 
@@ -58,6 +74,8 @@ export class GroupCommit implements Commits {
 
   /** Commit now (shutdown). */
   flush(): void {
+    if (this.#later) clearTimeout(this.#later);
+    this.#later = null;
     if (!this.#open) return;
     this.#open = false;
     const waiters = this.#waiters;
@@ -87,6 +105,17 @@ export class GroupCommit implements Commits {
     if (this.#open) return;
     stmt(this.#db, 'BEGIN').run();
     this.#open = true;
-    setImmediate(() => this.flush());
+    if (this.#unwaitedMs <= 0) this.#commitSoon();
+    else this.#later = setTimeout(() => this.flush(), this.#unwaitedMs);
+  }
+
+  /** Commit at the end of this turn: something waits for it. */
+  #commitSoon(): void {
+    if (this.#soon) return;
+    this.#soon = true;
+    setImmediate(() => {
+      this.#soon = false;
+      this.flush();
+    });
   }
 }

@@ -1,21 +1,33 @@
 import type { JobStatus } from '../../../protocol/index.js';
-import { jobFromRow, queuedRecord, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob } from '../contract/jobs.js';
+import {
+  jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
+} from '../contract/jobs.js';
 import { modelIn } from './model-filter.js';
 import { stmt, type Db } from './db.js';
 
 /** The prompt of a job row aliased `j`, in SQL (contract/jobs.ts, promptOf): the gallery's artifact lists read it. */
 export const PROMPT_SQL = `(CASE json_type(j.input, '$.prompt') WHEN 'text' THEN json_extract(j.input, '$.prompt') END)`;
 
-/** Insert a queued job; returns it with its sequence number and prompt. */
-export function insertJob(db: Db, job: NewJob): JobRecord {
+/**
+ * Insert a queued job; returns it with its sequence number and prompt. `seq`: the number the store reserved for it
+ * (jobTable); without one SQLite takes the next rowid.
+ */
+export function insertJob(db: Db, job: NewJob, seq: number | null = null): JobRecord {
   const hosts = job.hosts ?? null;
   // `seq` is the rowid: read back as the insert's lastInsertRowid (1.5 µs less than RETURNING, which builds a result row).
-  const seq = Number(stmt(db, `INSERT INTO jobs (id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
-      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-    job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
+  const rowid = Number(stmt(db, `INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
+      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    seq, job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
     JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ).lastInsertRowid);
-  return queuedRecord(job, seq);
+  return queuedRecord(job, rowid);
+}
+
+const INSERT_RECORD = `INSERT INTO jobs (${RECORD_COLUMNS.join(', ')}) VALUES (${RECORD_COLUMNS.map(() => '?').join(', ')})`;
+
+/** Write the row of a job reserved and not written before, as it stands or as `end` finishes it (JobTable.insertRecord). */
+export function insertRecord(db: Db, job: JobRecord, end?: JobEnd): void {
+  stmt(db, INSERT_RECORD).run(...recordValues(job, end));
 }
 
 export function getJob(db: Db, id: string): JobRecord | null {
@@ -149,10 +161,21 @@ export function deleteJobs(db: Db, ids: readonly string[]): void {
   for (const id of ids) for (const statement of statements) statement.run(id);
 }
 
-/** The jobs table on one connection: reads answer at once, as promises. */
+/**
+ * The jobs table on one connection: reads answer at once, as promises. Job numbers are handed out here, from the
+ * largest in the table on, as PostgreSQL's store hands them out from its reserved blocks: a job reserved and written
+ * later (reserveJob, insertRecord) keeps the number it was admitted with, and no insert in between can take it.
+ */
 export function jobTable(db: Db): JobTable {
+  let last: number | null = null;
+  const nextSeq = (): number => {
+    last ??= (stmt(db, 'SELECT coalesce(max(seq), 0) AS seq FROM jobs').get() as { seq: number }).seq;
+    return ++last;
+  };
   return {
-    insertJob: (job) => insertJob(db, job),
+    insertJob: (job) => insertJob(db, job, nextSeq()),
+    reserveJob: (job) => queuedRecord(job, nextSeq()),
+    insertRecord: (job, end) => insertRecord(db, job, end),
     releaseIdempotencyKey: (id) => releaseIdempotencyKey(db, id),
     markDispatched: (seqs, batchId, host, now, route) => markDispatched(db, seqs, batchId, host, now, route),
     markRunning: (seqs, now) => markRunning(db, seqs, now),

@@ -3,7 +3,7 @@ import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { artifacts, GroupCommit, migrate, MIGRATIONS, openDb, jobs } from '../../../../src/orchestrator/store/index.js';
+import { artifacts, GroupCommit, migrate, MIGRATIONS, openDb, jobs, UNWAITED_COMMIT_MS, type Db } from '../../../../src/orchestrator/store/index.js';
 
 describe('store migrations', () => {
   it('apply once, in order, and a second run does no harm', () => {
@@ -91,13 +91,15 @@ describe('store migrations', () => {
 });
 
 describe('group commit', () => {
+  const inserter = (db: Db) => (id: string) => jobs.insertJob(db, {
+    id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
+    grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
+  });
+
   it('joins one turn\'s writes into one transaction, undoes only a failed write, and resolves durable() after COMMIT', async () => {
     const db = openDb(`/tmp/gpumesh-group-${process.pid}-${Date.now()}/store.sqlite`);
     const commits = new GroupCommit(db);
-    const insert = (id: string) => jobs.insertJob(db, {
-      id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
-      grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
-    });
+    const insert = inserter(db);
     commits.write(() => insert('j_a'));
     expect(() => commits.write(() => { insert('j_b'); throw new Error('boom'); })).toThrow('boom');
     commits.write(() => insert('j_c'));
@@ -114,13 +116,35 @@ describe('group commit', () => {
     db.close();
   });
 
+  it('commits writes nobody waits for within UNWAITED_COMMIT_MS, and at the end of the turn once something waits', async () => {
+    const db = openDb(`/tmp/gpumesh-group-later-${process.pid}-${Date.now()}/store.sqlite`);
+    const commits = new GroupCommit(db);
+    const insert = inserter(db);
+    const acked: string[] = [];
+    commits.writeOne(() => insert('j_unwaited'));
+    commits.afterCommit(() => acked.push('unwaited'));
+    await new Promise((resolve) => setImmediate(resolve));
+    // A turn later it is still open, for more writes to join.
+    expect(db.inTransaction).toBe(true);
+    const started = performance.now();
+    while (db.inTransaction) await new Promise((resolve) => setTimeout(resolve, 1));
+    expect(performance.now() - started).toBeLessThan(UNWAITED_COMMIT_MS + 50);
+    expect(acked).toEqual(['unwaited']);
+    // A write that is waited for commits at the end of its turn, with whatever joined it before.
+    commits.writeOne(() => insert('j_first'));
+    commits.writeOne(() => insert('j_waited'));
+    const waited = commits.durable();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(db.inTransaction).toBe(false);
+    await waited;
+    expect(['j_unwaited', 'j_first', 'j_waited'].map((id) => jobs.getJob(db, id)?.id ?? null)).toEqual(['j_unwaited', 'j_first', 'j_waited']);
+    db.close();
+  });
+
   it('a one-statement write needs no savepoint: a statement that fails undoes itself and nothing before it', async () => {
     const db = openDb(`/tmp/gpumesh-group-one-${process.pid}-${Date.now()}/store.sqlite`);
     const commits = new GroupCommit(db);
-    const insert = (id: string) => jobs.insertJob(db, {
-      id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {},
-      grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null,
-    });
+    const insert = inserter(db);
     commits.writeOne(() => insert('j_one'));
     // The id is unique: the second insert fails as a statement, inside the open transaction.
     expect(() => commits.writeOne(() => insert('j_one'))).toThrow(/UNIQUE/);
