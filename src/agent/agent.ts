@@ -14,6 +14,7 @@ import { Governor, platformName } from './governance/governor.js';
 import { findNvidiaSmi } from './governance/executable.js';
 import { Supervisor } from './governance/supervisor.js';
 import { ownerActive } from './host-policy/activity.js';
+import { macAddresses } from './host-policy/mac-addresses.js';
 import { HostAvailability } from './host-policy/availability.js';
 import { sampleGpus } from './host-policy/gpu-telemetry.js';
 import { Yielding } from './host-policy/yielding.js';
@@ -139,7 +140,7 @@ export class Agent {
         this.#drain.check();
       },
     });
-    const policies = (options.hostConfig ?? HostConfig.none()).policies;
+    const { wake: _wake, ...policies } = (options.hostConfig ?? HostConfig.none()).policies;
     this.#yielding = new Yielding({
       host: options.host, owner: policies.owner, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
       batches: this.#batches, residency: this.#residency,
@@ -273,6 +274,7 @@ export class Agent {
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
       engineUser: this.#governor.engineUser.description, platform: platformName(), governance: this.#governor.kind, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
       ...(this.#availability?.away ? { away: this.#availability.away } : {}),
+      ...(this.#options.hostConfig?.policies.wake?.announce ? { macs: macAddresses() } : {}),
     };
   }
 

@@ -5,6 +5,8 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { AuditLog } from './auth/audit.js';
+import { sendMagicPackets } from './wake/magic-packet.js';
+import { Waker } from './wake/waker.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from '../protocol/clock.js';
@@ -297,7 +299,7 @@ export class Orchestrator {
     });
     const status = new MeshStatus({
       hosts, registry, scheduler, breakers, health, throughput, counts: () => reads.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
-      placement: () => autoscaler.view(), orchestrators: options.orchestrators,
+      placement: () => autoscaler.view(), orchestrators: options.orchestrators, wokenAt: (id) => waker.wokenAt(id),
       storage: async () => ({
         blobs: { location: blobStore.location, ...await store.blobs.blobTotals() },
         jobs: { retentionDays: config.jobs.retentionDays, counts: await reads.counts() },
@@ -312,7 +314,33 @@ export class Orchestrator {
       open: async (digest) => (await reader.open(digest, (await outputs.blobRecord(digest))?.bytes ?? null)).read(),
     });
     const gallery = new GalleryService({ store, commits, jobs: reads, thumbnails, reclaimer });
-    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null });
+    // Wake-on-LAN: work that waits for a class only sleeping hosts serve wakes them.
+    const wakeSettings = config.wake;
+    const waker = new Waker({
+      clock, log: log.child({ part: 'wake' }), hosts,
+      settings: {
+        broadcast: wakeSettings.broadcast, port: wakeSettings.port, everyMs: wakeSettings.everyS * 1000,
+        giveUpAfterMs: wakeSettings.giveUpAfterS * 1000, recentMs: wakeSettings.recentDays * 86_400_000,
+      },
+      waitingClasses: () => {
+        const waiting = new Set<string>();
+        for (const [name, depth] of Object.entries(scheduler.depths())) {
+          const registered = registry.get(name);
+          if (depth === 0 || !registered) continue;
+          const classes = [...new Set(registered.manifest.jobTypes.flatMap((type) => config.routing[type] ?? []))];
+          const served = router.candidates(registered, classes).some((host) => host.takesWork);
+          if (!served) for (const klass of classes) waiting.add(klass);
+        }
+        return waiting;
+      },
+      send: sendMagicPackets,
+      woke: (host, at) => {
+        const macs = hosts.info(host)?.macs?.join(', ') ?? '';
+        audit.record({ event: 'host:woken', detail: `sent ${host} a Wake-on-LAN packet (${macs}) at ${wakeSettings.broadcast}:${wakeSettings.port}: work waits for it` });
+        events.publishMesh({ type: 'host:waking', host, at: new Date(at).toISOString() });
+      },
+    });
+    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null, hostWokenAt: (id) => waker.wokenAt(id) });
     const app = await buildServer({
       admission: jobAdmission, reads, cancels, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
@@ -329,7 +357,7 @@ export class Orchestrator {
     const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

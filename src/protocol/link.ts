@@ -65,11 +65,12 @@ export type Device = z.infer<typeof Device>;
 
 /**
  * A host that is linked and takes no work now, and why: its owner is using the machine (`yielded`), it is outside
- * its hours (`off-hours`), or its GPUs are over their temperature or power limit (`hot`). `since` and `until` are
- * epoch ms; `until` is when it expects to take work again (its next window), null when it cannot say.
+ * its hours (`off-hours`), or its GPUs are over their temperature or power limit (`hot`) — or it is about to sleep
+ * (`asleep`, said just before it leaves, so its absence reads as sleep, not a loss). `since` and `until` are epoch ms;
+ * `until` is when it expects to take work again (its next window), null when it cannot say.
  */
 export const HostAway = z.object({
-  state: z.enum(['yielded', 'off-hours', 'hot']),
+  state: z.enum(['yielded', 'off-hours', 'hot', 'asleep']),
   reason: z.string().max(500),
   since: z.number(),
   until: z.number().nullable(),
@@ -208,6 +209,11 @@ export const AgentMessage = z.discriminatedUnion('type', [
     configured: list(Id).optional(),
     /** It takes no work now (its owner, its hours, its heat). Optional: absent means it takes work. */
     away: HostAway.optional(),
+    /**
+     * Its network interfaces' MAC addresses (`aa:bb:cc:dd:ee:ff`), where its owner opts in (host config `wake.announce`),
+     * so the orchestrator can wake it with a Wake-on-LAN packet while it sleeps. Optional.
+     */
+    macs: z.array(z.string().regex(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/)).max(16).optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),

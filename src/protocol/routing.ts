@@ -18,6 +18,8 @@ export const ROUTE_SKIP_REASONS = [
   'not configured',
   // The host takes no work now: its owner is using it, it is outside its hours, or its GPUs are too hot (HostAway).
   'yielded', 'out of hours', 'too hot',
+  // The host said it goes to sleep (its sleep policy) and is leaving.
+  'asleep',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 

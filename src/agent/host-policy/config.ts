@@ -18,6 +18,8 @@ import { Hours } from './hours.js';
  *       temperatureC: 83         # a GPU this hot takes no new batch…
  *       marginC: 5               # …until it is this much cooler
  *       powerW: 300              # likewise for its power draw (marginW, default 20)
+ *     wake:
+ *       announce: true           # say this host's MAC addresses, so the mesh can wake it (Wake-on-LAN)
  */
 const Command = z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]);
 
@@ -48,16 +50,24 @@ export const CoolPolicy = z.strictObject({
   marginW: z.number().min(0).default(20),
 }).refine((cool) => cool.temperatureC !== undefined || cool.powerW !== undefined, 'say what is too hot: temperatureC, powerW, or both');
 
+/** Wake-on-LAN: the host's MAC addresses go in its hello (opt-in), so the orchestrator can wake it while it sleeps. */
+export const WakePolicy = z.strictObject({
+  announce: z.boolean().default(true),
+});
+
 export const HostPolicies = {
   owner: OwnerPolicy.optional(),
   hours: HoursPolicy.optional(),
   cool: CoolPolicy.optional(),
+  wake: WakePolicy.optional(),
 };
 export type OwnerPolicy = z.output<typeof OwnerPolicy>;
 export type HoursPolicy = z.output<typeof HoursPolicy>;
 export type CoolPolicy = z.output<typeof CoolPolicy>;
+export type WakePolicy = z.output<typeof WakePolicy>;
 export interface HostPolicies {
   owner?: OwnerPolicy;
   hours?: HoursPolicy;
   cool?: CoolPolicy;
+  wake?: WakePolicy;
 }

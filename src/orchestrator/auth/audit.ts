@@ -18,8 +18,11 @@ export interface AuditLogDeps {
   pruneEveryMs?: number;
 }
 
-/** What happened: a grant minted or revoked, a request refused for its grant, an admin-only action. */
-export const AUDIT_EVENTS = ['grant:minted', 'grant:revoked', 'request:refused', 'admin:action'] as const;
+/**
+ * What happened: a grant minted or revoked, a request refused for its grant, an admin-only action, a sleeping host sent
+ * a Wake-on-LAN packet (the orchestrator's own doing: it makes a machine of someone's start).
+ */
+export const AUDIT_EVENTS = ['grant:minted', 'grant:revoked', 'request:refused', 'admin:action', 'host:woken'] as const;
 export type AuditEvent = (typeof AUDIT_EVENTS)[number];
 
 export type { AuditView };

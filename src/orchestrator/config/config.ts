@@ -330,6 +330,22 @@ export const MeshConfigInput = z.strictObject({
      */
     intervalMs: z.int().min(50).max(60_000).default(1000),
   }).prefault({}),
+  /**
+   * Wake-on-LAN for hosts that sleep: when jobs wait for a class only sleeping hosts serve (they announced their MAC
+   * addresses: host config `wake.announce`), a magic packet goes to each (docs/operations.md, *Machines people also use*).
+   */
+  wake: z.strictObject({
+    /** Where the packets go: a broadcast address of the hosts' network. Default 255.255.255.255. */
+    broadcast: z.string().min(1).default('255.255.255.255'),
+    /** UDP port. Default 9 (discard), as most Wake-on-LAN senders use. */
+    port: z.int().min(1).max(65_535).default(9),
+    /** At most one packet per host this often while work waits for it. Default 60 s. */
+    everyS: z.number().min(1).default(60),
+    /** Stop sending after this long without the host coming (until work waits for it afresh). Default 10 min. */
+    giveUpAfterS: z.number().min(1).default(600),
+    /** Only hosts seen within this many days are woken. Default 14. */
+    recentDays: z.number().min(0).default(14),
+  }).prefault({}),
 });
 export type MeshConfigInput = z.input<typeof MeshConfigInput>;
 

@@ -19,9 +19,11 @@ export interface JobExplainerDeps {
   hostInfo?(id: string): HostInfo | undefined;
   /** Why a linked host takes no work now (its owner, its hours, its heat), or null. */
   hostAway?(id: string): HostAway | null;
+  /** When a sleeping host was last sent a Wake-on-LAN packet, or null. */
+  hostWokenAt?(id: string): number | null;
 }
 
-const AWAY_SKIPS: ReadonlySet<string> = new Set(['yielded', 'out of hours', 'too hot']);
+const AWAY_SKIPS: ReadonlySet<string> = new Set(['yielded', 'out of hours', 'too hot', 'asleep']);
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
@@ -106,7 +108,12 @@ export class JobExplainer {
       return result('a batch to fill', `${standing.group.size} of ${standing.group.target} compatible jobs queued${by}`);
     }
     if (decision.waitingFor === 'a host of its classes') {
-      return result('a host of its classes', `no usable host serves ${job.classes.join(' or ')}${why ? ` (${why})` : ''}`);
+      // Sleeping hosts of its classes that were sent a Wake-on-LAN packet for it.
+      const waking = skipped.filter((skip) => skip.reason === 'disconnected').flatMap((skip) => {
+        const at = this.#deps.hostWokenAt?.(skip.host) ?? null;
+        return at === null ? [] : [`waking ${skip.host}, packet sent ${new Date(at).toISOString().slice(11, 16)} UTC`];
+      });
+      return result('a host of its classes', `no usable host serves ${job.classes.join(' or ')}${why ? ` (${why})` : ''}${waking.length ? `; ${waking.join('; ')}` : ''}`);
     }
     if (decision.waitingFor === 'a free slot') {
       return result('a free slot', `every usable host of class ${decision.class ?? '?'} is busy${why ? ` (${why})` : ''}`);

@@ -174,7 +174,7 @@ export class AgentHub {
         id: hello.host, classes: hello.classes, devices: hello.devices, engines: hello.engines, concurrency: hello.concurrency, version: hello.version,
         models: grant.models, unavailable: hello.unavailable, tools: hello.tools, engineUser: hello.engineUser,
         ...(hello.platform ? { platform: hello.platform } : {}), ...(hello.governance ? { governance: hello.governance } : {}),
-        ...(hello.configured ? { configured: hello.configured } : {}),
+        ...(hello.configured ? { configured: hello.configured } : {}), ...(hello.macs?.length ? { macs: hello.macs } : {}),
       },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
       this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,

@@ -31,6 +31,8 @@ export interface HostInfo {
   governance?: string;
   /** The models its own config declares (commands, servers: only there may they run); absent: an agent too old to say. */
   configured?: readonly string[];
+  /** Its network interfaces' MAC addresses, where its owner let it say (Wake-on-LAN); absent: none said. */
+  macs?: readonly string[];
 }
 
 /** Why `info`'s host cannot serve one of `classes` although it was meant to (the first such class), or null. */

@@ -20,6 +20,8 @@ export interface DepartedHost {
   lastSeenAt: number;
   /** It drained and closed its link on purpose (host:left), rather than being lost. */
   left: boolean;
+  /** It said it went to sleep before it left (its sleep policy): a Wake-on-LAN packet may bring it back. */
+  asleep: boolean;
 }
 
 /** Departed hosts remembered at most (the oldest is forgotten first). */
@@ -118,7 +120,8 @@ export class HostRegistry {
     if (this.#hosts.get(session.id) !== session) return false;
     this.#hosts.delete(session.id);
     this.#unindex(session);
-    this.#departed.set(session.id, { info: session.info, lostAt: now, lastSeenAt: session.lastSeenAt, left });
+    // Whatever way it went, a host that said it goes to sleep sleeps.
+    this.#departed.set(session.id, { info: session.info, lostAt: now, lastSeenAt: session.lastSeenAt, left, asleep: session.away?.state === 'asleep' });
     keepNewest(this.#departed, DEPARTED_LIMIT);
     this.changed();
     return true;

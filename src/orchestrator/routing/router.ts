@@ -9,7 +9,7 @@ import { SkipLog, type RouteDecision, type Warmth } from './route-log.js';
 import type { ThroughputBook } from './throughput.js';
 
 /** Why a host that takes no work now is passed over, by what keeps it away. */
-const AWAY_REASONS: Record<HostAway['state'], RouteSkipReason> = { yielded: 'yielded', 'off-hours': 'out of hours', hot: 'too hot' };
+const AWAY_REASONS: Record<HostAway['state'], RouteSkipReason> = { yielded: 'yielded', 'off-hours': 'out of hours', hot: 'too hot', asleep: 'asleep' };
 
 /** With more usable replicas than this in the best tier, two are drawn at random and the less loaded wins. */
 export const TWO_CHOICES_ABOVE = 4;

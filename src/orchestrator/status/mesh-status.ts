@@ -18,6 +18,8 @@ export interface MeshStatusDeps {
   blocked?(model: RegisteredModel): string | null;
   /** Each model's replicas: where the autoscaler placed them, and how many it wants. */
   placement?(): ModelReplicasView[];
+  /** When a sleeping host was last sent a Wake-on-LAN packet, or null. */
+  wokenAt?(host: string): number | null;
   /** The orchestrators sharing the store (PostgreSQL): which runs the mesh, which stand by (the lease's rows, as they are). */
   orchestrators?(): Promise<readonly object[]>;
   /** What the store holds and how long it keeps finished jobs (`GET /v1/storage`). */
@@ -93,7 +95,8 @@ export class MeshStatus {
     const resident = new Set(host.resident.map((entry) => entry.model));
     return {
       id: host.id, connected: true, draining: host.draining,
-      away: host.away ? { state: host.away.state, reason: host.away.reason, since: iso(host.away.since)!, until: iso(host.away.until) } : null, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
+      away: host.away ? { state: host.away.state, reason: host.away.reason, since: iso(host.away.since)!, until: iso(host.away.until) } : null,
+      wokenAt: iso(this.#deps.wokenAt?.(host.id) ?? null), classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: host.freeSlots, batchesInFlight: host.batches.size, jobsInFlight: host.jobsInFlight,
       probesInFlight: host.probes.size, devices: [...host.devices], resident: [...host.resident],
       health: this.#deps.health.hostState(host), breaker: this.#deps.breakers.view(host.id, null),
@@ -104,7 +107,10 @@ export class MeshStatus {
 
   #departed(host: DepartedHost): HostView {
     return {
-      id: host.info.id, connected: false, draining: false, away: null, classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
+      id: host.info.id, connected: false, draining: false,
+      // A host that said it went to sleep is asleep, not lost: work for it may wake it (Wake-on-LAN).
+      away: host.asleep ? { state: 'asleep', reason: 'asleep', since: iso(host.lostAt)!, until: null } : null,
+      wokenAt: iso(this.#deps.wokenAt?.(host.info.id) ?? null), classes: host.info.classes, ...capabilities(host.info), engines: host.info.engines, models: host.info.models ? [...host.info.models] : null, version: host.info.version,
       concurrency: host.info.concurrency, freeSlots: 0, batchesInFlight: 0, jobsInFlight: 0, probesInFlight: 0, devices: host.info.devices, resident: [],
       health: 'disconnected', breaker: this.#deps.breakers.view(host.info.id, null), replicas: this.#replicas(host.info.id, new Set()),
       connectedAt: null, lastSeenAt: iso(host.lastSeenAt)!, lostAt: iso(host.lostAt), left: host.left,

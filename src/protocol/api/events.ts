@@ -47,7 +47,9 @@ export type MeshEvent =
    * A linked host stopped taking work (`state`: its owner is using it, it is outside its hours, its GPUs are too hot),
    * or took work again (`host:back`). `until`: when it expects to be back (its next window), null when it cannot say.
    */
-  | { type: 'host:away'; host: string; state: 'yielded' | 'off-hours' | 'hot'; reason: string; since: string; until: string | null; at: string }
+  | { type: 'host:away'; host: string; state: 'yielded' | 'off-hours' | 'hot' | 'asleep'; reason: string; since: string; until: string | null; at: string }
+  /** Work waited for a sleeping host: the orchestrator sent it a Wake-on-LAN packet. */
+  | { type: 'host:waking'; host: string; at: string }
   | { type: 'host:back'; host: string; at: string }
   /** A draining host finished and closed its link on purpose. */
   | { type: 'host:left'; host: string; at: string }
@@ -80,7 +82,7 @@ export type MeshEventType = MeshEvent['type'];
  */
 const EVENT_NAMES: Record<JobEventType | MeshEventType, true> = {
   queued: true, dispatched: true, loading: true, running: true, progress: true, preview: true, succeeded: true, failed: true, cancelled: true, expired: true,
-  'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:away': true, 'host:back': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
+  'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:away': true, 'host:back': true, 'host:waking': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
   'link:refused': true,
   'blob:corrupt': true, 'breaker:opened': true, 'breaker:half-open': true, 'breaker:closed': true,
 };

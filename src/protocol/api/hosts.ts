@@ -43,8 +43,10 @@ export const HostView = z.strictObject({
    * (`off-hours`), its GPUs are too hot (`hot`); `until` is when it expects to take work again. Null when it takes work.
    */
   away: z.strictObject({
-    state: z.enum(['yielded', 'off-hours', 'hot']), reason: z.string(), since: Time, until: Time.nullable(),
-  }).nullable().describe('why a linked host takes no work now (yielded, off-hours, hot); null when it takes work'),
+    state: z.enum(['yielded', 'off-hours', 'hot', 'asleep']), reason: z.string(), since: Time, until: Time.nullable(),
+  }).nullable().describe('why a linked host takes no work now (yielded, off-hours, hot), or that a departed one sleeps (asleep); null when it takes work'),
+  /** Wake-on-LAN: when the orchestrator last sent this host a magic packet (it sleeps and work waits for it); null: never. */
+  wokenAt: Time.nullable().describe('when the orchestrator last sent this host a Wake-on-LAN packet; null: never'),
   classes: z.array(z.string()),
   /**
    * Classes it was configured to serve and cannot, by class, with why (`{ video: "ffmpeg not found (…)" }`): left
