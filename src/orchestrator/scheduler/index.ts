@@ -1,5 +1,5 @@
 export { Scheduler, type SchedulerDeps, type Release, type PickHost } from './scheduler.js';
-export { ModelQueue, effectivePriority, compareJobs, type QueuedJob } from './queue.js';
+export { ModelQueue, effectivePriority, compareRanks, type QueuedJob, type Rank } from './queue.js';
 export { releaseDecision, worthWaiting, type BatchingPolicy, type ReleaseDecision } from './batcher.js';
 export { ArrivalRate } from './arrivals.js';
 export { Admission } from './admission.js';
