@@ -6,3 +6,4 @@ export { Admission } from './admission.js';
 export { GrantRateLimiter } from './rates.js';
 export { MemoryEstimator, MemoryPlanner, type MemoryHost, type MemoryModel } from './memory.js';
 export { SwapPolicy, displacedBy, type SwapPolicyName, type SwapPolicyOptions, type SwapHold, type ReadyModels } from './swap-policy.js';
+export { LineageCaps, type LineageCapsDeps, type CapUse } from './caps.js';

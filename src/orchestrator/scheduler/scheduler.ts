@@ -60,6 +60,8 @@ export class Scheduler {
   readonly #deps: SchedulerDeps;
   readonly #queues = new Map<string, ModelQueue>();
   readonly #arrivals = new Map<string, ArrivalRate>();
+  /** Jobs waiting per grant lineage, across models (a `max-queued` cap is checked against it). */
+  readonly #byLineage = new Map<string, number>();
   #total = 0;
 
   constructor(deps: SchedulerDeps) {
@@ -74,6 +76,11 @@ export class Scheduler {
     return this.#queues.get(model)?.size ?? 0;
   }
 
+  /** Jobs of a grant lineage waiting in the queues now. */
+  queuedOf(lineage: string): number {
+    return this.#byLineage.get(lineage) ?? 0;
+  }
+
   depths(): Record<string, number> {
     return Object.fromEntries([...this.#queues].map(([model, queue]) => [model, queue.size]));
   }
@@ -83,6 +90,7 @@ export class Scheduler {
     if (!queue) this.#queues.set(job.model, (queue = new ModelQueue()));
     queue.push(job);
     this.#total++;
+    if (job.lineage !== undefined) this.#byLineage.set(job.lineage, (this.#byLineage.get(job.lineage) ?? 0) + 1);
     let arrivals = this.#arrivals.get(job.model);
     if (!arrivals) this.#arrivals.set(job.model, (arrivals = new ArrivalRate()));
     arrivals.arrived(job.enqueuedAt);
@@ -91,7 +99,7 @@ export class Scheduler {
   /** Take a job out of its queue (cancelled or expired); false if it was not queued. */
   remove(model: string, id: string): boolean {
     const removed = this.#queues.get(model)?.remove(id);
-    if (removed) this.#total--;
+    if (removed) this.#left(removed);
     return removed !== undefined;
   }
 
@@ -117,11 +125,20 @@ export class Scheduler {
       }
       const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
       const jobs = candidate.queue.take(candidate.key, size, now, agingMs);
-      this.#total -= jobs.length;
+      for (const job of jobs) this.#left(job);
       this.#deps.swaps?.released(candidate.model.manifest.name, host, now);
       return { release: { model: candidate.model, jobs, host } };
     }
     return { wakeAt };
+  }
+
+  /** A job left its queue (taken in a batch, cancelled, expired). */
+  #left(job: QueuedJob): void {
+    this.#total--;
+    if (job.lineage === undefined) return;
+    const count = (this.#byLineage.get(job.lineage) ?? 1) - 1;
+    if (count > 0) this.#byLineage.set(job.lineage, count);
+    else this.#byLineage.delete(job.lineage);
   }
 
   /**
