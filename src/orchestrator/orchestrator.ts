@@ -30,7 +30,7 @@ import { removeListenFile, writeListenFile } from '../protocol/listen-file.js';
 import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
 import { announceBreakers } from './metrics/announce-breakers.js';
 import { RoutingFeedback } from './jobs/routing-feedback.js';
-import { Admission, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from './scheduler/index.js';
+import { Admission, LineageCaps, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from './scheduler/index.js';
 import { buildServer } from './server.js';
 import { secretFile } from './secret-file.js';
 import { MeshStatus } from './status/mesh-status.js';
@@ -152,7 +152,6 @@ export class Orchestrator {
     const location = config.server.publicUrl ?? `${tls ? 'https' : 'http'}://${config.server.host}:${config.server.port}`;
     const authority = new GrantAuthority(rootKey, location, await store.grants.revokedGrantIds(), tls ? [tlsCaCaveat(tls)] : []);
     const audit = new AuditLog({ store, commits, clock, retention: { days: config.audit.retentionDays, maxRows: config.audit.maxRows } });
-    const issuer = new GrantIssuer({ store, commits, clock, authority, audit });
     const lifetimes = new GrantLifetimes(authority, clock);
     const uploadCredentials = new UploadCredentials(rootKey);
 
@@ -181,6 +180,11 @@ export class Orchestrator {
       batchCap: (model, job, host) => memory.batchCap(model, job.input ?? {}, host),
       swaps,
     });
+    // Caps of grant lineages (queued jobs, device-seconds per UTC day); the day's use so far is read back from the store.
+    const caps = new LineageCaps({ clock, queuedOf: (lineage) => scheduler.queuedOf(lineage) });
+    const capsSince = caps.dayStart();
+    caps.restore(capsSince, await store.jobs.deviceMsByGrant(capsSince));
+    const issuer = new GrantIssuer({ store, commits, clock, authority, audit, caps });
     const metrics = new MeshMetrics({
       queueDepths: () => scheduler.depths(), hosts, breakers: () => breakers.all(), throughput: () => throughput.all(),
       healthy: (host) => health.hostState(host) === 'healthy',
@@ -211,6 +215,10 @@ export class Orchestrator {
     });
     const { states, dispatcher, failover, cancellation, recovery, outputs, intake, refusals } = core;
     states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
+    // A succeeded job's share of its batch's compute counts against its lineage's device-seconds.
+    states.observeAttempts({ ended: (ended) => {
+      if (ended.status === 'succeeded' && ended.computeMs !== null) caps.charge(ended.job.grantId, ended.computeMs / Math.max(1, ended.batchSize));
+    } });
     announceBreakers({ breakers, events, metrics, clock, log: log.child({ part: 'breakers' }) });
     const prober = new Prober({
       clock, hosts, breakers, health, budgets, model, models: () => registry.all(), uploadCredential,
@@ -284,7 +292,7 @@ export class Orchestrator {
     // What clients do with jobs: admit them (checked against their grant), read them, cancel them; which blobs they may read.
     const visibility = new BlobVisibility({ store, registry });
     const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
-      classes: new ClassAvailability(hosts), blobs: visibility });
+      classes: new ClassAvailability(hosts), blobs: visibility, caps, audit });
     const reads = new JobReads({ store, clock, states });
     const cancels = new ClientCancel({ reads, cancellation, states });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.

@@ -48,6 +48,14 @@ export const ERRORS = {
   QUEUE_FULL: { status: 429, message: 'The queue of model "{model}" is full ({depth} of {limit} jobs); retry after {retryAfter}s' },
   MESH_FULL: { status: 429, message: 'The mesh holds its limit of {limit} queued jobs; retry after {retryAfter}s' },
   RATE_LIMITED: { status: 429, message: 'The grant allows {rate}; retry after {retryAfter}s' },
+  QUEUED_CAP_REACHED: {
+    status: 429,
+    message: 'The grant allows {limit} jobs of its lineage queued at once (caveat "{caveat}"): {queued} are queued, so {left} more fit and this request asks for {asked}; retry after {retryAfter}s, as they leave the queue',
+  },
+  DEVICE_TIME_CAP_REACHED: {
+    status: 429,
+    message: 'The grant allows {limit} device-seconds per UTC day (caveat "{caveat}"): its lineage used {used} today, {left} left; it refills at {refillsAt}, in {retryAfter}s',
+  },
   PRIORITY_DENIED: { status: 403, message: 'The grant allows priority {ceiling} at the highest, not {priority}' },
   TIMEOUT_TOO_LONG: { status: 400, message: 'timeoutMs {timeoutMs} exceeds the limit of {limit} ms for model "{model}"' },
   JOB_TOO_LARGE: {

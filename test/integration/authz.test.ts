@@ -99,6 +99,7 @@ const TABLE: Row[] = [
     route: 'POST /v1/grants:narrow', request: () => ({ path: '/v1/grants:narrow', body: JSON.stringify({ expires: '10m' }) }),
     expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }),
   },
+  { route: 'GET /v1/grants/{id}', request: async (f) => ({ path: `/v1/grants/${await f.throwaway()}` }), expect: adminOnly(200) },
   { route: 'DELETE /v1/grants/{id}', request: async (f) => ({ path: `/v1/grants/${await f.throwaway()}` }), expect: adminOnly(200) },
   { route: 'GET /v1/audit', request: () => ({ path: '/v1/audit?limit=5' }), expect: adminOnly(200) },
   // Drain a host that is not connected: authorized (404) for admins only, so the mesh's own agent stays.

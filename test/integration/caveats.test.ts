@@ -109,6 +109,8 @@ const LINE: Record<Exclude<Condition, 'kind'>, (kind: GrantKind, host: string) =
   'max-priority': () => 'max-priority 5',
   rate: () => 'rate 1/h',
   'tls-ca': () => `tls-ca sha256:${'ab'.repeat(32)}`,
+  'max-queued': () => 'max-queued 0',
+  'device-seconds-per-day': () => 'device-seconds-per-day 0',
 };
 
 /** The submit a job-carrying grant makes; `expect` the status the narrowed one gets. */
@@ -163,6 +165,9 @@ const JOB_PROBES: Partial<Record<Condition, Probe>> = {
     expect((await call('POST', '/v1/jobs', narrowed, image('second'))).status).toBe(429);
   },
   'tls-ca': tlsProbe,
+  // A cap of 0 refuses at once; caps above 0 are held to real use in test/integration/fair-share.test.ts.
+  'max-queued': submitProbe(429),
+  'device-seconds-per-day': submitProbe(429),
 };
 
 /**

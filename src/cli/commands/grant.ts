@@ -20,6 +20,8 @@ interface CaveatFlags {
   expires?: string;
   maxPriority?: number;
   rate?: string;
+  maxQueued?: number;
+  deviceSecondsPerDay?: number;
 }
 
 function grantOptions(flags: CaveatFlags): GrantOptions {
@@ -31,6 +33,7 @@ function grantOptions(flags: CaveatFlags): GrantOptions {
     albums: flags.albums ? parseList(flags.albums) : undefined,
     actions: flags.actions ? parseList(flags.actions) : undefined,
     host: flags.host, expires: flags.expires, maxPriority: flags.maxPriority, rate: flags.rate,
+    maxQueued: flags.maxQueued, deviceSecondsPerDay: flags.deviceSecondsPerDay,
   };
 }
 
@@ -44,7 +47,9 @@ function withCaveatFlags(command: Command): Command {
     .option('--actions <list>', 'actions it allows, e.g. jobs:submit,jobs:read')
     .option('--expires <when>', 'a duration (90s, 10m, 1h, 7d) or an ISO time')
     .option('--max-priority <n>', 'the highest priority it may ask for (1 is highest)', parseInteger('--max-priority'))
-    .option('--rate <N/unit>', 'jobs per s, m or h, e.g. 60/m');
+    .option('--rate <N/unit>', 'jobs per s, m or h, e.g. 60/m')
+    .option('--max-queued <n>', 'cap: the most jobs of its lineage (it and every grant narrowed from it) queued at once', parseInteger('--max-queued'))
+    .option('--device-seconds-per-day <n>', 'cap: device-seconds its lineage\'s jobs may compute per UTC day', parseInteger('--device-seconds-per-day'));
 }
 
 export function grantCommand(): Command {
@@ -119,6 +124,14 @@ export function grantCommand(): Command {
       const rows = page.grants.map((view) => [view.id, view.kind, view.createdAt, view.revokedAt ?? '-', view.note ?? '']);
       process.stdout.write(`${table(['ID', 'KIND', 'CREATED', 'REVOKED', 'NOTE'], rows)}\n`);
     });
+  withClientOptions(grant.command('show <id-or-grant>'))
+    .description('Show a recorded grant: kind, caveats, note, and its caps with what its lineage uses of them now (needs an admin grant). Takes the id or the grant itself')
+    .option('--json', 'print JSON')
+    .action(async (target: string, flags: ClientOptions & { json?: boolean }) => {
+      const view = await clientFrom(flags).request<GrantView>('GET', `/v1/grants/${encodeURIComponent(idOf(target.trim()))}`);
+      if (flags.json) return printJson(view);
+      process.stdout.write(`${showGrant(view)}\n`);
+    });
   withClientOptions(grant.command('revoke <id-or-grant>'))
     .description('Revoke a grant and every grant narrowed from it, at once: requests, event streams and agent links using it are refused or closed (needs an admin grant). Takes the id (see `grant list`) or the grant itself')
     .option('--json', 'print JSON')
@@ -163,6 +176,22 @@ async function servedPackage(client: MeshClient): Promise<string | { error: stri
   } catch (error) {
     return { error: (error as Error).message };
   }
+}
+
+/** A grant in words: what it is, its caveats, and each cap with its use now. */
+export function showGrant(view: GrantView): string {
+  const lines = [
+    `grant    ${view.id} (${view.kind})${view.note ? ` — ${view.note}` : ''}`,
+    `created  ${view.createdAt}${view.revokedAt ? `, revoked ${view.revokedAt}` : ''}`,
+    `caveats  ${(view.caveats ?? []).join('; ') || '(none)'}`,
+  ];
+  const { maxQueued, deviceSecondsPerDay } = view.caps;
+  if (maxQueued) lines.push(`queued   ${maxQueued.used} of ${maxQueued.limit} at once (${maxQueued.left} left)`);
+  if (deviceSecondsPerDay) {
+    lines.push(`device   ${deviceSecondsPerDay.used} of ${deviceSecondsPerDay.limit} s today (${deviceSecondsPerDay.left} left; refills ${deviceSecondsPerDay.refillsAt})`);
+  }
+  if (!maxQueued && !deviceSecondsPerDay) lines.push('caps     none');
+  return lines.join('\n');
 }
 
 /** A grant id as given, or the id inside a grant. */

@@ -32,6 +32,14 @@ export const RATE_UNITS = { s: 1000, m: 60_000, h: 3_600_000 } as const;
 export type RateUnit = keyof typeof RATE_UNITS;
 /** The most jobs one rate caveat may name: each admitted job is remembered until it leaves the window. */
 const MAX_RATE_COUNT = 100_000;
+/** The most a `max-queued` caveat may name: a mesh's queues hold 10,000 jobs by default (`queues.maxTotal`). */
+const MAX_QUEUED_CAP = 1_000_000;
+/** A day's seconds: a `device-seconds-per-day` cap above it (per device) is still meaningful on a mesh of many devices. */
+const MAX_DEVICE_SECONDS = 100_000_000;
+
+/** Caps: caveats that bound what a grant's lineage may use, counted by the orchestrator (`scheduler/caps.ts`). */
+export const CAP_CONDITIONS = ['max-queued', 'device-seconds-per-day'] as const;
+export type CapCondition = (typeof CAP_CONDITIONS)[number];
 
 export type Caveat =
   | { condition: 'kind'; value: GrantKind }
@@ -41,12 +49,16 @@ export type Caveat =
   | { condition: 'max-priority'; level: number }
   /** At most `count` jobs in any sliding window of `windowMs` (one `unit`). */
   | { condition: 'rate'; count: number; unit: RateUnit; windowMs: number }
-  | { condition: 'tls-ca'; fingerprint: string };
+  | { condition: 'tls-ca'; fingerprint: string }
+  /** A cap: at most `limit` jobs of the lineage queued at once, or device-seconds of compute per UTC day. */
+  | { condition: CapCondition; limit: number };
 
 const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'hosts', 'albums']);
 
 /** Every caveat condition gpumesh knows. */
-export const CONDITIONS = ['kind', 'actions', 'types', 'models', 'classes', 'hosts', 'albums', 'host', 'time-before', 'max-priority', 'rate', 'tls-ca'] as const satisfies readonly Caveat['condition'][];
+export const CONDITIONS = [
+  'kind', 'actions', 'types', 'models', 'classes', 'hosts', 'albums', 'host', 'time-before', 'max-priority', 'rate', 'tls-ca', ...CAP_CONDITIONS,
+] as const satisfies readonly Caveat['condition'][];
 export type Condition = (typeof CONDITIONS)[number];
 
 /**
@@ -57,14 +69,15 @@ export type Condition = (typeof CONDITIONS)[number];
  *
  * - Every kind: `kind`, `actions`, `time-before`; `tls-ca` (a word to the holder: the CA to pin before sending it).
  * - Jobs (client and admin grants): `types`, `models`, `albums` (submit, read, cancel, listings, events, blobs),
- *   `classes` and `hosts` (where its jobs may run), `max-priority`, `rate`.
+ *   `classes` and `hosts` (where its jobs may run), `max-priority`, `rate`, and the caps `max-queued` and
+ *   `device-seconds-per-day`.
  * - Joining as an agent (agent and admin grants): `host` and `hosts` (the host ids it may join as), `classes` (what
  *   the host may serve), `models` (the models the host is sent — routing, loads, manifests — may report, and may
  *   pull).
  */
 export const CONDITIONS_BY_KIND: Record<GrantKind, ReadonlySet<Condition>> = {
   admin: new Set(CONDITIONS),
-  client: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'types', 'models', 'albums', 'classes', 'hosts', 'max-priority', 'rate']),
+  client: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'types', 'models', 'albums', 'classes', 'hosts', 'max-priority', 'rate', ...CAP_CONDITIONS]),
   agent: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'host', 'hosts', 'classes', 'models']),
 };
 
@@ -80,7 +93,29 @@ export function scopeProblem(caveats: readonly Caveat[]): string | null {
       return `caveat "${formatCaveat(caveat)}" would restrict nothing on ${kind === 'admin' ? 'an' : 'a'} ${kind} grant (its conditions: ${[...CONDITIONS_BY_KIND[kind]].join(', ')})`;
     }
   }
+  return capProblem(caveats);
+}
+
+/**
+ * A cap added after one of its kind must be tighter: every cap along the chain holds, so a looser one would restrict
+ * nothing, and its holder would believe the grant allows more than it does. Refused when minted or narrowed, and a
+ * grant narrowed so by hand is not valid.
+ */
+function capProblem(caveats: readonly Caveat[]): string | null {
+  const tightest = new Map<CapCondition, Caveat & { limit: number }>();
+  for (const caveat of caveats) {
+    if (!isCap(caveat)) continue;
+    const before = tightest.get(caveat.condition);
+    if (before && caveat.limit >= before.limit) {
+      return `caveat "${formatCaveat(caveat)}" does not tighten "${formatCaveat(before)}": a narrowed grant may only lower a cap`;
+    }
+    tightest.set(caveat.condition, caveat);
+  }
   return null;
+}
+
+export function isCap(caveat: Caveat): caveat is Extract<Caveat, { condition: CapCondition }> {
+  return (CAP_CONDITIONS as readonly string[]).includes(caveat.condition);
 }
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 
@@ -120,6 +155,12 @@ export function parseCaveat(text: string): Caveat | string {
     const unit = match[2] as RateUnit;
     return { condition, count, unit, windowMs: RATE_UNITS[unit] };
   }
+  if (condition === 'max-queued' || condition === 'device-seconds-per-day') {
+    const limit = Number(argument);
+    const most = condition === 'max-queued' ? MAX_QUEUED_CAP : MAX_DEVICE_SECONDS;
+    // 0 is a cap too: a narrowing that may submit nothing more (max-queued 0) or use no device time (0 device-seconds).
+    return /^\d+$/.test(argument) && limit <= most ? { condition, limit } : `caveat "${text}" must name a whole number from 0 to ${most}`;
+  }
   if (condition === 'tls-ca') {
     return isFingerprint(argument) ? { condition, fingerprint: argument } : `caveat "${text}" is not of the form sha256:<64 lowercase hex>`;
   }
@@ -133,6 +174,7 @@ export function formatCaveat(caveat: Caveat): string {
     case 'max-priority': return `max-priority ${caveat.level}`;
     case 'rate': return `rate ${caveat.count}/${caveat.unit}`;
     case 'tls-ca': return `tls-ca ${caveat.fingerprint}`;
+    case 'max-queued': case 'device-seconds-per-day': return `${caveat.condition} ${caveat.limit}`;
     default: return `${caveat.condition} ${caveat.values.join(',')}`;
   }
 }
@@ -190,6 +232,9 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
         ? null : `priority ${request.priority} is above the ceiling ${caveat.level}`;
     case 'rate':
       return null; // enforced by the rate limiter, which needs state
+    case 'max-queued':
+    case 'device-seconds-per-day':
+      return null; // enforced at admission against the lineage's use (scheduler/caps.ts), which needs state
     case 'tls-ca':
       // Not a condition on the request but a word to the holder: the CA to pin before sending this grant.
       // Any request that reached us came through a connection the holder accepted, so it holds here.

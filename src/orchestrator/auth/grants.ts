@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache';
 import { newMacaroon } from 'macaroon';
 import { caveatLines, decodeGrant, encodeGrant, GRANT_IDENTIFIER_PREFIX, grantIdOf } from '../../protocol/grant-token.js';
 import { MeshError } from '../../protocol/index.js';
-import { checkCaveat, formatCaveat, parseCaveat, scopeProblem, type Caveat, type GrantKind, type GrantRequest } from './caveats.js';
+import { checkCaveat, formatCaveat, isCap, parseCaveat, scopeProblem, type Caveat, type GrantKind, type GrantRequest } from './caveats.js';
 
 
 /**
@@ -20,6 +20,32 @@ export interface GrantRate {
   caveat: string;
 }
 
+/** A cap of a grant's lineage: the tightest caveat of its kind along the chain (a narrowing may only lower it). */
+export interface GrantCap {
+  limit: number;
+  /** The caveat as written, for messages. */
+  caveat: string;
+}
+
+/** The caps a grant carries; null where it has none. */
+export interface GrantCaps {
+  /** Jobs of the lineage waiting in a queue at once (`max-queued`). */
+  maxQueued: GrantCap | null;
+  /** Device-seconds the lineage's jobs may compute per UTC day (`device-seconds-per-day`). */
+  deviceSecondsPerDay: GrantCap | null;
+}
+
+/** The caps among these caveats (the tightest of each kind). */
+export function capsOf(caveats: readonly Caveat[]): GrantCaps {
+  const caps: GrantCaps = { maxQueued: null, deviceSecondsPerDay: null };
+  for (const caveat of caveats) {
+    if (!isCap(caveat)) continue;
+    const field = caveat.condition === 'max-queued' ? 'maxQueued' : 'deviceSecondsPerDay';
+    if (!caps[field] || caveat.limit < caps[field].limit) caps[field] = { limit: caveat.limit, caveat: formatCaveat(caveat) };
+  }
+  return caps;
+}
+
 /** A grant whose signature checked out; its caveats are evaluated per request. */
 export interface VerifiedGrant {
   /** The id of the grant the orchestrator minted; shared by every narrowed descendant. */
@@ -34,6 +60,8 @@ export interface VerifiedGrant {
   classes: string[] | null;
   /** Every rate caveat along the chain; a job must fit all of them. */
   rates: readonly GrantRate[];
+  /** Its caps, counted against its whole lineage (every grant that shares its id). */
+  caps: GrantCaps;
   /** Hosts its jobs may run on (the intersection of its `hosts` caveats); null = any. */
   hosts: string[] | null;
   /** The tightest priority ceiling, or null. */
@@ -86,7 +114,7 @@ function summarize(id: string, lines: readonly string[], caveats: Caveat[]): Ver
     if (caveat.condition === 'time-before') expiresAt = Math.min(expiresAt ?? Infinity, caveat.at);
   }
   return {
-    id, kind: kindCaveat.value, caveats, rates, maxPriority, expiresAt,
+    id, kind: kindCaveat.value, caveats, rates, maxPriority, expiresAt, caps: capsOf(caveats),
     types: intersect(caveats, 'types'), models: intersect(caveats, 'models'),
     albums: intersect(caveats, 'albums'), classes: intersect(caveats, 'classes'), hosts: intersect(caveats, 'hosts'),
   };

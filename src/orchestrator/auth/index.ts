@@ -1,8 +1,8 @@
-export { GrantAuthority, narrowGrant, firstFailure, type VerifiedGrant, type GrantRate } from './grants.js';
+export { GrantAuthority, narrowGrant, firstFailure, capsOf, type VerifiedGrant, type GrantRate, type GrantCap, type GrantCaps } from './grants.js';
 export {
-  ACTIONS, CONDITIONS, CONDITIONS_BY_KIND, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat, scopeProblem,
+  ACTIONS, CAP_CONDITIONS, CONDITIONS, CONDITIONS_BY_KIND, GRANT_KINDS, KIND_ACTIONS, READ_ACTIONS, RATE_UNITS, parseCaveat, formatCaveat, checkCaveat, scopeProblem,
 } from './caveats.js';
-export type { Action, Caveat, Condition, GrantKind, GrantRequest } from './caveats.js';
+export type { Action, CapCondition, Caveat, Condition, GrantKind, GrantRequest } from './caveats.js';
 export { GrantIssuer, type GrantIssuerDeps, type RequestOrigin } from './issuer.js';
 export { GrantLifetimes, type GrantEnd } from './lifetimes.js';
 export { UploadCredentials } from './upload-credentials.js';

@@ -1,10 +1,10 @@
-import type { GrantPage, GrantView } from '../../protocol/api/index.js';
+import type { GrantCapsView, GrantPage, GrantView } from '../../protocol/api/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { AuditLog } from './audit.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { Commits, GrantRecord, MeshStore } from '../store/index.js';
-import type { GrantAuthority } from './grants.js';
-import type { GrantKind } from './caveats.js';
+import { capsOf, type GrantAuthority, type GrantCaps } from './grants.js';
+import { parseCaveat, type Caveat, type GrantKind } from './caveats.js';
 
 export interface GrantIssuerDeps {
   store: MeshStore;
@@ -12,6 +12,8 @@ export interface GrantIssuerDeps {
   clock: Clock;
   authority: GrantAuthority;
   audit: AuditLog;
+  /** Each cap's use by a lineage now (LineageCaps.usage). */
+  caps: { usage(lineage: string, caps: GrantCaps): GrantCapsView };
 }
 
 /** Who asked, for the audit log: the asking grant's id (null: the orchestrator itself), the route and the client's address. */
@@ -24,10 +26,6 @@ export interface RequestOrigin {
 const SELF: RequestOrigin = { actor: null };
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
-const view = (record: GrantRecord): GrantView => ({
-  id: record.id, kind: record.kind, note: record.note, caveats: record.caveats,
-  createdAt: new Date(record.createdAt).toISOString(), revokedAt: iso(record.revokedAt),
-});
 
 function encodeGrantCursor(record: GrantRecord): string {
   return Buffer.from(`${record.createdAt}.${record.id}`).toString('base64url');
@@ -80,19 +78,39 @@ export class GrantIssuer {
     const { store, commits, clock, authority, audit } = this.#deps;
     const record = await store.grants.getGrant(id);
     if (!record) throw new MeshError('NOT_FOUND', { what: `Grant ${id}` });
-    if (record.revokedAt !== null) return view(record);
+    if (record.revokedAt !== null) return this.#view(record);
     const now = clock.now();
     commits.write(() => store.grants.revokeGrant(id, now));
     audit.record({ event: 'grant:revoked', grantId: id, actor: origin.actor, route: origin.route, client: origin.client, detail: `kind ${record.kind}${record.note ? ` (note: ${record.note})` : ''}` });
     authority.revoke(id);
     await commits.durable();
-    return view({ ...record, revokedAt: now });
+    return this.#view({ ...record, revokedAt: now });
+  }
+
+  /** One recorded grant, with its caps and their use now; unknown ids are 404. */
+  async show(id: string): Promise<GrantView> {
+    const record = await this.#deps.store.grants.getGrant(id);
+    if (!record) throw new MeshError('NOT_FOUND', { what: `Grant ${id}` });
+    return this.#view(record);
   }
 
   /** Recorded grants, newest first. */
   async list(query: { limit: number; cursor?: string }): Promise<GrantPage> {
     const records = await this.#deps.store.grants.listGrants({ limit: query.limit, before: query.cursor ? decodeGrantCursor(query.cursor) : undefined });
     const last = records.at(-1);
-    return { grants: records.map(view), nextCursor: records.length === query.limit && last ? encodeGrantCursor(last) : null };
+    return { grants: records.map((record) => this.#view(record)), nextCursor: records.length === query.limit && last ? encodeGrantCursor(last) : null };
+  }
+
+  /**
+   * A record as the API shows it. Its caps are those it was minted with (the record's caveats): a narrowing's lower cap
+   * travels only in its token, where the orchestrator never keeps it.
+   */
+  #view(record: GrantRecord): GrantView {
+    const caveats = (record.caveats ?? []).map(parseCaveat).filter((caveat): caveat is Caveat => typeof caveat !== 'string');
+    const usage = this.#deps.caps.usage(record.id, capsOf(caveats));
+    return {
+      id: record.id, kind: record.kind, note: record.note, caveats: record.caveats,
+      createdAt: new Date(record.createdAt).toISOString(), revokedAt: iso(record.revokedAt), caps: usage,
+    };
   }
 }

@@ -12,12 +12,19 @@ import { errorAnswers, json } from './openapi.js';
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 const names = z.array(z.string().regex(NAME)).min(1).optional();
 
-/** What a narrowing may add: the list caveats, a shorter life, a lower ceiling, a rate (never a kind or a host). */
+/** Caps (`max-queued`, `device-seconds-per-day`): a narrowing may only lower them. */
+const caps = {
+  maxQueued: z.int().min(0).optional().describe('the most jobs of its lineage queued at once'),
+  deviceSecondsPerDay: z.int().min(0).optional().describe('device-seconds its lineage may compute per UTC day'),
+};
+
+/** What a narrowing may add: the list caveats, a shorter life, a lower ceiling, a rate, lower caps (never a kind or a host). */
 const NarrowGrantBody = z.strictObject({
   types: names, models: names, classes: names, hosts: names, albums: names, actions: names,
   expires: z.string().max(40).optional(),
   maxPriority: z.int().min(1).optional(),
   rate: z.string().regex(/^\d+\/(s|m|h)$/).optional(),
+  ...caps,
 });
 
 const CreateGrantBody = z.strictObject({
@@ -27,6 +34,7 @@ const CreateGrantBody = z.strictObject({
   expires: z.string().max(40).optional(),
   maxPriority: z.int().min(1).optional(),
   rate: z.string().regex(/^\d+\/(s|m|h)$/).optional(),
+  ...caps,
   note: z.string().max(200).optional(),
 });
 
@@ -85,7 +93,7 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     } catch (error) {
       throw new MeshError('VALIDATION_FAILED', { detail: (error as Error).message });
     }
-    if (lines.length === 0) throw new MeshError('VALIDATION_FAILED', { detail: 'name at least one caveat to add (actions, types, models, albums, classes, hosts, expires, maxPriority or rate)' });
+    if (lines.length === 0) throw new MeshError('VALIDATION_FAILED', { detail: 'name at least one caveat to add (actions, types, models, albums, classes, hosts, expires, maxPriority, rate, maxQueued or deviceSecondsPerDay)' });
     let token: string;
     try {
       token = narrowGrant(request.grantToken!, lines);
@@ -104,6 +112,12 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     audit.record({ event: 'admin:action', ...auth.origin(request), detail: 'listed grants' });
     return issuer.list(request.query);
   });
+
+  routes.get('/v1/grants/:id', {
+    schema: { params: z.object({ id: z.string().min(1).max(64) }), tags: ['grants'], summary: 'One recorded grant, with its caps and what its lineage uses of them now (admin)' },
+    config: { openapi: { responses: { 200: json('The grant', GrantView), ...errorAnswers({ 404: 'No such grant' }) } } },
+    onRequest: auth.require('grants:read'),
+  }, async (request) => issuer.show(request.params.id));
 
   routes.delete('/v1/grants/:id', {
     schema: {

@@ -8,7 +8,8 @@ import { picturesNamed, type InputImages } from '../blobs/input-images.js';
 import type { MeshConfig } from '../config/config.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
-import type { Admission, Scheduler } from '../scheduler/index.js';
+import type { Admission, LineageCaps, Scheduler } from '../scheduler/index.js';
+import type { AuditLog } from '../auth/audit.js';
 import type { Commits, JobRecord, MeshStore } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { BlobVisibility } from './blob-visibility.js';
@@ -40,7 +41,13 @@ export interface JobAdmissionDeps {
   classes?: { admit(type: string, classes: readonly string[]): void };
   /** Whether the grant may read a picture a job names (one it may not is refused as if it did not exist). */
   blobs: Pick<BlobVisibility, 'assertVisible'>;
+  /** The caps of grant lineages (queued jobs, device-seconds per day); none: caps are not enforced (role tests). */
+  caps?: LineageCaps;
+  /** Where cap refusals are recorded, one entry per request and cap. */
+  audit?: Pick<AuditLog, 'record'>;
 }
+
+const CAP_CODES: ReadonlySet<string> = new Set(['QUEUED_CAP_REACHED', 'DEVICE_TIME_CAP_REACHED']);
 
 /**
  * The album of a job that names none: `default`, or — for a grant limited to
@@ -118,7 +125,8 @@ export class JobAdmission {
    */
   async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, waited = false): Promise<{ job: JobRecord; created: boolean }> {
     const looking = this.#look(grant, body);
-    const admitted = this.#admit(grant, body, authorize, looking ? await looking : NOTHING_LOOKED, waited);
+    const looked = looking ? await looking : NOTHING_LOOKED;
+    const admitted = this.#capsAudited(grant, () => this.#admit(grant, body, authorize, looked, waited));
     if (admitted.created && !this.#deps.states.written(admitted.job)) return admitted;
     await this.#durable(admitted.created ? [admitted.job] : []);
     return admitted;
@@ -142,7 +150,7 @@ export class JobAdmission {
   async submitAll(grant: VerifiedGrant, bodies: readonly SubmitJobBody[], authorize: Authorize, carried?: CarriedPictures): Promise<JobRecord[]> {
     const carrying = new Set(carried?.digests ?? []);
     const looked = await Promise.all(bodies.map((body) => this.#look(grant, body, carrying) ?? NOTHING_LOOKED));
-    this.#vetAll(grant, bodies, authorize, looked);
+    this.#capsAudited(grant, () => this.#vetAll(grant, bodies, authorize, looked), bodies.length);
     const stored = carried ? await carried.store() : null;
     const admitted: JobRecord[] = [];
     try {
@@ -193,7 +201,12 @@ export class JobAdmission {
       ahead.set(name, before + 1);
       total++;
     }
-    if (total > 0) this.#counted([...ahead.keys()][0]!, () => admission.checkRate(grant.rates, total));
+    if (total === 0) return;
+    const first = [...ahead.keys()][0]!;
+    this.#counted(first, () => {
+      this.#deps.caps?.check(grant.id, grant.caps, total, (excess) => admission.retryAfter(first, excess));
+      admission.checkRate(grant.rates, total);
+    });
   }
 
   /**
@@ -208,6 +221,7 @@ export class JobAdmission {
     const looked = await Promise.all(parsed.map((item) => (item.success ? this.#look(grant, item.data) : null) ?? NOTHING_LOOKED));
     const keyed = new Map<string, NonNullable<Looked['keyed']>>();
     const admittedNow: JobRecord[] = [];
+    const capped = new Map<string, { error: MeshError; jobs: number }>();
     const results = parsed.map((item, index): BulkItemResult => {
       if (!item.success) {
         const detail = item.error.issues.map((issue) => `jobs.${index}${issue.path.map((part) => `.${String(part)}`).join('')}: ${issue.message}`).join('; ');
@@ -221,10 +235,16 @@ export class JobAdmission {
         if (key && created) keyed.set(key, { entry: { id: job.id, requestHash: hash }, job, stale: null });
         return { status: created ? 202 : 200, id: job.id, jobStatus: job.status, created };
       } catch (error) {
+        if (error instanceof MeshError && CAP_CODES.has(error.code)) {
+          const entry = capped.get(error.code);
+          capped.set(error.code, { error, jobs: (entry?.jobs ?? 0) + 1 });
+        }
         if (error instanceof MeshError && error.status < 500) return { status: error.status, error: error.toJSON() };
         throw error;
       }
     });
+    // One audit entry per cap a bulk request ran into (its first refusal's words), not one per job it refused.
+    for (const { error, jobs } of capped.values()) this.#auditCap(grant, error, jobs);
     await this.#durable(admittedNow);
     return results;
   }
@@ -327,9 +347,10 @@ export class JobAdmission {
     const { model, priority, album, classes, input, hash, repeat } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
     const name = model.manifest.name;
-    // Bounds first: a job the queues refuse must not use up the grant's rate.
+    // Bounds and caps first: a job they refuse must not use up the grant's rate.
     this.#counted(name, () => {
       admission.checkBounds(name, scheduler.depth(name), model.policy.maxQueueSize, scheduler.totalDepth, config.queues.maxTotal);
+      this.#deps.caps?.check(grant.id, grant.caps, 1, (excess) => admission.retryAfter(name, excess));
       admission.takeRate(grant.rates);
     });
     const now = clock.now();
@@ -347,13 +368,35 @@ export class JobAdmission {
     return { job, created: true, hash };
   }
 
+  /** Run `admit`; a cap refusal it throws is recorded in the audit log (`jobs`: how many jobs the request asked for). */
+  #capsAudited<T>(grant: VerifiedGrant, admit: () => T, jobs = 1): T {
+    try {
+      return admit();
+    } catch (error) {
+      if (error instanceof MeshError && CAP_CODES.has(error.code)) this.#auditCap(grant, error, jobs);
+      throw error;
+    }
+  }
+
+  /**
+   * A request refused for a cap of its grant's lineage, in the audit log beside the refusals for the grant itself:
+   * the 429s the HTTP layer audits are only 401s and 403s, and a bulk submit's refusals are answers of a 207.
+   */
+  #auditCap(grant: VerifiedGrant, error: MeshError, jobs: number): void {
+    this.#deps.audit?.record({
+      event: 'request:refused', grantId: grant.id, actor: grant.id, status: error.status, code: error.code,
+      detail: `${jobs === 1 ? '1 job' : `${jobs} jobs`} refused: ${error.message}`.slice(0, 500),
+    });
+  }
+
   /** Run an admission check of `model`'s; a 429 it throws is counted in the metrics by its reason. */
   #counted(model: string, check: () => void): void {
     try {
       check();
     } catch (error) {
       if (error instanceof MeshError && error.status === 429) {
-        this.#deps.metrics.rejected(model, error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full');
+        const reason = CAP_CODES.has(error.code) ? 'cap_reached' : error.code === 'RATE_LIMITED' ? 'rate_limited' : error.code === 'MESH_FULL' ? 'mesh_full' : 'queue_full';
+        this.#deps.metrics.rejected(model, reason);
       }
       throw error;
     }

@@ -66,7 +66,7 @@ export class Dispatcher {
     this.#deps.scheduler.enqueue({
       id: job.id, seq: job.seq, model: job.model, priority: job.priority, enqueuedAt: this.#deps.clock.now(),
       compatKey: `${model.jobInputs.compatKey(job.input)}|${job.classes.join(',')}|${job.hosts?.join(',') ?? '*'}|${avoid.join(',')}`,
-      classes: job.classes, hosts: job.hosts, avoid, input: job.input,
+      classes: job.classes, hosts: job.hosts, avoid, input: job.input, lineage: job.grantId,
     });
     this.requestPump();
   }

@@ -58,7 +58,7 @@ export class MeshMetrics {
     });
     this.#inferences = new Counter({ name: 'gpumesh_inference_count_total', help: 'Jobs sent to a replica for execution (batched or not)', labelNames: ['model'], registers });
     this.#executions = new Counter({ name: 'gpumesh_execution_count_total', help: 'Batches sent to a replica (one forward pass each)', labelNames: ['model'], registers });
-    this.#rejected = new Counter({ name: 'gpumesh_rejected_total', help: 'Jobs refused with 429, by reason (queue_full, mesh_full, rate_limited)', labelNames: ['model', 'reason'], registers });
+    this.#rejected = new Counter({ name: 'gpumesh_rejected_total', help: 'Jobs refused with 429, by reason (queue_full, mesh_full, rate_limited, cap_reached)', labelNames: ['model', 'reason'], registers });
     this.#queueSeconds = new Histogram({ name: 'gpumesh_queue_duration_seconds', help: 'Time from admission to dispatch', labelNames: ['model'], buckets: SECONDS, registers });
     this.#computeSeconds = new Histogram({ name: 'gpumesh_compute_duration_seconds', help: 'Engine time of the batch that ran a job', labelNames: ['model'], buckets: SECONDS, registers });
     this.#requestSeconds = new Histogram({
@@ -170,7 +170,7 @@ export class MeshMetrics {
     this.#finishedListeners.push(listener);
   }
 
-  rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited'): void {
+  rejected(model: string, reason: 'queue_full' | 'mesh_full' | 'rate_limited' | 'cap_reached'): void {
     this.#rejected.inc({ model, reason });
   }
 

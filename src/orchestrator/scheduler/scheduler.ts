@@ -2,7 +2,7 @@ import type { RegisteredModel } from '../registry/index.js';
 import type { HostSession } from '../routing/index.js';
 import { ArrivalRate } from './arrivals.js';
 import { releaseDecision, worthWaiting } from './batcher.js';
-import { compareJobs, effectivePriority, ModelQueue, type QueuedJob } from './queue.js';
+import { compareRanks, effectivePriority, ModelQueue, type QueuedJob, type Rank } from './queue.js';
 import type { ReadyModels, SwapHold, SwapPolicy } from './swap-policy.js';
 
 export interface SchedulerDeps {
@@ -20,7 +20,7 @@ export interface SchedulerDeps {
   swaps?: SwapPolicy;
 }
 
-type Candidate = { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob; early: boolean };
+type Candidate = { model: RegisteredModel; queue: ModelQueue; key: string; size: number; best: QueuedJob; rank: Rank; early: boolean };
 
 /** A batch taken out of its queue, with the host that will run it. */
 export interface Release {
@@ -34,7 +34,7 @@ export type PickHost = (model: RegisteredModel, job: QueuedJob) => HostSession |
 
 /** Where a queued job stands in its model's queue, for explaining why it waits. */
 export interface Standing {
-  /** Jobs of its model that leave before it (better effective priority, or as good and older). */
+  /** Jobs of its model that leave before it (better effective priority, or as good and an earlier turn, or as early and older). */
   ahead: number;
   queued: number;
   /** Its compatibility group: the jobs that may share its batch. */
@@ -50,7 +50,9 @@ export interface Standing {
 /**
  * The queues and the decision of what leaves them next. Work is released
  * globally in priority order across models, so one busy model cannot starve
- * another's higher-priority jobs. It keeps no timers and sends nothing: the
+ * another's higher-priority jobs, and within a priority in turns between grant
+ * lineages (ModelQueue), so one person's burst cannot starve another's single
+ * job. It keeps no timers and sends nothing: the
  * dispatcher asks it for the next batch whenever something changed, and
  * when to ask again.
  */
@@ -58,6 +60,8 @@ export class Scheduler {
   readonly #deps: SchedulerDeps;
   readonly #queues = new Map<string, ModelQueue>();
   readonly #arrivals = new Map<string, ArrivalRate>();
+  /** Jobs waiting per grant lineage, across models (a `max-queued` cap is checked against it). */
+  readonly #byLineage = new Map<string, number>();
   #total = 0;
 
   constructor(deps: SchedulerDeps) {
@@ -72,6 +76,11 @@ export class Scheduler {
     return this.#queues.get(model)?.size ?? 0;
   }
 
+  /** Jobs of a grant lineage waiting in the queues now. */
+  queuedOf(lineage: string): number {
+    return this.#byLineage.get(lineage) ?? 0;
+  }
+
   depths(): Record<string, number> {
     return Object.fromEntries([...this.#queues].map(([model, queue]) => [model, queue.size]));
   }
@@ -81,6 +90,7 @@ export class Scheduler {
     if (!queue) this.#queues.set(job.model, (queue = new ModelQueue()));
     queue.push(job);
     this.#total++;
+    if (job.lineage !== undefined) this.#byLineage.set(job.lineage, (this.#byLineage.get(job.lineage) ?? 0) + 1);
     let arrivals = this.#arrivals.get(job.model);
     if (!arrivals) this.#arrivals.set(job.model, (arrivals = new ArrivalRate()));
     arrivals.arrived(job.enqueuedAt);
@@ -89,7 +99,7 @@ export class Scheduler {
   /** Take a job out of its queue (cancelled or expired); false if it was not queued. */
   remove(model: string, id: string): boolean {
     const removed = this.#queues.get(model)?.remove(id);
-    if (removed) this.#total--;
+    if (removed) this.#left(removed);
     return removed !== undefined;
   }
 
@@ -102,24 +112,33 @@ export class Scheduler {
     const { agingMs } = this.#deps;
     const { ready, wakeAt: readyAt } = this.#ready(now);
     let wakeAt = readyAt;
-    const levels = this.#deps.swaps ? readyLevels(ready, now, agingMs) : null;
+    const levels = this.#deps.swaps ? readyLevels(ready) : null;
     for (const candidate of ready) {
       const host = pickHost(candidate.model, candidate.best);
       // A group let out early goes only to a replica with nothing to do: on a busy one it may as well wait for company.
       if (!host || (candidate.early && host.computing > 0)) continue;
       // A batch that would swap the host's model out while that model has batches ready waits for them (bounded).
-      const held = levels && this.#deps.swaps!.hold(candidate.model, effectivePriority(candidate.best, now, agingMs), host, now, levels);
+      const held = levels && this.#deps.swaps!.hold(candidate.model, candidate.rank.level, host, now, levels);
       if (held) {
         wakeAt = Math.min(wakeAt, held.until);
         continue;
       }
       const size = Math.min(candidate.size, this.#deps.batchCap?.(candidate.model, candidate.best, host) ?? Infinity);
       const jobs = candidate.queue.take(candidate.key, size, now, agingMs);
-      this.#total -= jobs.length;
+      for (const job of jobs) this.#left(job);
       this.#deps.swaps?.released(candidate.model.manifest.name, host, now);
       return { release: { model: candidate.model, jobs, host } };
     }
     return { wakeAt };
+  }
+
+  /** A job left its queue (taken in a batch, cancelled, expired). */
+  #left(job: QueuedJob): void {
+    this.#total--;
+    if (job.lineage === undefined) return;
+    const count = (this.#byLineage.get(job.lineage) ?? 1) - 1;
+    if (count > 0) this.#byLineage.set(job.lineage, count);
+    else this.#byLineage.delete(job.lineage);
   }
 
   /**
@@ -131,7 +150,7 @@ export class Scheduler {
     const job = this.#queues.get(model)?.get(id);
     if (!this.#deps.swaps || !registered || !job) return null;
     const { ready } = this.#ready(now);
-    return this.#deps.swaps.hold(registered, effectivePriority(job, now, this.#deps.agingMs), host, now, readyLevels(ready, now, this.#deps.agingMs), false);
+    return this.#deps.swaps.hold(registered, effectivePriority(job, now, this.#deps.agingMs), host, now, readyLevels(ready), false);
   }
 
   /** The groups that may leave now, best first, and when the next waiting one becomes ready by itself. */
@@ -147,17 +166,17 @@ export class Scheduler {
       for (const group of queue.groups(now, agingMs)) {
         const decision = releaseDecision(group.size, group.oldestAt, now, batching);
         if (decision.release) {
-          ready.push({ model, queue, key: group.key, size: decision.size, best: group.best, early: false });
+          ready.push({ model, queue, key: group.key, size: decision.size, best: group.best, rank: group.rank, early: false });
           continue;
         }
         wakeAt = Math.min(wakeAt, decision.wakeAt);
         const expected = this.#arrivals.get(name)?.expectedWithin(decision.wakeAt - now, now) ?? 0;
         if (this.#deps.holdPartialBatches !== 'always' && !worthWaiting(group.size, batching, expected)) {
-          ready.push({ model, queue, key: group.key, size: group.size, best: group.best, early: true });
+          ready.push({ model, queue, key: group.key, size: group.size, best: group.best, rank: group.rank, early: true });
         }
       }
     }
-    ready.sort((a, b) => compareJobs(a.best, b.best, now, agingMs));
+    ready.sort((a, b) => compareRanks(a.rank, b.rank));
     return { ready, wakeAt };
   }
 
@@ -168,8 +187,7 @@ export class Scheduler {
     const registered = this.#deps.model(model);
     if (!queue || !job || !registered) return null;
     const { agingMs } = this.#deps;
-    let ahead = 0;
-    for (const other of queue.jobs()) if (other !== job && compareJobs(other, job, now, agingMs) < 0) ahead++;
+    const ahead = queue.ahead(job, now, agingMs);
     const batching = registered.policy.batching;
     const group = queue.groups(now, agingMs).find((entry) => entry.key === job.compatKey)!;
     const target = Math.min(batching.maxBatchSize, ...batching.preferredBatchSizes.filter((size) => size >= group.size));
@@ -184,11 +202,11 @@ export class Scheduler {
 }
 
 /** Each model with a batch ready, and the best effective priority level among them. */
-function readyLevels(ready: readonly Candidate[], now: number, agingMs: number): ReadyModels {
+function readyLevels(ready: readonly Candidate[]): ReadyModels {
   const levels = new Map<string, number>();
   for (const candidate of ready) {
     const name = candidate.model.manifest.name;
-    const level = effectivePriority(candidate.best, now, agingMs);
+    const level = candidate.rank.level;
     levels.set(name, Math.min(level, levels.get(name) ?? Infinity));
   }
   return levels;

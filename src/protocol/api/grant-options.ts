@@ -18,6 +18,10 @@ export interface GrantOptions {
   maxPriority?: number;
   /** `N/s`, `N/m` or `N/h`. */
   rate?: string;
+  /** The most jobs of its lineage queued at once (caveat `max-queued`). */
+  maxQueued?: number;
+  /** Device-seconds its lineage's jobs may compute per UTC day (caveat `device-seconds-per-day`). */
+  deviceSecondsPerDay?: number;
 }
 
 const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -46,6 +50,8 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
   if (options.expires) lines.push(`time-before ${new Date(parseExpiry(options.expires, now)).toISOString()}`);
   if (options.maxPriority !== undefined) lines.push(`max-priority ${options.maxPriority}`);
   if (options.rate) lines.push(`rate ${options.rate}`);
+  if (options.maxQueued !== undefined) lines.push(`max-queued ${options.maxQueued}`);
+  if (options.deviceSecondsPerDay !== undefined) lines.push(`device-seconds-per-day ${options.deviceSecondsPerDay}`);
   return lines;
 }
 

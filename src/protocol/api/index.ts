@@ -12,7 +12,7 @@ export { ReplicaState, ModelReplicas, StatusView, Live, Ready } from './status.j
 export { DiskView, StorageView } from './storage.js';
 export { SeriesView } from './series.js';
 export { ModelVersion, Models, ModelFamily, ReplicaChange, LoadAnswer, UnloadAnswer } from './models.js';
-export { GrantView, Minted, Narrowed, GrantPage } from './grants.js';
+export { GrantView, Minted, Narrowed, GrantPage, CapUse, GrantCapsView } from './grants.js';
 export { AuditView, AuditPage } from './audit.js';
 export { GalleryView, ArtifactPage, RemovedResults } from './gallery.js';
 export { StoredBlob, ForgottenBlob, UploadView } from './blobs.js';

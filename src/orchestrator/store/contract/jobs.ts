@@ -107,6 +107,11 @@ export interface JobTable {
   listJobs(filter: JobFilter): Promise<JobRecord[]>;
   jobsInStates(statuses: readonly JobStatus[]): Promise<JobRecord[]>;
   countByStatus(): Promise<Record<string, number>>;
+  /**
+   * Device milliseconds per grant lineage (grant id) of the jobs that succeeded at or after `since`: each its share of
+   * its batch's compute time (compute_ms over batch_size). A lineage's `device-seconds-per-day` use, read back at start.
+   */
+  deviceMsByGrant(since: number): Promise<Map<string, number>>;
   /** Finished jobs no published result names, finished before `before`, oldest first; and the digests only their rows name. */
   prunableJobs(before: number, limit: number): Promise<{ ids: string[]; digests: string[] }>;
   deleteJobs(ids: readonly string[]): void;

@@ -81,6 +81,9 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
       return (await read<JobRow>(`SELECT * FROM jobs ${where.sql()} ORDER BY seq DESC LIMIT ${where.next()}`, [...where.values, filter.limit])).map(jobFromRow);
     },
     jobsInStates: async (statuses) => (await read<JobRow>('SELECT * FROM jobs WHERE status = ANY($1) ORDER BY seq', [statuses])).map(jobFromRow),
+    deviceMsByGrant: async (since) => new Map((await read<{ grant_id: string; ms: number }>(
+      `SELECT grant_id, SUM(compute_ms / GREATEST(COALESCE(batch_size, 1), 1))::float8 AS ms FROM jobs
+        WHERE status = 'succeeded' AND finished_at >= $1 AND compute_ms IS NOT NULL GROUP BY grant_id`, [since])).map((row) => [row.grant_id, Number(row.ms)])),
     countByStatus: async () => Object.fromEntries((await read<{ status: string; n: number }>('SELECT status, COUNT(*) AS n FROM jobs GROUP BY status')).map((row) => [row.status, row.n])),
     prunableJobs: async (before, limit) => {
       const ids = (await read<{ id: string }>(`SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled', 'expired') AND finished_at < $1

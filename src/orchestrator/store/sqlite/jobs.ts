@@ -154,6 +154,13 @@ export function prunableJobs(db: Db, before: number, limit: number): { ids: stri
   return { ids, digests: [...digests] };
 }
 
+/** See JobTable.deviceMsByGrant. */
+export function deviceMsByGrant(db: Db, since: number): Map<string, number> {
+  const rows = db.prepare(`SELECT grant_id, SUM(compute_ms / MAX(COALESCE(batch_size, 1), 1)) AS ms FROM jobs
+    WHERE status = 'succeeded' AND finished_at >= ? AND compute_ms IS NOT NULL GROUP BY grant_id`).all(since) as { grant_id: string; ms: number }[];
+  return new Map(rows.map((row) => [row.grant_id, row.ms]));
+}
+
 /** Delete jobs with their attempts, uploads and input records (their results are never among them: see prunableJobs). */
 export function deleteJobs(db: Db, ids: readonly string[]): void {
   const statements = ['DELETE FROM attempts WHERE job_id = ?', 'DELETE FROM uploads WHERE job_id = ?', 'DELETE FROM job_inputs WHERE job_id = ?', 'DELETE FROM jobs WHERE id = ?']
@@ -187,6 +194,7 @@ export function jobTable(db: Db): JobTable {
     listJobs: async (filter) => listJobs(db, filter),
     jobsInStates: async (statuses) => jobsInStates(db, statuses),
     countByStatus: async () => countByStatus(db),
+    deviceMsByGrant: async (since) => deviceMsByGrant(db, since),
     prunableJobs: async (before, limit) => prunableJobs(db, before, limit),
     deleteJobs: (ids) => deleteJobs(db, ids),
   };
