@@ -25,7 +25,7 @@ function fill(db: Db, count: number): void {
       insertJob(db, { id, type: 'image', model: 'gen', priority: 2, album, classes: ['image'], input: { prompt, seed: i, width: 512, height: 512, steps: 8 }, grantId: 'g', idempotencyKey: null, createdAt: i, deadlineAt: null });
       insertArtifact(db, {
         digest: `sha256:${i.toString(16).padStart(64, '0')}`, jobId: id, type: 'image', model: 'gen', host: 'vm', album, mediaType: 'image/png',
-        bytes: 300_000, width: 512, height: 512, computeMs: 500, totalMs: 700, createdAt: i,
+        bytes: 300_000, width: 512, height: 512, computeMs: 500, totalMs: 700, energyJ: null, createdAt: i,
       });
     }
   })();

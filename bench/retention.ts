@@ -54,7 +54,7 @@ try {
         recordBlob(db, { digest: `sha256:${i.toString(16).padStart(64, '0')}`, bytes: 300_000, mediaType: 'image/png' }, old);
         insertArtifact(db, {
           digest: `sha256:${i.toString(16).padStart(64, '0')}`, jobId: id, type: 'image', model: 'gen', host: 'vm', album: 'default', mediaType: 'image/png',
-          bytes: 300_000, width: 512, height: 512, computeMs: 500, totalMs: 700, createdAt: old,
+          bytes: 300_000, width: 512, height: 512, computeMs: 500, totalMs: 700, energyJ: null, createdAt: old,
         });
       }
     }

@@ -5,6 +5,7 @@
 // shown; what the buttons do is the gallery's (`actions`).
 
 import { h } from './dom.js';
+import { watthours } from './units.js';
 
 const seconds = (ms) => (ms == null ? null : ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`);
 const between = (from, to) => (from && to ? Date.parse(to) - Date.parse(from) : null);
@@ -49,6 +50,8 @@ function timingRows(job, artifact) {
     ['rendering', seconds(result.generateMs)],
     ['encoding', seconds(result.encodeMs)],
     ['total', seconds(artifact?.totalMs ?? between(job.createdAt, job.finishedAt))],
+    // Its share of its batch's energy, where the GPU reported its power (none on a CPU: no row).
+    ['energy', typeof artifact?.energyWh === 'number' ? watthours(artifact.energyWh) : null],
   ];
 }
 

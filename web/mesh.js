@@ -10,6 +10,7 @@ import { $, h } from './dom.js';
 import { createPlots } from './plots.js';
 import { createReloader } from './reloader.js';
 import { createApi, GrantChanged, wireGrant } from './session.js';
+import { watthours } from './units.js';
 
 const GRANT_KEY = 'gpumesh.mesh-grant';
 const REFRESH_DELAY_MS = 150; // lets a burst of events settle into one reload
@@ -240,11 +241,15 @@ function trackJob(event) {
   if (now) redrawChips(now.host);
 }
 
+/** Each host's energy since the orchestrator started (Wh), from the last status read. */
+let energyByHost = {};
+
 function hostCard(host) {
   const state = hostState(host);
   const busy = host.concurrency - host.freeSlots;
   const facts = host.connected
-    ? [plural(host.jobsInFlight, 'job'), ' in flight · ', `${busy}/${host.concurrency} slots busy`, host.probesInFlight ? ` · ${plural(host.probesInFlight, 'probe')}` : '']
+    ? [plural(host.jobsInFlight, 'job'), ' in flight · ', `${busy}/${host.concurrency} slots busy`, host.probesInFlight ? ` · ${plural(host.probesInFlight, 'probe')}` : '',
+      typeof energyByHost[host.id] === 'number' ? ` · ${watthours(energyByHost[host.id])} so far` : '']
     : host.left
       ? ['drained and left', ' · ', host.lostAt ? clock(host.lostAt, { prefix: 'left ' }) : 'left']
       : [lostReasons.get(host.id) ?? 'disconnected', ' · ', host.lostAt ? clock(host.lostAt, { prefix: 'lost ' }) : 'lost'];
@@ -302,7 +307,15 @@ function renderSummary(hosts, status) {
     tile('breakers not closed', number.format(tripped), { 'data-tile': 'breakers', 'data-alert': tripped > 0 ? 'yes' : 'no' }),
     tile('succeeded', number.format(jobs.succeeded ?? 0), { 'data-tile': 'succeeded' }),
     tile('failed', number.format(jobs.failed ?? 0), { 'data-tile': 'failed', 'data-alert': jobs.failed ? 'yes' : 'no' }),
+    ...energyTile(status.energy),
     ...diskTile(status.disk));
+}
+
+/** What the GPUs that report their power drew for jobs since the orchestrator started (none: no tile). */
+function energyTile(energy) {
+  const hosts = Object.values(energy?.byHost ?? {});
+  if (hosts.length === 0) return [];
+  return [tile('energy since start (GPUs that report power)', watthours(hosts.reduce((sum, value) => sum + value, 0)), { 'data-tile': 'energy' })];
 }
 
 /**
@@ -358,7 +371,7 @@ function renderQueues(status) {
       h('td', { class: 'replica-hosts', title: replicas ? `wants ${replicas.desired} (min ${replicas.min}, max ${replicas.max ?? '∞'})` : null },
         replicas ? `${ready.length} ready / ${replicas.desired} wanted` : '–',
         ready.length > 0 ? h('small', {}, ` (${ready.map((replica) => replica.host).join(', ')})`) : ''),
-      h('td', { class: 'blocked' }, queue.blocked ?? ''));
+      h('td', { class: 'blocked' }, [queue.blocked ?? '', typeof status.energy?.byModel?.[model] === 'number' ? h('small', { class: 'energy' }, ` ${watthours(status.energy.byModel[model])} so far`) : '']));
   });
   ui.queues.replaceChildren(...rows);
 }
@@ -395,6 +408,7 @@ async function reload() {
     if (sinceReload === changed) sinceReload = null;
   }
   const [{ hosts }, status, { jobs }] = answers;
+  energyByHost = status.energy?.byHost ?? {};
   renderSummary(hosts, status);
   renderHosts(hosts, jobs, changed);
   renderQueues(status);

@@ -139,6 +139,7 @@ export class Agent {
         this.#loads.batchEnded(model);
         this.#drain.check();
       },
+      energyJ: (device) => this.#availability?.energy.joulesAt(device, (options.clock ?? systemClock).now()) ?? null,
     });
     const { wake: _wake, ...policies } = (options.hostConfig ?? HostConfig.none()).policies;
     this.#yielding = new Yielding({

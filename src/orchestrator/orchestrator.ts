@@ -307,7 +307,7 @@ export class Orchestrator {
     });
     const status = new MeshStatus({
       hosts, registry, scheduler, breakers, health, throughput, counts: () => reads.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
-      placement: () => autoscaler.view(), orchestrators: options.orchestrators, wokenAt: (id) => waker.wokenAt(id),
+      placement: () => autoscaler.view(), orchestrators: options.orchestrators, wokenAt: (id) => waker.wokenAt(id), energy: () => metrics.energy(),
       storage: async () => ({
         blobs: { location: blobStore.location, ...await store.blobs.blobTotals() },
         jobs: { retentionDays: config.jobs.retentionDays, counts: await reads.counts() },

@@ -255,6 +255,11 @@ export const AgentMessage = z.discriminatedUnion('type', [
     result: z.unknown().optional(),
     timings: Timings,
     memory: BatchMemoryReport.optional(),
+    /**
+     * The energy the job took (J): its share of its batch's, from its GPU's power as the driver reported it over the
+     * batch's run. Absent where the device reports no power (a CPU): never made up. Optional (no version change).
+     */
+    energyJ: z.number().min(0).max(1e9).optional(),
   }),
   z.object({
     type: z.literal('failed'),

@@ -106,9 +106,26 @@ describe('hosts that are people\'s computers', () => {
     await client.request('DELETE', `/v1/jobs/${id}`);
   });
 
-  it('the laptop\'s GPU is reported with its temperature and power', async () => {
+  it('the laptop\'s GPU is reported with its temperature and power, and each result with the energy it took', async () => {
     await waitFor(async () => (await host('laptop'))?.devices[0]?.temperatureC === 55, { timeoutMs: 15_000, what: 'a heartbeat with the GPU\'s temperature' });
     expect((await host('laptop'))!.devices[0]).toMatchObject({ id: 'gpu0', kind: 'gpu', temperatureC: 55, powerW: 40, powerLimitW: 175 });
+    // 40 W over the batch's run, shared out to its one job.
+    const job = await client.send<{ id: string; attempts: { host: string }[]; artifacts: { energyWh: number | null; computeMs: number }[] }>(
+      'POST', '/v1/jobs', JSON.stringify({ type: 'image', input: { prompt: 'how much did this cost', width: 64, height: 64, steps: 2 } }), { 'content-type': 'application/json', prefer: 'wait=60' },
+    );
+    expect(job.attempts.at(-1)!.host).toBe('laptop');
+    const [artifact] = job.artifacts;
+    expect(artifact!.energyWh).toBeGreaterThan(0);
+    // Power × time, within the agent's own measure of the batch (it reads the meter around the engine's run).
+    expect(artifact!.energyWh! * 3600).toBeLessThanOrEqual(40 * (artifact!.computeMs / 1000) * 1.5 + 0.5);
+    const status = await client.request<{ energy: { byModel: Record<string, number>; byHost: Record<string, number> } }>('GET', '/v1/status');
+    expect(status.energy.byHost.laptop).toBeGreaterThan(0);
+    expect(status.energy.byModel.gen).toBeGreaterThan(0);
+    expect(status.energy.byHost.nightbox).toBeUndefined();
+    const text = await gpumeshRun(['status', '--data', data]);
+    expect(text.stdout).toMatch(/^energy: models gen \S+ Wh; hosts laptop \S+ Wh \(since the orchestrator started\)$/m);
+    const metrics = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${readFileSync(join(data, 'admin.grant'), 'utf8').trim()}` } })).text();
+    expect(metrics).toMatch(/^gpumesh_energy_joules_total\{model="gen",host="laptop"\} [\d.e-]+$/m);
   });
 
   it('a game takes 6 GB of the GPU: the laptop yields, unloads its models, jobs run on the fallback host; it is back after the quiet period', async () => {

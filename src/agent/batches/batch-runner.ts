@@ -34,6 +34,8 @@ export interface BatchRunnerDeps {
   computed(batchId: string): void;
   /** A batch ended (its model may unload, a drain may be done). */
   ended(model: string): void;
+  /** The energy a device has drawn so far (J), from its reported power; null where it reports none (energy per result). */
+  energyJ?(device: string): number | null;
 }
 
 interface RunningBatch {
@@ -130,6 +132,7 @@ export class BatchRunner {
       const fetching = this.#deps.pictures.forJobs(jobs);
       const pictures = fetching ? await fetching : null;
       const computeStart = performance.now();
+      const energyStart = this.#deps.energyJ?.(loaded.device.id) ?? null;
       const { outputs, memory } = await loaded.run(
         jobs.map((job) => ({ id: job.id, input: job.input, deadlineAt: job.deadlineAt, ...(pictures?.has(job.id) ? { pictures: pictures.get(job.id)! } : {}) })),
         ({ previews, ...progress }) => {
@@ -141,6 +144,9 @@ export class BatchRunner {
         },
       );
       const computeMs = performance.now() - computeStart;
+      const energyEnd = energyStart === null ? null : this.#deps.energyJ?.(loaded.device.id) ?? null;
+      // Each job's share of the batch's energy: equal, as the jobs of one batch share their shape.
+      const energyJ = energyStart === null || energyEnd === null ? undefined : Math.max(0, energyEnd - energyStart) / jobs.length;
       reports.end();
       // Outputs that travel (files to upload, or inline for the orchestrator to check and store) keep the batch open
       // a while after the engine is done with it; the engine need not wait for that. Results without files follow at once.
@@ -152,7 +158,7 @@ export class BatchRunner {
       if (memory && memory.peakMB > loaded.device.budgetMB) {
         this.#deps.log.warn({ batchId: batch.id, peakMB: memory.peakMB, budgetMB: loaded.device.budgetMB }, 'the batch took more than the device budget');
       }
-      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received, phases: loading ? phases : undefined }, memory ? measured : undefined)));
+      await Promise.all(outputs.map((output, index) => this.#deliver(message, jobs[index]!, output, { loadMs, computeMs, received, phases: loading ? phases : undefined, energyJ }, memory ? measured : undefined)));
     } catch (error) {
       this.#deps.log.warn({ batchId: batch.id, code: asEngineError(error).code, err: error }, 'batch failed');
       for (const job of jobs) this.#deps.report(failed(job.id, batch.id, batch.handedBack ?? asEngineError(error)));
@@ -165,7 +171,7 @@ export class BatchRunner {
   }
 
   async #deliver(
-    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
+    message: Run, job: Run['jobs'][number], output: JobOutput, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined; energyJ?: number }, memory: BatchMemoryReport | undefined,
   ): Promise<void> {
     if (!output.ok) {
       const handedBack = this.#running.get(message.batchId)?.handedBack;
@@ -181,7 +187,7 @@ export class BatchRunner {
   }
 
   async #deliverOutputs(
-    message: Run, job: Run['jobs'][number], output: Extract<JobOutput, { ok: true }>, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined }, memory: BatchMemoryReport | undefined,
+    message: Run, job: Run['jobs'][number], output: Extract<JobOutput, { ok: true }>, timing: { loadMs: number; computeMs: number; received: number; phases: LoadPhases | undefined; energyJ?: number }, memory: BatchMemoryReport | undefined,
   ): Promise<void> {
     if (message.probe) {
       // A health probe: the orchestrator wants to know the model still runs, not its output.
@@ -209,7 +215,7 @@ export class BatchRunner {
       this.#deps.report({
         type: 'done', jobId: job.id, batchId: message.batchId, artifacts, result: output.result,
         timings: { loadMs: timing.loadMs, computeMs: timing.computeMs, totalMs: performance.now() - timing.received, ...(timing.phases ? { phases: timing.phases } : {}) },
-        ...(memory ? { memory } : {}),
+        ...(memory ? { memory } : {}), ...(timing.energyJ !== undefined ? { energyJ: timing.energyJ } : {}),
       });
     } catch (error) {
       this.#deps.report(failed(job.id, message.batchId, asEngineError(error)));

@@ -3,6 +3,7 @@ import type { HostAway } from '../../protocol/index.js';
 import { every, type Clock } from '../../protocol/clock.js';
 import type { HostPolicies } from './config.js';
 import type { GpuSample } from './gpu-telemetry.js';
+import { EnergyMeter } from './energy.js';
 import { Hours } from './hours.js';
 
 export interface HostAvailabilityDeps {
@@ -46,6 +47,8 @@ export class HostAvailability {
   #ownerReason = '';
   #hot = new Set<string>();
   #sample: GpuSample | null = null;
+  /** The GPUs' energy, from each reading's power (energy per result). */
+  readonly energy = new EnergyMeter();
   #lastActivityCheck = -Infinity;
   #activeByCommand = false;
   #stop: (() => void) | null = null;
@@ -90,6 +93,7 @@ export class HostAvailability {
   async #check(): Promise<void> {
     const { clock, policies } = this.#deps;
     this.#sample = await this.#deps.sample();
+    if (this.#sample) this.energy.record(this.#sample);
     const now = clock.now();
     const owner = await this.#owner(now);
     if (owner) {

@@ -30,6 +30,17 @@ function hostsTable(hosts: HostView[]): string {
   );
 }
 
+/**
+ * The energy jobs took on GPUs that report their power, since the orchestrator started:
+ * `energy: gen 1.23 Wh · laptop 1.23 Wh (since the orchestrator started)`; null when none was reported.
+ */
+export function energyLine(energy: StatusView['energy'] | undefined): string | null {
+  const entries = [...Object.entries(energy?.byModel ?? {}), ...Object.entries(energy?.byHost ?? {})];
+  if (entries.length === 0) return null;
+  const wh = (value: number): string => (value >= 10 ? value.toFixed(1) : value >= 0.01 ? value.toFixed(2) : value.toPrecision(2));
+  return `energy: models ${Object.entries(energy!.byModel).map(([name, value]) => `${name} ${wh(value)} Wh`).join(', ')}; hosts ${Object.entries(energy!.byHost).map(([name, value]) => `${name} ${wh(value)} Wh`).join(', ')} (since the orchestrator started)`;
+}
+
 /** A time of day as `status` shows it (the terminal's zone): `22:04`. */
 const clockTime = (iso: string): string => new Date(iso).toTimeString().slice(0, 5);
 
@@ -103,6 +114,8 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
   })));
   out.push('', `jobs: ${Object.entries(current.jobs).map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`);
   if (storage) out.push(storageLine(storage));
+  const energy = energyLine(current.energy);
+  if (energy) out.push(energy);
   process.stdout.write(`${out.join('\n')}\n`);
 }
 

@@ -168,6 +168,7 @@ export class ResultIntake {
   #publish(host: HostSession, job: JobRecord, message: Done): void {
     this.#deps.states.succeeded(job, {
       batchId: message.batchId, host: host.id, artifacts: message.artifacts, result: message.result, computeMs: message.timings.computeMs,
+      energyJ: message.energyJ ?? null,
     });
     this.#ack(host, job.id);
   }

@@ -287,14 +287,14 @@ export class JobStates {
   }
 
   /** The attempt in `batchId` delivered: record its artifacts and finish the job. Returns false if it had already finished. */
-  succeeded(job: JobRecord, outcome: { batchId: string; host: string; artifacts: readonly ArtifactReport[]; result: unknown; computeMs: number }): boolean {
+  succeeded(job: JobRecord, outcome: { batchId: string; host: string; artifacts: readonly ArtifactReport[]; result: unknown; computeMs: number; energyJ?: number | null }): boolean {
     if (!this.#holds(job, ['queued', 'dispatched', 'running'])) return false;
     const { store, clock } = this.#deps;
     const now = clock.now();
     const published = outcome.artifacts.map((artifact) => ({
       digest: artifact.digest, jobId: job.id, type: job.type, model: job.model, host: outcome.host, album: job.album,
       mediaType: artifact.mediaType, bytes: artifact.bytes, width: artifact.width ?? null, height: artifact.height ?? null,
-      computeMs: outcome.computeMs, totalMs: now - job.createdAt, createdAt: now,
+      computeMs: outcome.computeMs, totalMs: now - job.createdAt, energyJ: outcome.energyJ ?? null, createdAt: now,
     }));
     // The attempt it succeeded with is kept on the job's row, not as a row of attempts (migration 11).
     const kept = job.batchId === outcome.batchId && job.leaseHost
@@ -331,6 +331,7 @@ export class JobStates {
     });
     this.#announce(attempt);
     this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
+    if (outcome.energyJ) this.#deps.metrics.energyUsed(job.model, outcome.host, outcome.energyJ);
     return true;
   }
 

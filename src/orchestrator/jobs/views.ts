@@ -13,6 +13,7 @@ export function artifactView(record: ArtifactRecord): ArtifactView {
     digest: record.digest, mediaType: record.mediaType, bytes: record.bytes, url: blobUrl(record.digest),
     jobId: record.jobId, model: record.model, host: record.host, type: record.type, prompt: record.prompt,
     album: record.album, width: record.width, height: record.height, computeMs: record.computeMs, totalMs: record.totalMs,
+    energyWh: record.energyJ === null ? null : record.energyJ / 3600,
     createdAt: new Date(record.createdAt).toISOString(),
   };
 }

@@ -44,6 +44,10 @@ export class MeshMetrics {
   readonly #replicaRefusals: Counter<'host' | 'model' | 'code'>;
   readonly #replicas: Gauge<'model'>;
   readonly #replicasDesired: Gauge<'model'>;
+  readonly #energy: Counter<'model' | 'host'>;
+  /** Energy since start by model and by host (J), for `gpumesh status` and the mesh view. */
+  readonly #energyByModel = new Map<string, number>();
+  readonly #energyByHost = new Map<string, number>();
   /** Told of every job that ends (the mesh view's time series, metrics/series.ts). */
   readonly #finishedListeners: ((model: string, outcome: string, totalMs: number) => void)[] = [];
 
@@ -55,6 +59,10 @@ export class MeshMetrics {
     this.#requests = new Counter({
       name: 'gpumesh_requests_total', help: 'Jobs that reached a terminal state, by outcome (succeeded, failed, cancelled, expired)',
       labelNames: ['model', 'outcome'], registers,
+    });
+    this.#energy = new Counter({
+      name: 'gpumesh_energy_joules_total', help: 'Energy jobs took on their GPUs (each its share of its batch), from the power the drivers reported',
+      labelNames: ['model', 'host'], registers,
     });
     this.#inferences = new Counter({ name: 'gpumesh_inference_count_total', help: 'Jobs sent to a replica for execution (batched or not)', labelNames: ['model'], registers });
     this.#executions = new Counter({ name: 'gpumesh_execution_count_total', help: 'Batches sent to a replica (one forward pass each)', labelNames: ['model'], registers });
@@ -163,6 +171,19 @@ export class MeshMetrics {
     this.#requestSeconds.observe({ model, outcome }, totalMs / 1000);
     if (computeMs !== undefined) this.#computeSeconds.observe({ model }, computeMs / 1000);
     for (const listener of this.#finishedListeners) listener(model, outcome, totalMs);
+  }
+
+  /** A job that succeeded took this much energy (J) on `host` (its share of its batch's). */
+  energyUsed(model: string, host: string, joules: number): void {
+    this.#energy.inc({ model, host }, joules);
+    this.#energyByModel.set(model, (this.#energyByModel.get(model) ?? 0) + joules);
+    this.#energyByHost.set(host, (this.#energyByHost.get(host) ?? 0) + joules);
+  }
+
+  /** Energy since the orchestrator started, in Wh, by model and by host (only those that reported any). */
+  energy(): { byModel: Record<string, number>; byHost: Record<string, number> } {
+    const wh = (map: Map<string, number>): Record<string, number> => Object.fromEntries([...map].sort(([a], [b]) => a.localeCompare(b)).map(([key, joules]) => [key, Math.round(joules / 3.6) / 1000]));
+    return { byModel: wh(this.#energyByModel), byHost: wh(this.#energyByHost) };
   }
 
   /** Subscribe to every job that reaches a terminal state: its model, outcome and time from admission. */

@@ -20,6 +20,8 @@ export interface MeshStatusDeps {
   placement?(): ModelReplicasView[];
   /** When a sleeping host was last sent a Wake-on-LAN packet, or null. */
   wokenAt?(host: string): number | null;
+  /** Energy since start (Wh), by model and host. */
+  energy?(): { byModel: Record<string, number>; byHost: Record<string, number> };
   /** The orchestrators sharing the store (PostgreSQL): which runs the mesh, which stand by (the lease's rows, as they are). */
   orchestrators?(): Promise<readonly object[]>;
   /** What the store holds and how long it keeps finished jobs (`GET /v1/storage`). */
@@ -77,6 +79,7 @@ export class MeshStatus {
       jobs,
       ...(orchestrators ? { orchestrators: orchestrators.map((row) => ({ ...row })) } : {}),
       ...(disk ? { disk } : {}),
+      energy: this.#deps.energy?.() ?? { byModel: {}, byHost: {} },
     };
   }
 

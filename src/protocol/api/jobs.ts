@@ -60,6 +60,8 @@ export const ArtifactView = z.strictObject({
   height: z.int().nullable(),
   computeMs: z.number().nullable(),
   totalMs: z.number().nullable(),
+  /** The energy its job took (Wh), its share of its batch's, from the GPU's reported power; null where none was reported. */
+  energyWh: z.number().nullable().describe('the energy its job took (Wh), from the GPU\'s reported power; null where none was reported'),
   createdAt: Time,
 });
 export type ArtifactView = z.infer<typeof ArtifactView>;

@@ -25,6 +25,9 @@ export const StatusView = z.strictObject({
   jobs: z.record(z.string(), z.int()).describe('jobs by status'),
   orchestrators: z.array(z.record(z.string(), z.unknown())).optional().describe('on a shared store: every orchestrator on it, its role and when it was seen'),
   disk: DiskView.optional().describe('the data folder\'s disk against its floor: `low` while new work is refused'),
+  /** Energy jobs took since this orchestrator started (Wh), by model and by host, where GPUs reported their power. */
+  energy: z.strictObject({ byModel: z.record(z.string(), z.number()), byHost: z.record(z.string(), z.number()) })
+    .describe('energy since this orchestrator started (Wh), by model and host, where GPUs reported power'),
 });
 export type StatusView = z.infer<typeof StatusView>;
 

@@ -56,7 +56,7 @@ describe('JobRetention', () => {
       store.jobs.finishJob(withResult.seq, 'succeeded', clock.now(), { result: null });
       store.artifacts.insertArtifact({
         digest: published, jobId: withResult.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1,
-        width: 8, height: 8, computeMs: 1, totalMs: 2, createdAt: clock.now(),
+        width: 8, height: 8, computeMs: 1, totalMs: 2, energyJ: null, createdAt: clock.now(),
       });
       store.blobs.recordUpload(failed.id, halfDone, clock.now());
       store.inputImages.recordJobInput(picture, failed.id);

@@ -199,15 +199,18 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     const tensor = commits.write(() => jobs.insertJob(newJob({ type: 'tensor', model: 'mlp', input: { x: [1] } })));
     const artifact = (job: typeof fox, digest: string) => ({
       digest, jobId: job.id, type: job.type, model: job.model, host: 'laptop', album: job.album, mediaType: 'image/png', bytes: 10, width: 8, height: 8,
-      computeMs: 1, totalMs: 2, createdAt: tick(),
+      computeMs: 1, totalMs: 2, energyJ: null, createdAt: tick(),
     });
     commits.write(() => {
       artifacts.insertArtifact(artifact(fox, 'sha256:a'));
       artifacts.insertArtifact(artifact(fox, 'sha256:a')); // the same result twice is one
-      artifacts.insertArtifact(artifact(owl, 'sha256:b'));
+      // The energy a result took, where its GPU reported power.
+      artifacts.insertArtifact({ ...artifact(owl, 'sha256:b'), energyJ: 7.25 });
       artifacts.insertArtifact(artifact(tensor, 'sha256:c'));
     });
     expect((await artifacts.artifactsOfJob(fox.id)).map((a) => [a.digest, a.prompt])).toEqual([['sha256:a', 'A RED fox_1']]);
+    expect((await artifacts.artifactsOfJob(owl.id)).map((a) => a.energyJ)).toEqual([7.25]);
+    expect((await artifacts.artifactsOfJob(fox.id)).map((a) => a.energyJ)).toEqual([null]);
     expect((await artifacts.listArtifacts({ limit: 10 })).map((a) => a.digest)).toEqual(['sha256:c', 'sha256:b', 'sha256:a']);
     expect((await artifacts.listArtifacts({ limit: 10, albums: ['birds'] })).map((a) => a.digest)).toEqual(['sha256:b']);
     expect((await artifacts.listArtifacts({ limit: 10, models: ['gen'] })).map((a) => a.digest)).toEqual(['sha256:b', 'sha256:a']);
@@ -262,7 +265,7 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     const { commits, jobs, blobs, clientBlobs, inputImages, artifacts } = store;
     const job = commits.write(() => jobs.insertJob(newJob()));
     const artifact = (digest: string) => ({
-      digest, jobId: job.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1, width: 8, height: 8, computeMs: 1, totalMs: 2, createdAt: tick(),
+      digest, jobId: job.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1, width: 8, height: 8, computeMs: 1, totalMs: 2, energyJ: null, createdAt: tick(),
     });
     commits.write(() => {
       for (const digest of ['sha256:result', 'sha256:upload', 'sha256:client', 'sha256:input', 'sha256:none']) blobs.recordBlob({ digest, bytes: 1, mediaType: 'image/png' }, tick());
@@ -320,7 +323,7 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
       jobs.finishJob(recent.seq, 'cancelled', finishedAt + 10_000);
       artifacts.insertArtifact({
         digest: 'sha256:published', jobId: published.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1,
-        width: 8, height: 8, computeMs: 1, totalMs: 2, createdAt: finishedAt,
+        width: 8, height: 8, computeMs: 1, totalMs: 2, energyJ: null, createdAt: finishedAt,
       });
       blobs.recordUpload(failed.id, 'sha256:half-done', finishedAt);
       inputImages.recordJobInput('sha256:picture', failed.id);

@@ -15,6 +15,8 @@ export interface ArtifactRecord {
   height: number | null;
   computeMs: number | null;
   totalMs: number | null;
+  /** The energy its job took (J): its share of its batch's, from the GPU's power as its driver said; null where none. */
+  energyJ: number | null;
   createdAt: number;
 }
 
@@ -50,14 +52,14 @@ export interface ArtifactTable {
 export interface ArtifactRow {
   seq: number; digest: string; job_id: string; type: string; model: string; host: string; album: string; prompt: string | null;
   media_type: string; bytes: number; width: number | null; height: number | null; compute_ms: number | null; total_ms: number | null;
-  created_at: number;
+  energy_j: number | null; created_at: number;
 }
 
 export function artifactFromRow(row: ArtifactRow): ArtifactRecord {
   return {
     seq: row.seq, digest: row.digest, jobId: row.job_id, type: row.type, model: row.model, host: row.host, album: row.album,
     prompt: row.prompt, mediaType: row.media_type, bytes: row.bytes, width: row.width, height: row.height,
-    computeMs: row.compute_ms, totalMs: row.total_ms, createdAt: row.created_at,
+    computeMs: row.compute_ms, totalMs: row.total_ms, energyJ: row.energy_j, createdAt: row.created_at,
   };
 }
 
@@ -65,7 +67,7 @@ export function artifactFromRow(row: ArtifactRow): ArtifactRecord {
 export function artifactValues(artifact: Omit<ArtifactRecord, 'seq' | 'prompt'>): unknown[] {
   return [
     artifact.digest, artifact.jobId, artifact.type, artifact.model, artifact.host, artifact.album,
-    artifact.mediaType, artifact.bytes, artifact.width, artifact.height, artifact.computeMs, artifact.totalMs, artifact.createdAt,
+    artifact.mediaType, artifact.bytes, artifact.width, artifact.height, artifact.computeMs, artifact.totalMs, artifact.createdAt, artifact.energyJ,
   ];
 }
 

@@ -9,7 +9,7 @@ const ARTIFACTS = `SELECT a.*, ${PROMPT_SQL} AS prompt FROM artifacts a JOIN job
 export function artifactTable({ write, read }: PgAccess): ArtifactTable {
   return {
     insertArtifact: (artifact) => write(`INSERT INTO artifacts (digest, job_id, type, model, host, album, media_type, bytes, width, height,
-        compute_ms, total_ms, created_at) VALUES (${marks(13)}) ON CONFLICT DO NOTHING`, artifactValues(artifact)),
+        compute_ms, total_ms, created_at, energy_j) VALUES (${marks(14)}) ON CONFLICT DO NOTHING`, artifactValues(artifact)),
     deleteArtifactsOfJob: (jobId) => write('DELETE FROM artifacts WHERE job_id = $1', [jobId]),
     artifactsOfJob: async (jobId) => (await read<ArtifactRow>(`${ARTIFACTS} WHERE a.job_id = $1 ORDER BY a.seq`, [jobId])).map(artifactFromRow),
     listArtifacts: async (filter) => {

@@ -214,4 +214,12 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX uploads_by_digest ON uploads (digest);
     `,
   },
+  {
+    version: 4,
+    // SQLite's version 16: the energy a result took.
+    name: 'the energy a result took',
+    sql: `
+      ALTER TABLE artifacts ADD COLUMN energy_j DOUBLE PRECISION;
+    `,
+  },
 ];

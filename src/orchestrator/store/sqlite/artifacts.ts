@@ -7,7 +7,7 @@ import { PROMPT_SQL } from './jobs.js';
 
 export function insertArtifact(db: Db, artifact: Omit<ArtifactRecord, 'seq' | 'prompt'>): void {
   stmt(db, `INSERT OR IGNORE INTO artifacts (digest, job_id, type, model, host, album, media_type, bytes, width, height,
-    compute_ms, total_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(...artifactValues(artifact));
+    compute_ms, total_ms, created_at, energy_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(...artifactValues(artifact));
 }
 
 /** Artifact columns with the job's prompt. */

@@ -268,4 +268,12 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX uploads_by_digest ON uploads (digest);
     `,
   },
+  {
+    version: 16,
+    // Energy per result (issue 32): its job's share of its batch's energy, where the GPU's driver reports power.
+    name: 'the energy a result took',
+    sql: `
+      ALTER TABLE artifacts ADD COLUMN energy_j REAL;
+    `,
+  },
 ];

@@ -27,7 +27,7 @@ function fill(db: Db, count: number): void {
       insertJob(db, { id, type: 'image', model: 'gen', priority: 2, album, classes: ['image'], input: { prompt, seed: i, width: 64, height: 64, steps: 2 }, grantId: 'g', idempotencyKey: null, createdAt: i, deadlineAt: null });
       insertArtifact(db, {
         digest: `sha256:${i.toString(16).padStart(64, '0')}`, jobId: id, type: 'image', model: 'gen', host: 'vm', album, mediaType: 'image/png',
-        bytes: 1000, width: 64, height: 64, computeMs: 5, totalMs: 9, createdAt: i,
+        bytes: 1000, width: 64, height: 64, computeMs: 5, totalMs: 9, energyJ: null, createdAt: i,
       });
     }
   })();

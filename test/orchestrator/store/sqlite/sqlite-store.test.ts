@@ -66,7 +66,7 @@ describe('store migrations', () => {
       });
       artifacts.insertArtifact(db, {
         digest: `sha256:${id.padEnd(64, '0').slice(0, 64)}`, jobId: id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png',
-        bytes: 1, width: 1, height: 1, computeMs: 1, totalMs: 1, createdAt: 1,
+        bytes: 1, width: 1, height: 1, computeMs: 1, totalMs: 1, energyJ: null, createdAt: 1,
       });
     }
     const listed = Object.fromEntries(artifacts.listArtifacts(db, { limit: 10 }).map((artifact) => [artifact.jobId, artifact.prompt]));
