@@ -64,9 +64,11 @@ export const ComfyUiSettings = z.strictObject({
   /**
    * How long a server that does not answer (starting, restarting) is waited for — `GET /system_stats` tried with a
    * backoff of 100 ms growing to 2 s — before the jobs it holds fail (ENGINE_UNREACHABLE, counted by the replica's
-   * breaker) and move elsewhere. Meanwhile they are held as NOT_READY. Keep it below the mesh's attempt timeout. Default 30 s.
+   * breaker) and move elsewhere. Meanwhile they are held as NOT_READY. A ComfyUI was seen to answer 5–7 s after a
+   * restart; one with many custom nodes takes longer. Keep it below the mesh's attempt timeout
+   * (`health.attemptTimeout.floorMs`, 10 s by default), or the orchestrator gives up on the batch first. Default 8 s.
    */
-  readyWaitMs: z.int().min(0).default(30_000),
+  readyWaitMs: z.int().min(0).default(8_000),
   /** A job's previews (its `previews`, at most 3) are at least this far apart; of the frames ComfyUI sends meanwhile, the newest is kept. Default 1 s. */
   previewIntervalMs: z.int().min(0).default(1000),
   /** Ask ComfyUI to unload its models and free memory (`POST /free`) when gpumesh unloads the model. Default true. */
