@@ -88,7 +88,7 @@ const digestOf = (bytes: Uint8Array): string => `sha256:${createHash('sha256').u
 async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: any }> {
   const response = await fetch(`${mesh.url}${path}`, {
     method, headers: { authorization: `Bearer ${mesh.admin}`, ...(body === undefined || body instanceof Uint8Array ? {} : { 'content-type': 'application/json' }), ...headers },
-    body: body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body),
+    body: body === undefined ? undefined : body instanceof Uint8Array ? Uint8Array.from(body) : JSON.stringify(body),
   });
   const text = await response.text();
   let json: any = null;
