@@ -228,6 +228,8 @@ export class ComfyBatch implements ServerBatch {
     if (!promptId) return;
     const state = this.#byId.get(promptId);
     if (!state) {
+      // progress_state goes to every client, about every prompt; the next one for ours says all an early one would.
+      if (message.type === 'progress_state') return;
       // Our POST /prompt may not have answered yet; ComfyUI can start (even finish) a prompt before that.
       if (this.#earlyCount >= MAX_EARLY_MESSAGES) return;
       const list = this.#early.get(promptId) ?? [];
