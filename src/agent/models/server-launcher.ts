@@ -9,6 +9,7 @@ import type { LaunchSettings } from '../../protocol/engines/server-settings.js';
 import { safeName } from '../governance/cgroups/cgroupfs.js';
 import { MissingExecutable } from '../governance/executable.js';
 import { describeExit, exitError } from '../governance/exit-reason.js';
+import { groupRssMB } from '../governance/process-memory.js';
 import type { Governor } from '../governance/governor.js';
 import { startServer, type ManagedServer } from '../governance/managed-server.js';
 import type { EngineLimits, ServerSettingsInput } from '../../protocol/engines/process-settings.js';
@@ -107,6 +108,8 @@ export class ServerLauncher {
       exited,
       idleUnloadMs: launch.idleStopMs,
       startup,
+      // The server is its process group's leader: the group is the server and everything it started.
+      residentMB: () => groupRssMB(server.pid),
       release: async () => {
         await server.stop();
       },

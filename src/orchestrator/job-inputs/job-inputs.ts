@@ -199,11 +199,21 @@ export function jobInputsForEngine(inputs: JobInputs, engine: EngineDescriptor |
       const problem = controlMarkupIn(normalized, engine);
       if (problem) throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: problem });
       // A picture an engine would not look at must not be silently dropped: the client expects it used.
-      const picture = engine.pictureInputs ? undefined : INPUT_IMAGE_FIELDS.find((field) => normalized[field] !== undefined);
+      const taken = picturesTaken(engine, manifest);
+      const picture = INPUT_IMAGE_FIELDS.find((field) => normalized[field] !== undefined && !taken.includes(field));
+      if (picture && typeof engine.pictureInputs === 'function') {
+        throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: this ${engine.name} model names no node that takes it (settings.inputs.${picture}); send the job to a model whose workflow loads a picture` });
+      }
       if (picture) {
         throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: the ${engine.name} engine does not take pictures as inputs; send the job to a model that does (the built-in gen does image-to-image)` });
       }
       return normalized;
     },
   };
+}
+
+/** The picture fields a model of `engine` takes: all, none, or those its settings give a place (a ComfyUI workflow's LoadImage node). */
+function picturesTaken(engine: EngineDescriptor, manifest: ModelManifest): readonly string[] {
+  if (typeof engine.pictureInputs === 'function') return engine.pictureInputs(manifest.settings ?? {});
+  return engine.pictureInputs ? INPUT_IMAGE_FIELDS : [];
 }

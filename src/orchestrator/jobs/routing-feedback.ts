@@ -21,7 +21,7 @@ export interface RoutingFeedbackDeps {
  * size, and its cost, ÷ compute time; jobs that share a batch cost the same,
  * so one job's input prices the batch), counts for its breakers and marks it healthy;
  * a failure that is not the input's fault counts against the replica's
- * breaker. Lost attempts are not counted here: the host's link breaker counts
+ * breaker — not a server that was not ready (NOT_READY). Lost attempts are not counted here: the host's link breaker counts
  * the link going down, once, however many batches it held. Cancelled and
  * expired attempts say nothing about the replica.
  */
@@ -51,6 +51,9 @@ export class RoutingFeedback implements AttemptObserver {
     if (outcome.error?.code === 'BLOB_STORE_UNAVAILABLE') return;
     // A host that handed work back because its owner came, its hours ended or it ran hot did nothing wrong either.
     if (outcome.error?.code === 'HOST_AWAY') return;
+    // Nor did one whose server was not ready (starting, restarting, busy): the engine held the jobs through its
+    // readiness window first, and a server that stays away fails them ENGINE_UNREACHABLE, which counts.
+    if (outcome.error?.code === 'NOT_READY') return;
     this.#deps.breakers.failure(host, job.model, outcome.error ? `${outcome.error.code}: ${outcome.error.message}` : 'failed');
   }
 

@@ -3,9 +3,17 @@ import { settingsNamed, type EngineDescriptor } from './descriptor.js';
 import { COMFYUI_MARKUP } from './markup.js';
 import { launchSettings, SERVER_HOST_SETTINGS, urlOrCommand } from './server-settings.js';
 
-/** The job inputs a workflow can take, in the names gpumesh's image jobs use. */
-export const NAMED_INPUTS = ['prompt', 'negativePrompt', 'seed', 'width', 'height', 'steps'] as const;
+/** The job inputs a workflow can take as values, in the names gpumesh's image jobs use. */
+export const NAMED_INPUTS = ['prompt', 'negativePrompt', 'seed', 'width', 'height', 'steps', 'strength'] as const;
 export type NamedInput = (typeof NAMED_INPUTS)[number];
+
+/**
+ * The pictures a workflow can take (`image`, `mask`): each is uploaded to ComfyUI (`/upload/image`, `/upload/mask`)
+ * under a name of the job's, and that name goes into the node input the settings point at — a LoadImage node's
+ * `image`, a LoadImageMask node's `image`.
+ */
+export const PICTURE_INPUTS = ['image', 'mask'] as const;
+export type PictureInput = (typeof PICTURE_INPUTS)[number];
 
 const Target = z.strictObject({
   /** The node id in the API-format workflow (`"6"`). */
@@ -39,8 +47,12 @@ export const ComfyUiSettings = z.strictObject({
    * against the agent's working directory) or the workflow inline. Default: the model's file itself.
    */
   workflow: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
-  /** Where each named job input goes: `{ prompt: { node: "6", field: "text" }, seed: { node: "3", field: "seed" } }`. */
-  inputs: z.partialRecord(z.enum(NAMED_INPUTS), Target).default({}),
+  /**
+   * Where each named job input goes: `{ prompt: { node: "6", field: "text" }, seed: { node: "3", field: "seed" } }`.
+   * `image` and `mask` name the LoadImage (LoadImageMask) node input that takes the uploaded picture's name; a model
+   * that names neither is refused jobs that carry a picture (400 INVALID_INPUT at submit).
+   */
+  inputs: z.partialRecord(z.enum([...NAMED_INPUTS, ...PICTURE_INPUTS]), Target).default({}),
   /** Take images only from these nodes (e.g. the SaveImage node). Default: every node's `output` images. */
   outputNodes: z.array(z.string().min(1)).min(1).optional(),
   /** Limit for one batch, queueing included. Default 30 minutes. */
@@ -49,6 +61,16 @@ export const ComfyUiSettings = z.strictObject({
   requestTimeoutMs: z.int().positive().default(30_000),
   /** How often /history is polled once the WebSocket has dropped. Default 500 ms. */
   pollIntervalMs: z.int().positive().default(500),
+  /**
+   * How long a server that does not answer (starting, restarting) is waited for — `GET /system_stats` tried with a
+   * backoff of 100 ms growing to 2 s — before the jobs it holds fail (ENGINE_UNREACHABLE, counted by the replica's
+   * breaker) and move elsewhere. Meanwhile they are held as NOT_READY. A ComfyUI was seen to answer 5–7 s after a
+   * restart; one with many custom nodes takes longer. Keep it below the mesh's attempt timeout
+   * (`health.attemptTimeout.floorMs`, 10 s by default), or the orchestrator gives up on the batch first. Default 8 s.
+   */
+  readyWaitMs: z.int().min(0).default(8_000),
+  /** A job's previews (its `previews`, at most 3) are at least this far apart; of the frames ComfyUI sends meanwhile, the newest is kept. Default 1 s. */
+  previewIntervalMs: z.int().min(0).default(1000),
   /** Ask ComfyUI to unload its models and free memory (`POST /free`) when gpumesh unloads the model. Default true. */
   freeOnUnload: z.boolean().default(true),
 }).superRefine(urlOrCommand);
@@ -60,4 +82,6 @@ export const comfyUiDescriptor: EngineDescriptor<typeof ComfyUiSettings> = {
   // A workflow given as a path is a file of the host's; one given inline is data the mesh may send.
   hostSettingsOf: (settings) => [...settingsNamed(SERVER_HOST_SETTINGS)(settings), ...(typeof settings.workflow === 'string' ? ['workflow'] : [])],
   hostDeclared: true,
+  // The pictures the model's workflow has a node for: only those may a job carry.
+  pictureInputs: (settings) => PICTURE_INPUTS.filter((field) => (settings.inputs as Record<string, unknown> | undefined)?.[field] !== undefined),
 };

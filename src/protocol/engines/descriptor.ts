@@ -41,9 +41,11 @@ export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
   readonly nativeVideo?: boolean;
   /**
    * The engine takes pictures as inputs (`image`, `mask`: image-to-image, OCR); the agent hands it each one decoded.
-   * Absent: a job that names a picture is refused at admission rather than run as if it named none.
+   * `true`: every model of it takes both; a function: the fields a model takes, from its settings (a ComfyUI workflow
+   * takes a picture only where its settings name the node for it). Absent: none. A job that names a picture its model
+   * does not take is refused at admission rather than run as if it named none.
    */
-  readonly pictureInputs?: boolean;
+  readonly pictureInputs?: boolean | ((settings: Readonly<Record<string, unknown>>) => readonly string[]);
   /**
    * The files a model must hold for its settings (the ONNX engine's `ocr` pipeline: `detector`, `recognizer`,
    * `dictionary`): `gpumesh models add` refuses a model that lacks one, naming it, rather than a load failing later.

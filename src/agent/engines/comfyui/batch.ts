@@ -11,7 +11,11 @@ import type { ComfyClient, ComfyFileRef, HistoryEntry } from './client.js';
 import { comfyUiDescriptor, type ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
 import { controlMarkupIn } from '../../../protocol/engines/index.js';
 import { fillWorkflow, type ResolvedWorkflow } from './workflow.js';
-import { ComfySocket, type ComfyMessage } from './socket.js';
+import { ComfySocket, type ComfyMessage, type ComfyPreview } from './socket.js';
+import { describeExecutionError } from './errors.js';
+import { uploadPictures } from './pictures.js';
+import { PreviewGate } from './previews.js';
+import type { Workflow } from '../../../protocol/engines/comfyui.js';
 
 type Failure = { kind: 'failed'; code: ErrorCode; message: string; retryable: boolean };
 type Outcome = { kind: 'succeeded' } | { kind: 'cancelled' } | Failure;
@@ -25,6 +29,10 @@ interface PromptState {
   cancelled: boolean;
   outcome: Outcome | null;
   history: HistoryEntry | null;
+  /** Each progress-reporting node's place (`value` of `max`): the workflow's samplers from the start, others as they report. */
+  nodes: Map<string, { value: number; max: number }>;
+  /** Its previews, when the job asked for some. */
+  previews: PreviewGate | null;
   settle(): void;
   settled: Promise<void>;
 }
@@ -44,16 +52,22 @@ const NEVER_ABORTED = new AbortController().signal;
 
 /** Messages for prompts whose POST /prompt has not answered yet are kept (at most this many) and replayed. */
 const MAX_EARLY_MESSAGES = 10_000;
-/** Polling gives up after this many failed rounds in a row: the server is gone. */
+/** Polling gives up after this many failed rounds in a row that were not the server being away (it answered, badly). */
 const MAX_POLL_FAILURES = 5;
+
+/** Nothing reached the server, or the connection broke: a server that is starting, restarting or gone. */
+const away = (error: unknown): boolean => error instanceof ServerError && (error.failure === 'unreachable' || error.failure === 'dropped');
 
 const failed = (code: ErrorCode, message: string, retryable: boolean): Failure => ({ kind: 'failed', code, message, retryable });
 
 /**
  * One batch on a ComfyUI server: each job becomes a prompt (ComfyUI runs one
  * prompt at a time, so jobs do not share a forward pass), all queued at once
- * behind a WebSocket opened first. Progress and completion come from the
- * socket; if it drops, /history is polled instead (no step progress then).
+ * behind a WebSocket opened first, each job's pictures uploaded before its
+ * prompt. Progress, previews and completion come from the socket; if it drops,
+ * /history is polled instead (no step progress then). A server that stops
+ * answering (restarting) is waited for, `readyWaitMs` at most: then the socket
+ * opens again and prompts the restart lost are sent again.
  */
 export class ComfyBatch implements ServerBatch {
   readonly #deps: BatchDeps;
@@ -67,30 +81,33 @@ export class ComfyBatch implements ServerBatch {
   #polling = false;
   #timedOut = false;
   #ended = false;
+  #socket: ComfySocket | null = null;
+  /** The server went away and came back: a prompt of ours it knows nothing of was lost with it. */
+  #restarted = false;
 
   constructor(deps: BatchDeps, jobs: readonly EngineJob[], onProgress: (progress: Progress) => void) {
     this.#deps = deps;
     this.#progress = new BatchProgress(jobs.length, onProgress);
+    const samplers = samplerSteps(deps.workflow.workflow);
     this.#states = jobs.map((job, index) => {
       let settle!: () => void;
       const settled = new Promise<void>((resolve) => (settle = resolve));
-      return { job, index, promptId: null, phase: 'unsent', cancelled: false, outcome: null, history: null, settle, settled };
+      const nodes = new Map<string, { value: number; max: number }>();
+      for (const [node, steps] of samplers) nodes.set(node, { value: 0, max: steps(fillWorkflow(deps.workflow, job.input)) });
+      const wanted = Number(job.input.previews ?? 0);
+      const previews = wanted > 0 ? new PreviewGate({
+        limit: wanted, intervalMs: deps.settings.previewIntervalMs, clock: deps.clock, log: deps.log,
+        emit: (png) => onProgress({ ...this.#progress.current, previews: [{ jobId: job.id, png }] }),
+      }) : null;
+      return { job, index, promptId: null, phase: 'unsent', cancelled: false, outcome: null, history: null, nodes, previews, settle, settled };
     });
+    // Every job's whole count is known before it starts: the bar's total does not grow as the workflow's nodes run.
+    for (const state of this.#states) this.#reportNodes(state);
   }
 
   async run(): Promise<JobOutput[]> {
-    const { client, settings } = this.#deps;
-    let socket: ComfySocket;
-    try {
-      socket = await ComfySocket.connect(client.url, this.#clientId, settings.requestTimeoutMs, (message) => this.#onMessage(message));
-    } catch (error) {
-      throw new EngineError('NOT_READY', `${client.label}: its WebSocket did not open: ${(error as Error).message}`, true, { cause: error });
-    }
-    socket.onClose((reason) => {
-      if (this.#ended) return;
-      this.#deps.log.warn({ server: client.url, reason }, 'ComfyUI WebSocket dropped mid-batch; polling /history instead');
-      void this.#poll();
-    });
+    const { settings } = this.#deps;
+    this.#socket = await this.#connect();
     const deadline = this.#deps.clock.setTimer(settings.timeoutMs, () => this.#timeOut());
     try {
       for (const state of this.#states) await this.#submit(state);
@@ -98,9 +115,52 @@ export class ComfyBatch implements ServerBatch {
     } finally {
       deadline.cancel();
       this.#ended = true;
-      socket.close();
+      this.#socket?.close();
     }
     return Promise.all(this.#states.map((state) => this.#output(state)));
+  }
+
+  /**
+   * The WebSocket, opened before any prompt is sent. A server that refuses it (starting, restarting) is waited for,
+   * `readyWaitMs` at most; one that does not come back fails the batch ENGINE_UNREACHABLE, which the replica's
+   * breaker counts.
+   */
+  async #connect(): Promise<ComfySocket> {
+    const { client, settings } = this.#deps;
+    const open = (): Promise<ComfySocket> =>
+      ComfySocket.connect(client.url, this.#clientId, settings.requestTimeoutMs, (message) => this.#onMessage(message), (preview) => this.#onPreview(preview));
+    let socket: ComfySocket;
+    try {
+      socket = await open();
+    } catch {
+      await this.#untilBack();
+      try {
+        socket = await open();
+      } catch (error) {
+        throw new EngineError('ENGINE_UNREACHABLE', formatError('ENGINE_UNREACHABLE', { url: client.url, detail: `its WebSocket did not open: ${(error as Error).message}` }), true, { cause: error });
+      }
+    }
+    socket.onClose((reason) => {
+      if (this.#ended) return;
+      this.#deps.log.warn({ server: client.url, reason }, 'ComfyUI WebSocket dropped mid-batch; polling /history instead');
+      void this.#poll();
+    });
+    return socket;
+  }
+
+  /**
+   * Hold the batch (its jobs NOT_READY, not failed) while the server does not answer, `readyWaitMs` at most, with a
+   * backoff; throws ENGINE_UNREACHABLE once the window is over.
+   */
+  async #untilBack(): Promise<void> {
+    const { client, settings, log } = this.#deps;
+    log.info({ server: client.url, readyWaitMs: settings.readyWaitMs }, 'ComfyUI is not answering; holding its jobs until it is back');
+    try {
+      await client.untilReady(settings.readyWaitMs);
+    } catch (error) {
+      throw new EngineError('ENGINE_UNREACHABLE', formatError('ENGINE_UNREACHABLE', { url: client.url, detail: `not back within readyWaitMs (${settings.readyWaitMs} ms): ${summaryOf(error)}` }), true, { cause: error });
+    }
+    log.info({ server: client.url }, 'ComfyUI answers again');
   }
 
   /**
@@ -123,7 +183,7 @@ export class ComfyBatch implements ServerBatch {
     const markup = controlMarkupIn(state.job.input, comfyUiDescriptor);
     if (markup) return this.#finish(state, failed('INVALID_INPUT', formatError('INVALID_INPUT', { model: this.#deps.model, detail: markup }), false));
     try {
-      const submitted = await client.submit(fillWorkflow(workflow, state.job.input), this.#clientId, randomUUID());
+      const submitted = await this.#patiently(async () => client.submit(fillWorkflow(workflow, state.job.input, await uploadPictures(client, state.job)), this.#clientId, randomUUID()));
       state.promptId = String(submitted.prompt_id);
     } catch (error) {
       return this.#finish(state, this.#submitFailure(error));
@@ -137,8 +197,24 @@ export class ComfyBatch implements ServerBatch {
     if (state.cancelled || (this.#timedOut && state.phase === 'done')) await this.#stop(state);
   }
 
+  /**
+   * `send` (uploads, then the prompt), and once more if nothing reached the server — it refused the connection:
+   * restarting — after waiting for it to be back. A connection that dropped mid-request is not sent again here: the
+   * prompt may be queued.
+   */
+  async #patiently<T>(send: () => Promise<T>): Promise<T> {
+    try {
+      return await send();
+    } catch (error) {
+      if (!(error instanceof ServerError && error.failure === 'unreachable')) throw error;
+      await this.#untilBack();
+      return send();
+    }
+  }
+
   #submitFailure(error: unknown): Failure {
     const { client } = this.#deps;
+    if (error instanceof EngineError && !(error instanceof ServerError)) return failed(error.code, error.message, error.retryable);
     if (!(error instanceof ServerError) || error.failure === 'protocol') return failed('ENGINE_FAILED', `${client.label}: ${summaryOf(error)}`, true);
     if (error.status === 400) return failed('INVALID_INPUT', `${client.label} refused the workflow: ${describeRefusal(error.body, error.detail)}`, false);
     // A server that cannot take the prompt now (busy after the retries, unreachable) may be ready on the next attempt.
@@ -152,6 +228,8 @@ export class ComfyBatch implements ServerBatch {
     if (!promptId) return;
     const state = this.#byId.get(promptId);
     if (!state) {
+      // progress_state goes to every client, about every prompt; the next one for ours says all an early one would.
+      if (message.type === 'progress_state') return;
       // Our POST /prompt may not have answered yet; ComfyUI can start (even finish) a prompt before that.
       if (this.#earlyCount >= MAX_EARLY_MESSAGES) return;
       const list = this.#early.get(promptId) ?? [];
@@ -163,26 +241,78 @@ export class ComfyBatch implements ServerBatch {
     if (state.phase === 'done') return;
     switch (message.type) {
       case 'execution_start':
-      case 'execution_cached':
         this.#started(state);
         return;
+      case 'execution_cached':
+        this.#started(state);
+        // A cached sampler does not run again: its steps are done.
+        for (const node of message.data.nodes ?? []) this.#nodeAt(state, node, Number.POSITIVE_INFINITY, null);
+        return this.#reportNodes(state);
       case 'executing':
         if (message.data.node === null) return this.#finish(state, { kind: 'succeeded' });
         this.#started(state);
         return;
       case 'progress':
         this.#started(state);
-        this.#progress.report(state.index, Number(message.data.value), Number(message.data.max));
-        return;
+        this.#nodeAt(state, message.data.node ?? '?', Number(message.data.value), Number(message.data.max));
+        return this.#reportNodes(state);
+      case 'progress_state':
+        // Every node that is not pending, each with its own value/max (1 of 1 for one that reports no steps).
+        for (const [node, place] of Object.entries(message.data.nodes ?? {})) {
+          const max = Number(place?.max);
+          this.#nodeAt(state, node, place?.state === 'finished' ? Number.POSITIVE_INFINITY : Number(place?.value), Number.isFinite(max) ? max : null);
+        }
+        return this.#reportNodes(state);
       case 'execution_success':
         return this.#finish(state, { kind: 'succeeded' });
       case 'execution_error':
-        return this.#finish(state, failed('ENGINE_FAILED', `${this.#deps.client.label}: ${describeExecutionError(message.data)}`, false));
+        return this.#finish(state, this.#executionError(state, message.data));
       case 'execution_interrupted':
         return this.#finish(state, this.#interrupted(message.data));
       default:
         return;
     }
+  }
+
+  /**
+   * A node's place in the job: `value` of `max` (max null: as it was; value ∞: all of it). Nodes that report no steps
+   * (1 of 1) count only where the workflow said they would (its samplers): the bar is the sampling.
+   */
+  #nodeAt(state: PromptState, node: string, value: number, max: number | null): void {
+    const known = state.nodes.get(node);
+    const whole = max ?? known?.max ?? 0;
+    if (!known && !(whole > 1)) return;
+    const at = Math.min(Number.isFinite(value) ? Math.max(value, 0) : whole, whole);
+    state.nodes.set(node, { value: Number.isNaN(at) ? known?.value ?? 0 : at, max: whole });
+  }
+
+  /** The job's steps over every progress-reporting node so far: one bar over the whole workflow. */
+  #reportNodes(state: PromptState): void {
+    let value = 0;
+    let max = 0;
+    for (const node of state.nodes.values()) {
+      value += node.value;
+      max += node.max;
+    }
+    if (max > 0) this.#progress.set(state.index, value, max);
+  }
+
+  /** A binary preview frame: the running prompt's (or, with metadata, the one it names), if its job asked for previews. */
+  #onPreview(preview: ComfyPreview): void {
+    if (this.#ended) return;
+    const promptId = preview.promptId ?? this.#runningId;
+    const state = promptId ? this.#byId.get(promptId) : undefined;
+    if (state && state.phase !== 'done' && !state.cancelled) state.previews?.offer(preview);
+  }
+
+  /** An error while the prompt ran: one line for the client; the whole traceback, with the server's paths, for the agent's log. */
+  #executionError(state: PromptState, data: Record<string, unknown>): Failure {
+    const { client, log } = this.#deps;
+    log.warn({
+      server: client.url, jobId: state.job.id, promptId: state.promptId, node: data.node_id, nodeType: data.node_type,
+      exceptionType: data.exception_type, exceptionMessage: data.exception_message, traceback: data.traceback,
+    }, 'a ComfyUI prompt failed');
+    return failed('ENGINE_FAILED', `${client.label}: ${describeExecutionError(data)}`, false);
   }
 
   #started(state: PromptState): void {
@@ -201,6 +331,7 @@ export class ComfyBatch implements ServerBatch {
     if (state.outcome) return;
     state.outcome = state.cancelled ? { kind: 'cancelled' } : outcome;
     state.phase = 'done';
+    state.previews?.close();
     if (this.#runningId === state.promptId) this.#runningId = null;
     this.#progress.complete(state.index);
     state.settle();
@@ -241,9 +372,36 @@ export class ComfyBatch implements ServerBatch {
         await this.#pollOnce();
         failures = 0;
       } catch (error) {
+        if (away(error)) {
+          await this.#backAgain();
+          continue;
+        }
         if (++failures < MAX_POLL_FAILURES) continue;
         for (const state of this.#states) this.#finish(state, failed('NOT_READY', `${client.label}: lost while polling: ${summaryOf(error)}`, true));
       }
+    }
+  }
+
+  /**
+   * The server went away under the batch (a restart): wait for it, then listen again — the prompts it lost are sent
+   * again by the next poll. If it is not back within the window, every job still open fails ENGINE_UNREACHABLE.
+   */
+  async #backAgain(): Promise<void> {
+    try {
+      await this.#untilBack();
+    } catch (error) {
+      const { code, message } = error as EngineError;
+      for (const state of this.#states) this.#finish(state, failed(code, message, true));
+      return;
+    }
+    this.#restarted = true;
+    if (this.#ended) return;
+    try {
+      this.#socket?.close();
+      this.#socket = await this.#connect();
+    } catch (error) {
+      // Polling carries on without step progress.
+      this.#deps.log.warn({ err: error }, 'the ComfyUI WebSocket did not open again');
     }
   }
 
@@ -264,8 +422,18 @@ export class ComfyBatch implements ServerBatch {
       if (queue.running.has(promptId) || queue.pending.has(promptId) || state.phase === 'done') continue;
       const entry = await client.history(promptId); // it may have finished between the two reads
       if (entry) this.#finishFromHistory(state, entry);
+      else if (this.#restarted && !this.#timedOut) await this.#resubmit(state);
       else this.#finish(state, failed('ENGINE_FAILED', `${client.label} lost prompt ${promptId}: it is neither queued, running nor in its history`, true));
     }
+  }
+
+  /** A prompt the server lost in a restart: sent again, pictures and all, as if it had never been sent. */
+  async #resubmit(state: PromptState): Promise<void> {
+    this.#deps.log.info({ jobId: state.job.id, promptId: state.promptId }, 'ComfyUI lost the prompt in a restart; sending it again');
+    this.#byId.delete(state.promptId!);
+    state.promptId = null;
+    state.phase = 'unsent';
+    await this.#submit(state);
   }
 
   #finishFromHistory(state: PromptState, entry: HistoryEntry): void {
@@ -273,7 +441,7 @@ export class ComfyBatch implements ServerBatch {
     const messages = entry.status?.messages ?? [];
     const error = messages.find(([type]) => type === 'execution_error')?.[1];
     const interrupted = messages.find(([type]) => type === 'execution_interrupted')?.[1];
-    if (error) return this.#finish(state, failed('ENGINE_FAILED', `${this.#deps.client.label}: ${describeExecutionError(error)}`, false));
+    if (error) return this.#finish(state, this.#executionError(state, error));
     if (interrupted) return this.#finish(state, this.#interrupted(interrupted));
     if (entry.status?.status_str === 'error') return this.#finish(state, failed('ENGINE_FAILED', `${this.#deps.client.label}: the prompt failed`, false));
     this.#finish(state, { kind: 'succeeded' });
@@ -339,11 +507,15 @@ function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): ComfyFi
   return saved.length > 0 ? saved : refs;
 }
 
-/** `execution_error` → "node 3 (KSampler): RuntimeError: …". */
-function describeExecutionError(data: { node_id?: unknown; node_type?: unknown; exception_type?: unknown; exception_message?: unknown }): string {
-  const type = data.exception_type ? `${String(data.exception_type)}: ` : '';
-  const message = String(data.exception_message ?? 'failed').trim();
-  return `node ${String(data.node_id ?? '?')} (${String(data.node_type ?? '?')}) failed: ${type}${message}`;
+/**
+ * The workflow's samplers: nodes with a whole-number `steps` input (KSampler, KSamplerAdvanced, …), and how to read
+ * each one's steps from a filled workflow. They report progress step by step; knowing them up front gives every job
+ * its whole count before it starts.
+ */
+function samplerSteps(workflow: Workflow): [string, (filled: Workflow) => number][] {
+  return Object.entries(workflow)
+    .filter(([, node]) => Number.isInteger(node.inputs.steps))
+    .map(([id]) => [id, (filled) => Math.max(Number(filled[id]?.inputs.steps) || 0, 0)]);
 }
 
 /** A 400 from POST /prompt: `{error: {message, details}, node_errors: {id: {class_type, errors: [{message, details}]}}}`. */

@@ -1,4 +1,5 @@
 import { ServerHttp, type ServerHttpOptions } from '../kit/http.js';
+import { ServerError } from '../kit/server-error.js';
 import type { Workflow } from '../../../protocol/engines/comfyui.js';
 
 /** One output file as ComfyUI lists it in history and `executed` messages. */
@@ -12,6 +13,13 @@ export interface ComfyFileRef {
 export interface HistoryEntry {
   outputs: Record<string, Record<string, unknown>>;
   status?: { status_str?: 'success' | 'error'; completed?: boolean; messages?: [string, Record<string, unknown>][] };
+}
+
+/** `POST /upload/image` → where the file went: LoadImage names it `subfolder/name`. */
+export interface Uploaded {
+  name: string;
+  subfolder: string;
+  type: string;
 }
 
 /** `POST /prompt` → the prompt's id and its place in the queue. */
@@ -76,6 +84,46 @@ export class ComfyClient extends ServerHttp {
 
   systemStats(): Promise<SystemStats> {
     return this.json<SystemStats>('GET', '/system_stats');
+  }
+
+  /**
+   * Wait up to `windowMs` for a server that refuses connections (starting, restarting) to answer `/system_stats`,
+   * trying with a backoff of 100 ms growing to 2 s. Throws the last failure once the window is over.
+   */
+  async untilReady(windowMs: number): Promise<void> {
+    const answer = await this.untilAnswered('/system_stats', Math.max(windowMs, 1));
+    if (answer instanceof ServerError) throw answer;
+  }
+
+  /**
+   * A picture into ComfyUI's input folder (`POST /upload/image`, multipart as its own page sends it), overwriting a
+   * file of the same name: the names are the job's own, and a retried job sends the same picture again.
+   */
+  uploadImage(png: Uint8Array, name: string, subfolder: string): Promise<Uploaded> {
+    return this.#upload('/upload/image', png, name, { subfolder, type: 'input', overwrite: 'true' });
+  }
+
+  /**
+   * A mask (`POST /upload/mask`): ComfyUI lays its alpha over the picture `original` names and saves that as `name`,
+   * so a LoadImage (its MASK output) or LoadImageMask (channel alpha) node reads the mask from it. `original.type`
+   * is given: the server's default for it is `output`.
+   */
+  uploadMask(png: Uint8Array, name: string, subfolder: string, original: Uploaded): Promise<Uploaded> {
+    return this.#upload('/upload/mask', png, name, {
+      subfolder, type: 'input', overwrite: 'true', original_ref: JSON.stringify({ filename: original.name, subfolder: original.subfolder, type: original.type }),
+    });
+  }
+
+  async #upload(path: string, png: Uint8Array, name: string, fields: Record<string, string>): Promise<Uploaded> {
+    const form = new FormData();
+    form.append('image', new Blob([new Uint8Array(png)], { type: 'image/png' }), name);
+    for (const [key, value] of Object.entries(fields)) form.append(key, value);
+    // The multipart body as fetch would send it, boundary and all.
+    const encoded = new Request('http://multipart.invalid/', { method: 'POST', body: form });
+    const body = new Uint8Array(await encoded.arrayBuffer());
+    const uploaded = await this.json<Uploaded | undefined>('POST', path, { body, headers: { 'content-type': encoded.headers.get('content-type')! }, idempotent: true });
+    if (!uploaded || typeof uploaded.name !== 'string') throw this.unexpected(`POST ${path}`, `the answer names no file: ${JSON.stringify(uploaded)}`);
+    return { name: uploaded.name, subfolder: typeof uploaded.subfolder === 'string' ? uploaded.subfolder : (fields.subfolder ?? ''), type: typeof uploaded.type === 'string' ? uploaded.type : 'input' };
   }
 
   async free(): Promise<void> {

@@ -4,6 +4,7 @@ import type { Device, ModelManifest } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../../core/engine.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
+import type { ServerEndpoint } from '../kit/endpoint.js';
 import { parseSettings } from '../kit/settings.js';
 import { ComfyBatch } from './batch.js';
 import { ComfyClient, type SystemStats } from './client.js';
@@ -13,15 +14,17 @@ import { resolveWorkflow, type ResolvedWorkflow } from './workflow.js';
 const MiB = 1024 * 1024;
 
 /**
- * Memory ComfyUI's torch holds on its first device, in MB (0 when unknown).
- * ComfyUI loads checkpoints lazily, so at load time this is often small; the
- * manifest's figure stays the floor.
+ * What the model takes (MB), never less than the manifest declares. On a GPU: what ComfyUI's torch holds on its
+ * first device (`torch_vram_total − torch_vram_free`; ComfyUI loads checkpoints lazily, so at load this is often
+ * small). On the CPU ComfyUI reports the whole machine's RAM as its device's (`vram_*` and `torch_vram_*` alike), so
+ * total − free there is every process's memory: what counts is the server's own process tree (its resident sets),
+ * for a server the agent started — a fronted one's processes are not ours to read, and its declared figure stands.
  */
-function torchMemoryMB(stats: SystemStats | undefined): number {
-  const device = stats?.devices?.[0];
-  if (!device) return 0;
-  const held = (device.torch_vram_total ?? 0) - (device.torch_vram_free ?? 0);
-  return held > 0 ? Math.round(held / MiB) : 0;
+function memoryOf(manifest: ModelManifest, device: Device, stats: SystemStats, endpoint: ServerEndpoint): number {
+  if (device.kind !== 'gpu') return Math.max(manifest.memoryMB, Math.round(endpoint.residentMB?.() ?? 0), 1);
+  const first = stats.devices?.[0];
+  const held = (first?.torch_vram_total ?? 0) - (first?.torch_vram_free ?? 0);
+  return Math.max(manifest.memoryMB, held > 0 ? Math.round(held / MiB) : 0, 1);
 }
 
 /**
@@ -36,15 +39,18 @@ export class ComfyUiEngine extends ServerEngine {
     const workflow = await resolveWorkflow(settings, manifest, modelPath);
     return this.serve(settings, { manifest, device, modelPath }, async (endpoint) => {
       // 429/503 answers, and dropped connections of requests safe to repeat, are sent again twice.
-      const client = new ComfyClient({ server: endpoint, model: manifest.name, timeoutMs: settings.requestTimeoutMs, retry: { retries: 2 } });
+      const client = new ComfyClient({ server: endpoint, model: manifest.name, timeoutMs: settings.requestTimeoutMs, retry: { retries: 2 }, clock: this.clock });
       let stats: SystemStats;
       try {
+        // A fronted server that is starting or restarting is waited for, as a batch would wait for it.
+        await client.untilReady(settings.readyWaitMs);
         stats = await client.systemStats();
       } catch (error) {
-        throw new EngineError('NOT_READY', `${client.label} did not answer /system_stats: ${summaryOf(error)}`, true, { cause: error });
+        throw new EngineError('NOT_READY', `${client.label} did not answer /system_stats within readyWaitMs (${settings.readyWaitMs} ms): ${summaryOf(error)}`, true, { cause: error });
       }
       const log = this.log.child({ engine: this.name, model: manifest.name, server: endpoint.url });
-      const memoryMB = Math.max(manifest.memoryMB, torchMemoryMB(stats), 1);
+      const memoryMB = memoryOf(manifest, device, stats, endpoint);
+      log.info({ memoryMB, device: device.id }, 'ComfyUI model loaded');
       return new ComfyModel({ manifest, device, memoryMB, endpoint, client, workflow, settings, log, clock: this.clock });
     });
   }

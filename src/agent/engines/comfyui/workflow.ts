@@ -2,13 +2,13 @@ import { readFile } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
 import type { ModelManifest } from '../../../protocol/index.js';
-import { WorkflowNode, type ComfyUiSettings, type NamedInput, type Target, type Workflow } from '../../../protocol/engines/comfyui.js';
+import { PICTURE_INPUTS, WorkflowNode, type ComfyUiSettings, type NamedInput, type PictureInput, type Target, type Workflow } from '../../../protocol/engines/comfyui.js';
 import { EngineError } from '../../core/engine.js';
 
 /** The workflow and where each named input goes, checked against each other. */
 export interface ResolvedWorkflow {
   workflow: Workflow;
-  inputs: Partial<Record<NamedInput, Target>>;
+  inputs: Partial<Record<NamedInput | PictureInput, Target>>;
   outputNodes: string[] | null;
 }
 
@@ -36,7 +36,7 @@ export async function resolveWorkflow(settings: ComfyUiSettings, manifest: Model
     throw invalid(manifest, `the workflow is not an API-format workflow${issue ? ` (node ${issue.path.map(String).join('.')}: ${issue.message})` : ' (no nodes)'}`);
   }
   const workflow = parsed.data;
-  for (const [name, target] of Object.entries(settings.inputs) as [NamedInput, Target][]) {
+  for (const [name, target] of Object.entries(settings.inputs) as [NamedInput | PictureInput, Target][]) {
     const node = workflow[target.node];
     if (!node) throw invalid(manifest, `settings.inputs.${name}: the workflow has no node "${target.node}"`);
     if (!(target.field in node.inputs)) {
@@ -52,11 +52,16 @@ export async function resolveWorkflow(settings: ComfyUiSettings, manifest: Model
   return { workflow, inputs: settings.inputs, outputNodes: settings.outputNodes ?? null };
 }
 
-/** A copy of the workflow with the job's named inputs filled in. */
-export function fillWorkflow(resolved: ResolvedWorkflow, input: Record<string, unknown>): Workflow {
+const isPicture = (name: string): name is PictureInput => (PICTURE_INPUTS as readonly string[]).includes(name);
+
+/**
+ * A copy of the workflow with the job's named inputs filled in; a picture's node gets the name the picture was
+ * uploaded under (`pictures`), never the job's digest.
+ */
+export function fillWorkflow(resolved: ResolvedWorkflow, input: Record<string, unknown>, pictures: Partial<Record<PictureInput, string>> = {}): Workflow {
   const filled = structuredClone(resolved.workflow);
-  for (const [name, target] of Object.entries(resolved.inputs) as [NamedInput, Target][]) {
-    const value = input[name];
+  for (const [name, target] of Object.entries(resolved.inputs) as [NamedInput | PictureInput, Target][]) {
+    const value = isPicture(name) ? pictures[name] : input[name];
     if (value !== undefined) filled[target.node]!.inputs[target.field] = value;
   }
   return filled;

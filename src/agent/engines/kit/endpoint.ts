@@ -36,6 +36,11 @@ export interface ServerEndpoint {
    * `release`. Absent when fronting a URL: a server this agent does not run cannot die under it.
    */
   readonly exited?: Promise<ServerExit>;
+  /**
+   * What the server's processes hold in memory now (MB): the resident sets of its process group, for a server the
+   * agent started; absent when fronting a URL (another's process: its memory is not ours to read).
+   */
+  residentMB?(): number | null;
   /** Unload the model after it has been idle this long (the model's `idleStopMs`); absent: the agent's default. */
   readonly idleUnloadMs?: number | null;
   /** The model is unloaded: a provider stops its server here (scale to zero); a fronted URL does nothing. */

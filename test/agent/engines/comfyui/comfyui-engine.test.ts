@@ -5,7 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../../../src/agent/devices.js';
 import { ComfyUiEngine } from '../../../../src/agent/engines/comfyui/index.js';
 import type { EngineJob, JobOutput, Progress } from '../../../../src/agent/core/engine.js';
-import type { ModelManifest } from '../../../../src/protocol/index.js';
+import type { Device, ModelManifest } from '../../../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../../../helpers/mesh.js';
 import { startKnobStandIn, type StandIn } from '../../../helpers/knob-standins.js';
 import { adapterContract } from '../../adapter-contract.js';
@@ -15,7 +15,7 @@ const INPUTS = {
   prompt: { node: '6', field: 'text' }, seed: { node: '3', field: 'seed' }, steps: { node: '3', field: 'steps' },
   width: { node: '5', field: 'width' }, height: { node: '5', field: 'height' }, negativePrompt: { node: '7', field: 'text' },
 };
-const DEFAULT_KNOBS = { stepMs: 10, failAtStep: null, dropSocketAtStep: null, previewEvery: 2, dropConnections: null, busy: null };
+const DEFAULT_KNOBS = { stepMs: 10, failAtStep: null, dropSocketAtStep: null, previewEvery: 2, previewFormat: 'JPEG', dropConnections: null, busy: null };
 
 interface StandInState { submitted: string[]; deleted: string[]; interrupts: (string | null)[]; frees: number; pending: string[]; running: string | null }
 
@@ -215,24 +215,37 @@ describe('comfyui engine: a server that misbehaves', () => {
     await loaded.unload();
   });
 
-  it('an unreachable server fails the load retryably (NOT_READY)', async () => {
-    const loading = engine.load(manifest({ url: 'http://127.0.0.1:9' }), WORKFLOW, cpuDevice(512));
+  it('an unreachable server fails the load retryably (NOT_READY) once its readiness window is over', async () => {
+    const loading = engine.load(manifest({ url: 'http://127.0.0.1:9', readyWaitMs: 300 }), WORKFLOW, cpuDevice(512));
     await expect(loading).rejects.toMatchObject({ code: 'NOT_READY', retryable: true });
-    await expect(loading).rejects.toThrow(/ComfyUI at http:\/\/127\.0\.0\.1:9 did not answer \/system_stats/);
+    await expect(loading).rejects.toThrow(/ComfyUI at http:\/\/127\.0\.0\.1:9 did not answer \/system_stats within readyWaitMs \(300 ms\)/);
   });
 });
 
 describe('comfyui engine: memory and the server endpoint', () => {
-  it('reports what ComfyUI\'s torch holds (/system_stats) and asks it to free memory on unload (/free)', async () => {
+  it('on a GPU books what ComfyUI\'s torch holds; on the CPU never the machine-wide vram figures; asks it to free memory on unload (/free)', async () => {
+    const cuda = await startKnobStandIn('comfyui', ['--device', 'cuda']);
     const engine = new ComfyUiEngine();
-    const warm = await engine.load(manifest(), WORKFLOW, cpuDevice(4096));
+    const gpu: Device = { ...cpuDevice(4096), id: 'gpu0', kind: 'gpu' };
+    const warm = await engine.load(manifest({ url: cuda.url }), WORKFLOW, gpu);
     (await warm.run([imageJob('warm')], () => {})).outputs; // the stand-in "loads its checkpoint": 1536 MiB held
-    const loaded = await engine.load(manifest({}, 'second'), WORKFLOW, cpuDevice(4096));
+    const loaded = await engine.load(manifest({ url: cuda.url }, 'second'), WORKFLOW, gpu);
     expect(loaded.memoryMB).toBe(1536);
-    const before = (await comfy.state<StandInState>()).frees;
+    // The CPU stand-in reports the machine's RAM as its device's, as ComfyUI does: a fronted server keeps its declared 64.
+    const onCpu = await engine.load(manifest({}, 'cpu'), WORKFLOW, cpuDevice(4096));
+    expect(onCpu.memoryMB).toBe(64);
+    const before = (await cuda.state<StandInState>()).frees;
     await loaded.unload();
     await warm.unload();
-    expect((await comfy.state<StandInState>()).frees).toBe(before + 2);
+    expect((await cuda.state<StandInState>()).frees).toBe(before + 2);
+    await engine.close();
+    await cuda.stop();
+  });
+
+  it('on the CPU, a server the agent started is booked at its process tree\'s resident memory', async () => {
+    const engine = new ComfyUiEngine({ endpoints: async () => ({ url: comfy.url, residentMB: () => 321, release: async () => {} }) });
+    const loaded = await engine.load(manifest({ url: undefined }, 'started'), WORKFLOW, cpuDevice(4096));
+    expect(loaded.memoryMB).toBe(321);
     await engine.close();
   });
 

@@ -1,0 +1,41 @@
+import sharp from 'sharp';
+import type { EngineJob, InputPicture } from '../../core/engine.js';
+import type { PictureInput } from '../../../protocol/engines/comfyui.js';
+import type { ComfyClient, Uploaded } from './client.js';
+
+/** Where in ComfyUI's input folder the mesh's pictures go: one subfolder, so an owner can find (and clear) them. */
+export const UPLOAD_SUBFOLDER = 'gpumesh';
+
+/** The name a LoadImage node gives an uploaded file: `subfolder/name`. */
+const loadName = (file: Uploaded): string => (file.subfolder ? `${file.subfolder}/${file.name}` : file.name);
+
+/**
+ * The job's pictures uploaded to ComfyUI under names of the job's own (`gpumesh/gpumesh-<job>-image.png`), as the
+ * names its LoadImage nodes take. The picture goes to `/upload/image`; a mask to `/upload/mask`, which lays the mask's
+ * alpha over the uploaded picture — transparent marks what to repaint, in gpumesh's convention and in ComfyUI's
+ * (its mask is 1 − alpha). ComfyUI has no route that deletes an input file: the files stay until its owner clears
+ * the folder, and a retried job overwrites its own.
+ */
+export async function uploadPictures(client: ComfyClient, job: EngineJob): Promise<Partial<Record<PictureInput, string>>> {
+  const { image, mask } = job.pictures ?? {};
+  if (!image) return {};
+  const stem = `gpumesh-${job.id.replace(/[^\w.-]/g, '_')}`;
+  const picture = await client.uploadImage(await pictureAsPng(image), `${stem}-image.png`, UPLOAD_SUBFOLDER);
+  const names: Partial<Record<PictureInput, string>> = { image: loadName(picture) };
+  if (mask) names.mask = loadName(await client.uploadMask(await maskAsPng(mask), `${stem}-mask.png`, UPLOAD_SUBFOLDER, picture));
+  return names;
+}
+
+/** The decoded picture (RGB, as the agent hands it) as a PNG. */
+function pictureAsPng(picture: InputPicture): Promise<Buffer> {
+  const { data, width, height, channels } = picture;
+  return sharp(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { raw: { width, height, channels } }).png().toBuffer();
+}
+
+/** The decoded mask (its alpha, one channel) as a black PNG with that alpha: what `/upload/mask` reads. */
+function maskAsPng(mask: InputPicture): Promise<Buffer> {
+  const { data, width, height } = mask;
+  return sharp(Buffer.alloc(width * height * 3), { raw: { width, height, channels: 3 } })
+    .joinChannel(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { raw: { width, height, channels: 1 } })
+    .png().toBuffer();
+}
