@@ -122,7 +122,8 @@ function breakerBadge(breaker, what) {
  * healthy. A host that drained and left did what it was asked: grey, not the red of a lost one.
  */
 function hostState(host) {
-  if (!host.connected) return host.left ? 'left' : 'lost';
+  // A host that said it went to sleep is asleep (work for it may wake it), not lost.
+  if (!host.connected) return host.away?.state === 'asleep' ? 'asleep' : host.left ? 'left' : 'lost';
   if (host.draining) return 'draining';
   if (host.health === 'late') return 'late';
   // Linked and well, and taking no work now: its owner's (yielded), outside its hours, too hot. Not failed, not lost.
@@ -132,7 +133,7 @@ function hostState(host) {
 
 const HOST_STATE_LABELS = {
   left: 'left (drained)', lost: 'Lost', draining: 'Draining', late: 'Late', healthy: 'Healthy',
-  yielded: 'Yielded to its owner', 'off-hours': 'Out of hours', hot: 'Too hot',
+  yielded: 'Yielded to its owner', 'off-hours': 'Out of hours', hot: 'Too hot', asleep: 'Asleep',
 };
 
 /**
@@ -266,8 +267,8 @@ function hostCard(host) {
       // How the host governs its engine processes (windows · job objects, linux · cgroup v2, macos · portable).
       host.platform && host.governance && h('span', { class: 'platform' }, `${host.platform} · ${host.governance}`)),
     unavailableList(host),
-    host.connected && host.away && h('p', { class: 'away', 'data-state': host.away.state },
-      host.away.reason, ' · ', clock(host.away.since, { prefix: 'since ' })),
+    host.away && h('p', { class: 'away', 'data-state': host.away.state },
+      host.away.reason, ' · ', clock(host.away.since, { prefix: 'since ' }), host.wokenAt ? [' · woken ', clock(host.wokenAt)] : ''),
     h('p', { class: 'load', 'data-jobs-in-flight': host.jobsInFlight }, facts),
     h('div', { class: 'devices' }, host.devices.map((device) => deviceRow(device, host.resident))),
     host.replicas.length > 0 && h('table', { class: 'replicas' },

@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
-import type { Device, OrchestratorMessage, ToolReport, UnavailableClass } from '../protocol/index.js';
+import type { Device, HostAway, OrchestratorMessage, ToolReport, UnavailableClass } from '../protocol/index.js';
 import { every, systemClock, workClock } from '../protocol/clock.js';
 import { BatchRunner } from './batches/batch-runner.js';
 import { InputPictures } from './batches/input-pictures.js';
@@ -13,10 +13,11 @@ import { resolveEngineUser } from './governance/engine-user.js';
 import { Governor, platformName } from './governance/governor.js';
 import { findNvidiaSmi } from './governance/executable.js';
 import { Supervisor } from './governance/supervisor.js';
-import { ownerActive } from './host-policy/activity.js';
+import { ownerActive, runOwnerCommand } from './host-policy/activity.js';
 import { macAddresses } from './host-policy/mac-addresses.js';
 import { HostAvailability } from './host-policy/availability.js';
 import { sampleGpus } from './host-policy/gpu-telemetry.js';
+import { Sleeper } from './host-policy/sleeper.js';
 import { Yielding } from './host-policy/yielding.js';
 import { AgentLink, type LinkTarget } from './link/link.js';
 import { linkTargets } from './link/targets.js';
@@ -64,6 +65,9 @@ export class Agent {
   /** Whether the host takes work (its owner, its hours, its heat), and its GPUs' readings; null on a host with neither. */
   readonly #availability: HostAvailability | null;
   readonly #yielding: Yielding;
+  /** The sleep policy, where its owner gave one; and what the host says while it goes to sleep. */
+  readonly #sleeper: Sleeper | null;
+  #asleep: HostAway | null = null;
   #stopIdleSweep: (() => void) | null = null;
   #rejected: ((reason: string) => void) | null = null;
   /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
@@ -120,7 +124,7 @@ export class Agent {
     this.#session = new Session({
       send: (message) => this.#link.send(message), clock: options.clock ?? systemClock,
       describe: () => this.#describe(), running: () => this.#batches.held(), draining: () => this.#drain.draining,
-      beat: () => ({ resident: this.#residency.resident(), devices: this.#deviceReport(), ...(this.#availability ? { away: this.#availability.away } : {}) }),
+      beat: () => ({ resident: this.#residency.resident(), devices: this.#deviceReport(), ...(this.#availability ? { away: this.#away() } : {}) }),
       settled: () => this.#drain.check(),
     });
     this.#drain = new Drain({
@@ -142,6 +146,24 @@ export class Agent {
       energyJ: (device) => this.#availability?.energy.joulesAt(device, (options.clock ?? systemClock).now()) ?? null,
     });
     const { wake: _wake, ...policies } = (options.hostConfig ?? HostConfig.none()).policies;
+    this.#sleeper = policies.sleep ? new Sleeper({
+      policy: policies.sleep, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
+      idle: () => this.#batches.size === 0 && this.#session.unacknowledged === 0 && !this.#drain.draining,
+      fallAsleep: async (away) => {
+        this.#asleep = away;
+        this.#session.beat();
+        await this.#residency.unloadAll();
+        this.#session.disconnected();
+        this.#link.pause();
+      },
+      runCommand: async (command) => {
+        if (!(await runOwnerCommand(command))) throw new Error(`sleep.command ${JSON.stringify(command)} failed`);
+      },
+      wake: () => {
+        this.#asleep = null;
+        this.#link.resume();
+      },
+    }) : null;
     this.#yielding = new Yielding({
       host: options.host, owner: policies.owner, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
       batches: this.#batches, residency: this.#residency,
@@ -155,7 +177,10 @@ export class Agent {
       ownUsedMB: (device) => this.#residency.usedMB(device),
       ownerActive,
       changed: () => this.#session.beat(),
-      checked: (away) => this.#yielding.enforce(away),
+      checked: (away) => {
+        this.#yielding.enforce(away);
+        this.#sleeper?.check();
+      },
     }) : null;
     this.#loads = new LoadRequests({
       residency: this.#residency, send: (message) => this.#link.send(message), log: log.child({ part: 'loads' }),
@@ -274,9 +299,14 @@ export class Agent {
       concurrency: this.#options.concurrency, resident: this.#residency.resident(),
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
       engineUser: this.#governor.engineUser.description, platform: platformName(), governance: this.#governor.kind, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
-      ...(this.#availability?.away ? { away: this.#availability.away } : {}),
+      ...(this.#away() ? { away: this.#away()! } : {}),
       ...(this.#options.hostConfig?.policies.wake?.announce ? { macs: macAddresses() } : {}),
     };
+  }
+
+  /** Why the host takes no work now: going to sleep, else its owner, hours or heat; null when it takes work. */
+  #away(): HostAway | null {
+    return this.#asleep ?? this.#availability?.away ?? null;
   }
 
   #deviceReport(): Device[] {
@@ -292,7 +322,7 @@ export class Agent {
     switch (message.type) {
       case 'run': {
         // Sent before the orchestrator heard that this host takes no work now: handed back at once, for another host.
-        const away = this.#availability?.away;
+        const away = this.#away();
         if (away) {
           const error = this.#yielding.refusal(away);
           for (const job of message.jobs) this.#session.report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: true, error: { code: error.code, message: error.message } });

@@ -8,13 +8,14 @@ import { macAddresses } from '../../src/agent/host-policy/mac-addresses.js';
 import { MeshClient } from '../../src/cli/common/client.js';
 import type { HostView } from '../../src/protocol/api/index.js';
 import { magicPacket } from '../../src/orchestrator/wake/magic-packet.js';
-import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
+import { removeDir, ROOT, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, waitHealthy, type Proc } from '../helpers/processes.js';
 
 /**
- * Wake-on-LAN through real processes: a `gpumesh serve` whose packets go to a UDP port on loopback, where a listener
- * stands in for the sleeping machine's network card — the packet for its MAC address starts its agent, as a woken
- * machine's service would. (The same over a network, between namespaces: `npm run netns:wake`.)
+ * Sleep and Wake-on-LAN through real processes: a `gpumesh serve` whose packets go to a UDP port on loopback, where a
+ * listener stands in for the sleeping machine's network card, and an agent whose sleep policy runs a stand-in sleep
+ * command (test/fixtures/sleep-until.mjs) that returns when the "card" hears its magic packet. (Over a network, between
+ * namespaces, with a machine whose agent stops and starts again: `npm run netns:wake`.)
  */
 const data = tempDir('gpumesh-wake-');
 const processes: Proc[] = [];
@@ -25,6 +26,8 @@ let grant: string;
 const packets: Buffer[] = [];
 
 const agentDir = join(data, 'west');
+/** The stand-in sleep command returns once this file appears (the network card heard the magic packet). */
+const wakeMarker = join(data, 'woken');
 const startWest = (): Proc => {
   const agent = gpumesh(['agent', '--join', url, '--grant', grant, '--data', agentDir]);
   processes.push(agent);
@@ -52,7 +55,10 @@ beforeAll(async () => {
   client = new MeshClient(url, readFileSync(join(data, 'admin.grant'), 'utf8').trim());
   grant = (await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'west', classes: ['image'] })).token;
   mkdirSync(agentDir, { recursive: true });
-  writeFileSync(join(agentDir, 'host.yaml'), stringify({ wake: { announce: true } }));
+  writeFileSync(join(agentDir, 'host.yaml'), stringify({
+    wake: { announce: true },
+    sleep: { afterIdleS: 1, command: [process.execPath, join(ROOT, 'test/fixtures/sleep-until.mjs'), wakeMarker] },
+  }));
 }, 120_000);
 
 afterAll(async () => {
@@ -62,16 +68,20 @@ afterAll(async () => {
 });
 
 describe('Wake-on-LAN', () => {
-  it('work for a class only a sleeping host serves sends it a magic packet; it wakes, and the work runs there', async () => {
-    const first = startWest();
+  it('an idle host says it sleeps and sleeps; work for its class sends it a magic packet; it wakes, and the work runs there', async () => {
+    startWest();
     await waitFor(async () => (await host('west'))?.connected, { timeoutMs: 60_000, what: 'west to join' });
-    // It goes to sleep: its agent leaves (a machine suspending stops it the same way).
-    await first.kill('SIGTERM');
-    await waitFor(async () => (await host('west'))?.connected === false, { timeoutMs: 30_000, what: 'west to leave' });
+    // Idle for its afterIdleS: it says "asleep", leaves, and runs its sleep command; asleep, not lost.
+    const asleep = await waitFor(async () => {
+      const west = await host('west');
+      return west && !west.connected ? west : null;
+    }, { timeoutMs: 30_000, what: 'west to go to sleep' });
+    expect(asleep.away?.state).toBe('asleep');
+    expect(asleep.left).toBe(true);
 
     nic.on('message', (packet) => {
       packets.push(packet);
-      if (packets.length === 1) startWest();
+      writeFileSync(wakeMarker, 'woken');
     });
     const { id } = await client.submit({ type: 'image', input: { prompt: 'wake up', width: 32, height: 32, steps: 1 } });
     await waitFor(() => packets.length > 0, { timeoutMs: 15_000, what: 'a magic packet' });

@@ -20,6 +20,9 @@ import { Hours } from './hours.js';
  *       powerW: 300              # likewise for its power draw (marginW, default 20)
  *     wake:
  *       announce: true           # say this host's MAC addresses, so the mesh can wake it (Wake-on-LAN)
+ *     sleep:
+ *       afterIdleS: 1800         # nothing to do for this long…
+ *       command: rtcwake -m mem -s 28800   # …and the host says "asleep", then runs this; links again when it ends
  */
 const Command = z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]);
 
@@ -50,6 +53,15 @@ export const CoolPolicy = z.strictObject({
   marginW: z.number().min(0).default(20),
 }).refine((cool) => cool.temperatureC !== undefined || cool.powerW !== undefined, 'say what is too hot: temperatureC, powerW, or both');
 
+/**
+ * Sleep after idle: nothing to do for `afterIdleS`, and the host says it goes to sleep, lets its models go, closes
+ * its link and runs `command` (its owner's: a string runs in the system's shell); it links again when that ends.
+ */
+export const SleepPolicy = z.strictObject({
+  afterIdleS: z.number().min(1).max(7 * 86_400),
+  command: Command,
+});
+
 /** Wake-on-LAN: the host's MAC addresses go in its hello (opt-in), so the orchestrator can wake it while it sleeps. */
 export const WakePolicy = z.strictObject({
   announce: z.boolean().default(true),
@@ -60,14 +72,17 @@ export const HostPolicies = {
   hours: HoursPolicy.optional(),
   cool: CoolPolicy.optional(),
   wake: WakePolicy.optional(),
+  sleep: SleepPolicy.optional(),
 };
 export type OwnerPolicy = z.output<typeof OwnerPolicy>;
 export type HoursPolicy = z.output<typeof HoursPolicy>;
 export type CoolPolicy = z.output<typeof CoolPolicy>;
 export type WakePolicy = z.output<typeof WakePolicy>;
+export type SleepPolicy = z.output<typeof SleepPolicy>;
 export interface HostPolicies {
   owner?: OwnerPolicy;
   hours?: HoursPolicy;
   cool?: CoolPolicy;
   wake?: WakePolicy;
+  sleep?: SleepPolicy;
 }

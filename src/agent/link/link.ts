@@ -98,6 +98,8 @@ export class AgentLink {
   /** The next dial, when one waits (a backoff, or the next target's turn). */
   #timer: Timer | null = null;
   #closed = false;
+  /** Its host is asleep (the sleep policy): no dialling until `resume`. */
+  #paused = false;
   #connected = false;
   /** Why the orchestrator refused the last dial (its HTTP answer), if it did. */
   #refused: string | null = null;
@@ -142,8 +144,22 @@ export class AgentLink {
     this.#socket?.close(1000, 'agent shutting down');
   }
 
+  /** The host goes to sleep: close the link normally (it said `asleep` first) and dial nothing until `resume`. */
+  pause(): void {
+    this.#paused = true;
+    this.#timer?.cancel();
+    this.#socket?.close(1000, 'host going to sleep');
+  }
+
+  /** The host woke: link again. */
+  resume(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
+    this.#dial();
+  }
+
   #dial(): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#paused) return;
     const { connect } = this.#options;
     if (connect) {
       let socket: AgentSocket;

@@ -75,8 +75,8 @@ export class HostConfig {
     if (!parsed.success) {
       throw new Error(`invalid host config ${source}:\n${parsed.error.issues.map((issue) => `  ${issue.path.join('.') || '(top)'}: ${issue.message}`).join('\n')}`);
     }
-    const { models, owner, hours, cool, wake } = parsed.data;
-    const policies = { ...(owner ? { owner } : {}), ...(hours ? { hours } : {}), ...(cool ? { cool } : {}), ...(wake ? { wake } : {}) };
+    const { models, owner, hours, cool, wake, sleep } = parsed.data;
+    const policies = { ...(owner ? { owner } : {}), ...(hours ? { hours } : {}), ...(cool ? { cool } : {}), ...(wake ? { wake } : {}), ...(sleep ? { sleep } : {}) };
     return new HostConfig(new Map(Object.entries(models).map(([name, entry]) => [name, entry.settings])), source, policies);
   }
 

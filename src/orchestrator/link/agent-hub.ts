@@ -143,7 +143,8 @@ export class AgentHub {
       if (!session) return;
       this.#budgets.delete(session.session);
       // A draining agent closes normally once its results are acknowledged: it left on purpose.
-      if (session.draining && code === 1000) this.#left(session);
+      // So does one that said it goes to sleep: recorded asleep, to be woken when work waits for it.
+      if ((session.draining || session.away?.state === 'asleep') && code === 1000) this.#left(session);
       // 1006: the connection ended without a close frame (a crash, a dropped network), unlike an agent shutting down.
       else this.#lost(session, code === 1006 ? 'link dropped' : 'link closed', code === 1006);
     });
