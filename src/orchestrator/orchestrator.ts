@@ -7,6 +7,7 @@ import { pino, type Logger } from 'pino';
 import { AuditLog } from './auth/audit.js';
 import { sendMagicPackets } from './wake/magic-packet.js';
 import { Waker } from './wake/waker.js';
+import { refuseBeyondHours } from './routing/hours-admission.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from '../protocol/clock.js';
@@ -292,6 +293,8 @@ export class Orchestrator {
     // What clients do with jobs: admit them (checked against their grant), read them, cancel them; which blobs they may read.
     const visibility = new BlobVisibility({ store, registry });
     const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
+      hours: (registered, classes, allowed, deadlineAt) => refuseBeyondHours(
+        [...router.candidates(registered, classes)].filter((host) => !allowed || allowed.includes(host.id)), deadlineAt),
       classes: new ClassAvailability(hosts), blobs: visibility, caps, audit });
     const reads = new JobReads({ store, clock, states });
     const cancels = new ClientCancel({ reads, cancellation, states });

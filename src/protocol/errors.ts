@@ -103,6 +103,7 @@ export const ERRORS = {
   AGENT_TIMEOUT: { status: 504, message: 'Host {host} did not finish the batch within {budgetMs} ms ({basis})' },
   CANCELLED: { status: 409, message: 'The job was cancelled' },
   DEADLINE_EXCEEDED: { status: 504, message: 'The job passed its deadline' },
+  DEADLINE_UNREACHABLE: { status: 422, message: 'No host that could run the job opens before its deadline ({deadline}): {detail}' },
   RETRIES_EXHAUSTED: { status: 502, message: 'The job failed {attempts} times: {detail}' },
   INTERNAL: { status: 500, message: 'Internal error: {detail}' },
 

@@ -104,6 +104,15 @@ describe('hosts that are people\'s computers', () => {
     expect(explained.summary).toMatch(/^waiting for a host of its classes: no usable host serves image or cloud \(.*nightbox: out of hours \(out of hours until \w{3} \d\d:\d\d \(UTC\); back by \d{4}-/);
     expect(explained.waiting.hosts).toContainEqual(expect.objectContaining({ host: 'nightbox', reason: 'out of hours', detail: expect.stringContaining('back by') }));
     await client.request('DELETE', `/v1/jobs/${id}`);
+    // One whose deadline comes before the night box opens is refused at submit, naming when it opens.
+    const refused = await fetch(`${url}/v1/jobs`, {
+      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'image', timeoutMs: 60_000, input: { prompt: 'tonight, please', width: 32, height: 32, steps: 1 } }),
+    });
+    expect(refused.status).toBe(422);
+    const { error } = await refused.json() as { error: { code: string; message: string } };
+    expect(error.code).toBe('DEADLINE_UNREACHABLE');
+    expect(error.message).toMatch(/^No host that could run the job opens before its deadline \(\d{4}-.*\): nightbox: out of hours until \w{3} \d\d:\d\d \(UTC\)$/);
   });
 
   it('the laptop\'s GPU is reported with its temperature and power, and each result with the energy it took', async () => {

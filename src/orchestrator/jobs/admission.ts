@@ -37,6 +37,8 @@ export interface JobAdmissionDeps {
   pictures: InputImages;
   /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
+  /** Refuses a job whose deadline comes before any host of its classes opens (all out of their hours). */
+  hours?(model: RegisteredModel, classes: readonly string[], hosts: readonly string[] | null, deadlineAt: number | null): void;
   /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
   classes?: { admit(type: string, classes: readonly string[]): void };
   /** Whether the grant may read a picture a job names (one it may not is refused as if it did not exist). */
@@ -339,6 +341,7 @@ export class JobAdmission {
     }
     this.#deps.classes?.admit(body.type, classes);
     this.#deps.memory?.admit(model, input, classes);
+    this.#deps.hours?.(model, classes, grant.hosts, body.timeoutMs === undefined ? null : this.#deps.clock.now() + body.timeoutMs);
     return vetted;
   }
 
