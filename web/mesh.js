@@ -170,11 +170,13 @@ function deviceRow(device, resident) {
   return h('div', { class: 'device', 'data-device': device.id },
     h('div', { class: 'device-head' },
       h('span', { class: 'device-name' }, h('strong', {}, device.id), ` ${device.kind.toUpperCase()} · ${device.name}`),
-      h('span', { class: 'memory', title: `${mb(device.memoryTotalMB)} on the device` }, `${mb(device.usedMB)} / ${mb(device.budgetMB)}`),
-      // A GPU's temperature and power, as its driver last said (absent where it says nothing).
-      typeof device.temperatureC === 'number' && h('span', { class: 'heat' }, `${Math.round(device.temperatureC)} °C`),
-      typeof device.powerW === 'number' && h('span', { class: 'power' }, `${Math.round(device.powerW)} W${typeof device.powerLimitW === 'number' ? ` / ${Math.round(device.powerLimitW)} W` : ''}`)),
+      h('span', { class: 'memory', title: `${mb(device.memoryTotalMB)} on the device` }, `${mb(device.usedMB)} / ${mb(device.budgetMB)}`)),
     bar,
+    // A GPU's temperature and power, as its driver last said (nothing where it says nothing).
+    (typeof device.temperatureC === 'number' || typeof device.powerW === 'number') && h('p', { class: 'readings' },
+      typeof device.temperatureC === 'number' && h('span', { class: 'heat' }, `${Math.round(device.temperatureC)} °C`),
+      typeof device.temperatureC === 'number' && typeof device.powerW === 'number' && ' · ',
+      typeof device.powerW === 'number' && h('span', { class: 'power' }, `${Math.round(device.powerW)} W${typeof device.powerLimitW === 'number' ? ` / ${Math.round(device.powerLimitW)} W` : ''}`)),
     models.length > 0 && h('ul', { class: 'resident', 'aria-label': `Resident on ${device.id}` },
       models.map((entry) => h('li', { 'data-model': entry.model }, entry.model, h('small', {}, ` ${mb(entry.memoryMB)}`)))));
 }

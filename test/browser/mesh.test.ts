@@ -287,6 +287,31 @@ describe('the mesh view in a browser', () => {
     expect(pageErrors).toEqual([]);
   });
 
+  it('shows a host that yielded to its owner as such (not failed, not lost), with the reason; its GPU\'s heat and power', async () => {
+    // A scripted host whose GPU reports 71 °C and 180 W and whose jobs report the energy they took (no GPU here).
+    const gamer = new ScriptedAgent({
+      url: mesh!.url, grant: await agentGrant('gamer', ['cloud']), host: 'gamer', classes: ['cloud'], batches: () => 'ok',
+      gpu: { temperatureC: 71, powerW: 180, powerLimitW: 175 },
+    });
+    try {
+      await gamer.welcomed;
+      const card = page.locator(hostCard('gamer'));
+      await card.waitFor();
+      await expect.poll(() => card.locator('.device .heat').textContent(), { timeout: 10_000 }).toBe('71 °C');
+      expect(await card.locator('.device .power').textContent()).toBe('180 W / 175 W');
+      gamer.setAway({ state: 'yielded', reason: 'game.exe holds 6.1 GB on gpu0', since: Date.now(), until: null });
+      await expect.poll(() => card.getAttribute('data-state'), { timeout: 10_000 }).toBe('yielded');
+      expect(await card.locator('.state').textContent()).toBe('Yielded to its owner');
+      expect(await card.locator('.away').textContent()).toMatch(/^game\.exe holds 6\.1 GB on gpu0 · since (now|\d+ s ago)$/);
+      await page.screenshot({ path: screenshotPath('mesh-view-host-yielded'), fullPage: true });
+      gamer.setAway(null);
+      await expect.poll(() => card.getAttribute('data-state'), { timeout: 10_000 }).toBe('healthy');
+    } finally {
+      await gamer.close();
+    }
+    expect(pageErrors).toEqual([]);
+  });
+
   it('says which job types a host cannot serve and why (host.unavailable, e.g. video without ffmpeg)', async () => {
     // The field comes from the host; here the answer is amended in the browser, so the view is tested on its own.
     await page.route('**/v1/hosts', async (route) => {

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { PNG } from 'pngjs';
 import WebSocket from 'ws';
-import { LINK_PATH, LINK_PROTOCOL_VERSION, type OrchestratorMessage } from '../../src/protocol/index.js';
+import { LINK_PATH, LINK_PROTOCOL_VERSION, type HostAway, type OrchestratorMessage } from '../../src/protocol/index.js';
 
 type Run = Extract<OrchestratorMessage, { type: 'run' }>;
 
@@ -20,6 +20,10 @@ export interface ScriptedAgentOptions {
   probes?: (n: number, run: Run) => Behaviour;
   /** The compute time it reports per batch (drives its measured throughput). */
   computeMs?: number;
+  /** Its GPU's temperature (°C) and power (W), as a driver would say them in every heartbeat; absent: none said. */
+  gpu?: { temperatureC: number; powerW: number; powerLimitW: number };
+  /** The energy it reports each job took (J), as an agent whose GPU reports power does; absent: none. */
+  energyJ?: number;
 }
 
 /**
@@ -33,6 +37,7 @@ export class ScriptedAgent {
   readonly socket: WebSocket;
   readonly runs: { run: Run; behaviour: Behaviour }[] = [];
   #heartbeat: NodeJS.Timeout | null = null;
+  #away: HostAway | null = null;
   #batches = 0;
   #probes = 0;
   readonly #options: ScriptedAgentOptions;
@@ -50,7 +55,7 @@ export class ScriptedAgent {
       if (message.type === 'welcome') {
         // Resident from the start, as a warm replica would be after its first batch.
         this.#send({ type: 'loaded', model: 'gen', digest: 'sha256:scripted', device: 'gpu0', memoryMB: 64 });
-        this.#heartbeat = setInterval(() => this.#send({ type: 'heartbeat', resident: this.#resident(), devices: this.#devices() }), message.heartbeatMs);
+        this.#heartbeat = setInterval(() => this.#beat(), message.heartbeatMs);
         welcomed();
       }
       if (message.type === 'run') this.#run(message);
@@ -59,6 +64,16 @@ export class ScriptedAgent {
       type: 'hello', protocol: LINK_PROTOCOL_VERSION, host: options.host, classes: options.classes, engines: ['onnx'], models: [], inFlight: [],
       devices: this.#devices(), concurrency: 1, version: 'scripted',
     }));
+  }
+
+  /** Say it takes no work now (its owner, its hours, its heat), or that it does again (null): a heartbeat at once. */
+  setAway(away: HostAway | null): void {
+    this.#away = away;
+    this.#beat();
+  }
+
+  #beat(): void {
+    this.#send({ type: 'heartbeat', resident: this.#resident(), devices: this.#devices(), away: this.#away });
   }
 
   /** Real batches answered each way so far. */
@@ -93,7 +108,10 @@ export class ScriptedAgent {
       const artifacts = run.probe ? [] : [{
         digest: `sha256:${createHash('sha256').update(bytes).digest('hex')}`, mediaType: 'image/png', bytes: bytes.length, inline: bytes.toString('base64'),
       }];
-      this.#send({ type: 'done', jobId: job.id, batchId: run.batchId, artifacts, timings: { loadMs: 0, computeMs, totalMs: computeMs } });
+      this.#send({
+        type: 'done', jobId: job.id, batchId: run.batchId, artifacts, timings: { loadMs: 0, computeMs, totalMs: computeMs },
+        ...(this.#options.energyJ !== undefined ? { energyJ: this.#options.energyJ } : {}),
+      });
     }
   }
 
@@ -102,7 +120,7 @@ export class ScriptedAgent {
   }
 
   #devices() {
-    return [{ id: 'gpu0', kind: 'gpu' as const, name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 64 }];
+    return [{ id: 'gpu0', kind: 'gpu' as const, name: 'scripted', memoryTotalMB: 8192, budgetMB: 4096, usedMB: 64, ...this.#options.gpu }];
   }
 
   #send(message: unknown): void {
