@@ -138,3 +138,15 @@ describe('what a host that takes no work does with its work', () => {
     expect(t.handedBack).toHaveLength(1);
   });
 });
+
+describe('the owner\'s commands, run for real', () => {
+  it('exit 0 is "in use", anything else not; a string runs in the shell, a list as argv; one that takes too long says nothing', async () => {
+    const { ownerActive, runOwnerCommand } = await import('../../../src/agent/host-policy/activity.js');
+    expect(await ownerActive('test 1 -eq 1 && exit 0')).toBe(true);
+    expect(await ownerActive('exit 3')).toBe(false);
+    expect(await ownerActive([process.execPath, '-e', 'process.exit(0)'])).toBe(true);
+    expect(await ownerActive([process.execPath, '-e', 'process.exit(1)'])).toBe(false);
+    expect(await ownerActive(['/nonexistent/owner-check'])).toBe(false);
+    expect(await runOwnerCommand([process.execPath, '-e', 'setTimeout(() => {}, 10000)'], 200)).toBe(false);
+  });
+});
