@@ -99,7 +99,19 @@ describe('hosts that are people\'s computers', () => {
     // A job whose grant allows the night box alone waits for it, and explain says until when.
     const { token } = await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'client', types: ['image'], hosts: ['nightbox'] });
     const waiting = new MeshClient(url, token);
+    // Its queued event says what it waits for (read from the mesh's event stream, open before it is submitted).
+    const stream = await fetch(`${url}/v1/events?types=queued`, { headers: { authorization: `Bearer ${readFileSync(join(data, 'admin.grant'), 'utf8').trim()}` } });
     const { id } = await waiting.submit({ type: 'image', input: { prompt: 'at night', width: 32, height: 32, steps: 1 } });
+    const reader = stream.body!.getReader();
+    let text = '';
+    const queued = await waitFor(async () => {
+      const { value } = await reader.read();
+      text += Buffer.from(value ?? new Uint8Array()).toString();
+      const event = text.split('\n').filter((line) => line.startsWith('data: ')).map((line) => JSON.parse(line.slice(6)) as { jobId: string; waitsFor?: string }).find((entry) => entry.jobId === id);
+      return event ?? null;
+    }, { timeoutMs: 10_000, what: 'the job\'s queued event' });
+    await reader.cancel();
+    expect(queued.waitsFor).toMatch(/^nightbox: out of hours until \w{3} \d\d:\d\d \(UTC\)$/);
     const explained = await client.request<{ summary: string; waiting: { hosts: { host: string; reason: string | null; detail: string | null }[] } }>('GET', `/v1/jobs/${id}/explain`);
     expect(explained.summary).toMatch(/^waiting for a host of its classes: no usable host serves image or cloud \(.*nightbox: out of hours \(out of hours until \w{3} \d\d:\d\d \(UTC\); back by \d{4}-/);
     expect(explained.waiting.hosts).toContainEqual(expect.objectContaining({ host: 'nightbox', reason: 'out of hours', detail: expect.stringContaining('back by') }));

@@ -38,7 +38,7 @@ export interface JobAdmissionDeps {
   /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
   /** Refuses a job whose deadline comes before any host of its classes opens (all out of their hours). */
-  hours?(model: RegisteredModel, classes: readonly string[], hosts: readonly string[] | null, deadlineAt: number | null): void;
+  hours?(model: RegisteredModel, classes: readonly string[], hosts: readonly string[] | null, deadlineAt: number | null): string | null;
   /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
   classes?: { admit(type: string, classes: readonly string[]): void };
   /** Whether the grant may read a picture a job names (one it may not is refused as if it did not exist). */
@@ -105,6 +105,8 @@ interface Vetted {
   input: Record<string, unknown>;
   hash: string | null;
   repeat: JobRecord | null;
+  /** What it waits for when every host that could run it is out of its hours (its `queued` event says so); else null. */
+  waitsFor: string | null;
 }
 
 /**
@@ -329,7 +331,7 @@ export class JobAdmission {
     const hash = body.idempotencyKey
       ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
       : null;
-    const vetted = { model, priority, album, classes, input, hash, repeat: null };
+    const vetted = { model, priority, album, classes, input, hash, repeat: null, waitsFor: null };
     if (body.idempotencyKey) {
       const existing = looked.keyed?.entry ?? null;
       // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
@@ -341,13 +343,13 @@ export class JobAdmission {
     }
     this.#deps.classes?.admit(body.type, classes);
     this.#deps.memory?.admit(model, input, classes);
-    this.#deps.hours?.(model, classes, grant.hosts, body.timeoutMs === undefined ? null : this.#deps.clock.now() + body.timeoutMs);
-    return vetted;
+    const waitsFor = this.#deps.hours?.(model, classes, grant.hosts, body.timeoutMs === undefined ? null : this.#deps.clock.now() + body.timeoutMs) ?? null;
+    return { ...vetted, waitsFor };
   }
 
   #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
-    const { model, priority, album, classes, input, hash, repeat } = this.#vet(grant, body, authorize, looked);
+    const { model, priority, album, classes, input, hash, repeat, waitsFor } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
     const name = model.manifest.name;
     // Bounds and caps first: a job they refuse must not use up the grant's rate.
@@ -364,7 +366,7 @@ export class JobAdmission {
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
     // Written when it ends if its client waits for it, unless it names pictures: which jobs name a picture is recorded
     // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good.
-    }, stale?.id, waited && picturesNamed(input).length === 0);
+    }, stale?.id, waited && picturesNamed(input).length === 0, waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
     this.#deps.cancellation.arm(job);
     this.#deps.dispatcher.enqueue(job);

@@ -114,7 +114,7 @@ export class JobStates {
    * earlier, as it stands, if an attempt of it fails or nobody waits for it any more (`persist`). A job with an
    * idempotency key is never deferred: its key must be found while it runs.
    */
-  create(job: NewJob, staleKeyOf?: string, deferred = false): JobRecord {
+  create(job: NewJob, staleKeyOf?: string, deferred = false, waitsFor: string | null = null): JobRecord {
     const { store, commits } = this.#deps;
     let record: JobRecord;
     if (deferred && !staleKeyOf && job.idempotencyKey === null) {
@@ -129,7 +129,7 @@ export class JobStates {
         : commits.writeOne(() => store.jobs.insertJob(job));
     }
     this.#active.set(record.id, record);
-    this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, at: iso(record.createdAt) });
+    this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, ...(waitsFor ? { waitsFor } : {}), at: iso(record.createdAt) });
     return record;
   }
 

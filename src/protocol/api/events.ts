@@ -7,7 +7,11 @@ import type { ArtifactView } from './jobs.js';
  * and the `data:` field is the whole object as JSON.
  */
 export type JobEvent =
-  | { type: 'queued'; jobId: string; model: string; jobType: string; prompt: string | null; at: string }
+  /**
+   * `waitsFor`: when every host that could run it takes no work for its hours, which and until when (`nightbox: out
+   * of hours until Mon 22:00 (Europe/Berlin)`); live only (a replayed history has no such field).
+   */
+  | { type: 'queued'; jobId: string; model: string; jobType: string; prompt: string | null; waitsFor?: string; at: string }
   | { type: 'dispatched'; jobId: string; host: string; replica: string; batchId: string; batchSize: number; attempt: number; at: string }
   /**
    * The host is making the job's model resident (pulling its file, starting its server, building its session): sent
