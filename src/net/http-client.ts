@@ -1,6 +1,7 @@
 import { createReadStream } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
+import type { LookupFunction } from 'node:net';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
@@ -10,7 +11,8 @@ import { Backoff, type BackoffOptions } from './backoff.js';
 /**
  * The one outbound HTTP client: the agent's requests to the orchestrator (model pulls, pictures, uploads, through
  * tls-client's ServerTrust, which adds the pinned CA) and to engine servers (engines/kit/http.ts), readiness polls,
- * the CLI's requests (through ServerTrust) and the orchestrator's downloads of declared model files.
+ * the CLI's requests (through ServerTrust), the orchestrator's downloads of declared model files and its webhook
+ * deliveries.
  *
  * Over node:http(s) rather than fetch: fetch cannot be given a CA to pin, its built-in five-minute header and body
  * timeouts would cut off a synchronous generation that takes longer, and it reports a connection dropped
@@ -56,6 +58,11 @@ export interface HttpRequest {
    * Default: the idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE).
    */
   idempotent?: boolean;
+  /**
+   * Resolves the host name instead of dns.lookup: the connection is made only to an address it gives (the
+   * orchestrator's webhooks pass only addresses their rules allow). Not consulted for a host given as an address.
+   */
+  lookup?: LookupFunction;
 }
 
 /** A whole answer, whatever its status. */
@@ -134,6 +141,7 @@ function begin(exchange: Exchange, onAnswer: (request: http.ClientRequest, respo
       ...(agent === undefined ? {} : { agent }),
       ...(exchange.unverified ? { rejectUnauthorized: false } : {}),
       ...(exchange.idleTimeoutMs !== undefined ? { timeout: exchange.idleTimeoutMs } : {}),
+      ...(exchange.lookup ? { lookup: exchange.lookup } : {}),
       // Node's own handling of the signal also ends an answer's body that is still streaming.
       ...(exchange.signal ? { signal: exchange.signal } : {}),
     });

@@ -8,6 +8,7 @@ import { AuditLog } from './auth/audit.js';
 import { sendMagicPackets } from './wake/magic-packet.js';
 import { Waker } from './wake/waker.js';
 import { refuseBeyondHours } from './routing/hours-admission.js';
+import { WebhookTargets, Webhooks, webhookSecret } from './webhooks/index.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from '../protocol/clock.js';
@@ -292,11 +293,25 @@ export class Orchestrator {
     retention.sweepEvery(JOB_SWEEP_EVERY_MS, sweptJobs);
     // What clients do with jobs: admit them (checked against their grant), read them, cancel them; which blobs they may read.
     const visibility = new BlobVisibility({ store, registry });
+    const reads = new JobReads({ store, clock, states });
+    // Callbacks: a job's end POSTed, signed, to its (or its grant's) callback URL, retried until answered 2xx.
+    const hooks = config.webhooks;
+    const webhooks = new Webhooks({
+      store, commits, clock, log: log.child({ part: 'webhooks' }),
+      targets: new WebhookTargets(hooks),
+      secretFor: (url) => webhookSecret(rootKey, url),
+      summarize: (job) => reads.viewOf(job),
+      userAgent: `gpumesh/${VERSION}`,
+      settings: {
+        timeoutMs: hooks.timeoutMs, maxResponseBytes: hooks.maxResponseBytes, firstRetryMs: hooks.firstRetryMs, maxRetryMs: hooks.maxRetryMs,
+        giveUpAfterMs: hooks.giveUpAfterS * 1000, concurrency: hooks.concurrency, retentionMs: hooks.retentionDays * 86_400_000,
+      },
+    });
+    states.onTerminal((job) => webhooks.jobEnded(job));
     const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
       hours: (registered, classes, allowed, deadlineAt) => refuseBeyondHours(
         [...router.candidates(registered, classes)].filter((host) => !allowed || allowed.includes(host.id)), deadlineAt),
-      classes: new ClassAvailability(hosts), blobs: visibility, caps, audit });
-    const reads = new JobReads({ store, clock, states });
+      classes: new ClassAvailability(hosts), blobs: visibility, caps, audit, webhooks });
     const cancels = new ClientCancel({ reads, cancellation, states });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
@@ -353,7 +368,7 @@ export class Orchestrator {
     });
     const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null, hostWokenAt: (id) => waker.wokenAt(id) });
     const app = await buildServer({
-      admission: jobAdmission, reads, cancels, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
+      admission: jobAdmission, reads, cancels, webhooks, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
@@ -365,10 +380,13 @@ export class Orchestrator {
       uploadLimitBytes: config.server.uploadLimitBytes,
     }, log, VERSION, tls);
 
+    // Before recovery: a job it ends (or one that ended before the stop) must find its callback armed.
+    const hooked = await webhooks.start(states);
+    if (hooked.pending + hooked.recovered > 0) log.info(hooked, 'callbacks still to deliver are back');
     const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention, webhooks], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

@@ -21,6 +21,7 @@ import { jobRoutes, type JobRouteDeps } from './http/jobs.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
+import { webhookRoutes, type WebhookRouteDeps } from './http/webhooks.js';
 import { modelRoutes, type ModelRouteDeps } from './http/models.js';
 import { openApiTransform } from './http/openapi.js';
 import { outputRoutes } from './http/outputs.js';
@@ -31,7 +32,8 @@ import type { TlsMaterial } from './tls-server/index.js';
 
 /** The services the routes use; each route module takes only its own share. */
 export interface ServerParts
-  extends JobRouteDeps, BlobRouteDeps, MeshRouteDeps, HostRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'> {
+  extends JobRouteDeps, BlobRouteDeps, MeshRouteDeps, HostRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'>,
+  Pick<WebhookRouteDeps, 'webhooks'> {
   /** The folder of the gallery page and the mesh view (web/). */
   webRoot: string;
   bodyLimitBytes: number;
@@ -85,6 +87,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   grantRoutes(app, parts);
   jobRoutes(app, parts);
   explainRoutes(app, parts);
+  webhookRoutes(app, parts);
   eventRoutes(app, parts);
   outputRoutes(app, parts);
   blobRoutes(app, parts);

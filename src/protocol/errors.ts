@@ -56,6 +56,7 @@ export const ERRORS = {
     status: 429,
     message: 'The grant allows {limit} device-seconds per UTC day (caveat "{caveat}"): its lineage used {used} today, {left} left; it refills at {refillsAt}, in {retryAfter}s',
   },
+  WEBHOOK_NOT_ALLOWED: { status: 403, message: 'The callback URL {url} is refused by {rule}: {detail}' },
   PRIORITY_DENIED: { status: 403, message: 'The grant allows priority {ceiling} at the highest, not {priority}' },
   TIMEOUT_TOO_LONG: { status: 400, message: 'timeoutMs {timeoutMs} exceeds the limit of {limit} ms for model "{model}"' },
   JOB_TOO_LARGE: {

@@ -111,5 +111,10 @@ export const SubmitJobBody = z.strictObject({
   timeoutMs: z.int().min(1).max(7 * 24 * 3600 * 1000).optional(),
   /** The gallery album the result is published to. */
   album: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i).optional(),
+  /**
+   * Where the job's end is POSTed, signed (Standard Webhooks): a URL mesh.yaml's `webhooks.allow` allows. Default: the
+   * grant's `webhook` caveat, if any (a grant with one allows no other URL).
+   */
+  webhook: z.string().min(1).max(2000).optional(),
 });
 export type SubmitJobBody = z.infer<typeof SubmitJobBody>;

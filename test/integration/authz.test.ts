@@ -15,7 +15,8 @@ import { meshForFile, waitFor } from '../helpers/mesh.js';
  * route cannot ship without an authorization decision; routes hidden from the
  * document (the agent link, the page, the document itself) have rows too.
  */
-const running = meshForFile({ args: ['--gallery-ttl', '2h'], env: { GPUMESH_LOG_LEVEL: 'trace' } });
+// A callback URL the config allows, for the webhook secret route (nothing listens on port 9: nothing is delivered there).
+const running = meshForFile({ args: ['--gallery-ttl', '2h'], env: { GPUMESH_LOG_LEVEL: 'trace' }, config: { webhooks: { allow: ['http://127.0.0.1:9/hooks/'], allowLoopback: true } } });
 
 const KINDS = ['none', 'admin', 'client', 'gallery', 'mesh', 'album', 'agent', 'upload', 'expired', 'revoked'] as const;
 type Kind = (typeof KINDS)[number];
@@ -117,6 +118,8 @@ const TABLE: Row[] = [
   { route: 'GET /v1/jobs', request: () => ({ path: '/v1/jobs?limit=5' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 403, upload: 401 }) },
   { route: 'GET /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }) },
   // Explaining a job shows what reading it shows, no more: the same visibility.
+  { route: 'GET /v1/jobs/{id}/webhooks', request: (f) => ({ path: `/v1/jobs/${f.jobId}/webhooks` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }) },
+  { route: 'POST /v1/webhooks/secret', request: () => ({ path: '/v1/webhooks/secret', body: JSON.stringify({ url: 'http://127.0.0.1:9/hooks/x' }) }), expect: adminOnly(200) },
   { route: 'GET /v1/jobs/{id}/explain', request: (f) => ({ path: `/v1/jobs/${f.jobId}/explain` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }) },
   { route: 'DELETE /v1/jobs/{id}', request: (f) => ({ path: `/v1/jobs/${f.jobId}` }), expect: granted({ admin: 409, client: 409, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   {

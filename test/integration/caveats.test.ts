@@ -21,7 +21,8 @@ let artifact: string;
 let genFile: string;
 
 beforeAll(async () => {
-  mesh = await startMesh();
+  // A callback URL its jobs may name (port 9, discard: nothing answers, and the deliveries are retried in the background).
+  mesh = await startMesh({ config: { webhooks: { allow: ['http://127.0.0.1:9/hooks/'], allowLoopback: true } } });
   const job = await call('POST', '/v1/jobs', mesh.admin, image('a caveat probe'));
   expect(job.status, JSON.stringify(job.json)).toBe(202);
   const done = await waitFor(async () => {
@@ -111,6 +112,7 @@ const LINE: Record<Exclude<Condition, 'kind'>, (kind: GrantKind, host: string) =
   'tls-ca': () => `tls-ca sha256:${'ab'.repeat(32)}`,
   'max-queued': () => 'max-queued 0',
   'device-seconds-per-day': () => 'device-seconds-per-day 0',
+  webhook: () => 'webhook http://127.0.0.1:9/hooks/grant',
 };
 
 /** The submit a job-carrying grant makes; `expect` the status the narrowed one gets. */
@@ -168,6 +170,8 @@ const JOB_PROBES: Partial<Record<Condition, Probe>> = {
   // A cap of 0 refuses at once; caps above 0 are held to real use in test/integration/fair-share.test.ts.
   'max-queued': submitProbe(429),
   'device-seconds-per-day': submitProbe(429),
+  // A job may name a callback URL the config allows; under a grant with its own, no other.
+  webhook: submitProbe(403, image('probe', { webhook: 'http://127.0.0.1:9/hooks/job' })),
 };
 
 /**

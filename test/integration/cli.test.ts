@@ -21,7 +21,7 @@ afterAll(async () => {
 describe('gpumesh CLI', () => {
   // Twenty-one CLI processes at once: give them room on a loaded machine.
   it('every command has --help', { timeout: 180_000 }, async () => {
-    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'cancel'], ['jobs', 'delete-results'], ['blobs'], ['blobs', 'put'], ['blobs', 'rm'],
+    const commands = [[], ['up'], ['serve'], ['agent'], ['agent', 'drain'], ['submit'], ['status'], ['explain'], ['jobs'], ['jobs', 'list'], ['jobs', 'get'], ['jobs', 'show'], ['jobs', 'cancel'], ['jobs', 'delete-results'], ['blobs'], ['blobs', 'put'], ['blobs', 'rm'],
       ['grant'], ['grant', 'create'], ['grant', 'narrow'], ['grant', 'inspect'], ['grant', 'list'], ['grant', 'revoke'], ['grant', 'gallery'],
       ['models'], ['models', 'build'], ['models', 'add'], ['models', 'ls'], ['models', 'show'], ['models', 'rm'], ['models', 'route'], ['models', 'load'], ['models', 'unload']];
     const results = await Promise.all(commands.map((args) => gpumeshRun([...args, '--help'])));

@@ -22,6 +22,7 @@ interface CaveatFlags {
   rate?: string;
   maxQueued?: number;
   deviceSecondsPerDay?: number;
+  webhook?: string;
 }
 
 function grantOptions(flags: CaveatFlags): GrantOptions {
@@ -33,7 +34,7 @@ function grantOptions(flags: CaveatFlags): GrantOptions {
     albums: flags.albums ? parseList(flags.albums) : undefined,
     actions: flags.actions ? parseList(flags.actions) : undefined,
     host: flags.host, expires: flags.expires, maxPriority: flags.maxPriority, rate: flags.rate,
-    maxQueued: flags.maxQueued, deviceSecondsPerDay: flags.deviceSecondsPerDay,
+    maxQueued: flags.maxQueued, deviceSecondsPerDay: flags.deviceSecondsPerDay, webhook: flags.webhook,
   };
 }
 
@@ -49,7 +50,8 @@ function withCaveatFlags(command: Command): Command {
     .option('--max-priority <n>', 'the highest priority it may ask for (1 is highest)', parseInteger('--max-priority'))
     .option('--rate <N/unit>', 'jobs per s, m or h, e.g. 60/m')
     .option('--max-queued <n>', 'cap: the most jobs of its lineage (it and every grant narrowed from it) queued at once', parseInteger('--max-queued'))
-    .option('--device-seconds-per-day <n>', 'cap: device-seconds its lineage\'s jobs may compute per UTC day', parseInteger('--device-seconds-per-day'));
+    .option('--device-seconds-per-day <n>', 'cap: device-seconds its lineage\'s jobs may compute per UTC day', parseInteger('--device-seconds-per-day'))
+    .option('--webhook <url>', 'POST its jobs\' ends here, signed; its jobs may name no other callback URL');
 }
 
 export function grantCommand(): Command {
@@ -62,6 +64,8 @@ export function grantCommand(): Command {
       'has only Node (it installs the orchestrator\'s own package with npx and starts the agent):',
       '  node -e "<fetch, check the digest>" <url> <hex> && npx --yes --ignore-scripts ./gpumesh-<hex>.tgz agent --join <url> --grant <grant>',
       '(the package is fetched and kept only if its SHA-256 is <hex>; a TLS mesh\'s line also pins its CA),',
+      'With --webhook <url> (a URL mesh.yaml\'s webhooks.allow allows), its jobs\' ends are POSTed there, signed: the secret',
+      'to verify them with (whsec_…) is printed once, on stderr; give it to the receiver (POST /v1/webhooks/secret shows it again).',
       'and the line for a host where gpumesh is installed: gpumesh agent --join <url> --grant <grant>',
     ].join('\n'))
     .option('--agent', 'an agent join grant (needs --host)')
@@ -81,6 +85,8 @@ export function grantCommand(): Command {
       if (!flags.agent) {
         if (flags.json) return printJson(minted);
         process.stdout.write(`${minted.token}\n`);
+        // stdout stays the grant alone, for scripts.
+        if (minted.webhook) process.stderr.write(`# its jobs' ends are POSTed to ${minted.webhook.url}, signed with this secret (Standard Webhooks); give it to the receiver:\n${minted.webhook.secret}\n`);
         return;
       }
       // The agent reads its host and classes from the grant, so the URL and the grant are all it needs.

@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import type { JobPage, JobView, RemovedResults } from '../../protocol/api/index.js';
+import type { JobPage, JobView, RemovedResults, WebhookDeliveries } from '../../protocol/api/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { parseInteger, printJson, table } from '../common/output.js';
 import { askEach, withClientOptions } from './shared.js';
@@ -23,6 +23,18 @@ export function jobsCommand(): Command {
   withClientOptions(jobs.command('get <id>'))
     .description('One job as JSON: status, attempts, artifacts')
     .action(async (id: string, options: ClientOptions) => printJson(await clientFrom(options).job(id)));
+  withClientOptions(jobs.command('show <id>'))
+    .description('One job in words: its status, where it ran, its results, and the deliveries of its end to its callback URL (status, attempts, last error, next try)')
+    .option('--json', 'print JSON: {job, webhooks}')
+    .action(async (id: string, options: ClientOptions & { json?: boolean }) => {
+      const client = clientFrom(options);
+      const [job, hooks] = await Promise.all([
+        client.job(id),
+        client.request<WebhookDeliveries>('GET', `/v1/jobs/${encodeURIComponent(id)}/webhooks`),
+      ]);
+      if (options.json) return printJson({ job, webhooks: hooks.deliveries });
+      process.stdout.write(`${showLines(job, hooks).join('\n')}\n`);
+    });
   withClientOptions(jobs.command('cancel <id>'))
     .description('Cancel a queued or running job')
     .action(async (id: string, options: ClientOptions) => {
@@ -35,6 +47,26 @@ export function jobsCommand(): Command {
     'job', (client, id) => client.request<RemovedResults>('DELETE', `/v1/jobs/${encodeURIComponent(id)}/artifacts`), removedLine,
   );
   return jobs;
+}
+
+/** `jobs show`: the job, then its callbacks. */
+export function showLines(job: JobView, hooks: WebhookDeliveries): string[] {
+  const last = job.attempts.at(-1);
+  const lines = [
+    `job       ${job.id}`,
+    `status    ${job.status}${job.error ? ` (${job.error.code}: ${job.error.message})` : ''}`,
+    `type      ${job.type} on ${job.model}, album ${job.album}, priority ${job.priority}`,
+    `created   ${job.createdAt}${job.finishedAt ? `, finished ${job.finishedAt}` : ''}`,
+    `ran on    ${last ? `${last.host} (attempt ${last.n})` : '-'}`,
+    ...job.artifacts.map((artifact) => `result    ${artifact.url} ${artifact.mediaType} ${artifact.bytes} bytes`),
+  ];
+  if (hooks.deliveries.length === 0) lines.push('webhooks  none');
+  for (const delivery of hooks.deliveries) {
+    const next = delivery.nextAttemptAt ? `, next try ${delivery.nextAttemptAt}` : '';
+    const error = delivery.lastError ? `, last error: ${delivery.lastError}` : '';
+    lines.push(`webhook   ${delivery.id} ${delivery.event} → ${delivery.url}: ${delivery.status} after ${delivery.attempts} ${delivery.attempts === 1 ? 'try' : 'tries'}${delivery.lastStatus !== null ? ` (last answer ${delivery.lastStatus})` : ''}${next}${error}`);
+  }
+  return lines;
 }
 
 /** `j_… 2 results deleted, 1 freed (184,320 bytes); 1 still named elsewhere`. */

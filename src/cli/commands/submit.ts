@@ -34,6 +34,7 @@ interface SubmitOptions extends ClientOptions {
   timeout?: number;
   idempotencyKey?: string;
   album?: string;
+  webhook?: string;
   wait?: boolean;
   out: string;
   save: boolean;
@@ -162,6 +163,7 @@ async function submit(options: SubmitOptions): Promise<void> {
     accepted = await client.submit({
       type: jobType(options), model: options.model, input, priority: options.priority,
       timeoutMs: options.timeout, idempotencyKey: options.idempotencyKey, album: options.album,
+      ...(options.webhook ? { webhook: options.webhook } : {}),
     });
   } catch (error) {
     // Refused (or not known to be taken): the pictures stored for it go. A job the orchestrator took without the
@@ -240,6 +242,7 @@ export function submitCommand(): Command {
     .option('--timeout <ms>', 'deadline in milliseconds from now', parseInteger('--timeout'))
     .option('--idempotency-key <key>', 'a retry with the same key returns the same job')
     .option('--album <name>', 'gallery album for the result')
+    .option('--webhook <url>', 'POST the job\'s end here, signed (a URL mesh.yaml\'s webhooks.allow allows; default: the grant\'s)')
     .option('-w, --wait', 'wait for the job, showing its progress')
     .option('-o, --out <dir>', 'where --wait saves outputs', 'gpumesh-out')
     .option('--no-save', 'with --wait, do not download outputs')

@@ -51,13 +51,16 @@ export type Caveat =
   | { condition: 'rate'; count: number; unit: RateUnit; windowMs: number }
   | { condition: 'tls-ca'; fingerprint: string }
   /** A cap: at most `limit` jobs of the lineage queued at once, or device-seconds of compute per UTC day. */
-  | { condition: CapCondition; limit: number };
+  | { condition: CapCondition; limit: number }
+  /** The grant's jobs call this URL back when they end; a job may name no other. */
+  | { condition: 'webhook'; url: string };
 
 const LIST_CONDITIONS = new Set(['actions', 'types', 'models', 'classes', 'hosts', 'albums']);
 
 /** Every caveat condition gpumesh knows. */
 export const CONDITIONS = [
   'kind', 'actions', 'types', 'models', 'classes', 'hosts', 'albums', 'host', 'time-before', 'max-priority', 'rate', 'tls-ca', ...CAP_CONDITIONS,
+  'webhook',
 ] as const satisfies readonly Caveat['condition'][];
 export type Condition = (typeof CONDITIONS)[number];
 
@@ -70,14 +73,14 @@ export type Condition = (typeof CONDITIONS)[number];
  * - Every kind: `kind`, `actions`, `time-before`; `tls-ca` (a word to the holder: the CA to pin before sending it).
  * - Jobs (client and admin grants): `types`, `models`, `albums` (submit, read, cancel, listings, events, blobs),
  *   `classes` and `hosts` (where its jobs may run), `max-priority`, `rate`, and the caps `max-queued` and
- *   `device-seconds-per-day`.
+ *   `device-seconds-per-day`, and `webhook` (where its jobs' ends are POSTed; a job may name no other URL).
  * - Joining as an agent (agent and admin grants): `host` and `hosts` (the host ids it may join as), `classes` (what
  *   the host may serve), `models` (the models the host is sent — routing, loads, manifests — may report, and may
  *   pull).
  */
 export const CONDITIONS_BY_KIND: Record<GrantKind, ReadonlySet<Condition>> = {
   admin: new Set(CONDITIONS),
-  client: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'types', 'models', 'albums', 'classes', 'hosts', 'max-priority', 'rate', ...CAP_CONDITIONS]),
+  client: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'types', 'models', 'albums', 'classes', 'hosts', 'max-priority', 'rate', ...CAP_CONDITIONS, 'webhook']),
   agent: new Set(['kind', 'actions', 'time-before', 'tls-ca', 'host', 'hosts', 'classes', 'models']),
 };
 
@@ -93,7 +96,52 @@ export function scopeProblem(caveats: readonly Caveat[]): string | null {
       return `caveat "${formatCaveat(caveat)}" would restrict nothing on ${kind === 'admin' ? 'an' : 'a'} ${kind} grant (its conditions: ${[...CONDITIONS_BY_KIND[kind]].join(', ')})`;
     }
   }
-  return capProblem(caveats);
+  return capProblem(caveats) ?? webhookProblem(caveats);
+}
+
+/**
+ * A grant's `webhook` names where its jobs' ends go; a narrowing that named another URL would send the parent's
+ * notifications elsewhere (and, caveats being conjunctive, no job could satisfy both): refused when minted or
+ * narrowed, and a grant narrowed so by hand is not valid. Naming the same URL again changes nothing and is allowed.
+ */
+function webhookProblem(caveats: readonly Caveat[]): string | null {
+  let first: Extract<Caveat, { condition: 'webhook' }> | null = null;
+  for (const caveat of caveats) {
+    if (caveat.condition !== 'webhook') continue;
+    if (first && caveat.url !== first.url) {
+      return `caveat "${formatCaveat(caveat)}" differs from "${formatCaveat(first)}": a narrowed grant may not send its jobs' callbacks elsewhere`;
+    }
+    first ??= caveat;
+  }
+  return null;
+}
+
+/** The callback URL a grant's `webhook` caveat names (they all name the same one), or null. */
+export function webhookOf(caveats: readonly Caveat[]): string | null {
+  for (const caveat of caveats) if (caveat.condition === 'webhook') return caveat.url;
+  return null;
+}
+
+/** The longest callback URL a grant or a job may name. */
+export const MAX_WEBHOOK_URL = 2000;
+
+/**
+ * A callback URL in the one form it is kept and compared in (WHATWG's serialization), or why it cannot be one:
+ * http(s) only, absolute, no credentials, no fragment, at most MAX_WEBHOOK_URL characters.
+ */
+export function normalizeWebhookUrl(text: string): string | { problem: string } {
+  if (text.length > MAX_WEBHOOK_URL) return { problem: `is longer than ${MAX_WEBHOOK_URL} characters` };
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return { problem: 'is not an absolute URL' };
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return { problem: 'is not http:// or https://' };
+  if (url.username || url.password) return { problem: 'carries credentials (user:password@)' };
+  if (url.hash) return { problem: 'has a fragment (#…)' };
+  if (/\s/.test(url.href)) return { problem: 'contains white space' };
+  return url.href;
 }
 
 /**
@@ -161,6 +209,10 @@ export function parseCaveat(text: string): Caveat | string {
     // 0 is a cap too: a narrowing that may submit nothing more (max-queued 0) or use no device time (0 device-seconds).
     return /^\d+$/.test(argument) && limit <= most ? { condition, limit } : `caveat "${text}" must name a whole number from 0 to ${most}`;
   }
+  if (condition === 'webhook') {
+    const url = normalizeWebhookUrl(argument);
+    return typeof url === 'string' ? { condition, url } : `caveat "${text}": the callback URL ${url.problem}`;
+  }
   if (condition === 'tls-ca') {
     return isFingerprint(argument) ? { condition, fingerprint: argument } : `caveat "${text}" is not of the form sha256:<64 lowercase hex>`;
   }
@@ -174,6 +226,7 @@ export function formatCaveat(caveat: Caveat): string {
     case 'max-priority': return `max-priority ${caveat.level}`;
     case 'rate': return `rate ${caveat.count}/${caveat.unit}`;
     case 'tls-ca': return `tls-ca ${caveat.fingerprint}`;
+    case 'webhook': return `webhook ${caveat.url}`;
     case 'max-queued': case 'device-seconds-per-day': return `${caveat.condition} ${caveat.limit}`;
     default: return `${caveat.condition} ${caveat.values.join(',')}`;
   }
@@ -190,6 +243,8 @@ export interface GrantRequest {
   host?: string;
   priority?: number;
   album?: string;
+  /** The callback URL a job names (normalized); absent: it names none. */
+  webhook?: string;
 }
 
 /**
@@ -235,6 +290,9 @@ export function checkCaveat(caveat: Caveat, request: GrantRequest, now: number):
     case 'max-queued':
     case 'device-seconds-per-day':
       return null; // enforced at admission against the lineage's use (scheduler/caps.ts), which needs state
+    case 'webhook':
+      // A job that names no URL is called back at the grant's; one that names another is refused.
+      return request.webhook === undefined || request.webhook === caveat.url ? null : `callback URL ${request.webhook} is not ${caveat.url}`;
     case 'tls-ca':
       // Not a condition on the request but a word to the holder: the CA to pin before sending this grant.
       // Any request that reached us came through a connection the holder accepted, so it holds here.

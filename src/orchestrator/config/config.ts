@@ -346,6 +346,40 @@ export const MeshConfigInput = z.strictObject({
     /** Only hosts seen within this many days are woken. Default 14. */
     recentDays: z.number().min(0).default(14),
   }).prefault({}),
+  /**
+   * Callbacks (webhooks): where a job's or a pipeline's end may be POSTed, signed (docs/api.md, *Webhooks*). This is a
+   * request the orchestrator makes from inside the owner's network, so nothing is allowed until listed here, and
+   * loopback and private addresses stay refused unless said below — checked on the addresses the host name resolves
+   * to and the connection is made to, not on the name.
+   */
+  webhooks: z.strictObject({
+    /**
+     * The callback URLs allowed, as prefixes: `https://hooks.example.com/gpumesh/` allows that scheme, host and port
+     * (the scheme's default when none is written) and every path under it. Default [] (no callbacks).
+     */
+    allow: z.array(z.url({ protocol: /^https?$/ })).default([]),
+    /** Allow callbacks to loopback addresses (127.0.0.0/8, ::1): the orchestrator's own machine. Default false. */
+    allowLoopback: z.boolean().default(false),
+    /**
+     * Allow callbacks to private, link-local and shared addresses (10/8, 172.16/12, 192.168/16, 100.64/10,
+     * 169.254/16 — cloud metadata —, fc00::/7, fe80::/10): the network the orchestrator sits in. Default false.
+     */
+    allowPrivate: z.boolean().default(false),
+    /** One try may take this long, answer included. Default 10 s. */
+    timeoutMs: z.int().min(100).max(120_000).default(10_000),
+    /** The most of an answer read back; a longer one is cut off (a 2xx still counts). Default 65536 bytes. */
+    maxResponseBytes: z.int().min(0).max(16 * 1024 * 1024).default(65_536),
+    /** The wait before the first retry; each next one doubles, with jitter. Default 5 s. */
+    firstRetryMs: z.int().min(10).max(3_600_000).default(5_000),
+    /** No wait between retries is longer. Default 1 h. */
+    maxRetryMs: z.int().min(10).max(86_400_000).default(3_600_000),
+    /** A delivery not answered 2xx this long after its event is given up (`failed`). Default 24 h. */
+    giveUpAfterS: z.number().min(1).max(30 * 86_400).default(86_400),
+    /** Tries in flight at once. Default 4. */
+    concurrency: z.int().min(1).max(256).default(4),
+    /** Ended deliveries are forgotten after this many days. Default 30. */
+    retentionDays: z.int().min(1).max(3650).default(30),
+  }).prefault({}),
 });
 export type MeshConfigInput = z.input<typeof MeshConfigInput>;
 
@@ -459,6 +493,9 @@ export function resolveConfig(input: unknown, dataDefault: string, baseDir = pro
     if (policy.maxOpenForS < policy.openForS) {
       throw new ConfigError(`invalid mesh config:\n  breakers.${name}.maxOpenForS: ${policy.maxOpenForS} is less than breakers.${name}.openForS (${policy.openForS})`);
     }
+  }
+  if (config.webhooks.maxRetryMs < config.webhooks.firstRetryMs) {
+    throw new ConfigError(`invalid mesh config:\n  webhooks.maxRetryMs: ${config.webhooks.maxRetryMs} is less than webhooks.firstRetryMs (${config.webhooks.firstRetryMs})`);
   }
   for (const [type, model] of Object.entries(config.defaultModels)) {
     if (!config.routing[type]) throw new ConfigError(`invalid mesh config:\n  defaultModels.${type}: job type "${type}" has no routing entry`);

@@ -8,6 +8,7 @@ import { AUDIT_EVENTS, type AuditLog } from '../auth/audit.js';
 import { narrowGrant, parseCaveat, scopeProblem, type Caveat, type GrantIssuer } from '../auth/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
 import { errorAnswers, json } from './openapi.js';
+import type { WebhookService } from './webhooks.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$/;
 const names = z.array(z.string().regex(NAME)).min(1).optional();
@@ -25,6 +26,7 @@ const NarrowGrantBody = z.strictObject({
   maxPriority: z.int().min(1).optional(),
   rate: z.string().regex(/^\d+\/(s|m|h)$/).optional(),
   ...caps,
+  webhook: z.string().min(1).max(2000).optional().describe('a callback URL its jobs call when they end (only where the grant has none, or the same)'),
 });
 
 const CreateGrantBody = z.strictObject({
@@ -35,6 +37,7 @@ const CreateGrantBody = z.strictObject({
   maxPriority: z.int().min(1).optional(),
   rate: z.string().regex(/^\d+\/(s|m|h)$/).optional(),
   ...caps,
+  webhook: z.string().min(1).max(2000).optional().describe('a callback URL its jobs call when they end; the answer carries its signing secret'),
   note: z.string().max(200).optional(),
 });
 
@@ -47,19 +50,29 @@ export interface GrantRouteDeps {
   issuer: GrantIssuer;
   audit: AuditLog;
   auth: RequestAuth;
+  /** Callback URLs checked against mesh.yaml's `webhooks` rules, and their signing secrets. */
+  webhooks: WebhookService;
 }
 
 /** Minting, listing and revoking grants, and the audit log: admin only (actions no other kind has). */
 export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
-  const { issuer, audit, auth } = deps;
+  const { issuer, audit, auth, webhooks } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
 
   routes.post('/v1/grants', {
     schema: { body: CreateGrantBody, tags: ['grants'], summary: 'Mint a grant (admin)' },
-    config: { openapi: { responses: { 201: json('The grant', Minted), ...errorAnswers({ 400: 'A caveat that is malformed, or would govern nothing on this kind of grant' }) } } },
+    config: {
+      openapi: {
+        responses: {
+          201: json('The grant', Minted),
+          ...errorAnswers({ 400: 'A caveat that is malformed, or would govern nothing on this kind of grant', 403: 'The callback URL is not allowed (WEBHOOK_NOT_ALLOWED)' }),
+        },
+      },
+    },
     onRequest: auth.require('grants:create'),
   }, async (request, reply) => {
-    const body = request.body;
+    // A callback URL is held to the allowlist and to the addresses its name resolves to now (and again at each delivery).
+    const body = request.body.webhook === undefined ? request.body : { ...request.body, webhook: await webhooks.checkResolved(request.body.webhook) };
     if (body.kind === 'agent' && !body.host) throw new MeshError('VALIDATION_FAILED', { detail: 'an agent grant needs a host' });
     let caveats: string[];
     try {
@@ -75,7 +88,10 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     if (problem) throw new MeshError('VALIDATION_FAILED', { detail: problem });
     const minted = await issuer.mint(body.kind, caveats, body.note ?? `minted by ${grantOf(request).id}`, auth.origin(request));
     void reply.code(201);
-    return { id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats };
+    return {
+      id: minted.id, kind: body.kind, token: minted.token, caveats: minted.caveats,
+      ...(body.webhook === undefined ? {} : { webhook: { url: body.webhook, secret: webhooks.secretFor(body.webhook) } }),
+    };
   });
 
   // `::` is a literal colon in Fastify's router: the path is /v1/grants:narrow.
@@ -88,12 +104,13 @@ export function grantRoutes(app: FastifyInstance, deps: GrantRouteDeps): void {
     onRequest: auth.requireAny(),
   }, async (request) => {
     let lines: string[];
+    const body = request.body.webhook === undefined ? request.body : { ...request.body, webhook: webhooks.check(request.body.webhook) };
     try {
-      lines = caveatsFromOptions(request.body, auth.now());
+      lines = caveatsFromOptions(body, auth.now());
     } catch (error) {
       throw new MeshError('VALIDATION_FAILED', { detail: (error as Error).message });
     }
-    if (lines.length === 0) throw new MeshError('VALIDATION_FAILED', { detail: 'name at least one caveat to add (actions, types, models, albums, classes, hosts, expires, maxPriority, rate, maxQueued or deviceSecondsPerDay)' });
+    if (lines.length === 0) throw new MeshError('VALIDATION_FAILED', { detail: 'name at least one caveat to add (actions, types, models, albums, classes, hosts, expires, maxPriority, rate, maxQueued, deviceSecondsPerDay or webhook)' });
     let token: string;
     try {
       token = narrowGrant(request.grantToken!, lines);

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { BulkItemResult } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { MeshError, SubmitJobBody } from '../../protocol/index.js';
-import type { VerifiedGrant } from '../auth/index.js';
+import { normalizeWebhookUrl, webhookOf, type VerifiedGrant } from '../auth/index.js';
 import type { CarriedPictures } from '../blobs/client-blobs.js';
 import { picturesNamed, type InputImages } from '../blobs/input-images.js';
 import type { MeshConfig } from '../config/config.js';
@@ -10,6 +10,7 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
 import type { Admission, LineageCaps, Scheduler } from '../scheduler/index.js';
 import type { AuditLog } from '../auth/audit.js';
+import type { Webhooks } from '../webhooks/index.js';
 import type { Commits, JobRecord, MeshStore } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { BlobVisibility } from './blob-visibility.js';
@@ -47,6 +48,8 @@ export interface JobAdmissionDeps {
   caps?: LineageCaps;
   /** Where cap refusals are recorded, one entry per request and cap. */
   audit?: Pick<AuditLog, 'record'>;
+  /** Callbacks: a job's (or its grant's) callback URL checked against the allowlist, and armed with the job; none: no callbacks (role tests). */
+  webhooks?: Pick<Webhooks, 'check' | 'arm'>;
 }
 
 const CAP_CODES: ReadonlySet<string> = new Set(['QUEUED_CAP_REACHED', 'DEVICE_TIME_CAP_REACHED']);
@@ -107,6 +110,8 @@ interface Vetted {
   repeat: JobRecord | null;
   /** What it waits for when every host that could run it is out of its hours (its `queued` event says so); else null. */
   waitsFor: string | null;
+  /** Where its end is POSTed (its own callback URL, else its grant's), in normal form; null: nowhere. */
+  webhook: string | null;
 }
 
 /**
@@ -308,7 +313,10 @@ export class JobAdmission {
       throw new MeshError('VALIDATION_FAILED', { detail: `priority ${priority} is beyond the lowest level, ${config.priorities.levels}` });
     }
     const album = body.album ?? defaultAlbumOf(grant);
-    authorize({ action: 'jobs:submit', jobType: body.type, model: name, classes: routing, album });
+    const named = body.webhook === undefined ? undefined : normalizeWebhookUrl(body.webhook);
+    if (typeof named === 'object') throw new MeshError('VALIDATION_FAILED', { detail: `webhook: the callback URL ${named.problem}` });
+    // A grant's `webhook` caveat refuses any other URL a job names (GRANT_DENIED quoting it).
+    authorize({ action: 'jobs:submit', jobType: body.type, model: name, classes: routing, album, ...(named === undefined ? {} : { webhook: named }) });
     if (grant.maxPriority !== null && priority < grant.maxPriority) {
       throw new MeshError('PRIORITY_DENIED', { ceiling: grant.maxPriority, priority });
     }
@@ -316,6 +324,10 @@ export class JobAdmission {
     if (body.timeoutMs !== undefined && body.timeoutMs > model.policy.maxTimeoutMs) {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
+    const callback = named ?? webhookOf(grant.caveats);
+    // Checked again at every delivery (the config may change, a name may resolve elsewhere); refused here so a job
+    // whose end could never be told is not run.
+    const webhook = callback === null ? null : this.#deps.webhooks ? this.#deps.webhooks.check(callback) : null;
     const { pictures } = this.#deps;
     const input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
     pictures.check(input, name, (digest) => {
@@ -331,7 +343,7 @@ export class JobAdmission {
     const hash = body.idempotencyKey
       ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
       : null;
-    const vetted = { model, priority, album, classes, input, hash, repeat: null, waitsFor: null };
+    const vetted = { model, priority, album, classes, input, hash, repeat: null, webhook, waitsFor: null };
     if (body.idempotencyKey) {
       const existing = looked.keyed?.entry ?? null;
       // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
@@ -349,7 +361,7 @@ export class JobAdmission {
 
   #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
-    const { model, priority, album, classes, input, hash, repeat, waitsFor } = this.#vet(grant, body, authorize, looked);
+    const { model, priority, album, classes, input, hash, repeat, webhook, waitsFor } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
     const name = model.manifest.name;
     // Bounds and caps first: a job they refuse must not use up the grant's rate.
@@ -368,6 +380,7 @@ export class JobAdmission {
     // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good.
     }, stale?.id, waited && picturesNamed(input).length === 0, waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
+    if (webhook !== null) this.#deps.webhooks?.arm(job, webhook);
     this.#deps.cancellation.arm(job);
     this.#deps.dispatcher.enqueue(job);
     return { job, created: true, hash };

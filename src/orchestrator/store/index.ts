@@ -10,6 +10,7 @@ export type { EndedAttempt } from './contract/attempts.js';
 export type { BlobRecord } from './contract/blobs.js';
 export type { GrantRecord } from './contract/grants.js';
 export type { AuditFilter, AuditRecord, NewAuditRecord } from './contract/audit.js';
+export type { DeliveryRecord, DeliveryStatus, DeliveryTry } from './contract/webhooks.js';
 export type { StagedUploadRecord } from './contract/staged-uploads.js';
 export type { ModelRecord, ModelRoute } from './contract/models.js';
 export type { ImageVerdict } from './contract/input-images.js';

@@ -22,6 +22,8 @@ export interface GrantOptions {
   maxQueued?: number;
   /** Device-seconds its lineage's jobs may compute per UTC day (caveat `device-seconds-per-day`). */
   deviceSecondsPerDay?: number;
+  /** Where its jobs' ends are POSTed, signed (caveat `webhook`); a job may name no other callback URL. */
+  webhook?: string;
 }
 
 const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -52,6 +54,7 @@ export function caveatsFromOptions(options: GrantOptions, now: number): string[]
   if (options.rate) lines.push(`rate ${options.rate}`);
   if (options.maxQueued !== undefined) lines.push(`max-queued ${options.maxQueued}`);
   if (options.deviceSecondsPerDay !== undefined) lines.push(`device-seconds-per-day ${options.deviceSecondsPerDay}`);
+  if (options.webhook) lines.push(`webhook ${options.webhook}`);
   return lines;
 }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { WebhookSecretView } from './webhooks.js';
 import { Time } from './time.js';
 
 /** A cap of a grant and its lineage's use of it now. */
@@ -22,7 +23,11 @@ export const GrantView = z.strictObject({
 export type GrantView = z.infer<typeof GrantView>;
 
 /** `POST /v1/grants`: the grant minted. */
-export const Minted = z.strictObject({ id: z.string(), kind: z.string(), token: z.string().describe('the grant: send it as "Authorization: Bearer <token>"'), caveats: z.array(z.string()) });
+export const Minted = z.strictObject({
+  id: z.string(), kind: z.string(), token: z.string().describe('the grant: send it as "Authorization: Bearer <token>"'), caveats: z.array(z.string()),
+  /** Its `webhook` caveat's URL and that URL's signing secret: give the secret to the receiver, and to nobody else. */
+  webhook: WebhookSecretView.optional().describe('the callback URL its jobs call and the secret their deliveries are signed with'),
+});
 export type Minted = z.infer<typeof Minted>;
 
 /** `POST /v1/grants:narrow`: the grant sent, narrowed. */

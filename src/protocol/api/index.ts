@@ -14,6 +14,7 @@ export { SeriesView } from './series.js';
 export { ModelVersion, Models, ModelFamily, ReplicaChange, LoadAnswer, UnloadAnswer } from './models.js';
 export { GrantView, Minted, Narrowed, GrantPage, CapUse, GrantCapsView } from './grants.js';
 export { AuditView, AuditPage } from './audit.js';
+export { WebhookDeliveryView, WebhookDeliveries, WebhookSecretView } from './webhooks.js';
 export { GalleryView, ArtifactPage, RemovedResults } from './gallery.js';
 export { StoredBlob, ForgottenBlob, UploadView } from './blobs.js';
 export { TERMINAL_EVENTS, EVENT_TYPES, isTerminalEvent } from './events.js';

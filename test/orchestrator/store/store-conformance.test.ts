@@ -408,6 +408,34 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('arms jobs\' callbacks and keeps their deliveries: pending ones oldest first, tries recorded, ended ones pruned', async () => {
+    const store = await backend.open();
+    const { commits, webhooks } = store;
+    const delivery = (id: string, subjectId: string, createdAt: number) => ({
+      id, subjectKind: 'job', subjectId, eventType: 'job.succeeded', url: 'https://hooks.example.com/a?t=1', body: '{"type":"job.succeeded"}',
+      status: 'pending' as const, attempts: 0, lastStatus: null, lastError: null, nextAt: createdAt, createdAt, triedAt: null, finishedAt: null,
+    });
+    commits.write(() => {
+      webhooks.armJob('j_1', 'https://hooks.example.com/a', 1000);
+      webhooks.armJob('j_2', 'https://hooks.example.com/b', 2000);
+      webhooks.insertDelivery(delivery('wh_2', 'j_0', 3000));
+      webhooks.insertDelivery(delivery('wh_1', 'j_1', 2500));
+      webhooks.disarmJob('j_1');
+    });
+    expect(await webhooks.armedJobs()).toEqual([{ jobId: 'j_2', url: 'https://hooks.example.com/b' }]);
+    expect((await webhooks.pendingDeliveries()).map((record) => record.id)).toEqual(['wh_1', 'wh_2']);
+    commits.write(() => {
+      webhooks.updateDelivery('wh_1', { status: 'pending', attempts: 1, lastStatus: 500, lastError: 'answered 500', nextAt: 4000, triedAt: 3500, finishedAt: null });
+      webhooks.updateDelivery('wh_2', { status: 'delivered', attempts: 2, lastStatus: 200, lastError: null, nextAt: null, triedAt: 3600, finishedAt: 3600 });
+    });
+    expect(await webhooks.deliveriesOf('j_1')).toEqual([{ ...delivery('wh_1', 'j_1', 2500), attempts: 1, lastStatus: 500, lastError: 'answered 500', nextAt: 4000, triedAt: 3500 }]);
+    expect((await webhooks.pendingDeliveries()).map((record) => record.id)).toEqual(['wh_1']);
+    commits.write(() => webhooks.pruneDeliveries(3601));
+    expect(await webhooks.deliveriesOf('j_0')).toEqual([]);
+    expect((await webhooks.deliveriesOf('j_1')).map((record) => record.id)).toEqual(['wh_1']);
+    await store.close();
+  });
+
   it('a write that throws leaves nothing; a write the database refuses costs only itself', async () => {
     const store = await backend.open();
     const { commits, grants } = store;

@@ -9,6 +9,7 @@ import type { InputImageTable } from './input-images.js';
 import type { JobTable } from './jobs.js';
 import type { ModelTable } from './models.js';
 import type { StagedUploadTable } from './staged-uploads.js';
+import type { WebhookTable } from './webhooks.js';
 
 /**
  * The orchestrator's store, whatever keeps it: SQLite in the data folder (`SqliteStore`, the default) or PostgreSQL
@@ -52,4 +53,5 @@ export interface MeshTables {
   readonly stagedUploads: StagedUploadTable;
   readonly inputImages: InputImageTable;
   readonly models: ModelTable;
+  readonly webhooks: WebhookTable;
 }

@@ -222,4 +222,34 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       ALTER TABLE artifacts ADD COLUMN energy_j DOUBLE PRECISION;
     `,
   },
+  {
+    version: 6,
+    // SQLite's version 18: webhooks, armed jobs and deliveries (5 is pipelines', SQLite's 17).
+    name: 'webhooks: armed jobs and deliveries',
+    sql: `
+      CREATE TABLE job_webhooks (
+        job_id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+      CREATE TABLE webhook_deliveries (
+        id TEXT PRIMARY KEY,
+        subject_kind TEXT NOT NULL,
+        subject_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        url TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        last_status INTEGER,
+        last_error TEXT,
+        next_at BIGINT,
+        created_at BIGINT NOT NULL,
+        tried_at BIGINT,
+        finished_at BIGINT
+      );
+      CREATE INDEX webhook_deliveries_by_subject ON webhook_deliveries (subject_id, created_at);
+      CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (created_at) WHERE status = 'pending';
+    `,
+  },
 ];

@@ -17,6 +17,7 @@ import { migratePostgres } from './migrate.js';
 import { modelTable } from './models.js';
 import { FencedError, PgCommits } from './pg-commits.js';
 import { stagedUploadTable } from './staged-uploads.js';
+import { webhookTable } from './webhooks.js';
 
 /** Job numbers reserved at a time: the orchestrator must know a job's number when it admits it (see migrations.ts). */
 const SEQ_BLOCK = 4096;
@@ -94,6 +95,7 @@ export class PostgresStore implements MeshStore {
     this.stagedUploads = stagedUploadTable(access);
     this.inputImages = inputImageTable(access);
     this.models = modelTable(access);
+    this.webhooks = webhookTable(access);
   }
 
   /**
@@ -123,6 +125,7 @@ export class PostgresStore implements MeshStore {
   readonly stagedUploads: MeshStore['stagedUploads'];
   readonly inputImages: MeshStore['inputImages'];
   readonly models: MeshStore['models'];
+  readonly webhooks: MeshStore['webhooks'];
 
   isOpen(): boolean {
     return !this.#closed && this.#downDetail === null;

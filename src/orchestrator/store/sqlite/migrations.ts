@@ -276,4 +276,36 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE artifacts ADD COLUMN energy_j REAL;
     `,
   },
+  {
+    version: 18,
+    // Webhooks (issue 34): the jobs that call back when they end, and every event on its way to a callback URL. 18,
+    // not 17: pipelines (the same issue, another branch) take 17; the runner applies versions in order and needs no
+    // contiguity.
+    name: 'webhooks: armed jobs and deliveries',
+    sql: `
+      CREATE TABLE job_webhooks (
+        job_id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE TABLE webhook_deliveries (
+        id TEXT PRIMARY KEY,
+        subject_kind TEXT NOT NULL,
+        subject_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        url TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        last_status INTEGER,
+        last_error TEXT,
+        next_at INTEGER,
+        created_at INTEGER NOT NULL,
+        tried_at INTEGER,
+        finished_at INTEGER
+      ) WITHOUT ROWID;
+      CREATE INDEX webhook_deliveries_by_subject ON webhook_deliveries (subject_id, created_at);
+      CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (created_at) WHERE status = 'pending';
+    `,
+  },
 ];

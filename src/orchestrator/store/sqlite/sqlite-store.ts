@@ -14,6 +14,7 @@ import { inputImageTable } from './input-images.js';
 import { jobTable } from './jobs.js';
 import { modelTable } from './models.js';
 import { stagedUploadTable } from './staged-uploads.js';
+import { webhookTable } from './webhooks.js';
 
 /**
  * The store in SQLite (`<data>/store.sqlite`, WAL): the embedded default, one orchestrator's own. Every query is one
@@ -43,6 +44,7 @@ export class SqliteStore implements MeshStore {
     this.stagedUploads = stagedUploadTable(this.db);
     this.inputImages = inputImageTable(this.db);
     this.models = modelTable(this.db);
+    this.webhooks = webhookTable(this.db);
   }
 
   /** The store of a data folder. */
@@ -60,6 +62,7 @@ export class SqliteStore implements MeshStore {
   readonly stagedUploads: MeshStore['stagedUploads'];
   readonly inputImages: MeshStore['inputImages'];
   readonly models: MeshStore['models'];
+  readonly webhooks: MeshStore['webhooks'];
 
   isOpen(): boolean {
     return this.db.open;
