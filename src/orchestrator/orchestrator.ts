@@ -207,13 +207,14 @@ export class Orchestrator {
 
     // Everything that stores, records or gives back a blob does so under its digest's lock (blobs/digest-locks.ts).
     const locks = new DigestLocks();
+    const pictures = new InputImages({ store, commits, clock, blobs: blobStore, scratchDir: join(config.data, 'blobs', 'incoming') });
     const core = createJobCore({
       store, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, locks, log, model, uploadCredential,
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
-      attemptBudgets: budgets,
+      attemptBudgets: budgets, pictures,
     });
-    const { states, dispatcher, failover, cancellation, recovery, outputs, intake, refusals } = core;
+    const { states, dispatcher, failover, cancellation, sources, recovery, outputs, intake, refusals } = core;
     states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
     // A succeeded job's share of its batch's compute counts against its lineage's device-seconds.
     states.observeAttempts({ ended: (ended) => {
@@ -253,7 +254,6 @@ export class Orchestrator {
       },
     });
 
-    const pictures = new InputImages({ store, commits, clock, blobs: blobStore, scratchDir: join(config.data, 'blobs', 'incoming') });
     const reclaimer = new BlobReclaimer({
       store, commits, blobs: blobStore, locks, pictures, modelFile: (digest) => registry.all().some((registered) => modelDigests(registered.manifest).includes(digest)),
     });
@@ -291,7 +291,7 @@ export class Orchestrator {
     retention.sweepEvery(JOB_SWEEP_EVERY_MS, sweptJobs);
     // What clients do with jobs: admit them (checked against their grant), read them, cancel them; which blobs they may read.
     const visibility = new BlobVisibility({ store, registry });
-    const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
+    const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, sources, metrics, memory, pictures,
       classes: new ClassAvailability(hosts), blobs: visibility, caps, audit });
     const reads = new JobReads({ store, clock, states });
     const cancels = new ClientCancel({ reads, cancellation, states });
@@ -363,7 +363,7 @@ export class Orchestrator {
     }, log, VERSION, tls);
 
     const recovered = await recovery.recover();
-    if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
+    if (recovered.queued + recovered.orphaned + recovered.waiting > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
       config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });

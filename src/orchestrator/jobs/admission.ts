@@ -15,7 +15,9 @@ import { newId } from '../store/ids.js';
 import type { BlobVisibility } from './blob-visibility.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
-import type { Authorize } from './reads.js';
+import { canSee, type Authorize } from './reads.js';
+import { hasReference, pickOutput, REFERENCE_STAND_IN, referencesIn, withReferences, withStandIns, type InputReference } from './references.js';
+import type { JobSources } from './sources.js';
 import type { JobStates } from './states.js';
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
@@ -35,6 +37,8 @@ export interface JobAdmissionDeps {
   metrics: MeshMetrics;
   /** Pictures jobs name as inputs: decoded before admission, checked at it, recorded with the job. */
   pictures: InputImages;
+  /** Jobs that take other jobs' outputs wait for them here. */
+  sources: Pick<JobSources, 'watch'>;
   /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
   /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
@@ -89,13 +93,28 @@ export function requestHash(request: { type: string; model: string; priority: nu
 interface Looked {
   keyed: { entry: { id: string; requestHash: string | null } | null; job: JobRecord | null; stale: JobRecord | null } | null;
   hidden: ReadonlySet<string>;
+  /**
+   * The jobs its references name (null: no such job), and the outputs of those that succeeded; absent when it names
+   * none. `admitted`: jobs of the same request admitted before it (a pipeline's earlier steps), not yet in the store.
+   */
+  sources?: ReadonlyMap<string, { job: JobRecord | null; outputs: readonly { digest: string; mediaType: string }[] }>;
 }
 
 const NOTHING_LOOKED: Looked = { keyed: null, hidden: new Set() };
+const NO_REFERENCES: readonly InputReference[] = [];
+
+/** The size a waiting job's stand-in picture is taken to have: its first source's, where its input names one. */
+function sourceSize(pending: readonly InputReference[], looked: Looked): { width: number; height: number } | null {
+  const source = pending[0] ? looked.sources?.get(pending[0].fromJob)?.job : null;
+  const { width, height } = source?.input ?? {};
+  return typeof width === 'number' && typeof height === 'number' ? { width, height } : null;
+}
 const NO_PICTURES: ReadonlySet<string> = new Set();
 
 /** One job through every check of admission (`#vet`): what admitting it takes, or the job an idempotent repeat gets back. */
 interface Vetted {
+  /** The references whose sources have not succeeded yet: the job waits for them. */
+  pending: readonly InputReference[];
   model: RegisteredModel;
   priority: number;
   album: string;
@@ -257,7 +276,8 @@ export class JobAdmission {
   #look(grant: VerifiedGrant, body: SubmitJobBody, carried: ReadonlySet<string> = NO_PICTURES): Promise<Looked> | null {
     const key = body.idempotencyKey;
     const pictures = picturesNamed(body.input);
-    if (!key && pictures.length === 0) return null;
+    const referring = hasReference(body.input);
+    if (!key && pictures.length === 0 && !referring) return null;
     return (async () => {
       const { store, states, clock } = this.#deps;
       let keyed: Looked['keyed'] = null;
@@ -278,9 +298,63 @@ export class JobAdmission {
           hidden.add(digest);
         }
       }
-      await this.#deps.pictures.prepare(pictures.filter((digest) => !hidden.has(digest) && !carried.has(digest)));
-      return { keyed, hidden };
+      const sources = referring ? await this.#lookSources(grant, body.input) : undefined;
+      const outputs = sources ? [...sources.values()].flatMap((source) => source.outputs.map((output) => output.digest)) : [];
+      await this.#deps.pictures.prepare([...pictures.filter((digest) => !hidden.has(digest) && !carried.has(digest)), ...outputs]);
+      return { keyed, hidden, sources };
     })();
+  }
+
+  /**
+   * The jobs an input's references name, as the grant may see them (one it may not see is as if it did not exist),
+   * with the outputs of those that succeeded. A malformed reference is left to `#vet`, which words its error.
+   */
+  async #lookSources(grant: VerifiedGrant, input: Record<string, unknown>): Promise<NonNullable<Looked['sources']>> {
+    let references: InputReference[];
+    try {
+      references = referencesIn(input);
+    } catch {
+      return new Map();
+    }
+    const { states, store, clock } = this.#deps;
+    const found = new Map<string, { job: JobRecord | null; outputs: { digest: string; mediaType: string }[] }>();
+    for (const { fromJob } of references) {
+      if (found.has(fromJob)) continue;
+      const record = await states.get(fromJob);
+      const job = record && canSee(grant, record, clock.now()) ? record : null;
+      const outputs = job?.status === 'succeeded' ? await store.artifacts.artifactsOfJob(job.id) : [];
+      found.set(fromJob, { job, outputs: outputs.map(({ digest, mediaType }) => ({ digest, mediaType })) });
+    }
+    return found;
+  }
+
+  /**
+   * An input's references against the jobs they name: the input with each reference to a job that succeeded replaced
+   * by its output's digest, and the references the job must wait for. A job the grant may not see is NOT_FOUND, one
+   * that ended otherwise SOURCE_FAILED, an output that is not there or not a picture BAD_REFERENCE.
+   */
+  #resolve(input: Record<string, unknown>, looked: Looked): { input: Record<string, unknown>; pending: InputReference[]; resolved: Set<string> } {
+    const references = referencesIn(input);
+    const pending: InputReference[] = [];
+    const resolved = new Set<string>();
+    let substituted = input;
+    for (const reference of references) {
+      const source = looked.sources?.get(reference.fromJob);
+      const field = `input.${reference.field}`;
+      if (!source?.job) throw new MeshError('NOT_FOUND', { what: `Job ${reference.fromJob} (${field}.fromJob)` });
+      const { job } = source;
+      if (job.status === 'succeeded') {
+        const picked = pickOutput(source.outputs, reference);
+        if ('refusal' in picked) throw new MeshError('BAD_REFERENCE', { field, detail: picked.refusal });
+        substituted = { ...substituted, [reference.field]: picked.digest };
+        resolved.add(picked.digest);
+      } else if (job.status === 'failed' || job.status === 'cancelled' || job.status === 'expired') {
+        throw new MeshError('SOURCE_FAILED', {
+          source: job.id, status: job.status, cause: job.errorCode ? ` (${job.errorCode}: ${job.errorMessage ?? ''})` : '', field,
+        });
+      } else pending.push(reference);
+    }
+    return { input: substituted, pending, resolved };
   }
 
   /**
@@ -313,10 +387,25 @@ export class JobAdmission {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
     const { pictures } = this.#deps;
-    const input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
-    pictures.check(input, name, (digest) => {
-      if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
-    });
+    let input: Record<string, unknown>;
+    let pending: readonly InputReference[] = NO_REFERENCES;
+    if (looked.sources) {
+      // Another job's output as input: those that exist are digests now, the others stand in until their jobs succeed.
+      const references = this.#resolve(body.input, looked);
+      pending = references.pending;
+      const sizeOf = (digest: string): { width: number; height: number } | null => (digest === REFERENCE_STAND_IN ? sourceSize(pending, looked) : pictures.sizeOf(digest));
+      const normalized = model.jobInputs.normalize(withStandIns(references.input, pending), model.manifest, sizeOf);
+      input = withReferences(normalized, pending);
+      pictures.check(input, name, (digest) => {
+        if (references.resolved.has(digest)) return;
+        if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+      });
+    } else {
+      input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
+      pictures.check(input, name, (digest) => {
+        if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+      });
+    }
 
     // Idempotency keys live per grant lineage (the grant id, shared by every narrowing). A key names one
     // request: the same request gets its job back (200); any other request with the key is refused with
@@ -327,7 +416,7 @@ export class JobAdmission {
     const hash = body.idempotencyKey
       ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
       : null;
-    const vetted = { model, priority, album, classes, input, hash, repeat: null };
+    const vetted = { model, priority, album, classes, input, hash, repeat: null, pending };
     if (body.idempotencyKey) {
       const existing = looked.keyed?.entry ?? null;
       // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
@@ -344,7 +433,7 @@ export class JobAdmission {
 
   #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
-    const { model, priority, album, classes, input, hash, repeat } = this.#vet(grant, body, authorize, looked);
+    const { model, priority, album, classes, input, hash, repeat, pending } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
     const name = model.manifest.name;
     // Bounds and caps first: a job they refuse must not use up the grant's rate.
@@ -355,16 +444,19 @@ export class JobAdmission {
     });
     const now = clock.now();
     const stale = looked.keyed?.stale ?? null;
+    const waiting = pending.length > 0;
     const job = states.create({
       id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
-      deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
+      deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs, ...(waiting ? { status: 'waiting' as const } : {}),
     // Written when it ends if its client waits for it, unless it names pictures: which jobs name a picture is recorded
-    // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good.
-    }, stale?.id, waited && picturesNamed(input).length === 0);
+    // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good. A job
+    // that waits for others is written at once: it must be found after a restart, when its sources end.
+    }, stale?.id, waited && !waiting && picturesNamed(input).length === 0);
     this.#deps.pictures.recordJob(job.id, input);
     this.#deps.cancellation.arm(job);
-    this.#deps.dispatcher.enqueue(job);
+    if (waiting) this.#deps.sources.watch(job);
+    else this.#deps.dispatcher.enqueue(job);
     return { job, created: true, hash };
   }
 

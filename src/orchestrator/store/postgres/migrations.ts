@@ -222,4 +222,17 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       ALTER TABLE artifacts ADD COLUMN energy_j DOUBLE PRECISION;
     `,
   },
+  {
+    version: 5,
+    // SQLite's version 17: pipelines.
+    name: 'pipelines',
+    sql: `
+      CREATE TABLE pipelines (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        steps TEXT NOT NULL
+      );
+    `,
+  },
 ];

@@ -276,4 +276,17 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE artifacts ADD COLUMN energy_j REAL;
     `,
   },
+  {
+    version: 17,
+    // Pipelines (issue 34): steps submitted at once, each a job; the row names them, so one id follows them all.
+    name: 'pipelines',
+    sql: `
+      CREATE TABLE pipelines (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        steps TEXT NOT NULL
+      );
+    `,
+  },
 ];
