@@ -13,7 +13,7 @@ import { systemClock, type Clock } from '../protocol/clock.js';
 import { linkFrameLimit, type MeshConfig } from './config/config.js';
 import { EventBus } from './events/event-bus.js';
 import { RequestAuth } from './http/auth.js';
-import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads } from './jobs/index.js';
+import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads, Pipelines } from './jobs/index.js';
 import { MeshMetrics } from './metrics/mesh-metrics.js';
 import { MeshSeries } from './metrics/series.js';
 import { GalleryService } from './gallery/gallery-service.js';
@@ -295,6 +295,7 @@ export class Orchestrator {
       classes: new ClassAvailability(hosts), blobs: visibility, caps, audit });
     const reads = new JobReads({ store, clock, states });
     const cancels = new ClientCancel({ reads, cancellation, states });
+    const pipelines = new Pipelines({ store, clock, admission: jobAdmission, reads, cancellation });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     // The data folder's disk against its floor: new uploads and jobs are refused below it (http/storage-floor.ts).
@@ -348,9 +349,9 @@ export class Orchestrator {
         events.publishMesh({ type: 'host:waking', host, at: new Date(at).toISOString() });
       },
     });
-    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null, hostWokenAt: (id) => waker.wokenAt(id) });
+    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null, hostWokenAt: (id) => waker.wokenAt(id), sources });
     const app = await buildServer({
-      admission: jobAdmission, reads, cancels, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
+      admission: jobAdmission, reads, cancels, pipelines, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,

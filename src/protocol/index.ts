@@ -5,6 +5,7 @@ export {
   JobReference,
 } from './jobs.js';
 export type { JobStatus, InputImageField } from './jobs.js';
+export { StepId, StepReference, PipelineStep, SubmitPipelineBody } from './pipelines.js';
 export { ModelManifest, VERSION_SEPARATOR, familyOf, modelDigests } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, HostAway, ResidentModel, ToolReport, UnavailableClass, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,

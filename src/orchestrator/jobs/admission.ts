@@ -17,6 +17,7 @@ import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
 import { canSee, type Authorize } from './reads.js';
 import { hasReference, pickOutput, REFERENCE_STAND_IN, referencesIn, withReferences, withStandIns, type InputReference } from './references.js';
+import type { PipelinePlan } from './pipeline-plan.js';
 import type { JobSources } from './sources.js';
 import type { JobStates } from './states.js';
 
@@ -103,6 +104,18 @@ interface Looked {
 const NOTHING_LOOKED: Looked = { keyed: null, hidden: new Set() };
 const NO_REFERENCES: readonly InputReference[] = [];
 
+/** Run one pipeline step's check or admission; a 400 it throws is a PIPELINE_INVALID naming the step. */
+function stepped<T>(step: { id: string; index: number }, run: () => T): T {
+  try {
+    return run();
+  } catch (error) {
+    if (error instanceof MeshError && error.status === 400 && error.code !== 'PIPELINE_INVALID') {
+      throw new MeshError('PIPELINE_INVALID', { field: `steps.${step.index} ("${step.id}")`, detail: `${error.code}: ${error.message}` }, { cause: error });
+    }
+    throw error;
+  }
+}
+
 /** The size a waiting job's stand-in picture is taken to have: its first source's, where its input names one. */
 function sourceSize(pending: readonly InputReference[], looked: Looked): { width: number; height: number } | null {
   const source = pending[0] ? looked.sources?.get(pending[0].fromJob)?.job : null;
@@ -183,6 +196,65 @@ export class JobAdmission {
       } finally {
         await stored?.refused();
       }
+      throw error;
+    }
+    await this.#durable(admitted);
+    return admitted;
+  }
+
+  /**
+   * Admit a pipeline's jobs (`plan`: each step a job, in dependency order, its id given) as one request, all or none,
+   * like `submitAll`: every step is checked — later steps against the jobs earlier ones will be, which must be jobs the
+   * grant may read — then the queues' bounds and the grant's rates for all of them, before any is admitted; then all
+   * are admitted in one turn, `record` writing the pipeline's row in it. A step's 400 is a PIPELINE_INVALID naming it.
+   */
+  async submitChain(grant: VerifiedGrant, plan: PipelinePlan, authorize: Authorize, record: () => void): Promise<JobRecord[]> {
+    const looked = await Promise.all(plan.steps.map((step) => this.#look(grant, step.body) ?? NOTHING_LOOKED));
+    const { scheduler, admission, config, commits } = this.#deps;
+    /** A step's Looked, with the jobs of the steps before it (not in the store yet) as sources it may name. */
+    const withSteps = (index: number, jobs: ReadonlyMap<string, JobRecord>): Looked => {
+      const own = looked[index]!;
+      if (!own.sources) return own;
+      const sources = new Map(own.sources);
+      for (const id of sources.keys()) {
+        const job = jobs.get(id);
+        if (job) sources.set(id, { job, outputs: [] });
+      }
+      return { ...own, sources };
+    };
+    const named = new Set(plan.steps.flatMap((step) => step.after));
+    this.#capsAudited(grant, () => {
+      const provisional = new Map<string, JobRecord>();
+      const ahead = new Map<string, number>();
+      for (const [index, step] of plan.steps.entries()) {
+        const vetted = stepped(step, () => this.#vet(grant, step.body, authorize, withSteps(index, provisional)));
+        const name = vetted.model.manifest.name;
+        // A later step reads this one's output: the grant must be one that may read it.
+        if (named.has(step.id)) authorize({ action: 'jobs:read', jobType: step.body.type, model: name, album: vetted.album });
+        provisional.set(step.jobId, { id: step.jobId, status: vetted.pending.length > 0 ? 'waiting' : 'queued', input: vetted.input } as JobRecord);
+        const before = ahead.get(name) ?? 0;
+        this.#counted(name, () => admission.checkBounds(name, scheduler.depth(name) + before, vetted.model.policy.maxQueueSize, scheduler.totalDepth + index, config.queues.maxTotal));
+        ahead.set(name, before + 1);
+      }
+      const first = [...ahead.keys()][0]!;
+      this.#counted(first, () => {
+        this.#deps.caps?.check(grant.id, grant.caps, plan.steps.length, (excess) => admission.retryAfter(first, excess));
+        admission.checkRate(grant.rates, plan.steps.length);
+      });
+    }, plan.steps.length);
+    const admitted: JobRecord[] = [];
+    const byId = new Map<string, JobRecord>();
+    try {
+      for (const [index, step] of plan.steps.entries()) {
+        const { job } = stepped(step, () => this.#admit(grant, step.body, authorize, withSteps(index, byId), false, step.jobId));
+        admitted.push(job);
+        byId.set(job.id, job);
+      }
+      commits.write(record);
+    } catch (error) {
+      // Dependents first, so none of them is failed for a source cancelled here.
+      for (const job of [...admitted].reverse()) this.#deps.cancellation.cancel(job.id);
+      await commits.durable();
       throw error;
     }
     await this.#durable(admitted);
@@ -431,7 +503,7 @@ export class JobAdmission {
     return vetted;
   }
 
-  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false): { job: JobRecord; created: boolean; hash: string | null } {
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false, id?: string): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
     const { model, priority, album, classes, input, hash, repeat, pending } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
@@ -446,7 +518,7 @@ export class JobAdmission {
     const stale = looked.keyed?.stale ?? null;
     const waiting = pending.length > 0;
     const job = states.create({
-      id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
+      id: id ?? newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs, ...(waiting ? { status: 'waiting' as const } : {}),
     // Written when it ends if its client waits for it, unless it names pictures: which jobs name a picture is recorded
