@@ -84,6 +84,9 @@ describe('the README', () => {
     expect(output).toMatch(/ffmpeg: \S+ \(package; /);
     expect(output).toContain('cpu');
     expect(output).toMatch(/event: succeeded/);
+    // The pipeline's stream: the clip waited for the picture, then both succeeded.
+    expect(output).toMatch(/event: waiting\ndata: \{"type":"waiting"/);
+    expect(output.match(/event: succeeded\ndata: \{"type":"succeeded"/g)!.length).toBeGreaterThanOrEqual(3);
     expect(output).toContain('GRANT_DENIED');
     expect(output).toContain('types video');
     // The OpenAI client's two URLs, each with its read-only grant.

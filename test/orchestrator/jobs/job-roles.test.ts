@@ -413,7 +413,7 @@ describe('recovery after a restart', () => {
     before.close();
 
     harness = new JobCoreHarness({ store, reconnectGraceMs: 5_000 });
-    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2 });
+    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2, waiting: 0 });
     const back = harness.host('laptop', { concurrency: 2, join: false });
     harness.core.recovery.claim(back.session, [{ jobId: claimed.id, batchId: claimedRun!.batchId }]);
     harness.hosts.set(back.session);
