@@ -4,7 +4,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { ApiError, MeshClient } from '../../src/cli/common/client.js';
-import type { ExplainView, JobView, PipelineAccepted, PipelineView } from '../../src/protocol/api/index.js';
+import { ExplainView, PipelineAccepted, PipelineView, type JobView } from '../../src/protocol/api/index.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
 
@@ -86,19 +86,22 @@ describe('pipelines across two hosts', () => {
         { id: 'clip', type: 'video', input: clip({ image: { fromStep: 'picture', output: 0 }, strength: 0.3 }) },
       ],
     });
+    // The answers are what the OpenAPI document says they are, strictly.
+    PipelineAccepted.parse(accepted);
     const [pictureStep, clipStep] = accepted.steps;
     expect(pictureStep!.id).toBe('picture');
     expect(['queued', 'dispatched', 'running']).toContain(pictureStep!.status);
     expect(clipStep).toMatchObject({ id: 'clip', status: 'waiting' });
     const events = readEvents(accepted.links.events);
     // While the picture is made, the clip waits for it, and says so.
-    const explained = await admin.request<ExplainView>('GET', `/v1/jobs/${clipStep!.jobId}/explain`);
+    const explained = ExplainView.parse(await admin.request<ExplainView>('GET', `/v1/jobs/${clipStep!.jobId}/explain`));
     if (explained.status === 'waiting') {
       expect(explained.waiting).toMatchObject({ for: 'its source jobs' });
       expect(explained.summary).toContain(`job ${pictureStep!.jobId}`);
     }
 
     const done = await pipelineDone(accepted.id);
+    PipelineView.parse(done);
     expect(done.status, JSON.stringify(done.steps.map((step) => step.job.error))).toBe('succeeded');
     const [made, animated] = done.steps.map((step) => step.job) as [JobView, JobView];
     expect(made.attempts.map((attempt) => attempt.host)).toEqual(['laptop']);
@@ -177,6 +180,12 @@ describe('pipelines across two hosts', () => {
       ],
     });
     await waitFor(async () => (await admin.request<JobView>('GET', `/v1/jobs/${accepted.steps[0]!.jobId}`)).status === 'running', { timeoutMs: 30_000, what: 'the picture to run' });
+    // The clip waits for the picture, and explain says so, naming it.
+    const explained = ExplainView.parse(await admin.request<ExplainView>('GET', `/v1/jobs/${accepted.steps[1]!.jobId}/explain`));
+    expect(explained).toMatchObject({ status: 'waiting', waiting: { for: 'its source jobs', position: null } });
+    expect(explained.summary).toBe(`waiting for its source jobs: job ${accepted.steps[0]!.jobId} (running) to succeed; it then runs by its own type, on video`);
+    const listed = await admin.request<{ jobs: JobView[] }>('GET', '/v1/jobs?status=waiting');
+    expect(listed.jobs.map((job) => job.id)).toEqual([accepted.steps[1]!.jobId]);
     const cancelled = await admin.request<PipelineView>('DELETE', `/v1/pipelines/${accepted.id}`);
     expect(cancelled.steps.map((step) => step.job.status)).toEqual(['cancelled', 'cancelled']);
     expect(cancelled.status).toBe('cancelled');
