@@ -191,7 +191,8 @@ async function submit(options: SubmitOptions): Promise<void> {
   const why = bar ? explainWhileQueued(client, accepted.id, (summary) => bar.update({ state: `queued: ${summary}` })) : null;
   const terminal = await client.follow(accepted.id, (event: JobEvent) => {
     if (!bar) return;
-    if (event.type !== 'queued') why?.stop();
+    if (event.type !== 'queued' && event.type !== 'waiting') why?.stop();
+    if (event.type === 'waiting') bar.update({ state: `waiting for ${event.for.join(', ')}` });
     if (event.type === 'dispatched') bar.update({ state: `on ${event.host} (batch of ${event.batchSize})` });
     if (event.type === 'loading') bar.update({ state: event.loadMs === undefined ? `loading ${event.model} on ${event.host}` : `${event.model} loaded in ${(event.loadMs / 1000).toFixed(1)} s` });
     if (event.type === 'running') bar.update({ state: `running on ${event.host}` });
