@@ -15,7 +15,7 @@ import { systemClock, type Clock } from '../protocol/clock.js';
 import { linkFrameLimit, type MeshConfig } from './config/config.js';
 import { EventBus } from './events/event-bus.js';
 import { RequestAuth } from './http/auth.js';
-import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads } from './jobs/index.js';
+import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads, Pipelines } from './jobs/index.js';
 import { MeshMetrics } from './metrics/mesh-metrics.js';
 import { MeshSeries } from './metrics/series.js';
 import { GalleryService } from './gallery/gallery-service.js';
@@ -209,13 +209,14 @@ export class Orchestrator {
 
     // Everything that stores, records or gives back a blob does so under its digest's lock (blobs/digest-locks.ts).
     const locks = new DigestLocks();
+    const pictures = new InputImages({ store, commits, clock, blobs: blobStore, scratchDir: join(config.data, 'blobs', 'incoming') });
     const core = createJobCore({
       store, commits, clock, events, metrics, scheduler, router, hosts, admission, blobs: blobStore, locks, log, model, uploadCredential,
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
-      attemptBudgets: budgets,
+      attemptBudgets: budgets, pictures,
     });
-    const { states, dispatcher, failover, cancellation, recovery, outputs, intake, refusals } = core;
+    const { states, dispatcher, failover, cancellation, sources, recovery, outputs, intake, refusals } = core;
     states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
     // A succeeded job's share of its batch's compute counts against its lineage's device-seconds.
     states.observeAttempts({ ended: (ended) => {
@@ -255,7 +256,6 @@ export class Orchestrator {
       },
     });
 
-    const pictures = new InputImages({ store, commits, clock, blobs: blobStore, scratchDir: join(config.data, 'blobs', 'incoming') });
     const reclaimer = new BlobReclaimer({
       store, commits, blobs: blobStore, locks, pictures, modelFile: (digest) => registry.all().some((registered) => modelDigests(registered.manifest).includes(digest)),
     });
@@ -308,11 +308,12 @@ export class Orchestrator {
       },
     });
     states.onTerminal((job) => webhooks.jobEnded(job));
-    const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, metrics, memory, pictures,
+    const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, sources, metrics, memory, pictures,
       hours: (registered, classes, allowed, deadlineAt) => refuseBeyondHours(
         [...router.candidates(registered, classes)].filter((host) => !allowed || allowed.includes(host.id)), deadlineAt),
       classes: new ClassAvailability(hosts), blobs: visibility, caps, audit, webhooks });
     const cancels = new ClientCancel({ reads, cancellation, states });
+    const pipelines = new Pipelines({ store, clock, admission: jobAdmission, reads, cancellation });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     // The data folder's disk against its floor: new uploads and jobs are refused below it (http/storage-floor.ts).
@@ -366,9 +367,9 @@ export class Orchestrator {
         events.publishMesh({ type: 'host:waking', host, at: new Date(at).toISOString() });
       },
     });
-    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null, hostWokenAt: (id) => waker.wokenAt(id) });
+    const explainer = new JobExplainer({ store, clock, scheduler, router, failover, model, hostInfo: (id) => hosts.info(id), hostAway: (id) => hosts.get(id)?.away ?? null, hostWokenAt: (id) => waker.wokenAt(id), sources });
     const app = await buildServer({
-      admission: jobAdmission, reads, cancels, webhooks, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
+      admission: jobAdmission, reads, cancels, webhooks, pipelines, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
       auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
@@ -384,7 +385,7 @@ export class Orchestrator {
     const hooked = await webhooks.start(states);
     if (hooked.pending + hooked.recovered > 0) log.info(hooked, 'callbacks still to deliver are back');
     const recovered = await recovery.recover();
-    if (recovered.queued + recovered.orphaned > 0) log.info(recovered, 'recovered jobs from the store');
+    if (recovered.queued + recovered.orphaned + recovered.waiting > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
       config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention, webhooks], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });

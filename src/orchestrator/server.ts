@@ -18,6 +18,7 @@ import { hostRoutes, type HostRouteDeps } from './http/hosts.js';
 import { grantRoutes, type GrantRouteDeps } from './http/grants.js';
 import { installRoutes, type InstallRouteDeps } from './http/install.js';
 import { jobRoutes, type JobRouteDeps } from './http/jobs.js';
+import { pipelineRoutes, type PipelineRouteDeps } from './http/pipelines.js';
 import { meshRoutes, type MeshRouteDeps } from './http/mesh.js';
 import { tlsRoutes } from './http/tls.js';
 import { uploadRoutes, type UploadRouteDeps } from './http/uploads.js';
@@ -33,7 +34,7 @@ import type { TlsMaterial } from './tls-server/index.js';
 /** The services the routes use; each route module takes only its own share. */
 export interface ServerParts
   extends JobRouteDeps, BlobRouteDeps, MeshRouteDeps, HostRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'>,
-  Pick<WebhookRouteDeps, 'webhooks'> {
+  Pick<WebhookRouteDeps, 'webhooks'>, Pick<PipelineRouteDeps, 'pipelines'> {
   /** The folder of the gallery page and the mesh view (web/). */
   webRoot: string;
   bodyLimitBytes: number;
@@ -86,6 +87,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   meshRoutes(app, parts);
   grantRoutes(app, parts);
   jobRoutes(app, parts);
+  pipelineRoutes(app, parts);
   explainRoutes(app, parts);
   webhookRoutes(app, parts);
   eventRoutes(app, parts);

@@ -57,6 +57,12 @@ export const ERRORS = {
     message: 'The grant allows {limit} device-seconds per UTC day (caveat "{caveat}"): its lineage used {used} today, {left} left; it refills at {refillsAt}, in {retryAfter}s',
   },
   WEBHOOK_NOT_ALLOWED: { status: 403, message: 'The callback URL {url} is refused by {rule}: {detail}' },
+  BAD_REFERENCE: { status: 400, message: 'The reference {field} cannot be used: {detail}' },
+  SOURCE_FAILED: {
+    status: 422,
+    message: 'Source job {source} ended {status}{cause}: the job that takes its output ({field}) cannot run',
+  },
+  PIPELINE_INVALID: { status: 400, message: 'The pipeline is invalid at {field}: {detail}' },
   PRIORITY_DENIED: { status: 403, message: 'The grant allows priority {ceiling} at the highest, not {priority}' },
   TIMEOUT_TOO_LONG: { status: 400, message: 'timeoutMs {timeoutMs} exceeds the limit of {limit} ms for model "{model}"' },
   JOB_TOO_LARGE: {

@@ -2,8 +2,10 @@ export { ConfigError, ERRORS, ErrorBody, MeshError, formatError, isErrorCode } f
 export type { ErrorCode } from './errors.js';
 export {
   JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody, BlobDigest, INPUT_IMAGE_FIELDS,
+  JobReference,
 } from './jobs.js';
-export type { JobStatus } from './jobs.js';
+export type { JobStatus, InputImageField } from './jobs.js';
+export { StepId, StepReference, PipelineStep, SubmitPipelineBody } from './pipelines.js';
 export { ModelManifest, VERSION_SEPARATOR, familyOf, modelDigests } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, HostAway, ResidentModel, ToolReport, UnavailableClass, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,

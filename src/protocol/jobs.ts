@@ -1,6 +1,10 @@
 import { z } from 'zod';
 
-export const JOB_STATUSES = ['queued', 'dispatched', 'running', 'succeeded', 'failed', 'cancelled', 'expired'] as const;
+/**
+ * A job's states. `waiting`: it takes another job's output (a reference, `{ fromJob, output }`) and waits for that job
+ * to succeed; then it is `queued` like any other.
+ */
+export const JOB_STATUSES = ['waiting', 'queued', 'dispatched', 'running', 'succeeded', 'failed', 'cancelled', 'expired'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
 export const TERMINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['succeeded', 'failed', 'cancelled', 'expired']);
 export const isTerminal = (status: JobStatus): boolean => TERMINAL_STATUSES.has(status);
@@ -16,6 +20,8 @@ export const LIMITS = {
   video: { frames: { min: 2, max: 600 }, fps: { min: 1, max: 60 }, side: { min: 16, max: 1024 }, pixelsPerFrame: 512 * 512, pixelsPerClip: 50_000_000 },
   tensorValues: 65536,
   idempotencyKeyChars: 200,
+  /** A pipeline (`POST /v1/pipelines`): its steps, and the longest chain of steps that take one another's outputs. */
+  pipeline: { steps: 16, depth: 8 },
   /** Jobs in one bulk submit (`POST /v1/jobs:batch`). */
   bulkJobs: 1000,
   /** Largest body of a bulk submit. */
@@ -37,6 +43,19 @@ export const LIMITS = {
 
 /** A blob named by its content: `sha256:` and 64 lower-case hex digits. */
 export const BlobDigest = z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be a blob digest, sha256:<64 hex> (store the file with PUT /v1/blobs first)');
+
+/**
+ * Another job's output as a job's input, by reference: `{ "fromJob": "j_…", "output": 0 }` in a picture field. `output`
+ * counts the source's outputs in the order its view lists them (its `artifacts`), among those of media type `artifact`
+ * when the reference names one (`"artifact": "image/png"`: a clip's poster). The dependent job waits (`waiting`) until
+ * its source succeeds, then starts from that output's digest; it fails when its source does not succeed.
+ */
+export const JobReference = z.strictObject({
+  fromJob: z.string().regex(/^j_[A-Za-z0-9_-]{1,96}$/, 'must be a job id (j_…)'),
+  output: z.int().min(0).max(63).default(0),
+  artifact: z.string().regex(/^[a-z]+\/[a-z0-9.+-]+$/, 'must be a media type (image/png)').max(100).optional(),
+});
+export type JobReference = z.infer<typeof JobReference>;
 
 /** Input fields that name a picture by digest: the orchestrator checks them at admission, the agent fetches and decodes them. */
 export const INPUT_IMAGE_FIELDS = ['image', 'mask'] as const;
@@ -77,6 +96,12 @@ export const VideoInput = z.strictObject({
   height: videoSide.optional(),
   /** Refinement steps per frame. */
   steps: z.int().min(LIMITS.steps.min).max(LIMITS.steps.max).optional(),
+  /** A picture (a blob digest) the clip starts from: every frame's coarse shapes are the picture's, frame 0 first of all. */
+  image: BlobDigest.optional(),
+  /** How far each frame may move from `image`: 0 keeps it, 1 repaints it all. */
+  strength: z.number().min(0).max(1).optional(),
+}).refine((input) => input.image !== undefined || input.strength === undefined, {
+  message: 'strength needs an image to start from', path: ['image'],
 });
 export type VideoInput = z.infer<typeof VideoInput>;
 

@@ -84,6 +84,9 @@ describe('the README', () => {
     expect(output).toMatch(/ffmpeg: \S+ \(package; /);
     expect(output).toContain('cpu');
     expect(output).toMatch(/event: succeeded/);
+    // The pipeline's stream: both steps, the clip (which waited for the picture) and the picture, succeeded.
+    expect(output).toContain('"jobType":"video","prompt":"drifting"');
+    expect(output.match(/event: succeeded\ndata: \{"type":"succeeded"/g)!.length).toBeGreaterThanOrEqual(3);
     expect(output).toContain('GRANT_DENIED');
     expect(output).toContain('types video');
     // The OpenAI client's two URLs, each with its read-only grant.

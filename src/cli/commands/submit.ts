@@ -59,6 +59,13 @@ async function buildInput(options: SubmitOptions, client: MeshClient): Promise<{
     Object.assign(input, values);
   };
   for (const item of options.input) {
+    // `image=@j_…` (or `@j_…:1`): another job's output, by reference; the job waits for that job to succeed.
+    const reference = /^([A-Za-z_][\w-]*)=@(j_[A-Za-z0-9_-]+)(?::(\d+))?$/.exec(item);
+    if (reference) {
+      const [, field, fromJob, output] = reference as unknown as [string, string, string, string | undefined];
+      set({ [field]: { fromJob, output: output === undefined ? 0 : Number(output) } });
+      continue;
+    }
     const file = /^([A-Za-z_][\w-]*)=(.+)$/.exec(item);
     if (item.trimStart().startsWith('{') || !file) {
       set(parseJson(item));
@@ -186,7 +193,8 @@ async function submit(options: SubmitOptions): Promise<void> {
   const why = bar ? explainWhileQueued(client, accepted.id, (summary) => bar.update({ state: `queued: ${summary}` })) : null;
   const terminal = await client.follow(accepted.id, (event: JobEvent) => {
     if (!bar) return;
-    if (event.type !== 'queued') why?.stop();
+    if (event.type !== 'queued' && event.type !== 'waiting') why?.stop();
+    if (event.type === 'waiting') bar.update({ state: `waiting for ${event.for.join(', ')}` });
     if (event.type === 'dispatched') bar.update({ state: `on ${event.host} (batch of ${event.batchSize})` });
     if (event.type === 'loading') bar.update({ state: event.loadMs === undefined ? `loading ${event.model} on ${event.host}` : `${event.model} loaded in ${(event.loadMs / 1000).toFixed(1)} s` });
     if (event.type === 'running') bar.update({ state: `running on ${event.host}` });
@@ -236,7 +244,7 @@ export function submitCommand(): Command {
     .option('--steps <n>', 'refinement steps (per frame for a video)', parseInteger('--steps'))
     .option('--frames <n>', 'video: frames in the clip (default 48)', parseInteger('--frames'))
     .option('--fps <n>', 'video: frames per second (default 24)', parseInteger('--fps'))
-    .option('--input <json|field=file>', 'the input as a JSON object (merged under the flags above), or a file to upload and name by digest, e.g. image=./photo.png (repeatable)', collect, [])
+    .option('--input <json|field=file|field=@job>', 'the input as a JSON object (merged under the flags above), a file to upload and name by digest, e.g. image=./photo.png, or another job\'s output, e.g. image=@j_… (its first output; @j_…:1 the second): the job waits for that one (repeatable)', collect, [])
     .option('--strength <0..1>', 'image-to-image: how far the result may move from --input image=… (0 keeps it, 1 repaints it; default 0.6)', parseFraction)
     .option('--priority <n>', '1 is the highest', parseInteger('--priority'))
     .option('--timeout <ms>', 'deadline in milliseconds from now', parseInteger('--timeout'))

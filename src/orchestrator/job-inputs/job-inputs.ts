@@ -111,10 +111,12 @@ const video: JobInputs = {
       fps: clip.fps ?? param(manifest, 'defaultFps', 24),
       width, height,
       steps: clip.steps ?? param(manifest, 'defaultSteps', 6),
+      // A clip from a picture: every frame starts from it (sized to the clip, not the clip to it: a clip's sides are even).
+      ...(clip.image !== undefined ? { image: clip.image, strength: clip.strength ?? LIMITS.defaultStrength } : {}),
     };
   },
   // A batch of clips runs one clip after another; clips of one shape share a batch as images do.
-  compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}x${String(input.frames)}`,
+  compatKey: (input) => `${String(input.width)}x${String(input.height)}x${String(input.steps)}x${String(input.frames)}${input.image === undefined ? '' : `@${String(input.strength)}`}`,
   cost: (input) => Number(input.width) * Number(input.height) * Number(input.steps) * Number(input.frames),
   // The shortest, smallest clip the schema allows: it still runs the encoder, which is what a video replica needs.
   probeInput: () => ({ prompt: 'gpumesh health probe', seed: 1, frames: LIMITS.video.frames.min, fps: 1, width: LIMITS.video.side.min, height: LIMITS.video.side.min, steps: 1 }),

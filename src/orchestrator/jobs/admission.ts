@@ -16,7 +16,10 @@ import { newId } from '../store/ids.js';
 import type { BlobVisibility } from './blob-visibility.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
-import type { Authorize } from './reads.js';
+import { canSee, type Authorize } from './reads.js';
+import { hasReference, pickOutput, REFERENCE_STAND_IN, referencesIn, withReferences, withStandIns, type InputReference } from './references.js';
+import type { PipelinePlan } from './pipeline-plan.js';
+import type { JobSources } from './sources.js';
 import type { JobStates } from './states.js';
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
@@ -36,6 +39,8 @@ export interface JobAdmissionDeps {
   metrics: MeshMetrics;
   /** Pictures jobs name as inputs: decoded before admission, checked at it, recorded with the job. */
   pictures: InputImages;
+  /** Jobs that take other jobs' outputs wait for them here. */
+  sources: Pick<JobSources, 'watch'>;
   /** Refuses a job too large for every host that could run it (MemoryPlanner.admit). */
   memory?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
   /** Refuses a job whose deadline comes before any host of its classes opens (all out of their hours). */
@@ -94,13 +99,40 @@ export function requestHash(request: { type: string; model: string; priority: nu
 interface Looked {
   keyed: { entry: { id: string; requestHash: string | null } | null; job: JobRecord | null; stale: JobRecord | null } | null;
   hidden: ReadonlySet<string>;
+  /**
+   * The jobs its references name (null: no such job), and the outputs of those that succeeded; absent when it names
+   * none. `admitted`: jobs of the same request admitted before it (a pipeline's earlier steps), not yet in the store.
+   */
+  sources?: ReadonlyMap<string, { job: JobRecord | null; outputs: readonly { digest: string; mediaType: string }[] }>;
 }
 
 const NOTHING_LOOKED: Looked = { keyed: null, hidden: new Set() };
+const NO_REFERENCES: readonly InputReference[] = [];
+
+/** Run one pipeline step's check or admission; a 400 it throws is a PIPELINE_INVALID naming the step. */
+function stepped<T>(step: { id: string; index: number }, run: () => T): T {
+  try {
+    return run();
+  } catch (error) {
+    if (error instanceof MeshError && error.status === 400 && error.code !== 'PIPELINE_INVALID') {
+      throw new MeshError('PIPELINE_INVALID', { field: `steps.${step.index} ("${step.id}")`, detail: `${error.code}: ${error.message}` }, { cause: error });
+    }
+    throw error;
+  }
+}
+
+/** The size a waiting job's stand-in picture is taken to have: its first source's, where its input names one. */
+function sourceSize(pending: readonly InputReference[], looked: Looked): { width: number; height: number } | null {
+  const source = pending[0] ? looked.sources?.get(pending[0].fromJob)?.job : null;
+  const { width, height } = source?.input ?? {};
+  return typeof width === 'number' && typeof height === 'number' ? { width, height } : null;
+}
 const NO_PICTURES: ReadonlySet<string> = new Set();
 
 /** One job through every check of admission (`#vet`): what admitting it takes, or the job an idempotent repeat gets back. */
 interface Vetted {
+  /** The references whose sources have not succeeded yet: the job waits for them. */
+  pending: readonly InputReference[];
   model: RegisteredModel;
   priority: number;
   album: string;
@@ -173,6 +205,65 @@ export class JobAdmission {
       } finally {
         await stored?.refused();
       }
+      throw error;
+    }
+    await this.#durable(admitted);
+    return admitted;
+  }
+
+  /**
+   * Admit a pipeline's jobs (`plan`: each step a job, in dependency order, its id given) as one request, all or none,
+   * like `submitAll`: every step is checked — later steps against the jobs earlier ones will be, which must be jobs the
+   * grant may read — then the queues' bounds and the grant's rates for all of them, before any is admitted; then all
+   * are admitted in one turn, `record` writing the pipeline's row in it. A step's 400 is a PIPELINE_INVALID naming it.
+   */
+  async submitChain(grant: VerifiedGrant, plan: PipelinePlan, authorize: Authorize, record: () => void): Promise<JobRecord[]> {
+    const looked = await Promise.all(plan.steps.map((step) => this.#look(grant, step.body) ?? NOTHING_LOOKED));
+    const { scheduler, admission, config, commits } = this.#deps;
+    /** A step's Looked, with the jobs of the steps before it (not in the store yet) as sources it may name. */
+    const withSteps = (index: number, jobs: ReadonlyMap<string, JobRecord>): Looked => {
+      const own = looked[index]!;
+      if (!own.sources) return own;
+      const sources = new Map(own.sources);
+      for (const id of sources.keys()) {
+        const job = jobs.get(id);
+        if (job) sources.set(id, { job, outputs: [] });
+      }
+      return { ...own, sources };
+    };
+    const named = new Set(plan.steps.flatMap((step) => step.after));
+    this.#capsAudited(grant, () => {
+      const provisional = new Map<string, JobRecord>();
+      const ahead = new Map<string, number>();
+      for (const [index, step] of plan.steps.entries()) {
+        const vetted = stepped(step, () => this.#vet(grant, step.body, authorize, withSteps(index, provisional)));
+        const name = vetted.model.manifest.name;
+        // A later step reads this one's output: the grant must be one that may read it.
+        if (named.has(step.id)) authorize({ action: 'jobs:read', jobType: step.body.type, model: name, album: vetted.album });
+        provisional.set(step.jobId, { id: step.jobId, status: vetted.pending.length > 0 ? 'waiting' : 'queued', input: vetted.input } as JobRecord);
+        const before = ahead.get(name) ?? 0;
+        this.#counted(name, () => admission.checkBounds(name, scheduler.depth(name) + before, vetted.model.policy.maxQueueSize, scheduler.totalDepth + index, config.queues.maxTotal));
+        ahead.set(name, before + 1);
+      }
+      const first = [...ahead.keys()][0]!;
+      this.#counted(first, () => {
+        this.#deps.caps?.check(grant.id, grant.caps, plan.steps.length, (excess) => admission.retryAfter(first, excess));
+        admission.checkRate(grant.rates, plan.steps.length);
+      });
+    }, plan.steps.length);
+    const admitted: JobRecord[] = [];
+    const byId = new Map<string, JobRecord>();
+    try {
+      for (const [index, step] of plan.steps.entries()) {
+        const { job } = stepped(step, () => this.#admit(grant, step.body, authorize, withSteps(index, byId), false, step.jobId));
+        admitted.push(job);
+        byId.set(job.id, job);
+      }
+      commits.write(record);
+    } catch (error) {
+      // Dependents first, so none of them is failed for a source cancelled here.
+      for (const job of [...admitted].reverse()) this.#deps.cancellation.cancel(job.id);
+      await commits.durable();
       throw error;
     }
     await this.#durable(admitted);
@@ -266,7 +357,8 @@ export class JobAdmission {
   #look(grant: VerifiedGrant, body: SubmitJobBody, carried: ReadonlySet<string> = NO_PICTURES): Promise<Looked> | null {
     const key = body.idempotencyKey;
     const pictures = picturesNamed(body.input);
-    if (!key && pictures.length === 0) return null;
+    const referring = hasReference(body.input);
+    if (!key && pictures.length === 0 && !referring) return null;
     return (async () => {
       const { store, states, clock } = this.#deps;
       let keyed: Looked['keyed'] = null;
@@ -287,9 +379,63 @@ export class JobAdmission {
           hidden.add(digest);
         }
       }
-      await this.#deps.pictures.prepare(pictures.filter((digest) => !hidden.has(digest) && !carried.has(digest)));
-      return { keyed, hidden };
+      const sources = referring ? await this.#lookSources(grant, body.input) : undefined;
+      const outputs = sources ? [...sources.values()].flatMap((source) => source.outputs.map((output) => output.digest)) : [];
+      await this.#deps.pictures.prepare([...pictures.filter((digest) => !hidden.has(digest) && !carried.has(digest)), ...outputs]);
+      return { keyed, hidden, sources };
     })();
+  }
+
+  /**
+   * The jobs an input's references name, as the grant may see them (one it may not see is as if it did not exist),
+   * with the outputs of those that succeeded. A malformed reference is left to `#vet`, which words its error.
+   */
+  async #lookSources(grant: VerifiedGrant, input: Record<string, unknown>): Promise<NonNullable<Looked['sources']>> {
+    let references: InputReference[];
+    try {
+      references = referencesIn(input);
+    } catch {
+      return new Map();
+    }
+    const { states, store, clock } = this.#deps;
+    const found = new Map<string, { job: JobRecord | null; outputs: { digest: string; mediaType: string }[] }>();
+    for (const { fromJob } of references) {
+      if (found.has(fromJob)) continue;
+      const record = await states.get(fromJob);
+      const job = record && canSee(grant, record, clock.now()) ? record : null;
+      const outputs = job?.status === 'succeeded' ? await store.artifacts.artifactsOfJob(job.id) : [];
+      found.set(fromJob, { job, outputs: outputs.map(({ digest, mediaType }) => ({ digest, mediaType })) });
+    }
+    return found;
+  }
+
+  /**
+   * An input's references against the jobs they name: the input with each reference to a job that succeeded replaced
+   * by its output's digest, and the references the job must wait for. A job the grant may not see is NOT_FOUND, one
+   * that ended otherwise SOURCE_FAILED, an output that is not there or not a picture BAD_REFERENCE.
+   */
+  #resolve(input: Record<string, unknown>, looked: Looked): { input: Record<string, unknown>; pending: InputReference[]; resolved: Set<string> } {
+    const references = referencesIn(input);
+    const pending: InputReference[] = [];
+    const resolved = new Set<string>();
+    let substituted = input;
+    for (const reference of references) {
+      const source = looked.sources?.get(reference.fromJob);
+      const field = `input.${reference.field}`;
+      if (!source?.job) throw new MeshError('NOT_FOUND', { what: `Job ${reference.fromJob} (${field}.fromJob)` });
+      const { job } = source;
+      if (job.status === 'succeeded') {
+        const picked = pickOutput(source.outputs, reference);
+        if ('refusal' in picked) throw new MeshError('BAD_REFERENCE', { field, detail: picked.refusal });
+        substituted = { ...substituted, [reference.field]: picked.digest };
+        resolved.add(picked.digest);
+      } else if (job.status === 'failed' || job.status === 'cancelled' || job.status === 'expired') {
+        throw new MeshError('SOURCE_FAILED', {
+          source: job.id, status: job.status, cause: job.errorCode ? ` (${job.errorCode}: ${job.errorMessage ?? ''})` : '', field,
+        });
+      } else pending.push(reference);
+    }
+    return { input: substituted, pending, resolved };
   }
 
   /**
@@ -329,10 +475,25 @@ export class JobAdmission {
     // whose end could never be told is not run.
     const webhook = callback === null ? null : this.#deps.webhooks ? this.#deps.webhooks.check(callback) : null;
     const { pictures } = this.#deps;
-    const input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
-    pictures.check(input, name, (digest) => {
-      if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
-    });
+    let input: Record<string, unknown>;
+    let pending: readonly InputReference[] = NO_REFERENCES;
+    if (looked.sources) {
+      // Another job's output as input: those that exist are digests now, the others stand in until their jobs succeed.
+      const references = this.#resolve(body.input, looked);
+      pending = references.pending;
+      const sizeOf = (digest: string): { width: number; height: number } | null => (digest === REFERENCE_STAND_IN ? sourceSize(pending, looked) : pictures.sizeOf(digest));
+      const normalized = model.jobInputs.normalize(withStandIns(references.input, pending), model.manifest, sizeOf);
+      input = withReferences(normalized, pending);
+      pictures.check(input, name, (digest) => {
+        if (references.resolved.has(digest)) return;
+        if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+      });
+    } else {
+      input = model.jobInputs.normalize(body.input, model.manifest, (digest) => pictures.sizeOf(digest));
+      pictures.check(input, name, (digest) => {
+        if (looked.hidden.has(digest) || !picturesNamed(body.input).includes(digest)) throw new MeshError('NOT_FOUND', { what: `Blob ${digest}` });
+      });
+    }
 
     // Idempotency keys live per grant lineage (the grant id, shared by every narrowing). A key names one
     // request: the same request gets its job back (200); any other request with the key is refused with
@@ -343,7 +504,7 @@ export class JobAdmission {
     const hash = body.idempotencyKey
       ? requestHash({ type: body.type, model: name, priority, album, timeoutMs: body.timeoutMs ?? null, input: body.input })
       : null;
-    const vetted = { model, priority, album, classes, input, hash, repeat: null, webhook, waitsFor: null };
+    const vetted = { model, priority, album, classes, input, hash, repeat: null, webhook, waitsFor: null, pending };
     if (body.idempotencyKey) {
       const existing = looked.keyed?.entry ?? null;
       // Jobs stored before request hashes were kept (null) are matched by key alone, as they were then.
@@ -359,9 +520,9 @@ export class JobAdmission {
     return { ...vetted, waitsFor };
   }
 
-  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false): { job: JobRecord; created: boolean; hash: string | null } {
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false, id?: string): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
-    const { model, priority, album, classes, input, hash, repeat, webhook, waitsFor } = this.#vet(grant, body, authorize, looked);
+    const { model, priority, album, classes, input, hash, repeat, webhook, waitsFor, pending } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
     const name = model.manifest.name;
     // Bounds and caps first: a job they refuse must not use up the grant's rate.
@@ -372,17 +533,20 @@ export class JobAdmission {
     });
     const now = clock.now();
     const stale = looked.keyed?.stale ?? null;
+    const waiting = pending.length > 0;
     const job = states.create({
-      id: newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
+      id: id ?? newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
-      deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs,
+      deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs, ...(waiting ? { status: 'waiting' as const } : {}),
     // Written when it ends if its client waits for it, unless it names pictures: which jobs name a picture is recorded
-    // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good.
-    }, stale?.id, waited && picturesNamed(input).length === 0, waitsFor);
+    // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good. A job
+    // that waits for others is written at once: it must be found after a restart, when its sources end.
+    }, stale?.id, waited && !waiting && picturesNamed(input).length === 0, waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
     if (webhook !== null) this.#deps.webhooks?.arm(job, webhook);
     this.#deps.cancellation.arm(job);
-    this.#deps.dispatcher.enqueue(job);
+    if (waiting) this.#deps.sources.watch(job);
+    else this.#deps.dispatcher.enqueue(job);
     return { job, created: true, hash };
   }
 

@@ -18,6 +18,7 @@ import { InFlight } from './in-flight.js';
 import { JobOutputs } from './outputs.js';
 import { Recovery } from './recovery.js';
 import { ResultIntake } from './results.js';
+import { JobSources, type SourcePictures } from './sources.js';
 import { JobStates } from './states.js';
 
 export interface JobCoreDeps {
@@ -43,6 +44,8 @@ export interface JobCoreDeps {
   observeMemory?(model: string, report: BatchMemoryReport): void;
   /** How long each attempt may take on its host (per-attempt timeouts). */
   attemptBudgets: AttemptBudgets;
+  /** Pictures judged by digest (InputImages): a source's output is one before a waiting job starts from it. */
+  pictures?: SourcePictures;
 }
 
 /** The job roles, built in dependency order: what the orchestrator and the role tests both run. */
@@ -52,6 +55,8 @@ export interface JobCore {
   dispatcher: Dispatcher;
   failover: Failover;
   cancellation: Cancellation;
+  /** Jobs that wait for other jobs' outputs. */
+  sources: JobSources;
   recovery: Recovery;
   outputs: JobOutputs;
   intake: ResultIntake;
@@ -72,7 +77,8 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   });
   const failover = new Failover({ clock, states, inFlight, dispatcher, model, retryBackoffMs: deps.retryBackoffMs, log: log.child({ part: 'failover' }) });
   const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
-  const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
+  const sources = new JobSources({ store, states, dispatcher, pictures: deps.pictures, log: log.child({ part: 'sources' }) });
+  const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, sources, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
   const outputs = new JobOutputs({ store, commits, clock, blobs: deps.blobs, locks: deps.locks, states, limitBytes: deps.uploadLimitBytes });
   const refusals = new LinkRefusals({ clock, events, metrics, log: log.child({ part: 'link' }) });
   const intake = new ResultIntake({
@@ -82,7 +88,7 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
     clock, states, inFlight, failover, dispatcher, hosts: deps.hosts, budgets: deps.attemptBudgets, metrics, model, log: log.child({ part: 'timeouts' }),
   });
   return {
-    states, inFlight, dispatcher, failover, cancellation, recovery, outputs, intake, timeouts, refusals,
+    states, inFlight, dispatcher, failover, cancellation, sources, recovery, outputs, intake, timeouts, refusals,
     close() {
       for (const part of [dispatcher, failover, cancellation, recovery, timeouts, states]) part.close();
     },

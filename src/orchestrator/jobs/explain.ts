@@ -6,6 +6,7 @@ import { unavailableFor, type HostInfo, type RouteDecision, type Router } from '
 import type { Scheduler } from '../scheduler/index.js';
 import type { JobRecord, MeshStore } from '../store/index.js';
 import type { Failover } from './failover.js';
+import type { JobSources } from './sources.js';
 import { jobView } from './views.js';
 
 export interface JobExplainerDeps {
@@ -21,6 +22,8 @@ export interface JobExplainerDeps {
   hostAway?(id: string): HostAway | null;
   /** When a sleeping host was last sent a Wake-on-LAN packet, or null. */
   hostWokenAt?(id: string): number | null;
+  /** The jobs a waiting job waits for, and where each stands. */
+  sources?: Pick<JobSources, 'sourcesOf'>;
 }
 
 const AWAY_SKIPS: ReadonlySet<string> = new Set(['yielded', 'out of hours', 'too hot', 'asleep']);
@@ -47,6 +50,16 @@ export class JobExplainer {
       n: attempt.n, host: attempt.host, status: attempt.status, error: attempt.error, route: attempt.route,
     }));
     const base = { id: job.id, status: job.status, model: job.model, classes: job.classes, hosts: job.hosts, attempts };
+    if (job.status === 'waiting') {
+      const sources = await this.#deps.sources?.sourcesOf(job) ?? [];
+      const detail = `${sources.map((source) => `job ${source.id} (${source.status})`).join(', ')} to succeed; it then runs by its own type, on ${job.classes.join(' → ')}`;
+      if (job.status === 'waiting') {
+        return {
+          ...base, summary: `waiting for its source jobs: ${detail}`,
+          waiting: { for: 'its source jobs', detail, position: null, batch: null, retryAt: null, hosts: [], unlisted: {} },
+        };
+      }
+    }
     // Read the job's state after the attempts: the await may have let it move on, and a queued job is explained as it is now.
     if (job.status !== 'queued') return { ...base, summary: this.#summary(job, attempts.length), waiting: null };
     const waiting = this.#waiting(job);

@@ -14,3 +14,6 @@ export { ClientCancel, type ClientCancelDeps } from './client-cancel.js';
 export { BlobVisibility, type BlobVisibilityDeps } from './blob-visibility.js';
 export { jobView, artifactView, blobUrl } from './views.js';
 export { JobExplainer, type JobExplainerDeps } from './explain.js';
+export { Pipelines, pipelineStatus, type PipelinesDeps } from './pipelines.js';
+export { planPipeline, type PipelinePlan } from './pipeline-plan.js';
+export { JobSources, type JobSourcesDeps } from './sources.js';

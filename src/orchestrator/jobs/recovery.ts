@@ -6,6 +6,7 @@ import type { Cancellation } from './cancellation.js';
 import type { Dispatcher } from './dispatcher.js';
 import type { Held } from './failover.js';
 import type { InFlight } from './in-flight.js';
+import type { JobSources } from './sources.js';
 import type { JobStates } from './states.js';
 
 export interface RecoveryDeps {
@@ -14,13 +15,16 @@ export interface RecoveryDeps {
   inFlight: InFlight;
   dispatcher: Dispatcher;
   cancellation: Cancellation;
+  /** Waiting jobs wait for their sources again. */
+  sources: Pick<JobSources, 'watch'>;
   log: Logger;
   /** How long a job dispatched before a restart waits for its agent to reconnect and claim it. */
   reconnectGraceMs: number;
 }
 
 /**
- * Picking up after a restart. Queued jobs go back in their queues at once.
+ * Picking up after a restart. Queued jobs go back in their queues at once; waiting ones wait for their sources again
+ * (settled at once where a source ended meanwhile).
  * Jobs that were out on a host wait `reconnectGraceMs` for that host's agent
  * to reconnect and claim them (its hello lists what it still holds); nobody
  * claims them, they are requeued.
@@ -37,11 +41,12 @@ export class Recovery {
     });
   }
 
-  async recover(): Promise<{ queued: number; orphaned: number }> {
+  async recover(): Promise<{ queued: number; orphaned: number; waiting: number }> {
     const { states, clock, cancellation, dispatcher } = this.#deps;
     const now = clock.now();
     let queued = 0;
     let orphaned = 0;
+    const waiting = [];
     for (const job of await states.restore()) {
       if (job.deadlineAt !== null && job.deadlineAt <= now) {
         cancellation.expire(job.id);
@@ -53,11 +58,17 @@ export class Recovery {
         queued++;
         continue;
       }
+      if (job.status === 'waiting') {
+        waiting.push(job);
+        continue;
+      }
       const timer = clock.setTimer(this.#deps.reconnectGraceMs, () => this.#reclaim(job.id));
       this.#orphans.set(job.id, { host: job.leaseHost, batchId: job.batchId, timer });
       orphaned++;
     }
-    return { queued, orphaned };
+    // After every job is restored, so a source restored after its dependent is known to be unfinished.
+    for (const job of waiting) this.#deps.sources.watch(job);
+    return { queued, orphaned, waiting: waiting.length };
   }
 
   /** A reconnected agent says it still holds these jobs: those it was given stay with it. */

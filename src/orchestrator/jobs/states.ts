@@ -5,6 +5,7 @@ import type { Clock } from '../../protocol/clock.js';
 import type { EventBus, EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { Commits, EndedAttempt, JobRecord, MeshStore, NewJob } from '../store/index.js';
+import { sourcesOf } from './references.js';
 import { UnwrittenJobs } from './unwritten.js';
 import { artifactView } from './views.js';
 
@@ -59,7 +60,7 @@ const scopeOf = (job: JobRecord): EventScope => ({ type: job.type, model: job.mo
 
 /**
  * The job state machine and nothing else:
- * queued → dispatched → running → succeeded | failed | cancelled | expired.
+ * (waiting →) queued → dispatched → running → succeeded | failed | cancelled | expired.
  * Each transition is written to the store (through the group commit) and then
  * announced on the event bus. Jobs that are not finished are kept in memory,
  * so the hot path never reads them back; terminal transitions are conditional
@@ -89,7 +90,7 @@ export class JobStates {
     return this.#active.get(id) ?? null;
   }
 
-  /** How many unfinished jobs use a model (queued, dispatched or running). */
+  /** How many unfinished jobs use a model (waiting, queued, dispatched or running). */
   activeOn(model: string): number {
     let count = 0;
     for (const job of this.#active.values()) if (job.model === model) count++;
@@ -129,8 +130,29 @@ export class JobStates {
         : commits.writeOne(() => store.jobs.insertJob(job));
     }
     this.#active.set(record.id, record);
-    this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, ...(waitsFor ? { waitsFor } : {}), at: iso(record.createdAt) });
+    if (record.status === 'waiting') {
+      const sources = sourcesOf(record.input);
+      this.#emit(record, { type: 'waiting', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, for: sources, at: iso(record.createdAt) });
+    } else this.#emit(record, { type: 'queued', jobId: record.id, model: record.model, jobType: record.type, prompt: record.prompt, ...(waitsFor ? { waitsFor } : {}), at: iso(record.createdAt) });
     return record;
+  }
+
+  /**
+   * A waiting job's sources succeeded: it is queued, its input naming their outputs by digest (`input`). `alongside`
+   * writes in the same commit (which pictures it names). Returns false unless it was waiting.
+   */
+  released(job: JobRecord, input: Record<string, unknown>, alongside?: () => void): boolean {
+    if (!this.#holds(job, ['waiting'])) return false;
+    const now = this.#deps.clock.now();
+    const changed = this.#deps.commits.write(() => {
+      if (!this.#deps.store.jobs.releaseJob(job.seq, input, now)) return false;
+      alongside?.();
+      return true;
+    });
+    if (!changed) return false;
+    Object.assign(job, { status: 'queued', input, updatedAt: now });
+    this.#emit(job, { type: 'queued', jobId: job.id, model: job.model, jobType: job.type, prompt: job.prompt, at: iso(now) });
+    return true;
   }
 
   /**
@@ -161,7 +183,7 @@ export class JobStates {
 
   /** At start: the jobs the store holds as not finished, made active again. */
   async restore(): Promise<JobRecord[]> {
-    const records = await this.#deps.store.jobs.jobsInStates(['queued', 'dispatched', 'running']);
+    const records = await this.#deps.store.jobs.jobsInStates(['waiting', 'queued', 'dispatched', 'running']);
     for (const record of records) this.#active.set(record.id, record);
     return records;
   }
@@ -341,7 +363,7 @@ export class JobStates {
    * Returns false if the job had already finished.
    */
   ended(job: JobRecord, status: EndStatus, error?: ErrorBody | MeshError, attemptBatchId?: string): boolean {
-    if (!this.#holds(job, ['queued', 'dispatched', 'running'])) return false;
+    if (!this.#holds(job, ['waiting', 'queued', 'dispatched', 'running'])) return false;
     const { store, clock } = this.#deps;
     const now = clock.now();
     const body = error instanceof MeshError ? error.toJSON() : error;

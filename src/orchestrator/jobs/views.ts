@@ -1,5 +1,6 @@
 import type { ArtifactView, AttemptView, JobEvent, JobView } from '../../protocol/api/index.js';
 import { decodeRoute } from '../routing/index.js';
+import { sourcesOf } from './references.js';
 import type { ArtifactRecord, JobRecord, MeshStore } from '../store/index.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -64,7 +65,9 @@ export async function jobView(store: MeshStore, job: JobRecord): Promise<JobView
 /** The events that describe where a job stands now, for a client that connects late. */
 export async function snapshotEvents(store: MeshStore, job: JobRecord): Promise<JobEvent[]> {
   const at = new Date(job.updatedAt).toISOString();
-  const events: JobEvent[] = [{ type: 'queued', jobId: job.id, model: job.model, jobType: job.type, prompt: job.prompt, at: new Date(job.createdAt).toISOString() }];
+  const created = new Date(job.createdAt).toISOString();
+  if (job.status === 'waiting') return [{ type: 'waiting', jobId: job.id, model: job.model, jobType: job.type, prompt: job.prompt, for: sourcesOf(job.input), at: created }];
+  const events: JobEvent[] = [{ type: 'queued', jobId: job.id, model: job.model, jobType: job.type, prompt: job.prompt, at: created }];
   if ((job.status === 'dispatched' || job.status === 'running') && job.leaseHost && job.batchId) {
     events.push({
       type: 'dispatched', jobId: job.id, host: job.leaseHost, replica: `${job.leaseHost}/${job.model}`, batchId: job.batchId,

@@ -14,6 +14,7 @@ export type { DeliveryRecord, DeliveryStatus, DeliveryTry } from './contract/web
 export type { StagedUploadRecord } from './contract/staged-uploads.js';
 export type { ModelRecord, ModelRoute } from './contract/models.js';
 export type { ImageVerdict } from './contract/input-images.js';
+export type { PipelineRecord } from './contract/pipelines.js';
 export type { MeshLease, Fence, LeaseHolder, OrchestratorRow } from './contract/mesh-lease.js';
 
 export { SqliteStore } from './sqlite/sqlite-store.js';
@@ -31,4 +32,5 @@ export * as audit from './sqlite/audit.js';
 export * as clientBlobs from './sqlite/client-blobs.js';
 export * as stagedUploads from './sqlite/staged-uploads.js';
 export * as inputImages from './sqlite/input-images.js';
+export * as pipelines from './sqlite/pipelines.js';
 export * as storedModels from './sqlite/models.js';

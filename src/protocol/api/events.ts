@@ -7,6 +7,8 @@ import type { ArtifactView } from './jobs.js';
  * and the `data:` field is the whole object as JSON.
  */
 export type JobEvent =
+  /** The job takes other jobs' outputs and waits for them (`for`: their ids) to succeed; `queued` follows when they do. */
+  | { type: 'waiting'; jobId: string; model: string; jobType: string; prompt: string | null; for: string[]; at: string }
   /**
    * `waitsFor`: when every host that could run it takes no work for its hours, which and until when (`nightbox: out
    * of hours until Mon 22:00 (Europe/Berlin)`); live only (a replayed history has no such field).
@@ -85,7 +87,7 @@ export type MeshEventType = MeshEvent['type'];
  * over both unions: an event type added to either without its name here does not compile.
  */
 const EVENT_NAMES: Record<JobEventType | MeshEventType, true> = {
-  queued: true, dispatched: true, loading: true, running: true, progress: true, preview: true, succeeded: true, failed: true, cancelled: true, expired: true,
+  waiting: true, queued: true, dispatched: true, loading: true, running: true, progress: true, preview: true, succeeded: true, failed: true, cancelled: true, expired: true,
   'host:joined': true, 'host:lost': true, 'host:draining': true, 'host:away': true, 'host:back': true, 'host:waking': true, 'host:left': true, 'replica:refused': true, 'replica:loaded': true, 'replica:unloaded': true,
   'link:refused': true,
   'blob:corrupt': true, 'breaker:opened': true, 'breaker:half-open': true, 'breaker:closed': true,

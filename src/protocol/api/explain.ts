@@ -6,7 +6,7 @@ import { RouteView } from './jobs.js';
 import { Time } from './time.js';
 
 /** What a queued job waits for. */
-export const WaitingFor = z.enum(['retry backoff', 'a batch to fill', 'a free slot', 'a host of its classes', 'a model swap', 'its turn']);
+export const WaitingFor = z.enum(['retry backoff', 'a batch to fill', 'a free slot', 'a host of its classes', 'a model swap', 'its turn', 'its source jobs']);
 export type WaitingFor = z.infer<typeof WaitingFor>;
 
 /** `GET /v1/jobs/:id/explain`: where a job went and why, or why it is still waiting. */
@@ -20,7 +20,7 @@ export const ExplainView = z.strictObject({
   hosts: z.array(z.string()).nullable().describe('the hosts its grant allows; null: any'),
   summary: z.string().describe('one sentence'),
   attempts: z.array(z.strictObject({ n: z.int(), host: z.string(), status: z.string(), error: ErrorBody.nullable(), route: RouteView.nullable() })),
-  /** For a queued job. */
+  /** For a queued job, or a waiting one (`for`: its source jobs; `detail` names each and where it stands). */
   waiting: z.strictObject({
     for: WaitingFor,
     detail: z.string(),
@@ -38,6 +38,6 @@ export const ExplainView = z.strictObject({
     })),
     /** The other hosts, counted by why they cannot take it (or were not looked at). */
     unlisted: z.partialRecord(z.enum(ROUTE_SKIP_REASONS), z.number()),
-  }).nullable().describe('for a queued job: what it waits for'),
+  }).nullable().describe('for a queued or waiting job: what it waits for'),
 });
 export type ExplainView = z.infer<typeof ExplainView>;

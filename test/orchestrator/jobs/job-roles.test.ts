@@ -4,7 +4,7 @@ import { GrantAuthority } from '../../../src/orchestrator/auth/index.js';
 import { JobReads } from '../../../src/orchestrator/jobs/reads.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { jobView } from '../../../src/orchestrator/jobs/views.js';
-import { attempts, jobs as jobStore, SqliteStore } from '../../../src/orchestrator/store/index.js';
+import { attempts, jobs as jobStore, SqliteStore, type JobRecord } from '../../../src/orchestrator/store/index.js';
 import { JobCoreHarness } from '../../helpers/job-core.js';
 import { scriptedPng } from '../../helpers/scripted-agent.js';
 
@@ -413,7 +413,7 @@ describe('recovery after a restart', () => {
     before.close();
 
     harness = new JobCoreHarness({ store, reconnectGraceMs: 5_000 });
-    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2 });
+    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 2, waiting: 0 });
     const back = harness.host('laptop', { concurrency: 2, join: false });
     harness.core.recovery.claim(back.session, [{ jobId: claimed.id, batchId: claimedRun!.batchId }]);
     harness.hosts.set(back.session);
@@ -441,5 +441,57 @@ describe('dynamic batching through the dispatcher', () => {
     harness.clock.advance(50);
     await harness.settle();
     expect(laptop.of('run').map((run) => run.jobs.length)).toEqual([2]);
+  });
+});
+
+describe('jobs that wait for their sources', () => {
+  /** A job that takes `source`'s first output, stored waiting (what admission does for a source not finished). */
+  const dependent = (on: JobCoreHarness, source: string, id: string): JobRecord => {
+    const job = on.core.states.create({
+      id, type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], hosts: null, status: 'waiting',
+      input: { prompt: 'after', seed: 1, width: 8, height: 8, steps: 1, image: { fromJob: source, output: 0 }, strength: 0.6 },
+      grantId: 'g', idempotencyKey: null, createdAt: on.clock.now(), deadlineAt: null,
+    });
+    on.core.sources.watch(job);
+    return job;
+  };
+
+  it('a source that fails fails its dependent at once, and the dependent\'s own dependent after it, naming each source', async () => {
+    harness = new JobCoreHarness();
+    const source = harness.submit();
+    const middle = dependent(harness, source.id, 'j_middle');
+    const last = dependent(harness, middle.id, 'j_last');
+    expect(harness.status(middle.id)).toBe('waiting');
+    harness.core.cancellation.cancel(source.id);
+    await harness.settle();
+    expect(harness.job(middle.id)).toMatchObject({ status: 'failed', errorCode: 'SOURCE_FAILED', attempts: 0 });
+    expect(harness.job(middle.id)!.errorMessage).toContain(`Source job ${source.id} ended cancelled`);
+    expect(harness.job(last.id)).toMatchObject({ status: 'failed', errorCode: 'SOURCE_FAILED' });
+    expect(harness.job(last.id)!.errorMessage).toContain(`Source job ${middle.id} ended failed (SOURCE_FAILED`);
+  });
+
+  it('a waiting job survives a restart and is settled when its source ends', async () => {
+    const store = new SqliteStore(':memory:');
+    const before = new JobCoreHarness({ store });
+    const source = before.submit();
+    const waiting = dependent(before, source.id, 'j_waits');
+    await before.settle();
+    before.close();
+
+    harness = new JobCoreHarness({ store });
+    expect(await harness.core.recovery.recover()).toEqual({ queued: 1, orphaned: 0, waiting: 1 });
+    expect(harness.status(waiting.id)).toBe('waiting');
+    harness.core.cancellation.expire(source.id);
+    await harness.settle();
+    expect(harness.job(waiting.id)).toMatchObject({ status: 'failed', errorCode: 'SOURCE_FAILED' });
+  });
+
+  it('a waiting job can be cancelled, and its deadline holds', async () => {
+    harness = new JobCoreHarness();
+    const source = harness.submit();
+    const waiting = dependent(harness, source.id, 'j_cancel');
+    expect(harness.core.cancellation.cancel(waiting.id)).toBe(true);
+    expect(harness.status(waiting.id)).toBe('cancelled');
+    expect(harness.status(source.id)).toBe('queued');
   });
 });

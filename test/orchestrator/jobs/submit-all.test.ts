@@ -36,7 +36,7 @@ function setup(maxQueueSize: number) {
   const pictures = new InputImages({ store, commits, clock, blobs: new LocalBlobStore(dir) });
   const service = new JobAdmission({
     store, commits, clock, config, registry, scheduler, admission: new Admission(clock), states: core.states, dispatcher: core.dispatcher,
-    cancellation: core.cancellation, metrics: harness.metrics, pictures, blobs: new BlobVisibility({ store, registry }),
+    cancellation: core.cancellation, sources: core.sources, metrics: harness.metrics, pictures, blobs: new BlobVisibility({ store, registry }),
   });
   const authority = new GrantAuthority(randomBytes(32), 'http://test');
   const grant = authority.verify(authority.mint('client', ['types image']).token, clock.now());

@@ -119,6 +119,32 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('stores a job waiting for its sources, releases it queued with its input resolved once, or ends it; keeps pipelines', async () => {
+    const store = await backend.open();
+    const { commits, jobs, pipelines } = store;
+    const source = commits.write(() => jobs.insertJob(newJob()));
+    const reference = { prompt: 'p', image: { fromJob: source.id, output: 0 } };
+    const waiting = commits.write(() => jobs.insertJob(newJob({ status: 'waiting', input: reference })));
+    const failing = commits.write(() => jobs.insertJob(newJob({ status: 'waiting', input: reference })));
+    expect(waiting.status).toBe('waiting');
+    await commits.durable();
+    expect((await jobs.jobsInStates(['waiting'])).map((job) => job.id)).toEqual([waiting.id, failing.id]);
+    const now = tick();
+    commits.write(() => jobs.releaseJob(waiting.seq, { prompt: 'p', image: 'sha256:out' }, now));
+    // Released once: a second release, or a dispatch of a job still waiting, moves nothing.
+    commits.write(() => jobs.releaseJob(waiting.seq, { prompt: 'p', image: 'sha256:other' }, now + 1));
+    commits.write(() => jobs.markDispatched([failing.seq], 'b1', 'laptop', now));
+    commits.write(() => jobs.finishJob(failing.seq, 'failed', now + 2, { errorCode: 'SOURCE_FAILED', errorMessage: 'Source job …' }));
+    const pipeline = { id: 'p_1', grantId: 'g', createdAt: now, steps: [{ id: 'picture', jobId: source.id }, { id: 'clip', jobId: waiting.id }] };
+    commits.write(() => pipelines.insertPipeline(pipeline));
+    await commits.durable();
+    expect(await jobs.getJob(waiting.id)).toMatchObject({ status: 'queued', input: { prompt: 'p', image: 'sha256:out' }, updatedAt: now });
+    expect(await jobs.getJob(failing.id)).toMatchObject({ status: 'failed', errorCode: 'SOURCE_FAILED', attempts: 0, finishedAt: now + 2 });
+    expect(await pipelines.getPipeline('p_1')).toEqual(pipeline);
+    expect(await pipelines.getPipeline('p_2')).toBeNull();
+    await store.close();
+  });
+
   it('reserves a job\'s number without writing it, and writes its row later as it stands or finished, in one insert', async () => {
     const store = await backend.open();
     const { commits, jobs } = store;

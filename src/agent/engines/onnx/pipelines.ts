@@ -152,7 +152,8 @@ const FRAME_CHUNK_PIXELS = 4 * 256 * 256;
 
 /**
  * A clip per job (`video` jobs of `gen-video`), one job after another: frame f of n renders walkLatent(prompt,
- * seed, f, n) — frame 0 is the image `cppn-image` makes of the same prompt and seed — in chunks of frames, each
+ * seed, f, n) — frame 0 is the image `cppn-image` makes of the same prompt and seed; with a starting `image`, what
+ * image-to-image makes of it (every frame starts from the picture) — in chunks of frames, each
  * frame sent to the agent as soon as its chunk is done. Progress counts frames over the batch. The files come
  * from the agent's encoder; the worker's output carries how long generation took.
  */
@@ -170,13 +171,19 @@ async function cppnVideo(run: PipelineRun): Promise<JobOutput[]> {
     const pixels = width * height;
     const coords = coordsFor(width, height);
     const chunk = Math.max(1, Math.min(frames, Math.floor(FRAME_CHUNK_PIXELS / pixels)));
+    // A clip from a picture: every frame starts from the picture's canvas and runs only the last `strength` of the
+    // steps with its own latent, so the picture's coarse shapes hold through the clip and frame 0 is derived from it.
+    const picture = job.pictures?.image;
+    const start = picture ? { canvas: canvasFor(pictureOfSize(picture, width, height, 3)), from: firstStep(job) } : null;
     let waitedMs = 0;
     let stopped = false;
-    for (let start = 0; start < frames && !stopped; start += chunk) {
-      const count = Math.min(chunk, frames - start);
+    for (let first = 0; first < frames && !stopped; first += chunk) {
+      const count = Math.min(chunk, frames - first);
       const latent = new Float32Array(count * GEN_LATENT_DIM);
-      for (let i = 0; i < count; i++) latent.set(walkLatent(prompt, seed, start + i, frames), i * GEN_LATENT_DIM);
-      const rgb = await render(session, latent, coords, steps, { stop: () => run.isCancelled(job.id), step: () => {} });
+      for (let i = 0; i < count; i++) latent.set(walkLatent(prompt, seed, first + i, frames), i * GEN_LATENT_DIM);
+      const canvas = start ? new Float32Array(count * pixels * 3) : undefined;
+      if (start) for (let i = 0; i < count; i++) canvas!.set(start.canvas, i * pixels * 3);
+      const rgb = await render(session, latent, coords, steps, { stop: () => run.isCancelled(job.id), step: () => {} }, start ? { canvas, from: start.from } : undefined);
       if (!rgb) {
         stopped = true;
         break;
@@ -185,7 +192,7 @@ async function cppnVideo(run: PipelineRun): Promise<JobOutput[]> {
         // A copy per frame: the chunk's buffer belongs to onnxruntime, and a frame crosses to the agent on its own.
         const frame = new Uint8Array(rgb.subarray(i * pixels * 3, (i + 1) * pixels * 3));
         const waitStart = performance.now();
-        await run.emitFrame(job.id, start + i, frame);
+        await run.emitFrame(job.id, first + i, frame);
         waitedMs += performance.now() - waitStart;
         run.onProgress({ step: ++done, total });
       }

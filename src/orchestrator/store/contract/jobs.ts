@@ -50,6 +50,8 @@ export interface JobRecord {
 export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'album' | 'classes' | 'input' | 'grantId' | 'idempotencyKey' | 'createdAt' | 'deadlineAt'> & Partial<Pick<JobRecord, 'hosts'>> & {
   /** The canonical hash of the request that created the job, kept with its idempotency key (see JobService). */
   requestHash?: string | null;
+  /** `waiting`: it takes other jobs' outputs and waits for them (default `queued`). */
+  status?: 'queued' | 'waiting';
 };
 
 export interface JobFilter {
@@ -100,6 +102,8 @@ export interface JobTable {
   markDispatched(seqs: readonly number[], batchId: string, host: string, now: number, route?: string | null): Set<number>;
   markRunning(seqs: readonly number[], now: number): void;
   requeueJob(seq: number, now: number): boolean;
+  /** A waiting job's sources succeeded: it is queued, its input now naming their outputs by digest. */
+  releaseJob(seq: number, input: Record<string, unknown>, now: number): boolean;
   finishJob(seq: number, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number, outcome?: JobOutcome): boolean;
   getJob(id: string): Promise<JobRecord | null>;
   getJobByIdempotencyKey(grantId: string, key: string, since: number): Promise<JobRecord | null>;
@@ -170,11 +174,11 @@ export function recordValues(job: JobRecord, end?: JobEnd): unknown[] {
  */
 export const promptOf = (input: Record<string, unknown>): string | null => (typeof input.prompt === 'string' ? input.prompt : null);
 
-/** The record of a job just stored as queued under `seq` (either store's insert answers it). */
+/** The record of a job just stored as queued (or waiting) under `seq` (either store's insert answers it). */
 export function queuedRecord(job: NewJob, seq: number): JobRecord {
   // Every field written out, in one literal: spreading the new job and adding the rest costs V8 about 25 µs an object.
   return {
-    seq, id: job.id, type: job.type, model: job.model, status: 'queued', priority: job.priority, album: job.album,
+    seq, id: job.id, type: job.type, model: job.model, status: job.status ?? 'queued', priority: job.priority, album: job.album,
     classes: job.classes, hosts: job.hosts ?? null, input: job.input, prompt: promptOf(job.input), grantId: job.grantId, idempotencyKey: job.idempotencyKey,
     createdAt: job.createdAt, updatedAt: job.createdAt, finishedAt: null, deadlineAt: job.deadlineAt, attempts: 0, batchId: null,
     batchSize: null, leaseHost: null, dispatchedAt: null, startedAt: null, route: null, loadMs: null, attemptHost: null, computeMs: null,

@@ -6,6 +6,7 @@ import type { ClientBlobTable } from './client-blobs.js';
 import type { Commits } from './commits.js';
 import type { GrantTable } from './grants.js';
 import type { InputImageTable } from './input-images.js';
+import type { PipelineTable } from './pipelines.js';
 import type { JobTable } from './jobs.js';
 import type { ModelTable } from './models.js';
 import type { StagedUploadTable } from './staged-uploads.js';
@@ -52,6 +53,7 @@ export interface MeshTables {
   readonly clientBlobs: ClientBlobTable;
   readonly stagedUploads: StagedUploadTable;
   readonly inputImages: InputImageTable;
+  readonly pipelines: PipelineTable;
   readonly models: ModelTable;
   readonly webhooks: WebhookTable;
 }

@@ -11,7 +11,7 @@ const SUCCEEDED_ROWS = {
   sql: (tuples: string): string => `UPDATE jobs SET status = v.status, finished_at = v.now, updated_at = v.now, lease_host = NULL, result = v.result,
       error_code = NULL, error_message = NULL, attempt_host = v.host, started_at = v.started_at, load_ms = v.load_ms, compute_ms = v.compute_ms
     FROM (VALUES ${tuples}) AS v (seq, status, now, result, host, started_at, load_ms, compute_ms)
-    WHERE jobs.seq = v.seq AND jobs.status IN ('queued', 'dispatched', 'running')`,
+    WHERE jobs.seq = v.seq AND jobs.status IN ('waiting', 'queued', 'dispatched', 'running')`,
 } as const;
 
 /** A job's whole row (JobTable.insertRecord): consecutive ones are sent as one INSERT (pg-commits.ts, coalesced). */
@@ -32,7 +32,7 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
       // Every value a parameter (none twice, no literal): a turn's inserts are sent as one (pg-commits.ts, coalesced).
       write(`INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
           request_hash, created_at, updated_at, deadline_at) VALUES (${marks(16)})`, [
-        seq, job.id, job.type, job.model, 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
+        seq, job.id, job.type, job.model, job.status ?? 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
         JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
       ]);
       return queuedRecord(job, seq);
@@ -48,6 +48,10 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
       write(`UPDATE jobs SET status = 'queued', lease_host = NULL, updated_at = $1 WHERE seq = $2 AND status IN ('dispatched', 'running')`, [now, seq]);
       return true;
     },
+    releaseJob: (seq, input, now) => {
+      write(`UPDATE jobs SET status = 'queued', input = $1, updated_at = $2 WHERE seq = $3 AND status = 'waiting'`, [JSON.stringify(input), now, seq]);
+      return true;
+    },
     finishJob: (seq, status, now, outcome = {}) => {
       const result = outcome.result === undefined ? null : JSON.stringify(outcome.result);
       const { attempt } = outcome;
@@ -55,10 +59,10 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
         // A turn's successes (a batch's jobs) are one UPDATE of many rows (pg-commits.ts, coalesced).
         write(`UPDATE jobs SET status = $2, finished_at = $3, updated_at = $3, lease_host = NULL, result = $4, error_code = NULL,
             error_message = NULL, attempt_host = $5, started_at = $6, load_ms = $7, compute_ms = $8
-          WHERE seq = $1 AND status IN ('queued', 'dispatched', 'running')`, [seq, status, now, result, attempt.host, attempt.startedAt, attempt.loadMs, attempt.computeMs], SUCCEEDED_ROWS);
+          WHERE seq = $1 AND status IN ('waiting', 'queued', 'dispatched', 'running')`, [seq, status, now, result, attempt.host, attempt.startedAt, attempt.loadMs, attempt.computeMs], SUCCEEDED_ROWS);
       } else {
         write(`UPDATE jobs SET status = $1, finished_at = $2, updated_at = $2, lease_host = NULL, result = $3, error_code = $4, error_message = $5
-          WHERE seq = $6 AND status IN ('queued', 'dispatched', 'running')`, [status, now, result, outcome.errorCode ?? null, outcome.errorMessage ?? null, seq]);
+          WHERE seq = $6 AND status IN ('waiting', 'queued', 'dispatched', 'running')`, [status, now, result, outcome.errorCode ?? null, outcome.errorMessage ?? null, seq]);
       }
       return true;
     },

@@ -223,6 +223,19 @@ export const PG_MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 5,
+    // SQLite's version 17: pipelines.
+    name: 'pipelines',
+    sql: `
+      CREATE TABLE pipelines (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        steps TEXT NOT NULL
+      );
+    `,
+  },
+  {
     version: 6,
     // SQLite's version 18: webhooks, armed jobs and deliveries (5 is pipelines', SQLite's 17).
     name: 'webhooks: armed jobs and deliveries',

@@ -12,6 +12,7 @@ import { blobTable } from './blobs.js';
 import { clientBlobTable } from './client-blobs.js';
 import { grantTable } from './grants.js';
 import { inputImageTable } from './input-images.js';
+import { pipelineTable } from './pipelines.js';
 import { jobTable } from './jobs.js';
 import { migratePostgres } from './migrate.js';
 import { modelTable } from './models.js';
@@ -94,6 +95,7 @@ export class PostgresStore implements MeshStore {
     this.clientBlobs = clientBlobTable(access);
     this.stagedUploads = stagedUploadTable(access);
     this.inputImages = inputImageTable(access);
+    this.pipelines = pipelineTable(access);
     this.models = modelTable(access);
     this.webhooks = webhookTable(access);
   }
@@ -124,6 +126,7 @@ export class PostgresStore implements MeshStore {
   readonly clientBlobs: MeshStore['clientBlobs'];
   readonly stagedUploads: MeshStore['stagedUploads'];
   readonly inputImages: MeshStore['inputImages'];
+  readonly pipelines: MeshStore['pipelines'];
   readonly models: MeshStore['models'];
   readonly webhooks: MeshStore['webhooks'];
 

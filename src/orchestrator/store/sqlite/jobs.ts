@@ -16,8 +16,8 @@ export function insertJob(db: Db, job: NewJob, seq: number | null = null): JobRe
   const hosts = job.hosts ?? null;
   // `seq` is the rowid: read back as the insert's lastInsertRowid (1.5 µs less than RETURNING, which builds a result row).
   const rowid = Number(stmt(db, `INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
-      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-    seq, job.id, job.type, job.model, job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
+      request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+    seq, job.id, job.type, job.model, job.status ?? 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
     JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ).lastInsertRowid);
   return queuedRecord(job, rowid);
@@ -106,6 +106,12 @@ export function requeueJob(db: Db, seq: number, now: number): boolean {
     WHERE seq = ? AND status IN ('dispatched', 'running')`).run(now, seq).changes === 1;
 }
 
+/** A waiting job's sources succeeded: it is queued, its input naming their outputs by digest. */
+export function releaseJob(db: Db, seq: number, input: Record<string, unknown>, now: number): boolean {
+  return stmt(db, `UPDATE jobs SET status = 'queued', input = ?, updated_at = ? WHERE seq = ? AND status = 'waiting'`)
+    .run(JSON.stringify(input), now, seq).changes === 1;
+}
+
 /**
  * Move a job to a terminal state unless it is already in one. Returns false
  * when it was already terminal, which makes late and duplicate results harmless.
@@ -119,14 +125,14 @@ export function finishJob(
   if (attempt) {
     return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL, result = ?, error_code = NULL,
         error_message = NULL, attempt_host = ?, started_at = ?, load_ms = ?, compute_ms = ?
-      WHERE seq = ? AND status IN ('queued', 'dispatched', 'running')`).run(
+      WHERE seq = ? AND status IN ('waiting', 'queued', 'dispatched', 'running')`).run(
       status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result), attempt.host, attempt.startedAt, attempt.loadMs,
       attempt.computeMs, seq,
     ).changes === 1;
   }
   return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL,
       result = ?, error_code = ?, error_message = ?
-    WHERE seq = ? AND status IN ('queued', 'dispatched', 'running')`).run(
+    WHERE seq = ? AND status IN ('waiting', 'queued', 'dispatched', 'running')`).run(
     status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result),
     outcome.errorCode ?? null, outcome.errorMessage ?? null, seq,
   ).changes === 1;
@@ -187,6 +193,7 @@ export function jobTable(db: Db): JobTable {
     markDispatched: (seqs, batchId, host, now, route) => markDispatched(db, seqs, batchId, host, now, route),
     markRunning: (seqs, now) => markRunning(db, seqs, now),
     requeueJob: (seq, now) => requeueJob(db, seq, now),
+    releaseJob: (seq, input, now) => releaseJob(db, seq, input, now),
     finishJob: (seq, status, now, outcome) => finishJob(db, seq, status, now, outcome),
     getJob: async (id) => getJob(db, id),
     getJobByIdempotencyKey: async (grantId, key, since) => getJobByIdempotencyKey(db, grantId, key, since),

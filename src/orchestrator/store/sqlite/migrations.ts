@@ -277,6 +277,19 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 17,
+    // Pipelines (issue 34): steps submitted at once, each a job; the row names them, so one id follows them all.
+    name: 'pipelines',
+    sql: `
+      CREATE TABLE pipelines (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        steps TEXT NOT NULL
+      );
+    `,
+  },
+  {
     version: 18,
     // Webhooks (issue 34): the jobs that call back when they end, and every event on its way to a callback URL. 18,
     // not 17: pipelines (the same issue, another branch) take 17; the runner applies versions in order and needs no

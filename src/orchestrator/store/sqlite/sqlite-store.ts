@@ -11,6 +11,7 @@ import { openDb, type Db } from './db.js';
 import { grantTable } from './grants.js';
 import { GroupCommit } from './group-commit.js';
 import { inputImageTable } from './input-images.js';
+import { pipelineTable } from './pipelines.js';
 import { jobTable } from './jobs.js';
 import { modelTable } from './models.js';
 import { stagedUploadTable } from './staged-uploads.js';
@@ -43,6 +44,7 @@ export class SqliteStore implements MeshStore {
     this.clientBlobs = clientBlobTable(this.db);
     this.stagedUploads = stagedUploadTable(this.db);
     this.inputImages = inputImageTable(this.db);
+    this.pipelines = pipelineTable(this.db);
     this.models = modelTable(this.db);
     this.webhooks = webhookTable(this.db);
   }
@@ -61,6 +63,7 @@ export class SqliteStore implements MeshStore {
   readonly clientBlobs: MeshStore['clientBlobs'];
   readonly stagedUploads: MeshStore['stagedUploads'];
   readonly inputImages: MeshStore['inputImages'];
+  readonly pipelines: MeshStore['pipelines'];
   readonly models: MeshStore['models'];
   readonly webhooks: MeshStore['webhooks'];
 
