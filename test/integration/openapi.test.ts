@@ -57,6 +57,7 @@ const BODIES: Record<string, readonly string[] | null> = {
   'POST /v1/grants': ['application/json'],
   'POST /v1/grants:narrow': ['application/json'],
   'POST /v1/webhooks/secret': ['application/json'],
+  'POST /v1/pipelines': ['application/json'],
   'POST /v1/models': ['application/json'],
   'PUT /v1/models/{name}/route': ['application/json'],
   'POST /v1/models/{name}/load': ['application/json'],
