@@ -332,7 +332,7 @@ function decoded(text: string): string | null {
 /** The routes a browser reaches without headers, which take `?access_token=` (blob reads and thumbnails, event streams). */
 function takesQueryGrant(input: HttpInput): boolean {
   const readable = input.method === 'GET' || input.method === 'HEAD';
-  return readable && ['/v1/blobs/{digest}', '/v1/blobs/{digest}/thumbnail', '/v1/events', '/v1/jobs/{id}/events'].includes(input.template);
+  return readable && ['/v1/blobs/{digest}', '/v1/blobs/{digest}/thumbnail', '/v1/events', '/v1/jobs/{id}/events', '/v1/pipelines/{id}/events'].includes(input.template);
 }
 
 /**

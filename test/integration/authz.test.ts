@@ -126,6 +126,17 @@ const TABLE: Row[] = [
     route: 'GET /v1/jobs/{id}/events', queryGrant: true, request: (f) => ({ path: `/v1/jobs/${f.jobId}/events` }),
     expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 404, agent: 403, upload: 401 }),
   },
+  // Pipelines: submitting one is submitting its steps; reading or cancelling one of none is 404 where the grant may.
+  {
+    route: 'POST /v1/pipelines', request: () => ({ path: '/v1/pipelines', body: JSON.stringify({ steps: [{ id: 'a', ...JSON.parse(tinyImage) }] }) }),
+    expect: granted({ admin: 202, client: 202, gallery: 202, mesh: 403, album: 202, agent: 403, upload: 401 }),
+  },
+  { route: 'GET /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
+  { route: 'DELETE /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
+  {
+    route: 'GET /v1/pipelines/{id}/events', queryGrant: true, request: () => ({ path: '/v1/pipelines/p_none/events' }),
+    expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }),
+  },
   { route: 'GET /v1/events', queryGrant: true, request: () => ({ path: '/v1/events' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 403, upload: 401 }) },
   // Blobs are shared by digest: a grant limited to albums reads only what was published in them; agents read any (model files).
   { route: 'GET /v1/blobs/{digest}', queryGrant: true, request: (f) => ({ path: `/v1/blobs/${f.digest}` }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 200, upload: 401 }) },
