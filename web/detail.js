@@ -57,8 +57,8 @@ function timingRows(job, artifact) {
 
 /**
  * The detail dialog. `show(job, artifact)` fills it; `actions` are the gallery's: `url(path)` (a blob URL with the
- * link grant), `again(job)`, `variations(job)`, `reuse(job)`, `remove(job)`, `go(step)` (the next or previous card),
- * `mayDelete()`.
+ * link grant), `again(job)`, `variations(job)`, `animate(job)` (a clip from the picture), `reuse(job)`, `remove(job)`,
+ * `go(step)` (the next or previous card), `mayDelete()`, `maySubmit()`.
  */
 export function createDetail(dialog, actions) {
   const part = (selector) => dialog.querySelector(selector);
@@ -91,6 +91,12 @@ export function createDetail(dialog, actions) {
   part('#variations').addEventListener('click', (event) => run(event.currentTarget, async () => {
     const count = await actions.variations(current.job);
     say(`${count} variations queued (the same parameters, new seeds).`);
+  }));
+  // A clip that starts from this picture: a job that takes the picture by reference (`fromJob`), made wherever clips are.
+  const animate = part('#animate');
+  animate.addEventListener('click', (event) => run(event.currentTarget, async () => {
+    await actions.animate(current.job);
+    say('A clip from this picture is queued: it appears first in the grid.');
   }));
   part('#reuse').addEventListener('click', () => {
     actions.reuse(current.job);
@@ -153,6 +159,7 @@ export function createDetail(dialog, actions) {
     download.setAttribute('download', `${job.id}.${extension}`);
     download.textContent = `Download (${main.mediaType}, ${new Intl.NumberFormat().format(main.bytes)} bytes)`;
     remove.hidden = !actions.mayDelete();
+    animate.hidden = job.type !== 'image' || !actions.maySubmit();
     const last = job.attempts.at(-1);
     info.replaceChildren(
       h('p', { class: 'detail-prompt' }, prompt ?? 'No prompt'),

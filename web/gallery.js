@@ -354,11 +354,52 @@ const onEvent = {
     // A clip's progress counts frames.
     setState(card, 'running', `${card?.dataset.type === 'video' ? 'Frame' : 'Step'} ${step} of ${total}`, pct);
   },
-  succeeded: ({ jobId, artifacts }) => showResults(jobId, artifacts),
-  failed: ({ jobId, error }) => finish(jobId, 'failed', 'Failed', error.message),
+  succeeded: ({ jobId, artifacts }) => {
+    showResults(jobId, artifacts);
+    notifyEnd(jobId, 'is ready');
+  },
+  failed: ({ jobId, error }) => {
+    finish(jobId, 'failed', 'Failed', error.message);
+    notifyEnd(jobId, `failed: ${error.message}`);
+  },
   cancelled: ({ jobId }) => finish(jobId, 'cancelled', 'Cancelled'),
   expired: ({ jobId }) => finish(jobId, 'expired', 'Expired', 'The job passed its deadline.'),
 };
+
+// ---- Notifications --------------------------------------------------------
+
+/** Jobs this page submitted while "Tell me when it is done" was on, with their prompts: each ends in a notification. */
+const notifying = new Map();
+/** How the jobs that ended lately ended: a small job's end can come over the event stream before its submit answers. */
+const endedLately = new Map();
+const ENDED_KEPT = 200;
+
+/** Remember a job to notify of, when the person asked for notifications and the browser allows them. */
+function notifyOf(jobId, prompt = ui.form.prompt.value) {
+  if (!ui.form.notify.checked || typeof Notification === 'undefined' || Notification.permission !== 'granted') return;
+  notifying.set(jobId, prompt);
+  if (endedLately.has(jobId)) notifyEnd(jobId, endedLately.get(jobId));
+}
+
+/** The job ended: an ordinary Web Notification (the page is open; nothing is pushed from the server). */
+function notifyEnd(jobId, how) {
+  endedLately.set(jobId, how);
+  if (endedLately.size > ENDED_KEPT) endedLately.delete(endedLately.keys().next().value);
+  if (!notifying.has(jobId)) return;
+  const prompt = notifying.get(jobId);
+  notifying.delete(jobId);
+  const notification = new Notification(`Your job ${how}`, { body: prompt, tag: jobId });
+  notification.addEventListener('click', () => window.focus());
+}
+
+// Asked once, when the person ticks the box: the browser asks them, and a refusal unticks it with the reason.
+ui.form.notify.addEventListener('change', async () => {
+  if (!ui.form.notify.checked) return;
+  const permission = typeof Notification === 'undefined' ? 'unsupported' : await Notification.requestPermission();
+  if (permission === 'granted') return;
+  ui.form.notify.checked = false;
+  ui.formError.textContent = permission === 'unsupported' ? 'This browser shows no notifications.' : 'The browser will not show notifications from this page (its settings allow or block them).';
+});
 
 const CONNECTION_LABELS = { idle: '', connecting: 'Connecting…', live: 'Live', reconnecting: 'Reconnecting…', offline: 'Offline' };
 
@@ -458,6 +499,7 @@ async function submit(event) {
   button.disabled = true;
   try {
     const { id } = await api('/v1/jobs', { method: 'POST', json: { type, input, album: targetAlbum() } });
+    notifyOf(id);
     // Its events may have come first and made a card of their own.
     const existing = cardsOf(id);
     if (existing.length) {
@@ -486,8 +528,15 @@ const sibling = (job) => {
 const detail = createDetail(ui.detail, {
   url: withLinkGrant,
   mayDelete: () => gallery.may.delete,
+  maySubmit: () => gallery.may.submit,
   async again(job) {
-    await api('/v1/jobs', { method: 'POST', json: sibling(job) });
+    notifyOf((await api('/v1/jobs', { method: 'POST', json: sibling(job) })).id, job.input.prompt);
+  },
+  /** A clip that starts from the picture: the picture job's first output, by reference, made where clips are made. */
+  async animate(job) {
+    const { prompt, width, height } = job.input;
+    const input = { prompt, width, height, frames: 24, fps: 8, image: { fromJob: job.id, output: 0 } };
+    notifyOf((await api('/v1/jobs', { method: 'POST', json: { type: 'video', album: job.album, input } })).id, prompt);
   },
   async variations(job) {
     const { results } = await api('/v1/jobs:batch', { method: 'POST', json: { jobs: Array.from({ length: VARIATIONS }, () => sibling(job)) } });

@@ -4,7 +4,7 @@ import { ApiError } from '../../src/cli/common/client.js';
 import { createHash } from 'node:crypto';
 import type { JobView } from '../../src/protocol/api/index.js';
 import { CHROMIUM, hasChromium, launchChromium, screenshotPath } from '../helpers/chromium.js';
-import { dataKeptOnFailure, startMesh, type RunningMesh } from '../helpers/mesh.js';
+import { dataKeptOnFailure, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { inspectGrant } from '../../src/protocol/grant-token.js';
 
 /**
@@ -408,6 +408,52 @@ describe('the gallery page in a browser', () => {
     expect(box!.x + box!.width).toBeLessThanOrEqual(390);
     await phone.screenshot({ path: screenshotPath('gallery-phone-detail') });
     await phone.close();
+    expect(pageErrors).toEqual([]);
+  });
+  it('"Tell me when it is done": the browser is asked once, and the job\'s end is a notification from the page', async () => {
+    // Headless Chromium shows none: the page's Notification is recorded instead, with the permission the person gave.
+    const tab = await browser!.newPage({ viewport: { width: 1100, height: 800 } });
+    await tab.addInitScript(() => {
+      const shown: { title: string; body: string }[] = [];
+      (window as unknown as { shownNotifications: typeof shown }).shownNotifications = shown;
+      class RecordedNotification extends EventTarget {
+        static permission = 'default';
+        static async requestPermission(): Promise<string> { RecordedNotification.permission = 'granted'; return 'granted'; }
+        constructor(title: string, options: { body?: string } = {}) { super(); shown.push({ title, body: options.body ?? '' }); }
+      }
+      (window as unknown as { Notification: unknown }).Notification = RecordedNotification;
+    });
+    try {
+      await tab.goto(mesh!.galleryUrl);
+      await tab.getByLabel('Tell me when it is done').check();
+      await tab.getByLabel('Prompt').fill('tell me when this is done');
+      await tab.getByLabel('Size').selectOption('64');
+      await tab.getByRole('button', { name: 'Generate' }).click();
+      await tab.waitForFunction(() => (window as unknown as { shownNotifications: unknown[] }).shownNotifications.length > 0, undefined, { timeout: 30_000 });
+      expect(await tab.evaluate(() => (window as unknown as { shownNotifications: unknown[] }).shownNotifications)).toEqual([{ title: 'Your job is ready', body: 'tell me when this is done' }]);
+    } finally {
+      await tab.close();
+    }
+  });
+
+  it('"Make a clip from this" in a picture\'s detail view: a clip job that takes the picture by reference, made and shown', async () => {
+    await page.locator(`${cardOf(seedJob)} button.open`).click();
+    await page.getByRole('button', { name: 'Make a clip from this' }).click();
+    await expect.poll(() => page.locator('#detail-status').textContent()).toBe('A clip from this picture is queued: it appears first in the grid.');
+    await page.keyboard.press('Escape');
+    const clips = async () => (await mesh!.client().request<{ jobs: JobView[] }>('GET', '/v1/jobs?limit=200')).jobs
+      .filter((job) => job.type === 'video' && job.input.prompt === 'seed card');
+    const [clip] = await waitFor(async () => ((await clips()).length > 0 ? clips() : null), { timeoutMs: 10_000, what: 'the clip job' });
+    expect((await mesh!.client().follow(clip!.id)).type).toBe('succeeded');
+    const made = await jobOf(clip!.id);
+    // The picture went in by digest: the seed job's output.
+    const picture = await jobOf(seedJob);
+    expect(made.input.image).toBe(picture.artifacts[0]!.digest);
+    await page.locator(`.card.video[data-job-id="${clip!.id}"]`).waitFor({ timeout: 30_000 });
+    // Not offered for a clip.
+    await page.locator(`.card.video[data-job-id="${clip!.id}"]`).getByRole('button', { name: /^Details/ }).click();
+    expect(await page.getByRole('button', { name: 'Make a clip from this' }).isHidden()).toBe(true);
+    await page.keyboard.press('Escape');
     expect(pageErrors).toEqual([]);
   });
 });
