@@ -8,12 +8,15 @@ import { BIN, launchFlags, removeDir, ROOT, tempDir, waitFor } from '../../helpe
 describe('how gpumesh starts Node', () => {
   const flags = launchFlags();
 
-  /** Run the command as a person does (through its `#!/usr/bin/env node` line); every Node process it runs reports its options. */
+  /**
+   * Run the command with the Node that runs these tests (Node 20, or 22 under `npm run test:node22`, whose checkout's
+   * native modules are built for it); every Node process it runs reports its options.
+   */
   function reportedOptions(args: string[]): { status: number | null; stdout: string; reports: string[][]; pids: number[] } {
     const dir = tempDir();
     try {
       writeFileSync(join(dir, 'report.cjs'), 'process.stderr.write("options " + JSON.stringify([process.pid, process.execArgv]) + "\\n");');
-      const run = spawnSync(BIN, args, { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: `--require ${join(dir, 'report.cjs')}` } });
+      const run = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: `--require ${join(dir, 'report.cjs')}` } });
       const lines = run.stderr.split('\n').filter((line) => line.startsWith('options ')).map((line) => JSON.parse(line.slice('options '.length)) as [number, string[]]);
       return { status: run.status, stdout: run.stdout, reports: lines.map(([, options]) => options), pids: lines.map(([pid]) => pid) };
     } finally {
@@ -46,7 +49,7 @@ describe('how gpumesh starts Node', () => {
   it('SIGTERM to the command stops serve, and nothing is left running', async () => {
     const dir = tempDir();
     try {
-      const serve = spawn(BIN, ['serve', '--data', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const serve = spawn(process.execPath, [BIN, 'serve', '--data', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
       let output = '';
       serve.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
       // Logged in the turn that installs its signal handlers.
