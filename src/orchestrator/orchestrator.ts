@@ -7,7 +7,7 @@ import { pino, type Logger } from 'pino';
 import { AuditLog } from './auth/audit.js';
 import { sendMagicPackets } from './wake/magic-packet.js';
 import { Waker } from './wake/waker.js';
-import { refuseBeyondHours } from './routing/hours-admission.js';
+import { anyOutOfHours, refuseBeyondHours } from './routing/hours-admission.js';
 import { WebhookTargets, Webhooks, webhookSecret } from './webhooks/index.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
@@ -309,8 +309,9 @@ export class Orchestrator {
     });
     states.onTerminal((job) => webhooks.jobEnded(job));
     const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, sources, metrics, memory, pictures,
-      hours: (registered, classes, allowed, deadlineAt) => refuseBeyondHours(
-        [...router.candidates(registered, classes)].filter((host) => !allowed || allowed.includes(host.id)), deadlineAt),
+      // Looked into only while some host is out of its hours: every other job pays one pass over the hosts, no more.
+      hours: (registered, classes, allowed, deadlineAt) => (anyOutOfHours(hosts)
+        ? refuseBeyondHours(router.candidates(registered, classes).filter((host) => !allowed || allowed.includes(host.id)), deadlineAt) : null),
       classes: new ClassAvailability(hosts), blobs: visibility, caps, audit, webhooks });
     const cancels = new ClientCancel({ reads, cancellation, states });
     const pipelines = new Pipelines({ store, clock, admission: jobAdmission, reads, cancellation });

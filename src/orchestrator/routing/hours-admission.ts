@@ -21,3 +21,9 @@ export function refuseBeyondHours(hosts: Iterable<HostSession>, deadlineAt: numb
   if (deadlineAt !== null && opens > deadlineAt) throw new MeshError('DEADLINE_UNREACHABLE', { deadline: new Date(deadlineAt).toISOString(), detail });
   return detail;
 }
+
+/** Whether any connected host is out of its hours now (a pass over the hosts, nothing allocated). */
+export function anyOutOfHours(hosts: Iterable<HostSession>): boolean {
+  for (const host of hosts) if (host.away?.state === 'off-hours') return true;
+  return false;
+}
