@@ -95,12 +95,39 @@ export function toMeshError(error: FastifyError, request: FastifyRequest): MeshE
  * once the answer is out) and the client takes the next request to a new one. Reading the rest instead would keep the
  * connection, but clients stop sending a body once its answer has come (Node's http client does), and would then wait
  * on it. A body nothing has started to read is left to Node, which reads and discards it itself, keeping the connection.
+ *
+ * The close lingers (as nginx's `lingering_close`): Node destroys the socket right after its FIN, and a socket closed
+ * with bytes still arriving answers them with a reset — which, reaching a client still sending its body, can discard
+ * the answer it had not read yet (a 507 lost as an EPIPE). So the socket sends its FIN, then reads and drops what
+ * still comes, until the client closes or LINGER_MS passes.
  */
 export function settleUnreadBody(request: FastifyRequest, reply: FastifyReply): void {
   const raw = request.raw;
   if (raw.complete) return;
   if (!raw.destroyed && !raw.readableDidRead && raw.readableFlowing === null) return;
   void reply.header('connection', 'close');
+  const socket = reply.raw.socket ?? raw.socket;
+  if (socket) lingerOnClose(socket);
+}
+
+/** How long a closing connection reads and drops what its client still sends before it is destroyed. */
+const LINGER_MS = 2000;
+
+function lingerOnClose(socket: Socket): void {
+  // Node's server ends a `Connection: close` answer's socket with destroySoon (its FIN, then destroy): the FIN alone here.
+  socket.destroySoon = function lingering(this: Socket): void {
+    if (this.destroyed) return;
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once('close', () => clearTimeout(timer));
+    // The client's FIN (it read the answer and closed) ends the wait at once.
+    this.once('end', () => this.destroy());
+    // No one parses what still comes: it is read and dropped, so the socket never stops reading.
+    this.removeAllListeners('data');
+    this.on('data', () => {});
+    this.resume();
+    if (this.writable) this.end();
+  };
 }
 
 function sendError(reply: FastifyReply, mesh: MeshError): void {
