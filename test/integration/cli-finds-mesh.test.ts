@@ -104,7 +104,8 @@ describe('the data folder when nothing names one', () => {
     try {
       await waitFor(() => {
         if (mesh.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${mesh.output()}`);
-        return existsSync(join(platform, 'listen.json')) && existsSync(join(platform, 'admin.grant'));
+        // Its log line follows listen.json: waited for too, so the assertion below never races it.
+        return existsSync(join(platform, 'listen.json')) && existsSync(join(platform, 'admin.grant')) && mesh.output().includes('orchestrator listening');
       }, { timeoutMs: 60_000, what: 'gpumesh serve to listen' });
       expect(existsSync(join(started, '.gpumesh'))).toBe(false);
       expect(mesh.output()).toContain(`"data":"${platform}"`);
