@@ -38,9 +38,16 @@ export async function startS3StandIn(bucket = 'gpumesh-test'): Promise<S3StandIn
     endpoint, port, bucket, client, credentials,
     async stop() {
       client.destroy();
-      // Keep-alive sockets of the clients would hold close() open: cut them.
-      (server as unknown as { httpServer?: Server }).httpServer?.closeAllConnections();
-      await server.close();
+      const http = (server as unknown as { httpServer?: Server }).httpServer;
+      // Idle keep-alive sockets would hold close() open: cut them, and let requests still being answered end (an
+      // upload from an orchestrator a test killed writes its temporary file on: removing the folder under it throws
+      // in s3rver, outside any test). Then cut whatever is left.
+      http?.closeIdleConnections();
+      const closed = server.close();
+      await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 2000))]);
+      http?.closeAllConnections();
+      await closed;
+      await new Promise((resolve) => setTimeout(resolve, 200));
       rmSync(directory, { recursive: true, force: true });
     },
   };
