@@ -1,6 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 import { gpumeshArgs } from '../../src/cli/common/launch.js';
 import { waitFor } from './mesh.js';
 
@@ -77,4 +79,30 @@ export async function orchestratorRole(url: string): Promise<'active' | 'standby
   } catch {
     return null;
   }
+}
+
+/** A `gpumesh serve` a test started on its data folder, once it listens: its process, URL and admin grant. */
+export interface ServedMesh {
+  proc: Proc;
+  url: string;
+  admin: string;
+}
+
+/**
+ * Start `gpumesh serve --data <data> --port 0` (with `env`), and wait until it listens and has written its admin
+ * grant: the URL is the one it recorded in <data>/listen.json. A serve that exits first fails the wait with its output.
+ */
+export async function startServe(data: string, env: NodeJS.ProcessEnv = {}): Promise<ServedMesh> {
+  const proc = gpumesh(['serve', '--data', data, '--port', '0'], env);
+  const { url } = await waitFor(() => {
+    if (proc.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${proc.output()}`);
+    if (!existsSync(join(data, 'admin.grant'))) return null;
+    try {
+      return JSON.parse(readFileSync(join(data, 'listen.json'), 'utf8')) as { url: string };
+    } catch {
+      return null;
+    }
+  }, { timeoutMs: 60_000, what: 'gpumesh serve to listen' });
+  await waitHealthy(url);
+  return { proc, url, admin: readFileSync(join(data, 'admin.grant'), 'utf8').trim() };
 }

@@ -4,7 +4,7 @@ import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
-import { gpumesh, waitHealthy, type Proc } from '../helpers/processes.js';
+import { gpumesh, startServe, type Proc } from '../helpers/processes.js';
 
 /**
  * The orchestrator can never make a host run a command its owner did not configure there. A real `gpumesh serve`
@@ -57,15 +57,10 @@ beforeAll(async () => {
   writeFileSync(join(data, 'mesh.yaml'), stringify({
     models: { stamp: { engine: 'exec', jobTypes: ['image'], memoryMB: 16, settings: { command: [process.execPath, join(scripts, 'orchestrator.cjs')] } } },
   }));
-  serve = gpumesh(['serve', '--data', data, '--port', '0']);
+  const served = await startServe(data);
+  serve = served.proc;
   processes.push(serve);
-  await waitFor(() => {
-    if (serve.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${serve.output()}`);
-    return existsSync(join(data, 'orchestrator.url')) && existsSync(join(data, 'admin.grant'));
-  }, { timeoutMs: 30_000, what: 'gpumesh serve to listen' });
-  url = readFileSync(join(data, 'orchestrator.url'), 'utf8').trim();
-  admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
-  await waitHealthy(url);
+  ({ url, admin } = served);
   const hostCommand = { command: [process.execPath, join(scripts, 'host.cjs')] };
   await joinHost('owned', { models: { stamp: { settings: hostCommand }, ref: { settings: hostCommand } } });
   await joinHost('bare', null);

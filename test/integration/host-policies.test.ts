@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import type { HostView } from '../../src/protocol/api/index.js';
 import { removeDir, ROOT, tempDir, waitFor } from '../helpers/mesh.js';
-import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
+import { gpumesh, gpumeshRun, startServe, type Proc } from '../helpers/processes.js';
 
 /**
  * Hosts that are people's computers, through real processes: a `gpumesh serve` whose image jobs fall back to the
@@ -60,18 +60,10 @@ beforeAll(async () => {
   symlinkSync(join(ROOT, 'test/fixtures/nvidia/nvidia-smi.mjs'), join(driver, 'nvidia-smi'));
   scenario();
   writeFileSync(join(data, 'mesh.yaml'), stringify({ routing: { image: ['image', 'cloud'] } }));
-  const serve = gpumesh(['serve', '--data', data, '--port', '0']);
-  processes.push(serve);
-  await waitFor(() => {
-    if (serve.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${serve.output()}`);
-    try {
-      return JSON.parse(readFileSync(join(data, 'listen.json'), 'utf8')) as { url: string };
-    } catch {
-      return null;
-    }
-  }, { timeoutMs: 60_000, what: 'gpumesh serve to listen' }).then((listen) => (url = listen.url));
-  await waitHealthy(url);
-  client = new MeshClient(url, readFileSync(join(data, 'admin.grant'), 'utf8').trim());
+  const served = await startServe(data);
+  processes.push(served.proc);
+  url = served.url;
+  client = new MeshClient(url, served.admin);
   await joinHost('fallback', ['cloud'], {});
   await joinHost('nightbox', ['image'], { hours: { available: [closedWindow()], timeZone: 'UTC' } });
   await joinHost('laptop', ['image'], {

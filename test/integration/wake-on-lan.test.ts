@@ -9,7 +9,7 @@ import { MeshClient } from '../../src/cli/common/client.js';
 import type { HostView } from '../../src/protocol/api/index.js';
 import { magicPacket } from '../../src/orchestrator/wake/magic-packet.js';
 import { removeDir, ROOT, tempDir, waitFor } from '../helpers/mesh.js';
-import { gpumesh, waitHealthy, type Proc } from '../helpers/processes.js';
+import { gpumesh, startServe, type Proc } from '../helpers/processes.js';
 
 /**
  * Sleep and Wake-on-LAN through real processes: a `gpumesh serve` whose packets go to a UDP port on loopback, where a
@@ -41,18 +41,10 @@ beforeAll(async () => {
   nic.bind(0, '127.0.0.1');
   await once(nic, 'listening');
   writeFileSync(join(data, 'mesh.yaml'), stringify({ wake: { broadcast: '127.0.0.1', port: nic.address().port, everyS: 1 } }));
-  const serve = gpumesh(['serve', '--data', data, '--port', '0']);
-  processes.push(serve);
-  url = (await waitFor(() => {
-    if (serve.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${serve.output()}`);
-    try {
-      return JSON.parse(readFileSync(join(data, 'listen.json'), 'utf8')) as { url: string };
-    } catch {
-      return null;
-    }
-  }, { timeoutMs: 60_000, what: 'gpumesh serve to listen' })).url;
-  await waitHealthy(url);
-  client = new MeshClient(url, readFileSync(join(data, 'admin.grant'), 'utf8').trim());
+  const served = await startServe(data);
+  processes.push(served.proc);
+  url = served.url;
+  client = new MeshClient(url, served.admin);
   grant = (await client.request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'west', classes: ['image'] })).token;
   mkdirSync(agentDir, { recursive: true });
   writeFileSync(join(agentDir, 'host.yaml'), stringify({

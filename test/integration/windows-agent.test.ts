@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { launchFlags } from '../../src/cli/common/launch.js';
 import { ROOT, removeDir, tempDir, waitFor } from '../helpers/mesh.js';
-import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
+import { gpumesh, gpumeshRun, startServe, type Proc } from '../helpers/processes.js';
 import { hasWine, prepareWine, processesWith, runWindowsNode, windowsPath, type WineHost, type WineProcess } from '../helpers/wine.js';
 
 /**
@@ -92,15 +92,9 @@ beforeAll(async () => {
       slowtree: { settings: { command: treeCommand(), timeoutMs: 4000, killGraceMs: 500 } },
     },
   }));
-  const serve = gpumesh(['serve', '--data', data, '--port', '0'], { GPUMESH_LOG_LEVEL: 'warn' });
-  processes.push(serve);
-  await waitFor(() => {
-    if (serve.child.exitCode !== null) throw new Error(`gpumesh serve exited:\n${serve.output()}`);
-    return existsSync(join(data, 'orchestrator.url')) && existsSync(join(data, 'admin.grant'));
-  }, { timeoutMs: 30_000, what: 'gpumesh serve to listen' });
-  url = readFileSync(join(data, 'orchestrator.url'), 'utf8').trim();
-  admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
-  await waitHealthy(url);
+  const served = await startServe(data, { GPUMESH_LOG_LEVEL: 'warn' });
+  processes.push(served.proc);
+  ({ url, admin } = served);
   client = new MeshClient(url, admin);
 
   // What a crashed agent of this folder left behind: a detached process, recorded, whose agent is gone.

@@ -1,20 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { capsOf, parseCaveat, narrowGrant, GrantAuthority, type Caveat } from '../../../src/orchestrator/auth/index.js';
 import { LineageCaps } from '../../../src/orchestrator/scheduler/index.js';
-import { MeshError } from '../../../src/protocol/index.js';
+import { meshErrorOf } from '../../helpers/errors.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 
 const DAY = 86_400_000;
 const caps = (...lines: string[]) => capsOf(lines.map((line) => parseCaveat(line) as Caveat));
-const refusal = (check: () => void): MeshError => {
-  try {
-    check();
-  } catch (error) {
-    if (error instanceof MeshError) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal');
-};
+const refusal = meshErrorOf;
 
 describe('LineageCaps', () => {
   it('refuses a job past max-queued with what is queued, what is left and the drain estimate', () => {
