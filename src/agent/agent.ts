@@ -27,6 +27,7 @@ import { ModelCache } from './models/model-cache.js';
 import { Residency } from './models/residency.js';
 import { ServerLauncher } from './models/server-launcher.js';
 import type { AgentOptions } from './options.js';
+import { AgentRelays } from './relay/relays.js';
 import { Drain } from './session/drain.js';
 import { Session, type HostDescription } from './session/session.js';
 import { VideoEncoder } from './video/encoder.js';
@@ -62,6 +63,8 @@ export class Agent {
   readonly #drain: Drain;
   readonly #batches: BatchRunner;
   readonly #loads: LoadRequests;
+  /** Clients' requests and WebSockets to the ComfyUIs this host passes through (relay/). */
+  readonly #relays: AgentRelays;
   /** Whether the host takes work (its owner, its hours, its heat), and its GPUs' readings; null on a host with neither. */
   readonly #availability: HostAvailability | null;
   readonly #yielding: Yielding;
@@ -187,6 +190,10 @@ export class Agent {
       busy: (model) => this.#batches.busy(model),
       draining: () => this.#drain.draining,
     });
+    this.#relays = new AgentRelays({
+      residency: this.#residency, hostConfig: options.hostConfig ?? HostConfig.none(), send: (message) => this.#link.send(message), log: log.child({ part: 'relay' }),
+      refusal: () => (this.#drain.draining ? 'this host is draining' : this.#away()?.reason ?? null),
+    });
     this.#link = new AgentLink({
       targets: this.#targets, connect: options.connect, grant: options.grant, log: log.child({ part: 'link' }), clock: options.clock,
       hello: () => this.#session.hello(),
@@ -202,6 +209,7 @@ export class Agent {
       },
       onDisconnected: () => {
         this.#session.disconnected();
+        this.#relays.disconnected();
         // Model pulls come from the orchestrator that just went away; a pull cut off mid-stream can
         // hang instead of failing, so end them now and let their batches fail over.
         this.#cache.abortPulls('the orchestrator link went down');
@@ -301,6 +309,7 @@ export class Agent {
       engineUser: this.#governor.engineUser.description, platform: platformName(), governance: this.#governor.kind, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
       ...(this.#away() ? { away: this.#away()! } : {}),
       ...(this.#options.hostConfig?.policies.wake?.announce ? { macs: macAddresses() } : {}),
+      ...(this.#options.hostConfig?.passedThrough.length ? { passthrough: this.#options.hostConfig.passedThrough } : {}),
     };
   }
 
@@ -349,6 +358,12 @@ export class Agent {
         if (this.#options.onDrainRequested) this.#options.onDrainRequested();
         else void this.leave().then(() => this.#log.info('drained and left, as the orchestrator asked'));
         return;
+      case 'relay-open':
+        return this.#relays.open(message);
+      case 'relay-data':
+      case 'relay-credit':
+      case 'relay-close':
+        return this.#relays.receive(message);
       case 'welcome':
         return;
       default:

@@ -12,7 +12,7 @@ import { WebhookTargets, Webhooks, webhookSecret } from './webhooks/index.js';
 import { GrantAuthority, GrantIssuer, GrantLifetimes, UploadCredentials, type GrantKind } from './auth/index.js';
 import { Autoscaler } from './autoscale/index.js';
 import { systemClock, type Clock } from '../protocol/clock.js';
-import { linkFrameLimit, type MeshConfig } from './config/config.js';
+import { linkFrameLimit, relayChunkBytes, type MeshConfig } from './config/config.js';
 import { EventBus } from './events/event-bus.js';
 import { RequestAuth } from './http/auth.js';
 import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads, Pipelines } from './jobs/index.js';
@@ -22,6 +22,8 @@ import { GalleryService } from './gallery/gallery-service.js';
 import { Thumbnails } from './gallery/thumbnails.js';
 import { MemorySocket } from '../net/memory-link.js';
 import { AgentHub } from './link/agent-hub.js';
+import { RelayMetrics } from './relay/relay-metrics.js';
+import { Relays } from './relay/relays.js';
 import { joinAuthorizer } from './link/join.js';
 import { ModelRegistry, type RegisteredModel } from './registry/index.js';
 import { BlobReader } from './blobs/blob-reader.js';
@@ -227,6 +229,12 @@ export class Orchestrator {
       clock, hosts, breakers, health, budgets, model, models: () => registry.all(), uploadCredential,
       intervalMs: config.health.probeIntervalMs, log: log.child({ part: 'health' }), onProbed: (host, name, outcome) => metrics.probed(host, name, outcome),
     });
+    // The ComfyUI pass-through: clients' requests and WebSockets relayed over the hosts' links (relay/).
+    const relaySettings = config.agents.link.relays;
+    const relays = new Relays({
+      clock, log: log.child({ part: 'relay' }), metrics: new RelayMetrics(metrics.registry), max: relaySettings.max, idleMs: relaySettings.idleMs,
+      windowBytes: relaySettings.windowBytes, chunkBytes: Math.min(relayChunkBytes(config.agents), relaySettings.windowBytes),
+    });
     const hub = new AgentHub({
       clock, hosts, intake, failover, recovery, events, log: log.child({ part: 'link' }),
       heartbeatMs: config.agents.heartbeatMs, staleAfterMs: config.agents.staleAfterMs, inlineOutputBytes: config.agents.inlineOutputBytes, ackDelayMs: ACK_DELAY_MS,
@@ -239,8 +247,10 @@ export class Orchestrator {
         { claims: (session, message) => prober.claims(session, message), lost: (session) => prober.hostLost(session) },
         // The host's own breaker counts links that drop; an agent that closes its link cleanly has shut down on purpose.
         { lost: (session, reason, abnormal) => { if (abnormal) breakers.linkLost(session.id, reason); } },
+        { lost: (session, reason) => relays.lost(session, reason) },
       ],
       onLoadRefused: (host, name, error) => autoscaler.refused(host, name, error),
+      relays,
     });
 
     // A corrupt stored blob is quarantined by the reader and reported: the metric, the log, and a mesh event.
@@ -380,6 +390,7 @@ export class Orchestrator {
       freeSpace,
       linkFrameBytes: linkFrameLimit(config.agents),
       uploadLimitBytes: config.server.uploadLimitBytes,
+      relays, hosts, clock, relayIdleMs: relaySettings.idleMs,
     }, log, VERSION, tls);
 
     // Before recovery: a job it ends (or one that ended before the stop) must find its callback armed.

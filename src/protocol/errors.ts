@@ -93,6 +93,12 @@ export const ERRORS = {
     message: 'This orchestrator serves gpumesh {version} as sha256:{current} now, not sha256:{asked}: it was rebuilt or upgraded since the join line was printed. Print a new one with `gpumesh grant create --agent`',
   },
 
+  // The ComfyUI pass-through (/comfyui/<host>/<model>/…)
+  PASSTHROUGH_NOT_FOUND: { status: 404, message: 'No ComfyUI pass-through at {host}/{model}: {detail}' },
+  HOST_OFFLINE: { status: 503, message: 'Host {host} is not connected now ({detail}); retry after {retryAfter}s' },
+  RELAY_UNAVAILABLE: { status: 503, message: 'The ComfyUI of {model} on {host} cannot take this now: {detail}; retry after {retryAfter}s' },
+  RELAY_FAILED: { status: 502, message: 'The pass-through to the ComfyUI of {model} on {host} failed: {detail}' },
+
   // Agents and execution (carried in job errors and link messages)
   AGENT_OPTIONS_INVALID: { status: 400, message: 'The agent cannot start: {detail}' },
   AGENT_REJECTED: { status: 403, message: 'Agent {host} refused: {detail}' },

@@ -9,6 +9,7 @@ export { StepId, StepReference, PipelineStep, SubmitPipelineBody } from './pipel
 export { ModelManifest, VERSION_SEPARATOR, familyOf, modelDigests } from './models.js';
 export {
   LINK_PROTOCOL_VERSION, LINK_PATH, LINK_CLOSE, LINK_LIMITS, Device, HostAway, ResidentModel, ToolReport, UnavailableClass, ArtifactReport, Timings, LoadPhases, BatchMemoryReport, pixelsOf, AgentMessage, OrchestratorMessage, RunJob,
+  RelayHeaders, RelayRequest,
 } from './link.js';
 export { DIGEST_PATTERN, sha256Digest, assertDigest } from './digest.js';
 export { inspectGrant } from './grant-token.js';

@@ -40,9 +40,23 @@ export const LINK_LIMITS = {
   artifactsPerResult: 256,
   /** A preview picture (PNG, base64): a small picture of the work so far, not a result. */
   previewChars: 1024 * 1024,
+  /**
+   * Pass-through relays (a client's HTTP request or WebSocket to a host's ComfyUI) one link carries at once: the
+   * orchestrator opens no more (`agents.link.relays.max`, at most this), and an agent refuses any beyond it.
+   */
+  relays: 256,
+  /** The bytes one relay chunk carries at most, before base64 (the orchestrator names a smaller size where its frame limit asks). */
+  relayChunkBytes: 256 * 1024,
+  /** Headers of one relayed request or answer, and the characters of one header's name and value. */
+  relayHeaders: 100,
+  relayHeaderChars: 8192,
+  /** A relayed request's path and query. */
+  relayPathChars: 8192,
 } as const;
 
 const Id = z.string().max(LINK_LIMITS.idChars);
+/** base64 of at most `bytes` bytes. */
+const base64Chars = (bytes: number): number => Math.ceil(bytes / 3) * 4;
 const JobIds = z.array(Id).max(LINK_LIMITS.jobIdsPerMessage);
 const list = <T extends z.ZodType>(item: T) => z.array(item).max(LINK_LIMITS.listItems);
 
@@ -171,6 +185,64 @@ export function pixelsOf(input: Record<string, unknown>): number {
   return typeof width === 'number' && typeof height === 'number' && width > 0 && height > 0 ? Math.round(width * height) : 1;
 }
 
+/**
+ * Pass-through relays (docs/architecture.md, "The ComfyUI pass-through"): the orchestrator asks an agent to make one
+ * HTTP request, or open one WebSocket, to the ComfyUI a model of its host runs, for a client; the bytes travel both
+ * ways in chunks. Flow control is by credit: a side sends at most the relay's window of bytes the other has not yet
+ * credited back, and credits what it received once it handed it on (written to the client's socket, to ComfyUI's), so
+ * a slow reader stops the writer and memory stays bounded whatever the body's size. Both ends end a relay with
+ * `relay-close`; a link that drops ends all of its relays. Relays are opened only with hosts whose hello named models
+ * they pass through (`passthrough`), so an agent that knows none of these messages is never sent one.
+ */
+const RelayId = z.string().min(1).max(64);
+/** Headers as `[name, value]` pairs, in order (a name may repeat). */
+export const RelayHeaders = z.array(z.tuple([z.string().min(1).max(256), z.string().max(LINK_LIMITS.relayHeaderChars)])).max(LINK_LIMITS.relayHeaders);
+export type RelayHeaders = z.infer<typeof RelayHeaders>;
+
+/** What the relay asks of the ComfyUI: one HTTP request, or a WebSocket. `path` is its path and query (`/view?filename=…`). */
+export const RelayRequest = z.discriminatedUnion('kind', [
+  z.object({
+    kind: z.literal('http'),
+    method: z.string().min(1).max(16).regex(/^[A-Z]+$/),
+    path: z.string().startsWith('/').max(LINK_LIMITS.relayPathChars),
+    headers: RelayHeaders,
+    /** A body follows in `relay-data` (the last with `end`); false: none. */
+    body: z.boolean(),
+  }),
+  z.object({
+    kind: z.literal('ws'),
+    path: z.string().startsWith('/').max(LINK_LIMITS.relayPathChars),
+    headers: RelayHeaders,
+  }),
+]);
+export type RelayRequest = z.infer<typeof RelayRequest>;
+
+/**
+ * Bytes of a relay, either way: a piece of an HTTP body (`end` on the last, which may be empty), or of a WebSocket
+ * message (`binary` or text; `fin` false while more pieces of the same message follow).
+ */
+const RelayData = z.object({
+  type: z.literal('relay-data'),
+  relayId: RelayId,
+  data: z.string().max(base64Chars(LINK_LIMITS.relayChunkBytes)),
+  end: z.boolean().optional(),
+  binary: z.boolean().optional(),
+  fin: z.boolean().optional(),
+});
+/** The receiver handed on this many bytes of the relay's data: the sender may send that many more. */
+const RelayCredit = z.object({ type: z.literal('relay-credit'), relayId: RelayId, bytes: z.int().min(1).max(LINK_LIMITS.relayChunkBytes * 64) });
+/**
+ * The relay is over: a WebSocket closed (`code`, `reason`, as RFC 6455 gives them), an HTTP exchange cut off, or —
+ * with `error` — one that failed (the agent: the model is not passed through here, ComfyUI could not be reached).
+ */
+const RelayClose = z.object({
+  type: z.literal('relay-close'),
+  relayId: RelayId,
+  code: z.int().min(1000).max(4999).optional(),
+  reason: z.string().max(123).optional(),
+  error: ErrorBody.optional(),
+});
+
 export const AgentMessage = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('hello'),
@@ -214,6 +286,11 @@ export const AgentMessage = z.discriminatedUnion('type', [
      * so the orchestrator can wake it with a Wake-on-LAN packet while it sleeps. Optional.
      */
     macs: z.array(z.string().regex(/^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/)).max(16).optional(),
+    /**
+     * The models whose ComfyUI its owner lets clients with a grant use directly (host config `passthrough: true`):
+     * the orchestrator relays to no other, and opens relays only with agents that name some. Optional.
+     */
+    passthrough: list(Id).optional(),
   }),
   z.object({
     type: z.literal('heartbeat'),
@@ -275,6 +352,11 @@ export const AgentMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('load-refused'), model: Id, error: ErrorBody }),
   /** The agent is leaving (SIGTERM, `gpumesh agent drain`, or a `drain` it was sent): it finishes what it holds and takes nothing new. */
   z.object({ type: z.literal('draining') }),
+  /** A relay's answer: an HTTP answer's status and headers (its body follows in `relay-data`), or 101 once its WebSocket is open. */
+  z.object({ type: z.literal('relay-head'), relayId: RelayId, status: z.int().min(100).max(599), headers: RelayHeaders }),
+  RelayData,
+  RelayCredit,
+  RelayClose,
 ]);
 export type AgentMessage = z.infer<typeof AgentMessage>;
 
@@ -323,6 +405,19 @@ export const OrchestratorMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('unload'), model: z.string() }),
   /** Finish the work in flight, take no more, and leave once every result is acknowledged (an admin drained this host). */
   z.object({ type: z.literal('drain') }),
+  /**
+   * Relay a client's request to the ComfyUI of `model` (which must be passed through on this host), loading the model
+   * first if it is not resident (a server the agent starts is started). `chunkBytes`: the most one `relay-data` may
+   * carry (the orchestrator's frame limit decides); `windowBytes`: what either side may send ahead of credit.
+   */
+  z.object({
+    type: z.literal('relay-open'), relayId: RelayId, model: ModelManifest, request: RelayRequest,
+    chunkBytes: z.int().min(1024).max(LINK_LIMITS.relayChunkBytes),
+    windowBytes: z.int().min(1024).max(LINK_LIMITS.relayChunkBytes * 64),
+  }),
+  RelayData,
+  RelayCredit,
+  RelayClose,
 ]);
 export type OrchestratorMessage = z.infer<typeof OrchestratorMessage>;
 

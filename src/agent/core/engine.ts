@@ -114,6 +114,11 @@ export interface LoadedModel {
   readonly idleUnloadMs?: number | null;
   /** The process this load started, and how long it took (absent: the load reused a running process, or started none). */
   readonly startup?: EngineStartup;
+  /**
+   * The base URL of the HTTP server the model runs on (`http://127.0.0.1:8188`), read when needed (a server started
+   * again may listen elsewhere): server engines' models have one, for the pass-through (agent/relay/). Absent: none.
+   */
+  serverUrl?(): string;
 }
 
 /**

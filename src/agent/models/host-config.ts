@@ -102,6 +102,11 @@ export class HostConfig {
     return [...this.#models.keys()];
   }
 
+  /** The models whose server its owner opened to clients with a grant (`passthrough: true`; in its hello: agent/relay/). */
+  get passedThrough(): string[] {
+    return [...this.#models].filter(([, settings]) => settings.passthrough === true).map(([name]) => name);
+  }
+
   /**
    * The manifest as this host runs it: the orchestrator's settings without their host settings, this host's own laid
    * over them. A model whose engine runs only where it is declared (a command, a server) and that this host does not

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from '../../protocol/errors.js';
+import { LINK_LIMITS } from '../../protocol/link.js';
 import { checkModelEntries } from './declared-models.js';
 import { parseCertificateName } from './certificate-names.js';
 
@@ -242,6 +243,21 @@ export const MeshConfigInput = z.strictObject({
        * the wrong name in the metrics and the log.
        */
       overBudgetCloseMs: z.int().min(0).optional(),
+      /** The ComfyUI pass-through's relays over each link (docs/operations.md, *The ComfyUI pass-through*). */
+      relays: z.strictObject({
+        /**
+         * Relays (a client's HTTP request, or WebSocket, to a host's ComfyUI) one link carries at once; a client past
+         * it is answered 503 RELAY_UNAVAILABLE with Retry-After. Each holds at most `windowBytes` each way. Default 32.
+         */
+        max: z.int().min(1).max(LINK_LIMITS.relays).default(32),
+        /** Bytes either side of a relay may send ahead of the other's credit: what a relay holds in memory, each way. Default 1 MiB. */
+        windowBytes: z.int().min(64 * 1024).max(LINK_LIMITS.relayChunkBytes * 64).default(1024 * 1024),
+        /**
+         * An HTTP relay that moves no byte either way for this long is ended (before its answer: 502 RELAY_FAILED); a
+         * WebSocket relay whose client answers no ping for this long is closed (1011). Default 2 min.
+         */
+        idleMs: z.int().min(1000).default(120_000),
+      }).prefault({}),
     }).prefault({}),
   }).prefault({}),
   batching: z.strictObject({
@@ -544,6 +560,14 @@ function withTypes(name: string, entry: z.output<typeof ModelEntry>, deprecated:
 function withAbsoluteFile(entry: ModelEntry, baseDir: string): ModelEntry {
   if (entry.file === undefined || /^https?:\/\//i.test(entry.file)) return entry;
   return { ...entry, file: resolve(baseDir, entry.file) };
+}
+
+/**
+ * The most bytes one relay piece carries (before base64): what fits the frame limit with room for the message around it,
+ * at most the protocol's LINK_LIMITS.relayChunkBytes.
+ */
+export function relayChunkBytes(agents: Pick<MeshConfig['agents'], 'inlineOutputBytes' | 'link'>): number {
+  return Math.min(LINK_LIMITS.relayChunkBytes, Math.floor(((linkFrameLimit(agents) - 4096) * 3) / 4));
 }
 
 /** The largest frame an agent may send: `agents.link.maxFrameBytes`, else room for the largest inline output and 1 MiB. */

@@ -13,6 +13,8 @@ import { LinkBudget, type LinkBudgetSettings } from './link-budget.js';
 import type { LinkRefusals } from '../jobs/refusals.js';
 
 type Hello = Extract<AgentMessage, { type: 'hello' }>;
+/** What an agent says about a pass-through relay (orchestrator/relay/). */
+export type RelayReport = Extract<AgentMessage, { type: 'relay-head' | 'relay-data' | 'relay-credit' | 'relay-close' }>;
 
 /** A part outside the job roles that watches the links (health probes, the host breakers). */
 export interface LinkObserver {
@@ -54,6 +56,8 @@ export interface AgentHubDeps {
   observers?: readonly LinkObserver[];
   /** An agent would not load a model it was asked to (the autoscaler tries another host). */
   onLoadRefused?(host: HostSession, model: string, error: { code: string; message: string }): void;
+  /** The pass-through's relays: what agents say about them (each ends with its host's session, through `observers`). */
+  relays?: { receive(session: HostSession, message: RelayReport): void };
 }
 
 /** Just enough of a WebSocket for the hub: ws's WebSocket, one end of an in-process link (net/memory-link.ts), or a fake in tests. */
@@ -176,6 +180,7 @@ export class AgentHub {
         models: grant.models, unavailable: hello.unavailable, tools: hello.tools, engineUser: hello.engineUser,
         ...(hello.platform ? { platform: hello.platform } : {}), ...(hello.governance ? { governance: hello.governance } : {}),
         ...(hello.configured ? { configured: hello.configured } : {}), ...(hello.macs?.length ? { macs: hello.macs } : {}),
+        ...(hello.passthrough?.length ? { passthrough: hello.passthrough } : {}),
       },
       hello.models, randomBytes(8).toString('hex'), clock.now(), send,
       this.#deps.ackDelayMs ? { clock, ms: this.#deps.ackDelayMs } : null,
@@ -247,6 +252,11 @@ export class AgentHub {
       case 'draining':
         this.#markDraining(session, 'the agent is leaving');
         return;
+      case 'relay-head':
+      case 'relay-data':
+      case 'relay-credit':
+      case 'relay-close':
+        return this.#deps.relays?.receive(session, message);
       default:
         return unhandled(message);
     }

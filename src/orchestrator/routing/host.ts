@@ -33,6 +33,8 @@ export interface HostInfo {
   configured?: readonly string[];
   /** Its network interfaces' MAC addresses, where its owner let it say (Wake-on-LAN); absent: none said. */
   macs?: readonly string[];
+  /** The models whose ComfyUI its owner opened to clients (the pass-through), as its hello said; absent: none. */
+  passthrough?: readonly string[];
 }
 
 /** Why `info`'s host cannot serve one of `classes` although it was meant to (the first such class), or null. */

@@ -73,6 +73,13 @@ export const ComfyUiSettings = z.strictObject({
   previewIntervalMs: z.int().min(0).default(1000),
   /** Ask ComfyUI to unload its models and free memory (`POST /free`) when gpumesh unloads the model. Default true. */
   freeOnUnload: z.boolean().default(true),
+  /**
+   * Let clients whose grant may submit jobs to this model (on this host) use this ComfyUI directly, through the
+   * orchestrator's pass-through (`/comfyui/<host>/<model>/…`): every route ComfyUI and its custom nodes serve, and its
+   * WebSocket — Krita's AI Diffusion plugin needs that. Only the host's own config may say so (a host setting): the
+   * owner opens their ComfyUI, no orchestrator can. Default false.
+   */
+  passthrough: z.boolean().default(false),
 }).superRefine(urlOrCommand);
 export type ComfyUiSettings = z.infer<typeof ComfyUiSettings>;
 
@@ -80,7 +87,10 @@ export type ComfyUiSettings = z.infer<typeof ComfyUiSettings>;
 export const comfyUiDescriptor: EngineDescriptor<typeof ComfyUiSettings> = {
   name: 'comfyui', settings: ComfyUiSettings, server: true, needsFile: false, controlMarkup: COMFYUI_MARKUP,
   // A workflow given as a path is a file of the host's; one given inline is data the mesh may send.
-  hostSettingsOf: (settings) => [...settingsNamed(SERVER_HOST_SETTINGS)(settings), ...(typeof settings.workflow === 'string' ? ['workflow'] : [])],
+  // So is `passthrough`: only the host's owner opens their ComfyUI to clients.
+  hostSettingsOf: (settings) => [
+    ...settingsNamed([...SERVER_HOST_SETTINGS, 'passthrough'])(settings), ...(typeof settings.workflow === 'string' ? ['workflow'] : []),
+  ],
   hostDeclared: true,
   // The pictures the model's workflow has a node for: only those may a job carry.
   pictureInputs: (settings) => PICTURE_INPUTS.filter((field) => (settings.inputs as Record<string, unknown> | undefined)?.[field] !== undefined),

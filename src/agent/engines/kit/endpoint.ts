@@ -139,5 +139,6 @@ export function watchServer(loaded: LoadedModel, endpoint: ServerEndpoint): Load
     },
     cancel: (jobIds) => loaded.cancel(jobIds),
     unload: () => loaded.unload(),
+    ...(loaded.serverUrl ? { serverUrl: () => loaded.serverUrl!() } : {}),
   };
 }

@@ -121,6 +121,10 @@ export abstract class ServerModel implements LoadedModel {
     return this.#unloaded;
   }
 
+  serverUrl(): string {
+    return this.endpoint.url;
+  }
+
   async run(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): Promise<BatchResult> {
     if (this.#unloaded) throw new EngineError('ENGINE_FAILED', `model "${this.manifest.name}" is unloaded`, true);
     const batch = this.batch(jobs, onProgress);
