@@ -187,12 +187,13 @@ export class Agent {
     }) : null;
     this.#loads = new LoadRequests({
       residency: this.#residency, send: (message) => this.#link.send(message), log: log.child({ part: 'loads' }),
-      busy: (model) => this.#batches.busy(model),
+      busy: (model) => this.#batches.busy(model) || this.#relays.holds(model),
       draining: () => this.#drain.draining,
     });
     this.#relays = new AgentRelays({
       residency: this.#residency, hostConfig: options.hostConfig ?? HostConfig.none(), send: (message) => this.#link.send(message), log: log.child({ part: 'relay' }),
       refusal: () => (this.#drain.draining ? 'this host is draining' : this.#away()?.reason ?? null),
+      released: (model) => this.#loads.batchEnded(model),
     });
     this.#link = new AgentLink({
       targets: this.#targets, connect: options.connect, grant: options.grant, log: log.child({ part: 'link' }), clock: options.clock,

@@ -17,6 +17,8 @@ export interface AgentRelaysDeps {
   send(message: AgentMessage): void;
   /** Why the host takes nothing now (draining, its owner, its hours), or null when it does. */
   refusal(): string | null;
+  /** A relay holding `model` ended (an unload the orchestrator asked for may wait for it). */
+  released?(model: string): void;
   log: Logger;
 }
 
@@ -33,6 +35,8 @@ const PASSING = new Set(['NO_ROOM', 'NOT_READY', 'HOST_AWAY', 'ENGINE_BUSY']);
 export class AgentRelays {
   readonly #deps: AgentRelaysDeps;
   readonly #relays = new Map<string, RelayEnd>();
+  /** Relays holding each model (loaded for them, or loading). */
+  readonly #holding = new Map<string, number>();
 
   constructor(deps: AgentRelaysDeps) {
     this.#deps = deps;
@@ -41,6 +45,11 @@ export class AgentRelays {
   /** Relays open now. */
   get size(): number {
     return this.#relays.size;
+  }
+
+  /** Whether a relay holds `model` now: the orchestrator's `unload` of it waits, as for a batch. */
+  holds(model: string): boolean {
+    return (this.#holding.get(model) ?? 0) > 0;
   }
 
   open(message: RelayOpen): void {
@@ -55,8 +64,15 @@ export class AgentRelays {
     const relay = message.request.kind === 'http'
       ? new HttpRelay(message as RelayOpen & { request: { kind: 'http' } }, send)
       : new SocketRelay(message as RelayOpen & { request: { kind: 'ws' } }, send);
+    const model = message.model.name;
     this.#relays.set(relay.id, relay);
-    relay.onEnd(() => this.#relays.delete(relay.id));
+    this.#holding.set(model, (this.#holding.get(model) ?? 0) + 1);
+    relay.onEnd(() => {
+      this.#relays.delete(relay.id);
+      const left = (this.#holding.get(model) ?? 1) - 1;
+      if (left > 0) this.#holding.set(model, left);
+      else this.#holding.delete(model);
+    });
     void this.#start(relay, message.model);
   }
 
@@ -104,7 +120,10 @@ export class AgentRelays {
       log.warn({ model: manifest.name, code, reason: message }, 'could not load a model for a pass-through');
       return relay.fail(PASSING.has(code) ? 'RELAY_UNAVAILABLE' : 'RELAY_FAILED', `model "${manifest.name}" could not be loaded (${code}): ${message}`);
     }
-    relay.onEnd(() => residency.release(loaded));
+    relay.onEnd(() => {
+      residency.release(loaded);
+      this.#deps.released?.(manifest.name);
+    });
     const url = loaded.serverUrl?.();
     if (!url) return relay.fail('RELAY_FAILED', `model "${manifest.name}" runs on no server this agent can reach`);
     relay.start(url);

@@ -22,6 +22,11 @@ export interface RouteDocs {
   headers?: z.ZodObject;
   /** The answers by status: at least the main success and the errors, each in the shape its area answers in. */
   responses: Record<number, DocResponse>;
+  /**
+   * The name the document gives a route's trailing wildcard (`/comfyui/:host/:model/*` is documented as
+   * `/comfyui/{host}/{model}/{path}`): OpenAPI's path templates take named parameters only.
+   */
+  wildcard?: string;
 }
 
 export interface DocResponse {
@@ -89,7 +94,13 @@ export const openApiTransform: SwaggerTransform = (input) => {
     }])),
   };
   if (docs.headers) schema.headers = convert(docs.headers, 'input');
-  return { schema, url: base.url };
+  if (!docs.wildcard) return { schema, url: base.url };
+  const params = schema.params as { properties?: Record<string, unknown>; required?: string[] } | undefined;
+  if (params?.properties && '*' in params.properties) {
+    const { '*': wildcard, ...named } = params.properties;
+    schema.params = { ...params, properties: { ...named, [docs.wildcard]: wildcard }, required: params.required?.map((name) => (name === '*' ? docs.wildcard! : name)) };
+  }
+  return { schema, url: base.url.replace(/\*$/, `:${docs.wildcard}`) };
 };
 
 /** A zod schema as the validated routes' schemas appear in the document: the same converter, the same OpenAPI version. */

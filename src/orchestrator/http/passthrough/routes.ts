@@ -109,13 +109,16 @@ export function passthroughRoutes(app: FastifyInstance, deps: PassthroughRouteDe
         pipe.attach(socket);
       },
     });
-    routes.route({
-      method: ['POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], url: URL_PATTERN,
-      schema: { params: Params, tags: ['comfyui'], summary: 'ComfyUI pass-through: the request relayed to the host\'s ComfyUI, its body streamed' },
-      config: { openapi: docs('POST', false) },
-      onRequest: grant,
-      handler: relay,
-    });
+    // Two declarations only so that the document gives a body to the methods that take one.
+    for (const [methods, body] of [[['POST', 'PUT', 'PATCH'], true], [['DELETE', 'OPTIONS'], false]] as const) {
+      routes.route({
+        method: [...methods], url: URL_PATTERN,
+        schema: { params: Params, tags: ['comfyui'], summary: `ComfyUI pass-through: the request relayed to the host's ComfyUI${body ? ', its body streamed' : ''}` },
+        config: { openapi: docs(body ? 'POST' : 'DELETE', false) },
+        onRequest: grant,
+        handler: relay,
+      });
+    }
   });
 }
 
@@ -158,10 +161,11 @@ function relayedPath(request: FastifyRequest): string {
 }
 
 /** What /openapi.json says of the pass-through: whatever ComfyUI answers, and the mesh's own refusals. */
-function docs(method: 'GET' | 'POST', websocket: boolean): RouteDocs {
+function docs(method: 'GET' | 'POST' | 'DELETE', websocket: boolean): RouteDocs {
   const upgraded: Record<number, DocResponse> = websocket
     ? { 101: { description: 'The WebSocket, relayed: ComfyUI\'s JSON and binary messages to the client, the client\'s to ComfyUI' } } : {};
   return {
+    wildcard: 'path',
     ...(method === 'POST' ? { body: { '*/*': { ...BINARY, description: 'relayed to ComfyUI as it is, streamed' } } } : {}),
     responses: {
       200: {
