@@ -200,6 +200,17 @@ const TABLE: Row[] = [
     route: 'POST /v2/models/{model}/versions/{version}/infer', request: () => ({ path: '/v2/models/simple/versions/1/infer', body: simpleInfer }),
     expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }),
   },
+  // The ComfyUI pass-through: jobs:submit on the model and host, then (here) 404, for no such model or host exists. A
+  // WebSocket without any credentials is a connection probe (Krita's): opened, then closed at once with nothing relayed.
+  ...(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const).map((method): Row => ({
+    route: `${method} /comfyui/{host}/{model}/{path}`,
+    request: () => ({ path: '/comfyui/nowhere/nothing/system_stats', ...(['POST', 'PUT', 'PATCH'].includes(method) ? { body: '{}' } : {}) }),
+    expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 403, album: 404, agent: 403, upload: 401 }),
+  })),
+  {
+    route: 'GET /comfyui/{host}/{model}/{path}', websocket: true, request: () => ({ path: '/comfyui/nowhere/nothing/ws?clientId=authz' }),
+    expect: { ...granted({ admin: 404, client: 404, gallery: 404, mesh: 403, album: 404, agent: 403, upload: 401 }), none: 101 },
+  },
   { route: `GET ${LINK_PATH}`, websocket: true, request: () => ({ path: LINK_PATH }), expect: granted({ admin: 101, client: 403, gallery: 403, mesh: 403, album: 403, agent: 101, upload: 401 }) },
   { route: 'GET /', hidden: true, request: () => ({ path: '/' }), expect: everyone(200) },
   { route: 'GET /web/gallery.js', hidden: true, request: () => ({ path: '/web/gallery.js' }), expect: everyone(200) },

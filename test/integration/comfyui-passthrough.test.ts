@@ -231,7 +231,7 @@ describe('what the pass-through refuses', () => {
     expect((await comfy.state<{ requests: string[] }>()).requests.filter((route) => route.includes('nothing'))).toEqual([]);
   });
 
-  it('a grant that may not submit to the model is 403, naming the caveat; no grant is 401; neither reaches ComfyUI', async () => {
+  it('a grant that may not submit to the model is 403; no grant is 401; neither reaches ComfyUI, and a grant as Basic\'s password does', async () => {
     const requests = (await comfy.state<{ requests: string[] }>()).requests.length;
     const readOnly = narrowGrant(client, ['actions jobs:read']);
     const otherModel = narrowGrant(client, ['models gen']);
@@ -244,9 +244,14 @@ describe('what the pass-through refuses', () => {
     const none = await call('GET', '/comfyui/studio/comfy/system_stats', { grant: null });
     expect(none.status).toBe(401);
     expect(none.json.error.code).toBe('GRANT_MISSING');
+    expect(none.headers.get('www-authenticate')).toMatch(/^Basic/);
+    // A client that sends credentials only as HTTP Basic passes the grant as its password.
+    const basic = await call('GET', '/comfyui/studio/comfy/system_stats', { grant: null, headers: { authorization: `Basic ${Buffer.from(`krita:${client}`).toString('base64')}` } });
+    expect(basic.status).toBe(200);
+    expect((await comfy.state<{ authorized: number }>()).authorized).toBe(0);
     await expect(openSocket('/comfyui/studio/comfy/ws?clientId=x', otherModel)).rejects.toMatchObject({ status: 403 });
     await expect(openSocket('/comfyui/studio/comfy/ws?clientId=x', 'not-a-grant')).rejects.toMatchObject({ status: 401 });
-    expect((await comfy.state<{ requests: string[] }>()).requests.length).toBe(requests);
+    expect((await comfy.state<{ requests: string[] }>()).requests.length).toBe(requests + 1); // the Basic one
   });
 });
 

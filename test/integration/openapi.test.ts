@@ -72,6 +72,10 @@ const BODIES: Record<string, readonly string[] | null> = {
   'POST /v2/models/{model}/versions/{version}/infer': ['application/json', 'application/octet-stream'],
   'POST /openai/v1/images/generations': ['application/json'],
   'POST /openai/v1/images/edits': ['multipart/form-data'],
+  // The ComfyUI pass-through relays whatever body ComfyUI (or its custom nodes) takes.
+  'POST /comfyui/{host}/{model}/{path}': ['*/*'],
+  'PUT /comfyui/{host}/{model}/{path}': ['*/*'],
+  'PATCH /comfyui/{host}/{model}/{path}': ['*/*'],
 };
 
 describe('/openapi.json', () => {

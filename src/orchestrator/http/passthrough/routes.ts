@@ -65,8 +65,9 @@ function grantOrProbe(check: onRequestHookHandler): onRequestHookHandler {
 /**
  * The ComfyUI pass-through (docs/api.md, "ComfyUI pass-through"): every method at `/comfyui/<host>/<model>/…`, and
  * the WebSocket there, relayed to that host's ComfyUI of that model over the host's agent link (orchestrator/relay/).
- * The grant must allow `jobs:submit` on the model and the host (its `models`, `hosts`, `types` caveats apply); the
- * host's owner must have opened the model (`passthrough: true`). The client's Authorization header never reaches
+ * The grant — a Bearer token, HTTP Basic's password, or the ComfyUI door's grant for a network its owner opened
+ * (`doors.comfyui`) — must allow `jobs:submit` on the model and the host (its `models`, `hosts`, `types` caveats
+ * apply); the host's owner must have opened the model (`passthrough: true`). The client's Authorization header never reaches
  * ComfyUI, nor do its cookies.
  */
 export function passthroughRoutes(app: FastifyInstance, deps: PassthroughRouteDeps): void {
@@ -75,7 +76,8 @@ export function passthroughRoutes(app: FastifyInstance, deps: PassthroughRouteDe
     const { host, model } = request.params as Partial<Params>;
     return { host, model, jobType: 'image' };
   };
-  const grant = auth.require('jobs:submit', describe);
+  // The grant as any front door takes it (Bearer, or Basic's password), or the door an owner opened to a network.
+  const grant = auth.requireAtDoor('comfyui', 'jobs:submit', describe);
   const relay = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const { host, model } = request.params as Params;
     await relayHttp(relays, targetOf(deps, host, model), relayedPath(request), request, reply);
