@@ -6,7 +6,10 @@ export interface JsonSchema {
   properties?: Record<string, JsonSchema>;
   required?: string[];
   additionalProperties?: boolean | JsonSchema;
-  items?: JsonSchema;
+  /** The items' schema; false (after `prefixItems`, a tuple's): no more items. */
+  items?: JsonSchema | boolean;
+  /** A tuple's items, in order (`z.tuple`). */
+  prefixItems?: JsonSchema[];
   minItems?: number;
   maxItems?: number;
   minLength?: number;
@@ -103,9 +106,10 @@ export function arbitraryFor(schema: JsonSchema, options: SchemaArbitraryOptions
       case 'number': return withNull(fc.oneof(integerFits(node), numberFits(node)));
       case 'boolean': return withNull(fc.boolean());
       case 'array': {
+        if (node.prefixItems) return withNull(fc.tuple(...node.prefixItems.map((item) => build(item, depth + 1, field))));
         const minLength = node.minItems ?? 0;
         const maxLength = Math.min(node.maxItems ?? minLength + 4, minLength + 4);
-        return withNull(fc.array(build(node.items ?? {}, depth + 1, field), { minLength, maxLength }));
+        return withNull(fc.array(build(typeof node.items === 'object' ? node.items : {}, depth + 1, field), { minLength, maxLength }));
       }
       case 'object': return withNull(objectFits(node, depth));
       default: return anyJson();
