@@ -236,7 +236,8 @@ describe('what the pass-through refuses', () => {
     const readOnly = narrowGrant(client, ['actions jobs:read']);
     const otherModel = narrowGrant(client, ['models gen']);
     const otherHost = narrowGrant(client, ['hosts elsewhere']);
-    for (const grant of [readOnly, otherModel, otherHost]) {
+    const tensors = narrowGrant(client, ['types tensor']);
+    for (const grant of [readOnly, otherModel, otherHost, tensors]) {
       const refused = await call('POST', '/comfyui/studio/comfy/prompt', { grant, body: '{}', headers: { 'content-type': 'application/json' } });
       expect(refused.status).toBe(403);
       expect(refused.json.error.code).toBe('GRANT_DENIED');
@@ -248,10 +249,12 @@ describe('what the pass-through refuses', () => {
     // A client that sends credentials only as HTTP Basic passes the grant as its password.
     const basic = await call('GET', '/comfyui/studio/comfy/system_stats', { grant: null, headers: { authorization: `Basic ${Buffer.from(`krita:${client}`).toString('base64')}` } });
     expect(basic.status).toBe(200);
+    // A grant for ComfyUI's workflows (the ComfyUI door's jobs) may use the pass-through as one for pictures may.
+    expect((await call('GET', '/comfyui/studio/comfy/queue', { grant: narrowGrant(client, ['types workflow', 'models comfy', 'hosts studio']) })).status).toBe(200);
     expect((await comfy.state<{ authorized: number }>()).authorized).toBe(0);
     await expect(openSocket('/comfyui/studio/comfy/ws?clientId=x', otherModel)).rejects.toMatchObject({ status: 403 });
     await expect(openSocket('/comfyui/studio/comfy/ws?clientId=x', 'not-a-grant')).rejects.toMatchObject({ status: 401 });
-    expect((await comfy.state<{ requests: string[] }>()).requests.length).toBe(requests + 1); // the Basic one
+    expect((await comfy.state<{ requests: string[] }>()).requests.length).toBe(requests + 2); // the Basic one, the workflow grant's
   });
 });
 

@@ -66,18 +66,30 @@ function grantOrProbe(check: onRequestHookHandler): onRequestHookHandler {
  * The ComfyUI pass-through (docs/api.md, "ComfyUI pass-through"): every method at `/comfyui/<host>/<model>/…`, and
  * the WebSocket there, relayed to that host's ComfyUI of that model over the host's agent link (orchestrator/relay/).
  * The grant — a Bearer token, HTTP Basic's password, or the ComfyUI door's grant for a network its owner opened
- * (`doors.comfyui`) — must allow `jobs:submit` on the model and the host (its `models`, `hosts`, `types` caveats
- * apply); the host's owner must have opened the model (`passthrough: true`). The client's Authorization header never reaches
- * ComfyUI, nor do its cookies.
+ * (`doors.comfyui`) — must allow `jobs:submit` on the model and the host (its `models` and `hosts` caveats apply, and
+ * its `types` must allow `image` or `workflow`); the host's owner must have opened the model (`passthrough: true`).
+ * The client's Authorization header never reaches ComfyUI, nor do its cookies.
  */
 export function passthroughRoutes(app: FastifyInstance, deps: PassthroughRouteDeps): void {
   const { auth, relays, clock, relayIdleMs } = deps;
   const describe = (request: FastifyRequest) => {
     const { host, model } = request.params as Partial<Params>;
-    return { host, model, jobType: 'image' };
+    return { host, model };
   };
-  // The grant as any front door takes it (Bearer, or Basic's password), or the door an owner opened to a network.
-  const grant = auth.requireAtDoor('comfyui', 'jobs:submit', describe);
+  // The grant as any front door takes it (Bearer, or Basic's password), or the door an owner opened to a network; then
+  // its `types`: what a client does with a ComfyUI is pictures, or whole workflows (the ComfyUI door's jobs).
+  const door = auth.requireAtDoor('comfyui', 'jobs:submit', describe);
+  const grant: onRequestHookHandler = function (this: FastifyInstance, request, reply, done) {
+    door.call(this, request, reply, (error?: Error) => {
+      if (error) return done(error);
+      try {
+        comfyWork(auth, request, describe(request));
+      } catch (refused) {
+        return done(refused as Error);
+      }
+      done();
+    });
+  };
   const relay = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const { host, model } = request.params as Params;
     await relayHttp(relays, targetOf(deps, host, model), relayedPath(request), request, reply);
@@ -122,6 +134,23 @@ export function passthroughRoutes(app: FastifyInstance, deps: PassthroughRouteDe
       });
     }
   });
+}
+
+/** Job types a grant's `types` must allow one of for ComfyUI's work: its pictures, or whole workflows. */
+const COMFY_WORK = ['image', 'workflow'] as const;
+
+/** Throws the refusal of the first of COMFY_WORK when the grant allows none of them. */
+function comfyWork(auth: RequestAuth, request: FastifyRequest, about: { host?: string | undefined; model?: string | undefined }): void {
+  const authorize = auth.authorizer(request);
+  let refusal: unknown = null;
+  for (const jobType of COMFY_WORK) {
+    try {
+      return authorize({ action: 'jobs:submit', jobType, ...about });
+    } catch (error) {
+      refusal ??= error;
+    }
+  }
+  throw refusal;
 }
 
 /**
