@@ -69,7 +69,8 @@ beforeAll(async () => {
   const model = { engine: 'comfyui', types: ['image'], memoryMB: 16, settings: { workflow: TXT2IMG, inputs: { prompt: { node: '6', field: 'text' } } } };
   writeFileSync(join(data, 'mesh.yaml'), stringify({
     agents: { link: { maxFrameBytes: 65536, relays: { windowBytes: 131072, idleMs: 20_000 } } },
-    models: { comfy: model, 'comfy-closed': model, 'comfy-managed': model },
+    // `comfy` is only passed through (Krita brings its own workflows): it needs no workflow.
+    models: { comfy: { engine: 'comfyui', types: ['image'], memoryMB: 16 }, 'comfy-closed': model, 'comfy-managed': model },
   }));
   const served = await startServe(data);
   serve = served.proc;
@@ -228,6 +229,9 @@ describe('what the pass-through refuses', () => {
     expect((await call('GET', '/comfyui/studio/nothing/system_stats')).json.error.message).toContain('no model "nothing"');
     expect((await call('GET', '/comfyui/studio/gen/system_stats')).json.error.message).toContain('only ComfyUI models');
     await expect(openSocket('/comfyui/studio/comfy-closed/ws?clientId=x')).rejects.toMatchObject({ status: 404 });
+    // A model only passed through runs no jobs, and says why.
+    const job = await call('POST', '/v1/jobs', { body: JSON.stringify({ type: 'image', model: 'comfy', input: { prompt: 'x' } }), headers: { 'content-type': 'application/json', prefer: 'wait=30' } });
+    expect(job.json).toMatchObject({ status: 'failed', error: { code: 'ENGINE_FAILED', message: expect.stringContaining('only passed through') } });
     expect((await comfy.state<{ requests: string[] }>()).requests.filter((route) => route.includes('nothing'))).toEqual([]);
   });
 

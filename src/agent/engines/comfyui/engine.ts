@@ -36,7 +36,8 @@ export class ComfyUiEngine extends ServerEngine {
 
   async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(ComfyUiSettings, manifest, this.name);
-    const workflow = await resolveWorkflow(settings, manifest, modelPath);
+    // A model only passed through to clients (Krita brings its own workflows) may have none: its jobs are refused.
+    const workflow = settings.workflow === undefined && modelPath === null && settings.passthrough ? null : await resolveWorkflow(settings, manifest, modelPath);
     return this.serve(settings, { manifest, device, modelPath }, async (endpoint) => {
       // 429/503 answers, and dropped connections of requests safe to repeat, are sent again twice.
       const client = new ComfyClient({ server: endpoint, model: manifest.name, timeoutMs: settings.requestTimeoutMs, retry: { retries: 2 }, clock: this.clock });
@@ -58,7 +59,8 @@ export class ComfyUiEngine extends ServerEngine {
 
 interface ComfyModelOptions extends ServerModelOptions {
   client: ComfyClient;
-  workflow: ResolvedWorkflow;
+  /** Null for a model only passed through to clients: it runs no jobs. */
+  workflow: ResolvedWorkflow | null;
   settings: ComfyUiSettings;
   log: Logger;
   clock: Clock;
@@ -75,6 +77,9 @@ class ComfyModel extends ServerModel {
 
   protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): ComfyBatch {
     const { client, workflow, settings, log, clock } = this.#options;
+    if (!workflow) {
+      throw new EngineError('ENGINE_FAILED', `model "${this.manifest.name}" (comfyui) has no workflow (settings.workflow): it is only passed through to clients, and runs no jobs`, false);
+    }
     return new ComfyBatch({ model: this.manifest.name, client, workflow, settings, log, clock }, jobs, onProgress);
   }
 
