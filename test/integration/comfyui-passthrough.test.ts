@@ -220,6 +220,9 @@ describe('a client reaches one host\'s ComfyUI through the orchestrator', () => 
 
 describe('what the pass-through refuses', () => {
   it('a model its host\'s owner did not open, an unknown host or model, a model that is not ComfyUI: 404 naming it', async () => {
+    // What the host opened is shown with it.
+    const hosts = (await call('GET', '/v1/hosts', { grant: readFileSync(join(data, 'admin.grant'), 'utf8').trim() })).json.hosts as { id: string; passthrough: string[] }[];
+    expect(hosts.find((host) => host.id === 'studio')!.passthrough).toEqual(['comfy', 'comfy-managed']);
     const closed = await call('GET', '/comfyui/studio/comfy-closed/system_stats');
     expect(closed.status).toBe(404);
     expect(closed.json.error.code).toBe('PASSTHROUGH_NOT_FOUND');

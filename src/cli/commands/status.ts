@@ -55,6 +55,7 @@ const clockTime = (iso: string): string => new Date(iso).toTimeString().slice(0,
 /**
  * What each host can and cannot serve beyond its classes: `vm  video: off — ffmpeg not found (…)` for a class it was
  * meant to serve and cannot, the ffmpeg it encodes clips with (path, where from, version), how it governs its engines,
+ * the ComfyUIs its owner opened to clients (`studio  ComfyUI of krita passed through at /comfyui/studio/krita/`),
  * and why it takes no work now (`laptop  yielded since 21:04: game.exe holds 6.1 GB on gpu0`).
  */
 export function capabilityLines(hosts: HostView[]): string[] {
@@ -65,6 +66,7 @@ export function capabilityLines(hosts: HostView[]): string[] {
     for (const tool of host.tools ?? []) lines.push(`${host.id.padEnd(width)}  ${tool.name}: ${tool.path} (${tool.source}; ${tool.version})`);
     if (host.platform && host.governance) lines.push(`${host.id.padEnd(width)}  ${host.platform} · ${host.governance}`);
     if (host.engineUser) lines.push(`${host.id.padEnd(width)}  engines run as ${host.engineUser}`);
+    for (const model of host.passthrough ?? []) lines.push(`${host.id.padEnd(width)}  ComfyUI of ${model} passed through at /comfyui/${host.id}/${model}/`);
     if (host.away) lines.push(`${host.id.padEnd(width)}  ${host.away.state} since ${clockTime(host.away.since)}: ${host.away.reason}`);
   }
   return lines;

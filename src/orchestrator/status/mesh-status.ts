@@ -36,10 +36,11 @@ export interface MeshStatusDeps {
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 /** What a host cannot serve, and the programs it uses, as the host view shows them. */
-const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools' | 'engineUser' | 'configured' | 'platform' | 'governance'> => ({
+const capabilities = (info: HostInfo): Pick<HostView, 'unavailable' | 'tools' | 'engineUser' | 'configured' | 'passthrough' | 'platform' | 'governance'> => ({
   platform: info.platform ?? null,
   governance: info.governance ?? null,
   configured: info.configured ? [...info.configured] : null,
+  passthrough: [...(info.passthrough ?? [])],
   unavailable: Object.fromEntries((info.unavailable ?? []).map((entry) => [entry.class, entry.reason])),
   tools: [...(info.tools ?? [])],
   engineUser: info.engineUser ?? null,

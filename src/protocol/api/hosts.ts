@@ -57,6 +57,8 @@ export const HostView = z.strictObject({
   tools: z.array(ToolReport),
   /** The models its own config declares (host.yaml; mesh.yaml for `gpumesh up`'s agent); null: its agent did not say. */
   configured: z.array(z.string()).nullable().describe('the models its own config declares (commands, servers: they run only where declared); null: the agent did not say'),
+  /** The ComfyUI models its owner opened to clients (`passthrough: true` in its own config): `/comfyui/<host>/<model>/…`. */
+  passthrough: z.array(z.string()).describe('the ComfyUI models whose server its owner opened to clients with a grant, at /comfyui/<host>/<model>/ (the pass-through); empty: none'),
   platform: z.string().nullable().describe('its platform: `linux`, `windows`, `macos`, …; null: the agent did not say'),
   governance: z.string().nullable().describe('how it governs its engine processes: `cgroup v2`, `cgroup v1`, `process groups`, `job objects` or `portable`; null: the agent did not say'),
   engineUser: z.string().nullable().describe('who its engine processes run as, in words (`nobody`; `root: nobody cannot read …`); null: the agent did not say'),
