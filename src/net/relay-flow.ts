@@ -52,19 +52,25 @@ export class SendWindow {
   }
 }
 
-/** What a receiver has been sent and not yet credited: a sender past the window is not keeping to the protocol. */
+/**
+ * What a receiver has been sent and not yet credited, and where the next piece must start: a sender past the window
+ * is not keeping to the protocol, and a piece that does not start where the last ended means one was lost.
+ */
 export class ReceiveWindow {
   readonly #windowBytes: number;
   #outstanding = 0;
+  #total = 0;
 
   constructor(windowBytes: number) {
     this.#windowBytes = windowBytes;
   }
 
-  /** Count `bytes` received; false when they take the sender past the window it was given. */
-  received(bytes: number): boolean {
+  /** Count a piece of `bytes` that starts at `at`; why it breaks the protocol, or null when it is in order and in the window. */
+  received(bytes: number, at: number): string | null {
+    if (at !== this.#total) return `a piece was lost on the link (the next one started at byte ${at}, not ${this.#total})`;
+    this.#total += bytes;
     this.#outstanding += bytes;
-    return this.#outstanding <= this.#windowBytes;
+    return this.#outstanding <= this.#windowBytes ? null : `more than the relay's window (${this.#windowBytes} bytes) came ahead of credit`;
   }
 
   /** `bytes` were handed on: they are to be credited back. */

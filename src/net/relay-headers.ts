@@ -83,3 +83,18 @@ export function onlyHeaders(headers: RelayHeaders, rule: 'request' | 'socket' | 
   const record = headerRecord(headers);
   return rule === 'request' ? requestHeaders(record) : rule === 'socket' ? socketHeaders(record) : answerHeaders(record);
 }
+
+/**
+ * The headers, in order, for as long as they fit `limit` characters (names, values and a little for the JSON around
+ * each): a relay's head must fit one frame of the link, whose size the relay's chunk size stands for.
+ */
+export function headersWithin(headers: RelayHeaders, limit: number): RelayHeaders {
+  const kept: [string, string][] = [];
+  let size = 0;
+  for (const [name, value] of headers) {
+    size += name.length + value.length + 8;
+    if (size > limit) break;
+    kept.push([name, value]);
+  }
+  return kept;
+}

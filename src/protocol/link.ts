@@ -225,6 +225,12 @@ const RelayData = z.object({
   type: z.literal('relay-data'),
   relayId: RelayId,
   data: z.string().max(base64Chars(LINK_LIMITS.relayChunkBytes)),
+  /**
+   * Where the piece starts in the relay's bytes this way (its body, or its WebSocket messages one after another): a
+   * receiver that finds a piece missing before it (a message the link's budget dropped) fails the relay rather than
+   * hand on bytes with a hole.
+   */
+  at: z.int().min(0),
   end: z.boolean().optional(),
   binary: z.boolean().optional(),
   fin: z.boolean().optional(),

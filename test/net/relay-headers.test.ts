@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { answerHeaders, headerRecord, onlyHeaders, requestHeaders, socketHeaders } from '../../src/net/relay-headers.js';
+import { answerHeaders, headerRecord, headersWithin, onlyHeaders, requestHeaders, socketHeaders } from '../../src/net/relay-headers.js';
 
 describe('the headers a relay carries', () => {
   it('a client\'s request: what describes its body and what it accepts, never its grant, cookies, host or origin', () => {
@@ -23,5 +23,9 @@ describe('the headers a relay carries', () => {
     expect(headerRecord([['accept', 'a'], ['accept', 'b'], ['range', 'r']])).toEqual({ accept: ['a', 'b'], range: 'r' });
     expect(onlyHeaders([['authorization', 'Bearer x'], ['accept', 'a']], 'request')).toEqual([['accept', 'a']]);
     expect(onlyHeaders([['set-cookie', 'a=1'], ['etag', '"1"']], 'answer')).toEqual([['etag', '"1"']]);
+  });
+
+  it('a head keeps its headers in order for as long as they fit a frame', () => {
+    expect(headersWithin([['a', 'x'.repeat(10)], ['b', 'y'.repeat(10)], ['c', 'z']], 40)).toEqual([['a', 'x'.repeat(10)], ['b', 'y'.repeat(10)]]);
   });
 });

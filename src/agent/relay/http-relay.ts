@@ -43,7 +43,7 @@ export class HttpRelay extends RelayEnd {
   data(message: RelayDataMessage): void {
     if (this.ended) return;
     const piece = Buffer.from(message.data, 'base64');
-    if (!this.received(piece.length)) return;
+    if (!this.received(piece.length, message.at)) return;
     if (this.#outgoing) this.#write(piece, message.end === true);
     else this.#early.push({ piece, end: message.end === true });
   }

@@ -1,5 +1,6 @@
 import type { AgentMessage, ErrorCode, OrchestratorMessage } from '../../protocol/index.js';
 import { ReceiveWindow, SendWindow } from '../../net/relay-flow.js';
+import { headersWithin } from '../../net/relay-headers.js';
 
 export type RelayOpen = Extract<OrchestratorMessage, { type: 'relay-open' }>;
 export type RelayDataMessage = Extract<OrchestratorMessage, { type: 'relay-data' }>;
@@ -19,6 +20,8 @@ export abstract class RelayEnd {
   /** What the orchestrator sent and this end has not yet handed to ComfyUI. */
   readonly #received: ReceiveWindow;
   readonly #send: (message: AgentMessage) => void;
+  /** Bytes sent so far: where the next piece starts. */
+  #sent = 0;
   #ended = false;
   readonly #onEnd: (() => void)[] = [];
 
@@ -61,12 +64,13 @@ export abstract class RelayEnd {
   }
 
   /**
-   * Count bytes the orchestrator sent; false (and the relay failed) when it sent more than the window allowed — it
-   * does not keep to the protocol, and nothing more of it is taken.
+   * Count a piece the orchestrator sent; false (and the relay failed) when it came past the window, or after a piece
+   * that never arrived: nothing more of the relay is taken.
    */
-  protected received(bytes: number): boolean {
-    if (this.#received.received(bytes)) return true;
-    this.fail('RELAY_FAILED', `the orchestrator sent more than the relay's window (${bytes} bytes past its credit)`);
+  protected received(bytes: number, at: number): boolean {
+    const broken = this.#received.received(bytes, at);
+    if (broken === null) return true;
+    this.fail('RELAY_FAILED', `from the orchestrator: ${broken}`);
     return false;
   }
 
@@ -77,12 +81,15 @@ export abstract class RelayEnd {
     this.#send({ type: 'relay-credit', relayId: this.id, bytes });
   }
 
+  /** The answer's head; its headers cut to what fits one piece (so the message fits the link's frame limit, as a piece does). */
   protected sendHead(status: number, headers: [string, string][]): void {
-    if (!this.#ended) this.#send({ type: 'relay-head', relayId: this.id, status, headers });
+    if (!this.#ended) this.#send({ type: 'relay-head', relayId: this.id, status, headers: headersWithin(headers, this.chunkBytes) });
   }
 
   protected sendData(piece: Buffer, flags: { end?: boolean; binary?: boolean; fin?: boolean } = {}): void {
-    if (!this.#ended) this.#send({ type: 'relay-data', relayId: this.id, data: piece.toString('base64'), ...flags });
+    if (this.#ended) return;
+    this.#send({ type: 'relay-data', relayId: this.id, data: piece.toString('base64'), at: this.#sent, ...flags });
+    this.#sent += piece.length;
   }
 
   /** ComfyUI ended its side: the orchestrator hears of it, with a WebSocket's close code and reason. */

@@ -58,7 +58,7 @@ export class SocketRelay extends RelayEnd {
 
   data(message: RelayDataMessage): void {
     if (this.ended) return;
-    if (!this.received(Buffer.byteLength(message.data, 'base64'))) return;
+    if (!this.received(Buffer.byteLength(message.data, 'base64'), message.at)) return;
     if (this.#opened) this.#toComfy(message);
     else this.#early.push(message);
   }

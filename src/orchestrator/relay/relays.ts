@@ -71,6 +71,8 @@ export class Relay {
   readonly #received: ReceiveWindow;
   readonly #onEnd: () => void;
   #ended = false;
+  /** Bytes sent to the agent so far: where the next piece starts. */
+  #sent = 0;
   #movedAt: number;
   #idle: Timer | null = null;
 
@@ -117,7 +119,8 @@ export class Relay {
     if (this.#ended) throw new RelayClosed('the relay is closed');
     this.#moved();
     this.#deps.metrics.moved('to-comfyui', piece.length);
-    this.target.session.send({ type: 'relay-data', relayId: this.id, data: piece.toString('base64'), ...flags });
+    this.target.session.send({ type: 'relay-data', relayId: this.id, data: piece.toString('base64'), at: this.#sent, ...flags });
+    this.#sent += piece.length;
   }
 
   /** The client's side is done with the relay: the agent is told, with a WebSocket's close code and reason. */
@@ -145,9 +148,8 @@ export class Relay {
         return this.#window.credit(message.bytes);
       case 'relay-data': {
         const piece = Buffer.from(message.data, 'base64');
-        if (!this.#received.received(piece.length)) {
-          return this.fail(this.#error('RELAY_FAILED', `the agent sent more than the relay's window (${this.#deps.windowBytes} bytes) ahead of credit`));
-        }
+        const broken = this.#received.received(piece.length, message.at);
+        if (broken !== null) return this.fail(this.#error('RELAY_FAILED', `from the agent: ${broken}`));
         this.#deps.metrics.moved('from-comfyui', piece.length);
         const { end, binary, fin } = message;
         return this.#listener.data(piece, { ...(end ? { end } : {}), ...(binary ? { binary } : {}), ...(fin === false ? { fin } : {}) }, () => {

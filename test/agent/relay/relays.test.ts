@@ -73,8 +73,8 @@ describe('the agent\'s pass-through relays', () => {
     const { relays, sent, held } = agentRelays({ comfy: { url, passthrough: true } });
     relays.open(open('r1', manifest('comfy'), true));
     expect(relays.holds('comfy')).toBe(true);
-    relays.receive({ type: 'relay-data', relayId: 'r1', data: Buffer.from('hello ').toString('base64') });
-    relays.receive({ type: 'relay-data', relayId: 'r1', data: Buffer.from('comfy').toString('base64'), end: true });
+    relays.receive({ type: 'relay-data', relayId: 'r1', data: Buffer.from('hello ').toString('base64'), at: 0 });
+    relays.receive({ type: 'relay-data', relayId: 'r1', data: Buffer.from('comfy').toString('base64'), at: 6, end: true });
     await waitFor(() => sent.some((message) => message.type === 'relay-data' && message.end), { what: 'the answer' });
     expect(seen.at(-1)!.body).toBe('hello comfy');
     expect(seen.at(-1)!.headers.authorization).toBeUndefined();

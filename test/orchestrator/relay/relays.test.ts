@@ -45,17 +45,25 @@ describe('the orchestrator\'s relays', () => {
     const relay = relays.open({ session, manifest: MANIFEST }, request, listener);
     expect(sent[0]).toMatchObject({ type: 'relay-open', relayId: relay.id, model: { name: 'comfy' }, chunkBytes: 4, windowBytes: 8, request });
     relays.receive(session, { type: 'relay-head', relayId: relay.id, status: 200, headers: [] });
-    relays.receive(session, { type: 'relay-data', relayId: relay.id, data: Buffer.from('abcd').toString('base64') });
+    relays.receive(session, { type: 'relay-data', relayId: relay.id, data: Buffer.from('abcd').toString('base64'), at: 0 });
     expect(listener.heads).toEqual([200]);
     expect(listener.pieces).toEqual(['abcd']);
     expect(sent.at(-1)).toEqual({ type: 'relay-credit', relayId: relay.id, bytes: 4 });
 
     const slow: RelayListener = { head: () => {}, data: () => {}, ended: listener.ended };
     const second = relays.open({ session, manifest: MANIFEST }, request, slow);
-    for (let i = 0; i < 3; i++) relays.receive(session, { type: 'relay-data', relayId: second.id, data: Buffer.from('abcd').toString('base64') });
+    for (let i = 0; i < 3; i++) relays.receive(session, { type: 'relay-data', relayId: second.id, data: Buffer.from('abcd').toString('base64'), at: i * 4 });
     expect(second.ended).toBe(true);
     expect(listener.endings.at(-1)?.error).toMatchObject({ code: 'RELAY_FAILED', message: expect.stringContaining('window') });
     expect(sent.at(-1)).toEqual({ type: 'relay-close', relayId: second.id });
+
+    // A piece that does not start where the last ended: one was lost on the link (its message budget dropped it).
+    const third = relays.open({ session, manifest: MANIFEST }, request, recorder());
+    const ended: RelayEnding[] = [];
+    const gap = relays.open({ session, manifest: MANIFEST }, request, { ...recorder(), ended: (ending) => ended.push(ending) });
+    relays.receive(session, { type: 'relay-data', relayId: gap.id, data: Buffer.from('ab').toString('base64'), at: 2 });
+    expect(ended[0]?.error?.message).toContain('lost');
+    expect(third.ended).toBe(false);
   });
 
   it('an agent\'s refusal reaches the client as its code; any other failure is RELAY_FAILED; ComfyUI\'s close keeps its code', () => {
