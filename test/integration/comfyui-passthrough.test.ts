@@ -265,6 +265,21 @@ describe('what the pass-through refuses', () => {
   });
 });
 
+describe('when the client goes', () => {
+  it('a client that hangs up before ComfyUI answers ends its relay: nothing is left open', async () => {
+    const admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
+    const open = async (): Promise<string | undefined> => /gpumesh_passthrough_relays_open\{host="studio",kind="http"\} (\d+)/.exec(
+      await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${admin}` } })).text())?.[1];
+    const controller = new AbortController();
+    const slow = fetch(`${url}/comfyui/studio/comfy/api/standin-tools/slow?ms=4000`, { headers: { authorization: `Bearer ${client}` }, signal: controller.signal }).catch((error: unknown) => error);
+    await waitFor(async () => (await open()) === '1', { what: 'the relay to open' });
+    controller.abort();
+    expect(await slow).toBeInstanceOf(Error);
+    await waitFor(async () => (await open()) === '0', { what: 'the relay to end' });
+    expect((await fetch(`${url}/healthz`)).status).toBe(200);
+  });
+});
+
 describe('when the host goes', () => {
   it('an agent killed mid-relay: the request in flight gets 502, the WebSocket 1011, the orchestrator stays up and says the host is offline', async () => {
     const base = '/comfyui/studio/comfy';

@@ -27,8 +27,11 @@ export async function relayHttp(relays: Relays, target: RelayTarget, path: strin
   const pipe = new HttpPipe(reply);
   const relay = relays.open(target, { kind: 'http', method: request.method, path, headers: requestHeaders(request.raw.headers), body: hasBody(request) }, pipe);
   pipe.relay = relay;
-  // The client hung up: ComfyUI's request is cut off.
-  reply.raw.on('close', () => relay.close('client-gone'));
+  // The client hung up: ComfyUI's request is cut off, and nothing waits for its answer any more.
+  reply.raw.on('close', () => {
+    relay.close('client-gone');
+    pipe.gone();
+  });
   if (hasBody(request)) void sendBody(request, relay);
   await pipe.answered;
 }
@@ -76,14 +79,21 @@ class HttpPipe implements RelayListener {
     }
   }
 
+  /** The client went before ComfyUI answered. */
+  gone(): void {
+    if (!this.#headed) this.#settle(this.#failure('the client went before ComfyUI answered'));
+  }
+
   ended(ending: RelayEnding): void {
     if (!this.#headed) {
-      this.#settle(ending.error ?? new MeshError('RELAY_FAILED', {
-        host: this.relay?.host ?? '?', model: this.relay?.model ?? '?', detail: 'ComfyUI ended the exchange before it answered',
-      }));
+      this.#settle(ending.error ?? this.#failure('ComfyUI ended the exchange before it answered'));
       return;
     }
     // The answer had begun: cut it short, so the client sees it incomplete rather than whole.
     if (!this.#reply.raw.writableEnded) this.#reply.raw.destroy();
+  }
+
+  #failure(detail: string): MeshError {
+    return new MeshError('RELAY_FAILED', { host: this.relay?.host ?? '?', model: this.relay?.model ?? '?', detail });
   }
 }

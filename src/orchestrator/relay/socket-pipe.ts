@@ -17,8 +17,8 @@ export interface SocketLiveness {
 const RELAY_FAILED_CLOSE = 1011;
 
 /**
- * A client's WebSocket relayed to the target's ComfyUI (`/ws?clientId=…`). `open` asks the agent for ComfyUI's socket
- * and resolves once it is open — before the client's upgrade is answered, so a host that cannot serve it is an HTTP
+ * A client's WebSocket relayed to the target's ComfyUI (`/ws?clientId=…`). `start` asks the agent for ComfyUI's socket,
+ * and `opened` resolves once it is open — before the client's upgrade is answered, so a host that cannot serve it is an HTTP
  * error the client can read (404, 502, 503), not a socket that opens and dies. `attach` then joins the client's
  * socket: ComfyUI's messages (JSON text, binary previews) reach it byte for byte and in order, its own reach ComfyUI,
  * both ways as the relay's window allows. Either side's close ends the relay; a relay that fails closes the client's
@@ -44,11 +44,13 @@ export class SocketPipe implements RelayListener {
     this.#relay = relays.open(target, { kind: 'ws', path, headers: socketHeaders(headers) }, this);
   }
 
-  /** Ask for ComfyUI's socket; resolves once it is open, rejects with why it could not be (a MeshError). */
-  static async open(relays: Relays, target: RelayTarget, path: string, headers: IncomingHeaders, liveness: SocketLiveness): Promise<SocketPipe> {
-    const pipe = new SocketPipe(relays, target, path, headers, liveness);
-    await pipe.#open;
-    return pipe;
+  /** Ask for ComfyUI's socket: `opened` resolves once it is open, or rejects with why it could not be (a MeshError). */
+  static start(relays: Relays, target: RelayTarget, path: string, headers: IncomingHeaders, liveness: SocketLiveness): SocketPipe {
+    return new SocketPipe(relays, target, path, headers, liveness);
+  }
+
+  get opened(): Promise<void> {
+    return this.#open;
   }
 
   /** The client's upgrade was answered: join its socket to the relay. */
@@ -80,9 +82,10 @@ export class SocketPipe implements RelayListener {
     if (this.#endedEarly) this.#closeClient(this.#endedEarly);
   }
 
-  /** The client's upgrade will not happen (it went before the answer): the relay ends. */
+  /** The client's upgrade will not happen (it went before the answer): the relay ends, and nothing waits for it to open. */
   abandon(): void {
     this.#relay.close('client-gone', 1001, 'the client went before its upgrade');
+    this.#opened(new MeshError('RELAY_FAILED', { host: this.#relay.host, model: this.#relay.model, detail: 'the client went before its WebSocket opened' }));
   }
 
   head(status: number, _headers: RelayHeaders): void {

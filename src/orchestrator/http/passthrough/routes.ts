@@ -105,12 +105,20 @@ export function passthroughRoutes(app: FastifyInstance, deps: PassthroughRouteDe
       preHandler: async (request) => {
         if (!isUpgrade(request) || probes.has(request)) return;
         const { host, model } = request.params as Params;
-        const pipe = await SocketPipe.open(relays, targetOf(deps, host, model), relayedPath(request), request.headers, { clock, idleMs: relayIdleMs });
+        const pipe = SocketPipe.start(relays, targetOf(deps, host, model), relayedPath(request), request.headers, { clock, idleMs: relayIdleMs });
         pipes.set(request, pipe);
-        // The client may go before its upgrade is answered: the relay ends with it.
-        request.raw.socket.once('close', () => {
+        // The client may go before its upgrade is answered (while ComfyUI's socket opens, too): the relay ends with it.
+        const socket = request.raw.socket;
+        if (socket.destroyed) pipe.abandon();
+        else socket.once('close', () => {
           if (pipes.get(request) === pipe) pipe.abandon();
         });
+        try {
+          await pipe.opened;
+        } catch (error) {
+          pipes.delete(request);
+          throw error;
+        }
       },
       handler: relay,
       wsHandler: (socket, request) => {
