@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { WorkflowInput } from './workflows.js';
 
 /**
  * A job's states. `waiting`: it takes another job's output (a reference, `{ fromJob, output }`) and waits for that job
@@ -61,6 +62,26 @@ export type JobReference = z.infer<typeof JobReference>;
 export const INPUT_IMAGE_FIELDS = ['image', 'mask'] as const;
 export type InputImageField = (typeof INPUT_IMAGE_FIELDS)[number];
 
+/**
+ * Every picture an input names by digest, with the field that names it: `image` and `mask`, and a workflow's
+ * `pictures` by their names in it (`pictures.photo.png`). Values that are not digests (another job's output by
+ * reference, a malformed field) are left to the input's schema.
+ */
+export function picturesIn(input: unknown): { field: string; digest: string }[] {
+  if (input === null || typeof input !== 'object') return [];
+  const record = input as Record<string, unknown>;
+  const found: { field: string; digest: string }[] = [];
+  for (const field of INPUT_IMAGE_FIELDS) {
+    const digest = record[field];
+    if (typeof digest === 'string') found.push({ field, digest });
+  }
+  const pictures = record.pictures;
+  if (pictures !== null && typeof pictures === 'object' && !Array.isArray(pictures)) {
+    for (const [name, digest] of Object.entries(pictures)) if (typeof digest === 'string') found.push({ field: `pictures.${name}`, digest });
+  }
+  return found;
+}
+
 export const ImageInput = z.strictObject({
   prompt: z.string().trim().min(1, 'prompt must not be empty').max(LIMITS.promptChars),
   seed: z.int().min(0).max(0xffffffff).optional(),
@@ -122,6 +143,8 @@ export const INPUT_SCHEMAS = {
   video: VideoInput,
   tensor: TensorInput,
   ocr: OcrInput,
+  /** A whole ComfyUI workflow (protocol/workflows.ts), for models whose host's owner opted in (`acceptWorkflows`). */
+  workflow: WorkflowInput,
 } as const;
 
 export const SubmitJobBody = z.strictObject({

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
-import type { Device, ModelManifest } from '../../../protocol/index.js';
+import type { Device, ModelManifest, NodeCatalogue } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../../core/engine.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
@@ -10,6 +10,7 @@ import { ComfyBatch } from './batch.js';
 import { ComfyClient, type SystemStats } from './client.js';
 import { ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
 import { resolveWorkflow, type ResolvedWorkflow } from './workflow.js';
+import { fetchCatalogue } from './catalogue.js';
 
 const MiB = 1024 * 1024;
 
@@ -54,11 +55,24 @@ export class ComfyUiEngine extends ServerEngine {
       return new ComfyModel({ manifest, device, memoryMB, endpoint, client, workflow, settings, log, clock: this.clock });
     });
   }
+
+  /**
+   * A model its host declares to run clients' workflows (`acceptWorkflows`), not loaded: what its server offers, read
+   * from a server the owner runs (`url`); null for one the agent starts (not running until the model loads).
+   */
+  async describe(settings: Readonly<Record<string, unknown>>): Promise<NodeCatalogue | null | undefined> {
+    const parsed = ComfyUiSettings.safeParse(settings);
+    if (!parsed.success || !parsed.data.acceptWorkflows) return undefined;
+    if (parsed.data.url === undefined) return null;
+    const client = new ComfyClient({ server: { url: parsed.data.url.replace(/\/+$/, '') }, model: '(catalogue)', timeoutMs: parsed.data.requestTimeoutMs, clock: this.clock });
+    return fetchCatalogue(client, this.log.child({ engine: this.name }));
+  }
 }
 
 interface ComfyModelOptions extends ServerModelOptions {
   client: ComfyClient;
-  workflow: ResolvedWorkflow;
+  /** The model's own workflow; null: it runs only clients' (`acceptWorkflows`). */
+  workflow: ResolvedWorkflow | null;
   settings: ComfyUiSettings;
   log: Logger;
   clock: Clock;
@@ -76,6 +90,12 @@ class ComfyModel extends ServerModel {
   protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): ComfyBatch {
     const { client, workflow, settings, log, clock } = this.#options;
     return new ComfyBatch({ model: this.manifest.name, client, workflow, settings, log, clock }, jobs, onProgress);
+  }
+
+  /** What the server offers clients' workflows now; absent for a model that runs none. */
+  get catalogue(): (() => Promise<NodeCatalogue | null>) | undefined {
+    const { settings, client, log } = this.#options;
+    return settings.acceptWorkflows ? () => fetchCatalogue(client, log) : undefined;
   }
 
   protected override async release(): Promise<void> {
