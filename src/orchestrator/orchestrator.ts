@@ -29,7 +29,7 @@ import { openBlobStore } from './blobs/open-blob-store.js';
 import { unknownEngines } from './config/declared-models.js';
 import { ModelCoverage } from './status/model-coverage.js';
 import { removeListenFile, writeListenFile } from '../protocol/listen-file.js';
-import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
+import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook, WorkflowFit } from './routing/index.js';
 import { announceBreakers } from './metrics/announce-breakers.js';
 import { RoutingFeedback } from './jobs/routing-feedback.js';
 import { Admission, LineageCaps, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from './scheduler/index.js';
@@ -308,11 +308,13 @@ export class Orchestrator {
       },
     });
     states.onTerminal((job) => webhooks.jobEnded(job));
+    // Workflow jobs go only to hosts whose ComfyUI has what they name; one no connected host can run is refused at submit.
+    const workflowFit = new WorkflowFit(hosts);
     const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, sources, metrics, memory, pictures,
       // Looked into only while some host is out of its hours: every other job pays one pass over the hosts, no more.
       hours: (registered, classes, allowed, deadlineAt) => (anyOutOfHours(hosts)
         ? refuseBeyondHours(router.candidates(registered, classes).filter((host) => !allowed || allowed.includes(host.id)), deadlineAt) : null),
-      classes: new ClassAvailability(hosts), blobs: visibility, caps, audit, webhooks });
+      classes: new ClassAvailability(hosts), workflows: workflowFit, blobs: visibility, caps, audit, webhooks });
     const cancels = new ClientCancel({ reads, cancellation, states });
     const pipelines = new Pipelines({ store, clock, admission: jobAdmission, reads, cancellation });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
@@ -380,6 +382,7 @@ export class Orchestrator {
       freeSpace,
       linkFrameBytes: linkFrameLimit(config.agents),
       uploadLimitBytes: config.server.uploadLimitBytes,
+      hosts, workflowFit, workflowRouting: { classes: config.routing.workflow, defaultModel: config.defaultModels.workflow },
     }, log, VERSION, tls);
 
     // Before recovery: a job it ends (or one that ended before the stop) must find its callback armed.

@@ -29,12 +29,13 @@ import { outputRoutes } from './http/outputs.js';
 import { pageRoutes } from './http/pages.js';
 import { oipRoutes } from './http/oip/routes.js';
 import { openAiRoutes } from './http/openai/routes.js';
+import { comfyUiRoutes, type ComfyUiRouteDeps } from './http/comfyui/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
 
 /** The services the routes use; each route module takes only its own share. */
 export interface ServerParts
   extends JobRouteDeps, BlobRouteDeps, MeshRouteDeps, HostRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'>,
-  Pick<WebhookRouteDeps, 'webhooks'>, Pick<PipelineRouteDeps, 'pipelines'> {
+  Pick<WebhookRouteDeps, 'webhooks'>, Pick<PipelineRouteDeps, 'pipelines'>, Pick<ComfyUiRouteDeps, 'hosts' | 'workflowFit' | 'workflowRouting'> {
   /** The folder of the gallery page and the mesh view (web/). */
   webRoot: string;
   bodyLimitBytes: number;
@@ -97,6 +98,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   modelRoutes(app, parts);
   oipRoutes(app, { ...parts, version });
   openAiRoutes(app, parts);
+  comfyUiRoutes(app, { ...parts, version });
   agentRoutes(app, parts);
   hostRoutes(app, parts);
   galleryRoutes(app, parts);

@@ -14,6 +14,8 @@ export const NEW_WORK_ROUTES: ReadonlySet<string> = new Set([
   'POST /v2/models/:model/infer', 'POST /v2/models/:model/versions/:version/infer',
   'POST /openai/v1/images/generations', 'POST /openai/v1/images/edits',
   'POST /v1/models',
+  // The ComfyUI-compatible door, at the root and under /api (http/comfyui/routes.ts).
+  ...['', '/api'].flatMap((prefix) => [`POST ${prefix}/prompt`, `POST ${prefix}/upload/image`, `POST ${prefix}/upload/mask`]),
 ]);
 
 /**

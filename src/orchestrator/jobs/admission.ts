@@ -22,7 +22,8 @@ import type { PipelinePlan } from './pipeline-plan.js';
 import type { JobSources } from './sources.js';
 import type { JobStates } from './states.js';
 
-const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+/** How long an idempotency key names its job (per grant lineage). */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 export const DEFAULT_ALBUM = 'default';
 
 export interface JobAdmissionDeps {
@@ -47,6 +48,8 @@ export interface JobAdmissionDeps {
   hours?(model: RegisteredModel, classes: readonly string[], hosts: readonly string[] | null, deadlineAt: number | null): string | null;
   /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
   classes?: { admit(type: string, classes: readonly string[]): void };
+  /** Refuses a workflow no connected host can run: none takes workflows, or each lacks what it names (routing/workflow-fit.ts). */
+  workflows?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
   /** Whether the grant may read a picture a job names (one it may not is refused as if it did not exist). */
   blobs: Pick<BlobVisibility, 'assertVisible'>;
   /** The caps of grant lineages (queued jobs, device-seconds per day); none: caps are not enforced (role tests). */
@@ -515,6 +518,7 @@ export class JobAdmission {
       if (job) return { ...vetted, repeat: job };
     }
     this.#deps.classes?.admit(body.type, classes);
+    this.#deps.workflows?.admit(model, input, classes);
     this.#deps.memory?.admit(model, input, classes);
     const waitsFor = this.#deps.hours?.(model, classes, grant.hosts, body.timeoutMs === undefined ? null : this.#deps.clock.now() + body.timeoutMs) ?? null;
     return { ...vetted, waitsFor };
