@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { stringify } from 'yaml';
@@ -15,7 +16,9 @@ import { gpumesh, type Proc } from '../helpers/processes.js';
  * which answers as a real ComfyUI 0.3.x does, ../shared/ENGINES.md) whose owner lets the mesh run clients' workflows
  * there (`acceptWorkflows`). Clients are written as their projects write them: ComfyUI's own
  * script_examples/websockets_api_example.py (in Node, with the `ws` package), SillyTavern's and Open WebUI's ComfyUI
- * flows (../shared/ENGINES.md, "Clients of the front doors").
+ * flows (../shared/ENGINES.md, "Clients of the front doors") — none sends credentials: the owner opened the door to a
+ * loopback address (127.0.0.2, which these clients connect from), so their requests act as the door's narrowed grant,
+ * and a request without credentials from anywhere else (127.0.0.1) is refused.
  */
 let comfyA: StandIn;
 let comfyB: StandIn;
@@ -47,8 +50,8 @@ function workflow(text: string, seed: number, steps = 6, checkpoint = 'standin-v
   return prompt;
 }
 
-/** Credentials as the door's clients send them: a grant (Bearer) by default. */
-let headers: Record<string, string> = {};
+/** Where the door's clients connect from: a loopback address the owner opened the door to. */
+const CLIENT_ADDRESS = '127.0.0.2';
 
 beforeAll(async () => {
   [comfyA, comfyB] = await Promise.all([
@@ -60,13 +63,13 @@ beforeAll(async () => {
   mesh = await startMesh({
     data,
     config: {
+      doors: { comfyui: { openTo: [`${CLIENT_ADDRESS}/32`], caveats: ['types workflow'] } },
       models: {
         // One model for every ComfyUI in the house: each host's owner says where its ComfyUI is, and that it takes workflows.
         comfy: { engine: 'comfyui', types: ['workflow'], memoryMB: 64, minReplicas: 2, settings: { url: comfyA.url, ...owned } },
       },
     },
   });
-  headers = { authorization: `Bearer ${mesh.admin}` };
   const { token } = await mesh.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'second', classes: ['image'] });
   const dir = join(data, 'agents', 'second');
   mkdirSync(dir, { recursive: true });
@@ -74,7 +77,7 @@ beforeAll(async () => {
   second = gpumesh(['agent', '--join', mesh.url, '--grant', token, '--data', dir, '--cpu-budget', '2048']);
   // Both hosts said what their ComfyUIs offer: each one's own checkpoint is in the door's catalogue.
   await waitFor(async () => {
-    const info = await (await fetch(`${mesh.url}/object_info/CheckpointLoaderSimple`, { headers })).json() as any;
+    const info = await (await door('/object_info/CheckpointLoaderSimple')).json() as any;
     const choices: string[] = info.CheckpointLoaderSimple?.input.required.ckpt_name[0] ?? [];
     return choices.includes('only-a.safetensors') && choices.includes('only-b.safetensors');
   }, { timeoutMs: 60_000, what: 'both hosts\' catalogues' });
@@ -87,13 +90,31 @@ afterAll(async () => {
   removeDir(data);
 });
 
-/** `fetch` against the mesh, with the door's credentials unless told otherwise. */
-const door = (path: string, init: RequestInit = {}): Promise<Response> =>
-  fetch(`${mesh.url}${path}`, { ...init, headers: { ...headers, ...(init.headers as Record<string, string> | undefined) } });
+/**
+ * A request to the mesh as the door's clients make it, without credentials, from CLIENT_ADDRESS (Node's fetch cannot
+ * choose its source address; its Request still encodes the body — a string as text/plain, a FormData as multipart —
+ * as fetch would send it).
+ */
+async function door(path: string, init: RequestInit = {}): Promise<Response> {
+  const encoded = new Request(`${mesh.url}${path}`, init);
+  const body = init.body === undefined ? null : Buffer.from(await encoded.arrayBuffer());
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(encoded.url, { method: encoded.method, headers: Object.fromEntries(encoded.headers), localAddress: CLIENT_ADDRESS }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () => resolve(new Response(response.statusCode === 204 ? null : Buffer.concat(chunks), {
+        status: response.statusCode!, headers: Object.entries(response.headers).flatMap(([name, value]) => [value ?? []].flat().map((item) => [name, item] as [string, string])),
+      })));
+      response.on('error', reject);
+    });
+    request.on('error', reject);
+    request.end(body);
+  });
+}
 
-/** A client's WebSocket, every message kept: JSON ones parsed, binary ones as they came. */
-async function openSocket(clientId: string, extra: Record<string, string> = headers): Promise<{ socket: WebSocket; messages: any[]; frames: Buffer[]; until(check: (message: any) => boolean): Promise<void> }> {
-  const socket = new WebSocket(`${mesh.url.replace('http', 'ws')}/ws?clientId=${clientId}`, { headers: extra });
+/** A client's WebSocket (from CLIENT_ADDRESS, without credentials), every message kept: JSON ones parsed, binary ones as they came. */
+async function openSocket(clientId: string): Promise<{ socket: WebSocket; messages: any[]; frames: Buffer[]; until(check: (message: any) => boolean): Promise<void> }> {
+  const socket = new WebSocket(`${mesh.url.replace('http', 'ws')}/ws?clientId=${clientId}`, { localAddress: CLIENT_ADDRESS });
   const messages: any[] = [];
   const frames: Buffer[] = [];
   const waiters: (() => void)[] = [];
@@ -279,14 +300,24 @@ describe('clients as they are', () => {
 });
 
 describe('credentials', () => {
-  it('a grant that may not submit workflows gets 403; no credentials get 401; both in ComfyUI\'s shape', async () => {
+  const body = JSON.stringify({ prompt: workflow('not mine to ask', 1) });
+
+  it('a grant that may not submit workflows gets 403, in ComfyUI\'s shape, as Bearer or as HTTP Basic\'s password; one that may gets in', async () => {
     const { token } = await mesh.client().request<{ token: string }>('POST', '/v1/grants', { kind: 'client', types: ['image'] });
-    const body = JSON.stringify({ prompt: workflow('not mine to ask', 1) });
-    const refused = await fetch(`${mesh.url}/prompt`, { method: 'POST', body, headers: { authorization: `Bearer ${token}` } });
-    expect(refused.status).toBe(403);
-    expect(((await refused.json()) as any).error).toMatchObject({ type: 'grant_denied', extra_info: { code: 'GRANT_DENIED' } });
+    for (const authorization of [`Bearer ${token}`, `Basic ${Buffer.from(`user:${token}`).toString('base64')}`]) {
+      const refused = await fetch(`${mesh.url}/prompt`, { method: 'POST', body, headers: { authorization } });
+      expect(refused.status).toBe(403);
+      expect(((await refused.json()) as any).error).toMatchObject({ type: 'grant_denied', extra_info: { code: 'GRANT_DENIED' } });
+    }
+    // A grant that may, from where the door is not open: its own credentials carry it.
+    const allowed = await fetch(`${mesh.url}/prompt`, { method: 'POST', body, headers: { authorization: `Bearer ${mesh.admin}` } });
+    expect(allowed.status).toBe(200);
+  });
+
+  it('no credentials from a network the door is not open to: 401 with a Basic challenge, in ComfyUI\'s shape; the socket too', async () => {
     const anonymous = await fetch(`${mesh.url}/prompt`, { method: 'POST', body });
     expect(anonymous.status).toBe(401);
+    expect(anonymous.headers.get('www-authenticate')).toMatch(/^Basic /);
     expect(((await anonymous.json()) as any).error.type).toBe('grant_missing');
     const socket = new WebSocket(`${mesh.url.replace('http', 'ws')}/ws?clientId=x`);
     const status = await new Promise<number>((resolve) => socket.on('unexpected-response', (_request, response) => resolve(response.statusCode!)));

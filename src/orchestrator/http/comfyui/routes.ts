@@ -81,8 +81,12 @@ export function comfyUiRoutes(app: FastifyInstance, deps: ComfyUiRouteDeps): voi
 
 async function doorRoutes(scope: FastifyInstance, deps: ComfyDoorDeps, hide: boolean): Promise<void> {
   const { auth } = deps;
-  /** The grant check of a door route, before its body is read. */
-  const guard = (action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>): onRequestHookHandler => auth.require(action, describe);
+  /**
+   * The grant check of a door route, before its body is read: a grant as Bearer or as HTTP Basic's password, or — for
+   * a request without credentials from a network the owner opened the door to (mesh.yaml `doors.comfyui`) — the
+   * door's own narrowed grant. The WebSocket's is checked before the upgrade.
+   */
+  const guard = (action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>): onRequestHookHandler => auth.requireAtDoor('comfyui', action, describe);
   installComfyErrors(scope);
   // ComfyUI reads a body as JSON whatever its type says: SillyTavern sends text/plain, urllib form-encoded.
   scope.removeAllContentTypeParsers();
