@@ -61,6 +61,21 @@ const simpleInfer = JSON.stringify({ inputs: ['INPUT0', 'INPUT1'].map((name) => 
 const tinyImage = JSON.stringify({ type: 'image', input: { prompt: 'authz probe', width: 8, height: 8, steps: 1 } });
 const uploadBytes = new TextEncoder().encode('an output, uploaded by whoever may');
 const uploadDigest = `sha256:${createHash('sha256').update(uploadBytes).digest('hex')}`;
+/** A 1 × 1 PNG, for the ComfyUI door's uploads. */
+const DOT = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
+/** A ComfyUI upload's multipart body, as a browser's FormData would send it. */
+async function comfyUpload(path: string): Promise<Target> {
+  const form = new FormData();
+  form.append('image', new Blob([DOT], { type: 'image/png' }), 'dot.png');
+  const encoded = new Request('http://authz.invalid/', { method: 'POST', body: form });
+  return { path, body: new Uint8Array(await encoded.arrayBuffer()), contentType: encoded.headers.get('content-type')! };
+}
+/** A workflow this mesh has no model for (none runs workflows): 400 in ComfyUI's words, once the grant passed. */
+const tinyPrompt = JSON.stringify({ prompt: { 1: { class_type: 'SaveImage', inputs: {} } } });
+/** The ComfyUI door's reads of a grant's own prompts (jobs:read), and its submit-side routes (jobs:submit of `workflow`). */
+const comfyRead = granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 403, upload: 401 });
+const comfySubmit = granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 });
+const comfyCancel = granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 });
 
 /**
  * The table. `album` is a full client grant narrowed offline to `albums other`;
@@ -183,6 +198,30 @@ const TABLE: Row[] = [
   },
   { route: 'GET /openai/v1/models', request: () => ({ path: '/openai/v1/models' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }) },
   { route: 'GET /openai/v1/models/{model}', request: () => ({ path: '/openai/v1/models/gen' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }) },
+  // The ComfyUI-compatible door (at the root, and under /api, hidden from the document): its credentials come as Bearer,
+  // Basic's password or an open door's grant (none is open here); its answers are ComfyUI's. A workflow of a node no
+  // host has is refused once the grant passed; the gallery's grant may submit only images and clips.
+  { route: 'POST /prompt', request: () => ({ path: '/prompt', body: tinyPrompt }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
+  { route: 'POST /api/prompt', hidden: true, request: () => ({ path: '/api/prompt', body: tinyPrompt }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
+  { route: 'GET /prompt', request: () => ({ path: '/prompt' }), expect: comfyRead },
+  { route: 'GET /history', request: () => ({ path: '/history' }), expect: comfyRead },
+  { route: 'GET /history/{prompt_id}', request: () => ({ path: '/history/nothing' }), expect: comfyRead },
+  { route: 'GET /api/history', hidden: true, request: () => ({ path: '/api/history?max_items=2' }), expect: comfyRead },
+  { route: 'GET /queue', request: () => ({ path: '/queue' }), expect: comfyRead },
+  { route: 'POST /queue', request: () => ({ path: '/queue', body: '{"clear":true}' }), expect: comfyCancel },
+  { route: 'POST /interrupt', request: () => ({ path: '/interrupt', body: '{}' }), expect: comfyCancel },
+  // A job's result by the name the door gives it: read as its blob is read (a grant limited to other albums: 404).
+  {
+    route: 'GET /view', request: (f) => ({ path: `/view?filename=${f.digest.slice('sha256:'.length)}.png&subfolder=&type=output` }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 403, upload: 401 }),
+  },
+  { route: 'POST /upload/image', request: () => comfyUpload('/upload/image'), expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }) },
+  { route: 'POST /upload/mask', request: () => comfyUpload('/upload/mask'), expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }) },
+  { route: 'GET /object_info', request: () => ({ path: '/object_info' }), expect: comfySubmit },
+  { route: 'GET /object_info/{node_class}', request: () => ({ path: '/object_info/KSampler' }), expect: comfySubmit },
+  { route: 'GET /system_stats', request: () => ({ path: '/system_stats' }), expect: comfySubmit },
+  { route: 'GET /api/system_stats', hidden: true, request: () => ({ path: '/api/system_stats' }), expect: comfySubmit },
+  { route: 'GET /ws', websocket: true, request: () => ({ path: '/ws?clientId=authz' }), expect: granted({ admin: 101, client: 101, gallery: 101, mesh: 101, album: 101, agent: 403, upload: 401 }) },
   // The Open Inference Protocol: health and server metadata need no grant (as /healthz); model metadata reads the mesh;
   // infer submits a job (the gallery's grant may submit only images, so it is refused the tensor job).
   { route: 'GET /v2/health/live', request: () => ({ path: '/v2/health/live' }), expect: everyone(200) },

@@ -72,6 +72,12 @@ const BODIES: Record<string, readonly string[] | null> = {
   'POST /v2/models/{model}/versions/{version}/infer': ['application/json', 'application/octet-stream'],
   'POST /openai/v1/images/generations': ['application/json'],
   'POST /openai/v1/images/edits': ['multipart/form-data'],
+  // ComfyUI's API reads a prompt as JSON whatever the content type says (SillyTavern's text/plain, urllib's form type).
+  'POST /prompt': ['application/json', 'text/plain', 'application/x-www-form-urlencoded'],
+  'POST /queue': ['application/json'],
+  'POST /interrupt': ['application/json'],
+  'POST /upload/image': ['multipart/form-data'],
+  'POST /upload/mask': ['multipart/form-data'],
 };
 
 describe('/openapi.json', () => {
