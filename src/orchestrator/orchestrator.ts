@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { AuditLog } from './auth/audit.js';
+import { OpenDoors } from './auth/open-doors.js';
 import { sendMagicPackets } from './wake/magic-packet.js';
 import { Waker } from './wake/waker.js';
 import { anyOutOfHours, refuseBeyondHours } from './routing/hours-admission.js';
@@ -325,7 +326,10 @@ export class Orchestrator {
         else log.info(disk, 'the data folder\'s disk is above its floor again: new work is taken');
       },
     });
+    // Front doors the owner opened to networks for clients without credentials (mesh.yaml `doors`), with their grants.
+    const doors = await OpenDoors.open(config.doors, { issuer, authority, audit, data: config.data });
     const status = new MeshStatus({
+      doors: () => doors.views(),
       hosts, registry, scheduler, breakers, health, throughput, counts: () => reads.counts(), storeOpen: () => store.isOpen(), blocked: (model) => coverage.blocked(model),
       placement: () => autoscaler.view(), orchestrators: options.orchestrators, wokenAt: (id) => waker.wokenAt(id), energy: () => metrics.energy(),
       storage: async () => ({
@@ -372,7 +376,7 @@ export class Orchestrator {
     const app = await buildServer({
       admission: jobAdmission, reads, cancels, webhooks, pipelines, visibility, events, hub, status, metrics, series, gallery, thumbnails, registry, issuer, audit, outputs, reader, blobStore, explainer, uploads, clientBlobs, catalog,
       replicas: new ReplicaRequests({ autoscaler, hosts, events, clock, heartbeatMs: config.agents.heartbeatMs }),
-      auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes }),
+      auth: new RequestAuth({ authority, uploads: uploadCredentials, clock, lifetimes, doors }),
       webRoot: options.webRoot ?? new URL('../../web/', import.meta.url).pathname,
       // This package (the folder above src/ or dist/), served to hosts that join with one line.
       selfPackage: new SelfPackage({ root: fileURLToPath(new URL('../../', import.meta.url)), dir: join(config.data, 'install') }),

@@ -41,6 +41,14 @@ export function energyLine(energy: StatusView['energy'] | undefined): string | n
   return `energy: models ${Object.entries(energy!.byModel).map(([name, value]) => `${name} ${wh(value)} Wh`).join(', ')}; hosts ${Object.entries(energy!.byHost).map(([name, value]) => `${name} ${wh(value)} Wh`).join(', ')} (since the orchestrator started)`;
 }
 
+/**
+ * Each front door opened to networks for requests without credentials:
+ * `door comfyui: open without credentials to 192.168.1.0/24 as grant Ab3… (types workflow; max-queued 4)`.
+ */
+export function doorLines(doors: StatusView['doors'] | undefined): string[] {
+  return (doors ?? []).map((door) => `door ${door.door}: open without credentials to ${door.openTo.join(', ')} as grant ${door.grantId} (${door.caveats.join('; ')})`);
+}
+
 /** A time of day as `status` shows it (the terminal's zone): `22:04`. */
 const clockTime = (iso: string): string => new Date(iso).toTimeString().slice(0, 5);
 
@@ -116,6 +124,7 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
   if (storage) out.push(storageLine(storage));
   const energy = energyLine(current.energy);
   if (energy) out.push(energy);
+  out.push(...doorLines(current.doors));
   process.stdout.write(`${out.join('\n')}\n`);
 }
 

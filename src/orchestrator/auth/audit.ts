@@ -20,9 +20,10 @@ export interface AuditLogDeps {
 
 /**
  * What happened: a grant minted or revoked, a request refused for its grant, an admin-only action, a sleeping host sent
- * a Wake-on-LAN packet (the orchestrator's own doing: it makes a machine of someone's start).
+ * a Wake-on-LAN packet (the orchestrator's own doing: it makes a machine of someone's start), a front door opened to
+ * networks for requests without credentials (at each start while it is open) or closed again.
  */
-export const AUDIT_EVENTS = ['grant:minted', 'grant:revoked', 'request:refused', 'admin:action', 'host:woken'] as const;
+export const AUDIT_EVENTS = ['grant:minted', 'grant:revoked', 'request:refused', 'admin:action', 'host:woken', 'door:opened', 'door:closed'] as const;
 export type AuditEvent = (typeof AUDIT_EVENTS)[number];
 
 export type { AuditView };

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from '../../protocol/errors.js';
+import { parseNetwork } from '../../net/networks.js';
 import { checkModelEntries } from './declared-models.js';
 import { parseCertificateName } from './certificate-names.js';
 
@@ -160,6 +161,22 @@ const PostgresStoreConfig = z.strictObject({
 
 /** The built-in models each job type uses when a job names none and mesh.yaml sets no `defaultModels`. */
 const BUILTIN_DEFAULT_MODELS: Record<string, string> = { image: 'gen', video: 'gen-video', tensor: 'mlp' };
+
+/** An address (`192.168.1.20`, `::1`) or a network in CIDR form (`192.168.1.0/24`, `fd00::/8`). */
+const Network = z.string().max(60).refine((text) => parseNetwork(text) !== null, 'must be an address or a network in CIDR form (192.168.1.0/24, ::1)');
+
+/** One door opened to networks for clients without credentials (`doors.comfyui`, `doors.a1111`). */
+const OpenDoor = z.strictObject({
+  /** The networks whose requests without credentials act as the door's grant. Default [] (closed: a grant is needed). */
+  openTo: z.array(Network).max(64).default([]),
+  /**
+   * The caveats of that grant (a client grant narrowed by them: `types image`, `models sd`, `max-queued 4`, `rate 60/m`).
+   * Required when `openTo` is set: an open door is a narrowed grant, never the whole mesh. Default [].
+   */
+  caveats: z.array(z.string().min(1).max(2000)).max(32).default([]),
+}).refine((door) => door.openTo.length === 0 || door.caveats.length > 0, {
+  message: 'an open door needs caveats that narrow what it may do (e.g. types image, max-queued 4)', path: ['caveats'],
+});
 
 export const MeshConfigInput = z.strictObject({
   server: z.strictObject({
@@ -379,6 +396,16 @@ export const MeshConfigInput = z.strictObject({
     concurrency: z.int().min(1).max(256).default(4),
     /** Ended deliveries are forgotten after this many days. Default 30. */
     retentionDays: z.int().min(1).max(3650).default(30),
+  }).prefault({}),
+  /**
+   * The front doors for clients that speak another project's API (docs/api.md): ComfyUI's (`/prompt`, `/ws`, …) and
+   * AUTOMATIC1111's (`/sdapi/v1/…`). Each takes a grant as a Bearer token or as the password of HTTP Basic. For
+   * clients that cannot send one, the owner may open a door to named networks: a request there without credentials
+   * acts as a grant the orchestrator mints with the caveats below. Off by default (deny by default).
+   */
+  doors: z.strictObject({
+    comfyui: OpenDoor.prefault({}),
+    a1111: OpenDoor.prefault({}),
   }).prefault({}),
 });
 export type MeshConfigInput = z.input<typeof MeshConfigInput>;

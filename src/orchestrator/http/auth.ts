@@ -5,6 +5,7 @@ import {
   READ_ACTIONS, UploadCredentials, type Action, type GrantAuthority, type GrantEnd, type GrantLifetimes, type GrantRequest, type RequestOrigin, type VerifiedGrant,
 } from '../auth/index.js';
 import type { Clock } from '../../protocol/clock.js';
+import type { DoorName, OpenDoors } from '../auth/open-doors.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -66,6 +67,30 @@ function tokenOf(request: FastifyRequest): { token: string; inQuery: boolean } |
   return query ? { token: query, inQuery: true } : null;
 }
 
+/**
+ * The grant a request to a front door carries, as the clients of those APIs can send one: `Bearer <grant>`, or HTTP
+ * Basic with the grant as the password (or as the user name when the password is empty: some clients have one
+ * field). An empty `Basic ` — SillyTavern's default — or `Basic` of `:` counts as no credentials.
+ */
+function doorTokenOf(request: FastifyRequest): string | null {
+  const header = request.headers.authorization?.trim();
+  if (!header) return null;
+  const basic = /^Basic(?:\s+(\S*))?\s*$/i.exec(header);
+  if (!basic) {
+    const bearer = /^Bearer\s+(\S+)$/i.exec(header);
+    if (!bearer) throw new MeshError('GRANT_INVALID', { detail: 'the Authorization header must be "Bearer <grant>", or Basic with the grant as the password' });
+    return bearer[1]!;
+  }
+  const decoded = Buffer.from(basic[1] ?? '', 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  const user = colon < 0 ? decoded : decoded.slice(0, colon);
+  const password = colon < 0 ? '' : decoded.slice(colon + 1);
+  return password || user || null;
+}
+
+/** What a 401 at a door says: the challenge that makes Basic-only clients (and browsers) offer their credentials. */
+const DOOR_CHALLENGE = 'Basic realm="gpumesh", charset="UTF-8"';
+
 export function grantOf(request: FastifyRequest): VerifiedGrant {
   if (!request.grant) throw new MeshError('GRANT_MISSING');
   return request.grant;
@@ -99,12 +124,14 @@ export class RequestAuth {
   readonly #uploads: UploadCredentials;
   readonly #clock: Clock;
   readonly #lifetimes: GrantLifetimes;
+  readonly #doors: Pick<OpenDoors, 'grantFor'> | null;
 
-  constructor(deps: { authority: GrantAuthority; uploads: UploadCredentials; clock: Clock; lifetimes: GrantLifetimes }) {
+  constructor(deps: { authority: GrantAuthority; uploads: UploadCredentials; clock: Clock; lifetimes: GrantLifetimes; doors?: Pick<OpenDoors, 'grantFor'> }) {
     this.#authority = deps.authority;
     this.#uploads = deps.uploads;
     this.#clock = deps.clock;
     this.#lifetimes = deps.lifetimes;
+    this.#doors = deps.doors ?? null;
   }
 
   /** A route hook that admits only requests carrying an agent's upload credential (in the header); it records the batch it covers. */
@@ -136,6 +163,31 @@ export class RequestAuth {
       // Kept for routes that hand out a narrowing of it (a read-only grant in a URL).
       request.grantToken = presented.token;
     });
+  }
+
+  /**
+   * `require` for a front door (ComfyUI's or AUTOMATIC1111's API): the grant may also come as HTTP Basic's password,
+   * and a request without credentials from a network the owner opened the door to acts as the door's own narrowed
+   * grant (mesh.yaml `doors`). A credential that is there and wrong is refused, never traded for the door's grant. A
+   * refusal for missing or bad credentials carries a Basic challenge.
+   */
+  requireAtDoor(door: DoorName, action: Action, describe?: (request: FastifyRequest) => Omit<GrantRequest, 'action'>): onRequestHookHandler {
+    return (request, reply, done) => {
+      try {
+        const token = doorTokenOf(request) ?? this.#doors?.grantFor(door, request.ip) ?? null;
+        if (!token) throw new MeshError('GRANT_MISSING');
+        const now = this.#clock.now();
+        const grant = this.#authority.verify(token, now);
+        this.#authority.authorize(grant, { action, ...describe?.(request) }, now);
+        request.grant = grant;
+        request.grantToken = token;
+      } catch (error) {
+        if (error instanceof MeshError && error.status === 401) reply.header('www-authenticate', DOOR_CHALLENGE);
+        done(error as Error);
+        return;
+      }
+      done();
+    };
   }
 
   /**

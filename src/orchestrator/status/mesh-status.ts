@@ -1,3 +1,4 @@
+import type { OpenDoorView } from '../auth/open-doors.js';
 import type { DiskView, HostView, ReplicaView, StatusView, StorageView } from '../../protocol/api/index.js';
 import type { ModelReplicasView } from '../autoscale/index.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
@@ -28,6 +29,8 @@ export interface MeshStatusDeps {
   storage?(): Promise<StorageView>;
   /** The data folder's disk against its floor (storage.minFreeMB): in the status, so the mesh view can say it is low. */
   disk?(): Promise<DiskView>;
+  /** The front doors opened to networks for requests without credentials (mesh.yaml `doors`). */
+  doors?(): OpenDoorView[];
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -80,6 +83,7 @@ export class MeshStatus {
       ...(orchestrators ? { orchestrators: orchestrators.map((row) => ({ ...row })) } : {}),
       ...(disk ? { disk } : {}),
       energy: this.#deps.energy?.() ?? { byModel: {}, byHost: {} },
+      doors: this.#deps.doors?.() ?? [],
     };
   }
 

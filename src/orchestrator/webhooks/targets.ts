@@ -1,5 +1,6 @@
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from 'node:dns';
-import { BlockList, isIP, type LookupFunction } from 'node:net';
+import { isIP, type LookupFunction } from 'node:net';
+import { Networks, unmapped } from '../../net/networks.js';
 import { MeshError } from '../../protocol/index.js';
 import { normalizeWebhookUrl } from '../auth/index.js';
 
@@ -23,24 +24,12 @@ const resolveAll: Resolve = (hostname) => new Promise((resolve, reject) => {
   dnsLookup(hostname, { all: true } satisfies LookupAllOptions, (error, addresses) => (error ? reject(error) : resolve(addresses)));
 });
 
-function blocks(v4: readonly string[], v6: readonly string[]): BlockList {
-  const list = new BlockList();
-  for (const net of v4) list.addSubnet(net.split('/')[0]!, Number(net.split('/')[1]), 'ipv4');
-  for (const net of v6) list.addSubnet(net.split('/')[0]!, Number(net.split('/')[1]), 'ipv6');
-  return list;
-}
-
 /** Never a callback target: unspecified, "this network", multicast, reserved and broadcast. */
-const SPECIAL = blocks(['0.0.0.0/8', '224.0.0.0/4', '240.0.0.0/4'], ['::/128', 'ff00::/8']);
-const LOOPBACK = blocks(['127.0.0.0/8'], ['::1/128']);
+const SPECIAL = new Networks(['0.0.0.0/8', '224.0.0.0/4', '240.0.0.0/4', '::/128', 'ff00::/8']);
+const LOOPBACK = new Networks(['127.0.0.0/8', '::1/128']);
 /** The networks a NAS sits in and the ones that reach its neighbours: private, shared (CGNAT), link-local (cloud metadata). */
-const PRIVATE = blocks(['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '169.254.0.0/16'], ['fc00::/7', 'fe80::/10']);
+const PRIVATE = new Networks(['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '169.254.0.0/16', 'fc00::/7', 'fe80::/10']);
 
-/** The IPv4 address inside an IPv4-mapped IPv6 one (`::ffff:10.0.0.1`), which reaches the IPv4 host. */
-function unmapped(address: string): string {
-  const match = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  return match ? match[1]! : address;
-}
 
 /**
  * Where a callback may go (docs/operations.md, mesh.yaml `webhooks`). Two checks: the URL against the allowlist (its
@@ -63,12 +52,11 @@ export class WebhookTargets {
   /** Why an address may not be called, or null. */
   addressProblem(address: string): Refusal | null {
     const plain = unmapped(address.replace(/^\[|\]$/g, ''));
-    const family = isIP(plain) === 6 ? 'ipv6' : 'ipv4';
-    if (SPECIAL.check(plain, family)) return { rule: 'special address', detail: `${plain} is an unspecified, multicast or reserved address` };
-    if (LOOPBACK.check(plain, family) && !this.#rules.allowLoopback) {
+    if (SPECIAL.has(plain)) return { rule: 'special address', detail: `${plain} is an unspecified, multicast or reserved address` };
+    if (LOOPBACK.has(plain) && !this.#rules.allowLoopback) {
       return { rule: 'webhooks.allowLoopback', detail: `${plain} is a loopback address, and webhooks.allowLoopback is false` };
     }
-    if (PRIVATE.check(plain, family) && !this.#rules.allowPrivate) {
+    if (PRIVATE.has(plain) && !this.#rules.allowPrivate) {
       return { rule: 'webhooks.allowPrivate', detail: `${plain} is a private or link-local address, and webhooks.allowPrivate is false` };
     }
     return null;

@@ -9,7 +9,7 @@ export { RouteView, AttemptView, ArtifactView, JobView, JobAccepted, JobPage, Bu
 export { WaitingFor, ExplainView } from './explain.js';
 export { PIPELINE_STATUSES, PipelineAccepted, PipelineView } from './pipelines.js';
 export { BreakerView, ReplicaView, HostView, Hosts, Draining } from './hosts.js';
-export { ReplicaState, ModelReplicas, StatusView, Live, Ready } from './status.js';
+export { ReplicaState, ModelReplicas, StatusView, Live, Ready, DOORS, OpenDoorView, type DoorName } from './status.js';
 export { DiskView, StorageView } from './storage.js';
 export { SeriesView } from './series.js';
 export { ModelVersion, Models, ModelFamily, ReplicaChange, LoadAnswer, UnloadAnswer } from './models.js';

@@ -15,6 +15,16 @@ export const ModelReplicas = z.strictObject({
 });
 export type ModelReplicas = z.infer<typeof ModelReplicas>;
 
+/** The front doors for clients of other projects' APIs: ComfyUI's and AUTOMATIC1111's. */
+export const DOORS = ['comfyui', 'a1111'] as const;
+export type DoorName = (typeof DOORS)[number];
+
+/** A front door opened to networks: requests from there without credentials act as its grant (mesh.yaml `doors`). */
+export const OpenDoorView = z.strictObject({
+  door: z.enum(DOORS), openTo: z.array(z.string()), grantId: z.string(), caveats: z.array(z.string()),
+});
+export type OpenDoorView = z.infer<typeof OpenDoorView>;
+
 /** `GET /v1/status` (and `gpumesh status`): the connected hosts, the queues, each model's replicas, jobs by status. */
 export const StatusView = z.strictObject({
   hosts: z.array(HostView).describe('the connected hosts'),
@@ -28,6 +38,7 @@ export const StatusView = z.strictObject({
   /** Energy jobs took since this orchestrator started (Wh), by model and by host, where GPUs reported their power. */
   energy: z.strictObject({ byModel: z.record(z.string(), z.number()), byHost: z.record(z.string(), z.number()) })
     .describe('energy since this orchestrator started (Wh), by model and host, where GPUs reported power'),
+  doors: z.array(OpenDoorView).describe('front doors the owner opened to networks for requests without credentials (mesh.yaml `doors`): where, and the grant they act as'),
 });
 export type StatusView = z.infer<typeof StatusView>;
 
