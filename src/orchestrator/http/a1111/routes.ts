@@ -44,8 +44,9 @@ export function a1111Routes(app: FastifyInstance, deps: A1111RouteDeps): void {
   const { auth } = deps;
   const lineages = deps.lineages ?? new A1111Lineages();
   const generation: A1111GenerateDeps = { ...deps, lineages };
-  const submit = auth.require('jobs:submit', IMAGES);
-  const cancel = auth.require('jobs:cancel', IMAGES);
+  // Grants as A1111's clients send them: Basic's password (or a Bearer token); or the door's own, where its owner opened it.
+  const submit = auth.requireAtDoor('a1111', 'jobs:submit', IMAGES);
+  const cancel = auth.requireAtDoor('a1111', 'jobs:cancel', IMAGES);
   const tags = ['a1111'];
 
   app.register(async (scope) => {
