@@ -268,6 +268,8 @@ function learn(target: HttpTarget, answer: HttpAnswer): void {
   } catch {
     return;
   }
+  // An answer of `null` (A1111's options and skip) teaches nothing.
+  if (json === null || typeof json !== 'object') return;
   if (typeof json.id === 'string' && json.id.startsWith('j_')) target.known.add('job', json.id);
   if (typeof json.token === 'string') target.learnGrant(json.token);
   for (const job of Array.isArray(json.jobs) ? json.jobs : []) target.known.add('job', (job as { id?: unknown }).id);
