@@ -302,6 +302,7 @@ describe('credentials and client mistakes', () => {
       ['options naming an unknown model', '/sdapi/v1/options', { body: { sd_model_checkpoint: 'nope [0000000000]' } }, 400, 'UNKNOWN_MODEL'],
       ['img2img without a picture', '/sdapi/v1/img2img', { body: { prompt: 'x' } }, 422, null],
       ['a route A1111 has and the mesh not', '/sdapi/v1/extra-single-image', { body: {} }, 404, 'ROUTE_NOT_FOUND'],
+      ['a body over the limit', '/sdapi/v1/txt2img', { body: { prompt: 'x'.repeat(2 * 1024 * 1024) } }, 413, 'PAYLOAD_TOO_LARGE'],
     ];
     for (const [what, path, request, status, code] of cases) {
       const answer = await sd('POST', path, { auth, ...request });
@@ -309,5 +310,10 @@ describe('credentials and client mistakes', () => {
       if (code) expect(answer.json, what).toMatchObject({ error: code, detail: expect.any(String) });
       else expect(answer.json.detail[0], what).toMatchObject({ loc: expect.arrayContaining(['body']), msg: expect.any(String), type: expect.any(String) });
     }
+    // A grant whose models are none of the image models: no checkpoint to show, none to run.
+    const noImageModel = basic('user', await mint({ kind: 'client', types: ['image'], models: ['mlp'] }));
+    expect((await sd('GET', '/sdapi/v1/options', { auth: noImageModel })).json.sd_model_checkpoint).toBeNull();
+    expect((await sd('GET', '/sdapi/v1/sd-models', { auth: noImageModel })).json).toEqual([]);
+    expect((await sd('POST', '/sdapi/v1/txt2img', { auth: noImageModel, body: { prompt: 'x' } })).json).toMatchObject({ error: 'UNKNOWN_MODEL' });
   });
 });

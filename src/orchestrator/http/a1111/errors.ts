@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { MeshError } from '../../../protocol/index.js';
-import { settleUnreadBody, toMeshError } from '../errors.js';
+import { bodyTooLarge, settleUnreadBody, toMeshError } from '../errors.js';
 
 /**
  * One problem with a request body as FastAPI (pydantic) reports it: where (`["body", "steps"]`), what, and its kind
@@ -53,9 +53,6 @@ function meshErrorOf(error: FastifyError, request: FastifyRequest): MeshError {
   if (error.code && UNREADABLE_JSON.has(error.code)) {
     return invalid([], error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'field required' : `the body is not valid JSON (${error.message})`, 'value_error.jsondecode');
   }
-  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    return new MeshError('PAYLOAD_TOO_LARGE', { limit: request.routeOptions.bodyLimit ?? 'the' });
-  }
   return toMeshError(error, request);
 }
 
@@ -66,9 +63,10 @@ function meshErrorOf(error: FastifyError, request: FastifyRequest): MeshError {
  */
 export function installA1111Errors(scope: FastifyInstance): void {
   scope.setErrorHandler((error: FastifyError, request, reply) => {
-    const mesh = meshErrorOf(error, request);
+    const tooLarge = error.code === 'FST_ERR_CTP_BODY_TOO_LARGE';
+    const mesh = tooLarge ? bodyTooLarge(request, reply, request.server.initialConfig.bodyLimit ?? 0) : meshErrorOf(error, request);
     if (mesh.status >= 500) reply.log.warn({ code: mesh.code }, mesh.message);
-    settleUnreadBody(request, reply);
+    if (!tooLarge) settleUnreadBody(request, reply);
     const { status, body } = a1111ErrorBody(mesh);
     void reply.code(status).headers(mesh.headers).type('application/json; charset=utf-8').send(body);
   });

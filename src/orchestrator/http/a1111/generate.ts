@@ -28,20 +28,20 @@ export const LIVE_PREVIEWS = 3;
  * The checkpoint a request runs on: the one it names (`override_settings.sd_model_checkpoint`), else the one its
  * lineage chose, else the mesh's default image model — among the image models the grant may use. A named one the
  * grant may not use, or that does not exist, is UNKNOWN_MODEL listing those it may; a lineage's choice the grant may
- * no longer use falls back to the default.
+ * no longer use falls back to the default. Null: the grant may use no image model.
  */
-export function checkpointOf(grant: VerifiedGrant, deps: Pick<A1111GenerateDeps, 'registry' | 'lineages'>, named?: string): Checkpoint {
+export function checkpointOf(grant: VerifiedGrant, deps: Pick<A1111GenerateDeps, 'registry' | 'lineages'>, named?: string): Checkpoint | null {
   const checkpoints = checkpointsFor(grant, deps.registry);
   if (named !== undefined) {
     const found = findCheckpoint(checkpoints, named);
-    if (!found) throw new MeshError('UNKNOWN_MODEL', { model: named.slice(0, 200), known: checkpoints.map((checkpoint) => checkpoint.title).join(', ') || 'no image model this grant may use' });
+    if (!found) throw new MeshError('UNKNOWN_MODEL', { model: named.slice(0, 200), known: knownTo(checkpoints) });
     return found;
   }
   const chosen = deps.lineages.checkpoint(grant.id);
-  const checkpoint = (chosen === null ? undefined : findCheckpoint(checkpoints, chosen)) ?? checkpoints[0];
-  if (!checkpoint) throw new MeshError('UNKNOWN_MODEL', { model: '(the default)', known: 'no image model this grant may use' });
-  return checkpoint;
+  return (chosen === null ? undefined : findCheckpoint(checkpoints, chosen)) ?? checkpoints[0] ?? null;
 }
+
+const knownTo = (checkpoints: readonly Checkpoint[]): string => checkpoints.map((checkpoint) => checkpoint.title).join(', ') || 'no image model this grant may use';
 
 /**
  * txt2img and img2img: the request read as A1111 reads it, its `batch_size × n_iter` pictures admitted as that many
@@ -53,6 +53,7 @@ export async function generate(request: FastifyRequest, reply: FastifyReply, kin
   const grant = grantOf(request);
   const ask = readGeneration(kind, request.body);
   const checkpoint = checkpointOf(grant, deps, ask.checkpoint);
+  if (!checkpoint) throw new MeshError('UNKNOWN_MODEL', { model: '(the default)', known: knownTo([]) });
   if (ask.checkpoint !== undefined && ask.keepCheckpoint) deps.lineages.choose(grant.id, checkpoint.title);
   const carried = ask.initImage !== undefined ? await carriedStart(deps.clientBlobs, grant.id, ask.initImage, ask.mask, ask.maskInvert) : null;
   try {

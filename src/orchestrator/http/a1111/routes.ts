@@ -69,7 +69,7 @@ export function a1111Routes(app: FastifyInstance, deps: A1111RouteDeps): void {
       if (named !== undefined && named !== null) {
         if (typeof named !== 'string') throw invalid(['sd_model_checkpoint'], 'str type expected', 'type_error.str');
         const grant = grantOf(request);
-        lineages.choose(grant.id, checkpointOf(grant, generation, named).title);
+        lineages.choose(grant.id, checkpointOf(grant, generation, named)!.title);
       }
       return reply.type('application/json; charset=utf-8').send('null');
     });
