@@ -21,7 +21,7 @@ const basic = (user: string, password: string): string => `Basic ${Buffer.from(`
 interface Answer {
   status: number;
   headers: Headers;
-  json: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+  json: any;
 }
 
 /** A request as the clients send them: JSON, with their Authorization header (or none). */
@@ -316,4 +316,28 @@ describe('credentials and client mistakes', () => {
     expect((await sd('GET', '/sdapi/v1/sd-models', { auth: noImageModel })).json).toEqual([]);
     expect((await sd('POST', '/sdapi/v1/txt2img', { auth: noImageModel, body: { prompt: 'x' } })).json).toMatchObject({ error: 'UNKNOWN_MODEL' });
   });
+});
+
+describe('a door its owner opened to a network (mesh.yaml doors.a1111)', () => {
+  it('takes requests without credentials from there as the door\'s own narrowed grant; a wrong credential is still refused', async () => {
+    const open = await startMesh({ config: { doors: { a1111: { openTo: ['127.0.0.1/32'], caveats: ['types image', 'rate 30/m'] } } } });
+    try {
+      const call = async (auth: string | null, path: string, body?: unknown): Promise<{ status: number; json: any }> => {
+        const response = await fetch(`${open.url}${path}`, {
+          method: body === undefined ? 'GET' : 'POST', body: body === undefined ? undefined : JSON.stringify(body),
+          headers: { ...(auth === null ? {} : { authorization: auth }), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        });
+        return { status: response.status, json: await response.json() };
+      };
+      // SillyTavern's default: an empty Basic.
+      expect((await call('Basic ', '/sdapi/v1/options')).json.sd_model_checkpoint).toMatch(/^gen \[/);
+      const made = await call(null, '/sdapi/v1/txt2img', { prompt: 'from the home network', width: 32, height: 32, steps: 2 });
+      expect(made.status, JSON.stringify(made.json)).toBe(200);
+      expect(await pictureOf(made.json.images[0])).toMatchObject({ width: 32, height: 32 });
+      expect((await call(basic('user', 'not-a-grant'), '/sdapi/v1/options')).status).toBe(401);
+    } finally {
+      await open.stop();
+      removeDir(open.data);
+    }
+  }, 120_000);
 });
