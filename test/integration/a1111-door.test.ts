@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { blobDirEntries } from '../helpers/blob-dir.js';
 import { removeDir, ROOT, startMesh, tempDir, TSX_LOADER, waitFor, type RunningMesh } from '../helpers/mesh.js';
 
 /**
@@ -261,6 +262,16 @@ describe('img2img', () => {
     const two = await sd('POST', '/sdapi/v1/img2img', { auth, body: { init_images: ['aGk=', 'aGk='], prompt: 'x' } });
     expect(two.status).toBe(422);
     expect(two.json.detail[0]).toMatchObject({ loc: ['body', 'init_images'], msg: expect.stringContaining('starts from one') });
+
+    // Refused for its rate after its pictures were judged: nothing of them is stored.
+    const onePerMinute = basic('user', await mint({ kind: 'client', types: ['image'], rate: '1/m' }));
+    const before = blobDirEntries(mesh.data);
+    const picture = await sharp({ create: { width: 24, height: 24, channels: 3, background: '#123456' } }).png().toBuffer();
+    const mask = await sharp({ create: { width: 24, height: 24, channels: 3, background: '#ffffff' } }).png().toBuffer();
+    const limited = await sd('POST', '/sdapi/v1/img2img', { auth: onePerMinute, body: { init_images: [picture.toString('base64')], mask: mask.toString('base64'), prompt: 'x', batch_size: 2 } });
+    expect(limited.status).toBe(429);
+    expect(limited.json.error).toBe('RATE_LIMITED');
+    expect(blobDirEntries(mesh.data)).toEqual(before);
   });
 });
 
