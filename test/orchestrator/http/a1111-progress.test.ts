@@ -82,4 +82,14 @@ describe('A1111Lineages', () => {
     expect(lineages.checkpoint('busy')).toBe('sd15 [aaaaaaaaaa]');
     expect(lineages.checkpoint('b')).toBe('gen [cccccccccc]');
   });
+
+  it('shows a narrowing of the lineage\'s grant only the work whose every job it may see', () => {
+    const { events } = setup();
+    const lineages = new A1111Lineages();
+    const job = (id: string, album: string) => ({ id, status: 'queued', type: 'image', model: 'gen', album }) as JobRecord;
+    const mine = lineages.start('lineage', 'txt2img', [job('j_1', 'other')], events);
+    const theirs = lineages.start('lineage', 'txt2img', [job('j_2', 'default'), job('j_3', 'other')], events);
+    expect(lineages.generations('lineage')).toEqual([mine, theirs]);
+    expect(lineages.generations('lineage', (record) => record.album === 'other')).toEqual([mine]);
+  });
 });

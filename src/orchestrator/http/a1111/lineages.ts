@@ -47,9 +47,13 @@ export class A1111Lineages {
     return generation;
   }
 
-  /** A lineage's generations still being made, oldest first. */
-  generations(lineage: string): Generation[] {
-    return [...this.#states.get(lineage)?.generations ?? []];
+  /**
+   * A lineage's generations still being made, oldest first; with `visible`, only those whose every job it passes (the
+   * lineage is shared by every narrowing of its grant, and a narrowing sees only the jobs it may read).
+   */
+  generations(lineage: string, visible?: (record: JobRecord) => boolean): Generation[] {
+    const all = [...this.#states.get(lineage)?.generations ?? []];
+    return visible ? all.filter((generation) => generation.records.every(visible)) : all;
   }
 
   /** How many lineages are remembered (for tests of the bound). */

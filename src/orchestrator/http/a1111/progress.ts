@@ -27,6 +27,8 @@ export class Generation {
   skipped = false;
   /** The newest preview of any of its jobs (PNG, base64). */
   preview: string | null = null;
+  /** Its jobs, as admitted (who may see them is theirs: album, model, type). */
+  readonly records: readonly JobRecord[];
   readonly #jobs = new Map<string, JobPlace>();
   readonly #unsubscribes: (() => void)[] = [];
   readonly #onEnd: (generation: Generation) => void;
@@ -34,6 +36,7 @@ export class Generation {
 
   constructor(kind: GenerationKind, records: readonly JobRecord[], events: EventBus, onEnd: (generation: Generation) => void) {
     this.kind = kind;
+    this.records = records;
     this.startedAt = events.clock.now();
     this.timestamp = new Date(this.startedAt).toISOString().replace(/\D/g, '').slice(0, 14);
     this.#onEnd = onEnd;

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { MeshError } from '../../../protocol/index.js';
-import type { Authorize, ClientCancel } from '../../jobs/index.js';
+import type { ClientCancel, JobReads } from '../../jobs/index.js';
 import { grantOf } from '../auth.js';
 import { cmdFlags, optionsOf, samplers, schedulers, upscalers } from './answers.js';
 import { checkpointOf, generate, LIVE_PREVIEWS, type A1111GenerateDeps } from './generate.js';
@@ -22,7 +22,8 @@ const A1111_BASE = '/sdapi/v1';
 /** The largest img2img body: its pictures travel in the JSON, base64 (a third larger), a picture and a mask. */
 const IMG2IMG_BODY_BYTES = 32 * 1024 * 1024;
 
-export interface A1111RouteDeps extends Omit<A1111GenerateDeps, 'lineages' | 'version'> {
+export interface A1111RouteDeps extends Omit<A1111GenerateDeps, 'lineages' | 'version' | 'reads'> {
+  reads: Pick<JobReads, 'viewOf' | 'mayRead'>;
   cancels: Pick<ClientCancel, 'cancel'>;
   /** The largest picture a client may store (server.uploadLimitBytes), which bounds img2img's body too. */
   uploadLimitBytes: number;
@@ -96,7 +97,9 @@ export function a1111Routes(app: FastifyInstance, deps: A1111RouteDeps): void {
       onRequest: submit,
     }, async (request) => {
       const skip = (request.query as { skip_current_image?: string }).skip_current_image;
-      return progressOf(lineages.generations(grantOf(request).id), deps.events.clock.now(), skip !== undefined && /^(1|on|t|true|y|yes)$/i.test(skip));
+      const grant = grantOf(request);
+      const mine = lineages.generations(grant.id, (record) => deps.reads.mayRead(grant, record));
+      return progressOf(mine, deps.events.clock.now(), skip !== undefined && /^(1|on|t|true|y|yes)$/i.test(skip));
     });
 
     scope.post('/interrupt', {
@@ -104,7 +107,7 @@ export function a1111Routes(app: FastifyInstance, deps: A1111RouteDeps): void {
       config: { openapi: stopDocs('Cancelled (A1111 answers {})') },
       onRequest: cancel,
     }, async (request) => {
-      await stop(request, lineages, deps.cancels, auth.authorizer(request), false);
+      await stop(request, lineages, deps, false);
       return {};
     });
 
@@ -113,7 +116,7 @@ export function a1111Routes(app: FastifyInstance, deps: A1111RouteDeps): void {
       config: { openapi: stopDocs('Skipped (A1111 answers null)') },
       onRequest: cancel,
     }, async (request, reply) => {
-      await stop(request, lineages, deps.cancels, auth.authorizer(request), true);
+      await stop(request, lineages, deps, true);
       return reply.type('application/json; charset=utf-8').send('null');
     });
 
@@ -138,29 +141,34 @@ export function a1111Routes(app: FastifyInstance, deps: A1111RouteDeps): void {
   }, { prefix: A1111_BASE });
 }
 
+/** Jobs `stop` passes over: one that ended meanwhile, and one this narrowing of the lineage's grant may not cancel. */
+const PASSED_OVER = new Set(['JOB_NOT_CANCELLABLE', 'NOT_FOUND', 'GRANT_DENIED']);
+
 /**
  * Cancel the caller's pictures being made — all of them (`/interrupt`), or those on a host now (`/skip`; if none is on
  * a host yet, the next one) — through the same check as `DELETE /v1/jobs/:id`. Their requests answer with what was
- * made. A job that ended meanwhile is passed over.
+ * made.
  */
-async function stop(request: FastifyRequest, lineages: A1111Lineages, cancels: Pick<ClientCancel, 'cancel'>, authorize: Authorize, skip: boolean): Promise<void> {
+async function stop(request: FastifyRequest, lineages: A1111Lineages, deps: Pick<A1111RouteDeps, 'auth' | 'reads' | 'cancels'>, skip: boolean): Promise<void> {
   const grant = grantOf(request);
+  const authorize = deps.auth.authorizer(request);
+  const mine = lineages.generations(grant.id, (record) => deps.reads.mayRead(grant, record));
   const targets: [Generation, string][] = [];
-  for (const generation of lineages.generations(grant.id)) {
+  for (const generation of mine) {
     const ids = skip ? generation.unfinished(true) : generation.unfinished();
     for (const id of ids) targets.push([generation, id]);
   }
   if (skip && targets.length === 0) {
-    const next = lineages.generations(grant.id).map((generation) => [generation, generation.unfinished()[0]] as const).find(([, id]) => id !== undefined);
+    const next = mine.map((generation) => [generation, generation.unfinished()[0]] as const).find(([, id]) => id !== undefined);
     if (next) targets.push([next[0], next[1]!]);
   }
   for (const [generation, id] of targets) {
     if (skip) generation.skipped = true;
     else generation.interrupted = true;
     try {
-      await cancels.cancel(grant, id, authorize);
+      await deps.cancels.cancel(grant, id, authorize);
     } catch (error) {
-      if (!(error instanceof MeshError && error.code === 'JOB_NOT_CANCELLABLE')) throw error;
+      if (!(error instanceof MeshError && PASSED_OVER.has(error.code))) throw error;
     }
   }
 }
