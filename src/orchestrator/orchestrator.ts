@@ -215,6 +215,8 @@ export class Orchestrator {
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
       attemptBudgets: budgets, pictures,
+      // A waiting job released into its queue is admitted there as a submit would be: its lineage's caps, once more.
+      checkCaps: (job, jobCaps) => caps.check(job.grantId, jobCaps, 1, (excess) => admission.retryAfter(job.model, excess)),
     });
     const { states, dispatcher, failover, cancellation, sources, recovery, outputs, intake, refusals } = core;
     states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));

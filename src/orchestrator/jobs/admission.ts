@@ -539,6 +539,8 @@ export class JobAdmission {
     // that waits for others is written at once: it must be found after a restart, when its sources end.
     }, stale?.id, waited && !waiting && picturesNamed(input).length === 0, waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
+    // Its caps are checked again when it is released into its queue (JobSources): the grant is not stored, so they are.
+    if (waiting && (grant.caps.maxQueued || grant.caps.deviceSecondsPerDay)) this.#deps.commits.writeOne(() => this.#deps.store.jobs.recordCaps(job.id, grant.caps));
     if (webhook !== null) this.#deps.webhooks?.arm(job, webhook);
     this.#deps.cancellation.arm(job);
     if (waiting) this.#deps.sources.watch(job);
