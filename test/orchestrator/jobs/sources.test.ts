@@ -45,28 +45,26 @@ function setup(caps: JobCaps) {
   return { h, waiting };
 }
 
-const settled = async (h: JobCoreHarness, id: string, statuses: string[]): Promise<void> => {
-  await expect.poll(async () => { await h.settle(); return h.status(id); }).toSatisfy((status: string) => statuses.includes(status));
-};
+/** Two jobs of the lineage queued, then a job waiting for the source released under `max-queued limit`; its record once settled. */
+async function releasedUnder(limit: number) {
+  const { h, waiting } = setup({ maxQueued: { limit, caveat: `max-queued ${limit}` }, deviceSecondsPerDay: null });
+  h.submit();
+  h.submit();
+  const { id } = waiting();
+  await expect.poll(async () => { await h.settle(); return h.status(id); }).not.toBe('waiting');
+  return { job: h.job(id)!, queued: h.scheduler.queuedOf('g') };
+}
 
 describe('a waiting job released into its queue', () => {
   it('fails with QUEUED_CAP_REACHED, naming the cap, when its lineage\'s queued jobs already fill max-queued', async () => {
-    const { h, waiting } = setup({ maxQueued: { limit: 2, caveat: 'max-queued 2' }, deviceSecondsPerDay: null });
-    h.submit();
-    h.submit();
-    const job = waiting();
-    await settled(h, job.id, ['failed']);
-    expect(h.job(job.id)).toMatchObject({ status: 'failed', errorCode: 'QUEUED_CAP_REACHED', errorMessage: expect.stringContaining('"max-queued 2"') });
-    expect(h.scheduler.queuedOf('g')).toBe(2);
+    const { job, queued } = await releasedUnder(2);
+    expect(job).toMatchObject({ status: 'failed', errorCode: 'QUEUED_CAP_REACHED', errorMessage: expect.stringContaining('"max-queued 2"') });
+    expect(queued).toBe(2);
   });
 
   it('is queued, its reference now the source\'s digest, while the cap leaves room', async () => {
-    const { h, waiting } = setup({ maxQueued: { limit: 3, caveat: 'max-queued 3' }, deviceSecondsPerDay: null });
-    h.submit();
-    h.submit();
-    const job = waiting();
-    await settled(h, job.id, ['queued']);
-    expect(h.job(job.id)!.input.image).toBe(`sha256:${'b'.repeat(64)}`);
-    expect(h.scheduler.queuedOf('g')).toBe(3);
+    const { job, queued } = await releasedUnder(3);
+    expect(job).toMatchObject({ status: 'queued', input: { image: `sha256:${'b'.repeat(64)}` } });
+    expect(queued).toBe(3);
   });
 });
