@@ -134,6 +134,7 @@ const TABLE: Row[] = [
     expect: granted({ admin: 202, client: 202, gallery: 202, mesh: 403, album: 202, agent: 403, upload: 401 }),
   },
   { route: 'GET /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/pipelines/{id}/webhooks', request: () => ({ path: '/v1/pipelines/p_none/webhooks' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
   { route: 'DELETE /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   {
     route: 'GET /v1/pipelines/{id}/events', queryGrant: true, request: () => ({ path: '/v1/pipelines/p_none/events' }),
