@@ -29,6 +29,7 @@ import { outputRoutes } from './http/outputs.js';
 import { pageRoutes } from './http/pages.js';
 import { oipRoutes } from './http/oip/routes.js';
 import { openAiRoutes } from './http/openai/routes.js';
+import { a1111Routes } from './http/a1111/routes.js';
 import { comfyUiRoutes, type ComfyUiRouteDeps } from './http/comfyui/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
 
@@ -98,6 +99,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   modelRoutes(app, parts);
   oipRoutes(app, { ...parts, version });
   openAiRoutes(app, parts);
+  a1111Routes(app, { ...parts, version });
   comfyUiRoutes(app, { ...parts, version });
   agentRoutes(app, parts);
   hostRoutes(app, parts);

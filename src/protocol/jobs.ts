@@ -17,6 +17,8 @@ export const LIMITS = {
   promptChars: 2000,
   imageSide: { min: 8, max: 1024 },
   steps: { min: 1, max: 32 },
+  /** Pictures one request of an image front door makes (OpenAI's `n`, A1111's `batch_size × n_iter`): one job each. */
+  imagesPerRequest: 10,
   /** A video job: frames, frames per second, and pixels per frame (a smaller cap than an image: every frame is one). */
   video: { frames: { min: 2, max: 600 }, fps: { min: 1, max: 60 }, side: { min: 16, max: 1024 }, pixelsPerFrame: 512 * 512, pixelsPerClip: 50_000_000 },
   tensorValues: 65536,

@@ -56,6 +56,8 @@ const granted = (outcomes: Omit<Record<Kind, number>, 'none' | 'expired' | 'revo
 const everyone = (status: number): Record<Kind, number> => Object.fromEntries(KINDS.map((kind) => [kind, status])) as Record<Kind, number>;
 const adminOnly = (status: number): Record<Kind, number> => granted({ admin: status, client: 403, gallery: 403, mesh: 403, album: 403, agent: 403, upload: 401 });
 const meshRead = granted({ admin: 200, client: 200, gallery: 403, mesh: 200, album: 200, agent: 403, upload: 401 });
+/** The A1111 door: grants that may submit image jobs. */
+const imageDoor = (status: number): Record<Kind, number> => granted({ admin: status, client: status, gallery: status, mesh: 403, album: status, agent: 403, upload: 401 });
 
 const simpleInfer = JSON.stringify({ inputs: ['INPUT0', 'INPUT1'].map((name) => ({ name, shape: [1, 16], datatype: 'INT32', data: new Array(16).fill(1) })) });
 const tinyImage = JSON.stringify({ type: 'image', input: { prompt: 'authz probe', width: 8, height: 8, steps: 1 } });
@@ -147,6 +149,7 @@ const TABLE: Row[] = [
     expect: granted({ admin: 202, client: 202, gallery: 202, mesh: 403, album: 202, agent: 403, upload: 401 }),
   },
   { route: 'GET /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/pipelines/{id}/webhooks', request: () => ({ path: '/v1/pipelines/p_none/webhooks' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
   { route: 'DELETE /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   {
     route: 'GET /v1/pipelines/{id}/events', queryGrant: true, request: () => ({ path: '/v1/pipelines/p_none/events' }),
@@ -222,6 +225,16 @@ const TABLE: Row[] = [
   { route: 'GET /system_stats', request: () => ({ path: '/system_stats' }), expect: comfySubmit },
   { route: 'GET /api/system_stats', hidden: true, request: () => ({ path: '/api/system_stats' }), expect: comfySubmit },
   { route: 'GET /ws', websocket: true, request: () => ({ path: '/ws?clientId=authz' }), expect: granted({ admin: 101, client: 101, gallery: 101, mesh: 101, album: 101, agent: 403, upload: 401 }) },
+  // AUTOMATIC1111's API at the root: every route needs a grant that may submit image jobs (as Bearer here; Basic's
+  // password too), /interrupt and /skip one that may cancel them. img2img without a picture is refused once the grant passed.
+  ...['/sdapi/v1/options', '/sdapi/v1/progress', '/sdapi/v1/sd-models', '/sdapi/v1/samplers', '/sdapi/v1/schedulers', '/sdapi/v1/sd-vae', '/sdapi/v1/upscalers',
+    '/sdapi/v1/latent-upscale-modes', '/sdapi/v1/loras', '/sdapi/v1/cmd-flags'].map((path): Row => ({ route: `GET ${path}`, request: () => ({ path }), expect: imageDoor(200) })),
+  { route: 'POST /sdapi/v1/options', request: () => ({ path: '/sdapi/v1/options', body: '{}' }), expect: imageDoor(200) },
+  { route: 'POST /sdapi/v1/txt2img', request: () => ({ path: '/sdapi/v1/txt2img', body: '{"prompt":"authz probe","width":8,"height":8,"steps":1}' }), expect: imageDoor(200) },
+  { route: 'POST /sdapi/v1/img2img', request: () => ({ path: '/sdapi/v1/img2img', body: '{"prompt":"x"}' }), expect: imageDoor(422) },
+  ...['/sdapi/v1/interrupt', '/sdapi/v1/skip'].map((path): Row => ({
+    route: `POST ${path}`, request: () => ({ path }), expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }),
+  })),
   // The Open Inference Protocol: health and server metadata need no grant (as /healthz); model metadata reads the mesh;
   // infer submits a job (the gallery's grant may submit only images, so it is refused the tensor job).
   { route: 'GET /v2/health/live', request: () => ({ path: '/v2/health/live' }), expect: everyone(200) },

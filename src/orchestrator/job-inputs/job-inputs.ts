@@ -197,8 +197,8 @@ export function jobInputsForEngine(inputs: JobInputs, engine: EngineDescriptor |
       // A picture an engine would not look at must not be silently dropped: the client expects it used.
       const taken = picturesTaken(engine, manifest);
       const picture = INPUT_IMAGE_FIELDS.find((field) => normalized[field] !== undefined && !taken.includes(field));
-      if (picture && typeof engine.pictureInputs === 'function') {
-        throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: this ${engine.name} model names no node that takes it (settings.inputs.${picture}); send the job to a model whose workflow loads a picture` });
+      if (picture && engine.pictureRefusal) {
+        throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: ${engine.pictureRefusal(picture)}` });
       }
       if (picture) {
         throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: the ${engine.name} engine does not take pictures as inputs; send the job to a model that does (the built-in gen does image-to-image)` });

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { BulkItemResult } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { MeshError, SubmitJobBody } from '../../protocol/index.js';
-import { normalizeWebhookUrl, webhookOf, type VerifiedGrant } from '../auth/index.js';
+import type { VerifiedGrant } from '../auth/index.js';
 import type { CarriedPictures } from '../blobs/client-blobs.js';
 import { picturesNamed, type InputImages } from '../blobs/input-images.js';
 import type { MeshConfig } from '../config/config.js';
@@ -10,7 +10,7 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
 import type { Admission, LineageCaps, Scheduler } from '../scheduler/index.js';
 import type { AuditLog } from '../auth/audit.js';
-import type { Webhooks } from '../webhooks/index.js';
+import { callbackFor, namedCallback, type Webhooks } from '../webhooks/index.js';
 import type { Commits, JobRecord, MeshStore } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { BlobVisibility } from './blob-visibility.js';
@@ -462,8 +462,7 @@ export class JobAdmission {
       throw new MeshError('VALIDATION_FAILED', { detail: `priority ${priority} is beyond the lowest level, ${config.priorities.levels}` });
     }
     const album = body.album ?? defaultAlbumOf(grant);
-    const named = body.webhook === undefined ? undefined : normalizeWebhookUrl(body.webhook);
-    if (typeof named === 'object') throw new MeshError('VALIDATION_FAILED', { detail: `webhook: the callback URL ${named.problem}` });
+    const named = namedCallback(body.webhook);
     // A grant's `webhook` caveat refuses any other URL a job names (GRANT_DENIED quoting it).
     authorize({ action: 'jobs:submit', jobType: body.type, model: name, classes: routing, album, ...(named === undefined ? {} : { webhook: named }) });
     if (grant.maxPriority !== null && priority < grant.maxPriority) {
@@ -473,10 +472,7 @@ export class JobAdmission {
     if (body.timeoutMs !== undefined && body.timeoutMs > model.policy.maxTimeoutMs) {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
-    const callback = named ?? webhookOf(grant.caveats);
-    // Checked again at every delivery (the config may change, a name may resolve elsewhere); refused here so a job
-    // whose end could never be told is not run.
-    const webhook = callback === null ? null : this.#deps.webhooks ? this.#deps.webhooks.check(callback) : null;
+    const webhook = callbackFor(named, grant, this.#deps.webhooks && ((url) => this.#deps.webhooks!.check(url)));
     const { pictures } = this.#deps;
     let input: Record<string, unknown>;
     let pending: readonly InputReference[] = NO_REFERENCES;
@@ -547,6 +543,8 @@ export class JobAdmission {
     // that waits for others is written at once: it must be found after a restart, when its sources end.
     }, stale?.id, waited && !waiting && picturesNamed(input).length === 0, waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
+    // Its caps are checked again when it is released into its queue (JobSources): the grant is not stored, so they are.
+    if (waiting && (grant.caps.maxQueued || grant.caps.deviceSecondsPerDay)) this.#deps.commits.writeOne(() => this.#deps.store.jobs.recordCaps(job.id, grant.caps));
     if (webhook !== null) this.#deps.webhooks?.arm(job, webhook);
     this.#deps.cancellation.arm(job);
     if (waiting) this.#deps.sources.watch(job);

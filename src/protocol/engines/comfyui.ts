@@ -92,4 +92,5 @@ export const comfyUiDescriptor: EngineDescriptor<typeof ComfyUiSettings> = {
   hostDeclared: true,
   // The pictures the model's workflow has a node for: only those may a job carry.
   pictureInputs: (settings) => PICTURE_INPUTS.filter((field) => (settings.inputs as Record<string, unknown> | undefined)?.[field] !== undefined),
+  pictureRefusal: (field) => `this comfyui model names no node that takes it (settings.inputs.${field}); send the job to a model whose workflow loads a picture`,
 };

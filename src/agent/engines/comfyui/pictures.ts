@@ -1,5 +1,5 @@
-import sharp from 'sharp';
-import type { EngineJob, InputPicture } from '../../core/engine.js';
+import type { EngineJob } from '../../core/engine.js';
+import { maskAsPng, pictureAsPng } from '../kit/picture-png.js';
 import type { PictureInput } from '../../../protocol/engines/comfyui.js';
 import type { ComfyClient, Uploaded } from './client.js';
 
@@ -42,18 +42,4 @@ export async function uploadWorkflowPictures(client: ComfyClient, job: EngineJob
     names.set(field.slice('pictures.'.length), loadName(uploaded));
   }
   return names;
-}
-
-/** The decoded picture (RGB, or RGBA for a workflow's, as the agent hands it) as a PNG. */
-function pictureAsPng(picture: InputPicture): Promise<Buffer> {
-  const { data, width, height, channels } = picture;
-  return sharp(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { raw: { width, height, channels } }).png().toBuffer();
-}
-
-/** The decoded mask (its alpha, one channel) as a black PNG with that alpha: what `/upload/mask` reads. */
-function maskAsPng(mask: InputPicture): Promise<Buffer> {
-  const { data, width, height } = mask;
-  return sharp(Buffer.alloc(width * height * 3), { raw: { width, height, channels: 3 } })
-    .joinChannel(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { raw: { width, height, channels: 1 } })
-    .png().toBuffer();
 }
