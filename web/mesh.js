@@ -24,7 +24,7 @@ const JOBS_SHOWN_PER_HOST = 8;
 const SERIES_EVERY_MS = 5_000;
 
 /** Every event the view listens to: all but `progress`, which changes nothing it shows and is the most frequent. */
-const JOB_EVENTS = ['queued', 'dispatched', 'loading', 'running', 'succeeded', 'failed', 'cancelled', 'expired'];
+const JOB_EVENTS = ['waiting', 'queued', 'dispatched', 'loading', 'running', 'succeeded', 'failed', 'cancelled', 'expired'];
 const MESH_EVENTS = [
   'host:joined', 'host:lost', 'host:draining', 'host:away', 'host:back', 'host:left', 'replica:loaded', 'replica:unloaded', 'replica:refused',
   'link:refused', 'blob:corrupt', 'breaker:opened', 'breaker:half-open', 'breaker:closed',
@@ -307,6 +307,9 @@ function renderSummary(hosts, status) {
     tile('hosts connected', `${connected.length} / ${expected.length}`, { 'data-tile': 'hosts' }),
     tile('jobs in flight', number.format(inFlight), { 'data-tile': 'in-flight' }),
     tile('jobs queued', number.format(queued), { 'data-tile': 'queued' }),
+    // Jobs that take another job's output, in no queue until it succeeds: counted apart, so a pipeline's later steps
+    // are seen as work to come rather than missing from the queues.
+    tile('jobs waiting for another job', number.format(jobs.waiting ?? 0), { 'data-tile': 'waiting', title: 'jobs that take another job\'s output, waiting for it to succeed' }),
     tile('breakers not closed', number.format(tripped), { 'data-tile': 'breakers', 'data-alert': tripped > 0 ? 'yes' : 'no' }),
     tile('succeeded', number.format(jobs.succeeded ?? 0), { 'data-tile': 'succeeded' }),
     tile('failed', number.format(jobs.failed ?? 0), { 'data-tile': 'failed', 'data-alert': jobs.failed ? 'yes' : 'no' }),

@@ -21,6 +21,7 @@ import { Sleeper } from './host-policy/sleeper.js';
 import { Yielding } from './host-policy/yielding.js';
 import { AgentLink, type LinkTarget } from './link/link.js';
 import { linkTargets } from './link/targets.js';
+import { Catalogues } from './models/catalogues.js';
 import { HostConfig } from './models/host-config.js';
 import { LoadRequests } from './models/load-requests.js';
 import { ModelCache } from './models/model-cache.js';
@@ -65,6 +66,8 @@ export class Agent {
   readonly #loads: LoadRequests;
   /** Clients' requests and WebSockets to the ComfyUIs this host passes through (relay/). */
   readonly #relays: AgentRelays;
+  /** Which models take clients' workflows, and what their servers offer: reported to the orchestrator. */
+  readonly #catalogues: Catalogues;
   /** Whether the host takes work (its owner, its hours, its heat), and its GPUs' readings; null on a host with neither. */
   readonly #availability: HostAvailability | null;
   readonly #yielding: Yielding;
@@ -118,9 +121,18 @@ export class Agent {
       engines: this.#engines, devices: () => this.#devices, cache: this.#cache, log: log.child({ part: 'residency' }),
       hostConfig: options.hostConfig ?? HostConfig.none(), clock: options.clock,
       events: {
-        loaded: (model) => this.#link.send({ type: 'loaded', model: model.model, digest: model.digest, device: model.device, memoryMB: model.memoryMB }),
-        unloaded: (model) => this.#link.send({ type: 'unloaded', ...model }),
+        loaded: (model, handle) => {
+          this.#link.send({ type: 'loaded', model: model.model, digest: model.digest, device: model.device, memoryMB: model.memoryMB });
+          this.#catalogues.loaded(handle);
+        },
+        unloaded: (model) => {
+          this.#link.send({ type: 'unloaded', ...model });
+          this.#catalogues.unloaded(model.model);
+        },
       },
+    });
+    this.#catalogues = new Catalogues({
+      engines: this.#engines, hostConfig: options.hostConfig ?? HostConfig.none(), send: (message) => this.#link.send(message), log: log.child({ part: 'catalogues' }),
     });
     // A batch that peaked higher than any before raises its device's figure: the mesh hears of it now, not at the next beat.
     this.#residency.onChargeGrew(() => this.#session.beat());
@@ -202,6 +214,7 @@ export class Agent {
         this.#inlineOutputBytes = welcome.inlineOutputBytes;
         this.#freesSlotOnComputed = welcome.freesSlotOnComputed === true;
         this.#session.welcomed(welcome.heartbeatMs);
+        this.#catalogues.welcomed(welcome.takesCatalogues === true);
       },
       onMessage: (message) => this.#onMessage(message),
       onRejected: (reason, by) => {

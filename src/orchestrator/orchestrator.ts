@@ -16,7 +16,7 @@ import { systemClock, type Clock } from '../protocol/clock.js';
 import { linkFrameLimit, relayChunkBytes, type MeshConfig } from './config/config.js';
 import { EventBus } from './events/event-bus.js';
 import { RequestAuth } from './http/auth.js';
-import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads, Pipelines } from './jobs/index.js';
+import { BlobVisibility, ClientCancel, createJobCore, JobAdmission, JobExplainer, JobReads, PipelineEnds, Pipelines } from './jobs/index.js';
 import { MeshMetrics } from './metrics/mesh-metrics.js';
 import { MeshSeries } from './metrics/series.js';
 import { GalleryService } from './gallery/gallery-service.js';
@@ -32,7 +32,7 @@ import { openBlobStore } from './blobs/open-blob-store.js';
 import { unknownEngines } from './config/declared-models.js';
 import { ModelCoverage } from './status/model-coverage.js';
 import { removeListenFile, writeListenFile } from '../protocol/listen-file.js';
-import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook } from './routing/index.js';
+import { AttemptBudgets, BreakerBoard, ClassAvailability, HealthBook, HostRegistry, Prober, Router, ThroughputBook, WorkflowFit } from './routing/index.js';
 import { announceBreakers } from './metrics/announce-breakers.js';
 import { RoutingFeedback } from './jobs/routing-feedback.js';
 import { Admission, LineageCaps, MemoryEstimator, MemoryPlanner, Scheduler, SwapPolicy } from './scheduler/index.js';
@@ -218,6 +218,8 @@ export class Orchestrator {
       retryBackoffMs: config.retry.backoffMs, reconnectGraceMs: config.agents.reconnectGraceMs, uploadLimitBytes: config.server.uploadLimitBytes,
       observeMemory: (name, report) => memory.observe(name, report),
       attemptBudgets: budgets, pictures,
+      // A waiting job released into its queue is admitted there as a submit would be: its lineage's caps, once more.
+      checkCaps: (job, jobCaps) => caps.check(job.grantId, jobCaps, 1, (excess) => admission.retryAfter(job.model, excess)),
     });
     const { states, dispatcher, failover, cancellation, sources, recovery, outputs, intake, refusals } = core;
     states.observeAttempts(new RoutingFeedback({ breakers, throughput, health, model }));
@@ -319,13 +321,18 @@ export class Orchestrator {
       },
     });
     states.onTerminal((job) => webhooks.jobEnded(job));
+    // Workflow jobs go only to hosts whose ComfyUI has what they name; one no connected host can run is refused at submit.
+    const workflowFit = new WorkflowFit(hosts);
     const jobAdmission = new JobAdmission({ store, commits, clock, config, registry, scheduler, admission, states, dispatcher, cancellation, sources, metrics, memory, pictures,
       // Looked into only while some host is out of its hours: every other job pays one pass over the hosts, no more.
       hours: (registered, classes, allowed, deadlineAt) => (anyOutOfHours(hosts)
         ? refuseBeyondHours(router.candidates(registered, classes).filter((host) => !allowed || allowed.includes(host.id)), deadlineAt) : null),
-      classes: new ClassAvailability(hosts), blobs: visibility, caps, audit, webhooks });
+      classes: new ClassAvailability(hosts), workflows: workflowFit, blobs: visibility, caps, audit, webhooks });
     const cancels = new ClientCancel({ reads, cancellation, states });
-    const pipelines = new Pipelines({ store, clock, admission: jobAdmission, reads, cancellation });
+    // A pipeline's end, told once to its callback when its last step ends (its steps' own ends are jobs' callbacks).
+    const pipelineEnds = new PipelineEnds({ store, commits, log: log.child({ part: 'webhooks' }), jobs: states, webhooks });
+    states.onTerminal((job) => pipelineEnds.jobEnded(job));
+    const pipelines = new Pipelines({ store, clock, admission: jobAdmission, reads, cancellation, webhooks, ends: pipelineEnds });
     // Jobs that wait for a model no connected host can run (its engine missing) are said in the log and the status.
     const coverage = new ModelCoverage({ hosts, registry, routing: config.routing, events, depth: (name) => scheduler.depth(name), log: log.child({ part: 'models' }) });
     // The data folder's disk against its floor: new uploads and jobs are refused below it (http/storage-floor.ts).
@@ -394,16 +401,19 @@ export class Orchestrator {
       freeSpace,
       linkFrameBytes: linkFrameLimit(config.agents),
       uploadLimitBytes: config.server.uploadLimitBytes,
-      relays, hosts, clock, relayIdleMs: relaySettings.idleMs,
+      relays, clock, relayIdleMs: relaySettings.idleMs,
+      hosts, workflowFit, workflowRouting: { classes: config.routing.workflow, defaultModel: config.defaultModels.workflow },
     }, log, VERSION, tls);
 
     // Before recovery: a job it ends (or one that ended before the stop) must find its callback armed.
     const hooked = await webhooks.start(states);
     if (hooked.pending + hooked.recovered > 0) log.info(hooked, 'callbacks still to deliver are back');
+    const pipelinesHooked = await pipelineEnds.start();
+    if (pipelinesHooked.watched + pipelinesHooked.recovered > 0) log.info(pipelinesHooked, 'pipelines still to call back about their end are back');
     const recovered = await recovery.recover();
     if (recovered.queued + recovered.orphaned + recovered.waiting > 0) log.info(recovered, 'recovered jobs from the store');
     return new Orchestrator({
-      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention, webhooks], tlsCaFingerprint: tls?.caFingerprint ?? null,
+      config, log, clock, store, afterClose: options.afterClose, authority, issuer, status, hub, app, stoppables: [autoscaler, waker, core, prober, breakers, audit, series, uploads, retention, pipelineEnds, webhooks], tlsCaFingerprint: tls?.caFingerprint ?? null,
     });
   }
 

@@ -30,12 +30,15 @@ import { pageRoutes } from './http/pages.js';
 import { oipRoutes } from './http/oip/routes.js';
 import { openAiRoutes } from './http/openai/routes.js';
 import { passthroughRoutes, type PassthroughRouteDeps } from './http/passthrough/routes.js';
+import { a1111Routes } from './http/a1111/routes.js';
+import { comfyUiRoutes, type ComfyUiRouteDeps } from './http/comfyui/routes.js';
 import type { TlsMaterial } from './tls-server/index.js';
 
 /** The services the routes use; each route module takes only its own share. */
 export interface ServerParts
   extends JobRouteDeps, BlobRouteDeps, MeshRouteDeps, HostRouteDeps, GrantRouteDeps, UploadRouteDeps, ModelRouteDeps, GalleryRouteDeps, InstallRouteDeps, Pick<ExplainRouteDeps, 'explainer'>,
-  Pick<WebhookRouteDeps, 'webhooks'>, Pick<PipelineRouteDeps, 'pipelines'>, PassthroughRouteDeps {
+  Pick<WebhookRouteDeps, 'webhooks'>, Pick<PipelineRouteDeps, 'pipelines'>, Pick<ComfyUiRouteDeps, 'hosts' | 'workflowFit' | 'workflowRouting'>,
+  PassthroughRouteDeps {
   /** The folder of the gallery page and the mesh view (web/). */
   webRoot: string;
   bodyLimitBytes: number;
@@ -99,6 +102,8 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   oipRoutes(app, { ...parts, version });
   openAiRoutes(app, parts);
   passthroughRoutes(app, parts);
+  a1111Routes(app, { ...parts, version });
+  comfyUiRoutes(app, { ...parts, version });
   agentRoutes(app, parts);
   hostRoutes(app, parts);
   galleryRoutes(app, parts);

@@ -73,6 +73,10 @@ export const ERRORS = {
     status: 422,
     message: 'No host can run a {type} job: no host, connected or expected back, serves {classes}, and {detail}. Fix that host, or join one that serves {classes}, then submit again',
   },
+  WORKFLOW_UNSUPPORTED: {
+    status: 400,
+    message: 'No host can run this workflow on model "{model}": {detail}',
+  },
 
   // Blobs and uploads
   DIGEST_MISMATCH: { status: 400, message: 'The uploaded bytes hash to {actual}, not {expected}' },

@@ -2,7 +2,7 @@ export { ConfigError, ERRORS, ErrorBody, MeshError, formatError, isErrorCode } f
 export type { ErrorCode } from './errors.js';
 export {
   JOB_STATUSES, TERMINAL_STATUSES, isTerminal, LIMITS, ImageInput, VideoInput, TensorInput, INPUT_SCHEMAS, SubmitJobBody, BlobDigest, INPUT_IMAGE_FIELDS,
-  JobReference,
+  JobReference, picturesIn,
 } from './jobs.js';
 export type { JobStatus, InputImageField } from './jobs.js';
 export { StepId, StepReference, PipelineStep, SubmitPipelineBody } from './pipelines.js';
@@ -17,3 +17,8 @@ export { ROUTE_SKIP_REASONS, BREAKER_STATES } from './routing.js';
 export type { RouteSkipReason, BreakerState } from './routing.js';
 export { DATATYPES, JOB_DATATYPES, DATATYPE_BYTES, TensorSpec, elementsOf, batchesAlongFirstDim, halfToNumber, numberToHalf } from './tensors.js';
 export type { Datatype } from './tensors.js';
+export {
+  WORKFLOW_LIMITS, CATALOGUE_LIMITS, Workflow, WorkflowInput, NodeCatalogue, NodeClassInfo, isLink, doorPictureName, doorPictureDigest, comboChoices,
+  indexCatalogue, misfits, describeMisfit, DOOR_PICTURE_NAME, brokenLinks,
+} from './workflows.js';
+export type { CatalogueIndex, WorkflowMisfit, BrokenLink } from './workflows.js';

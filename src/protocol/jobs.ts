@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { WorkflowInput } from './workflows.js';
 
 /**
  * A job's states. `waiting`: it takes another job's output (a reference, `{ fromJob, output }`) and waits for that job
@@ -16,6 +17,8 @@ export const LIMITS = {
   promptChars: 2000,
   imageSide: { min: 8, max: 1024 },
   steps: { min: 1, max: 32 },
+  /** Pictures one request of an image front door makes (OpenAI's `n`, A1111's `batch_size × n_iter`): one job each. */
+  imagesPerRequest: 10,
   /** A video job: frames, frames per second, and pixels per frame (a smaller cap than an image: every frame is one). */
   video: { frames: { min: 2, max: 600 }, fps: { min: 1, max: 60 }, side: { min: 16, max: 1024 }, pixelsPerFrame: 512 * 512, pixelsPerClip: 50_000_000 },
   tensorValues: 65536,
@@ -60,6 +63,26 @@ export type JobReference = z.infer<typeof JobReference>;
 /** Input fields that name a picture by digest: the orchestrator checks them at admission, the agent fetches and decodes them. */
 export const INPUT_IMAGE_FIELDS = ['image', 'mask'] as const;
 export type InputImageField = (typeof INPUT_IMAGE_FIELDS)[number];
+
+/**
+ * Every picture an input names by digest, with the field that names it: `image` and `mask`, and a workflow's
+ * `pictures` by their names in it (`pictures.photo.png`). Values that are not digests (another job's output by
+ * reference, a malformed field) are left to the input's schema.
+ */
+export function picturesIn(input: unknown): { field: string; digest: string }[] {
+  if (input === null || typeof input !== 'object') return [];
+  const record = input as Record<string, unknown>;
+  const found: { field: string; digest: string }[] = [];
+  for (const field of INPUT_IMAGE_FIELDS) {
+    const digest = record[field];
+    if (typeof digest === 'string') found.push({ field, digest });
+  }
+  const pictures = record.pictures;
+  if (pictures !== null && typeof pictures === 'object' && !Array.isArray(pictures)) {
+    for (const [name, digest] of Object.entries(pictures)) if (typeof digest === 'string') found.push({ field: `pictures.${name}`, digest });
+  }
+  return found;
+}
 
 export const ImageInput = z.strictObject({
   prompt: z.string().trim().min(1, 'prompt must not be empty').max(LIMITS.promptChars),
@@ -122,6 +145,8 @@ export const INPUT_SCHEMAS = {
   video: VideoInput,
   tensor: TensorInput,
   ocr: OcrInput,
+  /** A whole ComfyUI workflow (protocol/workflows.ts), for models whose host's owner opted in (`acceptWorkflows`). */
+  workflow: WorkflowInput,
 } as const;
 
 export const SubmitJobBody = z.strictObject({

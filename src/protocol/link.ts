@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ModelManifest } from './models.js';
+import { NodeCatalogue } from './workflows.js';
 
 /**
  * The agent link: JSON messages over one WebSocket that the agent dials.
@@ -363,6 +364,13 @@ export const AgentMessage = z.discriminatedUnion('type', [
   RelayData,
   RelayCredit,
   RelayClose,
+  /**
+   * A model its owner lets run clients' whole workflows (ComfyUI's `acceptWorkflows`), and what its server offers
+   * them: `/object_info`, trimmed (protocol/workflows.ts), or null while that is not known (the server is not up, or
+   * did not answer). Sent after the welcome for each such model its host declares, and again whenever the model loads.
+   * Only to an orchestrator whose welcome said `takesCatalogues` (an older one would refuse the message).
+   */
+  z.object({ type: z.literal('catalogue'), model: Id, nodes: NodeCatalogue.nullable() }),
 ]);
 export type AgentMessage = z.infer<typeof AgentMessage>;
 
@@ -386,6 +394,8 @@ export const OrchestratorMessage = z.discriminatedUnion('type', [
     staleAfterMs: z.number().int().positive().optional(),
     /** It frees a batch's slot on the agent's `computed` report. Optional: an older orchestrator neither says it nor takes the report. */
     freesSlotOnComputed: z.boolean().optional(),
+    /** It takes `catalogue` reports (models that run clients' workflows). Optional: an older orchestrator does not. */
+    takesCatalogues: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('run'), batchId: z.string(), model: ModelManifest, jobs: z.array(RunJob),

@@ -25,5 +25,11 @@ export type PipelineStep = z.infer<typeof PipelineStep>;
  */
 export const SubmitPipelineBody = z.strictObject({
   steps: z.array(PipelineStep).min(1).max(LIMITS.pipeline.steps),
+  /**
+   * Where the pipeline's end is POSTed, once, when its last step ends (`pipeline.succeeded`, `pipeline.failed`, …), signed
+   * (Standard Webhooks): a URL mesh.yaml's `webhooks.allow` allows. Default: the grant's `webhook` caveat, if any (a
+   * grant with one allows no other URL). A step's own `webhook` is called back at that step's end, as a job's is.
+   */
+  webhook: z.string().min(1).max(2000).optional(),
 });
 export type SubmitPipelineBody = z.infer<typeof SubmitPipelineBody>;

@@ -20,6 +20,10 @@ export const ROUTE_SKIP_REASONS = [
   'yielded', 'out of hours', 'too hot',
   // The host said it goes to sleep (its sleep policy) and is leaving.
   'asleep',
+  // A workflow job: the host's owner did not let this model run clients' workflows there (ComfyUI's acceptWorkflows).
+  'no workflows',
+  // A workflow job: the host's ComfyUI lacks a node class or a model (a combo input's value) the workflow names.
+  'missing nodes',
 ] as const;
 export type RouteSkipReason = (typeof ROUTE_SKIP_REASONS)[number];
 

@@ -5,7 +5,7 @@ import { inspectGrant } from '../../src/protocol/grant-token.js';
 import type { HostView } from '../../src/protocol/api/index.js';
 import { CHROMIUM, hasChromium, launchChromium, screenshotPath } from '../helpers/chromium.js';
 import { dataKeptOnFailure, startMesh, waitFor, type RunningMesh } from '../helpers/mesh.js';
-import { gpumesh, type Proc } from '../helpers/processes.js';
+import { gpumesh, gpumeshRun, type Proc } from '../helpers/processes.js';
 import { ScriptedAgent } from '../helpers/scripted-agent.js';
 
 /**
@@ -169,6 +169,25 @@ describe('the mesh view in a browser', () => {
       .toBe(Math.round(used.usedMB));
     await page.locator(`.activity li[data-type="replica:loaded"][data-host="${ranOn}"]`).waitFor();
     expect(await page.evaluate(() => (window as unknown as { __marker?: string }).__marker)).toBe('no reload');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('counts the jobs waiting for another job\'s output beside the queued ones, as `gpumesh status` lists them', async () => {
+    await expect.poll(() => page.locator('[data-tile="waiting"] .value').textContent()).toBe('0');
+    const client = mesh!.client();
+    const pipeline = await client.request<{ id: string; steps: { jobId: string }[] }>('POST', '/v1/pipelines', {
+      steps: [
+        { id: 'slow', type: 'image', input: { prompt: 'a long one', width: 1024, height: 1024, steps: 32 } },
+        { id: 'after', type: 'image', input: { prompt: 'from the long one', image: { fromStep: 'slow' } } },
+      ],
+    });
+    await expect.poll(() => page.locator('[data-tile="waiting"] .value').textContent()).toBe('1');
+    expect(await page.locator('[data-tile="waiting"] .label').textContent()).toBe('jobs waiting for another job');
+    const status = await gpumeshRun(['status'], { GPUMESH_HOME: mesh!.data, GPUMESH_URL: mesh!.url });
+    expect(status.code, status.output).toBe(0);
+    expect(status.stdout).toMatch(/^jobs: waiting 1, /m);
+    await client.request('DELETE', `/v1/pipelines/${pipeline.id}`);
+    await expect.poll(() => page.locator('[data-tile="waiting"] .value').textContent()).toBe('0');
     expect(pageErrors).toEqual([]);
   });
 

@@ -23,11 +23,11 @@ export interface RouteSpec {
 }
 
 /**
- * Routes that answer only once their jobs have ended (OIP infer, OpenAI images): a request whose body fits waits for
+ * Routes that answer only once their jobs have ended (OIP infer, OpenAI images, A1111's txt2img and img2img): a request whose body fits waits for
  * an agent, and the fuzzed mesh has none, so it would be no answer after 15 s. They are fuzzed as routes without a
  * JSON body (any JSON, bytes), which they refuse before submitting a job.
  */
-const ANSWERS_WHEN_JOBS_END = /^POST \/(?:v2\/models\/.+\/infer|openai\/v1\/images\/)/;
+const ANSWERS_WHEN_JOBS_END = /^POST \/(?:v2\/models\/.+\/infer|openai\/v1\/images\/|sdapi\/v1\/(?:txt2img|img2img)$)/;
 
 /** Every route and method the server's OpenAPI document lists: a new route is fuzzed without editing this file. */
 export function routesFromOpenApi(document: { paths: Record<string, Record<string, OpenApiOperation>> }): RouteSpec[] {
@@ -201,7 +201,7 @@ export function routeInputs(route: RouteSpec, vocabulary: Vocabulary): fc.Arbitr
     label: route.label,
     template: route.template,
     onRoute: input.method === route.method || (input.method === 'HEAD' && route.method === 'GET'),
-    needsGrant: route.template.startsWith('/v1/') || route.template.startsWith('/openai/'),
+    needsGrant: route.template.startsWith('/v1/') || route.template.startsWith('/openai/') || route.template.startsWith('/sdapi/'),
   }));
 }
 
@@ -268,6 +268,8 @@ function learn(target: HttpTarget, answer: HttpAnswer): void {
   } catch {
     return;
   }
+  // An answer of `null` (A1111's options and skip) teaches nothing.
+  if (json === null || typeof json !== 'object') return;
   if (typeof json.id === 'string' && json.id.startsWith('j_')) target.known.add('job', json.id);
   if (typeof json.token === 'string') target.learnGrant(json.token);
   for (const job of Array.isArray(json.jobs) ? json.jobs : []) target.known.add('job', (job as { id?: unknown }).id);
@@ -355,7 +357,9 @@ function grantFirstProblems(input: HttpInput, answer: HttpAnswer, tokenInQuery: 
   if (!expected) return [];
   let code: string | undefined;
   try {
-    ({ code } = (JSON.parse(answer.body) as { error: { code: string } }).error);
+    // A1111's door names the code in `error` itself.
+    const { error } = JSON.parse(answer.body) as { error: { code: string } | string };
+    code = typeof error === 'string' ? error : error.code;
   } catch { /* HEAD, or not the envelope (reported already) */ }
   if (answer.status !== 401 || (input.method !== 'HEAD' && code !== expected)) return [`expected 401 ${expected} before anything else, got ${answer.status} ${code ?? ''}`];
   return [];

@@ -7,7 +7,7 @@ import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index
 import { FakeClock } from './fake-clock.js';
 import { policyFor, resolveConfig, type BreakerPolicy, type ResolvedModelPolicy } from '../../src/orchestrator/config/config.js';
 import { EventBus, type ScopedEvent } from '../../src/orchestrator/events/event-bus.js';
-import { createJobCore, type JobCore } from '../../src/orchestrator/jobs/index.js';
+import { createJobCore, type JobCore, type JobCoreDeps } from '../../src/orchestrator/jobs/index.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
 import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
@@ -54,6 +54,8 @@ export class JobCoreHarness {
     store?: SqliteStore; policy?: Partial<ResolvedModelPolicy>; retryBackoffMs?: number; reconnectGraceMs?: number;
     breakers?: Partial<BreakerPolicy>; attemptTimeout?: Partial<AttemptTimeoutPolicy>; probeIntervalMs?: number; heartbeatMs?: number; random?: () => number;
     clock?: FakeClock;
+    /** A waiting job's caps, checked at its release (JobCoreDeps.checkCaps). */
+    checkCaps?: JobCoreDeps['checkCaps'];
   } = {}) {
     this.clock = options.clock ?? new FakeClock(1_000_000);
     this.store = options.store ?? new SqliteStore(':memory:');
@@ -81,7 +83,7 @@ export class JobCoreHarness {
       blobs: new LocalBlobStore(mkdtempSync(join(tmpdir(), 'gpumesh-core-'))), locks: new DigestLocks(), log,
       model: (name) => this.models.get(name), uploadCredential: (batchId) => `upload-${batchId}`,
       retryBackoffMs: options.retryBackoffMs ?? 100, reconnectGraceMs: options.reconnectGraceMs ?? 5_000, uploadLimitBytes: 1 << 20,
-      attemptBudgets: budgets,
+      attemptBudgets: budgets, checkCaps: options.checkCaps,
     });
     this.core.states.observeAttempts(new RoutingFeedback({ breakers: this.breakers, throughput: this.throughput, health: this.health, model: (name) => this.models.get(name) }));
     announceBreakers({ breakers: this.breakers, events: this.events, metrics: this.metrics, log, clock: this.clock });

@@ -56,11 +56,28 @@ const granted = (outcomes: Omit<Record<Kind, number>, 'none' | 'expired' | 'revo
 const everyone = (status: number): Record<Kind, number> => Object.fromEntries(KINDS.map((kind) => [kind, status])) as Record<Kind, number>;
 const adminOnly = (status: number): Record<Kind, number> => granted({ admin: status, client: 403, gallery: 403, mesh: 403, album: 403, agent: 403, upload: 401 });
 const meshRead = granted({ admin: 200, client: 200, gallery: 403, mesh: 200, album: 200, agent: 403, upload: 401 });
+/** The A1111 door: grants that may submit image jobs. */
+const imageDoor = (status: number): Record<Kind, number> => granted({ admin: status, client: status, gallery: status, mesh: 403, album: status, agent: 403, upload: 401 });
 
 const simpleInfer = JSON.stringify({ inputs: ['INPUT0', 'INPUT1'].map((name) => ({ name, shape: [1, 16], datatype: 'INT32', data: new Array(16).fill(1) })) });
 const tinyImage = JSON.stringify({ type: 'image', input: { prompt: 'authz probe', width: 8, height: 8, steps: 1 } });
 const uploadBytes = new TextEncoder().encode('an output, uploaded by whoever may');
 const uploadDigest = `sha256:${createHash('sha256').update(uploadBytes).digest('hex')}`;
+/** A 1 × 1 PNG, for the ComfyUI door's uploads. */
+const DOT = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
+/** A ComfyUI upload's multipart body, as a browser's FormData would send it. */
+async function comfyUpload(path: string): Promise<Target> {
+  const form = new FormData();
+  form.append('image', new Blob([DOT], { type: 'image/png' }), 'dot.png');
+  const encoded = new Request('http://authz.invalid/', { method: 'POST', body: form });
+  return { path, body: new Uint8Array(await encoded.arrayBuffer()), contentType: encoded.headers.get('content-type')! };
+}
+/** A workflow this mesh has no model for (none runs workflows): 400 in ComfyUI's words, once the grant passed. */
+const tinyPrompt = JSON.stringify({ prompt: { 1: { class_type: 'SaveImage', inputs: {} } } });
+/** The ComfyUI door's reads of a grant's own prompts (jobs:read), and its submit-side routes (jobs:submit of `workflow`). */
+const comfyRead = granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 403, upload: 401 });
+const comfySubmit = granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 });
+const comfyCancel = granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 });
 
 /**
  * The table. `album` is a full client grant narrowed offline to `albums other`;
@@ -132,6 +149,7 @@ const TABLE: Row[] = [
     expect: granted({ admin: 202, client: 202, gallery: 202, mesh: 403, album: 202, agent: 403, upload: 401 }),
   },
   { route: 'GET /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
+  { route: 'GET /v1/pipelines/{id}/webhooks', request: () => ({ path: '/v1/pipelines/p_none/webhooks' }), expect: granted({ admin: 404, client: 404, gallery: 404, mesh: 404, album: 404, agent: 403, upload: 401 }) },
   { route: 'DELETE /v1/pipelines/{id}', request: () => ({ path: '/v1/pipelines/p_none' }), expect: granted({ admin: 404, client: 404, gallery: 403, mesh: 403, album: 404, agent: 403, upload: 401 }) },
   {
     route: 'GET /v1/pipelines/{id}/events', queryGrant: true, request: () => ({ path: '/v1/pipelines/p_none/events' }),
@@ -183,6 +201,40 @@ const TABLE: Row[] = [
   },
   { route: 'GET /openai/v1/models', request: () => ({ path: '/openai/v1/models' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }) },
   { route: 'GET /openai/v1/models/{model}', request: () => ({ path: '/openai/v1/models/gen' }), expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 200, album: 200, agent: 200, upload: 401 }) },
+  // The ComfyUI-compatible door (at the root, and under /api, hidden from the document): its credentials come as Bearer,
+  // Basic's password or an open door's grant (none is open here); its answers are ComfyUI's. A workflow of a node no
+  // host has is refused once the grant passed; the gallery's grant may submit only images and clips.
+  { route: 'POST /prompt', request: () => ({ path: '/prompt', body: tinyPrompt }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
+  { route: 'POST /api/prompt', hidden: true, request: () => ({ path: '/api/prompt', body: tinyPrompt }), expect: granted({ admin: 400, client: 400, gallery: 403, mesh: 403, album: 400, agent: 403, upload: 401 }) },
+  { route: 'GET /prompt', request: () => ({ path: '/prompt' }), expect: comfyRead },
+  { route: 'GET /history', request: () => ({ path: '/history' }), expect: comfyRead },
+  { route: 'GET /history/{prompt_id}', request: () => ({ path: '/history/nothing' }), expect: comfyRead },
+  { route: 'GET /api/history', hidden: true, request: () => ({ path: '/api/history?max_items=2' }), expect: comfyRead },
+  { route: 'GET /queue', request: () => ({ path: '/queue' }), expect: comfyRead },
+  { route: 'POST /queue', request: () => ({ path: '/queue', body: '{"clear":true}' }), expect: comfyCancel },
+  { route: 'POST /interrupt', request: () => ({ path: '/interrupt', body: '{}' }), expect: comfyCancel },
+  // A job's result by the name the door gives it: read as its blob is read (a grant limited to other albums: 404).
+  {
+    route: 'GET /view', request: (f) => ({ path: `/view?filename=${f.digest.slice('sha256:'.length)}.png&subfolder=&type=output` }),
+    expect: granted({ admin: 200, client: 200, gallery: 200, mesh: 403, album: 404, agent: 403, upload: 401 }),
+  },
+  { route: 'POST /upload/image', request: () => comfyUpload('/upload/image'), expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }) },
+  { route: 'POST /upload/mask', request: () => comfyUpload('/upload/mask'), expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }) },
+  { route: 'GET /object_info', request: () => ({ path: '/object_info' }), expect: comfySubmit },
+  { route: 'GET /object_info/{node_class}', request: () => ({ path: '/object_info/KSampler' }), expect: comfySubmit },
+  { route: 'GET /system_stats', request: () => ({ path: '/system_stats' }), expect: comfySubmit },
+  { route: 'GET /api/system_stats', hidden: true, request: () => ({ path: '/api/system_stats' }), expect: comfySubmit },
+  { route: 'GET /ws', websocket: true, request: () => ({ path: '/ws?clientId=authz' }), expect: granted({ admin: 101, client: 101, gallery: 101, mesh: 101, album: 101, agent: 403, upload: 401 }) },
+  // AUTOMATIC1111's API at the root: every route needs a grant that may submit image jobs (as Bearer here; Basic's
+  // password too), /interrupt and /skip one that may cancel them. img2img without a picture is refused once the grant passed.
+  ...['/sdapi/v1/options', '/sdapi/v1/progress', '/sdapi/v1/sd-models', '/sdapi/v1/samplers', '/sdapi/v1/schedulers', '/sdapi/v1/sd-vae', '/sdapi/v1/upscalers',
+    '/sdapi/v1/latent-upscale-modes', '/sdapi/v1/loras', '/sdapi/v1/cmd-flags'].map((path): Row => ({ route: `GET ${path}`, request: () => ({ path }), expect: imageDoor(200) })),
+  { route: 'POST /sdapi/v1/options', request: () => ({ path: '/sdapi/v1/options', body: '{}' }), expect: imageDoor(200) },
+  { route: 'POST /sdapi/v1/txt2img', request: () => ({ path: '/sdapi/v1/txt2img', body: '{"prompt":"authz probe","width":8,"height":8,"steps":1}' }), expect: imageDoor(200) },
+  { route: 'POST /sdapi/v1/img2img', request: () => ({ path: '/sdapi/v1/img2img', body: '{"prompt":"x"}' }), expect: imageDoor(422) },
+  ...['/sdapi/v1/interrupt', '/sdapi/v1/skip'].map((path): Row => ({
+    route: `POST ${path}`, request: () => ({ path }), expect: granted({ admin: 200, client: 200, gallery: 403, mesh: 403, album: 200, agent: 403, upload: 401 }),
+  })),
   // The Open Inference Protocol: health and server metadata need no grant (as /healthz); model metadata reads the mesh;
   // infer submits a job (the gallery's grant may submit only images, so it is refused the tensor job).
   { route: 'GET /v2/health/live', request: () => ({ path: '/v2/health/live' }), expect: everyone(200) },

@@ -217,6 +217,10 @@ describe.skipIf(!isRoot)('a full disk is an answer, not a hang (issue 29, findin
       const generation = await request(`${mesh.url}/openai/v1/images/generations`, agent, { method: 'POST', headers: jsonHeaders }, json({ prompt: 'refused' }));
       expect(generation.status).toBe(507);
       expect(JSON.parse(generation.body).error).toMatchObject({ code: 'STORAGE_FULL', type: 'server_error' });
+      for (const path of ['/sdapi/v1/txt2img', '/sdapi/v1/img2img']) {
+        const a1111 = await request(`${mesh.url}${path}`, agent, { method: 'POST', headers: jsonHeaders }, json({ prompt: 'refused', init_images: ['aGk='] }));
+        expect([path, a1111.status, JSON.parse(a1111.body).error]).toEqual([path, 507, 'STORAGE_FULL']);
+      }
       // Nothing of the refused requests reached the disk: no part file waits in the spool.
       expect(execFileSync('ls', ['-A', join(data, 'blobs', 'incoming')]).toString()).toBe('');
 

@@ -41,6 +41,8 @@ describe('fuzzing', () => {
   it('reads every route from the OpenAPI document', () => {
     expect(session.routes.map((route) => route.label)).toEqual(expect.arrayContaining([
       'POST /v1/jobs', 'GET /v1/jobs/{id}', 'DELETE /v1/jobs/{id}', 'PUT /v1/jobs/{id}/outputs/{digest}', 'POST /v1/grants', 'GET /v1/agents/link',
+      // The ComfyUI door, whose answers the oracle holds to ComfyUI's error shape.
+      'POST /prompt', 'GET /history/{prompt_id}', 'GET /view', 'POST /upload/image', 'GET /ws',
     ]));
   });
 

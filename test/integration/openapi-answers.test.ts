@@ -6,6 +6,7 @@ import {
 } from '../../src/protocol/api/index.js';
 import { ErrorBody } from '../../src/protocol/index.js';
 import { OpenAiModelList } from '../../src/orchestrator/http/openai/docs.js';
+import { Progress } from '../../src/orchestrator/http/a1111/docs.js';
 import { meshForFile } from '../helpers/mesh.js';
 
 /**
@@ -101,7 +102,7 @@ describe('the jobs API answers as /openapi.json says', () => {
     expect((await call('DELETE', `/v1/jobs/${id}`)).status).toBe(200);
   });
 
-  it('the mesh, its models, grants, the audit log, the gallery, health, OIP and OpenAI model lists answer as documented', async () => {
+  it('the mesh, its models, grants, the audit log, the gallery, health, OIP and OpenAI model lists, A1111\'s progress answer as documented', async () => {
     await holds('GET', '/healthz', await call('GET', '/healthz'), Live);
     await holds('GET', '/readyz', await call('GET', '/readyz'), Ready);
     await call('POST', '/v1/jobs', { ...picture, input: { ...picture.input, seed: 21 } }, { prefer: 'wait=30' }); // a point in the series
@@ -131,6 +132,7 @@ describe('the jobs API answers as /openapi.json says', () => {
     await holds('GET', '/v1/gallery', await call('GET', '/v1/gallery'), GalleryView);
 
     await holds('GET', '/openai/v1/models', await call('GET', '/openai/v1/models'), OpenAiModelList);
+    await holds('GET', '/sdapi/v1/progress', await call('GET', '/sdapi/v1/progress'), Progress);
     const oip: [string, string][] = [['/v2', '/v2'], ['/v2/health/live', '/v2/health/live'], ['/v2/health/ready', '/v2/health/ready'], ['/v2/models/simple', '/v2/models/{model}'], ['/v2/models/simple/ready', '/v2/models/{model}/ready']];
     for (const [path, template] of oip) {
       const answer = await call('GET', path);

@@ -76,6 +76,17 @@ const BODIES: Record<string, readonly string[] | null> = {
   'POST /comfyui/{host}/{model}/{path}': ['*/*'],
   'PUT /comfyui/{host}/{model}/{path}': ['*/*'],
   'PATCH /comfyui/{host}/{model}/{path}': ['*/*'],
+  'POST /sdapi/v1/options': ['application/json'],
+  'POST /sdapi/v1/txt2img': ['application/json'],
+  'POST /sdapi/v1/img2img': ['application/json'],
+  'POST /sdapi/v1/interrupt': null,
+  'POST /sdapi/v1/skip': null,
+  // ComfyUI's API reads a prompt as JSON whatever the content type says (SillyTavern's text/plain, urllib's form type).
+  'POST /prompt': ['application/json', 'text/plain', 'application/x-www-form-urlencoded'],
+  'POST /queue': ['application/json'],
+  'POST /interrupt': ['application/json'],
+  'POST /upload/image': ['multipart/form-data'],
+  'POST /upload/mask': ['multipart/form-data'],
 };
 
 describe('/openapi.json', () => {
@@ -157,6 +168,21 @@ describe('/openapi.json', () => {
         expect(infer.responses[status]!.content!['application/json']!.schema, `${path} ${status}`).toMatchObject({ properties: { error: { type: 'string' } }, required: ['error'] });
       }
     }
+  });
+
+  it('A1111: txt2img and img2img take A1111\'s fields as JSON (other keys ignored), options the options object; 422 in FastAPI\'s shape, the rest in A1111\'s', () => {
+    for (const path of ['/sdapi/v1/txt2img', '/sdapi/v1/img2img']) {
+      const op = operation('post', path);
+      const body = op.requestBody!.content['application/json']!.schema!;
+      expect(Object.keys(body.properties!), path).toEqual(expect.arrayContaining(['prompt', 'negative_prompt', 'seed', 'width', 'height', 'steps', 'batch_size', 'n_iter', 'override_settings']));
+      expect(body.required ?? [], path).toEqual([]);
+      expect(Object.keys(op.responses['200']!.content!['application/json']!.schema!.properties!), path).toEqual(['images', 'parameters', 'info']);
+      expect(JSON.stringify(op.responses['422']!.content!['application/json']!.schema), path).toContain('loc');
+      for (const status of ['401', '403', '429']) {
+        expect(Object.keys(op.responses[status]!.content!['application/json']!.schema!.properties!), `${path} ${status}`).toEqual(['error', 'detail', 'body', 'errors']);
+      }
+    }
+    expect(Object.keys(operation('post', '/sdapi/v1/img2img').requestBody!.content['application/json']!.schema!.properties!)).toEqual(expect.arrayContaining(['init_images', 'mask', 'denoising_strength']));
   });
 
   it('OpenAI images: generations take GenerationBody as JSON, edits its fields and the pictures as multipart; OpenAI errors', () => {

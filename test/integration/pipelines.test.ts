@@ -12,8 +12,8 @@ import { gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processe
  * One result feeds the next on another machine, through real processes: `gpumesh serve` and two agents, `laptop` of
  * class image and `westbox` of class video. A pipeline picture → clip makes the picture on the laptop and the clip on
  * the west box, the clip starting from the picture (its poster, frame 0, resembles it); a source that does not succeed
- * fails its dependent at once with the cause; cancelling a pipeline cancels what has not ended; a grant that cannot
- * read a job cannot take its output.
+ * fails its dependent at once with the cause; cancelling a pipeline cancels what has not ended; a step released after its
+ * source is held to its grant's caps then; a grant that cannot read a job cannot take its output.
  */
 const data = tempDir('gpumesh-pipelines-');
 let serve: Proc;
@@ -51,8 +51,8 @@ afterAll(async () => {
 const picture = { prompt: 'a lighthouse at dusk', seed: 11, width: 64, height: 64, steps: 6 };
 const clip = (extra: Record<string, unknown> = {}) => ({ prompt: 'waves', seed: 5, frames: 4, fps: 4, width: 64, height: 64, steps: 6, ...extra });
 
-const pipelineDone = (id: string): Promise<PipelineView> => waitFor(async () => {
-  const view = await admin.request<PipelineView>('GET', `/v1/pipelines/${id}`);
+const pipelineDone = (id: string, client = admin): Promise<PipelineView> => waitFor(async () => {
+  const view = await client.request<PipelineView>('GET', `/v1/pipelines/${id}`);
   return view.status === 'running' ? null : view;
 }, { timeoutMs: 120_000, what: `pipeline ${id} to end` });
 
@@ -190,6 +190,29 @@ describe('pipelines across two hosts', () => {
     expect(cancelled.steps.map((step) => step.job.status)).toEqual(['cancelled', 'cancelled']);
     expect(cancelled.status).toBe('cancelled');
   }, 60_000);
+
+  it('a step released once its source succeeded is held to its grant\'s caps then: past device-seconds-per-day it fails as a submit would be refused', async () => {
+    const { token } = await admin.request<{ token: string }>('POST', '/v1/grants', { kind: 'client', deviceSecondsPerDay: 1 });
+    const capped = new MeshClient(url, token);
+    // The picture is admitted while the day's use is below the cap, and takes more than the second the cap allows.
+    const accepted = await capped.request<PipelineAccepted>('POST', '/v1/pipelines', {
+      steps: [
+        { id: 'picture', type: 'image', input: { prompt: 'a large one', seed: 3, width: 512, height: 512, steps: 32 } },
+        { id: 'clip', type: 'video', input: clip({ image: { fromStep: 'picture' } }) },
+      ],
+    });
+    const done = await pipelineDone(accepted.id, capped);
+    const [made, animated] = done.steps.map((step) => step.job) as [JobView, JobView];
+    expect(made.status).toBe('succeeded');
+    expect(made.attempts[0]!.computeMs!).toBeGreaterThan(1000);
+    expect(animated.status).toBe('failed');
+    expect(animated.attempts).toEqual([]);
+    expect(animated.error).toMatchObject({ code: 'DEVICE_TIME_CAP_REACHED', message: expect.stringContaining('"device-seconds-per-day 1"') });
+    // The cap is the lineage's: a submit now is refused with the same code.
+    const refused = await capped.request('POST', '/v1/jobs', { type: 'image', input: picture }).catch((error: unknown) => error);
+    expect((refused as ApiError).status).toBe(429);
+    expect((refused as ApiError).message).toContain('device-seconds-per-day 1');
+  }, 180_000);
 
   it('a grant that cannot read the source cannot take its output', async () => {
     const source = await admin.submit({ type: 'image', input: { ...picture, seed: 13 } });

@@ -2,6 +2,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PipelineEndSummary } from '../../src/protocol/api/index.js';
 import { removeDir, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
 import { gpumeshRun } from '../helpers/processes.js';
 
@@ -10,7 +11,9 @@ import { gpumeshRun } from '../helpers/processes.js';
  * the test's mesh.yaml allows: `webhooks.allow` the receiver's /hooks, `allowLoopback`). The receiver checks every
  * signature the way Standard Webhooks says (written here from the convention, not with gpumesh's code), answers 500
  * to its first two requests, and counts events by `webhook-id`: each job's end arrives, is accepted once, and keeps
- * its id and body across retries — and across a restart of the orchestrator while a delivery is pending.
+ * its id and body across retries — and across a restart of the orchestrator while a delivery is pending. A pipeline's
+ * end arrives once, when its last step ends, with every step's digests and the cause — also when the orchestrator
+ * restarted while the pipeline ran.
  */
 
 interface Received {
@@ -190,4 +193,110 @@ describe('webhooks', () => {
     expect(json.deliveries).toEqual([expect.objectContaining({ id: pending.id, status: 'delivered', lastStatus: 200 })]);
     expect(json.deliveries[0].attempts).toBeGreaterThan(pending.attempts);
   });
+});
+
+describe('pipeline callbacks', () => {
+  const picture = { prompt: 'a lighthouse at dusk', seed: 11, width: 32, height: 32, steps: 2 };
+  const atNight = { prompt: 'the same lighthouse at night', seed: 12, image: { fromStep: 'picture', output: 0 }, strength: 0.6 };
+  /** Steps long enough to be cancelled while they run. */
+  const slowPipeline = (webhook: string) => ({
+    webhook,
+    steps: [
+      { id: 'slow', type: 'image', input: { prompt: 'a long one', width: 1024, height: 1024, steps: 32 } },
+      { id: 'after', type: 'image', input: { prompt: 'from the long one', image: { fromStep: 'slow' } } },
+    ],
+  });
+  /** The events accepted at a path, as sent. */
+  const bodiesAt = (path: string): { id: string; body: { type: string; data: PipelineEndSummary } }[] =>
+    [...accepted().values()].filter((request) => request.path === path).map((request) => ({ id: request.id, body: JSON.parse(request.body) }));
+  const stepRunning = (jobId: string) => waitFor(async () => (await call('GET', `/v1/jobs/${jobId}`)).json.status === 'running', { timeoutMs: 30_000, what: `job ${jobId} to run` });
+
+  it('delivers one signed pipeline.succeeded when the last step ends, naming each step\'s job and what it made; recorded for GET /v1/pipelines/:id/webhooks', async () => {
+    const submitted = await call('POST', '/v1/pipelines', {
+      webhook: `${base}/hooks/pipeline`,
+      steps: [{ id: 'picture', type: 'image', input: picture }, { id: 'night', type: 'image', input: atNight }],
+    });
+    expect(submitted.status, JSON.stringify(submitted.json)).toBe(202);
+    const [event] = await waitFor(() => (bodiesAt('/hooks/pipeline').length > 0 ? bodiesAt('/hooks/pipeline') : null), { timeoutMs: 60_000, what: 'the pipeline\'s end' });
+    const summary = PipelineEndSummary.parse(event!.body.data);
+    expect(event!.body.type).toBe('pipeline.succeeded');
+    const view = (await call('GET', `/v1/pipelines/${submitted.json.id}`)).json;
+    expect(summary).toMatchObject({ id: submitted.json.id, status: 'succeeded', cause: null, links: { self: `/v1/pipelines/${submitted.json.id}` } });
+    expect(summary.steps).toEqual(view.steps.map((step: any) => ({
+      id: step.id, jobId: step.job.id, type: 'image', model: step.job.model, status: 'succeeded', error: null,
+      artifacts: step.job.artifacts.map((artifact: any) => ({ digest: artifact.digest, mediaType: artifact.mediaType })),
+    })));
+    // The night picture started from the first step's output, by digest.
+    expect(view.steps[1].job.input.image).toBe(summary.steps[0]!.artifacts[0]!.digest);
+    const { secret } = (await call('POST', '/v1/webhooks/secret', { url: `${base}/hooks/pipeline` })).json as { secret: string };
+    for (const request of received.filter((one) => one.path === '/hooks/pipeline')) expect(verify(secret, request)).toBe(true);
+
+    const deliveries = await call('GET', `/v1/pipelines/${submitted.json.id}/webhooks`);
+    expect(deliveries.status).toBe(200);
+    expect(deliveries.json.deliveries).toEqual([expect.objectContaining({ id: event!.id, event: 'pipeline.succeeded', url: `${base}/hooks/pipeline`, status: 'delivered', lastStatus: 200 })]);
+    // The steps named no callback of their own: their ends are the pipeline's event alone.
+    expect((await call('GET', `/v1/jobs/${summary.steps[1]!.jobId}/webhooks`)).json.deliveries).toEqual([]);
+    // Another lineage does not learn the pipeline exists.
+    const other = (await call('POST', '/v1/grants', { kind: 'client' })).json as { token: string };
+    expect((await call('GET', `/v1/pipelines/${submitted.json.id}/webhooks`, undefined, other.token)).status).toBe(404);
+    // Once: nothing more comes for it.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(received.filter((request) => request.path === '/hooks/pipeline' && request.answered === 200)).toHaveLength(1);
+  }, 90_000);
+
+  it('a pipeline cancelled mid-way ends as pipeline.cancelled, its cause the step that was running', async () => {
+    const submitted = await call('POST', '/v1/pipelines', slowPipeline(`${base}/hooks/cancelled`));
+    expect(submitted.status, JSON.stringify(submitted.json)).toBe(202);
+    const [slow, after] = submitted.json.steps as { jobId: string }[];
+    await stepRunning(slow!.jobId);
+    expect((await call('DELETE', `/v1/pipelines/${submitted.json.id}`)).status).toBe(200);
+    const [event] = await waitFor(() => (bodiesAt('/hooks/cancelled').length > 0 ? bodiesAt('/hooks/cancelled') : null), { what: 'the cancelled pipeline\'s end' });
+    expect(event!.body.type).toBe('pipeline.cancelled');
+    expect(event!.body.data).toMatchObject({
+      status: 'cancelled',
+      steps: [{ id: 'slow', jobId: slow!.jobId, status: 'cancelled', artifacts: [] }, { id: 'after', jobId: after!.jobId, status: 'cancelled', artifacts: [] }],
+      cause: { step: 'slow', jobId: slow!.jobId, status: 'cancelled' },
+    });
+  }, 60_000);
+
+  it('a grant\'s callback hears its pipeline\'s end besides each step\'s; a pipeline may name no URL the allowlist or its grant refuses', async () => {
+    const outside = await call('POST', '/v1/pipelines', { webhook: `${base}/elsewhere`, steps: [{ id: 'picture', type: 'image', input: picture }] });
+    expect(outside.status).toBe(403);
+    expect(outside.json.error).toMatchObject({ code: 'WEBHOOK_NOT_ALLOWED', message: expect.stringContaining('webhooks.allow') });
+    const malformed = await call('POST', '/v1/pipelines', { webhook: 'not a url', steps: [{ id: 'picture', type: 'image', input: picture }] });
+    expect(malformed.status).toBe(400);
+    const minted = (await call('POST', '/v1/grants', { kind: 'client', webhook: `${base}/hooks/lineage` })).json as { token: string };
+    const elsewhere = await call('POST', '/v1/pipelines', { webhook: `${base}/hooks/b`, steps: [{ id: 'picture', type: 'image', input: picture }] }, minted.token);
+    expect(elsewhere.status).toBe(403);
+    expect(elsewhere.json.error).toMatchObject({ code: 'GRANT_DENIED', message: expect.stringContaining(`webhook ${base}/hooks/lineage`) });
+    // Nothing of the refused pipelines was admitted.
+    expect((await call('GET', '/v1/jobs?status=waiting,queued,dispatched,running')).json.jobs).toEqual([]);
+
+    const submitted = await call('POST', '/v1/pipelines', { steps: [{ id: 'picture', type: 'image', input: picture }, { id: 'night', type: 'image', input: atNight }] }, minted.token);
+    expect(submitted.status).toBe(202);
+    const events = await waitFor(() => {
+      const heard = bodiesAt('/hooks/lineage');
+      return heard.length === 3 ? heard : null;
+    }, { timeoutMs: 60_000, what: 'two job events and one pipeline event at the grant\'s callback' });
+    expect(events.map((event) => event.body.type).sort()).toEqual(['job.succeeded', 'job.succeeded', 'pipeline.succeeded']);
+    // The pipeline's event comes after both steps' ends have happened.
+    expect(events.find((event) => event.body.type === 'pipeline.succeeded')!.body.data.id).toBe(submitted.json.id);
+  }, 90_000);
+
+  it('a pipeline that ends after the orchestrator restarted still calls back, once', async () => {
+    const submitted = await call('POST', '/v1/pipelines', slowPipeline(`${base}/hooks/restarted`));
+    expect(submitted.status).toBe(202);
+    const [slow] = submitted.json.steps as { jobId: string }[];
+    await stepRunning(slow!.jobId);
+    await mesh!.stop();
+    mesh = await startMesh({ data, config: config() });
+    // The pipeline goes on after the restart; it ends when its running step is cancelled, and the step waiting for it fails.
+    expect((await call('DELETE', `/v1/jobs/${slow!.jobId}`)).status).toBe(200);
+    const [event] = await waitFor(() => (bodiesAt('/hooks/restarted').length > 0 ? bodiesAt('/hooks/restarted') : null), { timeoutMs: 30_000, what: 'the pipeline\'s end after the restart' });
+    expect(event!.body).toMatchObject({
+      type: 'pipeline.cancelled',
+      data: { id: submitted.json.id, steps: [{ status: 'cancelled' }, { status: 'failed', error: { code: 'SOURCE_FAILED' } }], cause: { step: 'slow', status: 'cancelled' } },
+    });
+    expect((await call('GET', `/v1/pipelines/${submitted.json.id}/webhooks`)).json.deliveries).toEqual([expect.objectContaining({ id: event!.id, status: 'delivered' })]);
+  }, 90_000);
 });

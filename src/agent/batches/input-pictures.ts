@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
-import { INPUT_IMAGE_FIELDS, LIMITS } from '../../protocol/index.js';
+import { LIMITS, picturesIn } from '../../protocol/index.js';
 import { EngineError, type InputPicture } from '../core/engine.js';
 import type { FetchBlob } from '../models/model-cache.js';
 
@@ -28,7 +28,7 @@ export class InputPictures {
 
   /** Each job's decoded pictures by field (a job naming none gets none); null, at once, when no job names one. */
   forJobs(jobs: readonly { id: string; input: Record<string, unknown> }[]): Promise<Map<string, Record<string, InputPicture>>> | null {
-    if (!jobs.some((job) => INPUT_IMAGE_FIELDS.some((field) => typeof job.input[field] === 'string'))) return null;
+    if (!jobs.some((job) => picturesIn(job.input).length > 0)) return null;
     return this.#forJobs(jobs);
   }
 
@@ -38,12 +38,12 @@ export class InputPictures {
     // Every picture of the batch is fetched and decoded at once, not job after job: sharp decodes on the thread pool,
     // and the engine waits for the last picture of the batch, not the first.
     const decoded = jobs.map(async (job): Promise<[string, Record<string, InputPicture>]> => {
-      const fields = INPUT_IMAGE_FIELDS.filter((field) => typeof job.input[field] === 'string');
       const size = typeof job.input.width === 'number' && typeof job.input.height === 'number' ? { width: job.input.width, height: job.input.height } : null;
-      const pictures = await Promise.all(fields.map(async (field) => {
-        const digest = job.input[field] as string;
+      const pictures = await Promise.all(picturesIn(job.input).map(async ({ field, digest }) => {
         if (!bytesOf.has(digest)) bytesOf.set(digest, this.#fetchVerified(digest, signal));
-        return [field, await this.#decode(await bytesOf.get(digest)!, field === 'mask' ? 1 : 3, size, `${field} ${digest}`)] as const;
+        // A workflow's picture goes to its ComfyUI as it came, alpha and all (a LoadImage's mask is its alpha).
+        const channels = field === 'mask' ? 1 : field.startsWith('pictures.') ? 4 : 3;
+        return [field, await this.#decode(await bytesOf.get(digest)!, channels, channels === 4 ? null : size, `${field} ${digest}`)] as const;
       }));
       return [job.id, Object.fromEntries(pictures)];
     });
@@ -67,12 +67,14 @@ export class InputPictures {
     return body;
   }
 
-  async #decode(bytes: Buffer, channels: 1 | 3, size: { width: number; height: number } | null, what: string): Promise<InputPicture> {
+  async #decode(bytes: Buffer, channels: 1 | 3 | 4, size: { width: number; height: number } | null, what: string): Promise<InputPicture> {
     try {
       let image = sharp(bytes, { limitInputPixels: this.#options.maxPixels, failOn: 'truncated' });
       if (size) image = image.resize(size.width, size.height, { fit: 'cover' });
       // A mask is its alpha (OpenAI's convention: transparent = repaint); a picture is flattened onto white.
-      image = channels === 1 ? image.ensureAlpha().extractChannel('alpha') : image.flatten({ background: '#ffffff' }).toColourspace('srgb').removeAlpha();
+      image = channels === 1 ? image.ensureAlpha().extractChannel('alpha')
+        : channels === 4 ? image.toColourspace('srgb').ensureAlpha()
+          : image.flatten({ background: '#ffffff' }).toColourspace('srgb').removeAlpha();
       const { data, info } = await image.raw().toBuffer({ resolveWithObject: true });
       return { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), width: info.width, height: info.height, channels };
     } catch (error) {

@@ -1,15 +1,15 @@
-import type { Device, ErrorCode, ModelManifest } from '../../protocol/index.js';
+import type { Device, ErrorCode, ModelManifest, NodeCatalogue } from '../../protocol/index.js';
 
 /**
- * A picture a job names by digest (`image`, `mask`), fetched, verified and decoded by the agent: row-major pixels,
- * RGB for a picture, one channel (its alpha: 0 = repaint) for a mask; sized to the job's width × height when it names
- * them, else as stored.
+ * A picture a job names by digest (`image`, `mask`, a workflow's `pictures`), fetched, verified and decoded by the
+ * agent: row-major pixels, RGB for a picture, one channel (its alpha: 0 = repaint) for a mask, RGBA for a workflow's
+ * (as stored); sized to the job's width × height when it names them, else as stored.
  */
 export interface InputPicture {
   data: Uint8Array;
   width: number;
   height: number;
-  channels: 1 | 3;
+  channels: 1 | 3 | 4;
 }
 
 /** One job of a batch, as an engine sees it. */
@@ -119,6 +119,11 @@ export interface LoadedModel {
    * again may listen elsewhere): server engines' models have one, for the pass-through (agent/relay/). Absent: none.
    */
   serverUrl?(): string;
+  /**
+   * A model that runs clients' whole workflows (ComfyUI's `acceptWorkflows`): what its server offers them now (its
+   * `/object_info`, trimmed), or null when it cannot say. Absent: the model runs no clients' workflows.
+   */
+  catalogue?(): Promise<NodeCatalogue | null>;
 }
 
 /**
@@ -138,6 +143,12 @@ export interface LoadedModel {
 export interface Engine {
   readonly name: string;
   load(manifest: ModelManifest, modelPath: string | null, device: Device, files?: Readonly<Record<string, string>>): Promise<LoadedModel>;
+  /**
+   * For a model its host declares (by its settings there) and has not loaded: whether it runs clients' workflows on
+   * this engine, and what its server offers them (null: not known, a server not running yet); undefined when these
+   * settings are not such a model of this engine. Absent: the engine runs no clients' workflows.
+   */
+  describe?(settings: Readonly<Record<string, unknown>>): Promise<NodeCatalogue | null | undefined>;
   /** Stop everything the engine runs (agent shutdown); `exited` does not fire for it. */
   close(): Promise<void>;
 }

@@ -1,6 +1,6 @@
 import { withFramesFromImages } from '../video/frames-from-images.js';
 import type { Engine } from '../core/engine.js';
-import { ENGINE_NAMES } from '../../protocol/engines/index.js';
+import { ENGINE_NAMES, makesClips } from '../../protocol/engines/index.js';
 import { MeshError } from '../../protocol/index.js';
 import type { EngineModule, EngineServices } from './kit/module.js';
 import { comfyUiEngine } from './comfyui/index.js';
@@ -52,7 +52,7 @@ export function buildEngines(services: EngineServices, enabled: readonly string[
     const engine = module.create({ ...services, log: services.log.child({ engine: name }) });
     // An invariant of this file's table (a bug here, never an option): a bare Error.
     if (engine.name !== name) throw new Error(`the engine registered as "${name}" calls itself "${engine.name}"`);
-    engines.set(name, module.descriptor.nativeVideo ? engine : withFramesFromImages(engine, services.video));
+    engines.set(name, module.descriptor.nativeVideo === true ? engine : withFramesFromImages(engine, services.video, (manifest) => makesClips(module.descriptor, manifest.settings ?? {})));
   }
   return engines;
 }

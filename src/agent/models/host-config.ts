@@ -107,6 +107,11 @@ export class HostConfig {
     return [...this.#models].filter(([, settings]) => settings.passthrough === true).map(([name]) => name);
   }
 
+  /** The settings it gives a model it declares, by the model's name; undefined for one it does not. */
+  settingsOf(model: string): Readonly<Record<string, unknown>> | undefined {
+    return this.#models.get(model);
+  }
+
   /**
    * The manifest as this host runs it: the orchestrator's settings without their host settings, this host's own laid
    * over them. A model whose engine runs only where it is declared (a command, a server) and that this host does not

@@ -28,7 +28,8 @@ interface Entry {
 }
 
 export interface ResidencyEvents {
-  loaded(model: ResidentModel): void;
+  /** A model was made resident; `handle` is it as its engine loaded it. */
+  loaded(model: ResidentModel, handle: LoadedModel): void;
   unloaded(model: { model: string; digest: string; device: string }): void;
 }
 
@@ -285,7 +286,7 @@ export class Residency {
     this.#measuredMB.set(manifest.digest, Math.max(knownPeakMB, loaded.memoryMB));
     void loaded.exited.then((reason) => this.#exited(entry, reason));
     this.#log.info({ model: manifest.name, device: device.id, memoryMB: loaded.memoryMB, declaredMB: manifest.memoryMB, ...(loaded.accelerator ? { accelerator: loaded.accelerator } : {}) }, 'model loaded');
-    this.#deps.events.loaded({ model: manifest.name, digest: manifest.digest, device: device.id, memoryMB: loaded.memoryMB, lastUsedAt: entry.lastUsedAt });
+    this.#deps.events.loaded({ model: manifest.name, digest: manifest.digest, device: device.id, memoryMB: loaded.memoryMB, lastUsedAt: entry.lastUsedAt }, loaded);
     if (entry.peakMB > loaded.memoryMB) this.#onCharged();
     return entry;
   }

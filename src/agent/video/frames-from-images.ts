@@ -9,14 +9,15 @@ const servesVideo = (manifest: ModelManifest): boolean => manifest.jobTypes.incl
 
 /**
  * Video from an engine that makes images (sd.cpp, ComfyUI, an OpenAI-style server, a command): models of it that
- * serve `video` are wrapped (see framesFromImages); the rest are the engine's own.
+ * serve `video` are wrapped (see framesFromImages); the rest are the engine's own — and so are those that make whole
+ * clips themselves (`makesClips`: an exec command with `settings.clips`).
  */
-export function withFramesFromImages(engine: Engine, encoder: ClipEncoder | undefined): Engine {
+export function withFramesFromImages(engine: Engine, encoder: ClipEncoder | undefined, makesClips: (manifest: ModelManifest) => boolean = () => false): Engine {
   return {
     name: engine.name,
     load: async (manifest, modelPath, device) => {
       const loaded = await engine.load(manifest, modelPath, device);
-      return servesVideo(manifest) ? framesFromImages(loaded, encoder) : loaded;
+      return servesVideo(manifest) && !makesClips(manifest) ? framesFromImages(loaded, encoder) : loaded;
     },
     close: () => engine.close(),
   };
@@ -28,6 +29,8 @@ export function withFramesFromImages(engine: Engine, encoder: ClipEncoder | unde
  * the clip's ffmpeg as it comes, exactly like the built-in generator's frames (clips.ts). Progress is per frame.
  * Consecutive seeds make a sequence of related but distinct images: a slideshow at `fps`, not motion; an engine
  * with a video model of its own (ComfyUI with an animation workflow) should be fed video jobs by its own workflow.
+ * A clip that starts from a picture (`image`, `strength`) hands it to every frame, an image-to-image request each:
+ * the orchestrator admits such a clip only for a model that takes pictures, so none is ever dropped here.
  * A frame the engine refuses fails its clip with the engine's error; a crash fails the batch (failover retries it).
  */
 function framesFromImages(model: LoadedModel, encoder: ClipEncoder | undefined): LoadedModel {
@@ -51,16 +54,18 @@ function framesFromImages(model: LoadedModel, encoder: ClipEncoder | undefined):
     const memory: BatchMemory = { peakMB: model.memoryMB, residentMB: model.memoryMB };
     const outputs: JobOutput[] = [];
     for (const job of jobs) {
-      const { prompt, seed, frames, width, height, steps, negativePrompt } = job.input as Record<string, unknown>;
+      const { prompt, seed, frames, width, height, steps, negativePrompt, image, strength } = job.input as Record<string, unknown>;
+      // The clip's starting picture, as the agent fetched and decoded it, is every frame's.
+      const picture = image === undefined ? {} : { image, ...(strength === undefined ? {} : { strength }) };
       const started = performance.now();
       let failed: JobOutput | null = null;
       for (let index = 0; index < Number(frames) && !stopped.has(job.id); index++) {
         const frameId = `${job.id}.frame-${index}`;
         current.set(job.id, frameId);
-        const input = { prompt, seed: (Number(seed) + index) >>> 0, width, height, steps, ...(negativePrompt ? { negativePrompt } : {}) };
+        const input = { prompt, seed: (Number(seed) + index) >>> 0, width, height, steps, ...(negativePrompt ? { negativePrompt } : {}), ...picture };
         let result: BatchResult;
         try {
-          result = await model.run([{ id: frameId, input, deadlineAt: job.deadlineAt ?? null }], () => {});
+          result = await model.run([{ id: frameId, input, deadlineAt: job.deadlineAt ?? null, ...(job.pictures ? { pictures: job.pictures } : {}) }], () => {});
         } finally {
           current.delete(job.id);
         }

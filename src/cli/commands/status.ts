@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import type { BreakerView, Hosts, HostView, StatusView, StorageView } from '../../protocol/api/index.js';
+import { JOB_STATUSES } from '../../protocol/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { ApiError } from '../common/client.js';
 import { formatBytes, printJson, table } from '../common/output.js';
@@ -86,6 +87,20 @@ function replicasTable(hosts: HostView[]): string {
  * 100 GiB`: what the disk (or the bucket) holds, for how long jobs are kept, and the data folder's free space — `disk
  * LOW: …` with what that stops while it is below its floor.
  */
+/**
+ * `jobs: waiting 1, queued 3, running 2, succeeded 40`: jobs by status in the order a job passes through them — those
+ * waiting for another job's output first, before the queued ones (the per-model QUEUED column counts only queued jobs:
+ * a waiting job is in no queue until its sources succeed).
+ */
+export function jobsLine(jobs: StatusView['jobs']): string {
+  const order = (state: string): number => {
+    const at = (JOB_STATUSES as readonly string[]).indexOf(state);
+    return at < 0 ? JOB_STATUSES.length : at;
+  };
+  const states = Object.entries(jobs).sort(([a], [b]) => order(a) - order(b));
+  return `jobs: ${states.map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`;
+}
+
 export function storageLine(storage: StorageView): string {
   const { blobs, jobs, disk } = storage;
   const kept = jobs.retentionDays === 0 ? 'every finished job kept' : `finished jobs without results kept ${jobs.retentionDays} day${jobs.retentionDays === 1 ? '' : 's'}`;
@@ -122,7 +137,7 @@ async function status(options: ClientOptions & { json?: boolean }): Promise<void
       `${ready}/${placed.desired} (min ${placed.min}, max ${placed.max ?? 'any'})`, where || '-',
     ];
   })));
-  out.push('', `jobs: ${Object.entries(current.jobs).map(([state, count]) => `${state} ${count}`).join(', ') || 'none yet'}`);
+  out.push('', jobsLine(current.jobs));
   if (storage) out.push(storageLine(storage));
   const energy = energyLine(current.energy);
   if (energy) out.push(energy);

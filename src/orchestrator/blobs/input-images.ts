@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { INPUT_IMAGE_FIELDS, MeshError } from '../../protocol/index.js';
+import { MeshError, picturesIn } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { LRUCache } from 'lru-cache';
 import type { Commits, ImageVerdict, MeshStore } from '../store/index.js';
@@ -27,11 +27,9 @@ export interface InputImagesDeps {
 /** Bytes copied at a time from a store that keeps no local file. */
 const COPY_CHUNK_BYTES = 1024 * 1024;
 
-/** The digests of the pictures an input names (its `image`, `mask`), whatever else it holds. */
+/** The digests of the pictures an input names (its `image`, `mask`, a workflow's `pictures`), whatever else it holds. */
 export function picturesNamed(input: unknown): string[] {
-  if (input === null || typeof input !== 'object') return [];
-  const record = input as Record<string, unknown>;
-  return INPUT_IMAGE_FIELDS.map((field) => record[field]).filter((value): value is string => typeof value === 'string');
+  return picturesIn(input).map((picture) => picture.digest);
 }
 
 /**
@@ -152,9 +150,7 @@ export class InputImages {
    * otherwise) and decoded; a 400 naming the field when not.
    */
   check(input: Record<string, unknown>, model: string, visible: (digest: string) => void): void {
-    for (const field of INPUT_IMAGE_FIELDS) {
-      const digest = input[field];
-      if (typeof digest !== 'string') continue;
+    for (const { field, digest } of picturesIn(input)) {
       try {
         visible(digest);
       } catch (error) {

@@ -17,6 +17,8 @@ export const OUTPUT_MEDIA_TYPES = {
   tensor: ['application/json', 'text/plain', 'application/octet-stream'],
   // The lines read are the JSON result; the picture with their boxes drawn is a PNG.
   ocr: ['image/png', 'application/json', 'text/plain'],
+  // What a ComfyUI workflow's save nodes write: pictures (animated WebP and GIF too) and clips.
+  workflow: ['image/png', 'image/jpeg', 'image/webp', 'image/gif', 'video/mp4', 'video/webm', 'application/json', 'text/plain'],
 } as const satisfies Readonly<Record<keyof typeof JOB_INPUTS, readonly string[]>>;
 
 /** What a blob is served as, by the type it was recorded with: only types on some job type's list keep theirs. */

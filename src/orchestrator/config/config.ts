@@ -210,10 +210,10 @@ export const MeshConfigInput = z.strictObject({
   blobs: z.discriminatedUnion('kind', [LocalBlobs, S3Blobs]).default({ kind: 'local' }),
   /**
    * Job type → the host classes that may run it, in order of preference: the first class with a usable replica
-   * wins, later ones are fallbacks. Default: each type to the class of the same name, and `ocr` to the `tensor` class
-   * (two ONNX models run where tensor models run).
+   * wins, later ones are fallbacks. Default: each type to the class of the same name, `ocr` to the `tensor` class
+   * (two ONNX models run where tensor models run) and `workflow` (a client's whole ComfyUI workflow) to `image`.
    */
-  routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], video: ['video'], tensor: ['tensor'], ocr: ['tensor'] }),
+  routing: z.record(z.string(), z.array(z.string()).min(1)).default({ image: ['image'], video: ['video'], tensor: ['tensor'], ocr: ['tensor'], workflow: ['image'] }),
   /** Job type → the model used when a job names none. Default: gen for image, gen-video for video, mlp for tensor (for the types `routing` names). */
   defaultModels: z.record(z.string(), z.string()).default(BUILTIN_DEFAULT_MODELS),
   /** Models declared here (with `engine`), and policies merged over each model's defaults. */

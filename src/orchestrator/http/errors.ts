@@ -130,6 +130,17 @@ function lingerOnClose(socket: Socket): void {
   };
 }
 
+/**
+ * A body over its limit (Fastify's FST_ERR_CTP_BODY_TOO_LARGE), as the 413 to answer. Fastify closes the connection
+ * here; closing with the body still arriving makes the kernel send a reset that can destroy the 413 before the client
+ * reads it. For bodies of a sane size, the connection is kept and Node discards the rest, so the client always sees
+ * the answer. `limit`: the route's own, else the server's.
+ */
+export function bodyTooLarge(request: FastifyRequest, reply: FastifyReply, serverLimit: number): MeshError {
+  if (Number(request.headers['content-length'] ?? Infinity) <= DRAIN_LIMIT_BYTES) reply.removeHeader('connection');
+  return new MeshError('PAYLOAD_TOO_LARGE', { limit: request.routeOptions.bodyLimit ?? serverLimit });
+}
+
 function sendError(reply: FastifyReply, mesh: MeshError): void {
   if (mesh.status >= 500) reply.log.warn({ code: mesh.code }, mesh.message);
   // The route may already have named another content type (a blob, the metrics text).
@@ -178,13 +189,7 @@ function answerClientError(this: FastifyInstance, error: Error & { code?: string
  */
 export function installErrorHandling(app: FastifyInstance, bodyLimitBytes: number): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      // Fastify closes the connection here; closing with the body still arriving makes the kernel
-      // send a reset that can destroy the 413 before the client reads it. For bodies of a sane size,
-      // keep the connection and let Node discard the rest, so the client always sees the answer.
-      if (Number(request.headers['content-length'] ?? Infinity) <= DRAIN_LIMIT_BYTES) reply.removeHeader('connection');
-      return sendError(reply, new MeshError('PAYLOAD_TOO_LARGE', { limit: bodyLimitBytes }));
-    }
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return sendError(reply, bodyTooLarge(request, reply, bodyLimitBytes));
     const mesh = toMeshError(error, request);
     settleUnreadBody(request, reply);
     sendError(reply, mesh);

@@ -13,7 +13,10 @@ export const NEW_WORK_ROUTES: ReadonlySet<string> = new Set([
   'POST /v1/jobs', 'POST /v1/jobs::batch',
   'POST /v2/models/:model/infer', 'POST /v2/models/:model/versions/:version/infer',
   'POST /openai/v1/images/generations', 'POST /openai/v1/images/edits',
+  'POST /sdapi/v1/txt2img', 'POST /sdapi/v1/img2img',
   'POST /v1/models',
+  // The ComfyUI-compatible door, at the root and under /api (http/comfyui/routes.ts).
+  ...['', '/api'].flatMap((prefix) => [`POST ${prefix}/prompt`, `POST ${prefix}/upload/image`, `POST ${prefix}/upload/mask`]),
 ]);
 
 /**

@@ -2,7 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { WebhookDeliveries, WebhookSecretView, type WebhookDeliveryView } from '../../protocol/api/index.js';
-import type { JobReads } from '../jobs/index.js';
+import type { VerifiedGrant } from '../auth/index.js';
+import type { JobReads, Pipelines } from '../jobs/index.js';
 import type { DeliveryRecord } from '../store/index.js';
 import { redactedUrl, type Webhooks } from '../webhooks/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
@@ -13,9 +14,12 @@ export type WebhookService = Pick<Webhooks, 'deliveriesOf' | 'check' | 'checkRes
 
 export interface WebhookRouteDeps {
   reads: Pick<JobReads, 'record'>;
+  pipelines: Pick<Pipelines, 'record'>;
   webhooks: WebhookService;
   auth: RequestAuth;
 }
+
+const SubjectParams = z.object({ id: z.string().min(1).max(100) });
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
@@ -28,22 +32,28 @@ export function deliveryView(record: DeliveryRecord): WebhookDeliveryView {
   };
 }
 
-/** GET /v1/jobs/:id/webhooks (a job's deliveries, to whoever may read the job); POST /v1/webhooks/secret (admin). */
+/**
+ * GET /v1/jobs/:id/webhooks and GET /v1/pipelines/:id/webhooks (the deliveries of a job's or a pipeline's end, to
+ * whoever may read it); POST /v1/webhooks/secret (admin).
+ */
 export function webhookRoutes(app: FastifyInstance, deps: WebhookRouteDeps): void {
-  const { reads, webhooks, auth } = deps;
+  const { reads, pipelines, webhooks, auth } = deps;
   const routes = app.withTypeProvider<ZodTypeProvider>();
-
-  routes.get('/v1/jobs/:id/webhooks', {
-    schema: {
-      params: z.object({ id: z.string().min(1).max(100) }), tags: ['jobs'],
-      summary: 'The deliveries of the job\'s end to its callback URL: status, attempts, last error, next try (empty: it has no callback, or has not ended)',
-    },
-    config: { openapi: { responses: { 200: json('Its deliveries, oldest first', WebhookDeliveries), ...errorAnswers({ 404: 'No such job that this grant may see' }) } } },
-    onRequest: auth.require('jobs:read'),
-  }, async (request) => {
-    const job = await reads.record(grantOf(request), request.params.id);
-    return { deliveries: (await webhooks.deliveriesOf(job.id)).map(deliveryView) };
-  });
+  const deliveries = (what: 'job' | 'pipeline', find: (grant: VerifiedGrant, id: string) => Promise<{ id: string }>) => {
+    routes.get(`/v1/${what}s/:id/webhooks`, {
+      schema: {
+        params: SubjectParams, tags: [`${what}s`],
+        summary: `The deliveries of the ${what}'s end to its callback URL: status, attempts, last error, next try (empty: it has no callback, or has not ended)`,
+      },
+      config: { openapi: { responses: { 200: json('Its deliveries, oldest first', WebhookDeliveries), ...errorAnswers({ 404: `No such ${what} that this grant may see` }) } } },
+      onRequest: auth.require('jobs:read'),
+    }, async (request) => {
+      const subject = await find(grantOf(request), request.params.id);
+      return { deliveries: (await webhooks.deliveriesOf(subject.id)).map(deliveryView) };
+    });
+  };
+  deliveries('job', (grant, id) => reads.record(grant, id));
+  deliveries('pipeline', (grant, id) => pipelines.record(grant, id));
 
   routes.post('/v1/webhooks/secret', {
     schema: {

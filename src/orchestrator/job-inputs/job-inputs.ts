@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
-import type { z } from 'zod';
 import { controlMarkupIn, type EngineDescriptor } from '../../protocol/engines/index.js';
+import { parseInput } from './parse-input.js';
+import { workflow } from './workflow-inputs.js';
 import { checkNamedTensors, namedTensorsCost, namedTensorsKey, namedTensorsProbe, type NamedTensorInput } from './named-tensors.js';
 import { INPUT_IMAGE_FIELDS, INPUT_SCHEMAS, LIMITS, MeshError, type ModelManifest, type TensorInput } from '../../protocol/index.js';
 
@@ -35,14 +36,6 @@ function fitted(size: { width: number; height: number }): { width: number; heigh
   return { width: side(size.width), height: side(size.height) };
 }
 
-function parseInput<T extends z.ZodType>(schema: T, input: unknown, model: string): z.output<T> {
-  const parsed = schema.safeParse(input);
-  if (!parsed.success) {
-    const detail = parsed.error.issues.map((issue) => `${issue.path.join('.') || 'input'}: ${issue.message}`).join('; ');
-    throw new MeshError('INVALID_INPUT', { model, detail });
-  }
-  return parsed.data;
-}
 
 /** A model's numeric parameter, or the fallback. */
 const param = (manifest: ModelManifest, key: string, fallback: number): number => {
@@ -180,6 +173,7 @@ export const JOB_INPUTS = {
   video,
   tensor,
   ocr,
+  workflow,
 } as const satisfies Readonly<Record<string, JobInputs>>;
 
 /** The input handling of a job type, if the orchestrator has one. */
@@ -203,8 +197,8 @@ export function jobInputsForEngine(inputs: JobInputs, engine: EngineDescriptor |
       // A picture an engine would not look at must not be silently dropped: the client expects it used.
       const taken = picturesTaken(engine, manifest);
       const picture = INPUT_IMAGE_FIELDS.find((field) => normalized[field] !== undefined && !taken.includes(field));
-      if (picture && typeof engine.pictureInputs === 'function') {
-        throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: this ${engine.name} model names no node that takes it (settings.inputs.${picture}); send the job to a model whose workflow loads a picture` });
+      if (picture && engine.pictureRefusal) {
+        throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: ${engine.pictureRefusal(picture)}` });
       }
       if (picture) {
         throw new MeshError('INVALID_INPUT', { model: manifest.name, detail: `${picture}: the ${engine.name} engine does not take pictures as inputs; send the job to a model that does (the built-in gen does image-to-image)` });

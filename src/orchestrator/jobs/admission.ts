@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { BulkItemResult } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { MeshError, SubmitJobBody } from '../../protocol/index.js';
-import { normalizeWebhookUrl, webhookOf, type VerifiedGrant } from '../auth/index.js';
+import type { VerifiedGrant } from '../auth/index.js';
 import type { CarriedPictures } from '../blobs/client-blobs.js';
 import { picturesNamed, type InputImages } from '../blobs/input-images.js';
 import type { MeshConfig } from '../config/config.js';
@@ -10,7 +10,7 @@ import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { ModelRegistry, RegisteredModel } from '../registry/index.js';
 import type { Admission, LineageCaps, Scheduler } from '../scheduler/index.js';
 import type { AuditLog } from '../auth/audit.js';
-import type { Webhooks } from '../webhooks/index.js';
+import { callbackFor, namedCallback, type Webhooks } from '../webhooks/index.js';
 import type { Commits, JobRecord, MeshStore } from '../store/index.js';
 import { newId } from '../store/ids.js';
 import type { BlobVisibility } from './blob-visibility.js';
@@ -22,7 +22,8 @@ import type { PipelinePlan } from './pipeline-plan.js';
 import type { JobSources } from './sources.js';
 import type { JobStates } from './states.js';
 
-const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+/** How long an idempotency key names its job (per grant lineage). */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 export const DEFAULT_ALBUM = 'default';
 
 export interface JobAdmissionDeps {
@@ -47,6 +48,8 @@ export interface JobAdmissionDeps {
   hours?(model: RegisteredModel, classes: readonly string[], hosts: readonly string[] | null, deadlineAt: number | null): string | null;
   /** Refuses a job no host could ever take (CLASS_UNAVAILABLE: routing/class-availability.ts). */
   classes?: { admit(type: string, classes: readonly string[]): void };
+  /** Refuses a workflow no connected host can run: none takes workflows, or each lacks what it names (routing/workflow-fit.ts). */
+  workflows?: { admit(model: RegisteredModel, input: Record<string, unknown>, classes: readonly string[]): void };
   /** Whether the grant may read a picture a job names (one it may not is refused as if it did not exist). */
   blobs: Pick<BlobVisibility, 'assertVisible'>;
   /** The caps of grant lineages (queued jobs, device-seconds per day); none: caps are not enforced (role tests). */
@@ -459,8 +462,7 @@ export class JobAdmission {
       throw new MeshError('VALIDATION_FAILED', { detail: `priority ${priority} is beyond the lowest level, ${config.priorities.levels}` });
     }
     const album = body.album ?? defaultAlbumOf(grant);
-    const named = body.webhook === undefined ? undefined : normalizeWebhookUrl(body.webhook);
-    if (typeof named === 'object') throw new MeshError('VALIDATION_FAILED', { detail: `webhook: the callback URL ${named.problem}` });
+    const named = namedCallback(body.webhook);
     // A grant's `webhook` caveat refuses any other URL a job names (GRANT_DENIED quoting it).
     authorize({ action: 'jobs:submit', jobType: body.type, model: name, classes: routing, album, ...(named === undefined ? {} : { webhook: named }) });
     if (grant.maxPriority !== null && priority < grant.maxPriority) {
@@ -470,10 +472,7 @@ export class JobAdmission {
     if (body.timeoutMs !== undefined && body.timeoutMs > model.policy.maxTimeoutMs) {
       throw new MeshError('TIMEOUT_TOO_LONG', { timeoutMs: body.timeoutMs, limit: model.policy.maxTimeoutMs, model: name });
     }
-    const callback = named ?? webhookOf(grant.caveats);
-    // Checked again at every delivery (the config may change, a name may resolve elsewhere); refused here so a job
-    // whose end could never be told is not run.
-    const webhook = callback === null ? null : this.#deps.webhooks ? this.#deps.webhooks.check(callback) : null;
+    const webhook = callbackFor(named, grant, this.#deps.webhooks && ((url) => this.#deps.webhooks!.check(url)));
     const { pictures } = this.#deps;
     let input: Record<string, unknown>;
     let pending: readonly InputReference[] = NO_REFERENCES;
@@ -515,6 +514,7 @@ export class JobAdmission {
       if (job) return { ...vetted, repeat: job };
     }
     this.#deps.classes?.admit(body.type, classes);
+    this.#deps.workflows?.admit(model, input, classes);
     this.#deps.memory?.admit(model, input, classes);
     const waitsFor = this.#deps.hours?.(model, classes, grant.hosts, body.timeoutMs === undefined ? null : this.#deps.clock.now() + body.timeoutMs) ?? null;
     return { ...vetted, waitsFor };
@@ -543,6 +543,8 @@ export class JobAdmission {
     // that waits for others is written at once: it must be found after a restart, when its sources end.
     }, stale?.id, waited && !waiting && picturesNamed(input).length === 0, waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
+    // Its caps are checked again when it is released into its queue (JobSources): the grant is not stored, so they are.
+    if (waiting && (grant.caps.maxQueued || grant.caps.deviceSecondsPerDay)) this.#deps.commits.writeOne(() => this.#deps.store.jobs.recordCaps(job.id, grant.caps));
     if (webhook !== null) this.#deps.webhooks?.arm(job, webhook);
     this.#deps.cancellation.arm(job);
     if (waiting) this.#deps.sources.watch(job);

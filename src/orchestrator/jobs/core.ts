@@ -18,7 +18,7 @@ import { InFlight } from './in-flight.js';
 import { JobOutputs } from './outputs.js';
 import { Recovery } from './recovery.js';
 import { ResultIntake } from './results.js';
-import { JobSources, type SourcePictures } from './sources.js';
+import { JobSources, type JobSourcesDeps, type SourcePictures } from './sources.js';
 import { JobStates } from './states.js';
 
 export interface JobCoreDeps {
@@ -46,6 +46,8 @@ export interface JobCoreDeps {
   attemptBudgets: AttemptBudgets;
   /** Pictures judged by digest (InputImages): a source's output is one before a waiting job starts from it. */
   pictures?: SourcePictures;
+  /** A waiting job's caps, checked again when it is released (JobSourcesDeps.checkCaps); absent: not enforced. */
+  checkCaps?: JobSourcesDeps['checkCaps'];
 }
 
 /** The job roles, built in dependency order: what the orchestrator and the role tests both run. */
@@ -77,7 +79,7 @@ export function createJobCore(deps: JobCoreDeps): JobCore {
   });
   const failover = new Failover({ clock, states, inFlight, dispatcher, model, retryBackoffMs: deps.retryBackoffMs, log: log.child({ part: 'failover' }) });
   const cancellation = new Cancellation({ clock, states, inFlight, dispatcher });
-  const sources = new JobSources({ store, states, dispatcher, pictures: deps.pictures, log: log.child({ part: 'sources' }) });
+  const sources = new JobSources({ store, states, dispatcher, pictures: deps.pictures, checkCaps: deps.checkCaps, log: log.child({ part: 'sources' }) });
   const recovery = new Recovery({ clock, states, inFlight, dispatcher, cancellation, sources, reconnectGraceMs: deps.reconnectGraceMs, log: log.child({ part: 'recovery' }) });
   const outputs = new JobOutputs({ store, commits, clock, blobs: deps.blobs, locks: deps.locks, states, limitBytes: deps.uploadLimitBytes });
   const refusals = new LinkRefusals({ clock, events, metrics, log: log.child({ part: 'link' }) });

@@ -3,7 +3,7 @@ import { MeshError } from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { RegisteredModel } from '../registry/index.js';
-import { encodeRoute, type HostRegistry, type HostSession, type RouteDecision, type Router } from '../routing/index.js';
+import { encodeRoute, needsOf, type HostRegistry, type HostSession, type RouteDecision, type Router } from '../routing/index.js';
 import type { Admission, QueuedJob, Release, Scheduler } from '../scheduler/index.js';
 import type { JobRecord } from '../store/index.js';
 import { newId } from '../store/ids.js';
@@ -44,7 +44,7 @@ export class Dispatcher {
   constructor(deps: DispatcherDeps) {
     this.#deps = deps;
     this.#pickHost = (model, job) => {
-      this.#decision = deps.router.route(model, { classes: job.classes, hosts: job.hosts ?? null, avoid: job.avoid });
+      this.#decision = deps.router.route(model, { classes: job.classes, hosts: job.hosts ?? null, avoid: job.avoid, workflow: job.input ? needsOf(job.input) : null });
       return this.#decision.host;
     };
     deps.inFlight.onSlotFreed(() => this.requestPump());

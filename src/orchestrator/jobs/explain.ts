@@ -2,7 +2,7 @@ import type { ExplainView, WaitingFor } from '../../protocol/api/index.js';
 import type { HostAway } from '../../protocol/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import type { RegisteredModel } from '../registry/index.js';
-import { unavailableFor, type HostInfo, type RouteDecision, type Router } from '../routing/index.js';
+import { needsOf, unavailableFor, type HostInfo, type RouteDecision, type Router } from '../routing/index.js';
 import type { Scheduler } from '../scheduler/index.js';
 import type { JobRecord, MeshStore } from '../store/index.js';
 import type { Failover } from './failover.js';
@@ -81,7 +81,7 @@ export class JobExplainer {
     const { clock, scheduler, router, failover } = this.#deps;
     const now = clock.now();
     const model = this.#deps.model(job.model);
-    const decision: RouteDecision | null = model ? router.route(model, { classes: job.classes, hosts: job.hosts, avoid: failover.failedOn(job.id) }) : null;
+    const decision: RouteDecision | null = model ? router.route(model, { classes: job.classes, hosts: job.hosts, avoid: failover.failedOn(job.id), workflow: needsOf(job.input) }) : null;
     // Hosts in the order of the job's classes (the order routing tries them), those of no class of it last.
     const rank = (klass: string | null): number => (klass === null ? job.classes.length : job.classes.indexOf(klass));
     const skipped = decision ? [...decision.skipped].sort((a, b) => rank(a.class) - rank(b.class)) : [];

@@ -15,5 +15,6 @@ export { BlobVisibility, type BlobVisibilityDeps } from './blob-visibility.js';
 export { jobView, artifactView, blobUrl } from './views.js';
 export { JobExplainer, type JobExplainerDeps } from './explain.js';
 export { Pipelines, pipelineStatus, type PipelinesDeps } from './pipelines.js';
+export { PipelineEnds, type PipelineEndsDeps } from './pipeline-ends.js';
 export { planPipeline, type PipelinePlan } from './pipeline-plan.js';
 export { JobSources, type JobSourcesDeps } from './sources.js';

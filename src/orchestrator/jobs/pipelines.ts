@@ -2,10 +2,12 @@ import type { PipelineAccepted, PipelineView } from '../../protocol/api/index.js
 import type { Clock } from '../../protocol/clock.js';
 import { isTerminal, MeshError, type JobStatus, type SubmitPipelineBody } from '../../protocol/index.js';
 import type { VerifiedGrant } from '../auth/index.js';
-import type { MeshStore, PipelineRecord } from '../store/index.js';
+import type { JobRecord, MeshStore, PipelineRecord } from '../store/index.js';
+import { callbackFor, namedCallback, type Webhooks } from '../webhooks/index.js';
 import { newId } from '../store/ids.js';
 import type { JobAdmission } from './admission.js';
 import type { Cancellation } from './cancellation.js';
+import type { PipelineEnds } from './pipeline-ends.js';
 import { planPipeline } from './pipeline-plan.js';
 import type { Authorize, JobReads } from './reads.js';
 
@@ -15,9 +17,14 @@ export interface PipelinesDeps {
   admission: Pick<JobAdmission, 'submitChain'>;
   reads: Pick<JobReads, 'record' | 'viewOf'>;
   cancellation: Pick<Cancellation, 'cancel'>;
+  /** Callbacks: a pipeline's (or its grant's) callback URL checked against the allowlist; none: no callbacks (role tests). */
+  webhooks?: Pick<Webhooks, 'check'>;
+  /** Where a pipeline with a callback is armed, and its end told. */
+  ends?: Pick<PipelineEnds, 'arm' | 'forget'>;
 }
 
-const linksOf = (id: string): PipelineAccepted['links'] => ({ self: `/v1/pipelines/${id}`, events: `/v1/pipelines/${id}/events` });
+/** A pipeline's links: itself, and its steps' event stream. */
+export const pipelineLinks = (id: string): PipelineAccepted['links'] => ({ self: `/v1/pipelines/${id}`, events: `/v1/pipelines/${id}/events` });
 
 /** Where a pipeline stands, from its steps' states (PIPELINE_STATUSES). */
 export function pipelineStatus(statuses: readonly JobStatus[]): PipelineView['status'] {
@@ -29,8 +36,9 @@ export function pipelineStatus(statuses: readonly JobStatus[]): PipelineView['st
 /**
  * Pipelines: steps submitted at once (`POST /v1/pipelines`), each a job like any other, later ones taking earlier
  * ones' outputs by reference. Checked whole (planPipeline, then every job's admission) before anything is stored; one
- * id to follow (its row names the steps' jobs); cancelling it cancels what has not ended. A pipeline belongs to the
- * grant lineage that submitted it: another lineage is told it does not exist.
+ * id to follow (its row names the steps' jobs); cancelling it cancels what has not ended; with a callback URL, its end
+ * is POSTed once (PipelineEnds). A pipeline belongs to the grant lineage that submitted it: another lineage is told it
+ * does not exist.
  */
 export class Pipelines {
   readonly #deps: PipelinesDeps;
@@ -40,13 +48,28 @@ export class Pipelines {
   }
 
   async submit(grant: VerifiedGrant, body: SubmitPipelineBody, authorize: Authorize): Promise<PipelineAccepted> {
-    const { store, clock } = this.#deps;
+    const { store, clock, webhooks, ends } = this.#deps;
     const plan = planPipeline(body, () => newId('j'));
+    // Its own callback URL (a grant's `webhook` caveat refuses any other: GRANT_DENIED), else its grant's; allowed or
+    // WEBHOOK_NOT_ALLOWED, before anything is admitted.
+    const named = namedCallback(body.webhook);
+    if (named !== undefined) authorize({ action: 'jobs:submit', webhook: named });
+    const callback = callbackFor(named, grant, webhooks && ((url) => webhooks.check(url)));
     const id = newId('p');
     // The steps in dependency order, as admitted: a pipeline's view and its cancel follow that order.
     const record: PipelineRecord = { id, grantId: grant.id, createdAt: clock.now(), steps: plan.steps.map((step) => ({ id: step.id, jobId: step.jobId })) };
-    const jobs = await this.#deps.admission.submitChain(grant, plan, authorize, () => store.pipelines.insertPipeline(record));
-    return { id, steps: plan.steps.map((step, index) => ({ id: step.id, jobId: step.jobId, status: jobs[index]!.status })), links: linksOf(id) };
+    let jobs: JobRecord[];
+    try {
+      jobs = await this.#deps.admission.submitChain(grant, plan, authorize, () => {
+        store.pipelines.insertPipeline(record);
+        if (callback !== null) ends?.arm(record, callback);
+      });
+    } catch (error) {
+      // Its jobs were taken back (a commit that failed): there is no pipeline to call back about.
+      ends?.forget(id);
+      throw error;
+    }
+    return { id, steps: plan.steps.map((step, index) => ({ id: step.id, jobId: step.jobId, status: jobs[index]!.status })), links: pipelineLinks(id) };
   }
 
   /** A pipeline of the grant's lineage; NOT_FOUND otherwise. */
@@ -60,7 +83,7 @@ export class Pipelines {
     const pipeline = await this.record(grant, id);
     const steps = await Promise.all(pipeline.steps.map(async (step) => ({ id: step.id, job: await this.#deps.reads.viewOf(await this.#deps.reads.record(grant, step.jobId)) })));
     return {
-      id, status: pipelineStatus(steps.map((step) => step.job.status)), createdAt: new Date(pipeline.createdAt).toISOString(), steps, links: linksOf(id),
+      id, status: pipelineStatus(steps.map((step) => step.job.status)), createdAt: new Date(pipeline.createdAt).toISOString(), steps, links: pipelineLinks(id),
     };
   }
 

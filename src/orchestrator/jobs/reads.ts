@@ -71,6 +71,18 @@ export class JobReads {
     return this.readable(grant, job);
   }
 
+  /**
+   * The job an idempotency key of the grant's lineage names (within the key's window), if the grant may read it; null
+   * otherwise. The front doors find a job by the id their client chose with it.
+   */
+  async byKey(grant: VerifiedGrant, key: string, windowMs: number): Promise<JobRecord | null> {
+    const { store, states, clock } = this.#deps;
+    const found = await store.jobs.getJobByIdempotencyKey(grant.id, key, clock.now() - windowMs);
+    // The record in memory while it runs (its status changes in place); the store's once it ended.
+    const job = found ? states.active(found.id) ?? found : null;
+    return job && this.mayRead(grant, job) ? job : null;
+  }
+
   /** The events that describe where a job the grant may see stands now. */
   async snapshot(grant: VerifiedGrant, id: string): Promise<JobEvent[]> {
     return snapshotEvents(this.#deps.store, await this.record(grant, id));

@@ -36,7 +36,7 @@ export interface SweptJobs {
  * with them writes millions of rows a day. Finished jobs that no published result names — failed, cancelled or
  * expired jobs, tensor jobs (every OIP infer), jobs whose results were deleted — are deleted `days` after they finished,
  * with their attempts and the rows of what they uploaded or started from; those blobs go too, once nothing else names
- * them (BlobReclaimer). Jobs whose results are in the gallery stay as long as their results do. Idempotency keys live
+ * them (BlobReclaimer). A pipeline goes with the last of its jobs. Jobs whose results are in the gallery stay as long as their results do. Idempotency keys live
  * a day, so no retention can cut one short (it is at least a day).
  */
 export class JobRetention {
@@ -70,7 +70,11 @@ export class JobRetention {
       const started = performance.now();
       const { ids, digests } = await store.jobs.prunableJobs(before, batch);
       if (ids.length === 0) break;
-      commits.write(() => store.jobs.deleteJobs(ids));
+      commits.write(() => {
+        store.jobs.deleteJobs(ids);
+        // A pipeline is only a name for its jobs: once the last of them is gone, so is it (its id then answers 404).
+        store.pipelines.forgetJobs(ids);
+      });
       await commits.durable();
       // A backlog (a busy day's infers) is worked off at half the event loop at most: after each batch, a pause as
       // long as it took, so requests keep being served between batches (SQLite's statements hold the loop).

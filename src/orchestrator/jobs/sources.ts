@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { MeshError, type ErrorBody } from '../../protocol/index.js';
 import { picturesNamed } from '../blobs/input-images.js';
-import type { JobRecord, MeshStore } from '../store/index.js';
+import type { JobCaps, JobRecord, MeshStore } from '../store/index.js';
 import type { Dispatcher } from './dispatcher.js';
 import { pickOutput, referencesIn, sourcesOf, type InputReference } from './references.js';
 import type { JobStates } from './states.js';
@@ -18,6 +18,11 @@ export interface JobSourcesDeps {
   dispatcher: Dispatcher;
   /** Absent (role tests): a source's output is taken by its media type alone. */
   pictures?: SourcePictures;
+  /**
+   * The caps of a job's grant lineage checked as admission checks them, for one more job in its queue (LineageCaps.check:
+   * QUEUED_CAP_REACHED, DEVICE_TIME_CAP_REACHED); absent (role tests): caps are not enforced.
+   */
+  checkCaps?(job: JobRecord, caps: JobCaps): void;
   log: Logger;
 }
 
@@ -28,6 +33,12 @@ export interface JobSourcesDeps {
  * a picture the job names so its host may read it — the output moves by digest, never through the client), or failed
  * at once, naming the source, when one did not succeed. A failed dependent ends like any job, so its own dependents
  * fail in turn.
+ *
+ * Release is a second admission into a queue, so its grant's caps (`max-queued`, `device-seconds-per-day`, kept with
+ * the job: JobTable.recordCaps) are checked again then: a job its lineage's use no longer leaves room for fails with
+ * the code a submit would get. It does not wait for room: caps refuse rather than hold (a submit gets a 429 and its
+ * client decides when to try again), and a job held back indefinitely would hide the refusal from the client that is
+ * following it; its failure names the cap, so the client may submit it again by its source's output.
  */
 export class JobSources {
   readonly #deps: JobSourcesDeps;
@@ -98,6 +109,7 @@ export class JobSources {
     }
     const { pictures } = this.#deps;
     await pictures?.prepare([...digests.values()]);
+    const caps = this.#deps.checkCaps ? await store.jobs.capsOf(id) : null;
     const current = waiting();
     if (!current) return;
     const input = { ...current.input };
@@ -107,6 +119,16 @@ export class JobSources {
         return;
       }
       input[reference.field] = digest;
+    }
+    if (caps) {
+      // In the turn of the release itself, so the queue it is counted against is the one it joins.
+      try {
+        this.#deps.checkCaps!(current, caps);
+      } catch (error) {
+        if (!(error instanceof MeshError)) throw error;
+        this.#end(current, error);
+        return;
+      }
     }
     if (!states.released(current, input, () => {
       for (const digest of picturesNamed(input)) store.inputImages.recordJobInput(digest, current.id);

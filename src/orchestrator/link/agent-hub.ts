@@ -8,7 +8,7 @@ import type { GrantEnd, VerifiedGrant } from '../auth/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 import type { EventBus } from '../events/event-bus.js';
 import type { Failover, Recovery, ResultIntake } from '../jobs/index.js';
-import { HostSession, type BatchReport, type HostRegistry } from '../routing/index.js';
+import { hostCatalogue, HostSession, type BatchReport, type HostRegistry } from '../routing/index.js';
 import { LinkBudget, type LinkBudgetSettings } from './link-budget.js';
 import type { LinkRefusals } from '../jobs/refusals.js';
 
@@ -202,7 +202,7 @@ export class AgentHub {
     recovery.claim(session, hello.inFlight);
     send({
       type: 'welcome', session: session.session, heartbeatMs: this.#deps.heartbeatMs, protocol: LINK_PROTOCOL_VERSION,
-      inlineOutputBytes: this.#deps.inlineOutputBytes, staleAfterMs: this.#deps.staleAfterMs, freesSlotOnComputed: true,
+      inlineOutputBytes: this.#deps.inlineOutputBytes, staleAfterMs: this.#deps.staleAfterMs, freesSlotOnComputed: true, takesCatalogues: true,
     });
     log.info({ host: hello.host, classes: hello.classes, devices: hello.devices.length, held: hello.inFlight.length, unavailable: hello.unavailable }, 'agent joined');
     this.#deps.events.publishMesh({ type: 'host:joined', host: hello.host, classes: hello.classes, at: new Date(clock.now()).toISOString() });
@@ -257,6 +257,13 @@ export class AgentHub {
       case 'relay-credit':
       case 'relay-close':
         return this.#deps.relays?.receive(session, message);
+      case 'catalogue':
+        if (!session.mayServe(message.model)) return this.#deps.refusals.refuse(session, 'catalogue', [message.model], 'about models its grant does not allow');
+        session.catalogues.set(message.model, hostCatalogue(message.nodes));
+        this.#deps.log.info({ host: session.id, model: message.model, nodeClasses: message.nodes ? Object.keys(message.nodes).length : null }, 'host takes workflows');
+        // Workflow jobs that waited for a host with their nodes may go there now.
+        hosts.changed();
+        return;
       default:
         return unhandled(message);
     }

@@ -1,4 +1,6 @@
-import { familyOf, type Device, type HostAway, type OrchestratorMessage, type ResidentModel, type ToolReport, type UnavailableClass } from '../../protocol/index.js';
+import {
+  familyOf, type CatalogueIndex, type Device, type HostAway, type NodeCatalogue, type OrchestratorMessage, type ResidentModel, type ToolReport, type UnavailableClass,
+} from '../../protocol/index.js';
 import type { Clock, Timer } from '../../protocol/clock.js';
 
 /** A batch a host is running: which jobs, on which model, since when. */
@@ -70,6 +72,12 @@ export class HostSession {
   readonly replicaChanges: Map<string, { change: 'load' | 'unload'; at: number }> = new WatchedMap(() => this.#changed());
   /** Models this host was asked to hold for their minReplicas (`load` with `hold`). */
   readonly held = new Set<string>();
+  /**
+   * The models whose clients' workflows this host's owner lets it run (ComfyUI's `acceptWorkflows`), by name, each
+   * with what its server offers (`/object_info`, indexed) or null while that is not known. A model absent here: the
+   * host takes no workflows for it (routing/workflow-fit.ts).
+   */
+  readonly catalogues = new Map<string, HostCatalogue | null>();
   #resident: ResidentModel[] = [];
   #devices: Device[] = [];
   #largestBudgetMB = 0;
@@ -251,6 +259,12 @@ export class HostSession {
     this.#acks = [];
     this.#send({ type: 'ack', jobIds });
   }
+}
+
+/** What a host's ComfyUI offers a model's workflows: as it reported it, and indexed for checks. */
+export interface HostCatalogue {
+  nodes: NodeCatalogue;
+  index: CatalogueIndex;
 }
 
 export interface AckDelay {

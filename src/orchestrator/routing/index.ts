@@ -1,4 +1,4 @@
-export { HostSession, unavailableFor, type HostInfo, type InFlightBatch } from './host.js';
+export { HostSession, unavailableFor, type HostInfo, type InFlightBatch, type HostCatalogue } from './host.js';
 export { HostRegistry, type DepartedHost } from './hosts.js';
 export { ClassAvailability } from './class-availability.js';
 export { Router, SCAN_ALL_UP_TO, TWO_CHOICES_ABOVE, type RouteRequest, type RouterDeps } from './router.js';
@@ -9,3 +9,4 @@ export { ThroughputBook, THROUGHPUT_ALPHA, type BatchSample } from './throughput
 export { HealthBook, LATE_HEARTBEATS, type HealthBookDeps } from './health.js';
 export { AttemptBudgets, type AttemptTimeoutPolicy, type Budget, type BatchWork } from './budgets.js';
 export { Prober, PROBE_SWEEP_MS, PROBE_IDLE_INTERVALS, type ProberDeps, type ProbeOutcome, type BatchReport } from './prober.js';
+export { WorkflowFit, needsOf, hostCatalogue, type WorkflowNeeds, type Fit } from './workflow-fit.js';

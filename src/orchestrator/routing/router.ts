@@ -7,6 +7,7 @@ import type { HostRegistry } from './hosts.js';
 import type { IndexedSet } from './indexed-set.js';
 import { SkipLog, type RouteDecision, type Warmth } from './route-log.js';
 import type { ThroughputBook } from './throughput.js';
+import { workflowSkip, type WorkflowNeeds } from './workflow-fit.js';
 
 /** Why a host that takes no work now is passed over, by what keeps it away. */
 const AWAY_REASONS: Record<HostAway['state'], RouteSkipReason> = { yielded: 'yielded', 'off-hours': 'out of hours', hot: 'too hot', asleep: 'asleep' };
@@ -29,6 +30,8 @@ export interface RouteRequest {
   hosts: readonly string[] | null;
   /** Hosts where an earlier attempt of the job failed: taken only when no other usable host of the class is free. */
   avoid?: readonly string[];
+  /** A workflow job's graph: only hosts that take workflows for the model, and whose ComfyUI has what it names, may run it. */
+  workflow?: WorkflowNeeds | null;
 }
 
 export interface RouterDeps {
@@ -233,6 +236,10 @@ export class Router {
     if (host.away) return AWAY_REASONS[host.away.state];
     if (!host.info.engines.includes(model.manifest.engine)) return 'engine missing';
     if (model.declaredAs && host.info.configured && !host.info.configured.includes(model.declaredAs)) return 'not configured';
+    if (request.workflow) {
+      const skip = workflowSkip(host, model, request.workflow);
+      if (skip) return skip;
+    }
     if (host.largestBudgetMB < model.manifest.memoryMB) return 'model too large';
     if (this.#deps.breakers.blocking(host.id, model.manifest.name)) return 'breaker open';
     if (this.#deps.health.unhealthy(host, model.manifest.name)) return 'unhealthy';

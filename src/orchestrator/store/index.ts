@@ -4,7 +4,7 @@ export type { MeshStore, MeshTables } from './contract/mesh-store.js';
 export type { Commits } from './contract/commits.js';
 export type { Migration } from './contract/migration.js';
 export { encodeCursor, decodeCursor } from './contract/cursors.js';
-export type { JobEnd, JobRecord, NewJob, JobFilter, SucceededAttempt } from './contract/jobs.js';
+export type { JobCaps, JobEnd, JobRecord, NewJob, JobFilter, SucceededAttempt } from './contract/jobs.js';
 export type { ArtifactRecord, ArtifactFilter } from './contract/artifacts.js';
 export type { EndedAttempt } from './contract/attempts.js';
 export type { BlobRecord } from './contract/blobs.js';

@@ -121,9 +121,10 @@ export class Webhooks {
 
   /**
    * Record an event for delivery and start trying it; returns its record (its `id` is the `webhook-id` of every try).
-   * `disarm`: the job whose armed callback this delivery replaces, in the same write.
+   * `disarm`: a write in the same commit — the arming of the job or pipeline this delivery replaces, removed — so a
+   * restart finds either the arming or the delivery, never both nor neither.
    */
-  deliver(event: WebhookEvent, disarm?: string): DeliveryRecord {
+  deliver(event: WebhookEvent, disarm?: () => void): DeliveryRecord {
     const { store, commits, clock } = this.#deps;
     const record: DeliveryRecord = {
       id: newId('wh', clock), subjectKind: event.subject.kind, subjectId: event.subject.id, eventType: event.type, url: event.url,
@@ -132,7 +133,7 @@ export class Webhooks {
     };
     commits.write(() => {
       store.webhooks.insertDelivery(record);
-      if (disarm !== undefined) store.webhooks.disarmJob(disarm);
+      disarm?.();
     });
     this.#schedule(record);
     return record;
@@ -185,7 +186,8 @@ export class Webhooks {
       data = { id: job.id, status: job.status };
     }
     if (this.#closed) return; // still armed in the store: delivered after the next start
-    this.deliver({ type: `job.${job.status}`, subject: { kind: 'job', id: job.id }, url, data, at: job.finishedAt ?? this.#deps.clock.now() }, job.id);
+    const { store } = this.#deps;
+    this.deliver({ type: `job.${job.status}`, subject: { kind: 'job', id: job.id }, url, data, at: job.finishedAt ?? this.#deps.clock.now() }, () => store.webhooks.disarmJob(job.id));
   }
 
   #schedule(record: DeliveryRecord): void {

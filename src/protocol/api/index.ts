@@ -7,7 +7,7 @@ export { ErrorEnvelope } from './errors.js';
 export { Time } from './time.js';
 export { RouteView, AttemptView, ArtifactView, JobView, JobAccepted, JobPage, BulkItemResult, BulkResults } from './jobs.js';
 export { WaitingFor, ExplainView } from './explain.js';
-export { PIPELINE_STATUSES, PipelineAccepted, PipelineView } from './pipelines.js';
+export { PIPELINE_STATUSES, PipelineAccepted, PipelineEndSummary, PipelineView } from './pipelines.js';
 export { BreakerView, ReplicaView, HostView, Hosts, Draining } from './hosts.js';
 export { ReplicaState, ModelReplicas, StatusView, Live, Ready, DOORS, OpenDoorView, type DoorName } from './status.js';
 export { DiskView, StorageView } from './storage.js';

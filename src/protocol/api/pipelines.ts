@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ErrorBody } from '../errors.js';
 import { JOB_STATUSES } from '../jobs.js';
 import { JobView } from './jobs.js';
 import { Time } from './time.js';
@@ -28,3 +29,22 @@ export const PipelineView = z.strictObject({
   links: PipelineLinks,
 });
 export type PipelineView = z.infer<typeof PipelineView>;
+
+/**
+ * A pipeline's end as its callback receives it (the `data` of a `pipeline.<status>` event): each step's job, where it
+ * ended and the digests of what it made, and — unless it succeeded — the step that first did not succeed and why (a
+ * step failed with SOURCE_FAILED only because a step before it did is not the cause; the step before is).
+ */
+export const PipelineEndSummary = z.strictObject({
+  id: z.string(),
+  status: z.enum(PIPELINE_STATUSES).exclude(['running']),
+  createdAt: Time,
+  steps: z.array(z.strictObject({
+    id: z.string(), jobId: z.string(), type: z.string(), model: z.string(), status: z.enum(JOB_STATUSES),
+    artifacts: z.array(z.strictObject({ digest: z.string(), mediaType: z.string() })),
+    error: ErrorBody.nullable(),
+  })),
+  cause: z.strictObject({ step: z.string(), jobId: z.string(), status: z.enum(JOB_STATUSES), error: ErrorBody.nullable() }).nullable(),
+  links: PipelineLinks,
+});
+export type PipelineEndSummary = z.infer<typeof PipelineEndSummary>;

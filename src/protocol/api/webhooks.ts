@@ -9,7 +9,7 @@ import { Time } from './time.js';
 /** One event on its way to a callback URL, and how its delivery went so far. */
 export const WebhookDeliveryView = z.strictObject({
   id: z.string().describe('sent as webhook-id on every try: receivers de-duplicate by it'),
-  event: z.string().describe('the body\'s type: job.succeeded, job.failed, job.cancelled, job.expired'),
+  event: z.string().describe('the body\'s type: job.succeeded, job.failed, job.cancelled, job.expired; pipeline.succeeded, pipeline.failed, pipeline.cancelled, pipeline.expired'),
   url: z.string().describe('the callback URL, its query left out (it may carry the receiver\'s token)'),
   status: z.enum(['pending', 'delivered', 'failed']).describe('pending: being tried; delivered: answered 2xx; failed: given up'),
   attempts: z.int(),
@@ -22,7 +22,7 @@ export const WebhookDeliveryView = z.strictObject({
 });
 export type WebhookDeliveryView = z.infer<typeof WebhookDeliveryView>;
 
-/** `GET /v1/jobs/:id/webhooks`. */
+/** `GET /v1/jobs/:id/webhooks`, `GET /v1/pipelines/:id/webhooks`. */
 export const WebhookDeliveries = z.strictObject({ deliveries: z.array(WebhookDeliveryView) });
 export type WebhookDeliveries = z.infer<typeof WebhookDeliveries>;
 

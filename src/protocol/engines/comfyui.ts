@@ -23,12 +23,7 @@ const Target = z.strictObject({
 });
 export type Target = z.infer<typeof Target>;
 
-/** One node of an API-format workflow: `{ class_type, inputs }` (links are `[nodeId, slot]`). */
-export const WorkflowNode = z.looseObject({
-  class_type: z.string().min(1),
-  inputs: z.record(z.string(), z.unknown()),
-});
-export type Workflow = Record<string, z.infer<typeof WorkflowNode>>;
+export { WorkflowNode, type Workflow } from '../workflows.js';
 
 /**
  * `settings` of a ComfyUI model. The options type is the configuration
@@ -43,8 +38,17 @@ export const ComfyUiSettings = z.strictObject({
    */
   ...launchSettings({ http: '/system_stats' }),
   /**
+   * Run the whole workflows clients send (`workflow` jobs: the ComfyUI-compatible front door, docs/api.md), not only
+   * this model's own: its owner's opt-in, which only the host's own config may give (like `url` and `command`), so the
+   * mesh never has a host's ComfyUI run a graph its owner did not agree to. The model then serves the `workflow` job
+   * type (mesh.yaml `types: [workflow]`), the agent reports what its ComfyUI offers (`/object_info`) so the mesh sends
+   * each workflow to a host that has its nodes and models, and `workflow` below is optional. Default false.
+   */
+  acceptWorkflows: z.boolean().default(false),
+  /**
    * The API-format workflow ("Export (API)" in ComfyUI): a path to its JSON file (relative paths resolve
-   * against the agent's working directory) or the workflow inline. Default: the model's file itself.
+   * against the agent's working directory) or the workflow inline. Default: the model's file itself (none needed
+   * with `acceptWorkflows`).
    */
   workflow: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
   /**
@@ -87,11 +91,14 @@ export type ComfyUiSettings = z.infer<typeof ComfyUiSettings>;
 export const comfyUiDescriptor: EngineDescriptor<typeof ComfyUiSettings> = {
   name: 'comfyui', settings: ComfyUiSettings, server: true, needsFile: false, controlMarkup: COMFYUI_MARKUP,
   // A workflow given as a path is a file of the host's; one given inline is data the mesh may send.
-  // So is `passthrough`: only the host's owner opens their ComfyUI to clients.
+  // So are the opt-ins to run clients' whole workflows and to pass the server through to clients: only the host's owner
+  // may give them.
   hostSettingsOf: (settings) => [
     ...settingsNamed([...SERVER_HOST_SETTINGS, 'passthrough'])(settings), ...(typeof settings.workflow === 'string' ? ['workflow'] : []),
+    ...(settings.acceptWorkflows !== undefined ? ['acceptWorkflows'] : []),
   ],
   hostDeclared: true,
   // The pictures the model's workflow has a node for: only those may a job carry.
   pictureInputs: (settings) => PICTURE_INPUTS.filter((field) => (settings.inputs as Record<string, unknown> | undefined)?.[field] !== undefined),
+  pictureRefusal: (field) => `this comfyui model names no node that takes it (settings.inputs.${field}); send the job to a model whose workflow loads a picture`,
 };

@@ -35,10 +35,12 @@ export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
   /** The engine loads a model file (the ONNX engine): the orchestrator refuses a declared model without `file`. */
   readonly needsFile: boolean;
   /**
-   * The engine makes clips itself (the ONNX engine's `cppn-video`). Absent: a model of it that serves `video` is
-   * given its frames one image at a time by the agent (video/frames-from-images.ts), so any image engine makes clips.
+   * The engine makes clips itself (the ONNX engine's `cppn-video`); a function: whether a model of it does, from its
+   * settings (an exec command that writes whole clips, `settings.clips`). Absent or false: a model of it that serves
+   * `video` is given its frames one image at a time by the agent (video/frames-from-images.ts), so any image engine
+   * makes clips — each frame from the clip's starting picture, where the clip names one and the model takes pictures.
    */
-  readonly nativeVideo?: boolean;
+  readonly nativeVideo?: boolean | ((settings: Readonly<Record<string, unknown>>) => boolean);
   /**
    * The engine takes pictures as inputs (`image`, `mask`: image-to-image, OCR); the agent hands it each one decoded.
    * `true`: every model of it takes both; a function: the fields a model takes, from its settings (a ComfyUI workflow
@@ -46,6 +48,11 @@ export interface EngineDescriptor<Settings extends z.ZodType = z.ZodType> {
    * does not take is refused at admission rather than run as if it named none.
    */
   readonly pictureInputs?: boolean | ((settings: Readonly<Record<string, unknown>>) => readonly string[]);
+  /**
+   * Where `pictureInputs` is a function: what a job naming a picture field its model does not take is told, after
+   * `<field>: ` — which setting gives the field a place, and what to do instead.
+   */
+  readonly pictureRefusal?: (field: string) => string;
   /**
    * The files a model must hold for its settings (the ONNX engine's `ocr` pipeline: `detector`, `recognizer`,
    * `dictionary`): `gpumesh models add` refuses a model that lacks one, naming it, rather than a load failing later.
@@ -93,4 +100,9 @@ export function controlMarkupIn(input: Readonly<Record<string, unknown>>, descri
     }
   }
   return null;
+}
+
+/** Whether a model of the engine makes its clips itself (`nativeVideo`), rather than the agent from its images. */
+export function makesClips(descriptor: Pick<EngineDescriptor, 'nativeVideo'>, settings: Readonly<Record<string, unknown>>): boolean {
+  return typeof descriptor.nativeVideo === 'function' ? descriptor.nativeVideo(settings) : descriptor.nativeVideo === true;
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { INPUT_IMAGE_FIELDS } from '../jobs.js';
 import { settingsNamed, type EngineDescriptor } from './descriptor.js';
 
 /**
@@ -12,7 +13,7 @@ export const ExecSettings = z.strictObject({
   /**
    * The command: an argv array, or one string split into words the way a shell splits them (quotes,
    * backslashes) — but never run by a shell: no pipes, redirections, globs or `$VAR`s. Placeholders
-   * `${INPUT}`, `${OUTPUT_DIR}`, `${JOB_ID}` and `${MODEL_PATH}` are filled in each argument.
+   * `${INPUT}`, `${OUTPUT_DIR}`, `${JOB_ID}`, `${MODEL_PATH}`, `${IMAGE}` and `${MASK}` are filled in each argument.
    */
   command: z.union([z.array(z.string().min(1)).min(1), z.string().min(1)], {
     // The union's own message would be "Invalid input": say what is wrong and what to write instead.
@@ -22,6 +23,19 @@ export const ExecSettings = z.strictObject({
   }),
   /** One process for the whole batch (true) or one per job, one after another (false, default). */
   batch: z.boolean().default(false),
+  /**
+   * The pictures a job may give the command (`image`: a starting picture, `mask`), each written as a PNG of the job's
+   * size in the run's scratch folder: its path is `${IMAGE}` / `${MASK}` (one-job commands; empty when the job names
+   * none), `GPUMESH_IMAGE` / `GPUMESH_MASK`, and the job's `pictures` in the input JSON. A job naming a picture its
+   * model does not list is refused at submit. Default: none.
+   */
+  pictures: z.array(z.enum(INPUT_IMAGE_FIELDS)).max(INPUT_IMAGE_FIELDS.length).default([]),
+  /**
+   * A model that serves `video`: the command makes each clip whole (it gets the video job — prompt, frames, fps, size,
+   * its starting picture — and writes an MP4 or WebM), rather than one frame per run, the agent encoding the clip.
+   * Default false.
+   */
+  clips: z.boolean().default(false),
   /** Inputs as JSON on stdin (default) or only in the `${INPUT}` file (stdin then gets nothing). */
   input: z.enum(['stdin', 'file']).default('stdin'),
   /** A run (one process) longer than this is ended: SIGTERM to its process group, SIGKILL after `killGraceMs`. Default 10 minutes. */
@@ -51,6 +65,9 @@ export type ExecSettings = z.infer<typeof ExecSettings>;
 /** Models that are commands, run once per batch or per job under the agent's governance. Inputs reach the command as JSON on stdin or in a file, never in its argv or through a shell, so no text is an instruction to it. */
 export const execDescriptor: EngineDescriptor<typeof ExecSettings> = {
   name: 'exec', settings: ExecSettings, server: false, needsFile: false, controlMarkup: [],
+  nativeVideo: (settings) => settings.clips === true,
+  pictureInputs: (settings) => (Array.isArray(settings.pictures) ? settings.pictures.filter((field): field is string => typeof field === 'string') : []),
+  pictureRefusal: (field) => `this exec model's command is given no ${field} (its settings.pictures lists what it takes, as \${${field.toUpperCase()}}); send the job to a model that takes one`,
   // The command, where it runs and what it is given: the host's alone. The rest (batching, limits, timeouts) the mesh may set.
   hostSettingsOf: settingsNamed(['command', 'cwd', 'env']), hostDeclared: true, meshSettings: ExecSettings.partial({ command: true }),
 };

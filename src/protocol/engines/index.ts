@@ -6,7 +6,7 @@ import { onnxDescriptor } from './onnx.js';
 import { openAiImagesDescriptor } from './openai-images.js';
 import { sdcppDescriptor } from './sdcpp.js';
 
-export { controlMarkupIn, type ControlMarkup, type EngineDescriptor } from './descriptor.js';
+export { controlMarkupIn, makesClips, type ControlMarkup, type EngineDescriptor } from './descriptor.js';
 
 /**
  * Every engine gpumesh knows, one line each: what both sides must know about it (agent/engines/registry.ts adds

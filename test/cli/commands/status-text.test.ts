@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { capabilityLines, storageLine } from '../../../src/cli/commands/status.js';
+import { capabilityLines, jobsLine, storageLine } from '../../../src/cli/commands/status.js';
 import type { HostView } from '../../../src/protocol/api/index.js';
 
 const host = (id: string, fields: Partial<HostView>): HostView => ({ id, unavailable: {}, tools: [], ...fields } as HostView);
@@ -37,5 +37,12 @@ describe('gpumesh status: what the store holds', () => {
     );
     // Never measured (statfs failed): nothing to say about it.
     expect(storageLine({ ...base, disk: { ...disk(0, false), checkedAt: null } })).toBe('storage: 2 blobs, 2.0 KiB in /data/blobs; finished jobs without results kept 30 days');
+  });
+});
+
+describe('gpumesh status: jobs by status', () => {
+  it('lists jobs waiting for another job\'s output first, then in the order a job passes through its states', () => {
+    expect(jobsLine({ succeeded: 40, queued: 3, waiting: 1, running: 2, failed: 1 })).toBe('jobs: waiting 1, queued 3, running 2, succeeded 40, failed 1');
+    expect(jobsLine({})).toBe('jobs: none yet');
   });
 });

@@ -33,7 +33,7 @@ describe('mesh.yaml validation', () => {
     const config = resolveConfig({}, '/tmp/x');
     expect(config.server).toMatchObject({ host: '127.0.0.1', port: 7070 });
     // Routing sends video to class video by default (a local `gpumesh up` agent serves every class routing names).
-    expect(config.routing).toEqual({ image: ['image'], video: ['video'], tensor: ['tensor'], ocr: ['tensor'] });
+    expect(config.routing).toEqual({ image: ['image'], video: ['video'], tensor: ['tensor'], ocr: ['tensor'], workflow: ['image'] });
     expect(config.data).toBe('/tmp/x');
   });
 

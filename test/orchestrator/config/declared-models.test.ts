@@ -58,7 +58,7 @@ describe('models declared in mesh.yaml', () => {
       d: { engine: 'onnx', types: ['tensor'], settings: { pipeline: 'tensor' }, sha256: 'a'.repeat(64) },
     }, { routing: { image: ['image'] }, defaultModels: { image: 'gen' } })).toEqual([
       'models.a.types: required: the job types the model serves (e.g. [image])',
-      'models.b.types: job type "audio" has no input handling in this orchestrator (it has: image, video, tensor, ocr)',
+      'models.b.types: job type "audio" has no input handling in this orchestrator (it has: image, video, tensor, ocr, workflow)',
       'models.c.types: job type "tensor" has no routing entry',
       'models.c.types: image and tensor take different inputs; one model serves job types of one input kind',
       'models.d.types: job type "tensor" has no routing entry',
@@ -82,7 +82,7 @@ describe('models declared in mesh.yaml', () => {
     const canonical = '{"engine":"comfyui","jobTypes":["image"],"name":"fronted","params":{},"settings":{"url":"http://127.0.0.1:8188","workflow":{}},"version":"1"}';
     expect(definitionDigest(definition!)).toBe(`sha256:${createHash('sha256').update(canonical).digest('hex')}`);
     expect(problems({ a: { engine: 'exec', jobTypes: ['audio'], settings: { command: 'run' } } })).toEqual([
-      'models.a.jobTypes: job type "audio" has no input handling in this orchestrator (it has: image, video, tensor, ocr)',
+      'models.a.jobTypes: job type "audio" has no input handling in this orchestrator (it has: image, video, tensor, ocr, workflow)',
     ]);
     expect(problems({ a: { ...sdServer, jobTypes: ['image'] } })).toEqual([
       'models.a.jobTypes: give the job types once, as models.a.types (jobTypes is its former name)',

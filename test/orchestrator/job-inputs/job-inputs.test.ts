@@ -96,3 +96,29 @@ describe('the video job type\'s input handling', () => {
     expect(JOB_INPUTS.video.normalize(probe, clips)).toEqual(probe);
   });
 });
+
+describe('the workflow job type\'s input handling', () => {
+  const comfy: ModelManifest = { ...manifest, name: 'comfy', engine: 'comfyui', jobTypes: ['workflow'], params: {} };
+  const save = { class_type: 'SaveImage', inputs: { images: ['1', 0] } };
+  const digest = `sha256:${'1'.repeat(64)}`;
+
+  it('takes the workflow as sent, nothing filled in; refuses links to nodes it lacks, pictures no node names, large extra data', () => {
+    const input = { workflow: { 1: { class_type: 'LoadImage', inputs: { image: 'photo.png' } }, 2: save }, pictures: { 'photo.png': digest }, promptId: 'p', clientId: 'c' };
+    expect(JOB_INPUTS.workflow.normalize(input, comfy)).toEqual(input);
+    expect(() => JOB_INPUTS.workflow.normalize({ workflow: { 2: save } }, comfy)).toThrow(/workflow\.2\.inputs\.images: links to node "1", which the workflow does not have/);
+    expect(() => JOB_INPUTS.workflow.normalize({ ...input, pictures: { 'other.png': digest } }, comfy)).toThrow(/pictures\.other\.png: no node input of the workflow names "other\.png"/);
+    expect(() => JOB_INPUTS.workflow.normalize({ ...input, extraData: { big: 'x'.repeat(20_000) } }, comfy)).toThrow(/extraData: more than 16384 characters/);
+    expect(() => JOB_INPUTS.workflow.normalize({ workflow: {} }, comfy)).toThrow(/one node at least/);
+  });
+
+  it('jobs share a batch only with the same graph; cost is the samplers\' steps at the largest size named', () => {
+    const one = { workflow: { 3: { class_type: 'KSampler', inputs: { steps: 20 } }, 5: { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 32 } } } };
+    const other = { workflow: { 3: { class_type: 'KSampler', inputs: { steps: 21 } } } };
+    expect(JOB_INPUTS.workflow.compatKey(one)).toBe(JOB_INPUTS.workflow.compatKey(structuredClone(one)));
+    expect(JOB_INPUTS.workflow.compatKey(one)).not.toBe(JOB_INPUTS.workflow.compatKey(other));
+    expect(JOB_INPUTS.workflow.cost(one)).toBe(20 * 64 * 32);
+    expect(JOB_INPUTS.workflow.cost(other)).toBe(21 * 512 * 512);
+    // The probe is an empty graph: the agent asks its ComfyUI whether it is up.
+    expect(JOB_INPUTS.workflow.probeInput(comfy)).toEqual({ workflow: {} });
+  });
+});

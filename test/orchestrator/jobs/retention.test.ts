@@ -80,6 +80,39 @@ describe('JobRetention', () => {
     expect(await store.jobs.getJob(later.id)).toBeNull();
   });
 
+  it('deletes a pipeline with the last of its jobs, and its callback\'s arming with it; one with a job kept stays', async () => {
+    const { store, commits, clock, retention, job, stored } = setup(30);
+    const [picture, clip, other, kept] = [job(), job(), job(), job()];
+    const published = await stored('a picture in the gallery');
+    const pipeline = (id: string, jobs: { id: string }[]) => ({ id, grantId: 'g1', createdAt: clock.now(), steps: jobs.map((record, index) => ({ id: `s${index}`, jobId: record.id })) });
+    commits.write(() => {
+      store.pipelines.insertPipeline(pipeline('p_gone', [picture, clip]));
+      store.pipelines.insertPipeline(pipeline('p_kept', [other, kept]));
+      store.webhooks.armPipeline('p_gone', 'https://hooks.example.com/p', clock.now());
+      store.jobs.finishJob(picture.seq, 'failed', clock.now(), { errorCode: 'ENGINE_FAILED', errorMessage: 'x' });
+      store.jobs.finishJob(other.seq, 'failed', clock.now(), { errorCode: 'ENGINE_FAILED', errorMessage: 'x' });
+      store.jobs.finishJob(kept.seq, 'succeeded', clock.now(), { result: null });
+      store.artifacts.insertArtifact({
+        digest: published, jobId: kept.id, type: 'image', model: 'gen', host: 'h', album: 'default', mediaType: 'image/png', bytes: 1,
+        width: 8, height: 8, computeMs: 1, totalMs: 2, energyJ: null, createdAt: clock.now(),
+      });
+    });
+    clock.advance(10 * DAY);
+    commits.write(() => store.jobs.finishJob(clip.seq, 'failed', clock.now(), { errorCode: 'SOURCE_FAILED', errorMessage: 'x' }));
+
+    clock.advance(20 * DAY + 1);
+    // The picture's days are up, the clip's are not: the pipeline keeps its name for the clip.
+    expect((await retention.sweep()).jobs).toBe(2);
+    expect(await store.pipelines.getPipeline('p_gone')).not.toBeNull();
+    expect(await store.webhooks.armedPipelines()).toEqual([{ pipelineId: 'p_gone', url: 'https://hooks.example.com/p' }]);
+    clock.advance(10 * DAY);
+    expect((await retention.sweep()).jobs).toBe(1);
+    expect(await store.pipelines.getPipeline('p_gone')).toBeNull();
+    expect(await store.webhooks.armedPipelines()).toEqual([]);
+    // A step whose result is published keeps its pipeline, however old.
+    expect(await store.pipelines.getPipeline('p_kept')).not.toBeNull();
+  });
+
   it('takes as many batches as there are jobs to delete', async () => {
     const { store, commits, clock, retention, job } = setup(1, 3);
     const finished = Array.from({ length: 7 }, () => job());

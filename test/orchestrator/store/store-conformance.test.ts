@@ -145,6 +145,37 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('forgets a pipeline with the last of its jobs, with its callback\'s arming; keeps the caps of a waiting job until it goes', async () => {
+    const store = await backend.open();
+    const { commits, jobs, pipelines, webhooks } = store;
+    const [a, b, c] = [newJob(), newJob(), newJob()].map((job) => commits.write(() => jobs.insertJob(job)));
+    const now = tick();
+    const caps = { maxQueued: { limit: 3, caveat: 'max-queued 3' }, deviceSecondsPerDay: null };
+    commits.write(() => {
+      pipelines.insertPipeline({ id: 'p_ab', grantId: 'g', createdAt: now, steps: [{ id: 'a', jobId: a!.id }, { id: 'b', jobId: b!.id }] });
+      pipelines.insertPipeline({ id: 'p_c', grantId: 'g', createdAt: now, steps: [{ id: 'c', jobId: c!.id }] });
+      webhooks.armPipeline('p_ab', 'https://hooks.example.com/ab', now);
+      webhooks.armPipeline('p_c', 'https://hooks.example.com/c', now + 1);
+      jobs.recordCaps(b!.id, caps);
+    });
+    expect(await webhooks.armedPipelines()).toEqual([{ pipelineId: 'p_ab', url: 'https://hooks.example.com/ab' }, { pipelineId: 'p_c', url: 'https://hooks.example.com/c' }]);
+    commits.write(() => webhooks.disarmPipeline('p_c'));
+    expect(await jobs.capsOf(b!.id)).toEqual(caps);
+    expect(await jobs.capsOf(a!.id)).toBeNull();
+    // One of p_ab's jobs goes: it stays; the other goes in a later write: it goes, with its arming.
+    commits.write(() => { jobs.deleteJobs([a!.id]); pipelines.forgetJobs([a!.id]); });
+    expect(await pipelines.getPipeline('p_ab')).not.toBeNull();
+    commits.write(() => { jobs.deleteJobs([b!.id, c!.id]); pipelines.forgetJobs([b!.id, c!.id]); });
+    expect(await pipelines.getPipeline('p_ab')).toBeNull();
+    expect(await pipelines.getPipeline('p_c')).toBeNull();
+    expect(await webhooks.armedPipelines()).toEqual([]);
+    expect(await jobs.capsOf(b!.id)).toBeNull();
+    // Jobs in no pipeline, or none at all: nothing to do.
+    commits.write(() => pipelines.forgetJobs(['j_none']));
+    commits.write(() => pipelines.forgetJobs([]));
+    await store.close();
+  });
+
   it('reserves a job\'s number without writing it, and writes its row later as it stands or finished, in one insert', async () => {
     const store = await backend.open();
     const { commits, jobs } = store;

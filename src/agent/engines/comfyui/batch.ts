@@ -1,5 +1,5 @@
 import { formatError, type ErrorCode } from '../../../protocol/index.js';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { sleep, type Clock } from '../../../protocol/clock.js';
 import { EngineError, type EngineJob, type JobOutput, type OutputFile, type Progress } from '../../core/engine.js';
@@ -10,10 +10,10 @@ import { describeOutput } from '../kit/media.js';
 import type { ComfyClient, ComfyFileRef, HistoryEntry } from './client.js';
 import { comfyUiDescriptor, type ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
 import { controlMarkupIn } from '../../../protocol/engines/index.js';
-import { fillWorkflow, type ResolvedWorkflow } from './workflow.js';
+import { fillWorkflow, promptFor, withPictures, type JobPrompt, type ResolvedWorkflow } from './workflow.js';
 import { ComfySocket, type ComfyMessage, type ComfyPreview } from './socket.js';
 import { describeExecutionError } from './errors.js';
-import { uploadPictures } from './pictures.js';
+import { uploadPictures, uploadWorkflowPictures } from './pictures.js';
 import { PreviewGate } from './previews.js';
 import type { Workflow } from '../../../protocol/engines/comfyui.js';
 
@@ -24,6 +24,8 @@ type Outcome = { kind: 'succeeded' } | { kind: 'cancelled' } | Failure;
 interface PromptState {
   job: EngineJob;
   index: number;
+  /** What it runs here: the model's workflow filled in, a client's whole workflow, a probe, or why it cannot. */
+  prompt: JobPrompt;
   promptId: string | null;
   phase: 'unsent' | 'queued' | 'running' | 'done';
   cancelled: boolean;
@@ -41,7 +43,8 @@ export interface BatchDeps {
   /** The gpumesh model's name, for errors. */
   model: string;
   client: ComfyClient;
-  workflow: ResolvedWorkflow;
+  /** The model's own workflow; null: it runs only clients' (`acceptWorkflows`). */
+  workflow: ResolvedWorkflow | null;
   settings: ComfyUiSettings;
   log: Logger;
   /** For the batch's deadline and the pauses between polls. */
@@ -88,18 +91,18 @@ export class ComfyBatch implements ServerBatch {
   constructor(deps: BatchDeps, jobs: readonly EngineJob[], onProgress: (progress: Progress) => void) {
     this.#deps = deps;
     this.#progress = new BatchProgress(jobs.length, onProgress);
-    const samplers = samplerSteps(deps.workflow.workflow);
     this.#states = jobs.map((job, index) => {
       let settle!: () => void;
       const settled = new Promise<void>((resolve) => (settle = resolve));
+      const prompt = promptFor(deps.workflow, deps.settings, deps.model, job.input);
       const nodes = new Map<string, { value: number; max: number }>();
-      for (const [node, steps] of samplers) nodes.set(node, { value: 0, max: steps(fillWorkflow(deps.workflow, job.input)) });
+      if ('workflow' in prompt) for (const [node, steps] of samplerSteps(prompt.workflow)) nodes.set(node, { value: 0, max: steps });
       const wanted = Number(job.input.previews ?? 0);
       const previews = wanted > 0 ? new PreviewGate({
         limit: wanted, intervalMs: deps.settings.previewIntervalMs, clock: deps.clock, log: deps.log,
         emit: (png) => onProgress({ ...this.#progress.current, previews: [{ jobId: job.id, png }] }),
       }) : null;
-      return { job, index, promptId: null, phase: 'unsent', cancelled: false, outcome: null, history: null, nodes, previews, settle, settled };
+      return { job, index, prompt, promptId: null, phase: 'unsent', cancelled: false, outcome: null, history: null, nodes, previews, settle, settled };
     });
     // Every job's whole count is known before it starts: the bar's total does not grow as the workflow's nodes run.
     for (const state of this.#states) this.#reportNodes(state);
@@ -178,12 +181,15 @@ export class ComfyBatch implements ServerBatch {
   }
 
   async #submit(state: PromptState): Promise<void> {
-    const { client, workflow } = this.#deps;
+    const { client } = this.#deps;
     if (state.cancelled || state.outcome) return this.#finish(state, { kind: 'cancelled' });
+    const { prompt } = state;
+    if (prompt.kind === 'refused') return this.#finish(state, failed('ENGINE_FAILED', prompt.message, prompt.retryable));
+    if (prompt.kind === 'probe') return this.#probe(state);
     const markup = controlMarkupIn(state.job.input, comfyUiDescriptor);
     if (markup) return this.#finish(state, failed('INVALID_INPUT', formatError('INVALID_INPUT', { model: this.#deps.model, detail: markup }), false));
     try {
-      const submitted = await this.#patiently(async () => client.submit(fillWorkflow(workflow, state.job.input, await uploadPictures(client, state.job)), this.#clientId, randomUUID()));
+      const submitted = await this.#patiently(async () => client.submit(await this.#graphOf(state.job, prompt), this.#clientId, randomUUID()));
       state.promptId = String(submitted.prompt_id);
     } catch (error) {
       return this.#finish(state, this.#submitFailure(error));
@@ -195,6 +201,23 @@ export class ComfyBatch implements ServerBatch {
     for (const message of early) this.#onMessage(message);
     // Cancelled, or past the deadline, while it was being sent: take it back off the server.
     if (state.cancelled || (this.#timedOut && state.phase === 'done')) await this.#stop(state);
+  }
+
+  /** The graph a prompt sends, once the job's pictures are uploaded under its own names and wired in. */
+  async #graphOf(job: EngineJob, prompt: Extract<JobPrompt, { workflow: Workflow }>): Promise<Workflow> {
+    const { client, workflow } = this.#deps;
+    if (prompt.kind === 'client') return withPictures(prompt.workflow, await uploadWorkflowPictures(client, job));
+    return fillWorkflow(workflow!, job.input, await uploadPictures(client, job));
+  }
+
+  /** A health probe of a model without a workflow of its own: the server answers (waited for while it restarts), or the probe fails. */
+  async #probe(state: PromptState): Promise<void> {
+    try {
+      await this.#patiently(() => this.#deps.client.systemStats());
+      this.#finish(state, { kind: 'succeeded' });
+    } catch (error) {
+      this.#finish(state, this.#submitFailure(error));
+    }
   }
 
   /**
@@ -462,20 +485,30 @@ export class ComfyBatch implements ServerBatch {
     const outcome = state.outcome!;
     if (outcome.kind === 'cancelled' || state.cancelled) return { jobId, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false };
     if (outcome.kind === 'failed') return { jobId, ok: false, code: outcome.code, message: outcome.message, retryable: outcome.retryable };
-    const { client, workflow } = this.#deps;
+    const { client, workflow, log } = this.#deps;
+    if (state.prompt.kind === 'probe') return { jobId, ok: true, files: [] };
+    const fromClient = state.prompt.kind === 'client';
     try {
       const entry = state.history ?? await client.history(state.promptId!);
       if (!entry) return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label} has no history for prompt ${state.promptId}`, retryable: true };
-      const refs = outputFiles(entry, workflow.outputNodes);
-      if (refs.length === 0) {
+      const refs = outputFiles(entry, fromClient ? null : workflow!.outputNodes, fromClient);
+      const files: OutputFile[] = [];
+      /** A client's workflow: which node made each file (in `files`' order), for the front door's /history. */
+      const made: { node: string; type: string; digest: string }[] = [];
+      for (const { node, ref } of refs) {
+        const { bytes, contentType } = await client.view(ref);
+        const file = await describeOutput(ref.filename, bytes, contentType);
+        if (fromClient && !WORKFLOW_OUTPUTS.has(file.mediaType)) {
+          log.info({ jobId, node, file: ref.filename, mediaType: file.mediaType }, 'a workflow output of a kind the mesh does not keep; left out');
+          continue;
+        }
+        files.push(file);
+        if (fromClient) made.push({ node, type: ref.type, digest: `sha256:${createHash('sha256').update(bytes).digest('hex')}` });
+      }
+      if (files.length === 0) {
         return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label}: the workflow produced no output files (does it end in a SaveImage node?)`, retryable: false };
       }
-      const files: OutputFile[] = [];
-      for (const ref of refs) {
-        const { bytes, contentType } = await client.view(ref);
-        files.push(await describeOutput(ref.filename, bytes, contentType));
-      }
-      return { jobId, ok: true, files };
+      return fromClient ? { jobId, ok: true, files, result: { outputs: made } } : { jobId, ok: true, files };
     } catch (error) {
       return { jobId, ok: false, code: 'ENGINE_FAILED', message: `${client.label}: fetching the outputs of prompt ${state.promptId} failed: ${summaryOf(error)}`, retryable: true };
     }
@@ -489,33 +522,38 @@ export class ComfyBatch implements ServerBatch {
 const queuedFirst = (states: readonly PromptState[]): PromptState[] =>
   [...states.filter((state) => state.phase !== 'running'), ...states.filter((state) => state.phase === 'running')];
 
-/** The files a finished prompt wrote: `output` files of every node (or of the chosen nodes), in node order. */
-function outputFiles(entry: HistoryEntry, outputNodes: string[] | null): ComfyFileRef[] {
+/** The media types a client's workflow may leave as its job's outputs (the `workflow` job type's: blobs/output-media.ts). */
+const WORKFLOW_OUTPUTS: ReadonlySet<string> = new Set(['image/png', 'image/jpeg', 'image/webp', 'image/gif', 'video/mp4', 'video/webm']);
+
+/**
+ * The files a finished prompt wrote, each with the node that wrote it, in node order: of every node (or of the chosen
+ * nodes). `all`: previews (type "temp", a PreviewImage's) too, as a ComfyUI client of the front door sees them;
+ * otherwise, without chosen nodes, they are left out when the workflow saved real outputs.
+ */
+function outputFiles(entry: HistoryEntry, outputNodes: string[] | null, all = false): { node: string; ref: ComfyFileRef }[] {
   const nodes = outputNodes ?? Object.keys(entry.outputs ?? {}).sort((a, b) => a.localeCompare(b, 'en', { numeric: true }));
-  const refs: ComfyFileRef[] = [];
+  const refs: { node: string; ref: ComfyFileRef }[] = [];
   for (const node of nodes) {
     for (const value of Object.values(entry.outputs?.[node] ?? {})) {
       if (!Array.isArray(value)) continue;
       for (const item of value) {
-        if (item && typeof item === 'object' && typeof (item as ComfyFileRef).filename === 'string') refs.push(item as ComfyFileRef);
+        if (item && typeof item === 'object' && typeof (item as ComfyFileRef).filename === 'string') refs.push({ node, ref: item as ComfyFileRef });
       }
     }
   }
-  // Without chosen nodes, previews (type "temp") are left out when the workflow saved real outputs.
-  if (outputNodes) return refs;
-  const saved = refs.filter((ref) => ref.type === 'output');
+  if (outputNodes || all) return refs;
+  const saved = refs.filter(({ ref }) => ref.type === 'output');
   return saved.length > 0 ? saved : refs;
 }
 
 /**
- * The workflow's samplers: nodes with a whole-number `steps` input (KSampler, KSamplerAdvanced, …), and how to read
- * each one's steps from a filled workflow. They report progress step by step; knowing them up front gives every job
- * its whole count before it starts.
+ * The workflow's samplers: nodes with a whole-number `steps` input (KSampler, KSamplerAdvanced, …), each with its
+ * steps. They report progress step by step; knowing them up front gives every job its whole count before it starts.
  */
-function samplerSteps(workflow: Workflow): [string, (filled: Workflow) => number][] {
+function samplerSteps(workflow: Workflow): [string, number][] {
   return Object.entries(workflow)
     .filter(([, node]) => Number.isInteger(node.inputs.steps))
-    .map(([id]) => [id, (filled) => Math.max(Number(filled[id]?.inputs.steps) || 0, 0)]);
+    .map(([id, node]) => [id, Math.max(Number(node.inputs.steps), 0)]);
 }
 
 /** A 400 from POST /prompt: `{error: {message, details}, node_errors: {id: {class_type, errors: [{message, details}]}}}`. */

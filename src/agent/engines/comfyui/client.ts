@@ -82,6 +82,11 @@ export class ComfyClient extends ServerHttp {
     return { running: ids(state?.queue_running), pending: ids(state?.queue_pending) };
   }
 
+  /** Every node class the server has, with its inputs and outputs (what a client may put in a workflow). */
+  objectInfo(): Promise<unknown> {
+    return this.json<unknown>('GET', '/object_info');
+  }
+
   systemStats(): Promise<SystemStats> {
     return this.json<SystemStats>('GET', '/system_stats');
   }

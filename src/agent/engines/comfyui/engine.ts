@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../../../protocol/clock.js';
-import type { Device, ModelManifest } from '../../../protocol/index.js';
+import type { Device, ModelManifest, NodeCatalogue } from '../../../protocol/index.js';
 import { EngineError, type EngineJob, type LoadedModel, type Progress } from '../../core/engine.js';
 import { ServerError, summaryOf } from '../kit/server-error.js';
 import { ServerEngine, ServerModel, type ServerModelOptions } from '../kit/server.js';
@@ -10,6 +10,7 @@ import { ComfyBatch } from './batch.js';
 import { ComfyClient, type SystemStats } from './client.js';
 import { ComfyUiSettings } from '../../../protocol/engines/comfyui.js';
 import { resolveWorkflow, type ResolvedWorkflow } from './workflow.js';
+import { fetchCatalogue } from './catalogue.js';
 
 const MiB = 1024 * 1024;
 
@@ -36,8 +37,7 @@ export class ComfyUiEngine extends ServerEngine {
 
   async load(manifest: ModelManifest, modelPath: string | null, device: Device): Promise<LoadedModel> {
     const settings = parseSettings(ComfyUiSettings, manifest, this.name);
-    // A model only passed through to clients (Krita brings its own workflows) may have none: its jobs are refused.
-    const workflow = settings.workflow === undefined && modelPath === null && settings.passthrough ? null : await resolveWorkflow(settings, manifest, modelPath);
+    const workflow = await resolveWorkflow(settings, manifest, modelPath);
     return this.serve(settings, { manifest, device, modelPath }, async (endpoint) => {
       // 429/503 answers, and dropped connections of requests safe to repeat, are sent again twice.
       const client = new ComfyClient({ server: endpoint, model: manifest.name, timeoutMs: settings.requestTimeoutMs, retry: { retries: 2 }, clock: this.clock });
@@ -55,11 +55,23 @@ export class ComfyUiEngine extends ServerEngine {
       return new ComfyModel({ manifest, device, memoryMB, endpoint, client, workflow, settings, log, clock: this.clock });
     });
   }
+
+  /**
+   * A model its host declares to run clients' workflows (`acceptWorkflows`), not loaded: what its server offers, read
+   * from a server the owner runs (`url`); null for one the agent starts (not running until the model loads).
+   */
+  async describe(settings: Readonly<Record<string, unknown>>): Promise<NodeCatalogue | null | undefined> {
+    const parsed = ComfyUiSettings.safeParse(settings);
+    if (!parsed.success || !parsed.data.acceptWorkflows) return undefined;
+    if (parsed.data.url === undefined) return null;
+    const client = new ComfyClient({ server: { url: parsed.data.url.replace(/\/+$/, '') }, model: '(catalogue)', timeoutMs: parsed.data.requestTimeoutMs, clock: this.clock });
+    return fetchCatalogue(client, this.log.child({ engine: this.name }));
+  }
 }
 
 interface ComfyModelOptions extends ServerModelOptions {
   client: ComfyClient;
-  /** Null for a model only passed through to clients: it runs no jobs. */
+  /** The model's own workflow; null: it runs only clients' (`acceptWorkflows`). */
   workflow: ResolvedWorkflow | null;
   settings: ComfyUiSettings;
   log: Logger;
@@ -77,10 +89,13 @@ class ComfyModel extends ServerModel {
 
   protected batch(jobs: readonly EngineJob[], onProgress: (progress: Progress) => void): ComfyBatch {
     const { client, workflow, settings, log, clock } = this.#options;
-    if (!workflow) {
-      throw new EngineError('ENGINE_FAILED', `model "${this.manifest.name}" (comfyui) has no workflow (settings.workflow): it is only passed through to clients, and runs no jobs`, false);
-    }
     return new ComfyBatch({ model: this.manifest.name, client, workflow, settings, log, clock }, jobs, onProgress);
+  }
+
+  /** What the server offers clients' workflows now; absent for a model that runs none. */
+  get catalogue(): (() => Promise<NodeCatalogue | null>) | undefined {
+    const { settings, client, log } = this.#options;
+    return settings.acceptWorkflows ? () => fetchCatalogue(client, log) : undefined;
   }
 
   protected override async release(): Promise<void> {

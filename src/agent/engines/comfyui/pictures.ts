@@ -1,5 +1,5 @@
-import sharp from 'sharp';
-import type { EngineJob, InputPicture } from '../../core/engine.js';
+import type { EngineJob } from '../../core/engine.js';
+import { maskAsPng, pictureAsPng } from '../kit/picture-png.js';
 import type { PictureInput } from '../../../protocol/engines/comfyui.js';
 import type { ComfyClient, Uploaded } from './client.js';
 
@@ -19,23 +19,27 @@ const loadName = (file: Uploaded): string => (file.subfolder ? `${file.subfolder
 export async function uploadPictures(client: ComfyClient, job: EngineJob): Promise<Partial<Record<PictureInput, string>>> {
   const { image, mask } = job.pictures ?? {};
   if (!image) return {};
-  const stem = `gpumesh-${job.id.replace(/[^\w.-]/g, '_')}`;
+  const stem = stemOf(job);
   const picture = await client.uploadImage(await pictureAsPng(image), `${stem}-image.png`, UPLOAD_SUBFOLDER);
   const names: Partial<Record<PictureInput, string>> = { image: loadName(picture) };
   if (mask) names.mask = loadName(await client.uploadMask(await maskAsPng(mask), `${stem}-mask.png`, UPLOAD_SUBFOLDER, picture));
   return names;
 }
 
-/** The decoded picture (RGB, as the agent hands it) as a PNG. */
-function pictureAsPng(picture: InputPicture): Promise<Buffer> {
-  const { data, width, height, channels } = picture;
-  return sharp(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { raw: { width, height, channels } }).png().toBuffer();
-}
+/** The start of the names a job's uploads get: `gpumesh-<job id>`. */
+const stemOf = (job: EngineJob): string => `gpumesh-${job.id.replace(/[^\w.-]/g, '_')}`;
 
-/** The decoded mask (its alpha, one channel) as a black PNG with that alpha: what `/upload/mask` reads. */
-function maskAsPng(mask: InputPicture): Promise<Buffer> {
-  const { data, width, height } = mask;
-  return sharp(Buffer.alloc(width * height * 3), { raw: { width, height, channels: 3 } })
-    .joinChannel(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { raw: { width, height, channels: 1 } })
-    .png().toBuffer();
+/**
+ * A workflow job's pictures (`pictures`: each by its name in the workflow) uploaded to ComfyUI under names of the
+ * job's own (`gpumesh/gpumesh-<job>-<n>.png`), alpha and all: the name in the workflow → the name its nodes must now
+ * say. A mask a client drew is a picture with alpha too: its LoadImage reads the mask from it.
+ */
+export async function uploadWorkflowPictures(client: ComfyClient, job: EngineJob): Promise<Map<string, string>> {
+  const names = new Map<string, string>();
+  for (const [field, picture] of Object.entries(job.pictures ?? {})) {
+    if (!field.startsWith('pictures.')) continue;
+    const uploaded = await client.uploadImage(await pictureAsPng(picture), `${stemOf(job)}-${names.size}.png`, UPLOAD_SUBFOLDER);
+    names.set(field.slice('pictures.'.length), loadName(uploaded));
+  }
+  return names;
 }

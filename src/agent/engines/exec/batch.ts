@@ -3,9 +3,10 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EngineJob, JobOutput, Progress } from '../../core/engine.js';
 import { BatchProgress } from '../kit/batch-progress.js';
+import { maskAsPng, pictureAsPng } from '../kit/picture-png.js';
 import { collectOutputs } from './outputs.js';
 import type { CommandResult, CommandRunner } from './runner.js';
-import type { ExecSettings } from '../../../protocol/engines/exec.js';
+import { execDescriptor, type ExecSettings } from '../../../protocol/engines/exec.js';
 import { fill, type Placeholder } from './command.js';
 import { makeScratch } from './scratch.js';
 
@@ -31,14 +32,30 @@ function lastLines(text: string, lines = 10, chars = 2000): string {
   return tail.length > chars ? `…${tail.slice(-chars)}` : tail;
 }
 
+/**
+ * A job's pictures (`image`, `mask`: fetched, checked and decoded by the agent, sized to the job) written as PNG files
+ * in `dir`; their paths by field (none: the job names none). Only the fields its model lists reach here: the
+ * orchestrator refuses a job naming another (ExecSettings.pictures).
+ */
+async function writePictures(dir: string, job: EngineJob): Promise<Partial<Record<'image' | 'mask', string>>> {
+  const { image, mask } = job.pictures ?? {};
+  if (!image && !mask) return {};
+  await mkdir(dir, { recursive: true });
+  const paths: Partial<Record<'image' | 'mask', string>> = {};
+  if (image) await writeFile(paths.image = join(dir, 'image.png'), await pictureAsPng(image));
+  if (mask) await writeFile(paths.mask = join(dir, 'mask.png'), await maskAsPng(mask));
+  return paths;
+}
+
 /** A job id as a directory name: itself when it is a plain name, else its place in the batch. */
 const dirName = (id: string, position: number): string => (/^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$/.test(id) ? id : `job-${position}`);
 
 /**
  * One batch through a command: one process for the whole batch when the
  * command batches, else one process per job, one after another. A process
- * reads its jobs as JSON (stdin or the `${INPUT}` file), reports progress as
- * JSON lines on stdout and leaves each job's files (and an optional
+ * reads its jobs as JSON (stdin or the `${INPUT}` file) and their pictures as
+ * PNG files (`${IMAGE}`, `${MASK}`, or each job's `pictures`), reports progress
+ * as JSON lines on stdout and leaves each job's files (and an optional
  * result.json) in that job's output directory.
  */
 export class ExecBatch {
@@ -67,11 +84,26 @@ export class ExecBatch {
   }
 
   async run(): Promise<JobOutput[]> {
-    const members = this.#jobs.map((job, index) => ({ job, index }));
+    const all = this.#jobs.map((job, index) => ({ job, index }));
+    // A picture the command is not given would be dropped without a word: the job is refused instead (the orchestrator
+    // refuses it at submit; this host's own settings may list fewer pictures than the mesh's).
+    const refused = new Map(all.flatMap((member) => {
+      const field = Object.keys(member.job.pictures ?? {}).find((name) => !(this.#context.settings.pictures as readonly string[]).includes(name));
+      if (field === undefined) return [];
+      // A batching command's one bar is the process's, whoever it runs.
+      if (!this.#context.settings.batch) this.#progress.complete(member.index);
+      return [[member.job.id, this.#failure(member, 'INVALID_INPUT', `${field}: ${execDescriptor.pictureRefusal!(field)}`, false)] as const];
+    }));
+    const members = all.filter((member) => !refused.has(member.job.id));
     const outputs: JobOutput[] = [];
-    if (this.#context.settings.batch) outputs.push(...await this.#process(members));
-    else for (const member of members) outputs.push(...await this.#process([member]));
-    return outputs.map((output) => (this.#cancelled.has(output.jobId) ? { jobId: output.jobId, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false } : output));
+    if (!this.#context.settings.batch) for (const member of members) outputs.push(...await this.#process([member]));
+    else if (members.length > 0) outputs.push(...await this.#process(members));
+    else this.#progress.complete(0);
+    const byJob = new Map(outputs.map((output) => [output.jobId, output]));
+    return this.#jobs.map((job) => {
+      const output = refused.get(job.id) ?? byJob.get(job.id)!;
+      return this.#cancelled.has(job.id) ? { jobId: job.id, ok: false, code: 'CANCELLED', message: 'cancelled', retryable: false } : output;
+    });
   }
 
   async #process(members: Member[]): Promise<JobOutput[]> {
@@ -87,19 +119,27 @@ export class ExecBatch {
       const outputDir = join(scratch, 'out');
       const dirs = members.map((member, position) => (batch ? join(outputDir, dirName(member.job.id, position)) : outputDir));
       await Promise.all(dirs.map((dir) => mkdir(dir, { recursive: true })));
-      const entries = members.map((member, position) => ({ id: member.job.id, input: member.job.input, outputDir: dirs[position] }));
+      // Each job's pictures as PNG files beside its input: the command opens them as files, as any image tool does.
+      const pictures = await Promise.all(members.map((member, position) => writePictures(join(scratch, 'pictures', dirName(member.job.id, position)), member.job)));
+      const entries = members.map((member, position) => ({
+        id: member.job.id, input: member.job.input, outputDir: dirs[position], ...(Object.keys(pictures[position]!).length > 0 ? { pictures: pictures[position] } : {}),
+      }));
       const inputPath = join(scratch, 'input.json');
       const inputJson = JSON.stringify(batch ? { jobs: entries } : entries[0]);
       await writeFile(inputPath, inputJson);
       // The command may run as another user than the agent (an agent running as root): the scratch is its to write in.
       await runner.handOver?.(scratch);
-      const values: Record<Placeholder, string> = { INPUT: inputPath, OUTPUT_DIR: outputDir, JOB_ID: batch ? '' : members[0]!.job.id, MODEL_PATH: modelPath };
+      const own = batch ? {} : pictures[0]!;
+      const values: Record<Placeholder, string> = {
+        INPUT: inputPath, OUTPUT_DIR: outputDir, JOB_ID: batch ? '' : members[0]!.job.id, MODEL_PATH: modelPath, IMAGE: own.image ?? '', MASK: own.mask ?? '',
+      };
       const env: NodeJS.ProcessEnv = {
         // The agent's own GPUMESH_* variables (its grant among them) are not the command's business.
         ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('GPUMESH_'))),
         ...Object.fromEntries(Object.entries(settings.env).map(([key, value]) => [key, fill(value, values)])),
         GPUMESH_INPUT: values.INPUT, GPUMESH_OUTPUT_DIR: values.OUTPUT_DIR, GPUMESH_MODEL_PATH: values.MODEL_PATH,
         ...(batch ? {} : { GPUMESH_JOB_ID: values.JOB_ID }),
+        ...(own.image ? { GPUMESH_IMAGE: own.image } : {}), ...(own.mask ? { GPUMESH_MASK: own.mask } : {}),
       };
       const reported = new Map<string, JobError>();
       const controller = new AbortController();

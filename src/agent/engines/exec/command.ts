@@ -1,7 +1,9 @@
 import type { ExecSettings } from '../../../protocol/engines/exec.js';
 
-const PLACEHOLDERS = ['INPUT', 'OUTPUT_DIR', 'JOB_ID', 'MODEL_PATH'] as const;
+const PLACEHOLDERS = ['INPUT', 'OUTPUT_DIR', 'JOB_ID', 'MODEL_PATH', 'IMAGE', 'MASK'] as const;
 export type Placeholder = (typeof PLACEHOLDERS)[number];
+/** Placeholders that name one job's own: a batching command (one process for many jobs) reads them from its input. */
+const ONE_JOB: ReadonlySet<string> = new Set<Placeholder>(['JOB_ID', 'IMAGE', 'MASK']);
 
 /**
  * Split a command line into words as a POSIX shell would — whitespace
@@ -48,7 +50,7 @@ export function splitCommand(line: string): string[] {
 
 const PLACEHOLDER = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
-/** The command's argv, checked: a known placeholder in each `${…}`, and no `${JOB_ID}` when one process runs many jobs. */
+/** The command's argv, checked: a known placeholder in each `${…}`, and none of one job's own when one process runs many jobs. */
 // Its Errors (and splitCommand's) are caught by the exec engine's load, which reports them as ENGINE_FAILED naming settings.command.
 export function commandTemplate(settings: ExecSettings): string[] {
   const argv = typeof settings.command === 'string' ? splitCommand(settings.command) : settings.command;
@@ -56,7 +58,10 @@ export function commandTemplate(settings: ExecSettings): string[] {
   for (const text of [...argv, ...Object.values(settings.env)]) {
     for (const [, name] of text.matchAll(PLACEHOLDER)) {
       if (!(PLACEHOLDERS as readonly string[]).includes(name!)) throw new Error(`unknown placeholder \${${name}} (known: ${PLACEHOLDERS.map((known) => `\${${known}}`).join(', ')})`);
-      if (name === 'JOB_ID' && settings.batch) throw new Error('${JOB_ID} names one job, but settings.batch runs one process for many; read the ids from the input instead');
+      if (ONE_JOB.has(name!) && settings.batch) {
+        const [what, instead] = name === 'JOB_ID' ? ['one job', 'the ids'] : ['one job\'s picture', 'each job\'s pictures'];
+        throw new Error(`\${${name}} names ${what}, but settings.batch runs one process for many; read ${instead} from the input instead`);
+      }
     }
   }
   return argv;

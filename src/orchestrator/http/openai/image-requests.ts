@@ -1,9 +1,10 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { LIMITS, MeshError } from '../../../protocol/index.js';
-import type { ClientBlobs, Incoming } from '../../blobs/client-blobs.js';
+import type { ClientBlobs } from '../../blobs/client-blobs.js';
 import { grantOf } from '../auth.js';
-import type { EditStart } from './images.js';
+import { judgedStart, type CarriedPicture, type PictureStart } from '../image-jobs.js';
+import { unreadable } from '../multipart.js';
 
 /**
  * What an OpenAI images request asks for, once read (JSON for generations, multipart for edits): the one shape the
@@ -33,7 +34,7 @@ const nullable = <T extends z.ZodType>(schema: T) => schema.nullish().transform(
 const Common = {
   prompt: z.string().trim().min(1, 'prompt must not be empty').max(LIMITS.promptChars),
   model: nullable(z.string().min(1).max(100)),
-  n: nullable(z.coerce.number().int().min(1).max(10)),
+  n: nullable(z.coerce.number().int().min(1).max(LIMITS.imagesPerRequest)),
   size: nullable(z.string().max(20)),
   response_format: nullable(z.enum(['url', 'b64_json'])),
   output_format: nullable(z.enum(['png', 'jpeg', 'webp'])),
@@ -107,31 +108,9 @@ export function readImagesRequest(schema: typeof GenerationBody | typeof EditFie
 /** An edit, read whole: what it asks, where it starts (its pictures judged, not stored), and how to let go of them. */
 export interface EditRequest {
   ask: ImagesRequest;
-  start: EditStart;
+  start: PictureStart;
   /** Remove the pictures' files in hand (nothing once they are stored): call when the request is done, however it ended. */
   discard(): Promise<void>;
-}
-
-/** A picture part of an edit, in hand. */
-interface Received {
-  field: 'image' | 'mask';
-  incoming: Incoming;
-  declared: { mediaType: string; filename?: string };
-}
-
-/**
- * What an error met while reading the multipart body means. The parser's own (busboy's: no boundary, a boundary that
- * never comes, a body that ends inside a part, a malformed part header) are plain Errors: the body is the client's
- * mistake, a 400 — never a 500. Ours (MeshError: a file over the limit), @fastify/multipart's (with their status: a
- * limit, a field named like a prototype key) and the system's (with a code: a full disk's ENOSPC, which the error
- * handlers answer as STORAGE_FULL) keep their meaning; a body cut off by the client (the stream closed early) is 400.
- */
-function unreadable(error: unknown): unknown {
-  if (error instanceof MeshError || !(error instanceof Error)) return error;
-  const { code, statusCode } = error as { code?: unknown; statusCode?: unknown };
-  if (code === 'ERR_STREAM_PREMATURE_CLOSE') return new MeshError('BAD_REQUEST', { detail: 'the multipart body ended before its last part did' }, { cause: error });
-  if (typeof code === 'string' || typeof statusCode === 'number') return error;
-  return new MeshError('BAD_REQUEST', { detail: `the multipart body cannot be read (${error.message})` }, { cause: error });
 }
 
 /**
@@ -143,7 +122,7 @@ function unreadable(error: unknown): unknown {
  */
 export async function readEdit(request: FastifyRequest, clientBlobs: ClientBlobs): Promise<EditRequest> {
   const fields: Record<string, string> = {};
-  const received: Received[] = [];
+  const received: CarriedPicture[] = [];
   const counts = { image: 0, mask: 0 };
   const discard = async (): Promise<void> => {
     await Promise.all(received.map(({ incoming }) => clientBlobs.discard(incoming)));
@@ -178,25 +157,14 @@ export async function readEdit(request: FastifyRequest, clientBlobs: ClientBlobs
       const incoming = await clientBlobs.receive(part.file).catch((error: unknown) => {
         throw unreadable(error);
       });
-      received.push({ field, incoming, declared });
+      received.push({ field, label: field, incoming, declared });
     }
     const ask = readImagesRequest(EditFields, fields);
     if (counts.image !== 1) {
       throw new MeshError('VALIDATION_FAILED', { detail: `image: ${counts.image === 0 ? 'an edit needs the picture to start from' : `${counts.image} pictures; gpumesh's image-to-image starts from one`}` });
     }
     if (counts.mask > 1) throw new MeshError('VALIDATION_FAILED', { detail: `mask: ${counts.mask} masks; an edit takes one` });
-    const judged: (Received & { mediaType: string })[] = [];
-    for (const { field, incoming, declared } of received) {
-      try {
-        judged.push({ field, incoming, declared, mediaType: await clientBlobs.judge(incoming, declared, true) });
-      } catch (error) {
-        if (error instanceof MeshError && error.code === 'IMAGE_REFUSED') throw new MeshError('IMAGE_REFUSED', { detail: `${field}: ${String(error.params.detail)}` });
-        throw error;
-      }
-    }
-    const digestOf = (field: Received['field']): string | undefined => judged.find((picture) => picture.field === field)?.incoming.digest;
-    const mask = digestOf('mask');
-    const start: EditStart = { image: digestOf('image')!, ...(mask ? { mask } : {}), carried: clientBlobs.carry(grantOf(request).id, judged) };
+    const start = await judgedStart(clientBlobs, grantOf(request).id, received);
     return { ask, start, discard };
   } catch (error) {
     await discard();

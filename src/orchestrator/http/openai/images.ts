@@ -1,46 +1,28 @@
-import { randomInt } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Readable } from 'node:stream';
 import sharp from 'sharp';
 import type { JobView } from '../../../protocol/api/index.js';
-import { isTerminal, MeshError, type SubmitJobBody } from '../../../protocol/index.js';
+import { isTerminal, MeshError } from '../../../protocol/index.js';
 import { narrowGrant } from '../../auth/index.js';
-import type { BlobReader } from '../../blobs/blob-reader.js';
-import type { CarriedPictures, ClientBlobs } from '../../blobs/client-blobs.js';
-import type { EventBus } from '../../events/event-bus.js';
-import type { JobAdmission, JobReads } from '../../jobs/index.js';
+import type { ClientBlobs } from '../../blobs/client-blobs.js';
 import type { JobRecord } from '../../store/index.js';
 import type { ModelRegistry } from '../../registry/index.js';
-import { grantOf, type RequestAuth } from '../auth.js';
-import { clientGone, jobEnd } from '../prefer-wait.js';
+import { grantOf } from '../auth.js';
+import { endedViews, jobFailure, pictureOfJob, randomSeed, submitImages, type ImageJobsDeps, type PictureStart } from '../image-jobs.js';
 import { openSse } from '../sse.js';
 import type { ImagesRequest } from './image-requests.js';
 import { openAiErrorBody } from './errors.js';
 import type { Clock } from '../../../protocol/clock.js';
 
-export interface OpenAiImagesDeps {
-  admission: Pick<JobAdmission, 'submitAll'>;
-  reads: Pick<JobReads, 'viewOf'>;
-  events: EventBus;
+export interface OpenAiImagesDeps extends ImageJobsDeps {
   registry: ModelRegistry;
-  reader: BlobReader;
   clientBlobs: ClientBlobs;
-  auth: RequestAuth;
 }
 
-/** How long a request waits for its pictures (OpenAI's own clients wait ten minutes by default). */
-const IMAGES_WAIT_MS = 10 * 60_000;
 /** How long a `url` in an answer stays valid: a read-only grant for blobs, in the URL. */
 const URL_GRANT_MS = 3600_000;
 /** OpenAI's model names: clients send them by habit; each means the mesh's default image model unless one has the name. */
 const OPENAI_MODEL_NAMES = new Set(['dall-e-2', 'dall-e-3', 'gpt-image-1', 'gpt-image-1-mini', 'gpt-image-1.5']);
-
-/** Where an edit starts: the pictures the request carries, by digest — stored only once its jobs are admitted. */
-export interface EditStart {
-  image: string;
-  mask?: string;
-  carried: CarriedPictures;
-}
 
 type Operation = 'image_generation' | 'image_edit';
 
@@ -49,34 +31,25 @@ type Operation = 'image_generation' | 'image_edit';
  * batches), then either one answer when all have ended, or — `stream: true` — OpenAI's events as they happen: the
  * refinement's previews as `…partial_image` (real pictures of the steps so far) and each picture as `…completed`.
  */
-export async function runImages(request: FastifyRequest, reply: FastifyReply, ask: ImagesRequest, start: EditStart | null, deps: OpenAiImagesDeps): Promise<unknown> {
+export async function runImages(request: FastifyRequest, reply: FastifyReply, ask: ImagesRequest, start: PictureStart | null, deps: OpenAiImagesDeps): Promise<unknown> {
   const grant = grantOf(request);
   const model = ask.model !== undefined && OPENAI_MODEL_NAMES.has(ask.model) && !deps.registry.family(ask.model) && !deps.registry.get(ask.model) ? undefined : ask.model;
-  const seed = ask.seed ?? randomInt(0, 0xffffffff - 10);
-  const bodies: SubmitJobBody[] = Array.from({ length: ask.n }, (_, index) => ({
-    type: 'image',
+  const records = await submitImages(request, {
+    prompt: ask.prompt,
     ...(model !== undefined ? { model } : {}),
-    input: {
-      prompt: ask.prompt,
-      seed: (seed + index) % 0x100000000,
-      ...(ask.size ?? {}),
-      ...(ask.steps !== undefined ? { steps: ask.steps } : {}),
-      ...(ask.negativePrompt !== undefined ? { negativePrompt: ask.negativePrompt } : {}),
-      ...(start ? { image: start.image, ...(start.mask ? { mask: start.mask } : {}), strength: ask.strength ?? (start.mask ? 1 : undefined) } : {}),
-      ...(ask.partialImages > 0 ? { previews: ask.partialImages } : {}),
-    },
-  }));
-  for (const body of bodies) if (body.input.strength === undefined) delete body.input.strength;
-  const records = await deps.admission.submitAll(grant, bodies, deps.auth.authorizer(request), start?.carried);
+    n: ask.n,
+    seed: ask.seed ?? randomSeed(),
+    size: ask.size,
+    ...(ask.steps !== undefined ? { steps: ask.steps } : {}),
+    ...(ask.negativePrompt !== undefined ? { negativePrompt: ask.negativePrompt } : {}),
+    // An edit with a mask repaints what the mask leaves transparent, whole, unless told otherwise.
+    ...(start && (ask.strength !== undefined || start.mask) ? { strength: ask.strength ?? 1 } : {}),
+    previews: ask.partialImages,
+  }, start, deps);
   const operation: Operation = start ? 'image_edit' : 'image_generation';
   if (ask.stream) return streamImages(request, reply, ask, records, operation, deps);
 
-  const gone = clientGone(reply);
-  const ended = await Promise.all(records.map((record) => jobEnd(deps.events, record.id, IMAGES_WAIT_MS, () => isTerminal(record.status), gone)));
-  if (ended.includes(false)) {
-    throw new MeshError('AGENT_TIMEOUT', { host: 'the mesh', budgetMs: IMAGES_WAIT_MS, basis: `the jobs go on: ${records.map((record) => record.id).join(', ')}` });
-  }
-  const views = await Promise.all(records.map((record) => deps.reads.viewOf(record)));
+  const views = await endedViews(records, reply, deps);
   const failed = views.find((view) => view.status !== 'succeeded');
   if (failed) throw jobFailure(failed);
   const pictures = await Promise.all(views.map((view) => pictureOf(view, ask, deps)));
@@ -97,12 +70,6 @@ function answerFields(ask: ImagesRequest, first: Picture): Record<string, string
   };
 }
 
-/** A job that did not succeed, as the error the client gets (its code and message in the message). */
-function jobFailure(view: JobView): MeshError {
-  const error = view.error ?? { code: view.status.toUpperCase(), message: `the job ended ${view.status}` };
-  return new MeshError('ENGINE_FAILED', { detail: `job ${view.id}: ${error.code}: ${error.message}` });
-}
-
 interface Picture {
   bytes: Buffer;
   /** The bytes' digest when they are the stored artifact (a URL can point at them); null when converted. */
@@ -113,14 +80,11 @@ interface Picture {
 
 /** A job's picture in the format asked for: the stored PNG, or converted. */
 async function pictureOf(view: JobView, ask: ImagesRequest, deps: OpenAiImagesDeps): Promise<Picture> {
-  const artifact = view.artifacts.find((candidate) => candidate.mediaType.startsWith('image/'));
-  if (!artifact) throw new MeshError('ENGINE_FAILED', { detail: `job ${view.id} made no picture` });
-  const png = await deps.reader.bytes(artifact.digest, artifact.bytes);
-  const size = { width: artifact.width ?? 0, height: artifact.height ?? 0 };
-  if (ask.outputFormat === 'png') return { bytes: png, digest: artifact.digest, ...size };
+  const stored = await pictureOfJob(view, deps.reader);
+  if (ask.outputFormat === 'png') return stored;
   const quality = ask.compression === null ? {} : { quality: Math.max(1, 100 - ask.compression) };
-  const converted = ask.outputFormat === 'jpeg' ? await sharp(png).jpeg(quality).toBuffer() : await sharp(png).webp(quality).toBuffer();
-  return { bytes: converted, digest: null, ...size };
+  const converted = ask.outputFormat === 'jpeg' ? await sharp(stored.bytes).jpeg(quality).toBuffer() : await sharp(stored.bytes).webp(quality).toBuffer();
+  return { bytes: converted, digest: null, width: stored.width, height: stored.height };
 }
 
 /** URLs for blobs that work without a header for an hour: a read-only narrowing of the caller's grant, in the URL. */

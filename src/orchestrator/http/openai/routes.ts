@@ -1,8 +1,9 @@
 import fastifyMultipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { MeshError, VERSION_SEPARATOR } from '../../../protocol/index.js';
+import { MeshError } from '../../../protocol/index.js';
 import type { ModelRegistry } from '../../registry/index.js';
 import { grantOf } from '../auth.js';
+import { grantedModels } from '../image-jobs.js';
 import { installOpenAiErrors } from './errors.js';
 import { EDIT_DOCS, GENERATION_DOCS, MODEL_DOCS, MODELS_DOCS } from './docs.js';
 import { GenerationBody, readEdit, readImagesRequest } from './image-requests.js';
@@ -75,16 +76,5 @@ export function openAiRoutes(app: FastifyInstance, deps: OpenAiRouteDeps): void 
 
 /** The models a grant may submit to, as OpenAI model objects: each family by its name, each plain model by its own. */
 function modelsFor(request: FastifyRequest, registry: ModelRegistry): { id: string; object: 'model'; created: number; owned_by: string }[] {
-  const grant = grantOf(request);
-  const seen = new Set<string>();
-  const out: { id: string; object: 'model'; created: number; owned_by: string }[] = [];
-  for (const model of registry.all()) {
-    const name = model.manifest.name.split(VERSION_SEPARATOR)[0]!;
-    if (seen.has(name)) continue;
-    if (grant.models && !grant.models.includes(name) && !grant.models.includes(model.manifest.name)) continue;
-    if (grant.types && !model.manifest.jobTypes.some((type) => grant.types!.includes(type))) continue;
-    seen.add(name);
-    out.push({ id: name, object: 'model', created: 0, owned_by: 'gpumesh' });
-  }
-  return out;
+  return grantedModels(grantOf(request), registry).map(({ name }) => ({ id: name, object: 'model', created: 0, owned_by: 'gpumesh' }));
 }

@@ -54,6 +54,15 @@ export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'alb
   status?: 'queued' | 'waiting';
 };
 
+/**
+ * The caps of the grant that submitted a job (`max-queued`, `device-seconds-per-day`: auth's GrantCaps), kept for a
+ * job that waits for others' outputs, whose caps are checked again when it is released into its queue.
+ */
+export interface JobCaps {
+  maxQueued: { limit: number; caveat: string } | null;
+  deviceSecondsPerDay: { limit: number; caveat: string } | null;
+}
+
 export interface JobFilter {
   statuses?: readonly JobStatus[];
   types?: readonly string[] | null;
@@ -104,6 +113,10 @@ export interface JobTable {
   requeueJob(seq: number, now: number): boolean;
   /** A waiting job's sources succeeded: it is queued, its input now naming their outputs by digest. */
   releaseJob(seq: number, input: Record<string, unknown>, now: number): boolean;
+  /** Keep the caps of a waiting job's grant (job_caps: they live and die with the job's row). */
+  recordCaps(jobId: string, caps: JobCaps): void;
+  /** The caps kept for a job (`recordCaps`); null when none were. */
+  capsOf(jobId: string): Promise<JobCaps | null>;
   finishJob(seq: number, status: 'succeeded' | 'failed' | 'cancelled' | 'expired', now: number, outcome?: JobOutcome): boolean;
   getJob(id: string): Promise<JobRecord | null>;
   getJobByIdempotencyKey(grantId: string, key: string, since: number): Promise<JobRecord | null>;
@@ -118,6 +131,7 @@ export interface JobTable {
   deviceMsByGrant(since: number): Promise<Map<string, number>>;
   /** Finished jobs no published result names, finished before `before`, oldest first; and the digests only their rows name. */
   prunableJobs(before: number, limit: number): Promise<{ ids: string[]; digests: string[] }>;
+  /** Delete jobs with their attempts, uploads, input records and kept caps. */
   deleteJobs(ids: readonly string[]): void;
 }
 

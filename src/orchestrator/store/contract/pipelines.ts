@@ -8,12 +8,18 @@ export interface PipelineRecord {
 }
 
 /**
- * The pipelines table: one row per pipeline, naming its steps' jobs (the jobs are rows of `jobs` like any other, so
- * their states, attempts and results need nothing here). Written in the turn its jobs are admitted.
+ * The pipelines and pipeline_jobs tables: one row per pipeline, naming its steps' jobs (the jobs are rows of `jobs`
+ * like any other, so their states, attempts and results need nothing here), and one per step's job naming its
+ * pipeline, which lets retention find a job's pipeline by the job. Written in the turn its jobs are admitted.
  */
 export interface PipelineTable {
   insertPipeline(pipeline: PipelineRecord): void;
   getPipeline(id: string): Promise<PipelineRecord | null>;
+  /**
+   * These jobs were deleted (retention): they leave their pipelines, and a pipeline left with no job goes too, with
+   * its callback's arming (pipeline_webhooks). One write, whatever the store.
+   */
+  forgetJobs(jobIds: readonly string[]): void;
 }
 
 export interface PipelineRow {

@@ -1,8 +1,9 @@
 /**
- * The job_webhooks and webhook_deliveries tables: which unfinished jobs call back when they end (armed at admission,
- * in the job's own commit), and every event on its way to a callback URL with how its delivery went. A job's row in
- * job_webhooks goes in the same write that records its delivery, so one still there at start is a job whose end was
- * not yet turned into a delivery (the orchestrator stopped in between): it is delivered then.
+ * The job_webhooks, pipeline_webhooks and webhook_deliveries tables: which unfinished jobs and pipelines call back
+ * when they end (armed at admission, in its own commit), and every event on its way to a callback URL with how its
+ * delivery went. A job's (or pipeline's) arming goes in the same write that records its delivery, so one still there
+ * at start is one whose end was not yet turned into a delivery (the orchestrator stopped in between): it is delivered
+ * then, if it has ended.
  */
 
 /** Where an event's delivery stands: being tried (`pending`), answered 2xx (`delivered`), or given up (`failed`). */
@@ -53,6 +54,11 @@ export interface WebhookTable {
   disarmJob(jobId: string): void;
   /** Jobs whose callback is armed: unfinished, or ended with their delivery not yet recorded. */
   armedJobs(): Promise<{ jobId: string; url: string }[]>;
+  /** The pipeline calls `url` back when its last step ends (written with the pipeline's row). */
+  armPipeline(pipelineId: string, url: string, now: number): void;
+  disarmPipeline(pipelineId: string): void;
+  /** Pipelines whose callback is armed, oldest first: unfinished, or ended with their delivery not yet recorded. */
+  armedPipelines(): Promise<{ pipelineId: string; url: string }[]>;
   insertDelivery(record: DeliveryRecord): void;
   /** Record a try. */
   updateDelivery(id: string, outcome: DeliveryTry): void;

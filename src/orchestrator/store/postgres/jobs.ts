@@ -1,4 +1,4 @@
-import { jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobRow, type JobTable } from '../contract/jobs.js';
+import { jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobCaps, type JobRow, type JobTable } from '../contract/jobs.js';
 import { marks, Where, type PgAccess } from './access.js';
 
 /** The prompt of a job row aliased `j`, in SQL (contract/jobs.ts, promptOf; SQLite's is sqlite/jobs.ts, PROMPT_SQL). */
@@ -52,6 +52,13 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
       write(`UPDATE jobs SET status = 'queued', input = $1, updated_at = $2 WHERE seq = $3 AND status = 'waiting'`, [JSON.stringify(input), now, seq]);
       return true;
     },
+    recordCaps: (jobId, caps) => write(
+      'INSERT INTO job_caps (job_id, caps) VALUES ($1, $2) ON CONFLICT (job_id) DO UPDATE SET caps = EXCLUDED.caps', [jobId, JSON.stringify(caps)],
+    ),
+    capsOf: async (jobId) => {
+      const [row] = await read<{ caps: string }>('SELECT caps FROM job_caps WHERE job_id = $1', [jobId]);
+      return row ? JSON.parse(row.caps) as JobCaps : null;
+    },
     finishJob: (seq, status, now, outcome = {}) => {
       const result = outcome.result === undefined ? null : JSON.stringify(outcome.result);
       const { attempt } = outcome;
@@ -98,7 +105,7 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
     },
     deleteJobs: (ids) => {
       if (ids.length === 0) return;
-      for (const table of ['attempts', 'uploads', 'job_inputs']) write(`DELETE FROM ${table} WHERE job_id = ANY($1)`, [[...ids]]);
+      for (const table of ['attempts', 'uploads', 'job_inputs', 'job_caps']) write(`DELETE FROM ${table} WHERE job_id = ANY($1)`, [[...ids]]);
       write('DELETE FROM jobs WHERE id = ANY($1)', [[...ids]]);
     },
   };

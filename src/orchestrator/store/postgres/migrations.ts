@@ -265,4 +265,36 @@ export const PG_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (created_at) WHERE status = 'pending';
     `,
   },
+  {
+    version: 7,
+    // SQLite's version 19: a pipeline's jobs by job, and the pipelines whose end is still to be called back.
+    name: 'pipelines: their jobs by job, their callbacks',
+    sql: `
+      CREATE TABLE pipeline_jobs (
+        job_id TEXT PRIMARY KEY,
+        pipeline_id TEXT NOT NULL
+      );
+      CREATE INDEX pipeline_jobs_by_pipeline ON pipeline_jobs (pipeline_id);
+      INSERT INTO pipeline_jobs (job_id, pipeline_id)
+        SELECT step->>'jobId', pipelines.id FROM pipelines, jsonb_array_elements(pipelines.steps::jsonb) AS step
+        WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.id = step->>'jobId');
+      DELETE FROM pipelines WHERE id NOT IN (SELECT pipeline_id FROM pipeline_jobs);
+      CREATE TABLE pipeline_webhooks (
+        pipeline_id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+    `,
+  },
+  {
+    version: 8,
+    // SQLite's version 20: the caps of jobs that wait.
+    name: 'the caps of jobs that wait',
+    sql: `
+      CREATE TABLE job_caps (
+        job_id TEXT PRIMARY KEY,
+        caps TEXT NOT NULL
+      );
+    `,
+  },
 ];

@@ -1,6 +1,6 @@
 import type { JobStatus } from '../../../protocol/index.js';
 import {
-  jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
+  jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobCaps, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
 } from '../contract/jobs.js';
 import { modelIn } from './model-filter.js';
 import { stmt, type Db } from './db.js';
@@ -167,10 +167,10 @@ export function deviceMsByGrant(db: Db, since: number): Map<string, number> {
   return new Map(rows.map((row) => [row.grant_id, row.ms]));
 }
 
-/** Delete jobs with their attempts, uploads and input records (their results are never among them: see prunableJobs). */
+/** Delete jobs with their attempts, uploads, input records and kept caps (their results are never among them: see prunableJobs). */
 export function deleteJobs(db: Db, ids: readonly string[]): void {
-  const statements = ['DELETE FROM attempts WHERE job_id = ?', 'DELETE FROM uploads WHERE job_id = ?', 'DELETE FROM job_inputs WHERE job_id = ?', 'DELETE FROM jobs WHERE id = ?']
-    .map((text) => stmt(db, text));
+  const statements = ['attempts', 'uploads', 'job_inputs', 'job_caps'].map((table) => stmt(db, `DELETE FROM ${table} WHERE job_id = ?`));
+  statements.push(stmt(db, 'DELETE FROM jobs WHERE id = ?'));
   for (const id of ids) for (const statement of statements) statement.run(id);
 }
 
@@ -194,6 +194,13 @@ export function jobTable(db: Db): JobTable {
     markRunning: (seqs, now) => markRunning(db, seqs, now),
     requeueJob: (seq, now) => requeueJob(db, seq, now),
     releaseJob: (seq, input, now) => releaseJob(db, seq, input, now),
+    recordCaps: (jobId, caps) => {
+      stmt(db, 'INSERT OR REPLACE INTO job_caps (job_id, caps) VALUES (?, ?)').run(jobId, JSON.stringify(caps));
+    },
+    capsOf: async (jobId) => {
+      const row = stmt(db, 'SELECT caps FROM job_caps WHERE job_id = ?').get(jobId) as { caps: string } | undefined;
+      return row ? JSON.parse(row.caps) as JobCaps : null;
+    },
     finishJob: (seq, status, now, outcome) => finishJob(db, seq, status, now, outcome),
     getJob: async (id) => getJob(db, id),
     getJobByIdempotencyKey: async (grantId, key, since) => getJobByIdempotencyKey(db, grantId, key, since),

@@ -321,4 +321,39 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (created_at) WHERE status = 'pending';
     `,
   },
+  {
+    version: 19,
+    // A pipeline's jobs by job (retention deletes jobs by id: the pipelines left with none go with them), and the
+    // pipelines whose end is still to be called back (as job_webhooks for jobs). The rows of pipelines stored before
+    // are filled in from their steps; a pipeline whose jobs are all gone already goes now.
+    name: 'pipelines: their jobs by job, their callbacks',
+    sql: `
+      CREATE TABLE pipeline_jobs (
+        job_id TEXT PRIMARY KEY,
+        pipeline_id TEXT NOT NULL
+      ) WITHOUT ROWID;
+      CREATE INDEX pipeline_jobs_by_pipeline ON pipeline_jobs (pipeline_id);
+      INSERT INTO pipeline_jobs (job_id, pipeline_id)
+        SELECT json_extract(step.value, '$.jobId'), pipelines.id FROM pipelines, json_each(pipelines.steps) AS step
+        WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.id = json_extract(step.value, '$.jobId'));
+      DELETE FROM pipelines WHERE id NOT IN (SELECT pipeline_id FROM pipeline_jobs);
+      CREATE TABLE pipeline_webhooks (
+        pipeline_id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+    `,
+  },
+  {
+    version: 20,
+    // The caps of the grant that submitted a job that waits for others' outputs: checked again when it is released
+    // into its queue (the grant itself is not stored; a narrowing's caps are known only from its token).
+    name: 'the caps of jobs that wait',
+    sql: `
+      CREATE TABLE job_caps (
+        job_id TEXT PRIMARY KEY,
+        caps TEXT NOT NULL
+      ) WITHOUT ROWID;
+    `,
+  },
 ];

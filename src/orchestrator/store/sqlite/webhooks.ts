@@ -1,7 +1,7 @@
 import { DELIVERY_COLUMNS, deliveryFromRow, deliveryValues, tryValues, type DeliveryRow, type WebhookTable } from '../contract/webhooks.js';
 import { stmt, type Db } from './db.js';
 
-/** The job_webhooks and webhook_deliveries tables on one connection. */
+/** The job_webhooks, pipeline_webhooks and webhook_deliveries tables on one connection. */
 export function webhookTable(db: Db): WebhookTable {
   return {
     armJob: (jobId, url, now) => {
@@ -11,6 +11,13 @@ export function webhookTable(db: Db): WebhookTable {
       stmt(db, 'DELETE FROM job_webhooks WHERE job_id = ?').run(jobId);
     },
     armedJobs: async () => (stmt(db, 'SELECT job_id AS jobId, url FROM job_webhooks ORDER BY created_at').all() as { jobId: string; url: string }[]),
+    armPipeline: (pipelineId, url, now) => {
+      stmt(db, 'INSERT OR REPLACE INTO pipeline_webhooks (pipeline_id, url, created_at) VALUES (?, ?, ?)').run(pipelineId, url, now);
+    },
+    disarmPipeline: (pipelineId) => {
+      stmt(db, 'DELETE FROM pipeline_webhooks WHERE pipeline_id = ?').run(pipelineId);
+    },
+    armedPipelines: async () => (stmt(db, 'SELECT pipeline_id AS pipelineId, url FROM pipeline_webhooks ORDER BY created_at').all() as { pipelineId: string; url: string }[]),
     insertDelivery: (record) => {
       stmt(db, `INSERT INTO webhook_deliveries (${DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(...deliveryValues(record));
     },

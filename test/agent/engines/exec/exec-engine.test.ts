@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import sharp from 'sharp';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cpuDevice } from '../../../../src/agent/devices.js';
-import type { BatchResult, EngineJob, JobOutput, Progress } from '../../../../src/agent/core/engine.js';
+import type { BatchResult, EngineJob, InputPicture, JobOutput, Progress } from '../../../../src/agent/core/engine.js';
 import { ExecEngine, GovernedCommandRunner, LocalCommandRunner, splitCommand } from '../../../../src/agent/engines/exec/index.js';
 import type { ModelManifest } from '../../../../src/protocol/index.js';
 import { ROOT, tempDir, waitFor } from '../../../helpers/mesh.js';
@@ -111,6 +112,8 @@ describe('exec engine: batching, inputs and outputs', () => {
       [{ command: ['no-such-program-gpumesh', '--x'] }, /settings\.command: cannot start "no-such-program-gpumesh": not found on PATH/],
       [{ command: [NODE, PAINT, '${OUTPUT}'] }, /unknown placeholder \$\{OUTPUT\}/],
       [{ command: [NODE, PAINT, '${JOB_ID}'], batch: true }, /\$\{JOB_ID\} names one job, but settings\.batch/],
+      [{ command: [NODE, PAINT, '${IMAGE}'], batch: true, pictures: ['image'] }, /\$\{IMAGE\} names one job's picture, but settings\.batch runs one process for many; read each job's pictures from the input/],
+      [{ command: [NODE, PAINT], pictures: ['video'] }, /invalid settings: settings\.pictures/],
       [{ command: `${NODE} "${PAINT}` }, /unterminated double quote/],
       [{ command: [NODE], timeoutMs: -1 }, /invalid settings: settings\.timeoutMs/],
     ];
@@ -119,6 +122,43 @@ describe('exec engine: batching, inputs and outputs', () => {
       await expect(loading).rejects.toMatchObject({ code: 'ENGINE_FAILED', retryable: false });
       await expect(loading).rejects.toThrow(message);
     }
+  });
+});
+
+describe('exec engine: pictures as files', () => {
+  const engine = new ExecEngine();
+  afterAll(() => engine.close());
+  /** A 4×2 RGB picture, as the agent hands an engine one (decoded, sized to the job). */
+  const picture: InputPicture = { data: Uint8Array.from({ length: 4 * 2 * 3 }, (_, i) => (i * 37) % 256), width: 4, height: 2, channels: 3 };
+  const mask: InputPicture = { data: Uint8Array.from([0, 255, 0, 255, 255, 0, 255, 0]), width: 4, height: 2, channels: 1 };
+  // Copies what it is given (${IMAGE}, GPUMESH_MASK, the input's `pictures`) into its output, and says what it saw.
+  const COPY = `const fs = require('node:fs'); const [image, out] = process.argv.slice(1); const input = JSON.parse(fs.readFileSync(0, 'utf8'));
+    fs.copyFileSync(image, out + '/image.png'); if (process.env.GPUMESH_MASK) fs.copyFileSync(process.env.GPUMESH_MASK, out + '/mask.png');
+    fs.writeFileSync(out + '/result.json', JSON.stringify({ image, fromInput: input.pictures }));`;
+
+  it('writes a job\'s picture and mask as PNG files of its size: ${IMAGE}, GPUMESH_MASK and the input\'s pictures name them', async () => {
+    const loaded = await engine.load(manifest({ command: [NODE, '-e', COPY, '${IMAGE}', '${OUTPUT_DIR}'], pictures: ['image', 'mask'] }, 'copy'), NODE, cpuDevice(512));
+    const [output] = (await loaded.run([{ ...paintJob('pic'), pictures: { image: picture, mask } }], () => {})).outputs;
+    const { files, result } = okOutput(output!);
+    const [image, copiedMask] = await Promise.all(files.map((file) => sharp(Buffer.from(file.bytes)).raw().toBuffer({ resolveWithObject: true })));
+    expect(image!.info).toMatchObject({ width: 4, height: 2, channels: 3 });
+    expect([...image!.data]).toEqual([...picture.data]);
+    // The mask as the client's convention has it: its alpha (transparent marks what to repaint).
+    expect(copiedMask!.info).toMatchObject({ width: 4, height: 2, channels: 4 });
+    expect([...copiedMask!.data].filter((_, i) => i % 4 === 3)).toEqual([...mask.data]);
+    expect(result).toEqual({ image: expect.stringMatching(/image\.png$/), fromInput: { image: (result as { image: string }).image, mask: expect.stringMatching(/mask\.png$/) } });
+    await loaded.unload();
+  });
+
+  it('a batching command finds each job\'s pictures in its input; a job naming a picture its model is not given is refused, not run without it', async () => {
+    const readPictures = `const fs = require('node:fs'); const { jobs } = JSON.parse(fs.readFileSync(0, 'utf8'));
+      for (const job of jobs) fs.writeFileSync(job.outputDir + '/result.json', JSON.stringify({ pictures: job.pictures ?? null, exists: job.pictures ? fs.existsSync(job.pictures.image) : null }));`;
+    const loaded = await engine.load(manifest({ command: [NODE, '-e', readPictures], batch: true, pictures: ['image'] }, 'batch-pictures'), NODE, cpuDevice(512));
+    const outputs = (await loaded.run([{ ...paintJob('with'), pictures: { image: picture } }, paintJob('without'), { ...paintJob('masked'), pictures: { image: picture, mask } }], () => {})).outputs;
+    expect(okOutput(outputs[0]!).result).toEqual({ pictures: { image: expect.stringMatching(/with\/image\.png$/) }, exists: true });
+    expect(okOutput(outputs[1]!).result).toEqual({ pictures: null, exists: null });
+    expect(outputs[2]).toMatchObject({ jobId: 'masked', ok: false, code: 'INVALID_INPUT', retryable: false, message: expect.stringMatching(/^mask: this exec model's command is given no mask/) });
+    await loaded.unload();
   });
 });
 

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { FencedError, openMeshLease, PostgresStore } from '../../../../src/orchestrator/store/postgres/index.js';
+import { migratePostgres } from '../../../../src/orchestrator/store/postgres/migrate.js';
 import { PG_MIGRATIONS } from '../../../../src/orchestrator/store/postgres/migrations.js';
 import { FakeClock } from '../../../helpers/fake-clock.js';
 import { postgresForFile } from '../../../helpers/postgres.js';
@@ -31,6 +32,21 @@ describe('the PostgreSQL store', () => {
     expect(one.seq).not.toBe(two.seq);
     await Promise.all([a.commits.durable(), b.commits.durable()]);
     await Promise.all([a.close(), b.close()]);
+  });
+
+  it('7 fills in the jobs of the pipelines stored before, and lets go of those whose jobs are all gone', async () => {
+    const url = await fresh();
+    const pool = new pg.Pool({ connectionString: url });
+    await migratePostgres(pool, new FakeClock(0), PG_MIGRATIONS.filter((m) => m.version <= 6));
+    await pool.query(`INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, input, grant_id, created_at, updated_at)
+      VALUES (1, 'j_kept', 'image', 'gen', 'queued', 2, 'default', '[]', '{}', 'g', 1, 1)`);
+    const insert = 'INSERT INTO pipelines (id, grant_id, created_at, steps) VALUES ($1, $2, $3, $4)';
+    await pool.query(insert, ['p_half', 'g', 1, JSON.stringify([{ id: 'a', jobId: 'j_kept' }, { id: 'b', jobId: 'j_deleted' }])]);
+    await pool.query(insert, ['p_gone', 'g', 1, JSON.stringify([{ id: 'a', jobId: 'j_gone' }])]);
+    expect(await migratePostgres(pool, new FakeClock(0))).toEqual(PG_MIGRATIONS.filter((m) => m.version > 6).map((m) => m.version));
+    expect((await pool.query('SELECT job_id, pipeline_id FROM pipeline_jobs')).rows).toEqual([{ job_id: 'j_kept', pipeline_id: 'p_half' }]);
+    expect((await pool.query('SELECT id FROM pipelines')).rows).toEqual([{ id: 'p_half' }]);
+    await pool.end();
   });
 
   it('a holder whose lease was taken over cannot write: its transaction is refused by the database, and it is told', async () => {

@@ -20,6 +20,18 @@ describe('store migrations', () => {
     expect(versions).toHaveLength(MIGRATIONS.length);
   });
 
+  it('19 fills in the jobs of the pipelines stored before, and lets go of those whose jobs are all gone', () => {
+    const db = new Database(':memory:');
+    migrate(db, MIGRATIONS.filter((m) => m.version <= 18));
+    const insert = db.prepare('INSERT INTO pipelines (id, grant_id, created_at, steps) VALUES (?, ?, ?, ?)');
+    jobs.insertJob(db, { id: 'j_kept', type: 'image', model: 'gen', priority: 2, album: 'default', classes: ['image'], input: {}, grantId: 'g', idempotencyKey: null, createdAt: 1, deadlineAt: null });
+    insert.run('p_half', 'g', 1, JSON.stringify([{ id: 'a', jobId: 'j_kept' }, { id: 'b', jobId: 'j_deleted' }]));
+    insert.run('p_gone', 'g', 1, JSON.stringify([{ id: 'a', jobId: 'j_gone' }]));
+    expect(migrate(db)).toEqual(MIGRATIONS.filter((m) => m.version > 18).map((m) => m.version));
+    expect(db.prepare('SELECT job_id, pipeline_id FROM pipeline_jobs').all()).toEqual([{ job_id: 'j_kept', pipeline_id: 'p_half' }]);
+    expect(db.prepare('SELECT id FROM pipelines').all()).toEqual([{ id: 'p_half' }]);
+  });
+
   it('refuses a store from a newer gpumesh', () => {
     const db = new Database(':memory:');
     migrate(db);
