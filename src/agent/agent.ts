@@ -304,6 +304,7 @@ export class Agent {
 
   async close(): Promise<void> {
     this.#session.disconnected();
+    this.#relays.disconnected();
     this.#stopIdleSweep?.();
     this.#availability?.stop();
     this.#link.close();

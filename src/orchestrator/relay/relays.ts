@@ -71,6 +71,7 @@ export class Relay {
   readonly #received: ReceiveWindow;
   readonly #onEnd: () => void;
   #ended = false;
+  readonly #openedAt: number;
   /** Bytes sent to the agent so far: where the next piece starts. */
   #sent = 0;
   #movedAt: number;
@@ -85,6 +86,7 @@ export class Relay {
     this.#received = new ReceiveWindow(deps.windowBytes);
     this.#onEnd = onEnd;
     this.#movedAt = deps.clock.now();
+    this.#openedAt = this.#movedAt;
     if (kind === 'http') this.#armIdle(deps.idleMs);
   }
 
@@ -177,11 +179,18 @@ export class Relay {
 
   #end(ending: RelayEnding, outcome: RelayOutcome): void {
     if (this.#ended) return;
-    this.#finish(outcome);
+    this.#finish(outcome, ending.error);
     this.#listener.ended(ending);
   }
 
-  #finish(outcome: RelayOutcome): void {
+  /**
+   * Over: counted, and logged — a failure as a warning, a WebSocket (a client's session, long) as news, a request (a
+   * client may make hundreds) only when asked for.
+   */
+  #finish(outcome: RelayOutcome, error?: MeshError): void {
+    const { log, clock } = this.#deps;
+    const level = outcome === 'failed' ? 'warn' : this.kind === 'ws' ? 'info' : 'debug';
+    log[level]({ relay: this.id, host: this.host, model: this.model, kind: this.kind, outcome, ms: clock.now() - this.#openedAt, ...(error ? { code: error.code, reason: error.message } : {}) }, 'pass-through relay ended');
     this.#ended = true;
     this.#idle?.cancel();
     this.#window.close();
