@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { narrowGrant } from '../../src/orchestrator/auth/index.js';
 import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
-import { removeDir, ROOT, tempDir, TSX_LOADER, waitFor } from '../helpers/mesh.js';
+import { removeDir, ROOT, startMesh, tempDir, TSX_LOADER, waitFor } from '../helpers/mesh.js';
 import { gpumesh, startServe, type Proc } from '../helpers/processes.js';
 
 /**
@@ -297,5 +297,30 @@ describe('when the host goes', () => {
     const offline = await call('GET', `${base}/system_stats`);
     expect(offline.json.error.code).toBe('HOST_OFFLINE');
     expect(offline.headers.get('retry-after')).toBe('10');
+  });
+});
+
+describe('through `gpumesh up`\'s own agent, linked in memory', () => {
+  it('the same relay: ComfyUI\'s answers and WebSocket, and a body in many pieces, byte for byte', async () => {
+    const mesh = await startMesh({ config: { models: { comfy: { engine: 'comfyui', types: ['image'], memoryMB: 16, settings: { url: comfy.url, passthrough: true } } } } });
+    try {
+      const auth = { authorization: `Bearer ${mesh.admin}` };
+      const host = ((await (await fetch(`${mesh.url}/v1/status`, { headers: auth })).json()) as { hosts: { id: string }[] }).hosts[0]!.id;
+      const base = `${mesh.url}/comfyui/${host}/comfy`;
+      expect(((await (await fetch(`${base}/system_stats`, { headers: auth })).json()) as { system: { comfyui_version: string } }).system.comfyui_version).toBe('comfyui-standin');
+      const payload = randomBytes(3 * 1024 * 1024 + 7);
+      const put = await fetch(`${base}/api/standin-tools/image/local`, { method: 'PUT', headers: auth, body: payload });
+      expect(((await put.json()) as { sha256: string }).sha256).toBe(sha256(payload));
+      const clientId = randomUUID();
+      const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`, { headers: auth });
+      const binary = new Promise<Buffer>((resolve) => socket.on('message', (data: Buffer, isBinary) => isBinary && resolve(data)));
+      await new Promise((resolve) => socket.once('open', resolve));
+      const sent = await (await fetch(`${base}/api/standin-tools/send`, { method: 'POST', headers: auth, body: JSON.stringify({ clientId, bytes: 2_000_000 }) })).json() as { sha256: string };
+      expect(sha256(await binary)).toBe(sent.sha256);
+      socket.close(1000);
+    } finally {
+      await mesh.stop();
+      removeDir(mesh.data);
+    }
   });
 });
