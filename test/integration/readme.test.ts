@@ -91,6 +91,8 @@ describe('the README', () => {
     expect(output).toContain('types video');
     // The OpenAI client's two URLs, each with its read-only grant.
     expect(output.match(/\/v1\/blobs\/sha256:[0-9a-f]{64}\?access_token=/g)).toHaveLength(2);
+    // AUTOMATIC1111's answer: its picture, and the seed asked for in `info` (a JSON string).
+    expect(output).toContain('sdapi 1 picture, seed 7');
     expect(output).toMatch(/ocr@1/);
     // The sample page read back (the recogniser, trained mostly on Chinese, may drop the spaces between Latin words).
     expect(output.toLowerCase().replace(/[^a-z0-9]/g, '')).toContain('gpumeshreadsthispage');
