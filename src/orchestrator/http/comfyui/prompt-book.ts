@@ -3,8 +3,11 @@ import type { JobRecord } from '../../store/index.js';
 
 /** Prompts remembered per grant lineage (ComfyUI keeps 10,000 in its history; a client reads the newest). */
 const PROMPTS_PER_LINEAGE = 1000;
-/** Lineages remembered at once (an open door is one; each grant minted for a ComfyUI client another). */
-const LINEAGES = 1000;
+/**
+ * Prompts remembered in all: each holds its job's record, workflow included (up to the body limit), so the book is
+ * bounded as a whole, not only per lineage. Past it, the least recently used lineage's oldest prompt goes first.
+ */
+const PROMPTS = 5000;
 
 /** The idempotency key a door prompt is submitted under: a prompt id names one job of its lineage for 24 h. */
 export const promptKey = (promptId: string): string => `comfyui-prompt:${promptId}`;
@@ -22,16 +25,36 @@ export interface PromptEntry {
  */
 export class PromptBook {
   readonly #byLineage = new Map<string, Map<string, PromptEntry>>();
+  readonly #limits: { perLineage: number; total: number };
+  #count = 0;
+
+  constructor(limits: { perLineage: number; total: number } = { perLineage: PROMPTS_PER_LINEAGE, total: PROMPTS }) {
+    this.#limits = limits;
+  }
 
   add(lineage: string, entry: PromptEntry): void {
     const prompts = this.#byLineage.get(lineage) ?? new Map<string, PromptEntry>();
     // Newest lineage last: the least recently used is forgotten first.
     this.#byLineage.delete(lineage);
     this.#byLineage.set(lineage, prompts);
-    keepNewest(this.#byLineage, LINEAGES);
-    prompts.delete(entry.promptId);
+    if (prompts.delete(entry.promptId)) this.#count--;
     prompts.set(entry.promptId, entry);
-    keepNewest(prompts, PROMPTS_PER_LINEAGE);
+    this.#count++;
+    const before = prompts.size;
+    keepNewest(prompts, this.#limits.perLineage);
+    this.#count -= before - prompts.size;
+    while (this.#count > this.#limits.total) this.#forgetOldest();
+  }
+
+  /** The oldest prompt of the least recently used lineage, forgotten (with the lineage once it has none). */
+  #forgetOldest(): void {
+    const [lineage, prompts] = this.#byLineage.entries().next().value!;
+    const oldest = prompts.keys().next().value;
+    if (oldest !== undefined) {
+      prompts.delete(oldest);
+      this.#count--;
+    }
+    if (prompts.size === 0) this.#byLineage.delete(lineage);
   }
 
   get(lineage: string, promptId: string): PromptEntry | undefined {

@@ -12,6 +12,21 @@ const SOCKETS_PER_CLIENT = 16;
 /** ComfyUI's binary event PREVIEW_IMAGE and its image format PNG (server.py's send_image): each a 4-byte big-endian integer. */
 const PREVIEW_IMAGE = 1;
 const PNG = 2;
+/**
+ * What a socket may have waiting to be sent: a client that stops reading is cut off rather than buffered for without
+ * end (a prompt's messages are a few per step and three previews; 4 MiB is many prompts' worth).
+ */
+const MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
+
+/** Send to an open socket, or cut off one that has stopped reading. */
+function deliver(socket: WebSocket, data: string | Buffer): void {
+  if (socket.readyState !== socket.OPEN) return;
+  if (socket.bufferedAmount > MAX_BUFFERED_BYTES) {
+    socket.terminate();
+    return;
+  }
+  socket.send(data, { binary: typeof data !== 'string' });
+}
 
 /** The node a workflow's progress is told against: its first sampler (a node with whole-number `steps`), else its first node. */
 function progressNode(workflow: Workflow): string {
@@ -74,12 +89,12 @@ export class ClientSockets {
     let ended = false;
     const send = (type: string, data: Record<string, unknown>): void => {
       const text = JSON.stringify({ type, data });
-      for (const socket of this.#sockets.get(key) ?? []) if (socket.readyState === socket.OPEN) socket.send(text);
+      for (const socket of this.#sockets.get(key) ?? []) deliver(socket, text);
     };
     const start = (): void => {
       if (started) return;
       started = true;
-      const timestamp = Date.now();
+      const timestamp = this.#events.clock.now();
       send('execution_start', { prompt_id: promptId, timestamp });
       send('execution_cached', { nodes: [], prompt_id: promptId, timestamp });
     };
@@ -99,7 +114,7 @@ export class ClientSockets {
           at(output);
           send('executed', { node: output, display_node: output, output: files, prompt_id: promptId });
         }
-        send('execution_success', { prompt_id: promptId, timestamp: Date.now() });
+        send('execution_success', { prompt_id: promptId, timestamp: this.#events.clock.now() });
       } else {
         const [type, data] = endMessage(view, promptId);
         send(type, data);
@@ -119,7 +134,7 @@ export class ClientSockets {
         case 'preview': {
           start();
           const frame = previewFrame(Buffer.from(event.b64, 'base64'));
-          for (const socket of this.#sockets.get(key) ?? []) if (socket.readyState === socket.OPEN) socket.send(frame, { binary: true });
+          for (const socket of this.#sockets.get(key) ?? []) deliver(socket, frame);
           return;
         }
         default:
@@ -139,7 +154,7 @@ export class ClientSockets {
     const prefix = keyOf(lineage, '');
     for (const [key, sockets] of this.#sockets) {
       if (!key.startsWith(prefix)) continue;
-      for (const socket of sockets) if (socket.readyState === socket.OPEN) socket.send(text);
+      for (const socket of sockets) deliver(socket, text);
     }
   }
 

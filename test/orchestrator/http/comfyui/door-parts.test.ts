@@ -59,4 +59,20 @@ describe('the ComfyUI door\'s parts', () => {
     expect(book.get('g2', 'p5')).toBeUndefined();
     expect(book.get('g1', 'p5')!.job.id).toBe('j5');
   });
+
+  it('the prompt book is bounded as a whole: past it, the least recently used lineage\'s oldest prompts go first', () => {
+    const book = new PromptBook({ perLineage: 4, total: 6 });
+    const entry = (promptId: string) => ({ promptId, job: { id: `j-${promptId}`, status: 'queued' } as JobRecord });
+    for (const id of ['a1', 'a2', 'a3']) book.add('a', entry(id));
+    for (const id of ['b1', 'b2', 'b3']) book.add('b', entry(id));
+    book.add('c', entry('c1'));
+    expect(book.entries('a').map((each) => each.promptId)).toEqual(['a2', 'a3']);
+    for (const id of ['c2', 'c3']) book.add('c', entry(id));
+    // Lineage a has gone entirely; then b, used after it, gives up its oldest.
+    expect(book.entries('a')).toEqual([]);
+    expect(book.entries('b').map((each) => each.promptId)).toEqual(['b1', 'b2', 'b3']);
+    book.add('c', entry('c4'));
+    expect(book.entries('b').map((each) => each.promptId)).toEqual(['b2', 'b3']);
+    expect(book.entries('c').map((each) => each.promptId)).toEqual(['c1', 'c2', 'c3', 'c4']);
+  });
 });
