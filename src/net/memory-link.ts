@@ -55,7 +55,7 @@ export class MemorySocket extends EventEmitter {
 
   /** A message as a value: the receiver gets a copy, taken now, in a ClonedMessage. */
   sendMessage(message: object): void {
-    if (this.readyState === OPEN) this.#deliver(new ClonedMessage(jsonCopy(message)));
+    if (this.readyState === OPEN) this.#deliver(new ClonedMessage(copyMessage(message)));
   }
 
   #deliver(data: string | ClonedMessage): void {
@@ -95,6 +95,38 @@ export class MemorySocket extends EventEmitter {
     this.readyState = CLOSED;
     queueMicrotask(() => this.emit('close', code, Buffer.from(reason)));
   }
+}
+
+/**
+ * The copies of the model manifests that `run` messages carry, one per manifest object, frozen to the bottom. A
+ * manifest is the same object batch after batch (the registry's), and copying its forty-odd values was the largest
+ * part of copying a tiny job's `run`; the receiver gets the same frozen copy each time — still nothing of the
+ * sender's, and nothing it could change under the next batch (a write to it throws, as strict-mode code does on a
+ * frozen object). A manifest is never changed in place (a new version is a new manifest), so a copy never goes stale;
+ * the WeakMap lets it go with its manifest.
+ */
+const manifestCopies = new WeakMap<object, unknown>();
+
+/** A link message as its JSON text would read back, the manifest of a `run` shared from `manifestCopies`. */
+function copyMessage(message: object): unknown {
+  const run = message as { type?: unknown; model?: unknown };
+  if (run.type !== 'run' || run.model === null || typeof run.model !== 'object') return jsonCopy(message);
+  let model = manifestCopies.get(run.model);
+  if (model === undefined) {
+    model = deepFreeze(jsonCopy(run.model));
+    manifestCopies.set(run.model, model);
+  }
+  const copy = jsonCopy({ ...message, model: undefined }) as Record<string, unknown>;
+  copy.model = model;
+  return copy;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const inner of Object.values(value)) deepFreeze(inner);
+  }
+  return value;
 }
 
 /** A message that came over an in-process link, already a value (MemorySocket.sendMessage). */

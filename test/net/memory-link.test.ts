@@ -77,4 +77,23 @@ describe('an in-process link (MemorySocket)', () => {
     expect(() => readLinkMessage('{"type":"ack","jobIds":[7]}', OrchestratorMessage)).toThrow(/jobIds\.0: /);
     expect(() => readLinkMessage('{"type":"ack"}', refuseAll)).toThrow('type: refused');
   });
+
+  it("a run's manifest arrives as one frozen copy per manifest: the JSON copy, never the sender's object", async () => {
+    const [a, b] = MemorySocket.pair();
+    const got: Record<string, unknown>[] = [];
+    b.on('message', (data: ClonedMessage) => got.push(data.value as Record<string, unknown>));
+    const manifest = { name: 'simple', settings: { process: 'agent', gone: undefined }, inputs: [{ name: 'INPUT0', shape: ['batch', 16] }] };
+    const run = (batchId: string): object => ({ type: 'run', batchId, model: manifest, uploadCredential: 'c', jobs: [{ id: 'j', input: { x: [1, 2] } }] });
+    a.sendMessage(run('b1'));
+    a.sendMessage(run('b2'));
+    await settle();
+    expect(got.map((message) => message.batchId)).toEqual(['b1', 'b2']);
+    expect(got[0]).toEqual(JSON.parse(JSON.stringify(run('b1'))));
+    expect(got[0]!.model).toBe(got[1]!.model);
+    expect(got[0]!.model).not.toBe(manifest);
+    expect(got[0]!.jobs).not.toBe(got[1]!.jobs);
+    const copy = got[0]!.model as typeof manifest;
+    expect(Object.isFrozen(copy) && Object.isFrozen(copy.settings) && Object.isFrozen(copy.inputs[0]!.shape)).toBe(true);
+    expect(() => { copy.settings.process = 'worker'; }).toThrow(TypeError);
+  });
 });

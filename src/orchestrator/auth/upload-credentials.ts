@@ -1,7 +1,9 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 import { MeshError } from '../../protocol/index.js';
 
 const PREFIX = 'gmu1';
+/** SHA-256's block: HMAC pads its key to this (RFC 2104). */
+const BLOCK = 64;
 
 /**
  * Credentials that let an agent upload the outputs of one batch it was given,
@@ -13,10 +15,18 @@ const PREFIX = 'gmu1';
  * that batch (see JobOutputs).
  */
 export class UploadCredentials {
-  readonly #key: Buffer;
+  /** The derived key XORed with HMAC's inner pad; and with its outer pad, followed by room for the inner hash. */
+  readonly #inner: Buffer;
+  readonly #outer: Buffer;
 
   constructor(rootKey: Uint8Array) {
-    this.#key = createHmac('sha256', rootKey).update('gpumesh upload credentials v1').digest();
+    const key = createHmac('sha256', rootKey).update('gpumesh upload credentials v1').digest();
+    this.#inner = Buffer.alloc(BLOCK, 0x36);
+    this.#outer = Buffer.alloc(BLOCK + 32, 0x5c);
+    for (let i = 0; i < key.length; i++) {
+      this.#inner[i]! ^= key[i]!;
+      this.#outer[i]! ^= key[i]!;
+    }
   }
 
   static looksLike(token: string): boolean {
@@ -43,7 +53,14 @@ export class UploadCredentials {
     return { batchId };
   }
 
+  /**
+   * HMAC-SHA256 of `body` (RFC 2104), from the pads made once: two one-shot hashes. `createHmac` sets up a keyed
+   * OpenSSL context for every call (one mint per batch): in place, 2.0 % of an OIP request's CPU against 1.3–1.6 %
+   * (bench/RESULTS.md).
+   */
   #sign(body: string): string {
-    return createHmac('sha256', this.#key).update(body).digest('base64url');
+    const inner = hash('sha256', Buffer.concat([this.#inner, Buffer.from(body, 'utf8')]), 'buffer');
+    inner.copy(this.#outer, BLOCK);
+    return hash('sha256', this.#outer, 'base64url');
   }
 }

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { meshErrorOf } from '../../helpers/errors.js';
 import { GrantAuthority, GrantLifetimes, narrowGrant, UploadCredentials, type GrantEnd } from '../../../src/orchestrator/auth/index.js';
@@ -80,6 +80,14 @@ describe('grants', () => {
     expect(meshErrorOf(() => new UploadCredentials(new Uint8Array(32).fill(8)).verify(token, NOW)).code).toBe('GRANT_INVALID');
     expect(meshErrorOf(() => credentials.verify('gmu1.b_1', NOW)).code).toBe('GRANT_INVALID');
     expect(meshErrorOf(() => authority.verify(token, NOW)).code).toBe('GRANT_INVALID');
+  });
+
+  it('an upload credential is signed with HMAC-SHA256 under the key derived from the root key, as before its pads were kept', () => {
+    const root = new Uint8Array(32).fill(7);
+    const token = new UploadCredentials(root).mint('b_\u00e9x', NOW + 1000);
+    const key = createHmac('sha256', root).update('gpumesh upload credentials v1').digest();
+    const body = token.slice(0, token.lastIndexOf('.'));
+    expect(token.slice(body.length + 1)).toBe(createHmac('sha256', key).update(body).digest('base64url'));
   });
 
   it('revocation applies to every narrowed copy', () => {

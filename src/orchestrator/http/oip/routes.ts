@@ -11,6 +11,7 @@ import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
 import { settleUnreadBody, toMeshError } from '../errors.js';
 import { clientGone, jobEnd } from '../prefer-wait.js';
 import { decodeTensor, encodeTensor, splitBody } from './binary.js';
+import { InferRequest, readInferRequest } from './infer-request.js';
 
 export interface OipRouteDeps {
   admission: Pick<JobAdmission, 'submit' | 'persist'>;
@@ -27,22 +28,6 @@ export const OIP_EXTENSIONS = ['binary_tensor_data'];
 /** How long an infer request waits for its job: then the answer is 504 and the job goes on. */
 const INFER_WAIT_MS = 60_000;
 const HEADER_LENGTH = 'inference-header-content-length';
-
-const Parameters = z.record(z.string(), z.unknown()).optional();
-const InferInput = z.object({
-  name: z.string().min(1).max(200),
-  shape: z.array(z.int().min(0)).max(16),
-  datatype: z.enum(DATATYPES),
-  parameters: Parameters,
-  data: z.unknown().optional(),
-});
-const InferRequest = z.object({
-  id: z.string().max(200).optional(),
-  parameters: Parameters,
-  inputs: z.array(InferInput).min(1).max(64),
-  outputs: z.array(z.object({ name: z.string().min(1).max(200), parameters: Parameters })).max(64).optional(),
-});
-type InferRequest = z.infer<typeof InferRequest>;
 
 /** What infer answers (built by `answer` below; for the document). */
 const InferResponse = z.object({
@@ -192,11 +177,7 @@ async function infer(request: FastifyRequest, reply: FastifyReply, model: Regist
   const body = request.body as Buffer | undefined ?? Buffer.alloc(0);
   const headerLength = request.headers[HEADER_LENGTH];
   const { header, binary } = splitBody(body, headerLength === undefined ? null : Number(headerLength));
-  const parsed = InferRequest.safeParse(header);
-  if (!parsed.success) {
-    throw new MeshError('BAD_REQUEST', { detail: parsed.error.issues.map((issue) => `${issue.path.join('.') || 'request'}: ${issue.message}`).join('; ') });
-  }
-  const inference = parsed.data;
+  const inference = readInferRequest(header);
   const inputs: Record<string, { datatype: Datatype; shape: number[]; data: unknown }> = {};
   let offset = 0;
   for (const input of inference.inputs) {
