@@ -6,16 +6,25 @@ import { join } from 'node:path';
 import { gpumeshArgs } from '../../src/cli/common/launch.js';
 import { waitFor } from './mesh.js';
 
-/** A port nothing listens on right now. */
+/**
+ * A port nothing listens on right now. The kernel may hand it out again at once: take it after the test's own
+ * servers listen, and take several with `freePorts`, never with several calls of this.
+ */
 export async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  server.close();
-  await once(server, 'close');
-  if (typeof address !== 'object' || !address) throw new Error('no port');
-  return address.port;
+  return (await freePorts(1))[0]!;
+}
+
+/** `count` distinct ports nothing listens on right now: each is held until all are found. */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = Array.from({ length: count }, () => createServer().listen(0, '127.0.0.1'));
+  await Promise.all(servers.map((server) => once(server, 'listening')));
+  const ports = servers.map((server) => {
+    const address = server.address();
+    if (typeof address !== 'object' || !address) throw new Error('no port');
+    return address.port;
+  });
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  return ports;
 }
 
 export interface Proc {

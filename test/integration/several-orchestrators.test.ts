@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MeshClient } from '../../src/cli/common/client.js';
 import type { JobView } from '../../src/protocol/api/index.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
-import { freePort, gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
+import { freePort, freePorts, gpumesh, gpumeshRun, waitHealthy, type Proc } from '../helpers/processes.js';
 import { standbyStandin, type StandbyStandin } from '../helpers/standby-standin.js';
 
 /**
@@ -83,8 +83,9 @@ describe('an agent and the CLI with a standby among their URLs', () => {
     url = `http://127.0.0.1:${await freePort()}`;
     serve(data, Number(new URL(url).port));
     standby = await standbyStandin();
-    dead = `http://127.0.0.1:${await freePort()}`;
     await waitHealthy(url);
+    // Taken once the orchestrator listens: before, the kernel could hand out the port it was about to take.
+    dead = `http://127.0.0.1:${await freePort()}`;
     admin = readFileSync(join(data, 'admin.grant'), 'utf8').trim();
     const { token } = await new MeshClient(url, admin).request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'box', classes: ['image'] });
     // The standby first: the agent must get past it to the orchestrator.
@@ -161,7 +162,7 @@ describe('an agent and the CLI with a standby among their URLs', () => {
 describe('an agent and the CLI when the orchestrator dies and the standby at the second URL takes over', () => {
   it('the agent links to the second within a second of the takeover; a job followed by the CLI across it completes', { timeout: 150_000 }, async () => {
     const data = tempDir();
-    const [portA, portB] = [await freePort(), await freePort()];
+    const [portA, portB] = (await freePorts(2)) as [number, number];
     const first = `http://127.0.0.1:${portA}`;
     const a = serve(data, portA);
     const standby = await standbyStandin();

@@ -5,7 +5,7 @@ import { stringify } from 'yaml';
 import { MeshClient } from '../../src/cli/common/client.js';
 import { removeDir, tempDir, waitFor } from '../helpers/mesh.js';
 import { startPostgres, type RunningPostgres } from '../helpers/postgres.js';
-import { freePort, gpumesh, orchestratorRole as role, type Proc } from '../helpers/processes.js';
+import { freePorts, gpumesh, orchestratorRole as role, type Proc } from '../helpers/processes.js';
 import { startS3StandIn, type S3StandIn } from '../helpers/s3-stand-in.js';
 
 /**
@@ -41,7 +41,7 @@ const activeIndex = async (): Promise<number | null> => {
 beforeAll(async () => {
   [postgres, s3] = await Promise.all([startPostgres(), startS3StandIn()]);
   databaseUrl = postgres.url; // the cluster's default database, which postgres.query reads
-  urls = await Promise.all([0, 1, 2].map(async () => `http://127.0.0.1:${await freePort()}`));
+  urls = (await freePorts(3)).map((port) => `http://127.0.0.1:${port}`);
   for (let index = 0; index < 3; index++) {
     const data = tempDir();
     datas.push(data);

@@ -203,11 +203,12 @@ describe('the agent link with several orchestrators (real sockets)', () => {
   const redials = (logs: Record<string, unknown>[]): number[] => logs.filter((line) => line.msg === 'link down; redialling').map((line) => line.retryInMs as number);
 
   it('skips a dead URL and a standby (503 NOT_LEADER) without waiting a backoff between them, and links to the live one', async () => {
-    const dead = `http://127.0.0.1:${await freePort()}`;
     const standby = await standbyStandin();
     cleanup.push(() => standby.close());
     const live = await silentOrchestrator({ answerPings: true });
     cleanup.push(() => live.close());
+    // The free port is taken after the others listen: taken before, the kernel could hand it to one of them.
+    const dead = `http://127.0.0.1:${await freePort()}`;
     const clock = new FakeClock(0);
     const { link: agentLink, logs } = dial([dead, standby.url, live.url], { clock });
     // The link's clock never moves past 0: it linked without waiting any time of its own.

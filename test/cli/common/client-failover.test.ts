@@ -47,6 +47,7 @@ describe('MeshClient with several orchestrator URLs (real sockets)', () => {
   afterEach(async () => {
     for (const step of cleanup.splice(0)) await step();
   });
+  /** A URL nothing listens on. Taken after the test's servers listen: taken before, the kernel could hand its port to one of them. */
   const dead = async (): Promise<string> => `http://127.0.0.1:${await freePort()}`;
   const standby = async (code?: 'NOT_LEADER' | 'STORE_UNAVAILABLE'): Promise<Awaited<ReturnType<typeof standbyStandin>>> => {
     const server = await standbyStandin({ code });
@@ -60,9 +61,9 @@ describe('MeshClient with several orchestrator URLs (real sockets)', () => {
   };
 
   it('skips a URL it cannot connect to and a standby (NOT_LEADER), and remembers the one that answered', async () => {
-    const refused = await dead();
     const spare = await standby();
     const live = await active((request, response) => json(response, 200, { path: request.url }));
+    const refused = await dead();
     const client = new MeshClient([refused, spare.url, live.url], 'grant');
     expect(await client.request('GET', '/v1/status')).toEqual({ path: '/v1/status' });
     expect(client.baseUrl).toBe(live.url);
@@ -73,8 +74,8 @@ describe('MeshClient with several orchestrator URLs (real sockets)', () => {
   });
 
   it('with no active one, fails with NOT_LEADER naming every URL it tried', async () => {
-    const refused = await dead();
     const spare = await standby();
+    const refused = await dead();
     const error = await rejection(new MeshClient([refused, spare.url], 'grant', { urlSource: '--url' }).request('GET', '/v1/status'));
     expect(error).toMatchObject({ status: 503, code: 'NOT_LEADER' });
     expect(error.message).toContain(`${refused}: cannot connect`);
