@@ -1,7 +1,6 @@
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
-import type { Device, HostAway, OrchestratorMessage, ToolReport, UnavailableClass } from '../protocol/index.js';
+import type { Device, ToolReport, UnavailableClass } from '../protocol/index.js';
 import { every, systemClock, workClock } from '../protocol/clock.js';
 import { BatchRunner } from './batches/batch-runner.js';
 import { InputPictures } from './batches/input-pictures.js';
@@ -9,16 +8,12 @@ import type { Engine } from './core/engine.js';
 import { detectDevices } from './devices.js';
 import { onnxWorkerEntry } from './engines/onnx/index.js';
 import { buildEngines } from './engines/registry.js';
-import { resolveEngineUser } from './governance/engine-user.js';
+import { prepareEngineUser } from './governance/engine-user.js';
 import { Governor, platformName } from './governance/governor.js';
 import { findNvidiaSmi } from './governance/executable.js';
 import { Supervisor } from './governance/supervisor.js';
-import { ownerActive, runOwnerCommand } from './host-policy/activity.js';
+import { HostPolicy } from './host-policy/host-policy.js';
 import { macAddresses } from './host-policy/mac-addresses.js';
-import { HostAvailability } from './host-policy/availability.js';
-import { sampleGpus } from './host-policy/gpu-telemetry.js';
-import { Sleeper } from './host-policy/sleeper.js';
-import { Yielding } from './host-policy/yielding.js';
 import { AgentLink, type LinkTarget } from './link/link.js';
 import { linkTargets } from './link/targets.js';
 import { Catalogues } from './models/catalogues.js';
@@ -30,10 +25,11 @@ import { ServerLauncher } from './models/server-launcher.js';
 import type { AgentOptions } from './options.js';
 import { AgentRelays } from './relay/relays.js';
 import { Drain } from './session/drain.js';
+import { deliver } from './session/inbox.js';
 import { Session, type HostDescription } from './session/session.js';
-import { VideoEncoder } from './video/encoder.js';
-import { FFMPEG_HINT, findFfmpeg } from './video/ffmpeg.js';
+import { findFfmpeg } from './video/ffmpeg.js';
 import type { FoundTool, MissingTool } from './video/find-tool.js';
+import { videoClass } from './video/video-class.js';
 
 export type { AgentOptions } from './options.js';
 
@@ -68,12 +64,8 @@ export class Agent {
   readonly #relays: AgentRelays;
   /** Which models take clients' workflows, and what their servers offer: reported to the orchestrator. */
   readonly #catalogues: Catalogues;
-  /** Whether the host takes work (its owner, its hours, its heat), and its GPUs' readings; null on a host with neither. */
-  readonly #availability: HostAvailability | null;
-  readonly #yielding: Yielding;
-  /** The sleep policy, where its owner gave one; and what the host says while it goes to sleep. */
-  readonly #sleeper: Sleeper | null;
-  #asleep: HostAway | null = null;
+  /** Whether the host takes work (its owner, its hours, its heat), when it sleeps, and its GPUs' readings. */
+  readonly #policy: HostPolicy;
   #stopIdleSweep: (() => void) | null = null;
   #rejected: ((reason: string) => void) | null = null;
   /** Outputs up to this size travel inside `done` (the orchestrator says how much in its welcome). */
@@ -91,22 +83,14 @@ export class Agent {
     this.#servers = new ServerLauncher({
       governor, log: log.child({ part: 'servers' }), dataDir: join(options.dataDir, 'servers'), engineLimits: governor.config.engines,
     });
-    // Clips are encoded by ffmpeg, a governed process like every engine's; a host without it does not serve video.
-    const video = new VideoEncoder({
-      governor, ffmpeg, scratchDir: join(options.dataDir, 'video'), limits: governor.config.engines.ffmpeg, log: log.child({ part: 'video' }),
+    const video = videoClass({
+      governor, ffmpeg, classes: options.classes, scratchDir: join(options.dataDir, 'video'), limits: governor.config.engines.ffmpeg, log: log.child({ part: 'video' }),
     });
-    if ('path' in ffmpeg) log.info({ ffmpeg: ffmpeg.path, source: ffmpeg.source, version: ffmpeg.version }, 'video: clips are encoded with ffmpeg');
-    this.#tools = 'path' in ffmpeg ? [ffmpeg] : [];
-    void video.sweep().then((removed) => {
-      if (removed > 0) log.info({ removed }, 'video: removed clips a previous agent left unfinished');
-    }, (error: unknown) => log.warn({ err: error }, 'video: could not sweep the scratch folder'));
-    this.#classes = options.classes.filter((name) => name !== 'video' || video.unavailable === null);
-    this.#unavailable = video.unavailable !== null && options.classes.includes('video') ? [{ class: 'video', reason: video.unavailable }] : [];
-    if (this.#unavailable.length > 0) {
-      log.warn({ classes: this.#classes }, `not serving the video class: ${video.unavailable} (${FFMPEG_HINT})`);
-    }
+    this.#classes = video.classes;
+    this.#unavailable = video.unavailable;
+    this.#tools = video.tools;
     this.#engines = buildEngines({
-      supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }), video,
+      supervisor: this.#supervisor, governor, endpoints: this.#servers.provider, clock: workClock, log: log.child({ part: 'engines' }), video: video.encoder,
     }, options.engines);
     this.#targets = linkTargets(options.url, options.grant, options.tlsCaFingerprint);
     // Pulls go to the orchestrator linked now (the one dialled, while none is): after a failover, the one taken over.
@@ -139,7 +123,7 @@ export class Agent {
     this.#session = new Session({
       send: (message) => this.#link.send(message), clock: options.clock ?? systemClock,
       describe: () => this.#describe(), running: () => this.#batches.held(), draining: () => this.#drain.draining,
-      beat: () => ({ resident: this.#residency.resident(), devices: this.#deviceReport(), ...(this.#availability ? { away: this.#away() } : {}) }),
+      beat: () => ({ resident: this.#residency.resident(), devices: this.#deviceReport(), ...(this.#policy.watching ? { away: this.#policy.away } : {}) }),
       settled: () => this.#drain.check(),
     });
     this.#drain = new Drain({
@@ -158,45 +142,21 @@ export class Agent {
         this.#loads.batchEnded(model);
         this.#drain.check();
       },
-      energyJ: (device) => this.#availability?.energy.joulesAt(device, (options.clock ?? systemClock).now()) ?? null,
+      energyJ: (device) => this.#policy.energyJ(device, (options.clock ?? systemClock).now()),
     });
     const { wake: _wake, ...policies } = (options.hostConfig ?? HostConfig.none()).policies;
-    this.#sleeper = policies.sleep ? new Sleeper({
-      policy: policies.sleep, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
+    this.#policy = new HostPolicy({
+      host: options.host, policies, devices, nvidiaSmi: options.nvidiaSmi ?? findNvidiaSmi(), clock: options.clock ?? systemClock, log,
+      batches: this.#batches, residency: this.#residency, ownPids: () => new Set([process.pid, ...governor.pids()]),
       idle: () => this.#batches.size === 0 && this.#session.unacknowledged === 0 && !this.#drain.draining,
-      fallAsleep: async (away) => {
-        this.#asleep = away;
-        this.#session.beat();
+      changed: () => this.#session.beat(),
+      sleep: async () => {
         await this.#residency.unloadAll();
         this.#session.disconnected();
         this.#link.pause();
       },
-      runCommand: async (command) => {
-        if (!(await runOwnerCommand(command))) throw new Error(`sleep.command ${JSON.stringify(command)} failed`);
-      },
-      wake: () => {
-        this.#asleep = null;
-        this.#link.resume();
-      },
-    }) : null;
-    this.#yielding = new Yielding({
-      host: options.host, owner: policies.owner, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
-      batches: this.#batches, residency: this.#residency,
+      wake: () => this.#link.resume(),
     });
-    // Read the GPUs only where there are GPUs or policies: a CPU host without policies runs nothing more.
-    const nvidiaSmi = options.nvidiaSmi ?? findNvidiaSmi();
-    this.#availability = Object.keys(policies).length > 0 || devices.some((device) => device.kind === 'gpu') ? new HostAvailability({
-      policies, clock: options.clock ?? systemClock, log: log.child({ part: 'policy' }),
-      sample: () => sampleGpus(nvidiaSmi, (options.clock ?? systemClock).now()),
-      ownPids: () => new Set([process.pid, ...governor.pids()]),
-      ownUsedMB: (device) => this.#residency.usedMB(device),
-      ownerActive,
-      changed: () => this.#session.beat(),
-      checked: (away) => {
-        this.#yielding.enforce(away);
-        this.#sleeper?.check();
-      },
-    }) : null;
     this.#loads = new LoadRequests({
       residency: this.#residency, send: (message) => this.#link.send(message), log: log.child({ part: 'loads' }),
       busy: (model) => this.#batches.busy(model) || this.#relays.holds(model),
@@ -204,7 +164,7 @@ export class Agent {
     });
     this.#relays = new AgentRelays({
       residency: this.#residency, hostConfig: options.hostConfig ?? HostConfig.none(), send: (message) => this.#link.send(message), log: log.child({ part: 'relay' }),
-      refusal: () => (this.#drain.draining ? 'this host is draining' : this.#away()?.reason ?? null),
+      refusal: () => (this.#drain.draining ? 'this host is draining' : this.#policy.away?.reason ?? null),
       released: (model) => this.#loads.batchEnded(model),
     });
     this.#link = new AgentLink({
@@ -216,7 +176,14 @@ export class Agent {
         this.#session.welcomed(welcome.heartbeatMs);
         this.#catalogues.welcomed(welcome.takesCatalogues === true);
       },
-      onMessage: (message) => this.#onMessage(message),
+      onMessage: (message) => deliver(message, {
+        policy: this.#policy, batches: this.#batches, session: this.#session, loads: this.#loads, relays: this.#relays,
+        drainRequested: () => {
+          void this.drain();
+          if (this.#options.onDrainRequested) this.#options.onDrainRequested();
+          else void this.leave().then(() => this.#log.info('drained and left, as the orchestrator asked'));
+        },
+      }),
       onRejected: (reason, by) => {
         log.error({ reason }, by === 'orchestrator' ? 'the orchestrator refused this agent' : 'refusing to connect to the orchestrator');
         this.#rejected?.(by === 'orchestrator' ? `refused by the orchestrator: ${reason}` : reason);
@@ -235,17 +202,7 @@ export class Agent {
     const log = options.log ?? pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
     const devices = await detectDevices({ cpuBudgetMB: options.cpuBudgetMB, nvidiaSmi: options.nvidiaSmi });
     log.info({ host: options.host, devices: devices.map((device) => `${device.id} ${device.name} ${device.budgetMB} MB`) }, 'devices');
-    // What engine processes need to reach, made first so the probe as the engine user can check it.
-    const models = join(options.dataDir, 'models');
-    const workRoot = join(options.dataDir, 'engines');
-    mkdirSync(models, { recursive: true });
-    mkdirSync(workRoot, { recursive: true, mode: 0o711 });
-    const engineUser = resolveEngineUser(options.engineUser, { read: [process.execPath, onnxWorkerEntry().path, models], enter: [workRoot] });
-    if (engineUser.unprivileged) log.info({ engineUser: engineUser.description }, `engine processes run as ${engineUser.description}`);
-    else {
-      log.warn({ engineUser: engineUser.description }, `engine processes run as ${engineUser.description}: what an engine reads is not kept from root's files. ` +
-        'Give the engine user access to those folders (chmod o+x on each folder above them), or run the agent as an ordinary user');
-    }
+    const { engineUser, workRoot } = prepareEngineUser({ requested: options.engineUser, dataDir: options.dataDir, code: [process.execPath, onnxWorkerEntry().path], log });
     const governor = await Governor.create({ agentId: options.host, config: options.governance, log: log.child({ part: 'governance' }), workRoot, engineUser });
     return new Agent(options, devices, governor, options.ffmpeg ?? await findFfmpeg(), log);
   }
@@ -257,7 +214,7 @@ export class Agent {
   start(onRejected?: (reason: string) => void): void {
     this.#rejected = onRejected ?? null;
     // The first look at the owner, the hours and the heat comes before the hello, which then says whether it takes work.
-    if (this.#availability) void this.#availability.start().then(() => this.#link.start());
+    if (this.#policy.watching) void this.#policy.start().then(() => this.#link.start());
     else this.#link.start();
     const { idleUnloadMs } = this.#options;
     this.#stopIdleSweep = every(this.#options.clock ?? systemClock, Math.max(1000, Math.min(30_000, idleUnloadMs / 2)), () => {
@@ -306,7 +263,7 @@ export class Agent {
     this.#session.disconnected();
     this.#relays.disconnected();
     this.#stopIdleSweep?.();
-    this.#availability?.stop();
+    this.#policy.stop();
     this.#link.close();
     for (const engine of this.#engines.values()) await engine.close();
     await this.#servers.stopAll();
@@ -322,72 +279,17 @@ export class Agent {
       concurrency: this.#options.concurrency, resident: this.#residency.resident(),
       ...(this.#unavailable.length > 0 ? { unavailable: this.#unavailable } : {}), tools: this.#tools,
       engineUser: this.#governor.engineUser.description, platform: platformName(), governance: this.#governor.kind, configured: (this.#options.hostConfig ?? HostConfig.none()).declared,
-      ...(this.#away() ? { away: this.#away()! } : {}),
+      ...(this.#policy.away ? { away: this.#policy.away } : {}),
       ...(this.#options.hostConfig?.policies.wake?.announce ? { macs: macAddresses() } : {}),
       ...(this.#options.hostConfig?.passedThrough.length ? { passthrough: this.#options.hostConfig.passedThrough } : {}),
     };
   }
 
-  /** Why the host takes no work now: going to sleep, else its owner, hours or heat; null when it takes work. */
-  #away(): HostAway | null {
-    return this.#asleep ?? this.#availability?.away ?? null;
-  }
-
   #deviceReport(): Device[] {
-    const readings = this.#availability?.sample?.gpus;
     return this.#devices.map((device) => {
-      const reading = readings?.find((gpu) => gpu.id === device.id);
+      const reading = this.#policy.reading(device.id);
       const heat = reading ? { temperatureC: reading.temperatureC, powerW: reading.powerW, powerLimitW: reading.powerLimitW } : {};
       return { ...device, usedMB: this.#residency.usedMB(device.id), ...heat };
     });
   }
-
-  #onMessage(message: OrchestratorMessage): void {
-    switch (message.type) {
-      case 'run': {
-        // Sent before the orchestrator heard that this host takes no work now: handed back at once, for another host.
-        const away = this.#away();
-        if (away) {
-          const error = this.#yielding.refusal(away);
-          for (const job of message.jobs) this.#session.report({ type: 'failed', jobId: job.id, batchId: message.batchId, retryable: true, error: { code: error.code, message: error.message } });
-          return;
-        }
-        void this.#batches.run(message);
-        return;
-      }
-      case 'cancel':
-        this.#batches.cancel(message.jobId);
-        this.#session.forget(message.jobId);
-        return;
-      case 'ack':
-        this.#session.acknowledged(message.jobIds);
-        return;
-      case 'load':
-        void this.#loads.load(message.model, message.hold);
-        return;
-      case 'unload':
-        void this.#loads.unload(message.model);
-        return;
-      case 'drain':
-        void this.drain();
-        if (this.#options.onDrainRequested) this.#options.onDrainRequested();
-        else void this.leave().then(() => this.#log.info('drained and left, as the orchestrator asked'));
-        return;
-      case 'relay-open':
-        return this.#relays.open(message);
-      case 'relay-data':
-      case 'relay-credit':
-      case 'relay-close':
-        return this.#relays.receive(message);
-      case 'welcome':
-        return;
-      default:
-        return unhandled(message);
-    }
-  }
-}
-
-/** Compile-time exhaustiveness: a new orchestrator message without a case here does not build. */
-function unhandled(message: never): void {
-  throw new Error(`unhandled orchestrator message ${JSON.stringify(message)}`);
 }

@@ -17,6 +17,7 @@ export { ROUTE_SKIP_REASONS, BREAKER_STATES } from './routing.js';
 export type { RouteSkipReason, BreakerState } from './routing.js';
 export { DATATYPES, JOB_DATATYPES, DATATYPE_BYTES, TensorSpec, elementsOf, batchesAlongFirstDim, halfToNumber, numberToHalf } from './tensors.js';
 export type { Datatype } from './tensors.js';
+export { TensorBytesError, isWireDatatype, tensorFromBytes, tensorToBytes, type WireDatatype } from './tensor-bytes.js';
 export {
   WORKFLOW_LIMITS, CATALOGUE_LIMITS, Workflow, WorkflowInput, NodeCatalogue, NodeClassInfo, isLink, doorPictureName, doorPictureDigest, comboChoices,
   indexCatalogue, misfits, describeMisfit, DOOR_PICTURE_NAME, brokenLinks,

@@ -1,7 +1,9 @@
 import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
 import { lchown, lstat, readdir } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
+import type { Logger } from 'pino';
 
 /** A user engine processes run as: its ids, for spawn's `uid` and `gid`. */
 export interface EngineIdentity {
@@ -25,6 +27,26 @@ export interface EngineReach {
   read: readonly string[];
   /** Folders it needs to enter, not list (its own working folders are made inside, its own). */
   enter: readonly string[];
+}
+
+/**
+ * The engine user of an agent whose data folder is `dataDir`, said in the log (loudly where engines run as root).
+ * What engine processes need is made first — the model cache, and the folder they work in (0711: entered, not
+ * listed) — so the probe as the engine user can check it, with `code` (the programs they run: node, the ONNX worker).
+ */
+export function prepareEngineUser(options: { requested: string | undefined; dataDir: string; code: readonly string[]; log: Logger }): { engineUser: EngineUser; workRoot: string } {
+  const { log } = options;
+  const models = join(options.dataDir, 'models');
+  const workRoot = join(options.dataDir, 'engines');
+  mkdirSync(models, { recursive: true });
+  mkdirSync(workRoot, { recursive: true, mode: 0o711 });
+  const engineUser = resolveEngineUser(options.requested, { read: [...options.code, models], enter: [workRoot] });
+  if (engineUser.unprivileged) log.info({ engineUser: engineUser.description }, `engine processes run as ${engineUser.description}`);
+  else {
+    log.warn({ engineUser: engineUser.description }, `engine processes run as ${engineUser.description}: what an engine reads is not kept from root's files. ` +
+      'Give the engine user access to those folders (chmod o+x on each folder above them), or run the agent as an ordinary user');
+  }
+  return { engineUser, workRoot };
 }
 
 /** The default engine user of an agent running as root: the one every Unix has for exactly this. */

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { DATATYPES, isTerminal, MeshError, TensorSpec, VERSION_SEPARATOR, type Datatype, type ModelManifest } from '../../../protocol/index.js';
+import { DATATYPES, isTerminal, MeshError, TensorSpec, tensorToBytes, VERSION_SEPARATOR, type Datatype, type ModelManifest } from '../../../protocol/index.js';
 import type { EventBus } from '../../events/event-bus.js';
 import type { JobAdmission, JobReads } from '../../jobs/index.js';
 import type { ModelRegistry, RegisteredModel } from '../../registry/index.js';
@@ -10,7 +10,7 @@ import { grantOf, type RequestAuth } from '../auth.js';
 import { BINARY, errorResponses, type RouteDocs } from '../openapi.js';
 import { settleUnreadBody, toMeshError } from '../errors.js';
 import { clientGone, jobEnd } from '../prefer-wait.js';
-import { decodeTensor, encodeTensor, splitBody } from './binary.js';
+import { decodeTensor, splitBody } from './binary.js';
 import { InferRequest, readInferRequest } from './infer-request.js';
 
 export interface OipRouteDeps {
@@ -231,7 +231,7 @@ function answer(reply: FastifyReply, inference: InferRequest, job: JobRecord, mo
     if (!tensor) throw new MeshError('BAD_REQUEST', { detail: `output ${output.name}: the model has no output of that name (it has: ${Object.keys(produced).join(', ')})` });
     const binary = output.parameters?.binary_data === true || (allBinary && output.parameters?.binary_data !== false);
     if (!binary) return { name: output.name, datatype: tensor.datatype, shape: tensor.shape, data: tensor.data };
-    const bytes = encodeTensor(tensor.data, tensor.datatype);
+    const bytes = tensorToBytes(tensor.data, tensor.datatype);
     parts.push(bytes);
     return { name: output.name, datatype: tensor.datatype, shape: tensor.shape, parameters: { binary_data_size: bytes.length } };
   });
