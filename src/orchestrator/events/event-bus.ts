@@ -9,15 +9,20 @@ export interface EventScope {
 }
 
 export type ScopedEvent =
-  /** `id` is `<epoch>.<seq>`: the SSE event id; a reconnecting client sends it back as Last-Event-ID. */
-  | { id: string; kind: 'job'; event: JobEvent; scope: EventScope }
+  /**
+   * `id` is `<epoch>.<seq>`: the SSE event id; a reconnecting client sends it back as Last-Event-ID. `data` is the
+   * event as JSON, made once by the bus for every stream that sends it (absent on a live-only event: streams make it).
+   */
+  | { id: string; kind: 'job'; event: JobEvent; scope: EventScope; data?: string }
   /** About the mesh rather than a job: for grants that may read mesh status. */
-  | { id: string; kind: 'mesh'; event: MeshEvent };
+  | { id: string; kind: 'mesh'; event: MeshEvent; data?: string };
 
 type Listener = (scoped: ScopedEvent) => void;
 type JobListener = (scoped: Extract<ScopedEvent, { kind: 'job' }>) => void;
 
+/** The newest events kept for replay: this many at most, and at most this many bytes of their JSON. */
 const REPLAY_EVENTS = 4096;
+const REPLAY_BYTES = 8 * 1024 * 1024;
 
 /**
  * In-process fan-out of events to SSE streams. Listeners of one job are
@@ -31,7 +36,7 @@ export class EventBus {
   readonly #byJob = new Map<string, Set<JobListener>>();
   /** This process's start, in the ids: an id from before a restart is recognised as unreplayable. */
   readonly #epoch: string;
-  readonly #recent = new Ring<ScopedEvent>(REPLAY_EVENTS);
+  readonly #recent = new ReplayBuffer(REPLAY_EVENTS, REPLAY_BYTES);
   #seq = 0;
 
   /** The mesh's time: the ids' epoch, and the waits of those who listen for an event (a job's end, a keepalive). */
@@ -43,7 +48,7 @@ export class EventBus {
   }
 
   publish(event: JobEvent, scope: EventScope): void {
-    const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope };
+    const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope, data: JSON.stringify(event) };
     this.#remember(scoped);
     const listeners = this.#byJob.get(event.jobId);
     if (listeners) for (const listener of listeners) listener(scoped);
@@ -61,7 +66,7 @@ export class EventBus {
   }
 
   publishMesh(event: MeshEvent): void {
-    this.#remember({ id: this.#nextId(), kind: 'mesh', event });
+    this.#remember({ id: this.#nextId(), kind: 'mesh', event, data: JSON.stringify(event) });
   }
 
   /**
@@ -74,11 +79,10 @@ export class EventBus {
     if (after !== undefined) {
       const [epoch, seqText] = after.split('.');
       const seq = Number(seqText);
-      const oldest = this.#recent.oldest();
-      const oldestSeq = oldest ? seqOf(oldest.id) : this.#seq + 1;
+      const oldestSeq = this.#recent.oldestSeq() ?? this.#seq + 1;
       if (epoch === this.#epoch && Number.isInteger(seq) && seq >= oldestSeq - 1) {
         replayed = true;
-        this.#recent.forEach((scoped) => { if (seqOf(scoped.id) > seq) listener(scoped); });
+        this.#recent.forEach((kept) => { if (kept.seq > seq) listener(kept.scoped(this.#epoch)); });
       }
     }
     this.#all.add(listener);
@@ -99,36 +103,89 @@ export class EventBus {
     return `${this.#epoch}.${++this.#seq}`;
   }
 
-  #remember(scoped: ScopedEvent): void {
-    this.#recent.push(scoped);
+  #remember(scoped: ScopedEvent & { data: string }): void {
+    this.#recent.push(new KeptEvent(this.#seq, scoped));
     for (const listener of this.#all) listener(scoped);
   }
 }
 
-const seqOf = (id: string): number => Number(id.slice(id.indexOf('.') + 1));
+/**
+ * An event as the replay buffer keeps it: its number, who may see it, and its JSON — one small object and one string
+ * (no pointers inside) rather than the event's object graph. Kept events outlive several of V8's young-generation
+ * collections, and each survivor is copied (twice: once within the young generation, once out of it); a string is
+ * copied without being walked. The listener of a replay gets the event parsed back.
+ */
+class KeptEvent {
+  readonly seq: number;
+  readonly kind: ScopedEvent['kind'];
+  readonly type: string;
+  readonly model: string;
+  readonly album: string;
+  readonly data: string;
 
-/** The newest `capacity` items, oldest first: a fixed array written round, so keeping one more costs no copying. */
-class Ring<T> {
-  readonly #items: (T | undefined)[];
+  constructor(seq: number, scoped: ScopedEvent & { data: string }) {
+    this.seq = seq;
+    this.kind = scoped.kind;
+    // The scope's strings are the job's own (not copies): kept by reference, they cost nothing.
+    this.type = scoped.kind === 'job' ? scoped.scope.type : '';
+    this.model = scoped.kind === 'job' ? scoped.scope.model : '';
+    this.album = scoped.kind === 'job' ? scoped.scope.album : '';
+    this.data = scoped.data;
+  }
+
+  scoped(epoch: string): ScopedEvent {
+    const id = `${epoch}.${this.seq}`;
+    if (this.kind === 'mesh') return { id, kind: 'mesh', event: JSON.parse(this.data) as MeshEvent, data: this.data };
+    return { id, kind: 'job', event: JSON.parse(this.data) as JobEvent, scope: { type: this.type, model: this.model, album: this.album }, data: this.data };
+  }
+}
+
+/**
+ * The newest events, oldest first, up to `capacity` of them and `maxBytes` of their JSON (a job's result rides in its
+ * `succeeded` event: a few large ones must not hold the orchestrator's memory): a fixed array written round, so keeping
+ * one more costs no copying.
+ */
+class ReplayBuffer {
+  readonly #items: (KeptEvent | undefined)[];
+  readonly #maxBytes: number;
   #next = 0;
   #size = 0;
+  #bytes = 0;
 
-  constructor(capacity: number) {
-    this.#items = new Array<T | undefined>(capacity);
+  constructor(capacity: number, maxBytes: number) {
+    this.#items = new Array<KeptEvent | undefined>(capacity);
+    this.#maxBytes = maxBytes;
   }
 
-  push(item: T): void {
+  push(item: KeptEvent): void {
+    const capacity = this.#items.length;
+    if (this.#size === capacity) this.#dropOldest();
     this.#items[this.#next] = item;
-    this.#next = (this.#next + 1) % this.#items.length;
-    this.#size = Math.min(this.#size + 1, this.#items.length);
+    this.#next = (this.#next + 1) % capacity;
+    this.#size++;
+    this.#bytes += item.data.length;
+    // The newest is kept whatever its size; older ones make room for it.
+    while (this.#bytes > this.#maxBytes && this.#size > 1) this.#dropOldest();
   }
 
-  oldest(): T | undefined {
-    return this.#size === 0 ? undefined : this.#items[(this.#next - this.#size + this.#items.length) % this.#items.length];
+  /** The number of the oldest event kept; undefined when none is. */
+  oldestSeq(): number | undefined {
+    return this.#size === 0 ? undefined : this.#items[this.#oldestIndex()]!.seq;
   }
 
-  forEach(visit: (item: T) => void): void {
-    const start = this.#next - this.#size + this.#items.length;
+  forEach(visit: (item: KeptEvent) => void): void {
+    const start = this.#oldestIndex();
     for (let k = 0; k < this.#size; k++) visit(this.#items[(start + k) % this.#items.length]!);
+  }
+
+  #oldestIndex(): number {
+    return (this.#next - this.#size + this.#items.length) % this.#items.length;
+  }
+
+  #dropOldest(): void {
+    const index = this.#oldestIndex();
+    this.#bytes -= this.#items[index]!.data.length;
+    this.#items[index] = undefined;
+    this.#size--;
   }
 }

@@ -67,16 +67,16 @@ export function eventRoutes(app: FastifyInstance, deps: { reads: Pick<JobReads, 
       stopWatching();
     }, events.clock);
     const stopWatching = auth.watch(request, (why) => endForGrant(stream, why, grant, auth.now()));
-    const deliver = (event: JobEvent, eventId?: string): void => {
-      stream.send(event.type, event, eventId);
+    const deliver = (event: JobEvent, eventId?: string, json?: string): void => {
+      stream.send(event.type, event, eventId, json);
       if (isTerminalEvent(event)) stream.close();
     };
     // Subscribe before reading the state so nothing falls between the two.
-    const buffered: { event: JobEvent; id: string }[] = [];
-    const unsubscribe = events.subscribeJob(id, ({ event, id: eventId }) => (live ? deliver(event, eventId) : buffered.push({ event, id: eventId })));
+    const buffered: { event: JobEvent; id: string; data?: string }[] = [];
+    const unsubscribe = events.subscribeJob(id, (scoped) => (live ? deliver(scoped.event, scoped.id, scoped.data) : buffered.push(scoped)));
     for (const event of await reads.snapshot(grant, id)) deliver(event);
     live = true;
-    for (const { event, id: eventId } of buffered) deliver(event, eventId);
+    for (const { event, id: eventId, data } of buffered) deliver(event, eventId, data);
   });
 
   routes.get('/v1/events', {
@@ -98,7 +98,7 @@ export function eventRoutes(app: FastifyInstance, deps: { reads: Pick<JobReads, 
     const visible = (scoped: ScopedEvent): boolean => (wanted === null || wanted.has(scoped.event.type))
       && (scoped.kind === 'job' ? canSee(grant, scoped.scope, auth.now()) : may(grant, 'mesh:read', auth.now()));
     const subscription = events.subscribeAll((scoped) => {
-      if (visible(scoped)) stream.send(scoped.event.type, scoped.event, scoped.id);
+      if (visible(scoped)) stream.send(scoped.event.type, scoped.event, scoped.id, scoped.data);
     }, typeof lastEventId === 'string' ? lastEventId : undefined);
     // A reconnect whose gap cannot be replayed (the orchestrator restarted) is told to resync from the API.
     if (!subscription.replayed) stream.send('resync', { reason: 'events since Last-Event-ID are not available; reload from /v1/jobs and /v1/artifacts' });

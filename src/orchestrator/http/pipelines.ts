@@ -80,22 +80,22 @@ export function pipelineRoutes(app: FastifyInstance, deps: PipelineRouteDeps): v
     const pipeline = await pipelines.record(grant, request.params.id);
     const open = new Set(pipeline.steps.map((step) => step.jobId));
     let live = false;
-    const buffered: { event: JobEvent; id?: string }[] = [];
+    const buffered: { event: JobEvent; id?: string; data?: string }[] = [];
     const stream = openSse(request, reply, () => {
       for (const unsubscribe of unsubscribes) unsubscribe();
       stopWatching();
     }, events.clock);
     const stopWatching = auth.watch(request, () => stream.close());
-    const deliver = (event: JobEvent, eventId?: string): void => {
+    const deliver = (event: JobEvent, eventId?: string, json?: string): void => {
       if (!open.has(event.jobId)) return;
-      stream.send(event.type, event, eventId);
+      stream.send(event.type, event, eventId, json);
       if (isTerminalEvent(event)) open.delete(event.jobId);
       if (open.size === 0) stream.close();
     };
     // Subscribe before reading where the steps stand, so nothing falls between the two.
-    const unsubscribes = pipeline.steps.map((step) => events.subscribeJob(step.jobId, ({ event, id }) => (live ? deliver(event, id) : buffered.push({ event, id }))));
+    const unsubscribes = pipeline.steps.map((step) => events.subscribeJob(step.jobId, (scoped) => (live ? deliver(scoped.event, scoped.id, scoped.data) : buffered.push(scoped))));
     for (const step of pipeline.steps) for (const event of await reads.snapshot(grant, step.jobId)) deliver(event);
     live = true;
-    for (const { event, id } of buffered) deliver(event, id);
+    for (const { event, id, data } of buffered) deliver(event, id, data);
   });
 }

@@ -5,8 +5,11 @@ import { every, type Clock } from '../../protocol/clock.js';
 const KEEPALIVE_MS = 15_000;
 
 export interface SseStream {
-  /** Send one event; `id` (when given) is what the client sends back as Last-Event-ID. */
-  send(event: string, data: unknown, id?: string): void;
+  /**
+   * Send one event; `id` (when given) is what the client sends back as Last-Event-ID; `json`, the data as JSON already
+   * (an event the bus serialized once for every stream that sends it).
+   */
+  send(event: string, data: unknown, id?: string, json?: string): void;
   close(): void;
   readonly closed: boolean;
 }
@@ -38,10 +41,10 @@ export function openSse(request: FastifyRequest, reply: FastifyReply, onClose: (
   };
   request.raw.on('close', finish);
   return {
-    send(event, data, id) {
+    send(event, data, id, json) {
       if (closed || raw.writableEnded) return;
       corkForTick(raw);
-      raw.write(`${id ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+      raw.write(`${id ? `id: ${id}\n` : ''}event: ${event}\ndata: ${json ?? JSON.stringify(data)}\n\n`);
     },
     close() {
       finish();
