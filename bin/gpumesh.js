@@ -16,7 +16,11 @@ import { fileURLToPath } from 'node:url';
 // so its pid, its signals and its service manager's view stay its own. Where Node cannot do that (Windows, Node 20)
 // it runs without them rather than as a child of a second process, which a service manager could end alone and so
 // leave its agent running.
-const NODE_FLAGS = ["--max-semi-space-size=4"];
+// --no-allocation-site-pretenuring: V8 would allocate the objects of a site whose objects often survived a scavenge in
+// the old generation from then on. A server's hot sites make mostly medium-lived objects (a job's record, a batch, the
+// link's messages: they live the milliseconds a job takes), which die there and wait for a mark-compact: 8-16 % less
+// CPU a job under load, 4 % one at a time, the same tails (bench/RESULTS.md, "Issue 30, third session").
+const NODE_FLAGS = ["--max-semi-space-size=4", "--no-allocation-site-pretenuring"];
 const LONG_RUNNING = new Set(['up', 'serve', 'agent']);
 
 const entry = new URL('../dist/cli/main.js', import.meta.url);

@@ -1,0 +1,34 @@
+import net from 'node:net';
+import { removeDir, startMesh } from '../test/helpers/mesh.js';
+import { OIP_JSON_BODY } from './oip-requests.js';
+const extra = (process.env.NODEARGS ?? '').split(' ').filter(Boolean);
+const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, nodeArgs: [process.env.GCFLAG ?? '--trace-gc', ...extra] });
+const url = new URL(mesh.url);
+const request = Buffer.from(`POST /v2/models/simple/infer HTTP/1.1\r\nhost: ${url.host}\r\nauthorization: Bearer ${mesh.admin}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(OIP_JSON_BODY)}\r\n\r\n${OIP_JSON_BODY}`);
+const socket = net.connect(Number(url.port), url.hostname).setNoDelay(true);
+await new Promise((r) => socket.once('connect', r));
+let received = Buffer.alloc(0); let answered: (() => void) | null = null;
+socket.on('data', (chunk: Buffer) => {
+  received = received.length > 0 ? Buffer.concat([received, chunk]) : chunk;
+  const headEnd = received.indexOf('\r\n\r\n'); if (headEnd < 0) return;
+  const head = received.subarray(0, headEnd).toString('latin1');
+  const length = Number(/\r\ncontent-length: (\d+)/i.exec(head)?.[1]);
+  if (received.length < headEnd + 4 + length) return;
+  received = received.subarray(headEnd + 4 + length); const d = answered; answered = null; d?.();
+});
+const lean = (): Promise<void> => new Promise((resolve) => { answered = resolve; socket.write(request); });
+for (let i = 0; i < 5000; i++) await lean();
+const before = mesh.output().length;
+const lat: number[] = []; const t0 = performance.now();
+for (let i = 0; i < Number(process.env.N ?? 10000); i++) { const t = performance.now(); await lean(); lat.push(performance.now() - t); }
+const secs = (performance.now() - t0) / 1000;
+const gc = mesh.output().slice(before).split('\n').filter((l) => l.includes('Scavenge') || l.includes('Mark') || l.includes('gc=s'));
+const sc = gc.filter((l) => l.includes('Scavenge'));
+const durs = (ls: string[]) => ls.map((l) => Number(/, ([\d.]+) \/ [\d.]+ ms/.exec(l)?.[1] ?? 'NaN'));
+lat.sort((a, b) => a - b);
+console.log(`rate ${(10000 / secs).toFixed(0)} p50 ${lat[5000]!.toFixed(3)} p90 ${lat[9000]!.toFixed(3)} p99 ${lat[9900]!.toFixed(3)} p999 ${lat[9990]!.toFixed(3)}`);
+const sd = durs(sc).sort((a, b) => a - b);
+console.log(`scavenges ${sc.length} (every ${(10000 / sc.length).toFixed(0)} req) median ${sd[sd.length >> 1]} max ${sd.at(-1)}; mark ${gc.length - sc.length}`);
+console.log(gc.filter((l) => l.includes('Mark')).map((l) => l.slice(0, 110)).join('\n'));
+console.log(sc.slice(0, 2).join('\n')); if (process.env.GCFLAG) console.log(mesh.output().slice(before).split('\n').filter((l) => l.includes('gc=s')).slice(-1)[0]);
+socket.destroy(); await mesh.stop(); removeDir(mesh.data);

@@ -1,0 +1,25 @@
+import net from 'node:net';
+import { readdirSync } from 'node:fs';
+import { removeDir, startMesh } from '../test/helpers/mesh.js';
+import { OIP_JSON_BODY } from './oip-requests.js';
+const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, nodeArgs: ['--heapsnapshot-signal=SIGUSR2', '--diagnostic-dir=/tmp/snaps'] });
+const url = new URL(mesh.url);
+const request = Buffer.from(`POST /v2/models/simple/infer HTTP/1.1\r\nhost: ${url.host}\r\nauthorization: Bearer ${mesh.admin}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(OIP_JSON_BODY)}\r\n\r\n${OIP_JSON_BODY}`);
+const socket = net.connect(Number(url.port), url.hostname).setNoDelay(true);
+await new Promise((r) => socket.once('connect', r));
+let received = Buffer.alloc(0); let answered: (() => void) | null = null;
+socket.on('data', (chunk: Buffer) => {
+  received = received.length > 0 ? Buffer.concat([received, chunk]) : chunk;
+  const headEnd = received.indexOf('\r\n\r\n'); if (headEnd < 0) return;
+  const head = received.subarray(0, headEnd).toString('latin1');
+  const length = Number(/\r\ncontent-length: (\d+)/i.exec(head)?.[1]);
+  if (received.length < headEnd + 4 + length) return;
+  received = received.subarray(headEnd + 4 + length); const d = answered; answered = null; d?.();
+});
+const lean = (): Promise<void> => new Promise((resolve) => { answered = resolve; socket.write(request); });
+for (let i = 0; i < 8000; i++) await lean();
+mesh.process.kill('SIGUSR2');
+for (let i = 0; i < 200; i++) await lean();
+await new Promise((r) => setTimeout(r, 15000));
+console.log(readdirSync('/tmp/snaps'));
+socket.destroy(); await mesh.stop(); removeDir(mesh.data);
