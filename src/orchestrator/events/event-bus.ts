@@ -11,7 +11,8 @@ export interface EventScope {
 export type ScopedEvent =
   /**
    * `id` is `<epoch>.<seq>`: the SSE event id; a reconnecting client sends it back as Last-Event-ID. `data` is the
-   * event as JSON, made once by the bus for every stream that sends it (absent on a live-only event: streams make it).
+   * event as JSON where the bus made it (a `succeeded` event, which carries the job's result): once, for every stream
+   * that sends it.
    */
   | { id: string; kind: 'job'; event: JobEvent; scope: EventScope; data?: string }
   /** About the mesh rather than a job: for grants that may read mesh status. */
@@ -20,9 +21,14 @@ export type ScopedEvent =
 type Listener = (scoped: ScopedEvent) => void;
 type JobListener = (scoped: Extract<ScopedEvent, { kind: 'job' }>) => void;
 
-/** The newest events kept for replay: this many at most, and at most this many bytes of their JSON. */
+/** The newest events kept for replay: this many at most, and at most about this many characters of them. */
 const REPLAY_EVENTS = 4096;
-const REPLAY_BYTES = 8 * 1024 * 1024;
+const REPLAY_CHARS = 16 * 1024 * 1024;
+/**
+ * What an event without a result is counted as: its fields are the mesh's own words and ids, but for a `queued`
+ * event's prompt (LIMITS.promptChars) and an error's message — a bound, not a measure.
+ */
+const SMALL_EVENT_CHARS = 2048;
 
 /**
  * In-process fan-out of events to SSE streams. Listeners of one job are
@@ -36,7 +42,7 @@ export class EventBus {
   readonly #byJob = new Map<string, Set<JobListener>>();
   /** This process's start, in the ids: an id from before a restart is recognised as unreplayable. */
   readonly #epoch: string;
-  readonly #recent = new ReplayBuffer(REPLAY_EVENTS, REPLAY_BYTES);
+  readonly #recent = new ReplayBuffer(REPLAY_EVENTS, REPLAY_CHARS);
   #seq = 0;
 
   /** The mesh's time: the ids' epoch, and the waits of those who listen for an event (a job's end, a keepalive). */
@@ -48,7 +54,10 @@ export class EventBus {
   }
 
   publish(event: JobEvent, scope: EventScope): void {
-    const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope, data: JSON.stringify(event) };
+    // A job's end with its result and artifacts can be large: kept as its JSON, measured, and written as it is by every
+    // stream that sends it.
+    const data = event.type === 'succeeded' ? JSON.stringify(event) : undefined;
+    const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope, ...(data === undefined ? {} : { data }) };
     this.#remember(scoped);
     const listeners = this.#byJob.get(event.jobId);
     if (listeners) for (const listener of listeners) listener(scoped);
@@ -66,7 +75,7 @@ export class EventBus {
   }
 
   publishMesh(event: MeshEvent): void {
-    this.#remember({ id: this.#nextId(), kind: 'mesh', event, data: JSON.stringify(event) });
+    this.#remember({ id: this.#nextId(), kind: 'mesh', event });
   }
 
   /**
@@ -103,17 +112,16 @@ export class EventBus {
     return `${this.#epoch}.${++this.#seq}`;
   }
 
-  #remember(scoped: ScopedEvent & { data: string }): void {
+  #remember(scoped: ScopedEvent): void {
     this.#recent.push(new KeptEvent(this.#seq, scoped));
     for (const listener of this.#all) listener(scoped);
   }
 }
 
 /**
- * An event as the replay buffer keeps it: its number, who may see it, and its JSON — one small object and one string
- * (no pointers inside) rather than the event's object graph. Kept events outlive several of V8's young-generation
- * collections, and each survivor is copied (twice: once within the young generation, once out of it); a string is
- * copied without being walked. The listener of a replay gets the event parsed back.
+ * An event as the replay buffer keeps it: its number, who may see it, and the event — as its JSON where it carries a
+ * job's result and artifacts (a large one must be measured to be bounded, and a string is one flat object however
+ * large), else as the event itself. The listener of a replay gets the event as it was published.
  */
 class KeptEvent {
   readonly seq: number;
@@ -121,40 +129,49 @@ class KeptEvent {
   readonly type: string;
   readonly model: string;
   readonly album: string;
-  readonly data: string;
+  readonly event: JobEvent | MeshEvent | null;
+  readonly data: string | null;
 
-  constructor(seq: number, scoped: ScopedEvent & { data: string }) {
+  constructor(seq: number, scoped: ScopedEvent) {
     this.seq = seq;
     this.kind = scoped.kind;
     // The scope's strings are the job's own (not copies): kept by reference, they cost nothing.
     this.type = scoped.kind === 'job' ? scoped.scope.type : '';
     this.model = scoped.kind === 'job' ? scoped.scope.model : '';
     this.album = scoped.kind === 'job' ? scoped.scope.album : '';
-    this.data = scoped.data;
+    this.data = scoped.data ?? null;
+    this.event = this.data === null ? scoped.event : null;
+  }
+
+  /** What it counts for against the buffer's bound. */
+  get chars(): number {
+    return this.data?.length ?? SMALL_EVENT_CHARS;
   }
 
   scoped(epoch: string): ScopedEvent {
     const id = `${epoch}.${this.seq}`;
-    if (this.kind === 'mesh') return { id, kind: 'mesh', event: JSON.parse(this.data) as MeshEvent, data: this.data };
-    return { id, kind: 'job', event: JSON.parse(this.data) as JobEvent, scope: { type: this.type, model: this.model, album: this.album }, data: this.data };
+    const data = this.data ?? undefined;
+    const event = this.event ?? JSON.parse(this.data!) as JobEvent | MeshEvent;
+    if (this.kind === 'mesh') return { id, kind: 'mesh', event: event as MeshEvent };
+    return { id, kind: 'job', event: event as JobEvent, scope: { type: this.type, model: this.model, album: this.album }, ...(data === undefined ? {} : { data }) };
   }
 }
 
 /**
- * The newest events, oldest first, up to `capacity` of them and `maxBytes` of their JSON (a job's result rides in its
+ * The newest events, oldest first, up to `capacity` of them and about `maxChars` (a job's result rides in its
  * `succeeded` event: a few large ones must not hold the orchestrator's memory): a fixed array written round, so keeping
  * one more costs no copying.
  */
 class ReplayBuffer {
   readonly #items: (KeptEvent | undefined)[];
-  readonly #maxBytes: number;
+  readonly #maxChars: number;
   #next = 0;
   #size = 0;
-  #bytes = 0;
+  #chars = 0;
 
-  constructor(capacity: number, maxBytes: number) {
+  constructor(capacity: number, maxChars: number) {
     this.#items = new Array<KeptEvent | undefined>(capacity);
-    this.#maxBytes = maxBytes;
+    this.#maxChars = maxChars;
   }
 
   push(item: KeptEvent): void {
@@ -163,9 +180,9 @@ class ReplayBuffer {
     this.#items[this.#next] = item;
     this.#next = (this.#next + 1) % capacity;
     this.#size++;
-    this.#bytes += item.data.length;
+    this.#chars += item.chars;
     // The newest is kept whatever its size; older ones make room for it.
-    while (this.#bytes > this.#maxBytes && this.#size > 1) this.#dropOldest();
+    while (this.#chars > this.#maxChars && this.#size > 1) this.#dropOldest();
   }
 
   /** The number of the oldest event kept; undefined when none is. */
@@ -184,7 +201,7 @@ class ReplayBuffer {
 
   #dropOldest(): void {
     const index = this.#oldestIndex();
-    this.#bytes -= this.#items[index]!.data.length;
+    this.#chars -= this.#items[index]!.chars;
     this.#items[index] = undefined;
     this.#size--;
   }

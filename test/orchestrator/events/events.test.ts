@@ -34,7 +34,7 @@ describe('EventBus replay', () => {
     const bus = new EventBus();
     const ids: string[] = [];
     bus.subscribeAll((scoped) => ids.push(scoped.id));
-    const event = { type: 'succeeded' as const, jobId: 'j1', result: { outputs: { y: [1.5, -2] } }, at: new Date(0).toISOString() };
+    const event = { type: 'succeeded' as const, jobId: 'j1', artifacts: [], result: { outputs: { y: [1.5, -2] } }, at: new Date(0).toISOString() };
     bus.publish(event, scope);
     bus.publishMesh({ type: 'host:joined', host: 'box', classes: ['image'], at: new Date(0).toISOString() } as never);
     const replayed: ScopedEvent[] = [];
@@ -43,24 +43,24 @@ describe('EventBus replay', () => {
     expect(replayed[0]).toMatchObject({ event, scope, data: JSON.stringify(event) });
   });
 
-  it('keeps at most 8 MiB of events\' JSON: large results push older events out, and the newest stays whatever its size', () => {
+  it('keeps about 16 MiB of events: large results push older events out, and the newest stays whatever its size', () => {
     const bus = new EventBus();
     const ids: string[] = [];
     bus.subscribeAll((scoped) => ids.push(scoped.id));
-    const large = (jobId: string, mib: number) => ({ type: 'succeeded' as const, jobId, result: 'x'.repeat(mib * 1024 * 1024), at: new Date(0).toISOString() });
+    const large = (jobId: string, mib: number) => ({ type: 'succeeded' as const, jobId, artifacts: [], result: 'x'.repeat(mib * 1024 * 1024), at: new Date(0).toISOString() });
     publish(bus, 3);
-    bus.publish(large('big1', 3), scope);
-    bus.publish(large('big2', 3), scope);
+    bus.publish(large('big1', 6), scope);
+    bus.publish(large('big2', 6), scope);
     const replayedIds = (after: string): string[] => {
       const jobIds: string[] = [];
       bus.subscribeAll((scoped) => scoped.kind === 'job' && jobIds.push(scoped.event.jobId), after);
       return jobIds;
     };
     expect(replayedIds(ids[0]!)).toEqual(['j2', 'j3', 'big1', 'big2']);
-    bus.publish(large('big3', 3), scope); // 9 MiB with the others: the oldest go until it fits
+    bus.publish(large('big3', 6), scope); // 18 MiB with the others: the oldest go until it fits
     expect(bus.subscribeAll(() => {}, ids[2]!).replayed).toBe(false);
     expect(replayedIds(ids[3]!)).toEqual(['big2', 'big3']);
-    bus.publish(large('huge', 9), scope); // alone over the bound: kept alone
+    bus.publish(large('huge', 17), scope); // alone over the bound: kept alone
     expect(replayedIds(ids[5]!)).toEqual(['huge']);
   });
 });
