@@ -41,7 +41,10 @@ function copyObject(value: object): unknown {
   }
   const out: Record<string, unknown> = {};
   const source = value as Record<string, unknown>;
-  for (const key of Object.keys(source)) {
+  // for…in walks V8's cached keys without making an array of them (Object.keys does, for every object copied); the
+  // own-property check keeps it to own keys, as JSON.stringify does, whatever a prototype was given.
+  for (const key in source) {
+    if (!Object.hasOwn(source, key)) continue;
     const copied = jsonCopy(source[key]);
     if (copied === undefined) continue;
     // An assignment to "__proto__" would set the copy's prototype; JSON.parse makes it an own property like any other.

@@ -26,6 +26,10 @@ describe('jsonCopy', () => {
     expect(copied).toStrictEqual(viaText(tricky));
     expect(Object.getPrototypeOf(copied)).toBe(Object.prototype);
     expect(copied.polluted).toBeUndefined();
+    // Only own keys, as JSON writes them: an enumerable key a prototype holds is not copied.
+    const inherits = Object.assign(Object.create({ inherited: 1 }) as Record<string, unknown>, { own: 2 });
+    expect(jsonCopy(inherits)).toStrictEqual(viaText(inherits));
+    expect(jsonCopy(inherits)).toStrictEqual({ own: 2 });
   });
 
   it('shares no object with its source', () => {
