@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { join } from 'node:path';
 import type { EndpointProvider } from '../../src/agent/engines/kit/endpoint.js';
 import { splitLines } from '../../src/agent/engines/kit/lines.js';
-import { ROOT, waitFor } from './mesh.js';
+import { ROOT, TSX_LOADER, waitFor } from './mesh.js';
 
 export type StandinKind = 'sdcpp' | 'openai-images';
 
@@ -130,4 +130,17 @@ export class StandinLauncher {
     await Promise.all([...this.#live].map((standin) => standin.kill()));
     this.#live.clear();
   }
+}
+
+/**
+ * The settings of a model whose server is the sd.cpp stand-in, started by the mesh from its command template as a
+ * managed server would be: `flags`, the stand-in's own (`--step-ms 5`); `more`, any other settings of the model.
+ */
+export function sdcppStandinSettings(flags: string, more: Record<string, unknown> = {}): Record<string, unknown> {
+  const script = join(ROOT, 'test/fixtures/standins/sdcpp-standin.ts');
+  return {
+    command: `'${process.execPath}' --import ${TSX_LOADER} '${script}' --port \${PORT} --model \${MODEL_PATH} ${flags}`,
+    readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
+    ...more,
+  };
 }

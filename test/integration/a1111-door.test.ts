@@ -3,7 +3,9 @@ import { join } from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { blobDirEntries } from '../helpers/blob-dir.js';
-import { removeDir, ROOT, startMesh, tempDir, TSX_LOADER, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { removeDir, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { comparedHalves } from '../helpers/pixels.js';
+import { sdcppStandinSettings } from '../helpers/standins.js';
 
 /**
  * The AUTOMATIC1111-compatible door (`/sdapi/v1`) on a real `gpumesh up`, driven the way its clients drive an A1111:
@@ -13,7 +15,6 @@ import { removeDir, ROOT, startMesh, tempDir, TSX_LOADER, waitFor, type RunningM
  * object back), each with HTTP Basic `user:<grant>` as those clients send it. Two image models: the built-in `gen` and
  * `sd15`, an sd.cpp server (the project's stand-in) the agent starts — so the door serves whatever engine makes pictures.
  */
-const SDCPP = join(ROOT, 'test/fixtures/standins/sdcpp-standin.ts');
 let mesh: RunningMesh;
 const data = tempDir();
 
@@ -57,10 +58,7 @@ beforeAll(async () => {
       models: {
         sd15: {
           engine: 'sdcpp', types: ['image'], memoryMB: 64, file: 'sd15.gguf', params: { defaultSteps: 4 },
-          settings: {
-            command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 5`,
-            readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
-          },
+          settings: sdcppStandinSettings('--step-ms 5'),
         },
       },
     },
@@ -234,19 +232,9 @@ describe('img2img', () => {
     expect(answer.status, JSON.stringify(answer.json)).toBe(200);
     const made = Buffer.from(answer.json.images[0], 'base64');
     expect(await sharp(made).metadata()).toMatchObject({ width: 96, height: 64 });
-    const [before, after] = await Promise.all([sharp(png).removeAlpha().raw().toBuffer(), sharp(made).removeAlpha().raw().toBuffer()]);
-    let keptRight = 0;
-    let changedLeft = 0;
-    for (let y = 0; y < 64; y++) {
-      for (let x = 0; x < 96; x++) {
-        const i = (y * 96 + x) * 3;
-        const same = before[i] === after[i] && before[i + 1] === after[i + 1] && before[i + 2] === after[i + 2];
-        if (x >= 48 && same) keptRight++;
-        if (x < 48 && !same) changedLeft++;
-      }
-    }
-    expect(keptRight).toBe(48 * 64);
-    expect(changedLeft).toBeGreaterThan(48 * 64 * 0.5);
+    const { left, right } = await comparedHalves(png, made, 48);
+    expect(right.same).toBe(48 * 64);
+    expect(left.changed).toBeGreaterThan(48 * 64 * 0.5);
     expect(JSON.parse(answer.json.info)).toMatchObject({ denoising_strength: 1, width: 96, height: 64 });
     // As A1111 answers: the pictures sent are not echoed back.
     expect(answer.json.parameters).toMatchObject({ init_images: null, mask: null, denoising_strength: 1 });

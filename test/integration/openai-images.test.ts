@@ -4,6 +4,7 @@ import OpenAI, { PermissionDeniedError, BadRequestError, RateLimitError, toFile 
 import sharp from 'sharp';
 import { removeDir, startMesh, type RunningMesh } from '../helpers/mesh.js';
 import { blobDirEntries, blobEntry } from '../helpers/blob-dir.js';
+import { comparedHalves } from '../helpers/pixels.js';
 
 /**
  * OpenAI's images API on the mesh, driven by the official `openai` npm client as a user's script would drive it
@@ -111,19 +112,9 @@ describe('images.edit with the openai client', () => {
     });
     const edited = Buffer.from(answer.data![0]!.b64_json!, 'base64');
     expect(await sharp(edited).metadata()).toMatchObject({ width: 96, height: 64 });
-    const [before, after] = await Promise.all([sharp(png).removeAlpha().raw().toBuffer(), sharp(edited).removeAlpha().raw().toBuffer()]);
-    let keptSame = 0;
-    let changed = 0;
-    for (let y = 0; y < 64; y++) {
-      for (let x = 0; x < 96; x++) {
-        const i = (y * 96 + x) * 3;
-        const same = before[i] === after[i] && before[i + 1] === after[i + 1] && before[i + 2] === after[i + 2];
-        if (x < 48 && same) keptSame++;
-        if (x >= 48 && !same) changed++;
-      }
-    }
-    expect(keptSame).toBe(48 * 64);
-    expect(changed).toBeGreaterThan(48 * 64 * 0.5);
+    const { left, right } = await comparedHalves(png, edited, 48);
+    expect(left.same).toBe(48 * 64);
+    expect(right.changed).toBeGreaterThan(48 * 64 * 0.5);
 
     const notPicture = await client.images.edit({ image: await toFile(Buffer.from('%PDF-1.4 not a picture'), 'photo.png', { type: 'image/png' }), prompt: 'x' }).catch((error: unknown) => error);
     expect(notPicture).toBeInstanceOf(BadRequestError);

@@ -4,7 +4,8 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobEvent } from '../../src/protocol/api/index.js';
 import { startKnobStandIn, type StandIn } from '../helpers/knob-standins.js';
-import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
+import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { sdcppStandinSettings } from '../helpers/standins.js';
 import { agentCgroupDirs, childrenOf, isAlive } from '../helpers/procfs.js';
 
 /**
@@ -13,7 +14,6 @@ import { agentCgroupDirs, childrenOf, isAlive } from '../helpers/procfs.js';
  * after its idle window, and a ComfyUI stand-in the test runs, fronted by URL. The stand-ins speak the real
  * servers' APIs (test/fixtures/standins/); the real servers need a GPU and model weights.
  */
-const SDCPP = join(ROOT, 'test/fixtures/standins/sdcpp-standin.ts');
 const WORKFLOW = join(ROOT, 'test/fixtures/comfyui/txt2img-api.json');
 const IDLE_MS = 1500;
 
@@ -32,11 +32,7 @@ beforeAll(async () => {
       models: {
         sd: {
           engine: 'sdcpp', types: ['image'], memoryMB: 64, file: 'sd-standin.gguf', params: { defaultSteps: 3 },
-          settings: {
-            command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 40`,
-            readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
-            idleStopMs: IDLE_MS, stopGraceMs: 2000,
-          },
+          settings: sdcppStandinSettings('--step-ms 40', { idleStopMs: IDLE_MS, stopGraceMs: 2000 }),
         },
         comfy: {
           engine: 'comfyui', types: ['image'], memoryMB: 64,

@@ -8,7 +8,8 @@ import { findFfmpeg } from '../../src/agent/video/ffmpeg.js';
 import type { JobView, PipelineAccepted, PipelineView } from '../../src/protocol/api/index.js';
 import { ApiError } from '../../src/cli/common/client.js';
 import { ffprobe } from '../helpers/ffprobe.js';
-import { removeDir, ROOT, startMesh, tempDir, waitFor, type RunningMesh, TSX_LOADER } from '../helpers/mesh.js';
+import { removeDir, startMesh, tempDir, waitFor, type RunningMesh } from '../helpers/mesh.js';
+import { sdcppStandinSettings } from '../helpers/standins.js';
 import { childrenOf } from '../helpers/procfs.js';
 
 /**
@@ -20,7 +21,6 @@ import { childrenOf } from '../helpers/procfs.js';
  * A command (the exec engine) takes a clip's starting picture as a file (`${IMAGE}`): an ffmpeg command that makes the
  * clip from the picture, or a command run per frame; a model given no picture refuses a clip that starts from one.
  */
-const SDCPP = join(ROOT, 'test/fixtures/standins/sdcpp-standin.ts');
 const found = await findFfmpeg();
 if ('missing' in found) throw new Error(found.missing);
 const FFMPEG = found.path;
@@ -57,10 +57,7 @@ beforeAll(async () => {
         },
         'sd-clip': {
           engine: 'sdcpp', types: ['video'], memoryMB: 64, file: 'sd-standin.gguf',
-          settings: {
-            command: `'${process.execPath}' --import ${TSX_LOADER} '${SDCPP}' --port \${PORT} --model \${MODEL_PATH} --step-ms 5 --fail-prompt 'no such scene'`,
-            readiness: { http: '/sdcpp/v1/capabilities', timeoutMs: 60_000, intervalMs: 50 },
-          },
+          settings: sdcppStandinSettings("--step-ms 5 --fail-prompt 'no such scene'"),
         },
       },
     },
