@@ -25,7 +25,7 @@ describe('how gpumesh starts Node', () => {
   }
 
   it('a long-running command (up, serve, agent) becomes Node again in place with a capped young generation where Node can; never a second process', () => {
-    expect(flags).toEqual(['--max-semi-space-size=4', '--no-allocation-site-pretenuring']);
+    expect(flags).toEqual(['--max-semi-space-size=32', '--no-allocation-site-pretenuring']);
     const serve = reportedOptions(['serve', '--help']);
     expect(serve.status).toBe(0);
     expect(serve.stdout).toContain('Usage: gpumesh serve');
