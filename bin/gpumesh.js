@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 // one — 7-12 % less CPU a job, more jobs a second under load, and the pauses out of the p99 (one
 // at a time: OIP p99 1.1 against 1.7 ms; bench/RESULTS.md, "Issue 30, fourth session"). Peak resident memory under
 // load is about the same (~300 MB either way); after a load it stays higher for longer (292 against 181 MB 20 s
-// later). `npm start`, the service definitions (`gpumesh agent service --print`) and a gpumesh process that starts
+// later), and a large body streamed through leaves up to ~60 MB of its pieces' garbage (6 MB at 4 MB). `npm start`, the service definitions (`gpumesh agent service --print`) and a gpumesh process that starts
 // another (src/cli/common/launch.ts) pass them to Node at once. A long-running command (up, serve, agent) started
 // without them becomes Node again with them, in place (process.execve: POSIX, Node 22.15+), so its pid, its signals
 // and its service manager's view stay its own. Where Node cannot do that (Windows, Node 20)

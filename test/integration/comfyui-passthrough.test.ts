@@ -173,7 +173,9 @@ describe('a client reaches one host\'s ComfyUI through the orchestrator', () => 
 
   it('a large upload and download stream through both hops in pieces, each process holding a window of it, not the whole', async () => {
     const base = '/comfyui/studio/comfy';
-    const size = 48 * 1024 * 1024;
+    // Larger than what a process's young generation may hold as garbage between two scavenges (V8's semi-spaces,
+    // 2 × 32 MB: bin/gpumesh.js, NODE_FLAGS), so that a body held whole cannot pass for the garbage of one streamed.
+    const size = 160 * 1024 * 1024;
     const payload = randomBytes(size);
     const before = { orchestrator: peakMB(serve.child.pid!), agent: peakMB(agent.child.pid!) };
     let sent = 0;
@@ -192,9 +194,11 @@ describe('a client reaches one host\'s ComfyUI through the orchestrator', () => 
     expect(got.status).toBe(200);
     expect(got.bytes.length).toBe(size);
     expect(sha256(got.bytes)).toBe(sha256(payload));
-    // 48 MB each way, of which either process held at most a little at a time (a body held whole would be ≥ 48 MB more).
-    expect(peakMB(serve.child.pid!) - before.orchestrator).toBeLessThan(24);
-    expect(peakMB(agent.child.pid!) - before.agent).toBeLessThan(24);
+    // 160 MB each way, of which either process held a window at a time and the garbage of the pieces passed (about 60
+    // MB at most, whatever the size: 58 MB for 48 MB, 61 for 160; 6 with a 4 MB young generation); a body held whole
+    // would be ≥ 160 MB more.
+    expect(peakMB(serve.child.pid!) - before.orchestrator).toBeLessThan(96);
+    expect(peakMB(agent.child.pid!) - before.agent).toBeLessThan(96);
   });
 
   it('a ComfyUI the agent starts is started by the first request and kept while a WebSocket is open, then scaled to zero', async () => {
