@@ -104,6 +104,13 @@ function byPart(profile: CpuProfile): [string, number][] {
   return [...totals].sort((a, b) => b[1] - a[1]).map(([part, time]) => [part, (time / all) * 100]);
 }
 
+/**
+ * Whether the load's client holds a `/v1/events` stream: the jobs loads learn each job's end from it, as bench:overhead
+ * and bench:dispatch do; OIP infer is answered on its own request, and bench:oip opens no stream (every event would
+ * otherwise be written to it, and profiled as part of a request).
+ */
+const EVENTS = values.load !== 'oip';
+
 /** `gpumesh up` with its inspector open, warmed up, then `body` (which profiles what it wants) over the load. */
 async function withInspectedMesh(warmUp: (client: BenchClient) => Promise<void>, body: (client: BenchClient, inspector: Inspector) => Promise<void>): Promise<void> {
   const mesh = await startMesh({
@@ -114,7 +121,7 @@ async function withInspectedMesh(warmUp: (client: BenchClient) => Promise<void>,
   try {
     const url = await waitFor(() => /Debugger listening on (ws:\S+)/.exec(mesh.output())?.[1], { what: 'the inspector' });
     const inspector = await Inspector.connect(url);
-    await client.listen();
+    if (EVENTS) await client.listen();
     await warmUp(client);
     await body(client, inspector);
     inspector.close();
