@@ -7,7 +7,7 @@ import { sha256Digest, type OrchestratorMessage } from '../../src/protocol/index
 import { FakeClock } from './fake-clock.js';
 import { policyFor, resolveConfig, type BreakerPolicy, type ResolvedModelPolicy } from '../../src/orchestrator/config/config.js';
 import { EventBus, type ScopedEvent } from '../../src/orchestrator/events/event-bus.js';
-import { createJobCore, type JobCore, type JobCoreDeps } from '../../src/orchestrator/jobs/index.js';
+import { createJobCore, type JobCore, type JobCoreDeps, type RowWrite } from '../../src/orchestrator/jobs/index.js';
 import { MeshMetrics } from '../../src/orchestrator/metrics/mesh-metrics.js';
 import { type RegisteredModel } from '../../src/orchestrator/registry/index.js';
 import { DigestLocks } from '../../src/orchestrator/blobs/digest-locks.js';
@@ -110,13 +110,13 @@ export class JobCoreHarness {
   }
 
   /** Admit an image job the way the job service does. */
-  /** `deferred`: as for a client that waits for the end (JobStates.create): written when it ends. */
-  submit(fields: { deadlineAt?: number | null; prompt?: string; classes?: string[]; hosts?: string[] | null; deferred?: boolean } = {}): JobRecord {
+  /** `write`: when its row is written (JobStates.create): `now` unless told. */
+  submit(fields: { deadlineAt?: number | null; prompt?: string; classes?: string[]; hosts?: string[] | null; write?: RowWrite } = {}): JobRecord {
     const job = this.core.states.create({
       id: `j_${++this.#seq}`, type: 'image', model: 'gen', priority: 2, album: 'default', classes: fields.classes ?? ['image'], hosts: fields.hosts ?? null,
       input: { prompt: fields.prompt ?? 'test', seed: 1, width: 8, height: 8, steps: 1 }, grantId: 'g', idempotencyKey: null,
       createdAt: this.clock.now(), deadlineAt: fields.deadlineAt ?? null,
-    }, undefined, fields.deferred);
+    }, undefined, fields.write);
     this.core.cancellation.arm(job);
     this.core.dispatcher.enqueue(job);
     return job;

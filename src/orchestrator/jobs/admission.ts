@@ -171,7 +171,8 @@ export class JobAdmission {
     const looking = this.#look(grant, body);
     const looked = looking ? await looking : NOTHING_LOOKED;
     const admitted = this.#capsAudited(grant, () => this.#admit(grant, body, authorize, looked, waited));
-    if (admitted.created && !this.#deps.states.written(admitted.job)) return admitted;
+    // A job its client waits for is written when it ends (JobStates.create): nothing is promised before its answer.
+    if (admitted.created && waited && !this.#deps.states.written(admitted.job)) return admitted;
     await this.#durable(admitted.created ? [admitted.job] : []);
     return admitted;
   }
@@ -274,13 +275,13 @@ export class JobAdmission {
   }
 
   /**
-   * Wait until what this request wrote is committed. A commit that failed (a full disk) stored none of it: the jobs it
-   * admitted are taken back from the queues — the client is told they were not accepted (507 STORAGE_FULL), so none
-   * may run — and the error is the answer.
+   * Wait until what this request wrote is committed, its jobs' rows with it (those written after the turn too). A
+   * commit that failed (a full disk) stored none of it: the jobs it admitted are taken back from the queues — the
+   * client is told they were not accepted (507 STORAGE_FULL), so none may run — and the error is the answer.
    */
   async #durable(admitted: readonly JobRecord[]): Promise<void> {
     try {
-      await this.#deps.commits.durable();
+      await Promise.all([this.#deps.commits.durable(), ...admitted.map((job) => this.#deps.states.stored(job))]);
     } catch (error) {
       for (const job of admitted) this.#deps.cancellation.cancel(job.id);
       throw error;
@@ -538,10 +539,11 @@ export class JobAdmission {
       id: id ?? newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs, ...(waiting ? { status: 'waiting' as const } : {}),
-    // Written when it ends if its client waits for it, unless it names pictures: which jobs name a picture is recorded
-    // with the job (job_inputs), and a record of a job never written would hold the picture's bytes for good. A job
-    // that waits for others is written at once: it must be found after a restart, when its sources end.
-    }, stale?.id, waited && !waiting && picturesNamed(input).length === 0, waitsFor);
+    // Written when it ends if its client waits for it, else after this turn, with its dispatch (JobStates.create) —
+    // unless it names pictures: which jobs name a picture is recorded with the job (job_inputs), and a record of a job
+    // never written would hold the picture's bytes for good. A job that waits for others is written at once: it must
+    // be found after a restart, when its sources end.
+    }, stale?.id, waiting || picturesNamed(input).length > 0 ? 'now' : waited ? 'end' : 'turn', waitsFor);
     this.#deps.pictures.recordJob(job.id, input);
     // Its caps are checked again when it is released into its queue (JobSources): the grant is not stored, so they are.
     if (waiting && (grant.caps.maxQueued || grant.caps.deviceSecondsPerDay)) this.#deps.commits.writeOne(() => this.#deps.store.jobs.recordCaps(job.id, grant.caps));

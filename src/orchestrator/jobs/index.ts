@@ -1,5 +1,6 @@
 export { createJobCore, type JobCore, type JobCoreDeps } from './core.js';
 export { JobStates, type JobStatesDeps, type AttemptObserver, type AttemptOutcome, type AttemptPlace } from './states.js';
+export type { RowWrite } from './unwritten.js';
 export { AttemptTimeouts, type AttemptTimeoutsDeps } from './attempt-timeouts.js';
 export { InFlight, type Placement } from './in-flight.js';
 export { Dispatcher, type DispatcherDeps } from './dispatcher.js';

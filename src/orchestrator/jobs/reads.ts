@@ -93,6 +93,8 @@ export class JobReads {
     const beforeSeq = query.cursor ? decodeCursor(query.cursor) : undefined;
     // Jobs running for a waiting client are not written until they end (JobStates.create, deferred): listed from memory.
     // Taken before the store is read: one written while a store that writes behind answers is then in one list or both.
+    // The ends due after this turn are written first, so the rows read are the jobs as they stand.
+    states.writeEnds();
     const held = [...states.unwritten()];
     const stored = await store.jobs.listJobs({
       statuses: query.statuses, types: grant.types, models: grant.models, albums: grant.albums, beforeSeq, limit: query.limit,
@@ -111,6 +113,7 @@ export class JobReads {
 
   /** Jobs in each state (for status views): the store's, and those not written until they end. */
   async counts(): Promise<Record<string, number>> {
+    this.#deps.states.writeEnds();
     const counts = await this.#deps.store.jobs.countByStatus();
     for (const job of this.#deps.states.unwritten()) counts[job.status] = (counts[job.status] ?? 0) + 1;
     return counts;

@@ -170,7 +170,8 @@ export class ResultIntake {
       batchId: message.batchId, host: host.id, artifacts: message.artifacts, result: message.result, computeMs: message.timings.computeMs,
       energyJ: message.energyJ ?? null,
     });
-    this.#ack(host, job.id);
+    // A result without files is written after this turn (JobStates.succeeded): its acknowledgement follows that write.
+    this.#deps.states.whenWritten(job, () => this.#ack(host, job.id));
   }
 
   failed(host: HostSession, message: Failed): void {

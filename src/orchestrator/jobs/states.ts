@@ -6,7 +6,7 @@ import type { EventBus, EventScope } from '../events/event-bus.js';
 import type { MeshMetrics } from '../metrics/mesh-metrics.js';
 import type { Commits, EndedAttempt, JobRecord, MeshStore, NewJob } from '../store/index.js';
 import { sourcesOf } from './references.js';
-import { UnwrittenJobs } from './unwritten.js';
+import { UnwrittenJobs, type RowWrite } from './unwritten.js';
 import { artifactView } from './views.js';
 
 export interface JobStatesDeps {
@@ -72,7 +72,7 @@ export class JobStates {
   readonly #active = new Map<string, JobRecord>();
   readonly #terminal = new Set<(job: JobRecord) => void>();
   readonly #observers = new Set<AttemptObserver>();
-  /** Jobs a client waits for, written when they end (`create`, deferred), or earlier (`persist`). */
+  /** Jobs not written yet: after the turn they were admitted in, or when they end (`create`), or earlier (`persist`). */
   readonly #unwritten: UnwrittenJobs;
 
   constructor(deps: JobStatesDeps) {
@@ -108,19 +108,21 @@ export class JobStates {
   }
 
   /**
-   * Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. `deferred`:
-   * its client waits for its end on the connection that submitted it (OIP infer, `Prefer: wait`), so it is not written
-   * now but once, when it ends — its insert, dispatch and end in one row and one commit: an orchestrator that dies
-   * before takes the client's connection with it, and the client, which was told nothing, submits again. It is written
-   * earlier, as it stands, if an attempt of it fails or nobody waits for it any more (`persist`). A job with an
-   * idempotency key is never deferred: its key must be found while it runs.
+   * Store a new job as queued; `staleKeyOf` names an old job whose expired idempotency key it takes over. `write`: when
+   * its row is written (unwritten.ts, RowWrite). `turn`: after this turn, as it stands then — the dispatch that found a
+   * free host in this turn is in its insert — and before the commit its admission waits for (`stored`). `end`: its
+   * client waits for its end on the connection that submitted it (OIP infer, `Prefer: wait`), so it is written once,
+   * when it ends — its insert, dispatch and end in one row and one commit: an orchestrator that dies before takes the
+   * client's connection with it, and the client, which was told nothing, submits again. It is written earlier, as it
+   * stands, if an attempt of it fails or nobody waits for it any more (`persist`). A job with an idempotency key is
+   * written now: its key must be found by the next request that names it.
    */
-  create(job: NewJob, staleKeyOf?: string, deferred = false, waitsFor: string | null = null): JobRecord {
+  create(job: NewJob, staleKeyOf?: string, write: RowWrite = 'now', waitsFor: string | null = null): JobRecord {
     const { store, commits } = this.#deps;
     let record: JobRecord;
-    if (deferred && !staleKeyOf && job.idempotencyKey === null) {
+    if (write !== 'now' && !staleKeyOf && job.idempotencyKey === null) {
       record = store.jobs.reserveJob(job);
-      this.#unwritten.add(record);
+      this.#unwritten.add(record, write);
     } else {
       record = staleKeyOf
         ? commits.write(() => {
@@ -171,14 +173,33 @@ export class JobStates {
     return this.#unwritten.all();
   }
 
-  /** Whether a job is written in the store (a deferred one is not, until it ends or `persist`). */
+  /** Whether a job is written in the store (one admitted with `write` `end` is not, until it ends or `persist`). */
   written(job: JobRecord): boolean {
     return !this.#unwritten.has(job);
+  }
+
+  /**
+   * Resolves once a job admitted in this turn is stored: its row committed (after the turn, for one created with `write`
+   * `turn`). Rejects with the store's error when its row or that commit was refused (a full disk): the job then has no
+   * row, and its admission takes it back (`ended` writes nothing for it).
+   */
+  stored(job: JobRecord): Promise<void> {
+    return this.#unwritten.stored(job) ?? this.#deps.commits.durable();
   }
 
   /** Write the rows of ended jobs that wait for the end of the turn (shutdown). */
   close(): void {
     this.#unwritten.flush();
+  }
+
+  /** Run `fn` once the job's end is written: at once, unless it waits for the end of the turn (`succeeded`). */
+  whenWritten(job: JobRecord, fn: () => void): void {
+    this.#unwritten.whenWritten(job, fn);
+  }
+
+  /** Write the ends that wait for the end of the turn now: a read of the jobs table is about to find them. */
+  writeEnds(): void {
+    this.#unwritten.writeEnds();
   }
 
   /** At start: the jobs the store holds as not finished, made active again. */
@@ -336,11 +357,12 @@ export class JobStates {
       this.#unwritten.write(job, { status: 'succeeded', now, outcome: ending });
       return true;
     };
-    // A deferred job without artifacts (a tensor's) is written after this turn, its answer on its way first; a result
-    // without artifacts is one statement, which needs no savepoint of its own.
-    const unwritten = published.length === 0 && this.#unwritten.has(job);
-    if (unwritten) this.#unwritten.endLater(job, { status: 'succeeded', now, outcome: ending });
-    const finished = unwritten || (published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
+    // An end without artifacts (a tensor's) is written after this turn, its answer or event on its way first (the
+    // whole row of a job not written yet, the end of one that is) — unless the job has an idempotency key, whose next
+    // request reads its row.
+    const later = published.length === 0 && job.idempotencyKey === null;
+    if (later) this.#unwritten.endLater(job, { status: 'succeeded', now, outcome: ending });
+    const finished = later || (published.length === 0 ? this.#deps.commits.writeOne(finish) : this.#deps.commits.write(() => {
       if (!finish()) return false;
       for (const artifact of published) store.artifacts.insertArtifact(artifact);
       return true;
@@ -377,7 +399,8 @@ export class JobStates {
     const changed = this.#deps.commits.write(() => {
       const outcome = { errorCode: body?.code, errorMessage: body?.message };
       if (this.#unwritten.has(job)) this.#unwritten.write(job, { status, now, outcome });
-      else if (!store.jobs.finishJob(job.seq, status, now, outcome)) return false;
+      // A job whose row was refused at its admission has none to end: it is taken back in memory only.
+      else if (!this.#unwritten.refused(job) && !store.jobs.finishJob(job.seq, status, now, outcome)) return false;
       if (attemptBatchId && attemptBatchId === job.batchId) this.#recordAttempt(job, 'cancelled', now, { errorCode: body?.code, errorMessage: body?.message });
       return true;
     });

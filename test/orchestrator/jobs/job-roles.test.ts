@@ -242,7 +242,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   it('is read from memory while it runs and written whole at its end: insert, dispatch and result in one row', async () => {
     harness = new JobCoreHarness();
     const laptop = harness.host('laptop');
-    const job = harness.submit({ deferred: true });
+    const job = harness.submit({ write: 'end' });
     await harness.settle();
     const [run] = laptop.of('run');
     expect(harness.status(job.id)).toBe('dispatched');
@@ -274,7 +274,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   it('is written at shutdown if it ended in the turn the orchestrator closes in', async () => {
     harness = new JobCoreHarness();
     const laptop = harness.host('laptop');
-    const job = harness.submit({ deferred: true });
+    const job = harness.submit({ write: 'end' });
     await harness.settle();
     harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 3, timings });
     expect(stored(job.id)).toBeNull();
@@ -291,7 +291,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   it('a row refused after the turn is logged and let go: the process goes on, the job is not listed for ever', async () => {
     harness = new JobCoreHarness();
     const laptop = harness.host('laptop');
-    const job = harness.submit({ deferred: true });
+    const job = harness.submit({ write: 'end' });
     await harness.settle();
     // Another row takes the job's number meanwhile (what a second orchestrator on a shared store must never do).
     harness.db.prepare('INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, input, grant_id, created_at, updated_at) '
@@ -310,7 +310,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   it('keeps the number it was admitted with: jobs admitted after it and written before it take others', async () => {
     harness = new JobCoreHarness();
     const laptop = harness.host('laptop', { concurrency: 2 });
-    const waited = harness.submit({ deferred: true });
+    const waited = harness.submit({ write: 'end' });
     const other = harness.submit();
     await harness.settle();
     expect(other.seq).toBeGreaterThan(waited.seq);
@@ -324,7 +324,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   it('is written as it stands when its attempt fails, before the attempt: its retry is any job\'s', async () => {
     harness = new JobCoreHarness({ policy: { retries: 1 }, retryBackoffMs: 100 });
     const laptop = harness.host('laptop');
-    const job = harness.submit({ deferred: true });
+    const job = harness.submit({ write: 'end' });
     await harness.settle();
     harness.core.intake.failed(laptop.session, {
       type: 'failed', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, retryable: true, error: { code: 'ENGINE_CRASHED', message: 'boom' },
@@ -340,8 +340,8 @@ describe('a job its client waits for: written once, when it ends', () => {
   it('is written when nobody waits any more (persist), and a cancel or a deadline ends it in one row', async () => {
     harness = new JobCoreHarness();
     const laptop = harness.host('laptop');
-    const running = harness.submit({ deferred: true });
-    const queued = harness.submit({ deferred: true, deadlineAt: harness.clock.now() + 50 });
+    const running = harness.submit({ write: 'end' });
+    const queued = harness.submit({ write: 'end', deadlineAt: harness.clock.now() + 50 });
     await harness.settle();
     await harness.core.states.persist(running);
     expect(stored(running.id)).toMatchObject({ status: 'dispatched', attempts: 1, leaseHost: 'laptop' });
@@ -353,6 +353,89 @@ describe('a job its client waits for: written once, when it ends', () => {
     await harness.settle();
     expect(stored(running.id)).toMatchObject({ status: 'cancelled' });
     expect(laptop.of('cancel').map((message) => message.jobId)).toEqual([running.id]);
+  });
+});
+
+describe('a submitted job: its row after its turn, its end after the turn it ended in', () => {
+  const stored = (id: string): unknown => jobStore.getJob(harness.db, id);
+  const statements = (): number => harness.db.prepare("SELECT count(*) AS n FROM jobs").get() as never;
+
+  it('is written after the turn it was admitted in, as it stands: its dispatch to a free host in the insert, no update', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit({ write: 'turn' });
+    const committed = harness.core.states.stored(job);
+    // In its turn: dispatched from memory, no row yet, listed from memory.
+    await Promise.resolve();
+    expect(laptop.of('run').map((run) => run.jobs[0]!.id)).toEqual([job.id]);
+    expect(stored(job.id)).toBeNull();
+    expect([...harness.core.states.unwritten()]).toEqual([job]);
+    let done = false;
+    void committed.then(() => { done = true; });
+    await new Promise((resolve) => setImmediate(resolve));
+    // After the turn: one row, already dispatched, in the transaction its admission waits for.
+    expect(stored(job.id)).toMatchObject({ seq: job.seq, status: 'dispatched', attempts: 1, leaseHost: 'laptop', batchId: laptop.of('run')[0]!.batchId });
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    await harness.settle();
+    await committed;
+    expect(done).toBe(true);
+    expect(statements()).toEqual({ n: 1 });
+  });
+
+  it('a row refused after the turn is its admission\'s error: the job is taken back, ended without a row', async () => {
+    harness = new JobCoreHarness();
+    harness.host('laptop');
+    const job = harness.submit({ write: 'turn' });
+    // Another row takes the job's number meanwhile (what a second orchestrator on a shared store must never do).
+    harness.db.prepare('INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, input, grant_id, created_at, updated_at) '
+      + "VALUES (?, 'j_other', 'image', 'gen', 'queued', 2, 'default', '[]', '{}', 'g', 0, 0)").run(job.seq);
+    await expect(harness.core.states.stored(job)).rejects.toThrow(/UNIQUE/);
+    // What JobAdmission does with the refusal: the job is cancelled wherever it is, and nothing is written for it.
+    expect(harness.core.cancellation.cancel(job.id)).toBe(true);
+    await harness.settle();
+    expect(stored(job.id)).toBeNull();
+    expect(await harness.core.states.get(job.id)).toBeNull();
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    expect(harness.jobEvents(job.id)).toEqual(['queued', 'dispatched', 'cancelled']);
+  });
+
+  it('a written job\'s end waits for the end of its turn: found meanwhile by id, in a list and in the counts; acknowledged after its write', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    const [run] = laptop.of('run');
+    harness.clock.advance(3);
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [], result: { y: [2] }, timings });
+    // The event has gone; the row is still the dispatched one, and the agent is not acknowledged yet.
+    expect(harness.jobEvents(job.id)).toEqual(['queued', 'dispatched', 'running', 'succeeded']);
+    expect(stored(job.id)).toMatchObject({ status: 'dispatched' });
+    expect(await harness.core.states.get(job.id)).toMatchObject({ id: job.id, status: 'succeeded' });
+    expect(laptop.of('ack')).toEqual([]);
+    // A read of the table writes the ends first.
+    const reads = new JobReads({ store: harness.store, clock: harness.clock, states: harness.core.states });
+    const grant = new GrantAuthority(randomBytes(32), 'http://test');
+    const client = grant.verify(grant.mint('client', ['types image']).token, harness.clock.now());
+    expect((await reads.list(client, { limit: 10 })).jobs).toEqual([expect.objectContaining({ id: job.id, status: 'succeeded', result: { y: [2] } })]);
+    expect(await reads.counts()).toEqual({ succeeded: 1 });
+    expect(stored(job.id)).toMatchObject({ status: 'succeeded', result: { y: [2] }, attemptHost: 'laptop', finishedAt: harness.clock.now() });
+    await harness.settle();
+    expect(laptop.of('ack').flatMap((ack) => ack.jobIds)).toEqual([job.id]);
+  });
+
+  it('an end written after the turn is acknowledged once that write is committed', async () => {
+    harness = new JobCoreHarness();
+    const laptop = harness.host('laptop');
+    const job = harness.submit();
+    await harness.settle();
+    harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 1, timings });
+    await new Promise((resolve) => setImmediate(resolve));
+    // Written, in a transaction not yet committed: the acknowledgement waits for the commit.
+    expect(stored(job.id)).toMatchObject({ status: 'succeeded' });
+    expect(laptop.of('ack')).toEqual([]);
+    harness.commits.flush();
+    await Promise.resolve();
+    expect(laptop.of('ack').flatMap((ack) => ack.jobIds)).toEqual([job.id]);
   });
 });
 
