@@ -191,7 +191,11 @@ export class UnwrittenJobs {
       }
     }
     if (written.length === 0) return;
-    this.#commits.durable().then(() => {
+    const committed = this.#commits.durable();
+    // Committed now, not in the turn after (which `durable` asks for): the admission answers in its turn's iteration of
+    // the loop, as it did when its row was written in its own turn.
+    void Promise.resolve(this.#commits.flush()).catch(() => undefined);
+    committed.then(() => {
       for (const entry of written) {
         this.#committing.delete(entry.job);
         entry.resolve();
