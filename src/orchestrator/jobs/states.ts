@@ -373,6 +373,7 @@ export class JobStates {
     // Taken before the job lets go of its host (#terminated), told to the observers after the event.
     const attempt = job.batchId === outcome.batchId ? this.#endedAttempt(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs }) : null;
     job.result = outcome.result ?? null;
+    job.artifactCount = published.length;
     this.#terminated(job, 'succeeded', now);
     // The client hears first: what routing and the metrics learn from the attempt follows in this same tick, before
     // anything else is dispatched (the next pump is a microtask away).

@@ -47,7 +47,7 @@ function attemptOnRow(job: JobRecord, host: string, status: 'running' | 'succeed
 /** The API's view of a job: the row, its attempts and, once it succeeded, its artifacts. */
 export async function jobView(store: MeshStore, job: JobRecord): Promise<JobView> {
   const [attempts, artifacts] = await Promise.all([
-    attemptsOf(store, job), job.status === 'succeeded' ? store.artifacts.artifactsOfJob(job.id) : [],
+    attemptsOf(store, job), job.status === 'succeeded' && job.artifactCount !== 0 ? store.artifacts.artifactsOfJob(job.id) : [],
   ]);
   return {
     id: job.id, type: job.type, model: job.model, status: job.status, priority: job.priority, album: job.album,

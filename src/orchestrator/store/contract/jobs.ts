@@ -42,6 +42,11 @@ export interface JobRecord {
    */
   attemptHost: string | null;
   computeMs: number | null;
+  /**
+   * How many artifacts it published: known in memory when it succeeded in this process (its view needs no query when
+   * it published none), undefined for a record read back from the store.
+   */
+  artifactCount?: number;
   result: unknown;
   errorCode: string | null;
   errorMessage: string | null;
