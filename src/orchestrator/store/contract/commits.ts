@@ -9,6 +9,6 @@ export interface Commits {
   writeOne<T>(fn: () => T): T;
   durable(): Promise<void>;
   afterCommit(fn: () => void): void;
-  /** Commit what is pending now (shutdown). */
+  /** Commit what is pending now: at shutdown, and where the turn's last writes were just made (jobs/unwritten.ts). */
   flush(): void | Promise<void>;
 }
