@@ -47,8 +47,11 @@ export async function startS3StandIn(bucket = 'gpumesh-test'): Promise<S3StandIn
       await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 2000))]);
       http?.closeAllConnections();
       await closed;
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      rmSync(directory, { recursive: true, force: true });
+      // Its folder goes when this test process ends, not now: a request from a killed client can still be reaching the
+      // point where s3rver opens its temporary file after its connection was cut — on a loaded machine, seconds later
+      // (issue 30, fifth session: twice in three full runs) — and an open under a removed folder throws in s3rver,
+      // outside any test.
+      process.once('exit', () => rmSync(directory, { recursive: true, force: true }));
     },
   };
 }
