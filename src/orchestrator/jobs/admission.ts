@@ -280,10 +280,17 @@ export class JobAdmission {
    * client is told they were not accepted (507 STORAGE_FULL), so none may run — and the error is the answer.
    */
   async #durable(admitted: readonly JobRecord[]): Promise<void> {
+    const committed = this.#deps.commits.durable();
     try {
-      await Promise.all([this.#deps.commits.durable(), ...admitted.map((job) => this.#deps.states.stored(job))]);
+      await Promise.all([committed, ...admitted.map((job) => this.#deps.states.stored(job))]);
     } catch (error) {
-      for (const job of admitted) this.#deps.cancellation.cancel(job.id);
+      // A refused commit rolled back every row of its turn (those written after it too: they joined it), so those jobs
+      // end without one; a single row refused (its job marked so by JobStates) leaves the others' rows to be ended.
+      const rolledBack = await committed.then(() => false, () => true);
+      for (const job of admitted) {
+        if (rolledBack) this.#deps.states.unstored(job);
+        this.#deps.cancellation.cancel(job.id);
+      }
       throw error;
     }
   }

@@ -192,6 +192,14 @@ export class JobStates {
     this.#unwritten.flush();
   }
 
+  /**
+   * A job admitted in a turn whose commit was refused (a full disk): SQLite rolled its row back, so it ends without one
+   * when its admission cancels it (`ended` would find no row to finish, and the job would stay in memory).
+   */
+  unstored(job: JobRecord): void {
+    this.#unwritten.refuse(job);
+  }
+
   /** Run `fn` once the job's end is written: at once, unless it waits for the end of the turn (`succeeded`). */
   whenWritten(job: JobRecord, fn: () => void): void {
     this.#unwritten.whenWritten(job, fn);

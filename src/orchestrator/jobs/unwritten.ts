@@ -206,9 +206,14 @@ export class UnwrittenJobs {
   }
 
   #refuse(entry: Admitted, error: unknown): void {
-    this.#jobs.delete(entry.job);
-    this.#committing.delete(entry.job);
-    this.#refused.add(entry.job);
+    this.refuse(entry.job);
     entry.reject(error);
+  }
+
+  /** The job has no row: its row, or the commit that held it, was refused. It is not written, and ends without one. */
+  refuse(job: JobRecord): void {
+    this.#jobs.delete(job);
+    this.#committing.delete(job);
+    this.#refused.add(job);
   }
 }

@@ -10,6 +10,7 @@ import { BlobVisibility } from '../../../src/orchestrator/jobs/blob-visibility.j
 import { JobAdmission } from '../../../src/orchestrator/jobs/admission.js';
 import type { ModelRegistry } from '../../../src/orchestrator/registry/index.js';
 import { Admission } from '../../../src/orchestrator/scheduler/index.js';
+import { stmt } from '../../../src/orchestrator/store/sqlite/db.js';
 import { JobCoreHarness } from '../../helpers/job-core.js';
 import { meshRejection } from '../../helpers/errors.js';
 import { tempDirsPerTest } from '../../helpers/mesh.js';
@@ -90,5 +91,28 @@ describe('JobAdmission.submitAll', () => {
     await harness.settle();
     const statuses = harness.db.prepare('SELECT status FROM jobs WHERE grant_id = ?').all(grant.id) as { status: string }[];
     expect(statuses.map((row) => row.status)).toEqual(['cancelled']);
+  });
+
+  it('a commit refused (a full disk) takes back every job it held — written in its admission or after its turn: none stays queued, none has a row', async () => {
+    const { harness, service, grant } = setup(4);
+    // The next COMMIT fails as a full disk fails it; the group commit rolls the transaction back.
+    const commit = stmt(harness.db, 'COMMIT');
+    const run = commit.run.bind(commit);
+    commit.run = (() => {
+      commit.run = run;
+      throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+    }) as typeof commit.run;
+    // One job with an idempotency key (written in its admission), one without (written after its turn).
+    const refused = service.submitAll(grant, [{ ...bodies(1)[0]!, idempotencyKey: 'full-disk' }, bodies(2)[1]!], () => {});
+    await expect(refused).rejects.toMatchObject({ code: 'SQLITE_FULL' });
+    await harness.settle();
+    expect(harness.db.prepare('SELECT COUNT(*) AS n FROM jobs').get()).toEqual({ n: 0 });
+    expect(harness.scheduler.totalDepth).toBe(0);
+    expect([...harness.core.states.unwritten()]).toEqual([]);
+    expect(harness.core.states.activeOn('gen')).toBe(0);
+    // The disk has room again: the next request is taken and written.
+    const [taken] = await service.submitAll(grant, bodies(1), () => {});
+    await harness.settle();
+    expect(harness.db.prepare('SELECT id FROM jobs').all()).toEqual([{ id: taken!.id }]);
   });
 });
