@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { GrantAuthority } from '../../../src/orchestrator/auth/index.js';
+import type { RowWrite } from '../../../src/orchestrator/jobs/index.js';
 import { JobReads } from '../../../src/orchestrator/jobs/reads.js';
 import { FakeClock } from '../../helpers/fake-clock.js';
 import { jobView } from '../../../src/orchestrator/jobs/views.js';
@@ -14,13 +15,18 @@ afterEach(() => harness?.close());
 
 const timings = { loadMs: 0, computeMs: 5, totalMs: 6 };
 
+/** A fresh harness with one host, `laptop`, and one job submitted (its row written as `write` says) and dispatched to it. */
+async function oneDispatched(write?: RowWrite) {
+  harness = new JobCoreHarness();
+  const laptop = harness.host('laptop');
+  const job = harness.submit({ write });
+  await harness.settle();
+  return { laptop, job, run: laptop.of('run')[0] };
+}
+
 describe('dispatch and result intake', () => {
   it('sends a queued job to a free host, then takes started, progress and done from that host only', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit();
-    await harness.settle();
-    const [run] = laptop.of('run');
+    const { laptop, job, run } = await oneDispatched();
     expect(run).toMatchObject({ model: { name: 'gen' }, jobs: [{ id: job.id }], uploadCredential: `upload-${run!.batchId}` });
     expect(harness.status(job.id)).toBe('dispatched');
 
@@ -121,11 +127,7 @@ describe('dispatch and result intake', () => {
   });
 
   it('a reported output that was never uploaded fails the attempt, and the job is dispatched again', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit();
-    await harness.settle();
-    const [first] = laptop.of('run');
+    const { laptop, job, run: first } = await oneDispatched();
     harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: first!.batchId, artifacts: [{ digest: `sha256:${'1'.repeat(64)}`, mediaType: 'image/png', bytes: 1 }], timings });
     await harness.settle();
     expect(harness.status(job.id)).toBe('queued');
@@ -240,11 +242,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   const stored = (id: string): unknown => jobStore.getJob(harness.db, id);
 
   it('is read from memory while it runs and written whole at its end: insert, dispatch and result in one row', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit({ write: 'end' });
-    await harness.settle();
-    const [run] = laptop.of('run');
+    const { laptop, job, run } = await oneDispatched('end');
     expect(harness.status(job.id)).toBe('dispatched');
     expect(stored(job.id)).toBeNull();
     expect(await harness.core.states.get(job.id)).toBe(job);
@@ -272,10 +270,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   });
 
   it('is written at shutdown if it ended in the turn the orchestrator closes in', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit({ write: 'end' });
-    await harness.settle();
+    const { laptop, job } = await oneDispatched('end');
     harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 3, timings });
     expect(stored(job.id)).toBeNull();
     // As Orchestrator.close does: the job roles close before the store's last commit.
@@ -289,10 +284,7 @@ describe('a job its client waits for: written once, when it ends', () => {
   });
 
   it('a row refused after the turn is logged and let go: the process goes on, the job is not listed for ever', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit({ write: 'end' });
-    await harness.settle();
+    const { laptop, job } = await oneDispatched('end');
     // Another row takes the job's number meanwhile (what a second orchestrator on a shared store must never do).
     harness.db.prepare('INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, input, grant_id, created_at, updated_at) '
       + "VALUES (?, 'j_other', 'image', 'gen', 'queued', 2, 'default', '[]', '{}', 'g', 0, 0)").run(job.seq);
@@ -400,11 +392,7 @@ describe('a submitted job: its row after its turn, its end after the turn it end
   });
 
   it('a written job\'s end waits for the end of its turn: found meanwhile by id, in a list and in the counts; acknowledged after its write', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit();
-    await harness.settle();
-    const [run] = laptop.of('run');
+    const { laptop, job, run } = await oneDispatched();
     harness.clock.advance(3);
     harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: run!.batchId, artifacts: [], result: { y: [2] }, timings });
     // The event has gone; the row is still the dispatched one, and the agent is not acknowledged yet.
@@ -424,10 +412,7 @@ describe('a submitted job: its row after its turn, its end after the turn it end
   });
 
   it('an end written after the turn is acknowledged once that write is committed', async () => {
-    harness = new JobCoreHarness();
-    const laptop = harness.host('laptop');
-    const job = harness.submit();
-    await harness.settle();
+    const { laptop, job } = await oneDispatched();
     harness.core.intake.done(laptop.session, { type: 'done', jobId: job.id, batchId: laptop.of('run')[0]!.batchId, artifacts: [], result: 1, timings });
     await new Promise((resolve) => setImmediate(resolve));
     // Written, in a transaction not yet committed: the acknowledgement waits for the commit.
