@@ -55,6 +55,8 @@ interface ModelState {
   seen: number[];
   /** The need at the previous look; it held until this one. */
   need: number;
+  /** The model's replica policy at its last full look (null before one): what a look after a turn reckons its need by. */
+  policy: ReplicaPolicy | null;
   desired: number;
   demand: number;
   /** Hosts that would not load the model: not asked again until `until`; `count` refusals in a row. */
@@ -115,7 +117,7 @@ export class Autoscaler {
   /** The models the coming look is for: 'all', or those whose demand changed (a job queued changes its model's only). */
   #pending: Set<string> | 'all' | null = null;
   /** Looks that can wait for the end of the turn: one covers every job queued in it (see #queued). */
-  readonly #afterTurn = new PerTurn((models) => this.look(models === 'all' ? undefined : models));
+  readonly #afterTurn = new PerTurn((models) => (models === 'all' ? this.look() : this.#lookIfNeedRose(models)));
   #closed = false;
 
   constructor(deps: AutoscalerDeps) {
@@ -168,6 +170,34 @@ export class Autoscaler {
     for (const model of this.#deps.models()) if (!only || only.has(model.manifest.name)) sent = this.#lookAt(model, now) || sent;
     // Unload marks change where batches may go; the dispatcher listens to this.
     if (sent) this.#deps.hosts.changed();
+  }
+
+  /**
+   * After a turn that queued jobs of models with replicas wanted: only a model whose need rose above the need of its
+   * last look can want more replicas now; the others only record their need, as a look would. The rest of a look —
+   * the time-driven scale-in, the floor, loads to retry — is the interval's and the host changes' to start. This is
+   * the look a tiny job paid for on its way (about 17 µs of the orchestrator's thread each, bench:overhead's mlp);
+   * a model's need moves far less often than its jobs arrive.
+   */
+  #lookIfNeedRose(models: ReadonlySet<string>): void {
+    const now = this.#deps.clock.now();
+    let rose: Set<string> | null = null;
+    for (const name of models) {
+      const state = this.#models.get(name);
+      const policy = state?.policy;
+      if (!state || !policy) {
+        (rose ??= new Set()).add(name);
+        continue;
+      }
+      const demand = this.#deps.queued(name) + this.#running(name);
+      const need = Math.min(this.#cap(policy), Math.ceil(demand / policy.targetInFlight));
+      if (need > state.need) (rose ??= new Set()).add(name);
+      else {
+        state.demand = demand;
+        this.#recentNeed(state, need, now, policy.idleWindowMs);
+      }
+    }
+    if (rose) this.look(rose);
   }
 
   /** An agent would not load a model it was asked to: try elsewhere, and ask this host again only after a pause. */
@@ -224,7 +254,7 @@ export class Autoscaler {
 
   #state(model: string): ModelState {
     let state = this.#models.get(model);
-    if (!state) this.#models.set(model, (state = { seen: [], need: 0, desired: 0, demand: 0, refusals: new Map(), idleSince: new Map() }));
+    if (!state) this.#models.set(model, (state = { seen: [], need: 0, policy: null, desired: 0, demand: 0, refusals: new Map(), idleSince: new Map() }));
     return state;
   }
 
@@ -236,11 +266,9 @@ export class Autoscaler {
     const hosts = [...this.#deps.hosts];
     this.#settle(name, hosts, state, now);
     const serving = hosts.filter((host) => this.#serves(host, name));
-    let running = 0;
-    for (const host of serving) for (const batch of host.batches.values()) if (batch.model === name) running += batch.jobIds.size;
-    state.demand = this.#deps.queued(name) + running;
-    // More replicas than hosts can never be placed; the cap keeps the need's history short.
-    const cap = Math.min(policy.max ?? Infinity, Math.max(policy.min, hosts.length));
+    state.policy = policy;
+    state.demand = this.#deps.queued(name) + this.#running(name);
+    const cap = this.#cap(policy);
     const need = Math.min(cap, Math.ceil(state.demand / policy.targetInFlight));
     const recent = this.#recentNeed(state, need, now, policy.idleWindowMs);
     const scaleOutTo = Math.min(cap, Math.max(policy.min, need));
@@ -260,6 +288,22 @@ export class Autoscaler {
     for (const host of hosts) if (this.#serves(host, name) && host.hasReadyReplica(name)) ready++;
     this.#deps.metrics.replicas(name, ready, state.desired);
     return sent;
+  }
+
+  /** More replicas than hosts can never be placed; the cap keeps the need's history short. */
+  #cap(policy: ReplicaPolicy): number {
+    return Math.min(policy.max ?? Infinity, Math.max(policy.min, this.#deps.hosts.size));
+  }
+
+  /** The model's jobs in batches on the hosts where its replicas count (#serves). */
+  #running(model: string): number {
+    let running = 0;
+    for (const host of this.#deps.hosts) {
+      let jobs = 0;
+      for (const batch of host.batches.values()) if (batch.model === model) jobs += batch.jobIds.size;
+      if (jobs > 0 && this.#serves(host, model)) running += jobs;
+    }
+    return running;
   }
 
   /**

@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { systemClock } from '../../../src/protocol/clock.js';
 import type { MeshEvent } from '../../../src/protocol/api/index.js';
 import type { OrchestratorMessage } from '../../../src/protocol/index.js';
@@ -342,6 +342,32 @@ describe('Autoscaler (fake clock)', () => {
     expect(mesh.of('cloud-1', 'load')).toHaveLength(1);
     expect(mesh.of('image-1', 'unload')).toEqual([]);
     expect(image.hasReplica('gen')).toBe(true);
+  });
+
+  it('after a turn of queued jobs it looks again only when the model\'s need rose: a steady stream costs no look, a rise scales out after that turn', async () => {
+    mesh = new Mesh({ targetInFlight: 2 });
+    for (const id of ['a', 'b', 'c']) mesh.host(id);
+    const queue = async (jobs: number): Promise<void> => {
+      mesh.queued.set('gen', jobs);
+      mesh.events.publish({ type: 'queued', jobId: 'j', model: 'gen', jobType: 'image', prompt: null, at: '' }, { type: 'image', model: 'gen', album: 'default' });
+      await new Promise((resolve) => setImmediate(resolve)); // the turn ends
+      await mesh.settle();
+    };
+    await queue(1); // scaled to zero: looked at before the job is routed
+    expect(mesh.where()).toHaveLength(1);
+    // The same need after each turn: no look (each look sets the replica gauges), nothing sent.
+    const looks = vi.spyOn(mesh.metrics, 'replicas');
+    for (let turn = 0; turn < 3; turn++) await queue(2);
+    expect(looks).not.toHaveBeenCalled();
+    expect(mesh.where()).toHaveLength(1);
+    expect([...mesh.sent.values()].flat().filter((message) => message.type === 'load')).toHaveLength(1);
+    // Five jobs: ⌈5 ÷ 2⌉ = 3 replicas, loaded after that very turn.
+    await queue(5);
+    expect(looks).toHaveBeenCalled();
+    expect(mesh.where()).toEqual(['a', 'b', 'c']);
+    // A need that fell and came back records the fall, as a look would: the demand shows it.
+    await queue(1);
+    expect(mesh.autoscaler.view()[0]).toMatchObject({ demand: 1, desired: 3 });
   });
 
   it('a replica gets the whole idle window from when it was first seen or last given a batch, however low the demand', async () => {
