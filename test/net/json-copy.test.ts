@@ -1,6 +1,8 @@
+import { execFileSync } from 'node:child_process';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { jsonCopy } from '../../src/net/json-copy.js';
+import { TSX_LOADER } from '../helpers/mesh.js';
 
 const viaText = (value: unknown): unknown => JSON.parse(JSON.stringify(value) ?? 'null');
 
@@ -39,5 +41,22 @@ describe('jsonCopy', () => {
     expect(copy.input.x).not.toBe(source.input.x); // a tensor, copied whole
     expect(copy.input.x).toEqual([1, 2, 3]);
     expect(copy.jobs[0]).not.toBe(source.jobs[0]);
+  });
+
+  it('leaves a tensor of doubles as V8 holds it, once optimized: the copy does not box its numbers (V8 natives, in a child process)', () => {
+    // Mixed messages (doubles, strings, objects) through the optimized copy, as the in-process link sends them; V8's
+    // own test of an array's elements kind says whether the source tensor is still an array of unboxed doubles.
+    const script = `
+      import { jsonCopy } from ${JSON.stringify(new URL('../../src/net/json-copy.ts', import.meta.url).href)};
+      const hasDoubles = new Function('a', 'return %HasDoubleElements(a)');
+      let boxed = 0;
+      for (let i = 0; i < 30000; i++) {
+        const tensor = JSON.parse('[0.5, ' + (i + 0.25) + ', -1.5]');
+        jsonCopy({ x: tensor, jobIds: ['a', 'b'], mixed: [1, 'two', { three: 3 }], small: [1, 2, 3] });
+        if (!hasDoubles(tensor)) boxed++;
+      }
+      process.stdout.write(String(boxed));`;
+    const boxed = execFileSync(process.execPath, ['--allow-natives-syntax', '--import', TSX_LOADER, '--input-type=module', '-e', script], { encoding: 'utf8' });
+    expect(Number(boxed)).toBe(0);
   });
 });
