@@ -11,19 +11,26 @@
  * outlived the young generation (promoted, or allocated old).
  *
  *   npm run bench:profile -- [--jobs 3000] [--warmup 5000] [--inflight 64] [--out bench/profiles] [--keep-profiles] [--allocations | --survivors]
- *                            [--load oip]
+ *                            [--load oip] [--perf [--seconds 10]]
  *
  * `--load oip` profiles (or, with `--allocations`, samples the heap during) OIP infer requests on the built-in `simple`,
  * JSON and binary in turn, one at a time (bench:oip's concurrency 1) instead of the jobs above.
  *
  * `--keep-profiles` also writes the raw profiles (`.cpuprofile`, for Chrome's DevTools) next to the flame graphs.
+ *
+ * `--perf` samples the CPU with Linux's `perf` instead (Debian: linux-perf; as root, or with perf_event_paranoid ≤ 1),
+ * every thread and the kernel: the jobs loads (or `--load oip`) for `--seconds` (10) after the warm-up, then where
+ * the CPU went — syscalls, SQLite, JSON and number conversion, the collector, our parts of the code — and which code
+ * called the JSON and number conversion (bench/linux-perf.ts says why this, and not V8's profile, for native work).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { removeDir, startMesh, waitFor } from '../test/helpers/mesh.js';
 import { callTree, flameSvg, frameName, heaviest, type CpuProfile, type ProfileNode } from './flame.js';
+import { callersOf, cpuByPart, perfSamples, recordPerf } from './linux-perf.js';
 import { BenchClient, closedLoop, mlpJob } from './mesh-client.js';
 import { oipRequest } from './oip-requests.js';
 
@@ -31,7 +38,7 @@ const { values } = parseArgs({
   options: {
     jobs: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '5000' }, inflight: { type: 'string', default: '64' },
     out: { type: 'string', default: 'bench/profiles' }, allocations: { type: 'boolean', default: false }, survivors: { type: 'boolean', default: false }, 'keep-profiles': { type: 'boolean', default: false },
-    load: { type: 'string', default: 'jobs' },
+    load: { type: 'string', default: 'jobs' }, perf: { type: 'boolean', default: false }, seconds: { type: 'string', default: '10' },
   },
 });
 const JOBS = Number(values.jobs);
@@ -189,6 +196,45 @@ async function allocations(title: string, jobs: number, warmUp: (client: BenchCl
   });
 }
 
+/**
+ * `gpumesh up` sampled by `perf` for SECONDS while `load` runs in rounds (after `warmUp`), Node writing its JIT's
+ * symbols for perf to name JavaScript frames by. Prints the CPU by part and the callers of JSON and number conversion.
+ */
+async function perfProfiled(title: string, warmUp: (client: BenchClient) => Promise<void>, round: (client: BenchClient) => Promise<number>): Promise<void> {
+  const seconds = Number(values.seconds);
+  const mesh = await startMesh({
+    nodeArgs: ['--perf-basic-prof-only-functions'], env: { GPUMESH_LOG_LEVEL: 'warn' },
+    config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } },
+  });
+  const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
+  const pid = mesh.process.pid!;
+  const file = join(mkdtempSync(join(tmpdir(), 'gpumesh-perf-')), 'perf.data');
+  let done = 0;
+  try {
+    if (EVENTS) await client.listen();
+    await warmUp(client);
+    const recording = recordPerf(pid, seconds, file);
+    let stopped = false;
+    void recording.finally(() => (stopped = true));
+    while (!stopped) done += await round(client);
+    await recording;
+  } finally {
+    client.close();
+    await mesh.stop();
+    removeDir(mesh.data);
+  }
+  const samples = perfSamples(file);
+  removeDir(join(file, '..'));
+  const jobsPerSecond = done / seconds;
+  process.stdout.write(`\ngpumesh up, ${title}: ${samples.length} samples of CPU time in ${seconds} s (${jobsPerSecond.toFixed(0)} a second, `
+    + `${((samples.length / 2000 / seconds) * 1e6 / jobsPerSecond).toFixed(0)} µs of CPU each), every thread\n\nby part (the first native kind on a sample's stack, else its innermost part of the code):\n`);
+  for (const [part, pct] of cpuByPart(samples, pid, PARTS)) process.stdout.write(`${pct.toFixed(1).padStart(5)}%  ${part}\n`);
+  process.stdout.write('\nJSON text and number conversion, by the code that asked for it:\n');
+  for (const [caller, pct] of callersOf(samples, /Json(Stringif|Parse)|Dtoa|Strtod|DoubleToCString|StringToDouble/).slice(0, 12)) {
+    process.stdout.write(`${pct.toFixed(1).padStart(5)}%  ${caller}\n`);
+  }
+}
+
 const oipOneAtATime = (count: number) => async (client: BenchClient): Promise<void> => {
   for (let i = 0; i < count; i++) await oipRequest(client, i % 2 ? 'binary' : 'json');
 };
@@ -196,7 +242,23 @@ const oipOneAtATime = (count: number) => async (client: BenchClient): Promise<vo
 const oneAtATime = async (client: BenchClient): Promise<void> => {
   for (let i = 0; i < WARMUP; i++) await client.run(i % 2 ? gen : mlpJob(i));
 };
-if (values.load === 'oip') {
+if (values.perf) {
+  if (values.load === 'oip') {
+    await perfProfiled('OIP infer on simple one at a time, JSON and binary in turn', oipOneAtATime(WARMUP), async (client) => {
+      await oipOneAtATime(200)(client);
+      return 200;
+    });
+  } else {
+    await perfProfiled('mlp jobs one at a time', oneAtATime, async (client) => {
+      for (let i = 0; i < 200; i++) await client.run(mlpJob(i));
+      return 200;
+    });
+    await perfProfiled(`mlp jobs, ${INFLIGHT} in flight`, async (client) => { await closedLoop(client, WARMUP, INFLIGHT); }, async (client) => {
+      await closedLoop(client, 2000, INFLIGHT);
+      return 2000;
+    });
+  }
+} else if (values.load === 'oip') {
   if (values.allocations || values.survivors) {
     await allocations(`OIP infer on simple one at a time, JSON and binary in turn, ${JOBS}`, JOBS, oipOneAtATime(WARMUP), oipOneAtATime(JOBS));
   } else {
