@@ -53,10 +53,11 @@ export class EventBus {
     this.#epoch = clock.now().toString(36);
   }
 
-  publish(event: JobEvent, scope: EventScope): void {
+  /** `json`: a `succeeded` event's JSON where its publisher made it already (exactly what JSON.stringify(event) writes). */
+  publish(event: JobEvent, scope: EventScope, json?: string): void {
     // A job's end with its result and artifacts can be large: kept as its JSON, measured, and written as it is by every
     // stream that sends it.
-    const data = event.type === 'succeeded' ? JSON.stringify(event) : undefined;
+    const data = event.type === 'succeeded' ? json ?? JSON.stringify(event) : undefined;
     const scoped = { id: this.#nextId(), kind: 'job' as const, event, scope, ...(data === undefined ? {} : { data }) };
     this.#remember(scoped);
     const listeners = this.#byJob.get(event.jobId);

@@ -358,7 +358,11 @@ export class JobStates {
     const kept = job.batchId === outcome.batchId && job.leaseHost
       ? { host: job.leaseHost, startedAt: job.startedAt, loadMs: job.loadMs ?? null, computeMs: outcome.computeMs }
       : undefined;
-    const ending = { result: outcome.result ?? null, attempt: kept };
+    const result = outcome.result ?? null;
+    // The result's JSON, made once: the row keeps it and the event carries it (a tensor's numbers written out are most
+    // of the cost of either).
+    const resultJson = JSON.stringify(result);
+    const ending = { result, resultJson, attempt: kept };
     const finish = (): boolean => {
       if (!this.#unwritten.has(job)) return store.jobs.finishJob(job.seq, 'succeeded', now, ending);
       // A deferred job: its whole life in one row.
@@ -380,15 +384,16 @@ export class JobStates {
     job.computeMs = kept?.computeMs ?? null;
     // Taken before the job lets go of its host (#terminated), told to the observers after the event.
     const attempt = job.batchId === outcome.batchId ? this.#endedAttempt(job, { status: 'succeeded', error: null, retryable: true, computeMs: outcome.computeMs }) : null;
-    job.result = outcome.result ?? null;
+    job.result = result;
     job.artifactCount = published.length;
     this.#terminated(job, 'succeeded', now);
     // The client hears first: what routing and the metrics learn from the attempt follows in this same tick, before
     // anything else is dispatched (the next pump is a microtask away).
-    this.#emit(job, {
-      type: 'succeeded', jobId: job.id, result: outcome.result ?? null, at: iso(now),
+    const event: SucceededEvent = {
+      type: 'succeeded', jobId: job.id, result, at: iso(now),
       artifacts: published.map((artifact) => artifactView({ ...artifact, seq: 0, prompt: job.prompt })),
-    });
+    };
+    this.#emit(job, event, succeededJson(event, resultJson));
     this.#announce(attempt);
     this.#deps.metrics.jobFinished(job.model, 'succeeded', now - job.createdAt, outcome.computeMs);
     if (outcome.energyJ) this.#deps.metrics.energyUsed(job.model, outcome.host, outcome.energyJ);
@@ -442,9 +447,23 @@ export class JobStates {
     for (const listener of this.#terminal) listener(job);
   }
 
-  #emit(job: JobRecord, event: JobEvent): void {
-    this.#deps.events.publish(event, scopeOf(job));
+  #emit(job: JobRecord, event: JobEvent, json?: string): void {
+    this.#deps.events.publish(event, scopeOf(job), json);
   }
+}
+
+type SucceededEvent = Extract<JobEvent, { type: 'succeeded' }>;
+
+/**
+ * A `succeeded` event's JSON around its result's JSON made already: the bytes JSON.stringify(event) writes for the
+ * event as JobStates.succeeded builds it (its fields in that order). Every field is taken out by name, so a field added
+ * to the event is a compile error here until it is written too.
+ */
+export function succeededJson(event: SucceededEvent, resultJson: string): string {
+  const { type, jobId, result: _written, at, artifacts, ...unwritten } = event;
+  const none: Record<string, never> = unwritten;
+  void none;
+  return `{"type":${JSON.stringify(type)},"jobId":${JSON.stringify(jobId)},"result":${resultJson},"at":${JSON.stringify(at)},"artifacts":${JSON.stringify(artifacts)}}`;
 }
 
 export { scopeOf };

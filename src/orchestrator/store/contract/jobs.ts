@@ -88,7 +88,15 @@ export interface SucceededAttempt {
 }
 
 /** How a job ends, and what it ends with: a result and the attempt it succeeded with, or an error. */
-export type JobOutcome = { result?: unknown; errorCode?: string; errorMessage?: string; attempt?: SucceededAttempt };
+/**
+ * How a job ended, for its row. `resultJson`: the result's JSON where the caller made it already (a success's event
+ * carries the same text, JobStates.succeeded), so a tensor is written out once; else the store makes it.
+ */
+export type JobOutcome = { result?: unknown; resultJson?: string; errorCode?: string; errorMessage?: string; attempt?: SucceededAttempt };
+
+/** The result column's text for an end: SQL NULL when it has no result (`undefined`), else the result's JSON. */
+export const resultText = (outcome: JobOutcome): string | null =>
+  outcome.result === undefined ? null : outcome.resultJson ?? JSON.stringify(outcome.result);
 
 /** How a job ends, as finishJob is told: the status, the moment and the outcome. */
 export interface JobEnd {
@@ -181,7 +189,7 @@ export function recordValues(job: JobRecord, end?: JobEnd): unknown[] {
     job.seq, job.id, job.type, job.model, end ? end.status : job.status, job.priority, job.album, JSON.stringify(job.classes), json(job.hosts),
     JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.createdAt, end ? end.now : job.updatedAt, end ? end.now : job.finishedAt,
     job.deadlineAt, job.attempts, job.batchId, job.batchSize, end ? null : job.leaseHost, job.dispatchedAt, attempt ? attempt.startedAt : job.startedAt,
-    job.route, end ? json(outcome!.result) : json(job.result), end ? outcome!.errorCode ?? null : job.errorCode, end ? outcome!.errorMessage ?? null : job.errorMessage,
+    job.route, end ? (outcome!.result === null ? null : resultText(outcome!)) : json(job.result), end ? outcome!.errorCode ?? null : job.errorCode, end ? outcome!.errorMessage ?? null : job.errorMessage,
     attempt ? attempt.host : job.attemptHost, attempt ? attempt.loadMs : job.loadMs ?? null, attempt ? attempt.computeMs : job.computeMs,
   ];
 }

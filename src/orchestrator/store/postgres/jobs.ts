@@ -1,4 +1,4 @@
-import { jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobCaps, type JobRow, type JobTable } from '../contract/jobs.js';
+import { jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, resultText, type JobCaps, type JobRow, type JobTable } from '../contract/jobs.js';
 import { marks, Where, type PgAccess } from './access.js';
 
 /** The prompt of a job row aliased `j`, in SQL (contract/jobs.ts, promptOf; SQLite's is sqlite/jobs.ts, PROMPT_SQL). */
@@ -60,7 +60,7 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
       return row ? JSON.parse(row.caps) as JobCaps : null;
     },
     finishJob: (seq, status, now, outcome = {}) => {
-      const result = outcome.result === undefined ? null : JSON.stringify(outcome.result);
+      const result = resultText(outcome);
       const { attempt } = outcome;
       if (attempt) {
         // A turn's successes (a batch's jobs) are one UPDATE of many rows (pg-commits.ts, coalesced).

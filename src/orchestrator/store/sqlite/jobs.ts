@@ -1,6 +1,6 @@
 import type { JobStatus } from '../../../protocol/index.js';
 import {
-  jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, type JobCaps, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
+  jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, resultText, type JobCaps, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
 } from '../contract/jobs.js';
 import { modelIn } from './model-filter.js';
 import { stmt, type Db } from './db.js';
@@ -126,14 +126,14 @@ export function finishJob(
     return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL, result = ?, error_code = NULL,
         error_message = NULL, attempt_host = ?, started_at = ?, load_ms = ?, compute_ms = ?
       WHERE seq = ? AND status IN ('waiting', 'queued', 'dispatched', 'running')`).run(
-      status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result), attempt.host, attempt.startedAt, attempt.loadMs,
+      status, now, now, resultText(outcome), attempt.host, attempt.startedAt, attempt.loadMs,
       attempt.computeMs, seq,
     ).changes === 1;
   }
   return stmt(db, `UPDATE jobs SET status = ?, finished_at = ?, updated_at = ?, lease_host = NULL,
       result = ?, error_code = ?, error_message = ?
     WHERE seq = ? AND status IN ('waiting', 'queued', 'dispatched', 'running')`).run(
-    status, now, now, outcome.result === undefined ? null : JSON.stringify(outcome.result),
+    status, now, now, resultText(outcome),
     outcome.errorCode ?? null, outcome.errorMessage ?? null, seq,
   ).changes === 1;
 }
