@@ -55,15 +55,17 @@ function copyObject(value: object): unknown {
 }
 
 /**
- * Numbers only, each one JSON writes as itself: finite and not -0 (which it writes as 0). A hole is not a number (the
- * iterator reads it as undefined). Not an indexed loop: this sees arrays of doubles and arrays of anything, and
- * TurboFan compiles `values[i]` at such a site to move a doubles-only array to the general elements kind first —
- * every tensor a message carried was turned, in place, into an array of boxed numbers (a heap object each), which
- * made its copy, its JSON and its IPC slower after (bench/RESULTS.md, *Issue 30, sixth session*). The iterator reads
- * each kind as it is.
+ * Numbers only, each one JSON writes as itself: finite and not -0 (which it writes as 0). A hole is not a number
+ * (`at` reads it as undefined). Read with `at`, not `values[i]`: this sees arrays of doubles and arrays of anything,
+ * and TurboFan compiled the indexed read at such a site to move an array of unboxed doubles to the general elements
+ * kind first — every tensor a message carried was turned, in place, into an array of boxed numbers (a heap object
+ * each), which made its copy, its JSON and its IPC slower after. `for…of` kept the kinds but allocated an iterator
+ * result a number (4.3 KB a job under load); `at` keeps them and allocates nothing once optimized (bench/RESULTS.md,
+ * *Issue 30, sixth session*).
  */
 function isFiniteNumbers(values: readonly unknown[]): values is number[] {
-  for (const value of values) {
+  for (let i = 0; i < values.length; i++) {
+    const value = values.at(i);
     if (typeof value !== 'number' || !Number.isFinite(value) || (value === 0 && 1 / value < 0)) return false;
   }
   return values.length > 0;
