@@ -27,6 +27,28 @@ export async function until<T>(what: string, check: () => T | Promise<T>, timeou
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * `promise`'s value, or `late()`'s (or its throw) if `ms` pass first. The timer is cleared either way: a timer left
+ * running would keep the driver's process alive for its whole length after the scenario ended.
+ */
+export async function within<T, L>(promise: Promise<T>, ms: number, late: () => L): Promise<T | L> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<L>((resolve, reject) => {
+    timer = setTimeout(() => {
+      try {
+        resolve(late());
+      } catch (error) {
+        reject(error);
+      }
+    }, ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A gpumesh process started in a host's namespace, its output in `<work>/logs/<label>.log`. */
 export interface MeshProcess {
   label: string;

@@ -17,7 +17,7 @@ import { MeshClient } from '../../src/cli/common/client.js';
 import { gpumeshArgs } from '../../src/cli/common/launch.js';
 import { startPostgres } from '../../test/helpers/postgres.js';
 import { orchestratorRole as role } from '../../test/helpers/processes.js';
-import { sleep, spawnLogged, until, type MeshProcess } from './mesh.js';
+import { sleep, spawnLogged, until, within, type MeshProcess } from './mesh.js';
 import { Topology } from './topology.js';
 
 const topology = Topology.fromEnv();
@@ -85,7 +85,7 @@ try {
           if (active < 0) throw new Error('no orchestrator runs the mesh');
           const submitting = new MeshClient(urls[active]!, admin).submit({ type: 'tensor', model: 'mlp', idempotencyKey: key, input: { x: Array.from({ length: 64 }, (_, k) => Math.sin(n + k)) } });
           submitting.catch(() => {});
-          const job = await Promise.race([submitting, sleep(5000).then(() => { throw new Error('no answer in 5 s'); })]);
+          const job = await within(submitting, 5000, () => { throw new Error('no answer in 5 s'); });
           accepted.set(key, job.id);
           break;
         } catch {
@@ -121,7 +121,7 @@ try {
   step = 3;
   process.stdout.write('step 3: the cable is put back; nas1 finds its lease gone and stops\n');
   await topology.restore('nas1');
-  const code = await Promise.race([nas1.exited, sleep(30_000).then(() => 'still running')]);
+  const code = await within(nas1.exited, 30_000, () => 'still running');
   check('nas1 stopped with exit code 75 (the lease is no longer its own)', code === 75, `exit ${String(code)}`);
   check('nas2 still runs the mesh', (await role(urls[1]!)) === 'active');
 } finally {
