@@ -112,6 +112,9 @@ export class Agent {
         unloaded: (model) => {
           this.#link.send({ type: 'unloaded', ...model });
           this.#catalogues.unloaded(model.model);
+          // Its memory is free now: the mesh books the device by the figure it hears, and an unload asked for answers
+          // with it (ReplicaRequests), so it hears it now rather than at the next beat.
+          this.#session.beat();
         },
       },
     });

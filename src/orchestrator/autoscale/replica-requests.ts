@@ -23,6 +23,12 @@ export interface ReplicaRequestsDeps {
  * agent's `loaded` (or `load-refused`, the refusal's words) or `unloaded`, then its next heartbeat, which carries the
  * memory it now uses.
  */
+/** A replica's change as it came, with its host's count of device reports then. */
+interface SeenChange {
+  event: MeshEvent;
+  reports: number;
+}
+
 export class ReplicaRequests {
   readonly #deps: ReplicaRequestsDeps;
 
@@ -54,16 +60,17 @@ export class ReplicaRequests {
       this.#deps.autoscaler.loadOn(model, host);
     };
     for (const host of plan.hosts.slice(0, plan.wanted)) askHost(host);
-    const loaded: { host: HostSession; before: Device[]; event: Extract<MeshEvent, { type: 'replica:loaded' }> }[] = [];
+    const loaded: { host: HostSession; before: Device[]; event: Extract<MeshEvent, { type: 'replica:loaded' }>; reports: number }[] = [];
     const refusals: string[] = [];
     let unanswered: string[] = [];
     try {
       while (asked.size > 0) {
-        const event = await waiting.until((candidate) => 'host' in candidate && asked.has(candidate.host)) as Extract<MeshEvent, { type: 'replica:loaded' | 'replica:refused' }>;
+        const seen = await waiting.until((candidate) => 'host' in candidate && asked.has(candidate.host));
+        const event = seen.event as Extract<MeshEvent, { type: 'replica:loaded' | 'replica:refused' }>;
         const { host, before } = asked.get(event.host)!;
         asked.delete(event.host);
         if (event.type === 'replica:loaded') {
-          loaded.push({ host, before, event });
+          loaded.push({ host, before, event, reports: seen.reports });
           continue;
         }
         refusals.push(`${host.id} refused: ${event.code}: ${event.message}`);
@@ -78,8 +85,8 @@ export class ReplicaRequests {
       waiting.cancel();
     }
     if (loaded.length === 0) throw new MeshError('NO_ROOM', { model: name, detail: refusals.join('; ') });
-    const changes = await Promise.all(loaded.map(async ({ host, before, event }): Promise<ReplicaChange> => ({
-      host: host.id, model: name, change: 'loaded', device: event.device, memoryMB: event.memoryMB, before, after: await this.#nextReport(host),
+    const changes = await Promise.all(loaded.map(async ({ host, before, event, reports }): Promise<ReplicaChange> => ({
+      host: host.id, model: name, change: 'loaded', device: event.device, memoryMB: event.memoryMB, before, after: await this.#nextReport(host, reports),
     })));
     return { model: name, wanted: plan.wanted, loaded: changes, note: loadNote(plan, changes.length, refusals, unanswered) };
   }
@@ -95,22 +102,27 @@ export class ReplicaRequests {
     const changes: ReplicaChange[] = [];
     const remaining = new Set(hosts.map((host) => host.id));
     while (remaining.size > 0) {
-      const event = await waiting.until((candidate) => 'host' in candidate && remaining.has(candidate.host)) as Extract<MeshEvent, { type: 'replica:unloaded' }>;
+      const seen = await waiting.until((candidate) => 'host' in candidate && remaining.has(candidate.host));
+      const event = seen.event as Extract<MeshEvent, { type: 'replica:unloaded' }>;
       remaining.delete(event.host);
       const host = hosts.find((candidate) => candidate.id === event.host)!;
-      changes.push({ host: host.id, model: name, change: 'unloaded', device: event.device, memoryMB: null, before: before.get(host.id)!, after: await this.#nextReport(host) });
+      changes.push({ host: host.id, model: name, change: 'unloaded', device: event.device, memoryMB: null, before: before.get(host.id)!, after: await this.#nextReport(host, seen.reports) });
     }
     waiting.cancel();
     return changes;
   }
 
-  /** Mesh events matching `filter`, kept from now on (the change may come before the caller starts waiting). */
-  #await(filter: (event: MeshEvent) => boolean, model: string): { until(match: (event: MeshEvent) => boolean): Promise<MeshEvent>; cancel(): void } {
-    const seen: MeshEvent[] = [];
+  /**
+   * Mesh events matching `filter`, kept from now on (the change may come before the caller starts waiting), each with
+   * how many device reports its host had sent when it came: the figure after the change is in the next one.
+   */
+  #await(filter: (event: MeshEvent) => boolean, model: string): { until(match: (event: MeshEvent) => boolean): Promise<SeenChange>; cancel(): void } {
+    const seen: SeenChange[] = [];
     let wake: (() => void) | null = null;
     const { unsubscribe } = this.#deps.events.subscribeAll((scoped) => {
       if (scoped.kind !== 'mesh' || !filter(scoped.event)) return;
-      seen.push(scoped.event);
+      const host = 'host' in scoped.event ? this.#deps.hosts.get(scoped.event.host) : undefined;
+      seen.push({ event: scoped.event, reports: host?.reports ?? 0 });
       wake?.();
     });
     const timeoutMs = this.#deps.timeoutMs ?? 10 * 60_000;
@@ -118,7 +130,7 @@ export class ReplicaRequests {
       until: async (match) => {
         const deadline = this.#deps.clock.now() + timeoutMs;
         for (;;) {
-          const index = seen.findIndex(match);
+          const index = seen.findIndex((change) => match(change.event));
           if (index >= 0) return seen.splice(index, 1)[0]!;
           const left = deadline - this.#deps.clock.now();
           if (left <= 0) {
@@ -139,11 +151,14 @@ export class ReplicaRequests {
     };
   }
 
-  /** The host's devices as its next heartbeat reports them (or as they are, if none comes within two intervals). */
-  async #nextReport(host: HostSession): Promise<Device[]> {
-    const seenAt = host.lastSeenAt;
+  /**
+   * The host's devices as its first report after a change reports them (`reports`: its count when the change came),
+   * or as they are if none comes within two heartbeats. Counted, not timed: the agent reports right after a change,
+   * often within the same millisecond as the change's own message.
+   */
+  async #nextReport(host: HostSession, reports: number): Promise<Device[]> {
     const deadline = this.#deps.clock.now() + 2 * this.#deps.heartbeatMs;
-    while (host.lastSeenAt === seenAt && this.#deps.clock.now() < deadline) {
+    while (host.reports === reports && this.#deps.clock.now() < deadline) {
       await new Promise<void>((resolve) => this.#deps.clock.setTimer(Math.min(50, this.#deps.heartbeatMs), resolve));
     }
     return [...host.devices];

@@ -80,6 +80,7 @@ export class HostSession {
   readonly catalogues = new Map<string, HostCatalogue | null>();
   #resident: ResidentModel[] = [];
   #devices: Device[] = [];
+  #reports = 0;
   #largestBudgetMB = 0;
   #away: HostAway | null = null;
   #onChange: ((host: HostSession) => void) | null = null;
@@ -135,7 +136,13 @@ export class HostSession {
     return this.#devices;
   }
 
+  /** How many reports of its devices came, the hello's included: a change's figure is in the first one after it. */
+  get reports(): number {
+    return this.#reports;
+  }
+
   set devices(devices: readonly Device[]) {
+    this.#reports++;
     this.#devices = [...devices];
     // Read by the router for every host it considers: computed once per report, not per decision.
     this.#largestBudgetMB = Math.max(0, ...devices.map((device) => device.budgetMB));

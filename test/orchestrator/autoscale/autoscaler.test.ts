@@ -485,6 +485,24 @@ describe('loads asked for (gpumesh models load)', () => {
     expect(answer.note).toBe('2 replicas (3 asked; maxReplicas is 2)');
   });
 
+  it('an unload answers with the report its agent sent right behind it, in the same millisecond, not a heartbeat later', async () => {
+    mesh = new Mesh({ min: 0 });
+    const host = mesh.host('a', { resident: true });
+    host.devices = [{ ...host.devices[0]!, usedMB: 100 }];
+    mesh.silent.add('a');
+    // Half a minute between heartbeats, on a clock that does not move: only the report sent after the unload can answer.
+    const unloading = new ReplicaRequests({ autoscaler: mesh.autoscaler, hosts: mesh.hosts, events: mesh.events, clock: mesh.clock, heartbeatMs: 30_000 }).unload('gen');
+    expect(mesh.of('a', 'unload')).toHaveLength(1);
+    // What the agent hub does with the agent's `unloaded` and the heartbeat the agent sends right after it.
+    host.unloaded('gen');
+    mesh.events.publishMesh({ type: 'replica:unloaded', host: 'a', model: 'gen', device: 'cpu', at: new Date(mesh.clock.now()).toISOString() });
+    host.devices = [{ ...host.devices[0]!, usedMB: 0 }];
+    const answer = await Promise.race([unloading, new Promise((resolve) => setTimeout(() => resolve('still waiting for a heartbeat'), 2000))]);
+    expect(answer).toEqual([expect.objectContaining({
+      host: 'a', change: 'unloaded', before: [expect.objectContaining({ usedMB: 100 })], after: [expect.objectContaining({ usedMB: 0 })],
+    })]);
+  });
+
   it('notes: how many of how many, and every reason', () => {
     const plan = { wanted: 3, asked: 3, max: null, hosts: ['a', 'b'] };
     expect(loadNote(plan, 2, [], [])).toBe('2 of 3 replicas: only 2 hosts can serve it');
