@@ -205,7 +205,10 @@ describe('several orchestrators on one PostgreSQL', () => {
     await waitFor(async () => {
       await submit();
       return accepted.length > acceptedBefore;
-    }, { what: 'a submit accepted again once the database is back', timeoutMs: 15_000, intervalMs: 100 });
+    }, { what: 'a submit accepted again once the database is back', timeoutMs: 15_000, intervalMs: 100 }).catch(async (error: Error) => {
+      // Which orchestrator runs the mesh now, and what the submits heard: a lease lost to the restart shows here.
+      throw new Error(`${error.message}; roles now ${JSON.stringify(await Promise.all(urls.map(role)))} (active before: ${active}); answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+    });
     for (let i = 0; i < 50; i++) await submit();
     expect([...statuses.keys()].filter((status) => status >= 500 && status !== 503)).toEqual([]);
     expect(statuses.get(202)).toBeGreaterThanOrEqual(100);
