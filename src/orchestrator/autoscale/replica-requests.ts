@@ -11,24 +11,24 @@ export interface ReplicaRequestsDeps {
   hosts: HostRegistry;
   events: EventBus;
   clock: Clock;
-  /** How often agents report their devices' memory: the figure after a change arrives with the next heartbeat. */
+  /** How often agents report their devices' memory: an answer waits at most two of these for the report after a change. */
   heartbeatMs: number;
   /** How long a load may take before the answer gives up waiting (the load goes on). Default 10 minutes. */
   timeoutMs?: number;
 }
 
-/**
- * Make a model resident on its hosts, or let it go, because someone asked (`gpumesh models load|unload`,
- * `POST /v1/models/:name/load|unload`), and answer once it happened, with the devices' memory before and after: the
- * agent's `loaded` (or `load-refused`, the refusal's words) or `unloaded`, then its next heartbeat, which carries the
- * memory it now uses.
- */
 /** A replica's change as it came, with its host's count of device reports then. */
 interface SeenChange {
   event: MeshEvent;
   reports: number;
 }
 
+/**
+ * Make a model resident on its hosts, or let it go, because someone asked (`gpumesh models load|unload`,
+ * `POST /v1/models/:name/load|unload`), and answer once it happened, with the devices' memory before and after: the
+ * agent's `loaded` (or `load-refused`, the refusal's words) or `unloaded`, then the report of its devices it sends
+ * next (right after the change), which carries the memory it now uses.
+ */
 export class ReplicaRequests {
   readonly #deps: ReplicaRequestsDeps;
 
