@@ -126,10 +126,16 @@ describe.skipIf(!isRoot)('a full disk is an answer, not a hang (issue 29, findin
       if (socket.destroyed) break;
       if (socket.write(part)) continue;
       // A server that stopped reading (the old answer to a full disk) never drains: give up writing after 10 s.
-      const drained = await new Promise((resolve) => {
-        socket.once('drain', () => resolve(true));
-        socket.once('close', () => resolve(true));
-        setTimeout(() => resolve(false), 10_000);
+      const drained = await new Promise<boolean>((resolve) => {
+        // Each wait takes its listeners and its timer back: one wait per chunk would otherwise pile them on the socket.
+        const settle = (value: boolean): void => {
+          socket.off('drain', onward).off('close', onward);
+          clearTimeout(timer);
+          resolve(value);
+        };
+        const onward = (): void => settle(true);
+        const timer = setTimeout(() => settle(false), 10_000);
+        socket.once('drain', onward).once('close', onward);
       });
       if (!drained) break;
     }
