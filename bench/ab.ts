@@ -20,11 +20,10 @@
  *   npm run bench:ab -- --base /tmp/base [--work mlp|pictures|oip|lone] [--jobs 10000|48|3000] [--rounds 6] [--inflight 64|16|1] [--warmup 5000|16]
  *   npm run bench:ab -- --node-args=--max-semi-space-size=16 --base-node-args=--max-semi-space-size=4
  */
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { removeDir, startMesh, waitFor, type RunningMesh } from '../test/helpers/mesh.js';
-import { percentile, printTable, writeResults } from './lib.js';
+import { cpuMs, percentile, printTable, writeResults } from './lib.js';
 import { BenchClient, closedLoop, mlpJob } from './mesh-client.js';
 import { oipRequest } from './oip-requests.js';
 
@@ -54,19 +53,6 @@ const WARMUP = Number(values.warmup ?? (PICTURES ? 16 : 5000));
 const SIDE = 512;
 
 interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[]; p50: number[]; p99: number[]; cpuUs: number[] }
-
-/**
- * The CPU time `gpumesh up` has used, all its threads (ms; Linux's /proc, else NaN): per job, a figure the VM's drift
- * moves less than a rate — what a change saves shows here even in rounds a neighbour slowed.
- */
-function cpuMs(pid: number | undefined): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * 10;
-  } catch {
-    return NaN;
-  }
-}
 
 async function up(name: string, bin: string | undefined, nodeArgs: string[]): Promise<Build> {
   const mesh = await startMesh({
@@ -153,9 +139,9 @@ try {
     // ABBA order: each build goes first as often as second.
     const order = round % 2 === 0 ? builds : [...builds].reverse();
     for (const build of order) {
-      const cpuBefore = cpuMs(build.mesh.process.pid);
+      const cpuBefore = cpuMs([build.mesh.process.pid!]);
       build.rounds.push(await measure(build, JOBS));
-      build.cpuUs.push(((cpuMs(build.mesh.process.pid) - cpuBefore) * 1000) / JOBS);
+      build.cpuUs.push(((cpuMs([build.mesh.process.pid!]) - cpuBefore) * 1000) / JOBS);
       const idle = PICTURES ? `, engine idle ${build.idleMs.at(-1)!.toFixed(1)} ms a batch` : LONE ? `, p50 ${build.p50.at(-1)!.toFixed(3)} ms, p99 ${build.p99.at(-1)!.toFixed(3)} ms` : '';
       process.stdout.write(`round ${round + 1}: ${build.name} ${build.rounds.at(-1)!.toFixed(PICTURES ? 2 : 0)} ${LONE ? 'requests' : 'jobs'}/s${idle}, ${build.cpuUs.at(-1)!.toFixed(0)} µs of CPU a ${LONE ? 'request' : 'job'}\n`);
     }

@@ -5,7 +5,9 @@
  *  - single submits, the same number of jobs kept in flight (closed loop);
  *  - bulk submits (gpumesh's POST /v1/jobs:batch, BullMQ's addBulk), every job
  *    sent in chunks as fast as the system takes them.
- * Reports jobs/s and submit→completion latency.
+ * Reports jobs/s, submit→completion latency, and the CPU a job cost: the system's own processes (gpumesh up with its
+ * engine worker; redis-server and the BullMQ worker), and the client's (this process, in that system's rounds). The
+ * CPU a job is what a busier or quieter VM moves least: its rounds' rates can differ by a third within a run.
  *
  * Both systems are up for the whole run and measured in alternating rounds (gpumesh then BullMQ, then the other way
  * round): a shared VM's speed drifts by tens of percent over a minute, so a comparison of one system's minute with
@@ -19,7 +21,7 @@
  */
 import { parseArgs } from 'node:util';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
-import { percentile, printTable, summarize, writeResults, type Summary } from './lib.js';
+import { cpuMs, percentile, printTable, processTree, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient, mlpSample } from './mesh-client.js';
 import { bullmq, closedLoop, type Result, type System } from './systems.js';
 
@@ -71,6 +73,7 @@ async function gpumesh(): Promise<System> {
         return client.completion(result.id!).then((end) => end.at);
       });
     },
+    processes: () => processTree(mesh.process.pid!),
     close: async () => {
       client.close();
       await mesh.stop();
@@ -81,32 +84,51 @@ async function gpumesh(): Promise<System> {
 
 const median = (values: readonly number[]): number => percentile(values, 50);
 
-/** Each system's rounds of one mode, pooled: the median round's jobs/s, latency over every job of every round. */
-function pooled(rounds: Result[], label: string): { name: string; jobsPerSecond: number; perRound: number[]; latency: Summary } {
+/** The CPU a round took a job, in µs: the system's own processes (server and workers), and the client's (this process). */
+interface RoundCpu { server: number; client: number }
+
+/** Run one round of `system`, with the CPU it took. */
+async function measured(system: System, round: () => Promise<Result>): Promise<Result & { cpu: RoundCpu }> {
+  const processes = system.processes();
+  const server = cpuMs(processes);
+  const client = process.cpuUsage();
+  const result = await round();
+  const clientUs = process.cpuUsage(client);
+  return { ...result, cpu: { server: ((cpuMs(processes) - server) * 1000) / JOBS, client: (clientUs.user + clientUs.system) / JOBS } };
+}
+
+/**
+ * Each system's rounds of one mode, pooled: the median round's jobs/s, latency over every job of every round, and the
+ * median round's CPU a job (the system's processes; the client's).
+ */
+function pooled(rounds: (Result & { cpu: RoundCpu })[], label: string): { name: string; jobsPerSecond: number; perRound: number[]; latency: Summary; cpu: RoundCpu } {
   return {
     name: label, jobsPerSecond: median(rounds.map((round) => round.jobsPerSecond)),
     perRound: rounds.map((round) => Math.round(round.jobsPerSecond)), latency: summarize(rounds.flatMap((round) => round.latencies)),
+    cpu: { server: median(rounds.map((round) => round.cpu.server)), client: median(rounds.map((round) => round.cpu.client)) },
   };
 }
 
+const cpuText = (cpu: RoundCpu): string => `${cpu.server.toFixed(0)} + ${cpu.client.toFixed(0)} µs`;
+
 const systems = [await gpumesh(), await bullmq()];
 const [ours, theirs] = systems as [System, System];
-const rounds = { single: new Map<System, Result[]>(), bulk: new Map<System, Result[]>() };
+const rounds = { single: new Map<System, (Result & { cpu: RoundCpu })[]>(), bulk: new Map<System, (Result & { cpu: RoundCpu })[]>() };
 try {
   // Warm-up (model load, connections, V8's JIT): WARMUP jobs each, unmeasured.
   for (const system of systems) await closedLoop('warm-up', WARMUP, INFLIGHT, (i) => system.single(-1 - i));
   for (let round = 0; round < ROUNDS; round++) {
     for (const system of round % 2 === 0 ? systems : [...systems].reverse()) {
-      const result = await closedLoop(system.name, JOBS, INFLIGHT, (i) => system.single(i));
+      const result = await measured(system, () => closedLoop(system.name, JOBS, INFLIGHT, (i) => system.single(i)));
       rounds.single.set(system, [...(rounds.single.get(system) ?? []), result]);
-      process.stderr.write(`round ${round + 1}, single: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s\n`);
+      process.stderr.write(`round ${round + 1}, single: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s, CPU a job ${cpuText(result.cpu)}\n`);
     }
   }
   for (let round = 0; round < ROUNDS; round++) {
     for (const system of round % 2 === 0 ? systems : [...systems].reverse()) {
-      const result = await bulk(system.name, (indices) => system.bulk(indices));
+      const result = await measured(system, () => bulk(system.name, (indices) => system.bulk(indices)));
       rounds.bulk.set(system, [...(rounds.bulk.get(system) ?? []), result]);
-      process.stderr.write(`round ${round + 1}, bulk: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s\n`);
+      process.stderr.write(`round ${round + 1}, bulk: ${system.name} ${Math.round(result.jobsPerSecond)} jobs/s, CPU a job ${cpuText(result.cpu)}\n`);
     }
   }
 } finally {
@@ -117,16 +139,18 @@ const rows = [
   pooled(rounds.single.get(ours)!, 'gpumesh, single submits'), pooled(rounds.single.get(theirs)!, 'BullMQ + Redis, add'),
   pooled(rounds.bulk.get(ours)!, 'gpumesh, bulk submits'), pooled(rounds.bulk.get(theirs)!, 'BullMQ + Redis, addBulk'),
 ];
-printTable(`${JOBS} tiny tensor jobs per round, ${ROUNDS} rounds in turn, one worker process each; single: ${INFLIGHT} in flight; bulk: chunks of ${CHUNK} (jobs/s: median round; latency in ms over every round)`,
-  ['system', 'jobs/s', 'rounds', 'p50', 'p90', 'p99'],
-  rows.map((row) => [row.name, row.jobsPerSecond, row.perRound.join(' / '), row.latency.p50, row.latency.p90, row.latency.p99]));
+printTable(`${JOBS} tiny tensor jobs per round, ${ROUNDS} rounds in turn, one worker process each; single: ${INFLIGHT} in flight; bulk: chunks of ${CHUNK} (jobs/s: median round; latency in ms over every round; CPU a job: the median round's, the system's processes + the client's)`,
+  ['system', 'jobs/s', 'rounds', 'p50', 'p90', 'p99', 'CPU µs a job'],
+  rows.map((row) => [row.name, row.jobsPerSecond, row.perRound.join(' / '), row.latency.p50, row.latency.p90, row.latency.p99, cpuText(row.cpu)]));
+const total = (cpu: RoundCpu): number => cpu.server + cpu.client;
 const compare = (ours: (typeof rows)[number], theirs: (typeof rows)[number]): { ratio: number; roundRatios: number[]; line: string } => {
   const ratio = ours.jobsPerSecond / theirs.jobsPerSecond;
   const roundRatios = ours.perRound.map((value, index) => value / theirs.perRound[index]!);
   return {
     ratio, roundRatios,
     line: `${ours.name} / ${theirs.name}: ${ratio.toFixed(2)}× the throughput (rounds ${roundRatios.map((r) => r.toFixed(2)).join(', ')}), `
-      + `p99 ${ours.latency.p99.toFixed(1)} vs ${theirs.latency.p99.toFixed(1)} ms`,
+      + `p99 ${ours.latency.p99.toFixed(1)} vs ${theirs.latency.p99.toFixed(1)} ms, `
+      + `${(total(ours.cpu) / total(theirs.cpu)).toFixed(2)}× the CPU a job (${total(ours.cpu).toFixed(0)} vs ${total(theirs.cpu).toFixed(0)} µs)`,
   };
 };
 const single = compare(rows[0]!, rows[1]!);

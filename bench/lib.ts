@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 
@@ -28,6 +28,49 @@ export function summarize(values: readonly number[]): Summary {
     p99: percentile(values, 99),
     max: Math.max(...values),
   };
+}
+
+/** A process's `/proc/<pid>/stat` fields after its name (whose parentheses may hold spaces); null when it is gone. */
+function statFields(pid: number): string[] | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The CPU time these processes have used, every thread of each (ms; Linux's /proc, else NaN). Taken before and after
+ * a round, it gives the CPU a job costs: a figure the VM's drift moves less than a rate (bench/RESULTS.md).
+ */
+export function cpuMs(pids: readonly number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    const fields = statFields(pid);
+    if (!fields) return NaN;
+    // utime and stime, in clock ticks of 10 ms (USER_HZ is 100 on Linux).
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks * 10;
+}
+
+/** `pid` and every process below it (an orchestrator's engine workers, a worker's ffmpeg), from /proc; [pid] elsewhere. */
+export function processTree(pid: number): number[] {
+  let all: number[];
+  try {
+    all = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+  } catch {
+    return [pid];
+  }
+  const children = new Map<number, number[]>();
+  for (const candidate of all) {
+    const parent = Number(statFields(candidate)?.[1]);
+    if (Number.isInteger(parent)) children.set(parent, [...(children.get(parent) ?? []), candidate]);
+  }
+  const tree = [pid];
+  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]!) ?? []));
+  return tree;
 }
 
 export function machine(): Record<string, unknown> {

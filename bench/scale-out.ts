@@ -18,7 +18,7 @@ import { MeshClient } from '../src/cli/common/client.js';
 import { removeDir, startMesh, tempDir, waitFor } from '../test/helpers/mesh.js';
 import { startPostgres, type RunningPostgres } from '../test/helpers/postgres.js';
 import { freePort, gpumesh, type Proc } from '../test/helpers/processes.js';
-import { percentile, printTable, summarize, writeResults, type Summary } from './lib.js';
+import { percentile, printTable, processTree, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient, mlpSample } from './mesh-client.js';
 import { bullmq, closedLoop, type Result, type System } from './systems.js';
 
@@ -32,7 +32,7 @@ const WARMUP = Number(values.warmup);
 const QUEUES = { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } };
 
 /** A system measured through the bench client: single submits, each resolving at its job's end (from the event stream). */
-async function viaClient(name: string, url: string, admin: string, close: () => Promise<void>): Promise<System> {
+async function viaClient(name: string, url: string, admin: string, processes: () => number[], close: () => Promise<void>): Promise<System> {
   const client = new BenchClient(url, admin, INFLIGHT);
   await client.listen();
   return {
@@ -41,6 +41,7 @@ async function viaClient(name: string, url: string, admin: string, close: () => 
       await client.run({ type: 'tensor', input: { x: mlpSample(i) } });
     },
     bulk: () => Promise.reject(new Error('bulk submits are bench:dispatch\'s')),
+    processes,
     close: async () => {
       client.close();
       await close();
@@ -51,7 +52,7 @@ async function viaClient(name: string, url: string, admin: string, close: () => 
 /** `gpumesh up` (the orchestrator and its agent in one process) on a store. */
 async function up(name: string, store: Record<string, unknown> | null): Promise<System> {
   const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, config: { ...QUEUES, ...(store ? { store } : {}) } });
-  return viaClient(name, mesh.url, mesh.admin, async () => {
+  return viaClient(name, mesh.url, mesh.admin, () => processTree(mesh.process.pid!), async () => {
     await mesh.stop();
     removeDir(mesh.data);
   });
@@ -73,7 +74,7 @@ async function threeOrchestrators(postgres: RunningPostgres): Promise<System & {
   const { token } = await new MeshClient(urls, admin).request<{ token: string }>('POST', '/v1/grants', { kind: 'agent', host: 'bench', classes: ['tensor'] });
   procs.push(gpumesh(['agent', '--join', urls.join(','), '--grant', token, '--data', join(datas[0]!, 'agent')], { GPUMESH_LOG_LEVEL: 'warn' }));
   await waitFor(async () => (await fetch(`${urls[0]}/readyz`)).ok, { what: 'the agent to join' });
-  const system = await viaClient('gpumesh, PostgreSQL, 3 orchestrators (1 active)', urls[0]!, admin, async () => {
+  const system = await viaClient('gpumesh, PostgreSQL, 3 orchestrators (1 active)', urls[0]!, admin, () => procs.flatMap((proc) => processTree(proc.child.pid!)), async () => {
     for (const proc of procs) await proc.kill('SIGTERM');
     for (const data of datas) removeDir(data);
   });

@@ -18,6 +18,8 @@ export interface System {
   single(i: number): Promise<void>;
   /** Submit these jobs in one request; resolves once they are accepted, with each one's completion time. */
   bulk(indices: number[]): Promise<Promise<number>[]>;
+  /** Its processes on this machine, as they are now (the server and its workers; the client's is the benchmark's own). */
+  processes(): number[];
   close(): Promise<void>;
 }
 
@@ -83,6 +85,7 @@ export async function bullmq(): Promise<System> {
       const jobs = await queue.addBulk(indices.map((i) => ({ name: 'tensor', data: { x: mlpSample(i) }, opts: options })));
       return jobs.map((job) => completion(job.id!));
     },
+    processes: () => [redis.pid!, worker.pid!],
     close: async () => {
       await events.close();
       await queue.close();
