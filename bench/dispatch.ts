@@ -86,9 +86,10 @@ const median = (values: readonly number[]): number => percentile(values, 50);
 
 /** The CPU a round took a job, in µs: the system's own processes (server and workers), and the client's (this process). */
 interface RoundCpu { server: number; client: number }
+type MeasuredRound = Result & { cpu: RoundCpu };
 
 /** Run one round of `system`, with the CPU it took. */
-async function measured(system: System, round: () => Promise<Result>): Promise<Result & { cpu: RoundCpu }> {
+async function measured(system: System, round: () => Promise<Result>): Promise<MeasuredRound> {
   const processes = system.processes();
   const server = cpuMs(processes);
   const client = process.cpuUsage();
@@ -101,7 +102,7 @@ async function measured(system: System, round: () => Promise<Result>): Promise<R
  * Each system's rounds of one mode, pooled: the median round's jobs/s, latency over every job of every round, and the
  * median round's CPU a job (the system's processes; the client's).
  */
-function pooled(rounds: (Result & { cpu: RoundCpu })[], label: string): { name: string; jobsPerSecond: number; perRound: number[]; latency: Summary; cpu: RoundCpu } {
+function pooled(rounds: MeasuredRound[], label: string): { name: string; jobsPerSecond: number; perRound: number[]; latency: Summary; cpu: RoundCpu } {
   return {
     name: label, jobsPerSecond: median(rounds.map((round) => round.jobsPerSecond)),
     perRound: rounds.map((round) => Math.round(round.jobsPerSecond)), latency: summarize(rounds.flatMap((round) => round.latencies)),
@@ -113,7 +114,7 @@ const cpuText = (cpu: RoundCpu): string => `${cpu.server.toFixed(0)} + ${cpu.cli
 
 const systems = [await gpumesh(), await bullmq()];
 const [ours, theirs] = systems as [System, System];
-const rounds = { single: new Map<System, (Result & { cpu: RoundCpu })[]>(), bulk: new Map<System, (Result & { cpu: RoundCpu })[]>() };
+const rounds = { single: new Map<System, MeasuredRound[]>(), bulk: new Map<System, MeasuredRound[]>() };
 try {
   // Warm-up (model load, connections, V8's JIT): WARMUP jobs each, unmeasured.
   for (const system of systems) await closedLoop('warm-up', WARMUP, INFLIGHT, (i) => system.single(-1 - i));
