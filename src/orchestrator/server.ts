@@ -8,6 +8,7 @@ import { installGrantRules } from './http/auth.js';
 import { blobRoutes, type BlobRouteDeps } from './http/blobs.js';
 import { frameworkErrorOptions, installErrorHandling } from './http/errors.js';
 import { installJsonDepthLimit } from './http/json-depth.js';
+import { installJsonText } from './http/json-text.js';
 import { requestLogger } from './http/request-logger.js';
 import { installStorageFloor } from './http/storage-floor.js';
 import type { FreeSpace } from './storage/free-space.js';
@@ -73,6 +74,7 @@ export async function buildServer(parts: ServerParts, logger: Logger, version: s
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   installErrorHandling(app, parts.bodyLimitBytes);
+  installJsonText(app);
   installJsonDepthLimit(app);
   installStorageFloor(app, parts.freeSpace);
   // Every body the API takes is JSON (uploads have their own parser): plain text is a 415, not a string to validate.

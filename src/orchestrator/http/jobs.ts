@@ -6,6 +6,7 @@ import { isTerminal, JOB_STATUSES, LIMITS, SubmitJobBody, type JobStatus } from 
 import type { EventBus } from '../events/event-bus.js';
 import type { ClientCancel, JobAdmission, JobReads } from '../jobs/index.js';
 import { grantOf, type RequestAuth } from './auth.js';
+import { KEEPS_JSON_TEXT } from './json-text.js';
 import { clientGone, jobEnd, preferredWait } from './prefer-wait.js';
 import { errorAnswers, json } from './openapi.js';
 
@@ -30,6 +31,8 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
   routes.post('/v1/jobs', {
     schema: { body: SubmitJobBody, tags: ['jobs'], summary: 'Submit a job' },
     config: {
+      // The input is stored as it was sent where that is exactly the input admitted (JobAdmission): not written out again.
+      ...KEEPS_JSON_TEXT,
       openapi: {
         responses: {
           202: json('Admitted and queued (Location: the job)', JobAccepted),
@@ -47,7 +50,7 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
     const wait = preferredWait(request.headers.prefer);
     const grant = grantOf(request);
     // With `Prefer: wait` the job is written when it ends (JobAdmission.submit, waited), unless it is answered sooner.
-    const { job, created } = await admission.submit(grant, request.body, auth.authorizer(request), wait !== null);
+    const { job, created } = await admission.submit(grant, request.body, auth.authorizer(request), wait !== null, request.jsonText ?? undefined);
     const links = { self: `/v1/jobs/${job.id}`, events: `/v1/jobs/${job.id}/events` };
     void reply.header('location', links.self);
     // `Prefer: wait=N`: answer with the finished job (200, as GET /v1/jobs/:id) if it ends within N seconds — one

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { BulkItemResult } from '../../protocol/api/index.js';
 import type { Clock } from '../../protocol/clock.js';
 import { MeshError, SubmitJobBody } from '../../protocol/index.js';
+import { memberJson } from '../../net/json-member.js';
 import type { VerifiedGrant } from '../auth/index.js';
 import type { CarriedPictures } from '../blobs/client-blobs.js';
 import { picturesNamed, type InputImages } from '../blobs/input-images.js';
@@ -132,6 +133,30 @@ function sourceSize(pending: readonly InputReference[], looked: Looked): { width
 }
 const NO_PICTURES: ReadonlySet<string> = new Set();
 
+interface AdmitOptions {
+  waited?: boolean;
+  id?: string;
+  bodyJson?: string;
+}
+
+/**
+ * The input's JSON as its client sent it, cut from the body's text, where the input admitted is exactly the one sent:
+ * each member the same value, in the same order (a tensor's `x`: its numbers are most of the job's row, and writing
+ * them out again was the largest cost of storing it). Null where the handling of its job type made another (filled
+ * defaults, a normal form) or no text is at hand: the row's input is then written out.
+ */
+function sentInput(bodyJson: string | undefined, body: SubmitJobBody, input: Record<string, unknown>): string | null {
+  if (bodyJson === undefined) return null;
+  const sent = Object.keys(body.input);
+  const admitted = Object.keys(input);
+  if (sent.length !== admitted.length) return null;
+  for (let i = 0; i < sent.length; i++) {
+    const key = sent[i]!;
+    if (admitted[i] !== key || !Object.is(input[key], body.input[key])) return null;
+  }
+  return memberJson(bodyJson, 'input');
+}
+
 /** One job through every check of admission (`#vet`): what admitting it takes, or the job an idempotent repeat gets back. */
 interface Vetted {
   /** The references whose sources have not succeeded yet: the job waits for them. */
@@ -166,11 +191,12 @@ export class JobAdmission {
    * idempotent repeat. `waited`: the client waits for the job's end on this request (OIP infer, `Prefer: wait`), so
    * the job is written when it ends (JobStates.create, deferred) and this resolves at once; a route that then
    * answers before its end (a wait that ran out, a grant that may not read the job) calls `persist` first.
+   * `bodyJson`: the body as its client sent it (the JSON text `body` was parsed from), for storing the input as it came.
    */
-  async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, waited = false): Promise<{ job: JobRecord; created: boolean }> {
+  async submit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, waited = false, bodyJson?: string): Promise<{ job: JobRecord; created: boolean }> {
     const looking = this.#look(grant, body);
     const looked = looking ? await looking : NOTHING_LOOKED;
-    const admitted = this.#capsAudited(grant, () => this.#admit(grant, body, authorize, looked, waited));
+    const admitted = this.#capsAudited(grant, () => this.#admit(grant, body, authorize, looked, { waited, bodyJson }));
     // A job its client waits for is written when it ends (JobStates.create): nothing is promised before its answer.
     if (admitted.created && waited && !this.#deps.states.written(admitted.job)) return admitted;
     await this.#durable(admitted.created ? [admitted.job] : []);
@@ -259,7 +285,7 @@ export class JobAdmission {
     const byId = new Map<string, JobRecord>();
     try {
       for (const [index, step] of plan.steps.entries()) {
-        const { job } = stepped(step, () => this.#admit(grant, step.body, authorize, withSteps(index, byId), false, step.jobId));
+        const { job } = stepped(step, () => this.#admit(grant, step.body, authorize, withSteps(index, byId), { id: step.jobId }));
         admitted.push(job);
         byId.set(job.id, job);
       }
@@ -528,7 +554,11 @@ export class JobAdmission {
     return { ...vetted, waitsFor };
   }
 
-  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, waited = false, id?: string): { job: JobRecord; created: boolean; hash: string | null } {
+  /**
+   * `waited`: as `submit` says. `id`: the job's, where the request named it already (a pipeline's step). `bodyJson`:
+   * the request's body as its client sent it, where the HTTP layer kept it.
+   */
+  #admit(grant: VerifiedGrant, body: SubmitJobBody, authorize: Authorize, looked: Looked, { waited = false, id, bodyJson }: AdmitOptions = {}): { job: JobRecord; created: boolean; hash: string | null } {
     const { clock, config, scheduler, admission, states } = this.#deps;
     const { model, priority, album, classes, input, hash, repeat, webhook, waitsFor, pending } = this.#vet(grant, body, authorize, looked);
     if (repeat) return { job: repeat, created: false, hash };
@@ -543,7 +573,7 @@ export class JobAdmission {
     const stale = looked.keyed?.stale ?? null;
     const waiting = pending.length > 0;
     const job = states.create({
-      id: id ?? newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input,
+      id: id ?? newId('j'), type: body.type, model: name, priority, album, classes, hosts: grant.hosts, input, inputJson: sentInput(bodyJson, body, input),
       grantId: grant.id, idempotencyKey: body.idempotencyKey ?? null, requestHash: hash, createdAt: now,
       deadlineAt: body.timeoutMs === undefined ? null : now + body.timeoutMs, ...(waiting ? { status: 'waiting' as const } : {}),
     // Written when it ends if its client waits for it, else after this turn, with its dispatch (JobStates.create) —

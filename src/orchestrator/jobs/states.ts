@@ -122,7 +122,7 @@ export class JobStates {
     let record: JobRecord;
     if (write !== 'now' && !staleKeyOf && job.idempotencyKey === null) {
       record = store.jobs.reserveJob(job);
-      this.#unwritten.add(record, write);
+      this.#unwritten.add(record, write, job.inputJson);
     } else {
       record = staleKeyOf
         ? commits.write(() => {

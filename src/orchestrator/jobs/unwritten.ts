@@ -43,6 +43,11 @@ export class UnwrittenJobs {
   readonly #committing = new Map<JobRecord, Promise<void>>();
   /** Jobs whose row or its commit was refused (a full disk): never written, they end without a row. */
   readonly #refused = new WeakSet<JobRecord>();
+  /**
+   * The input its client sent, as JSON, of a job not written (NewJob.inputJson): good while the record holds the
+   * input it was sent for (a waiting job's release gives it another). Weak, so a job lost on any path leaves nothing.
+   */
+  readonly #sent = new WeakMap<JobRecord, { input: JobRecord['input']; json: string }>();
   #scheduled = false;
 
   constructor(deps: { store: MeshStore; commits: Commits; log: Logger }) {
@@ -55,9 +60,10 @@ export class UnwrittenJobs {
     return this.#jobs.size;
   }
 
-  /** A job admitted and not written: after this turn (`turn`), or when it ends (`end`). */
-  add(job: JobRecord, when: Exclude<RowWrite, 'now'>): void {
+  /** A job admitted and not written: after this turn (`turn`), or when it ends (`end`); `inputJson`: NewJob's. */
+  add(job: JobRecord, when: Exclude<RowWrite, 'now'>, inputJson?: string | null): void {
     this.#jobs.set(job, null);
+    if (inputJson) this.#sent.set(job, { input: job.input, json: inputJson });
     if (when === 'end') return;
     // Caught here as well, so a refusal nobody awaits (its admission failed first) is no unhandled rejection.
     const committed = new Promise<void>((resolve, reject) => this.#admitted.push({ job, resolve, reject }));
@@ -96,8 +102,10 @@ export class UnwrittenJobs {
    */
   write(job: JobRecord, end?: JobEnd): void {
     const kept = this.#jobs.get(job);
-    this.#store.jobs.insertRecord(job, end ?? kept ?? undefined);
+    const sent = this.#sent.get(job);
+    this.#store.jobs.insertRecord(job, end ?? kept ?? undefined, sent?.input === job.input ? sent.json : null);
     this.#jobs.delete(job);
+    this.#sent.delete(job);
     this.#written(job);
   }
 

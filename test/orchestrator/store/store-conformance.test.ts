@@ -193,7 +193,13 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     commits.write(() => jobs.insertRecord(failed, { status: 'cancelled', now: now + 5, outcome: { errorCode: 'CANCELLED', errorMessage: 'by its client' } }));
     Object.assign(inFlight, { status: 'dispatched', attempts: 1, batchId: 'b2', batchSize: 1, leaseHost: 'desktop', dispatchedAt: now, updatedAt: now });
     commits.write(() => jobs.insertRecord(inFlight));
+    // An input as its client sent it (NewJob.inputJson), in an insert and in a row written later: stored as sent.
+    const sentText = '{ "x" : [ 1.50, 2e0 ] }';
+    const sent = commits.write(() => jobs.insertJob(newJob({ type: 'tensor', model: 'mlp', input: { x: [1.5, 2] }, inputJson: sentText })));
+    const sentLater = jobs.reserveJob(newJob({ type: 'tensor', model: 'mlp', input: { x: [1.5, 2] } }));
+    commits.write(() => jobs.insertRecord(sentLater, undefined, sentText));
     await commits.durable();
+    for (const job of [sent, sentLater]) expect((await jobs.getJob(job.id))?.input).toEqual({ x: [1.5, 2] });
     expect(await jobs.getJob(waited.id)).toEqual({
       ...waited, status: 'succeeded', updatedAt: now + 4, finishedAt: now + 4, leaseHost: null, result: { y: [2] }, attemptHost: 'laptop', loadMs: 0, computeMs: 2.5,
     });
@@ -203,7 +209,7 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     commits.write(() => jobs.finishJob(inFlight.seq, 'failed', now + 6, { errorCode: 'AGENT_LOST', errorMessage: 'gone' }));
     await commits.durable();
     expect(await jobs.getJob(inFlight.id)).toMatchObject({ status: 'failed', errorCode: 'AGENT_LOST' });
-    expect((await jobs.listJobs({ limit: 10 })).map((job) => job.id)).toEqual([after.id, inFlight.id, failed.id, waited.id]);
+    expect((await jobs.listJobs({ limit: 10 })).map((job) => job.id)).toEqual([sentLater.id, sent.id, after.id, inFlight.id, failed.id, waited.id]);
     // Numbers go on from the largest written, after a restart too.
     const again = await backend.reopen(store);
     expect(again.commits.write(() => again.jobs.insertJob(newJob())).seq).toBeGreaterThan(after.seq);

@@ -57,6 +57,11 @@ export type NewJob = Pick<JobRecord, 'id' | 'type' | 'model' | 'priority' | 'alb
   requestHash?: string | null;
   /** `waiting`: it takes other jobs' outputs and waits for them (default `queued`). */
   status?: 'queued' | 'waiting';
+  /**
+   * `input` as JSON, where the text its client sent is exactly it (JobAdmission): written as it came instead of
+   * written out again (`inputJson`). Never kept on the record: a queue of jobs would hold every input twice.
+   */
+  inputJson?: string | null;
 };
 
 /**
@@ -117,9 +122,10 @@ export interface JobTable {
   /**
    * Write the row of a job `reserveJob` made: as its record stands (queued, or with the attempt in flight), or, with
    * `end`, finished as finishJob would finish it — one INSERT where its life would otherwise be an insert and two or
-   * three updates. Only for jobs without an idempotency key (the row's request hash is left empty).
+   * three updates. Only for jobs without an idempotency key (the row's request hash is left empty). `inputJson`: the
+   * job's input as JSON where it is at hand (NewJob.inputJson).
    */
-  insertRecord(job: JobRecord, end?: JobEnd): void;
+  insertRecord(job: JobRecord, end?: JobEnd, inputJson?: string | null): void;
   releaseIdempotencyKey(id: string): void;
   markDispatched(seqs: readonly number[], batchId: string, host: string, now: number, route?: string | null): Set<number>;
   markRunning(seqs: readonly number[], now: number): void;
@@ -181,18 +187,21 @@ export const RECORD_COLUMNS = [
  * The values of a job's row as its record stands, or as `end` leaves it (what finishJob would set: the status, its
  * moment, no lease, the result or error, and the attempt it succeeded with), in the order of RECORD_COLUMNS.
  */
-export function recordValues(job: JobRecord, end?: JobEnd): unknown[] {
+export function recordValues(job: JobRecord, end?: JobEnd, inputJson?: string | null): unknown[] {
   const outcome = end?.outcome;
   const attempt = outcome?.attempt;
   const json = (value: unknown): string | null => (value === undefined || value === null ? null : JSON.stringify(value));
   return [
     job.seq, job.id, job.type, job.model, end ? end.status : job.status, job.priority, job.album, JSON.stringify(job.classes), json(job.hosts),
-    JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.createdAt, end ? end.now : job.updatedAt, end ? end.now : job.finishedAt,
+    inputJson ?? JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.createdAt, end ? end.now : job.updatedAt, end ? end.now : job.finishedAt,
     job.deadlineAt, job.attempts, job.batchId, job.batchSize, end ? null : job.leaseHost, job.dispatchedAt, attempt ? attempt.startedAt : job.startedAt,
     job.route, end ? (outcome!.result === null ? null : resultText(outcome!)) : json(job.result), end ? outcome!.errorCode ?? null : job.errorCode, end ? outcome!.errorMessage ?? null : job.errorMessage,
     attempt ? attempt.host : job.attemptHost, attempt ? attempt.loadMs : job.loadMs ?? null, attempt ? attempt.computeMs : job.computeMs,
   ];
 }
+
+/** A new job's input as its row holds it: the text its client sent where that is exactly the input, else written out. */
+export const inputText = (job: NewJob): string => job.inputJson ?? JSON.stringify(job.input);
 
 /**
  * A job's prompt is its input's `prompt`, stored once, in the input. Read in JS from an input in hand (`promptOf`),

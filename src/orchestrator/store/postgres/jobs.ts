@@ -1,4 +1,4 @@
-import { jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, resultText, type JobCaps, type JobRow, type JobTable } from '../contract/jobs.js';
+import { inputText, jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, resultText, type JobCaps, type JobRow, type JobTable } from '../contract/jobs.js';
 import { marks, Where, type PgAccess } from './access.js';
 
 /** The prompt of a job row aliased `j`, in SQL (contract/jobs.ts, promptOf; SQLite's is sqlite/jobs.ts, PROMPT_SQL). */
@@ -25,7 +25,7 @@ const INSERT_RECORD = `INSERT INTO jobs (${RECORD_COLUMNS.join(', ')}) VALUES ($
 export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobTable {
   return {
     reserveJob: (job) => queuedRecord(job, nextSeq()),
-    insertRecord: (job, end) => write(INSERT_RECORD, recordValues(job, end)),
+    insertRecord: (job, end, inputJson) => write(INSERT_RECORD, recordValues(job, end, inputJson)),
     insertJob: (job) => {
       const seq = nextSeq();
       const hosts = job.hosts ?? null;
@@ -33,7 +33,7 @@ export function jobTable({ write, read }: PgAccess, nextSeq: () => number): JobT
       write(`INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
           request_hash, created_at, updated_at, deadline_at) VALUES (${marks(16)})`, [
         seq, job.id, job.type, job.model, job.status ?? 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
-        JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
+        inputText(job), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
       ]);
       return queuedRecord(job, seq);
     },

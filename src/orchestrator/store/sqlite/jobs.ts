@@ -1,6 +1,6 @@
 import type { JobStatus } from '../../../protocol/index.js';
 import {
-  jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, resultText, type JobCaps, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
+  inputText, jobFromRow, queuedRecord, RECORD_COLUMNS, recordValues, resultText, type JobCaps, type JobEnd, type JobFilter, type JobOutcome, type JobRecord, type JobRow, type JobTable, type NewJob,
 } from '../contract/jobs.js';
 import { modelIn } from './model-filter.js';
 import { stmt, type Db } from './db.js';
@@ -18,7 +18,7 @@ export function insertJob(db: Db, job: NewJob, seq: number | null = null): JobRe
   const rowid = Number(stmt(db, `INSERT INTO jobs (seq, id, type, model, status, priority, album, classes, hosts, input, grant_id, idempotency_key,
       request_hash, created_at, updated_at, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
     seq, job.id, job.type, job.model, job.status ?? 'queued', job.priority, job.album, JSON.stringify(job.classes), hosts === null ? null : JSON.stringify(hosts),
-    JSON.stringify(job.input), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
+    inputText(job), job.grantId, job.idempotencyKey, job.requestHash ?? null, job.createdAt, job.createdAt, job.deadlineAt,
   ).lastInsertRowid);
   return queuedRecord(job, rowid);
 }
@@ -26,8 +26,8 @@ export function insertJob(db: Db, job: NewJob, seq: number | null = null): JobRe
 const INSERT_RECORD = `INSERT INTO jobs (${RECORD_COLUMNS.join(', ')}) VALUES (${RECORD_COLUMNS.map(() => '?').join(', ')})`;
 
 /** Write the row of a job reserved and not written before, as it stands or as `end` finishes it (JobTable.insertRecord). */
-export function insertRecord(db: Db, job: JobRecord, end?: JobEnd): void {
-  stmt(db, INSERT_RECORD).run(...recordValues(job, end));
+export function insertRecord(db: Db, job: JobRecord, end?: JobEnd, inputJson?: string | null): void {
+  stmt(db, INSERT_RECORD).run(...recordValues(job, end, inputJson));
 }
 
 export function getJob(db: Db, id: string): JobRecord | null {
@@ -188,7 +188,7 @@ export function jobTable(db: Db): JobTable {
   return {
     insertJob: (job) => insertJob(db, job, nextSeq()),
     reserveJob: (job) => queuedRecord(job, nextSeq()),
-    insertRecord: (job, end) => insertRecord(db, job, end),
+    insertRecord: (job, end, inputJson) => insertRecord(db, job, end, inputJson),
     releaseIdempotencyKey: (id) => releaseIdempotencyKey(db, id),
     markDispatched: (seqs, batchId, host, now, route) => markDispatched(db, seqs, batchId, host, now, route),
     markRunning: (seqs, now) => markRunning(db, seqs, now),
