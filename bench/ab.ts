@@ -19,6 +19,10 @@
  *   git worktree add /tmp/base HEAD~1 && (cd /tmp/base && npm ci --ignore-scripts && npm run build)
  *   npm run bench:ab -- --base /tmp/base [--work mlp|pictures|oip|lone] [--jobs 10000|48|3000] [--rounds 6] [--inflight 64|16|1] [--warmup 5000|16]
  *   npm run bench:ab -- --node-args=--max-semi-space-size=16 --base-node-args=--max-semi-space-size=4
+ *
+ * `--config` and `--base-config` (JSON, merged into the mesh's configuration — over the bench's own, which lets mlp's
+ * queue hold a whole round) measure a setting instead, on this checkout alone or against the base:
+ *   npm run bench:ab -- --config='{"models":{"mlp":{"batching":{"maxBatchSize":64,"preferredBatchSizes":[64],"maxQueueDelayMs":2}}}}'
  */
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -29,7 +33,7 @@ import { oipRequest } from './oip-requests.js';
 
 const { values } = parseArgs({
   options: {
-    base: { type: 'string' }, 'node-args': { type: 'string' }, 'base-node-args': { type: 'string' }, jobs: { type: 'string' }, rounds: { type: 'string', default: '6' },
+    base: { type: 'string' }, 'node-args': { type: 'string' }, 'base-node-args': { type: 'string' }, config: { type: 'string' }, 'base-config': { type: 'string' }, jobs: { type: 'string' }, rounds: { type: 'string', default: '6' },
     inflight: { type: 'string' }, warmup: { type: 'string' }, work: { type: 'string', default: 'mlp' },
   },
 });
@@ -41,10 +45,34 @@ if (!WORKS.includes(values.work!)) {
 const PICTURES = values.work === 'pictures';
 /** One request at a time, its latency measured: OIP infer on `simple`, or one mlp job. */
 const LONE = values.work === 'oip' || values.work === 'lone';
-if (!values.base && values['node-args'] === values['base-node-args']) {
-  process.stderr.write('bench:ab needs --base <another checkout, built>, or Node options that differ (--node-args, --base-node-args)\n');
+if (!values.base && values['node-args'] === values['base-node-args'] && values.config === values['base-config']) {
+  process.stderr.write('bench:ab needs --base <another checkout, built>, or Node options (--node-args, --base-node-args) or settings (--config, --base-config) that differ\n');
   process.exit(2);
 }
+
+type Settings = Record<string, unknown>;
+/** `--config`'s JSON, or a usage error naming the option. */
+function settings(option: 'config' | 'base-config'): Settings {
+  if (values[option] === undefined) return {};
+  try {
+    const parsed = JSON.parse(values[option]!) as unknown;
+    if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) return parsed as Settings;
+  } catch { /* said below */ }
+  process.stderr.write(`bench:ab --${option} takes a JSON object (mesh.yaml's settings), not ${values[option]}\n`);
+  process.exit(2);
+}
+/** `over` laid over `base`, object by object (arrays and values replaced). */
+function merged(base: Settings, over: Settings): Settings {
+  const out: Settings = { ...base };
+  for (const [key, value] of Object.entries(over)) {
+    const under = out[key];
+    const nested = (item: unknown): item is Settings => item !== null && typeof item === 'object' && !Array.isArray(item);
+    out[key] = nested(under) && nested(value) ? merged(under, value) : value;
+  }
+  return out;
+}
+/** The bench's own settings: mlp's queue and the mesh's hold a whole round. */
+const BENCH_SETTINGS: Settings = { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } };
 const words = (text: string | undefined): string[] => text?.split(' ').filter(Boolean) ?? [];
 const JOBS = Number(values.jobs ?? (PICTURES ? 48 : LONE ? 3000 : 10_000));
 const ROUNDS = Number(values.rounds);
@@ -54,10 +82,9 @@ const SIDE = 512;
 
 interface Build { name: string; mesh: RunningMesh; client: BenchClient; rounds: number[]; idleMs: number[]; p50: number[]; p99: number[]; cpuUs: number[] }
 
-async function up(name: string, bin: string | undefined, nodeArgs: string[]): Promise<Build> {
+async function up(name: string, bin: string | undefined, nodeArgs: string[], config: Settings): Promise<Build> {
   const mesh = await startMesh({
-    bin, nodeArgs, env: { GPUMESH_LOG_LEVEL: 'warn' }, args: PICTURES ? ['--agent-process'] : [],
-    config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } },
+    bin, nodeArgs, env: { GPUMESH_LOG_LEVEL: 'warn' }, args: PICTURES ? ['--agent-process'] : [], config: merged(BENCH_SETTINGS, config),
   });
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   await client.listen();
@@ -123,10 +150,11 @@ const measure = async (build: Build, count: number): Promise<number> => {
 
 const median = (values: readonly number[]): number => percentile(values, 50);
 
-const named = (what: string, args: string | undefined): string => (args ? `${what} ${args}` : what);
+const named = (what: string, ...args: (string | undefined)[]): string => [what, ...args.filter(Boolean)].join(' ');
 const builds = [
-  await up(named('this checkout', values['node-args']), undefined, words(values['node-args'])),
-  await up(named(values.base ? `base (${values.base})` : 'base', values['base-node-args']), values.base && join(values.base, 'bin/gpumesh.js'), words(values['base-node-args'])),
+  await up(named('this checkout', values['node-args'], values.config), undefined, words(values['node-args']), settings('config')),
+  await up(named(values.base ? `base (${values.base})` : 'base', values['base-node-args'], values['base-config']), values.base && join(values.base, 'bin/gpumesh.js'),
+    words(values['base-node-args']), settings('base-config')),
 ];
 try {
   for (const build of builds) {
@@ -168,4 +196,4 @@ printTable(`\n${JOBS} ${WORK_NAMES[values.work!]} per round, ${INFLIGHT} in flig
     ...(LONE ? [...latency(build.p50), ...latency(build.p99)] : [])]));
 process.stdout.write(`\nthis checkout / base: ${(median(mine.rounds) / median(base.rounds)).toFixed(3)}× (median of the rounds' ratios ${median(ratios).toFixed(3)}×: ${ratios.map((ratio) => ratio.toFixed(2)).join(', ')})\n`);
 process.stdout.write(`CPU of gpumesh up a ${LONE ? 'request' : 'job'}, this checkout / base: ${(median(mine.cpuUs) / median(base.cpuUs)).toFixed(3)}× (${median(mine.cpuUs).toFixed(0)} against ${median(base.cpuUs).toFixed(0)} µs)\n`);
-writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}), ...(LONE ? { p50: build.p50, p99: build.p99 } : {}), cpuUsPerJob: build.cpuUs })), ratios });
+writeResults('ab', { work: values.work, base: values.base ?? null, nodeArgs: values['node-args'] ?? null, baseNodeArgs: values['base-node-args'] ?? null, config: values.config ?? null, baseConfig: values['base-config'] ?? null, jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, warmup: WARMUP, builds: builds.map((build) => ({ name: build.name, rounds: build.rounds, ...(PICTURES ? { idleMsPerBatch: build.idleMs } : {}), ...(LONE ? { p50: build.p50, p99: build.p99 } : {}), cpuUsPerJob: build.cpuUs })), ratios });
