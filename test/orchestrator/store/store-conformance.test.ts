@@ -119,6 +119,27 @@ describe.each([['SQLite', sqlite], ['PostgreSQL', postgresBackend]] as const)('t
     await store.close();
   });
 
+  it('dispatches and starts a batch of any size in one go, leaving alone a job of it that is no longer queued', async () => {
+    const store = await backend.open();
+    const { commits, jobs } = store;
+    const batch = Array.from({ length: 5 }, () => commits.write(() => jobs.insertJob(newJob())));
+    const gone = batch[3]!;
+    const now = tick();
+    commits.write(() => jobs.finishJob(gone.seq, 'cancelled', now, { errorCode: 'CANCELLED', errorMessage: 'by its client' }));
+    const moved = commits.write(() => jobs.markDispatched(batch.map((job) => job.seq), 'b5', 'laptop', now + 1, 'r'));
+    // A store that writes behind cannot tell (its answer is every job asked about); SQLite's reads its rows back.
+    expect(moved.has(batch[0]!.seq) && moved.has(batch[4]!.seq)).toBe(true);
+    if (store instanceof SqliteStore) expect([...moved].sort((a, b) => a - b)).toEqual(batch.filter((job) => job !== gone).map((job) => job.seq));
+    commits.write(() => jobs.markRunning(batch.map((job) => job.seq), now + 2));
+    await commits.durable();
+    for (const job of batch) {
+      expect(await jobs.getJob(job.id)).toMatchObject(job === gone
+        ? { status: 'cancelled', attempts: 0, batchId: null }
+        : { status: 'running', attempts: 1, batchId: 'b5', batchSize: 5, leaseHost: 'laptop', dispatchedAt: now + 1, startedAt: now + 2, route: 'r' });
+    }
+    await store.close();
+  });
+
   it('stores a job waiting for its sources, releases it queued with its input resolved once, or ends it; keeps pipelines', async () => {
     const store = await backend.open();
     const { commits, jobs, pipelines } = store;

@@ -82,22 +82,38 @@ export function jobsInStates(db: Db, statuses: readonly JobStatus[]): JobRecord[
 }
 
 /**
- * A batch of queued jobs leaves for a host (each statement by the job's row number, `seq`: SQLite's own key, found
- * without the index of ids), keeping the routing decision (one string the batch shares). Returns the seqs that were
- * still queued.
+ * A batch of queued jobs leaves for a host, keeping the routing decision (one string the batch shares): one statement
+ * for the batch, its rows found by their numbers (`seq`, SQLite's own key, not the index of ids). Returns the seqs
+ * that were still queued — every one, unless the rows say otherwise than the orchestrator's memory (which decides:
+ * JobStates), when they are read back.
  */
 export function markDispatched(db: Db, seqs: readonly number[], batchId: string, host: string, now: number, route: string | null = null): Set<number> {
-  const update = stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
-    dispatched_at = ?, started_at = NULL, route = ?, updated_at = ? WHERE seq = ? AND status = 'queued'`);
-  const moved = new Set<number>();
-  for (const seq of seqs) if (update.run(batchId, seqs.length, host, now, route, now, seq).changes === 1) moved.add(seq);
-  return moved;
+  if (seqs.length === 0) return new Set();
+  const list = seqList(seqs);
+  const { changes } = stmt(db, `UPDATE jobs SET status = 'dispatched', attempts = attempts + 1, batch_id = ?, batch_size = ?, lease_host = ?,
+    dispatched_at = ?, started_at = NULL, route = ?, updated_at = ? WHERE seq IN (${list.marks}) AND status = 'queued'`).run(batchId, seqs.length, host, now, route, now, ...list.values);
+  if (changes === seqs.length) return new Set(seqs);
+  return new Set((stmt(db, `SELECT seq FROM jobs WHERE seq IN (${list.marks}) AND batch_id = ?`).pluck().all(...list.values, batchId) as number[]));
 }
 
-/** The agent started a batch: those of its jobs that are still dispatched are running. */
+/**
+ * Seqs as the values of an `IN (…)` list, padded to the next power of two with the last one (a repeat changes nothing):
+ * a batch of any size uses one of a dozen prepared statements, not a statement of its own.
+ */
+function seqList(seqs: readonly number[]): { marks: string; values: number[] } {
+  const size = 2 ** Math.ceil(Math.log2(seqs.length));
+  const values = seqs.slice();
+  while (values.length < size) values.push(seqs[seqs.length - 1]!);
+  return { marks: MARKS[Math.log2(size)] ??= values.map(() => '?').join(', '), values };
+}
+/** The placeholders of an `IN` list of 2^n values, made once for each n. */
+const MARKS: string[] = [];
+
+/** The agent started a batch: those of its jobs that are still dispatched are running (one statement). */
 export function markRunning(db: Db, seqs: readonly number[], now: number): void {
-  const update = stmt(db, `UPDATE jobs SET status = 'running', started_at = ?, updated_at = ? WHERE seq = ? AND status = 'dispatched'`);
-  for (const seq of seqs) update.run(now, now, seq);
+  if (seqs.length === 0) return;
+  const list = seqList(seqs);
+  stmt(db, `UPDATE jobs SET status = 'running', started_at = ?, updated_at = ? WHERE seq IN (${list.marks}) AND status = 'dispatched'`).run(now, now, ...list.values);
 }
 
 /** Put a dispatched or running job back in its queue (its attempt failed or its lease lapsed). */
