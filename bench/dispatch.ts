@@ -15,6 +15,12 @@
  *
  *   npm run bench:dispatch -- [--jobs 10000] [--rounds 3] [--inflight 64] [--warmup 5000] [--chunk 500]
  *                              [--node-args="--trace-gc-nvp"]  (Node's options for `gpumesh up`, as for bench:overhead)
+ *                              [--client node|raw]
+ * `--client raw` sends gpumesh's single submits with bench/raw-http-client.ts (a keep-alive connection per job in
+ * flight, each request's bytes written as they are: what a load generator such as wrk or perf_analyzer costs) instead
+ * of node:http (BenchClient, the default, whose figure is the target's). On two cores the client's CPU is taken from
+ * the system's: the two figures side by side say how much of gpumesh's throughput node:http's client costs it.
+ * BullMQ has one client, its own.
  * The warm-up is long because V8 is still compiling the orchestrator's hot path after a few hundred jobs: a short one
  * measures the JIT's warm-up, not the steady state of a running mesh (bench/NOTES.md, "Why 5,000 warm-up runs").
  * Needs redis-server (Debian: apt-get install redis-server); the benchmark starts and stops its own.
@@ -23,14 +29,20 @@ import { parseArgs } from 'node:util';
 import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { cpuMs, percentile, printTable, processTree, summarize, writeResults, type Summary } from './lib.js';
 import { BenchClient, mlpSample } from './mesh-client.js';
+import { RawHttpClient } from './raw-http-client.js';
 import { bullmq, closedLoop, type Result, type System } from './systems.js';
 
 const { values } = parseArgs({
   options: {
     jobs: { type: 'string', default: '10000' }, rounds: { type: 'string', default: '3' }, inflight: { type: 'string', default: '64' },
     warmup: { type: 'string', default: '5000' }, chunk: { type: 'string', default: '500' }, 'node-args': { type: 'string' },
+    client: { type: 'string', default: 'node' },
   },
 });
+if (values.client !== 'node' && values.client !== 'raw') {
+  process.stderr.write(`bench:dispatch --client is node or raw, not ${values.client}\n`);
+  process.exit(2);
+}
 const CHUNK = Number(values.chunk);
 const JOBS = Number(values.jobs);
 const ROUNDS = Number(values.rounds);
@@ -59,11 +71,26 @@ async function gpumesh(): Promise<System> {
   const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' }, nodeArgs: values['node-args']?.split(' ').filter(Boolean), config: { models: { mlp: { maxQueueSize: 100_000 } }, queues: { maxTotal: 100_000 } } });
   const client = new BenchClient(mesh.url, mesh.admin, INFLIGHT);
   await client.listen();
+  // `--client raw`: a connection per job in flight, taken from the idle ones for each submit.
+  const idle = values.client === 'raw' ? Array.from({ length: INFLIGHT }, () => new RawHttpClient(mesh.url)) : [];
+  const headers = { authorization: `Bearer ${mesh.admin}`, 'content-type': 'application/json' };
+  const submitRaw = async (body: string): Promise<string> => {
+    const connection = idle.pop()!;
+    try {
+      return (JSON.parse((await connection.send(RawHttpClient.request(mesh.url, 'POST', '/v1/jobs', headers, body), 202)).toString()) as { id: string }).id;
+    } finally {
+      idle.push(connection);
+    }
+  };
   return {
-    name: 'gpumesh',
-    single: async (i) => {
-      await client.run({ type: 'tensor', input: { x: mlpSample(i) } });
-    },
+    name: values.client === 'raw' ? 'gpumesh (raw client)' : 'gpumesh',
+    single: values.client === 'raw'
+      ? async (i) => {
+        await client.completion(await submitRaw(JSON.stringify({ type: 'tensor', input: { x: mlpSample(i) } })));
+      }
+      : async (i) => {
+        await client.run({ type: 'tensor', input: { x: mlpSample(i) } });
+      },
     bulk: async (indices) => {
       const reply = await client.request('POST', '/v1/jobs:batch', JSON.stringify({ jobs: indices.map((i) => ({ type: 'tensor', input: { x: mlpSample(i) } })) }));
       if (reply.status !== 207) throw new Error(`bulk submit failed: ${reply.status} ${reply.text}`);
@@ -76,6 +103,7 @@ async function gpumesh(): Promise<System> {
     processes: () => processTree(mesh.process.pid!),
     close: async () => {
       client.close();
+      for (const connection of idle) connection.close();
       await mesh.stop();
       removeDir(mesh.data);
     },
@@ -137,8 +165,8 @@ try {
 }
 
 const rows = [
-  pooled(rounds.single.get(ours)!, 'gpumesh, single submits'), pooled(rounds.single.get(theirs)!, 'BullMQ + Redis, add'),
-  pooled(rounds.bulk.get(ours)!, 'gpumesh, bulk submits'), pooled(rounds.bulk.get(theirs)!, 'BullMQ + Redis, addBulk'),
+  pooled(rounds.single.get(ours)!, `${ours.name}, single submits`), pooled(rounds.single.get(theirs)!, 'BullMQ + Redis, add'),
+  pooled(rounds.bulk.get(ours)!, `${ours.name}, bulk submits`), pooled(rounds.bulk.get(theirs)!, 'BullMQ + Redis, addBulk'),
 ];
 printTable(`${JOBS} tiny tensor jobs per round, ${ROUNDS} rounds in turn, one worker process each; single: ${INFLIGHT} in flight; bulk: chunks of ${CHUNK} (jobs/s: median round; latency in ms over every round; CPU a job: the median round's, the system's processes + the client's)`,
   ['system', 'jobs/s', 'rounds', 'p50', 'p90', 'p99', 'CPU µs a job'],
@@ -158,6 +186,6 @@ const single = compare(rows[0]!, rows[1]!);
 const many = compare(rows[2]!, rows[3]!);
 process.stdout.write(`\n${single.line} (target ≥ 2.5× at a lower p99, issue 30; ≥ 2× before it)\n${many.line}\n`);
 process.stdout.write(`wrote ${writeResults('dispatch', {
-  jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, chunk: CHUNK, warmup: WARMUP, results: rows,
+  jobs: JOBS, rounds: ROUNDS, inflight: INFLIGHT, chunk: CHUNK, warmup: WARMUP, client: values.client, results: rows,
   ratio: single.ratio, roundRatios: single.roundRatios, bulkRatio: many.ratio, bulkRoundRatios: many.roundRatios,
 })}\n`);

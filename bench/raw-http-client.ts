@@ -6,14 +6,14 @@ import net from 'node:net';
  * handed back as bytes. Node's `http` client parses and builds headers objects, streams and events for every request
  * (290–390 µs of CPU a request on the 2-core VM, about what the orchestrator spends answering one: bench/RESULTS.md),
  * and at concurrency 1 the client's turn is in every round trip — so a latency benchmark that wants the server's
- * figure measures with this one. One request at a time per client (no pipelining); a status other than 200, an
- * answer without Content-Length or the connection closing mid-request rejects it.
+ * figure measures with this one. One request at a time per client (no pipelining); a status other than the one
+ * expected (200 unless `send` says), an answer without Content-Length or the connection closing mid-request rejects it.
  */
 export class RawHttpClient {
   readonly #socket: net.Socket;
   readonly #connected: Promise<void>;
   #received: Buffer = Buffer.alloc(0);
-  #pending: { resolve(body: Buffer): void; reject(error: Error): void } | null = null;
+  #pending: { status: string; resolve(body: Buffer): void; reject(error: Error): void } | null = null;
 
   constructor(url: string) {
     const { hostname, port } = new URL(url);
@@ -35,12 +35,12 @@ export class RawHttpClient {
     return Buffer.concat([Buffer.from(`${method} ${path} HTTP/1.1\r\n${lines.join('')}\r\n`, 'latin1'), bytes]);
   }
 
-  /** Send a request's bytes (`RawHttpClient.request`); resolves with the answer's body. */
-  async send(request: Buffer): Promise<Buffer> {
+  /** Send a request's bytes (`RawHttpClient.request`); resolves with the answer's body, if its status is `status`. */
+  async send(request: Buffer, status = 200): Promise<Buffer> {
     await this.#connected;
     if (this.#pending) throw new Error('RawHttpClient sends one request at a time');
     return new Promise((resolve, reject) => {
-      this.#pending = { resolve, reject };
+      this.#pending = { status: `HTTP/1.1 ${status} `, resolve, reject };
       this.#socket.write(request);
     });
   }
@@ -62,7 +62,7 @@ export class RawHttpClient {
     this.#received = this.#received.subarray(end);
     const pending = this.#pending;
     this.#pending = null;
-    if (!head.startsWith('HTTP/1.1 200 ')) pending?.reject(new Error(`${head.split('\r\n')[0]}: ${body.toString('utf8', 0, 200)}`));
+    if (pending && !head.startsWith(pending.status)) pending.reject(new Error(`${head.split('\r\n')[0]}: ${body.toString('utf8', 0, 200)}`));
     else pending?.resolve(body);
   }
 
