@@ -268,11 +268,12 @@ export class ModelRegistry {
    */
   resolve(jobType: string, name: string | undefined): RegisteredModel {
     const requested = name ?? this.#config.defaultModels[jobType];
-    const known = [...new Set([...this.#families.keys(), ...this.#models.keys()])].join(', ');
-    if (!requested) throw new MeshError('UNKNOWN_MODEL', { model: '(none)', known });
+    // Listed only for the error: every job resolves its model.
+    const known = (): string => [...new Set([...this.#families.keys(), ...this.#models.keys()])].join(', ');
+    if (!requested) throw new MeshError('UNKNOWN_MODEL', { model: '(none)', known: known() });
     const model = this.served(requested);
     const modelName = model?.manifest.name ?? requested;
-    if (!model) throw new MeshError('UNKNOWN_MODEL', { model: modelName, known });
+    if (!model) throw new MeshError('UNKNOWN_MODEL', { model: modelName, known: known() });
     if (!model.manifest.jobTypes.includes(jobType)) throw new MeshError('MODEL_TYPE_MISMATCH', { model: modelName, type: jobType });
     return model;
   }
