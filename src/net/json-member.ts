@@ -3,13 +3,23 @@
  * kept to be stored as it came instead of written out again. Formatting a job's numbers was the largest single cost
  * of storing a tensor job (bench/RESULTS.md, issue 30's ninth session); finding where they are costs a tenth of it.
  *
- * Only for text JSON.parse has read already (a valid JSON document): it is skipped over, not checked. Where the
- * answer would depend on how a parser resolves an ambiguity, there is none (null):
+ * Meant for text JSON.parse has read already (a valid JSON document): it is skipped over, not checked, and text that
+ * ends before its strings or brackets close has no answer (null) rather than a wrong one. Where the answer would
+ * depend on how a parser resolves an ambiguity, there is none either (null):
  *  - the text is not an object, or does not have the member;
  *  - the member is named twice (JSON.parse keeps the last; other readers differ);
  *  - a member's name holds an escape (`"\u0069nput"` is `input` to JSON.parse, and not to a comparison of text).
  */
 export function memberJson(text: string, name: string): string | null {
+  try {
+    return findMember(text, name);
+  } catch (error) {
+    if (error instanceof SyntaxError) return null;
+    throw error;
+  }
+}
+
+function findMember(text: string, name: string): string | null {
   let at = skipSpace(text, 0);
   if (text.charCodeAt(at) !== OPEN_OBJECT) return null;
   at = skipSpace(text, at + 1);
@@ -53,6 +63,7 @@ function skipSpace(text: string, at: number): number {
 function stringEnd(text: string, at: number): number {
   let quote = text.indexOf('"', at + 1);
   for (;;) {
+    if (quote < 0) throw new SyntaxError('unterminated JSON string');
     // A quote is escaped when an odd number of backslashes stands right before it.
     let backslashes = 0;
     while (text.charCodeAt(quote - 1 - backslashes) === BACKSLASH) backslashes++;

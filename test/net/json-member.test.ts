@@ -73,4 +73,8 @@ describe('memberJson', () => {
     // A nested member of that name is not the document's.
     expect(memberJson('{"outer":{"input":1}}', 'input')).toBeNull();
   });
+
+  it('answers null, at once, for text that ends before its strings or brackets close', () => {
+    for (const text of ['{"input":{"x":[1,2', '{"input":"abc', '{"inp', '{"input":{"a":"}"', '{"a":"\\"}']) expect(memberJson(text, 'input'), text).toBeNull();
+  });
 });
