@@ -76,5 +76,11 @@ describe('memberJson', () => {
 
   it('answers null, at once, for text that ends before its strings or brackets close', () => {
     for (const text of ['{"input":{"x":[1,2', '{"input":"abc', '{"inp', '{"input":{"a":"}"', '{"a":"\\"}']) expect(memberJson(text, 'input'), text).toBeNull();
+    // Any prefix of a document: an answer or none, never an exception or a loop.
+    const random = seeded(7);
+    for (let run = 0; run < 300; run++) {
+      const text = spaced({ input: randomValue(random, 0), after: randomValue(random, 0) }, SPACINGS[run % SPACINGS.length]!);
+      for (let end = 0; end < text.length; end += 1 + Math.floor(random() * 5)) expect(() => memberJson(text.slice(0, end), 'input')).not.toThrow();
+    }
   });
 });
