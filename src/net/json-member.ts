@@ -1,7 +1,7 @@
 /**
  * The text of one member of a JSON object, cut from the object's text: what a request's body says of its `input`,
  * kept to be stored as it came instead of written out again. Formatting a job's numbers was the largest single cost
- * of storing a tensor job (bench/RESULTS.md, issue 30's ninth session); finding where they are costs a tenth of it.
+ * of storing a tensor job (bench/RESULTS.md, issue 30's ninth session); finding where they are costs a fifth of it.
  *
  * Meant for text JSON.parse has read already (a valid JSON document): it is skipped over, not checked, and text that
  * ends before its strings or brackets close has no answer (null) rather than a wrong one. Where the answer would
@@ -9,8 +9,17 @@
  *  - the text is not an object, or does not have the member;
  *  - the member is named twice (JSON.parse keeps the last; other readers differ);
  *  - a member's name holds an escape (`"\u0069nput"` is `input` to JSON.parse, and not to a comparison of text).
+ * Where the member is itself an object, `members` counts the members its text names, twice-named ones twice: fewer
+ * keys in what JSON.parse made of it than this means a name given twice inside it, which SQLite's JSON functions
+ * (the first) and JSON.parse (the last) would read differently.
  */
-export function memberJson(text: string, name: string): string | null {
+export interface MemberText {
+  json: string;
+  /** How many members the text of an object names (a name given twice counts twice); null for any other value. */
+  members: number | null;
+}
+
+export function memberJson(text: string, name: string): MemberText | null {
   try {
     return findMember(text, name);
   } catch (error) {
@@ -19,11 +28,11 @@ export function memberJson(text: string, name: string): string | null {
   }
 }
 
-function findMember(text: string, name: string): string | null {
+function findMember(text: string, name: string): MemberText | null {
   let at = skipSpace(text, 0);
   if (text.charCodeAt(at) !== OPEN_OBJECT) return null;
   at = skipSpace(text, at + 1);
-  let found: string | null = null;
+  let found: MemberText | null = null;
   while (text.charCodeAt(at) === QUOTE) {
     const nameEnd = stringEnd(text, at);
     const key = text.slice(at + 1, nameEnd - 1);
@@ -31,10 +40,12 @@ function findMember(text: string, name: string): string | null {
     at = skipSpace(text, nameEnd);
     // The colon.
     at = skipSpace(text, at + 1);
-    const valueEnd = valueEndAt(text, at);
-    if (key === name) {
+    const mine = key === name;
+    const counted = mine && text.charCodeAt(at) === OPEN_OBJECT ? { members: 0 } : null;
+    const valueEnd = valueEndAt(text, at, counted);
+    if (mine) {
       if (found !== null) return null;
-      found = text.slice(at, valueEnd);
+      found = { json: text.slice(at, valueEnd), members: counted ? counted.members : null };
     }
     at = skipSpace(text, valueEnd);
     if (text.charCodeAt(at) !== COMMA) break;
@@ -46,6 +57,7 @@ function findMember(text: string, name: string): string | null {
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COMMA = 0x2c;
+const COLON = 0x3a;
 const OPEN_OBJECT = 0x7b;
 const OPEN_ARRAY = 0x5b;
 
@@ -72,11 +84,11 @@ function stringEnd(text: string, at: number): number {
   }
 }
 
-/** Where the value that starts at `at` ends (just past it). */
-function valueEndAt(text: string, at: number): number {
+/** Where the value that starts at `at` ends (just past it); `counted`: where an object's members are counted. */
+function valueEndAt(text: string, at: number, counted: { members: number } | null = null): number {
   const first = text.charCodeAt(at);
   if (first === QUOTE) return stringEnd(text, at);
-  if (first === OPEN_OBJECT || first === OPEN_ARRAY) return nestedEnd(text, at);
+  if (first === OPEN_OBJECT || first === OPEN_ARRAY) return nestedEnd(text, at, counted);
   SCALAR.lastIndex = at;
   SCALAR.test(text);
   return SCALAR.lastIndex;
@@ -87,7 +99,7 @@ function valueEndAt(text: string, at: number): number {
  * may hold brackets). Found by jumping from one bracket or quote to the next with `indexOf` (a byte search), not by
  * reading every character: a tensor's thousands of digits are passed over at once.
  */
-function nestedEnd(text: string, at: number): number {
+function nestedEnd(text: string, at: number, counted: { members: number } | null): number {
   const next = (char: string, from: number): number => {
     const found = text.indexOf(char, from);
     return found < 0 ? Infinity : found;
@@ -104,6 +116,8 @@ function nestedEnd(text: string, at: number): number {
     if (i === quote) {
       // Brackets inside the string are not brackets: each search resumes past it.
       const end = stringEnd(text, i);
+      // A string at the object's own level followed by a colon names one of its members.
+      if (counted && depth === 1 && text.charCodeAt(skipSpace(text, end)) === COLON) counted.members++;
       quote = next('"', end);
       if (openArray < end) openArray = next('[', end);
       if (closeArray < end) closeArray = next(']', end);

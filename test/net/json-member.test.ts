@@ -41,11 +41,12 @@ function seeded(seed: number): () => number {
 describe('memberJson', () => {
   it('cuts a member\'s text out as it was written, which reads back as JSON.parse reads the member', () => {
     const text = '{ "type" : "tensor" ,\n\t"input" : { "x" : [ 1.50, 2e0, -0.25, -0 ] } }';
-    expect(memberJson(text, 'input')).toBe('{ "x" : [ 1.50, 2e0, -0.25, -0 ] }');
-    expect(memberJson(text, 'type')).toBe('"tensor"');
-    expect(memberJson('{"a":1,"b":true,"c":null}', 'b')).toBe('true');
-    expect(memberJson('{"a":1,"b":-12.5e3}', 'b')).toBe('-12.5e3');
-    expect(memberJson('{"a":"}]\\"{[","input":{"p":"a \\\\"}}', 'input')).toBe('{"p":"a \\\\"}');
+    expect(memberJson(text, 'input')).toEqual({ json: '{ "x" : [ 1.50, 2e0, -0.25, -0 ] }', members: 1 });
+    expect(memberJson(text, 'type')).toEqual({ json: '"tensor"', members: null });
+    expect(memberJson('{"a":1,"b":true,"c":null}', 'b')?.json).toBe('true');
+    expect(memberJson('{"a":1,"b":-12.5e3}', 'b')?.json).toBe('-12.5e3');
+    expect(memberJson('{"a":"}]\\"{[","input":{"p":"a \\\\"}}', 'input')?.json).toBe('{"p":"a \\\\"}');
+    expect(memberJson('{"input":[1,{"a":1}]}', 'input')).toEqual({ json: '[1,{"a":1}]', members: null });
   });
 
   it('agrees with JSON.parse for random documents, however they are spaced', () => {
@@ -55,9 +56,17 @@ describe('memberJson', () => {
       const text = spaced(document, SPACINGS[run % SPACINGS.length]!);
       const cut = memberJson(text, 'input');
       expect(cut, text).not.toBeNull();
-      expect(JSON.parse(cut!), text).toEqual(JSON.parse(text).input);
-      expect(cut!.trim()).toBe(cut);
+      expect(JSON.parse(cut!.json), text).toEqual(JSON.parse(text).input);
+      expect(cut!.json.trim()).toBe(cut!.json);
+      const input = document.input;
+      expect(cut!.members, text).toBe(input !== null && typeof input === 'object' && !Array.isArray(input) ? Object.keys(input).length : null);
     }
+  });
+
+  it('counts the members an object\'s text names, a name given twice twice, whatever its values hold', () => {
+    expect(memberJson('{"input":{"x":[1],"x":[2]}}', 'input')?.members).toBe(2);
+    expect(memberJson('{"input":{ "a" : "x:y" , "b" : { "c" : "d" }, "e": ["f:"] }}', 'input')?.members).toBe(3);
+    expect(memberJson('{"input":{}}', 'input')?.members).toBe(0);
   });
 
   it('answers null where a reader could see another member or none', () => {

@@ -142,8 +142,10 @@ interface AdmitOptions {
 /**
  * The input's JSON as its client sent it, cut from the body's text, where the input admitted is exactly the one sent:
  * each member the same value, in the same order (a tensor's `x`: its numbers are most of the job's row, and writing
- * them out again was the largest cost of storing it). Null where the handling of its job type made another (filled
- * defaults, a normal form) or no text is at hand: the row's input is then written out.
+ * them out again was the largest cost of storing it), and no member named twice in the text (the store's own JSON
+ * functions would read the first where the job ran with the last: a gallery's prompt). Null where the handling of its
+ * job type made another input (filled defaults, a normal form) or no text is at hand: the row's input is then written
+ * out.
  */
 function sentInput(bodyJson: string | undefined, body: SubmitJobBody, input: Record<string, unknown>): string | null {
   if (bodyJson === undefined) return null;
@@ -154,7 +156,8 @@ function sentInput(bodyJson: string | undefined, body: SubmitJobBody, input: Rec
     const key = sent[i]!;
     if (admitted[i] !== key || !Object.is(input[key], body.input[key])) return null;
   }
-  return memberJson(bodyJson, 'input');
+  const cut = memberJson(bodyJson, 'input');
+  return cut?.members === sent.length ? cut.json : null;
 }
 
 /** One job through every check of admission (`#vet`): what admitting it takes, or the job an idempotent repeat gets back. */

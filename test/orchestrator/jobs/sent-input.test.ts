@@ -52,6 +52,10 @@ describe('the input a job\'s row holds', () => {
       expect(imageInput).toEqual(image.input);
       expect(imageInput).toMatchObject({ prompt: 'a lighthouse', seed: expect.any(Number) as number });
 
+      // A name given twice inside the input: JSON.parse kept the last, SQLite's JSON functions would read the first.
+      const twice = await submit(`{"type":"tensor","input":{"x":[${values.map(() => '0').join(',')}],"x":${JSON.stringify(values.map(Number))}}}`);
+      expect(stored.get(twice.id)).toBe(JSON.stringify({ x: values.map(Number) }));
+
       // `\u0069nput` is `input` to the parser: the text is not cut (it could be read two ways), the input is written out.
       const escaped = await submit(`{"type":"tensor","\\u0069nput":${sent}}`);
       expect(stored.get(escaped.id)).toBe(JSON.stringify({ x: values.map(Number) }));
