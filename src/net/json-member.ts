@@ -54,12 +54,8 @@ function findMember(text: string, name: string): MemberText | null {
   return found;
 }
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const COMMA = 0x2c;
-const COLON = 0x3a;
-const OPEN_OBJECT = 0x7b;
-const OPEN_ARRAY = 0x5b;
+/** The characters the scan looks at, as the codes `charCodeAt` gives. */
+const [QUOTE, BACKSLASH, COMMA, COLON, OPEN_OBJECT, OPEN_ARRAY] = [...'"\\,:{['].map((char) => char.charCodeAt(0)) as [number, number, number, number, number, number];
 
 /** The end of a scalar other than a string: a number, true, false or null. */
 const SCALAR = /[^,\]}\s]*/y;
