@@ -23,6 +23,7 @@ const procs: Proc[] = [];
 const datas: string[] = [];
 let urls: string[] = [];
 const orchestrators: (Proc | null)[] = [];
+let agent: Proc | undefined;
 
 function serve(index: number): Proc {
   const proc = gpumesh(['serve', '--data', datas[index]!, '--port', new URL(urls[index]!).port], { GPUMESH_LOG_LEVEL: 'info' });
@@ -31,6 +32,33 @@ function serve(index: number): Proc {
   return proc;
 }
 
+
+/**
+ * What the agent and the orchestrators logged after the kill, each line's time from it: when the relink is slow, the
+ * failure says which step took the time (the lease running out, the new active one starting, or the agent's dials).
+ */
+function takeoverTimeline(killedAt: number): string {
+  const sources = [['agent', agent], ...orchestrators.map((proc, index) => [`orchestrator ${index}`, proc] as const)] as const;
+  const lines = sources.flatMap(([who, proc]) => (proc?.stdout() ?? '').split('\n').flatMap((text) => {
+    try {
+      const line = JSON.parse(text) as { time: number; msg: string; url?: string; next?: string; retryInMs?: number; reason?: string };
+      if (line.time < killedAt) return [];
+      const detail = [line.url, line.next && `next ${line.next}`, line.retryInMs !== undefined && `in ${line.retryInMs} ms`, line.reason].filter(Boolean).join(', ');
+      return [{ time: line.time, text: `+${line.time - killedAt} ms ${who}: ${line.msg}${detail ? ` (${detail})` : ''}` }];
+    } catch {
+      return [];
+    }
+  }));
+  return `what happened after the kill:\n${lines.sort((a, b) => a.time - b.time).slice(0, 60).map((line) => line.text).join('\n')}`;
+}
+
+/** When a process logged `msg` after `since` (its own clock, as the line says). */
+function loggedAt(proc: Proc, msg: string, since: number): number {
+  const line = proc.stdout().split('\n').filter((text) => text.includes(`"msg":"${msg}"`))
+    .map((text) => JSON.parse(text) as { time: number }).find((entry) => entry.time > since);
+  if (!line) throw new Error(`the process never logged "${msg}"`);
+  return line.time;
+}
 
 const activeIndex = async (): Promise<number | null> => {
   const roles = await Promise.all(urls.map(role));
@@ -78,7 +106,6 @@ afterAll(async () => {
 
 describe('several orchestrators on one PostgreSQL', () => {
   let admin: string;
-  let agent: Proc;
 
   it('one runs the mesh; the standbys answer 503 NOT_LEADER naming it, with Retry-After; GET /v1/status shows all three', { timeout: 60_000 }, async () => {
     const { readFileSync } = await import('node:fs');
@@ -143,11 +170,18 @@ describe('several orchestrators on one PostgreSQL', () => {
     const takenOver = await waitFor(activeIndex, { what: 'a standby to take over', timeoutMs: 30_000 });
     expect(takenOver).not.toBe(0);
     // The agent relinked to it within seconds (its own log says when), and kept its model.
-    const relinked = await waitFor(() => agent.stdout().split('\n').filter((line) => line.includes('"linked to the orchestrator"'))
+    const relinked = await waitFor(() => agent!.stdout().split('\n').filter((line) => line.includes('"linked to the orchestrator"'))
       .map((line) => JSON.parse(line) as { url: string; time: number }).find((line) => line.time > killedAt), { what: 'the agent to relink', timeoutMs: 15_000 });
     expect(relinked?.url).toBe(urls[takenOver]);
     const relinkedMs = relinked.time - killedAt;
-    expect(relinkedMs).toBeLessThan(LEASE_MS + 5000);
+    // Two steps, each bounded on its own so that a slow one is named: the standby takes the lease over at most about
+    // 1.8 leases after the last renewal (docs/operations.md), and the agent, which meets a standby in every round
+    // meanwhile, links to the new orchestrator within a round (at most 1 s) and a dial once it listens. The slack is
+    // for a machine busy with the rest of the suite.
+    const timeline = takeoverTimeline(killedAt);
+    const logged = (msg: string): number => loggedAt(orchestrators[takenOver!]!, msg, killedAt);
+    expect(logged('took the mesh lease: this orchestrator runs the mesh') - killedAt, timeline).toBeLessThan(2 * LEASE_MS + 3000);
+    expect(relinked.time - logged('orchestrator listening'), timeline).toBeLessThan(1000 + 3000);
     const hosts = await client.request<{ hosts: { id: string; connected: boolean; resident: { model: string }[] }[] }>('GET', '/v1/hosts');
     expect(hosts.hosts.find((host) => host.id === 'gpu-box' && host.connected)?.resident.map((entry) => entry.model)).toContain('mlp');
     // The killed one comes back, and stands by.
