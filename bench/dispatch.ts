@@ -140,8 +140,14 @@ function pooled(rounds: MeasuredRound[], label: string): { name: string; jobsPer
 
 const cpuText = (cpu: RoundCpu): string => `${cpu.server.toFixed(0)} + ${cpu.client.toFixed(0)} µs`;
 
-const systems = [await gpumesh(), await bullmq()];
-const [ours, theirs] = systems as [System, System];
+// BullMQ first: a missing redis-server ends the bench before a mesh is started, and a mesh that fails to start takes
+// BullMQ's processes down with it.
+const theirs = await bullmq();
+const ours = await gpumesh().catch(async (error: unknown) => {
+  await theirs.close();
+  throw error;
+});
+const systems = [ours, theirs];
 const rounds = { single: new Map<System, MeasuredRound[]>(), bulk: new Map<System, MeasuredRound[]>() };
 try {
   // Warm-up (model load, connections, V8's JIT): WARMUP jobs each, unmeasured.

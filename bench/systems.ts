@@ -50,12 +50,19 @@ export async function bullmq(): Promise<System> {
   const dir = tempDir('gpumesh-redis-');
   // Durability like gpumesh's (every job written to a log the OS flushes, fsync about once a second): Redis's AOF with everysec.
   const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir], { stdio: 'ignore' });
-  const worker = fork(new URL('./bullmq-worker.ts', import.meta.url).pathname, [String(port), 'bench'], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
+  // A redis-server that is not installed, or that stops at once, ends the bench with the reason: BullMQ's client would
+  // otherwise wait for it forever.
+  const redisFailed = new Promise<never>((_, reject) => {
+    redis.once('error', (error) => reject(new Error(`cannot start redis-server (${error.message}): bench:dispatch needs it (Debian: apt-get install redis-server)`)));
+    redis.once('exit', (code, signal) => reject(new Error(`redis-server exited at once (${signal ?? `code ${code}`})`)));
+  });
+  redisFailed.catch(() => {}); // awaited below; a later exit (close()) is expected
   const connection = { host: '127.0.0.1', port };
-  await waitFor(async () => {
+  await Promise.race([redisFailed, waitFor(async () => {
     const probe = new Queue('probe', { connection });
     try { await probe.waitUntilReady(); return true; } catch { return false; } finally { await probe.close().catch(() => {}); }
-  }, { what: 'redis-server' });
+  }, { what: 'redis-server' })]);
+  const worker = fork(new URL('./bullmq-worker.ts', import.meta.url).pathname, [String(port), 'bench'], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
   const queue = new Queue('bench', { connection });
   const events = new QueueEvents('bench', { connection });
   await events.waitUntilReady();
