@@ -5,7 +5,7 @@ import { platformDataDir } from '../common/data-folder.js';
 import { launchFlags } from '../common/launch.js';
 import { CliError, parseInteger } from '../common/output.js';
 import { parseUrlList } from '../common/url-list.js';
-import { serviceDefinition, type AgentService, type ServicePlatform } from '../service/definitions.js';
+import type { AgentService, ServicePlatform } from '../service/definitions.js';
 
 interface ServiceFlags {
   print?: boolean;
@@ -89,8 +89,9 @@ export function agentServiceCommand(): Command {
     .option('--drain-timeout <seconds>', 'the agent\'s --drain-timeout; a stop waits this long and 30 s more before it kills', parseInteger('--drain-timeout'), 300)
     .option('--user <account>', 'Windows: the account (DOMAIN\\user) whose logon starts the task (default the one running this)')
     .argument('[agent-options...]', 'further `gpumesh agent` options, after --')
-    .action((extra: string[], flags: ServiceFlags) => {
+    .action(async (extra: string[], flags: ServiceFlags) => {
       if (!flags.print) throw new CliError('say --print: gpumesh prints the service definition for you to install (it installs none itself)');
+      const { serviceDefinition } = await import('../service/definitions.js');
       const definition = serviceDefinition(buildAgentService(flags, extra));
       process.stdout.write(definition.text);
       process.stderr.write([`Save it as ${definition.fileName}, then:`, ...definition.install.map((step) => `  ${step}`), ''].join('\n'));

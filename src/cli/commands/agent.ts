@@ -2,7 +2,6 @@ import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
-import { pino } from 'pino';
 import type { DrainReport } from '../../agent/index.js';
 import type { Draining } from '../../protocol/api/index.js';
 import { inspectGrant } from '../../protocol/grant-token.js';
@@ -153,6 +152,7 @@ async function runAgent(flags: AgentFlags): Promise<void> {
   const engines = flags.engines === undefined ? undefined : parseList(flags.engines);
   const unknown = engines?.filter((name) => !ENGINE_NAMES.includes(name)) ?? [];
   if (unknown.length > 0) throw new CliError(`--engines: unknown engine ${unknown.map((name) => `"${name}"`).join(', ')} (registered: ${ENGINE_NAMES.join(', ')})`);
+  const { pino } = await import('pino');
   const log = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
   let leaving: Promise<void> | null = null;
   const reports = new Set<(line: DrainReport) => void>();

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import type { MeshConfig, Orchestrator } from '../../orchestrator/index.js';
 import { dataDir, dataDirHelp, LEGACY_DATA_DIR } from '../common/data-folder.js';
 import { parseInteger } from '../common/output.js';
@@ -94,6 +94,7 @@ export function serveCommand(): Command {
     .description('Run the orchestrator alone (agents join from other hosts with `gpumesh agent`)')
     .action(async (options: ServeOptions) => {
       const config = await configFrom(options);
+      const { pino } = await import('pino');
       const logger = pino({ level: process.env.GPUMESH_LOG_LEVEL ?? 'info' });
       const orchestrator = await startOrchestrator(config, logger);
       orchestrator.adminGrant();

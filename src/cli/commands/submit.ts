@@ -2,7 +2,6 @@ import { constants, mkdirSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command } from 'commander';
-import cliProgress from 'cli-progress';
 import type { ExplainView, JobEvent } from '../../protocol/api/index.js';
 import { clientFrom, type ClientOptions } from '../common/settings.js';
 import { CliError, parseInteger, parseSize, printJson } from '../common/output.js';
@@ -183,7 +182,8 @@ async function submit(options: SubmitOptions): Promise<void> {
     else process.stdout.write(`${accepted.id} ${accepted.status}\n${client.url(accepted.links.self)}\n`);
     return;
   }
-  const bar = options.json ? null : new cliProgress.SingleBar({
+  const cliProgress = options.json ? null : (await import('cli-progress')).default;
+  const bar = !cliProgress ? null : new cliProgress.SingleBar({
     format: '{bar} {percentage}% | step {value}/{total} | {state}', hideCursor: true, noTTYOutput: true, notTTYSchedule: 1000,
     stream: process.stderr,
   }, cliProgress.Presets.shades_classic);

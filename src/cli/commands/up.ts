@@ -5,7 +5,7 @@ import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command, Option } from 'commander';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { caveatsFromOptions, DURATION, GALLERY_GRANT_SUMMARY, galleryGrantOptions, meshViewGrantOptions } from '../../protocol/api/index.js';
 import { VERSION } from '../../version.js';
 import { gpumeshArgs } from '../common/launch.js';
@@ -137,6 +137,7 @@ export function upCommand(): Command {
       const logs = join(config.data, 'logs');
       mkdirSync(logs, { recursive: true });
       const level = process.env.GPUMESH_LOG_LEVEL ?? 'info';
+      const { pino } = await import('pino');
       const logger = options.verbose ? pino({ level }, pino.destination(2)) : pino({ level }, pino.destination(join(logs, 'orchestrator.log')));
       const orchestrator = await startOrchestrator(config, logger);
       const url = orchestrator.url;
