@@ -24,6 +24,7 @@ import { removeDir, startMesh } from '../test/helpers/mesh.js';
 import { gpumeshRun } from '../test/helpers/processes.js';
 import { machine, percentile, printTable, summarize, writeResults } from './lib.js';
 import { BenchClient } from './mesh-client.js';
+import { describeWake, wakeRoundTrip } from './wake.js';
 import { oipRequest, RawOipClient, SIMPLE_A, SIMPLE_B } from './oip-requests.js';
 
 const { values } = parseArgs({ options: { requests: { type: 'string', default: '3000' }, warmup: { type: 'string', default: '2000' }, rounds: { type: 'string', default: '3' } } });
@@ -69,6 +70,8 @@ async function measure(clients: Clients, mode: Mode, concurrency: number, count:
   return { latencies, seconds: (performance.now() - started) / 1000 };
 }
 
+// Before the mesh starts, and again once its clients are done: what a wake-up costs on this machine today.
+const wakeBefore = await wakeRoundTrip();
 const mesh = await startMesh({ env: { GPUMESH_LOG_LEVEL: 'warn' } });
 try {
   const file = join(mesh.data, 'simple.onnx');
@@ -113,6 +116,7 @@ try {
   }
   clients.node.close();
   for (const list of clients.raw.values()) for (const client of list) client.close();
+  const wakeAfter = await wakeRoundTrip();
   printTable(`simple, every request a durable job (${REQUESTS} requests each in ${ROUNDS} rounds, after ${WARMUP} warm-up per mode)`, ['path', 'concurrency', 'infer/s', 'median round', 'each round', 'avg µs', 'p50 ms', 'p99 ms'], rows);
   const result = (mode: Mode, concurrency: number): Record<string, number> => results.find((entry) => entry.mode === mode && entry.concurrency === concurrency) as Record<string, number>;
   // A round is the unit a neighbour's burst spoils: a path's median round is its figure, the whole run's rate beside it.
@@ -130,7 +134,8 @@ try {
     process.stdout.write(`concurrency ${concurrency}: perf_analyzer-like client ÷ Node's http client, OIP JSON ${(rate('oip json') / rate('oip json, Node http client')).toFixed(2)}×; `
       + `in the agent's process ÷ a worker process ${(rate('oip json') / rate('oip json, worker process')).toFixed(2)}×\n`);
   }
-  process.stdout.write(`wrote ${writeResults('oip', { machine: machine(), triton: TRITON, target: TARGET, rounds: ROUNDS, results })}\n`);
+  process.stdout.write(`${describeWake(wakeBefore, wakeAfter)}\n`);
+  process.stdout.write(`wrote ${writeResults('oip', { machine: { ...machine(), wakeRoundTrip: { before: wakeBefore, after: wakeAfter } }, triton: TRITON, target: TARGET, rounds: ROUNDS, results })}\n`);
 } finally {
   await mesh.stop();
   removeDir(mesh.data);
