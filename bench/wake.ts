@@ -7,7 +7,9 @@
  * A lone job crosses processes and threads several times (the client, the orchestrator, the engine's worker, and back),
  * and each crossing pays this; many jobs in flight pay it rarely, because the threads stay awake. So the lone-job
  * benchmarks print it beside their figures: two runs of the same code on days whose figure differs are not comparable.
+ * `npm run bench:wake` prints it alone (about a second), to see what kind of day it is before a long run.
  */
+import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 
 /** The partner: waits for its turn (slot 0), hands it back (slot 1); -1 in slot 1 ends it. */
@@ -61,4 +63,9 @@ export async function wakeRoundTrip(rounds = 5000): Promise<WakeRoundTrip> {
 export function describeWake(before: WakeRoundTrip, after?: WakeRoundTrip): string {
   const figure = (wake: WakeRoundTrip): string => `${wake.p50Us.toFixed(1)} µs p50 (p90 ${wake.p90Us.toFixed(1)})`;
   return `this machine's wake-up round trip between two threads (bench/wake.ts): ${figure(before)}${after ? ` before, ${figure(after)} after` : ''}`;
+}
+
+// Run as a script (npm run bench:wake): the figure alone.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.stdout.write(`${describeWake(await wakeRoundTrip(10_000))}\n`);
 }
